@@ -1,0 +1,174 @@
+"""Reading untrusted attribute values: lenient JSON, message lists in the shapes frameworks serialise them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+_JSON_STARTS = ("{", "[", '"')
+_HUMAN_ROLES = frozenset({"user", "human", "HumanMessage"})
+_AI_ROLES = frozenset({"assistant", "ai", "AIMessage", "AIMessageChunk"})
+_TEXT_KEYS = (
+    "question",
+    "task",
+    "query",
+    "input",
+    "answer",
+    "final_answer",
+    "output",
+    "content",
+    "text",
+    "result",
+)
+
+
+def parse_json(value: object) -> Any | None:
+    """``value`` parsed as JSON when it is a JSON object, array or string literal; otherwise None."""
+    if not isinstance(value, str):
+        return None
+    stripped = value.lstrip()
+    if not stripped.startswith(_JSON_STARTS):
+        return None
+    try:
+        return json.loads(stripped)
+    except (ValueError, RecursionError):
+        return None
+
+
+def as_text(value: object) -> str:
+    """Any JSON-ish value as display text: strings as they are, parts lists joined, the rest as compact JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(part, Mapping) for part in value):
+        texts = [str(part.get("text", "")) for part in value if part.get("type", "text") == "text"]
+        if any(texts):
+            return "\n".join(t for t in texts if t)
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return str(value)
+
+
+def _message_role_content(message: object) -> tuple[str, str, bool] | None:
+    """(role, content, has_tool_calls) for the message shapes of OpenAI, LangChain and LangChain's lc-serialised form."""
+    if not isinstance(message, Mapping):
+        return None
+    if "lc" in message and isinstance(message.get("kwargs"), Mapping):
+        ids = message.get("id")
+        role = str(ids[-1]) if isinstance(ids, list) and ids else str(message["kwargs"].get("type", ""))
+        body: Mapping[str, Any] = message["kwargs"]
+    elif isinstance(message.get("data"), Mapping) and "type" in message:
+        role, body = str(message["type"]), message["data"]
+    else:
+        role, body = str(message.get("role", message.get("type", ""))), message
+    return role, as_text(body.get("content")), bool(body.get("tool_calls"))
+
+
+def _messages(value: Any) -> list[Any] | None:
+    if isinstance(value, Mapping):
+        messages = value.get("messages")
+        if isinstance(messages, list):
+            # LangChain chat-model inputs are a batch: a list holding one list of messages.
+            if len(messages) == 1 and isinstance(messages[0], list):
+                return list(messages[0])
+            return messages
+    return None
+
+
+def question_text(value: object) -> str:
+    """The task a span's input value states: the first user message of a message list, a known text field, or the
+    value itself."""
+    parsed = parse_json(value)
+    if parsed is None:
+        return value if isinstance(value, str) else ""
+    messages = _messages(parsed)
+    if messages is not None:
+        for message in messages:
+            found = _message_role_content(message)
+            if found and found[0] in _HUMAN_ROLES and found[1]:
+                return found[1]
+        return ""
+    return _known_text(parsed)
+
+
+def answer_text(value: object) -> str:
+    """The answer a span's output value states: the last assistant message without tool calls, an OpenAI response's
+    first choice, a known text field, or the value itself."""
+    parsed = parse_json(value)
+    if parsed is None:
+        return value if isinstance(value, str) else ""
+    messages = _messages(parsed)
+    if messages is not None:
+        for message in reversed(messages):
+            found = _message_role_content(message)
+            if found and found[0] in _AI_ROLES and not found[2] and found[1]:
+                return found[1]
+        return ""
+    if isinstance(parsed, Mapping) and isinstance(parsed.get("choices"), list) and parsed["choices"]:
+        choice = parsed["choices"][0]
+        if isinstance(choice, Mapping) and isinstance(choice.get("message"), Mapping):
+            return as_text(choice["message"].get("content"))
+    return _known_text(parsed)
+
+
+def _known_text(parsed: Any) -> str:
+    if isinstance(parsed, str):
+        return parsed
+    if isinstance(parsed, Mapping):
+        for key in _TEXT_KEYS:
+            if isinstance(parsed.get(key), str):
+                return str(parsed[key])
+    return as_text(parsed)
+
+
+def tool_message(value: object) -> tuple[str | None, str] | None:
+    """(tool_call_id, content) when ``value`` is a serialised LangChain ``ToolMessage``; otherwise None."""
+    parsed = parse_json(value)
+    if not isinstance(parsed, Mapping):
+        return None
+    if "lc" in parsed and isinstance(parsed.get("kwargs"), Mapping):
+        body: Mapping[str, Any] = parsed["kwargs"]
+    elif isinstance(parsed.get("data"), Mapping):
+        body = parsed["data"]
+    else:
+        body = parsed
+    if body.get("type") != "tool" and "tool_call_id" not in body:
+        return None
+    call_id = body.get("tool_call_id")
+    return (str(call_id) if call_id else None), as_text(body.get("content"))
+
+
+def tool_args(value: object) -> dict[str, Any]:
+    """Tool-call arguments as a dict: a JSON object as it is; anything else under the key ``input``."""
+    parsed = parse_json(value)
+    if isinstance(parsed, dict):
+        return parsed
+    if value is None or value == "":
+        return {}
+    return {"input": parsed if parsed is not None else value}
+
+
+def to_int(value: object) -> int | None:
+    """An integer attribute that some instrumentations write as a string."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def truncate(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…[truncated {len(text) - limit} chars]"

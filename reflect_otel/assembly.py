@@ -1,0 +1,482 @@
+"""Spans in, :class:`StructuredTrace` out: a pure function, the same for every collector.
+
+The rules, each learned from real instrumented runs (LangGraph via openinference-instrumentation-langchain, the
+OpenAI client via openinference-instrumentation-openai, smolagents in TRAIL):
+
+* The span tree is walked from the root by parent id; siblings in start-time then end-time order. LLM and TOOL
+  spans are found by ``openinference.span.kind`` only: names and depth lie (LangGraph marks a node AGENT because
+  it is called "agent").
+* Each tool call in an LLM span's output message is one step; the LLM's text is its reasoning and the arguments
+  come from the LLM span (a LangChain TOOL span's ``input.value`` is lossy for one-argument tools).
+* A TOOL span answers the call with its tool call id (``tool_call.id``, or the id inside the serialised
+  ``ToolMessage`` LangChain writes to ``output.value``); without an id, the oldest unanswered call of the same
+  tool. A TOOL span that answers no call (a tool invoked from code) is a step of its own.
+* An LLM span with no tool calls is a step (code agents act through text). A trace made of one LLM span and
+  nothing else is a chain of thought: one step per non-empty line of its output.
+* The question is the root's input, else the first AGENT span's, else the first user message an LLM saw. The final
+  answer is the root's output, else the first AGENT span's, else the final-answer step's text.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from reflect_otel import _values
+from reflect_otel.errors import InputError
+from reflect_otel.semconv import (
+    INPUT_MESSAGES_PREFIX,
+    OUTPUT_MESSAGES_PREFIX,
+    LangGraphMetadataKeys,
+    OpenInferenceSpanKindValues,
+    SpanAttributes,
+    ToolCallAttributes,
+)
+from reflect_otel.spans import SpanRecord
+from reflect_otel.trace import (
+    ReplayMetadata,
+    Step,
+    StepKind,
+    StepStatus,
+    StructuredTrace,
+    TraceSource,
+    TraceWarning,
+    WarningCode,
+)
+
+__all__ = ["ATTRIBUTE_LIMIT_FIX", "AssemblyLimits", "assemble_trace"]
+
+ATTRIBUTE_LIMIT_FIX = (
+    "the OTel SDK keeps 128 attributes per span by default and drops the oldest; create the provider with "
+    "openinference.instrumentation.TracerProvider, or set OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT=10000"
+)
+
+_LLM = OpenInferenceSpanKindValues.LLM.value
+_TOOL = OpenInferenceSpanKindValues.TOOL.value
+_AGENT = OpenInferenceSpanKindValues.AGENT.value
+_KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
+_NEVER = 2**63
+_FINAL_ANSWER_TOOLS = frozenset({"final_answer", "finalanswer", "finalanswertool", "submit_final_answer"})
+_STATUS = {"ok": StepStatus.OK, "error": StepStatus.ERROR}
+
+
+@dataclass(frozen=True, slots=True)
+class AssemblyLimits:
+    """Bounds on what one trace may hold; longer text is cut with a note of how much was cut."""
+
+    max_text_chars: int = 100_000
+    max_model_input_chars: int = 1_000_000
+
+
+@dataclass(slots=True)
+class _Message:
+    role: str = ""
+    content: str = ""
+    tool_calls: dict[int, dict[str, str]] | None = None
+
+
+def _indexed_messages(attributes: Mapping[str, Any], prefix: str) -> dict[int, _Message]:
+    """Rebuild ``prefix.N.message.*`` attributes into messages keyed by N."""
+    messages: dict[int, _Message] = {}
+    for key, value in attributes.items():
+        if not key.startswith(prefix):
+            continue
+        index_text, _, rest = key[len(prefix) :].partition(".message.")
+        if not index_text.isdigit():
+            continue
+        message = messages.setdefault(int(index_text), _Message())
+        if rest == "role":
+            message.role = str(value)
+        elif rest == "content":
+            message.content = str(value)
+        elif rest.startswith("tool_calls."):
+            call_index, _, field = rest[len("tool_calls.") :].partition(".tool_call.")
+            if call_index.isdigit():
+                calls = message.tool_calls if message.tool_calls is not None else {}
+                message.tool_calls = calls
+                calls.setdefault(int(call_index), {})[field] = str(value)
+    return messages
+
+
+def _has_gap(indexes: Iterable[int]) -> bool:
+    ordered = sorted(indexes)
+    return bool(ordered) and ordered != list(range(len(ordered)))
+
+
+def _metadata(span: SpanRecord) -> Mapping[str, Any]:
+    parsed = _values.parse_json(span.attributes.get(SpanAttributes.METADATA))
+    return parsed if isinstance(parsed, Mapping) else {}
+
+
+def _time_key(span: SpanRecord) -> tuple[int, int]:
+    return span.start_ns, span.end_ns if span.end_ns is not None else _NEVER
+
+
+class _Draft:
+    """A step under construction; becomes a frozen :class:`Step` at the end."""
+
+    __slots__ = ("fields", "has_result")
+
+    def __init__(self, **fields: Any) -> None:
+        self.fields = fields
+        self.has_result = False
+
+
+class _Assembler:
+    def __init__(self, spans: Iterable[SpanRecord], collector: str, limits: AssemblyLimits) -> None:
+        self.limits = limits
+        self.collector = collector
+        self.warnings: list[TraceWarning] = []
+        self.drafts: list[_Draft] = []
+        self.waiting_by_id: dict[str, _Draft] = {}
+        self.waiting_by_name: dict[str, deque[_Draft]] = defaultdict(deque)
+        self.llm_span_count = 0
+        self.tool_span_count = 0
+        self.first_user_message = ""
+        self.by_id = self._dedupe(spans)
+        self.order = self._walk()
+
+    # -- tree -------------------------------------------------------------------------------------------------
+    def _dedupe(self, spans: Iterable[SpanRecord]) -> dict[str, SpanRecord]:
+        by_id: dict[str, SpanRecord] = {}
+        duplicates = 0
+        trace_id: str | None = None
+        for span in spans:
+            if trace_id is None:
+                trace_id = span.trace_id
+            elif span.trace_id != trace_id:
+                raise InputError(
+                    f"spans of traces {trace_id} and {span.trace_id} given together; assemble one trace"
+                )
+            if span.span_id in by_id:
+                duplicates += 1
+                continue
+            by_id[span.span_id] = span
+        if not by_id:
+            raise InputError("no spans to assemble")
+        if duplicates:
+            self._warn(
+                WarningCode.DUPLICATE_SPANS, f"{duplicates} duplicate span(s) ignored (same span id twice)"
+            )
+        return by_id
+
+    def _walk(self) -> list[tuple[SpanRecord, str | None]]:
+        children: dict[str, list[SpanRecord]] = defaultdict(list)
+        roots: list[SpanRecord] = []
+        orphans = 0
+        for span in self.by_id.values():
+            if span.parent_id is None:
+                roots.append(span)
+            elif span.parent_id not in self.by_id or span.parent_id == span.span_id:
+                roots.append(span)
+                orphans += 1
+            else:
+                children[span.parent_id].append(span)
+        roots.sort(key=_time_key)
+        self.root = next((s for s in roots if s.parent_id is None), roots[0] if roots else None)
+        order: list[tuple[SpanRecord, str | None]] = []
+        seen: set[str] = set()
+
+        def visit(starts: list[SpanRecord]) -> None:
+            stack: list[tuple[SpanRecord, str | None]] = [(s, None) for s in reversed(starts)]
+            while stack:
+                span, agent = stack.pop()
+                if span.span_id in seen:
+                    continue
+                seen.add(span.span_id)
+                if span.attributes.get(_KIND) == _AGENT:
+                    agent = str(span.attributes.get(SpanAttributes.AGENT_NAME) or span.name)
+                order.append((span, agent))
+                kids = children.get(span.span_id)
+                if kids:
+                    kids.sort(key=_time_key, reverse=True)
+                    stack.extend((kid, agent) for kid in kids)
+
+        visit(roots)
+        if len(seen) < len(self.by_id):  # parent links that form a cycle never reach a root
+            stranded = sorted((s for s in self.by_id.values() if s.span_id not in seen), key=_time_key)
+            orphans += len(stranded)
+            if self.root is None:
+                self.root = stranded[0]
+            visit(stranded)
+        if orphans:
+            self._warn(
+                WarningCode.ORPHAN_SPANS,
+                f"{orphans} span(s) name a parent that never arrived; they are placed by start time. "
+                "Flush the exporter before the process exits, and export every span of a trace to the same place",
+            )
+        return order
+
+    # -- steps ------------------------------------------------------------------------------------------------
+    def build(self) -> StructuredTrace:
+        gaps: list[str] = []
+        dropped_spans, dropped_total = 0, 0
+        for span, agent in self.order:
+            if span.dropped_attributes:
+                dropped_spans += 1
+                dropped_total += span.dropped_attributes
+            kind = span.attributes.get(_KIND)
+            if kind == _LLM:
+                if self._add_llm(span, agent):
+                    gaps.append(span.span_id)
+            elif kind == _TOOL:
+                self._add_tool(span, agent)
+        if dropped_spans:
+            self._warn(
+                WarningCode.DROPPED_ATTRIBUTES,
+                f"{dropped_total} attribute(s) were dropped on {dropped_spans} span(s); {ATTRIBUTE_LIMIT_FIX}",
+            )
+        if gaps:
+            self._warn(
+                WarningCode.MESSAGE_INDEX_GAP,
+                f"message indexes have gaps on {len(gaps)} LLM span(s), so messages are missing; {ATTRIBUTE_LIMIT_FIX}",
+                span_id=gaps[0],
+            )
+        if self.llm_span_count == 1 and self.tool_span_count == 0 and len(self.drafts) == 1:
+            self._split_chain_of_thought()
+        self._mark_final_answer()
+        if not self.drafts:
+            self._warn(
+                WarningCode.NO_STEPS, "no LLM or TOOL spans found; is OpenInference instrumentation enabled?"
+            )
+        return self._trace()
+
+    def _text(self, value: object) -> str:
+        return _values.truncate(_values.as_text(value), self.limits.max_text_chars)
+
+    def _common(self, span: SpanRecord, agent: str | None) -> dict[str, Any]:
+        metadata = _metadata(span)
+        step = _values.to_int(metadata.get(LangGraphMetadataKeys.STEP))
+        node = metadata.get(LangGraphMetadataKeys.NODE)
+        return {
+            "agent": agent if agent is not None else (str(node) if node else None),
+            "start_time_ns": span.start_ns,
+            "end_time_ns": span.end_ns,
+            "status": _STATUS.get(span.status, StepStatus.UNSET),
+            "status_message": span.status_message or None,
+            "langgraph_step": step,
+            "langgraph_node": str(node) if node else None,
+        }
+
+    def _add_llm(self, span: SpanRecord, agent: str | None) -> bool:
+        """Add the steps one LLM span decided; True when its message indexes have gaps."""
+        self.llm_span_count += 1
+        attrs = span.attributes
+        inputs = _indexed_messages(attrs, INPUT_MESSAGES_PREFIX)
+        outputs = _indexed_messages(attrs, OUTPUT_MESSAGES_PREFIX)
+        if not self.first_user_message:
+            user = next(
+                (m for _, m in sorted(inputs.items()) if m.role in ("user", "human") and m.content), None
+            )
+            if user is not None:
+                self.first_user_message = user.content
+        text = "\n".join(m.content for _, m in sorted(outputs.items()) if m.content)
+        if not outputs:
+            text = _values.answer_text(attrs.get(SpanAttributes.OUTPUT_VALUE))
+        calls = [
+            call
+            for _, m in sorted(outputs.items())
+            if m.tool_calls
+            for _, call in sorted(m.tool_calls.items())
+        ]
+        model_input = attrs.get(SpanAttributes.INPUT_VALUE)
+        common = self._common(span, agent) | {
+            "span_id": span.span_id,
+            "reasoning": self._text(text),
+            "model_name": str(attrs[SpanAttributes.LLM_MODEL_NAME])
+            if SpanAttributes.LLM_MODEL_NAME in attrs
+            else None,
+            "model_input": (
+                _values.truncate(str(model_input), self.limits.max_model_input_chars) if model_input else None
+            ),
+        }
+        tokens = {
+            "prompt_tokens": _values.to_int(attrs.get(SpanAttributes.LLM_TOKEN_COUNT_PROMPT)),
+            "completion_tokens": _values.to_int(attrs.get(SpanAttributes.LLM_TOKEN_COUNT_COMPLETION)),
+        }
+        if not calls:
+            self.drafts.append(_Draft(kind=StepKind.REASONING, **common, **tokens))
+        for position, call in enumerate(calls):
+            name = call.get(ToolCallAttributes.TOOL_CALL_FUNCTION_NAME.removeprefix("tool_call."), "")
+            call_id = call.get(ToolCallAttributes.TOOL_CALL_ID.removeprefix("tool_call.")) or None
+            args = call.get(ToolCallAttributes.TOOL_CALL_FUNCTION_ARGUMENTS_JSON.removeprefix("tool_call."))
+            draft = _Draft(
+                kind=StepKind.TOOL_CALL,
+                tool_name=name or None,
+                tool_args=_values.tool_args(args),
+                tool_call_id=call_id,
+                **common,
+                **(tokens if position == 0 else {}),
+            )
+            self.drafts.append(draft)
+            if call_id:
+                self.waiting_by_id[call_id] = draft
+            self.waiting_by_name[name].append(draft)
+        return _has_gap(inputs) or _has_gap(outputs)
+
+    def _add_tool(self, span: SpanRecord, agent: str | None) -> None:
+        self.tool_span_count += 1
+        attrs = span.attributes
+        name = str(attrs.get(SpanAttributes.TOOL_NAME) or span.name)
+        output = attrs.get(SpanAttributes.OUTPUT_VALUE)
+        message = _values.tool_message(output)
+        call_id = attrs.get(ToolCallAttributes.TOOL_CALL_ID) or (message[0] if message else None)
+        result = self._text(message[1] if message else output)
+        draft = self.waiting_by_id.pop(str(call_id), None) if call_id else None
+        if draft is None:
+            waiting = self.waiting_by_name.get(name)
+            while waiting and draft is None:
+                candidate = waiting.popleft()
+                if not candidate.has_result:
+                    draft = candidate
+        common = self._common(span, agent)
+        if draft is None:  # invoked from code, not by a model's tool call
+            self.drafts.append(
+                _Draft(
+                    kind=StepKind.TOOL_CALL,
+                    span_id=span.span_id,
+                    tool_span_id=span.span_id,
+                    tool_name=name,
+                    tool_args=_values.tool_args(attrs.get(SpanAttributes.INPUT_VALUE)),
+                    tool_call_id=str(call_id) if call_id else None,
+                    tool_result=result,
+                    **common,
+                )
+            )
+            self.drafts[-1].has_result = True
+            return
+        draft.has_result = True
+        fields = draft.fields
+        if fields.get("tool_call_id"):
+            self.waiting_by_id.pop(fields["tool_call_id"], None)
+        fields["tool_span_id"] = span.span_id
+        fields["tool_result"] = result
+        fields["end_time_ns"] = span.end_ns
+        if common["status"] is StepStatus.ERROR:
+            fields["status"], fields["status_message"] = StepStatus.ERROR, common["status_message"]
+        if common["langgraph_step"] is not None:  # the checkpoint after the step is the one the tool wrote
+            fields["langgraph_step"], fields["langgraph_node"] = (
+                common["langgraph_step"],
+                common["langgraph_node"],
+            )
+
+    def _split_chain_of_thought(self) -> None:
+        only = self.drafts[0].fields
+        lines = [line.strip() for line in str(only["reasoning"]).splitlines() if line.strip()]
+        if len(lines) < 2:
+            return
+        self.drafts = [
+            _Draft(
+                **(
+                    only
+                    | {"reasoning": line}
+                    | ({} if i == 0 else {"prompt_tokens": None, "completion_tokens": None})
+                )
+            )
+            for i, line in enumerate(lines)
+        ]
+
+    def _mark_final_answer(self) -> None:
+        chosen: _Draft | None = None
+        for draft in reversed(self.drafts):
+            tool = str(draft.fields.get("tool_name") or "").lower()
+            if tool in _FINAL_ANSWER_TOOLS:
+                chosen = draft
+                break
+        if chosen is None and self.drafts and self.drafts[-1].fields["kind"] is StepKind.REASONING:
+            chosen = self.drafts[-1]
+        if chosen is not None:
+            chosen.fields["kind"] = StepKind.FINAL_ANSWER
+            chosen.fields["is_final_answer"] = True
+
+    # -- trace ------------------------------------------------------------------------------------------------
+    def _first_agent(self) -> SpanRecord | None:
+        return next((span for span, _ in self.order if span.attributes.get(_KIND) == _AGENT), None)
+
+    def _final_answer_of_steps(self, steps: list[Step]) -> str | None:
+        final = next((s for s in reversed(steps) if s.is_final_answer), None)
+        if final is None:
+            return None
+        if final.tool_name:
+            args = final.tool_args
+            value = args.get("answer", args.get("input", args.get("args", args)))
+            if isinstance(value, list) and len(value) == 1:
+                value = value[0]
+            return self._text(value)
+        return final.reasoning
+
+    def _trace(self) -> StructuredTrace:
+        steps = [Step(index=i, **d.fields) for i, d in enumerate(self.drafts, start=1)]
+        root = self.root
+        assert root is not None  # _dedupe guarantees at least one span
+        agent = self._first_agent()
+        question = _values.question_text(root.attributes.get(SpanAttributes.INPUT_VALUE))
+        if not question and agent is not None:
+            question = _values.question_text(agent.attributes.get(SpanAttributes.INPUT_VALUE))
+        answer: str | None = _values.answer_text(root.attributes.get(SpanAttributes.OUTPUT_VALUE))
+        if not answer and agent is not None:
+            answer = _values.answer_text(agent.attributes.get(SpanAttributes.OUTPUT_VALUE))
+        if not answer:
+            answer = self._final_answer_of_steps(steps)
+        metadata = _metadata(root) or next((m for m in (_metadata(s) for s, _ in self.order) if m), {})
+        session = root.attributes.get(SpanAttributes.SESSION_ID) or next(
+            (
+                s.attributes[SpanAttributes.SESSION_ID]
+                for s, _ in self.order
+                if SpanAttributes.SESSION_ID in s.attributes
+            ),
+            None,
+        )
+        thread = metadata.get(LangGraphMetadataKeys.THREAD_ID)
+        ends = [s.end_ns for s in self.by_id.values() if s.end_ns is not None]
+        return StructuredTrace(
+            trace_id=root.trace_id,
+            session_id=str(session) if session else None,
+            root_span_id=root.span_id,
+            question=self._text(question or self.first_user_message),
+            final_answer=answer or None,
+            steps=tuple(steps),
+            source=self._source(metadata),
+            replay=ReplayMetadata(thread_id=str(thread) if thread else None),
+            warnings=tuple(self.warnings),
+            start_time_ns=min(s.start_ns for s in self.by_id.values()),
+            end_time_ns=max(ends) if ends else None,
+        )
+
+    def _source(self, root_metadata: Mapping[str, Any]) -> TraceSource:
+        scopes = sorted({s.scope for s in self.by_id.values() if s.scope})
+        if any(str(k).startswith("langgraph") for k in root_metadata) or any(
+            s.name == "LangGraph" for s, _ in self.order[:1]
+        ):
+            framework = "langgraph"
+        elif any(k.startswith("smolagents.") for s, _ in self.order for k in s.attributes):
+            framework = "smolagents"
+        elif any("langchain" in scope for scope in scopes):
+            framework = "langchain"
+        elif any("openai" in scope for scope in scopes):
+            framework = "openai"
+        else:
+            framework = "unknown"
+        return TraceSource(framework=framework, instrumentation=tuple(scopes), collector=self.collector)
+
+    def _warn(self, code: WarningCode, message: str, span_id: str | None = None) -> None:
+        self.warnings.append(TraceWarning(code=code, message=message, span_id=span_id))
+
+
+def assemble_trace(
+    spans: Iterable[SpanRecord],
+    *,
+    collector: str = "unknown",
+    limits: AssemblyLimits | None = None,
+    warnings: Iterable[TraceWarning] = (),
+) -> StructuredTrace:
+    """Rebuild one trace from its spans (any order, duplicates and missing parents tolerated).
+
+    ``warnings`` from the collector (dropped spans, a root that never ended) are carried onto the trace.
+    Raises :class:`InputError` when ``spans`` is empty or mixes traces.
+    """
+    assembler = _Assembler(spans, collector, limits or AssemblyLimits())
+    assembler.warnings[:0] = list(warnings)
+    return assembler.build()

@@ -1,0 +1,64 @@
+"""Attribute names, in one place.
+
+OpenInference's names are re-exported from ``openinference.semconv.trace`` so the rest of the code never spells
+them as string literals; ours live in :class:`ReflectAttributes`. Indexed attributes such as
+``llm.output_messages.0.message.tool_calls.1.tool_call.id`` are built from the prefixes below.
+"""
+
+from __future__ import annotations
+
+from openinference.semconv.trace import (
+    MessageAttributes,
+    OpenInferenceSpanKindValues,
+    SpanAttributes,
+    ToolAttributes,
+    ToolCallAttributes,
+)
+
+__all__ = [
+    "INPUT_MESSAGES_PREFIX",
+    "OUTPUT_MESSAGES_PREFIX",
+    "LangGraphMetadataKeys",
+    "MessageAttributes",
+    "OpenInferenceSpanKindValues",
+    "ReflectAttributes",
+    "SpanAttributes",
+    "ToolAttributes",
+    "ToolCallAttributes",
+]
+
+INPUT_MESSAGES_PREFIX = SpanAttributes.LLM_INPUT_MESSAGES + "."
+"""``llm.input_messages.`` followed by ``N.message.*``."""
+
+OUTPUT_MESSAGES_PREFIX = SpanAttributes.LLM_OUTPUT_MESSAGES + "."
+"""``llm.output_messages.`` followed by ``N.message.*``."""
+
+
+class LangGraphMetadataKeys:
+    """Keys LangGraph writes into the JSON of the OpenInference ``metadata`` attribute."""
+
+    THREAD_ID = "thread_id"
+    """The checkpointer thread the run belongs to; needed to fork its checkpoints on replay."""
+    STEP = "langgraph_step"
+    """The superstep number; equals ``metadata["step"]`` of the checkpoint written after that superstep."""
+    NODE = "langgraph_node"
+    """The graph node that ran the span."""
+    CHECKPOINT_NS = "langgraph_checkpoint_ns"
+    """The checkpoint namespace; non-empty segments before ``:`` name enclosing subgraph nodes."""
+
+
+class ReflectAttributes:
+    """Attributes reflect-otel writes on the spans it emits."""
+
+    ERROR_STEP_INDEX = "reflect.attribution.step_index"
+    """1-based index of the decisive error step in the trace's ``StructuredTrace``."""
+    ERROR_SPAN_ID = "reflect.attribution.span_id"
+    """Hex span id of the LLM span that decided the decisive step."""
+    ERROR_TYPE = "reflect.attribution.error_type"
+    """Error category of the decisive step (the paper's 11-category taxonomy)."""
+    STATUS = "reflect.attribution.status"
+    """``verified`` when a targeted replay flipped the outcome, else ``unverified``."""
+    ROLLBACK_POINT = "reflect.attribution.rollback_point"
+    """The rollback point whose replay flipped the outcome."""
+    CONFIDENCE = "reflect.attribution.confidence"
+    """Auditor confidence in ``[0, 1]``."""

@@ -1,0 +1,48 @@
+"""The neutral span every collector converts to before assembly.
+
+A plain frozen, slotted dataclass rather than a pydantic model: collectors build hundreds of thousands of these a
+second and none crosses a process boundary (traces do), so validation happens once, in the collector that
+decodes the untrusted bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["AttributeValue", "SpanRecord", "is_span_id", "is_trace_id"]
+
+AttributeValue = str | bool | int | float | Sequence[str] | Sequence[bool] | Sequence[int] | Sequence[float]
+
+_TRACE_ID = re.compile(r"[0-9a-f]{32}")
+_SPAN_ID = re.compile(r"[0-9a-f]{16}")
+_ZERO_TRACE = "0" * 32
+_ZERO_SPAN = "0" * 16
+
+
+def is_trace_id(value: str) -> bool:
+    """True for a valid, non-zero, lower-case hex OTel trace id."""
+    return _TRACE_ID.fullmatch(value) is not None and value != _ZERO_TRACE
+
+
+def is_span_id(value: str) -> bool:
+    """True for a valid, non-zero, lower-case hex OTel span id."""
+    return _SPAN_ID.fullmatch(value) is not None and value != _ZERO_SPAN
+
+
+@dataclass(frozen=True, slots=True)
+class SpanRecord:
+    """One finished span. Ids are lower-case hex; times are Unix nanoseconds; ``status`` is unset, ok or error."""
+
+    trace_id: str
+    span_id: str
+    parent_id: str | None
+    name: str
+    start_ns: int
+    end_ns: int | None
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+    status: str = "unset"
+    status_message: str | None = None
+    dropped_attributes: int = 0
+    scope: str | None = None

@@ -1,0 +1,189 @@
+"""The trace model every stage works on: :class:`StructuredTrace`, an ordered list of :class:`Step`.
+
+Values are frozen pydantic models with a stable JSON form (``model_dump_json`` / ``model_validate_json``), so a
+trace captured by a collector today can be attributed tomorrow by another process.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "ErrorLabel",
+    "ReplayMetadata",
+    "Step",
+    "StepKind",
+    "StepStatus",
+    "StructuredTrace",
+    "TraceSource",
+    "TraceWarning",
+    "WarningCode",
+]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class StepKind(str, Enum):
+    """What a step did."""
+
+    TOOL_CALL = "tool_call"
+    """The model asked for a tool (or code called one); the step carries its arguments and result."""
+    REASONING = "reasoning"
+    """Model text with no action: a thought, a plan, a chain-of-thought step, or a code agent's code."""
+    MESSAGE = "message"
+    """A message passed between agents or to the user that is not the final answer."""
+    FINAL_ANSWER = "final_answer"
+    """The step that produced the run's answer."""
+
+
+class StepStatus(str, Enum):
+    """The OTel status of the span(s) behind a step."""
+
+    UNSET = "unset"
+    OK = "ok"
+    ERROR = "error"
+
+
+class Step(BaseModel):
+    """One decision of the agent, with what it did and what came back.
+
+    ``span_id`` is the span that *decided* the step (the LLM span, or the TOOL span for a tool invoked from code);
+    ``tool_span_id`` is the TOOL span that executed it. A label on either maps to this step.
+    """
+
+    model_config = _FROZEN
+
+    index: int = Field(ge=1, description="1-based position in the trace.")
+    span_id: str = Field(description="Hex id of the span that decided this step.")
+    kind: StepKind
+    agent: str | None = Field(default=None, description="Name of the agent that took the step.")
+    reasoning: str = Field(default="", description="Model text that led to the action.")
+    tool_name: str | None = None
+    tool_args: dict[str, Any] = Field(default_factory=dict)
+    tool_result: str | None = None
+    tool_call_id: str | None = None
+    tool_span_id: str | None = Field(
+        default=None, description="Hex id of the TOOL span that executed the call."
+    )
+    is_final_answer: bool = False
+    start_time_ns: int | None = None
+    end_time_ns: int | None = None
+    status: StepStatus = StepStatus.UNSET
+    status_message: str | None = None
+    prompt_tokens: int | None = Field(
+        default=None, description="Counted once per LLM call, on its first step."
+    )
+    completion_tokens: int | None = None
+    model_name: str | None = None
+    model_input: str | None = Field(
+        default=None,
+        description="The raw request of the LLM call that decided this step (its input.value); replay uses it.",
+    )
+    langgraph_step: int | None = Field(
+        default=None, description="LangGraph superstep that executed the step."
+    )
+    langgraph_node: str | None = None
+
+    @property
+    def span_ids(self) -> tuple[str, ...]:
+        """Every span id that denotes this step."""
+        return (self.span_id,) if self.tool_span_id is None else (self.span_id, self.tool_span_id)
+
+
+class TraceSource(BaseModel):
+    """Where a trace came from."""
+
+    model_config = _FROZEN
+
+    framework: str = Field(
+        default="unknown", description="langgraph, langchain, openai, smolagents, ... or unknown."
+    )
+    instrumentation: tuple[str, ...] = Field(default=(), description="Instrumentation scope names seen.")
+    collector: str = Field(default="unknown", description="span_processor, otlp, file, trail or builder.")
+
+
+class ReplayMetadata(BaseModel):
+    """What a replay adapter needs to find the run again (per-step details live on :class:`Step`)."""
+
+    model_config = _FROZEN
+
+    thread_id: str | None = Field(default=None, description="LangGraph checkpointer thread of the run.")
+    checkpoint_ns: str | None = Field(default=None, description="Checkpoint namespace of the traced graph.")
+
+
+class WarningCode(str, Enum):
+    """Machine-readable reasons a trace may be incomplete or unreliable."""
+
+    DROPPED_ATTRIBUTES = "dropped_attributes"
+    MESSAGE_INDEX_GAP = "message_index_gap"
+    ORPHAN_SPANS = "orphan_spans"
+    DUPLICATE_SPANS = "duplicate_spans"
+    DROPPED_SPANS = "dropped_spans"
+    ROOT_NEVER_ENDED = "root_never_ended"
+    UNPARSEABLE_VALUE = "unparseable_value"
+    UNMAPPED_LABELS = "unmapped_labels"
+    NO_STEPS = "no_steps"
+
+
+class TraceWarning(BaseModel):
+    """A problem found while rebuilding the trace; ``message`` says how to fix it at the source."""
+
+    model_config = _FROZEN
+
+    code: WarningCode
+    message: str
+    span_id: str | None = None
+
+
+class ErrorLabel(BaseModel):
+    """A human annotation of an error, as shipped with public datasets (TRAIL, BIG-Bench Mistake, Who&When)."""
+
+    model_config = _FROZEN
+
+    step_index: int | None = Field(description="The step the label maps to, or None when it maps to no step.")
+    span_id: str | None = None
+    category: str | None = None
+    impact: str | None = None
+    description: str | None = None
+    evidence: str | None = None
+
+
+class StructuredTrace(BaseModel):
+    """A completed agent run, rebuilt from its spans into ordered steps."""
+
+    model_config = _FROZEN
+
+    trace_id: str
+    session_id: str | None = None
+    root_span_id: str | None = None
+    question: str = Field(default="", description="The task input.")
+    final_answer: str | None = None
+    steps: tuple[Step, ...] = ()
+    source: TraceSource = Field(default_factory=TraceSource)
+    replay: ReplayMetadata = Field(default_factory=ReplayMetadata)
+    warnings: tuple[TraceWarning, ...] = ()
+    labels: tuple[ErrorLabel, ...] = Field(
+        default=(), description="Human error labels, when imported with any."
+    )
+    start_time_ns: int | None = None
+    end_time_ns: int | None = None
+
+    @field_validator("steps")
+    @classmethod
+    def _indexes_are_positions(cls, steps: tuple[Step, ...]) -> tuple[Step, ...]:
+        for position, step in enumerate(steps, start=1):
+            if step.index != position:
+                raise ValueError(
+                    f"step at position {position} has index {step.index}; indexes must be 1..n in order"
+                )
+        return steps
+
+    def step_for_span(self, span_id: str) -> Step | None:
+        """The first step that ``span_id`` denotes (as deciding LLM span or executing TOOL span), if any."""
+        for step in self.steps:
+            if span_id in step.span_ids:
+                return step
+        return None
