@@ -1,4 +1,4 @@
-"""Collectors turn spans into :class:`~reflect_otel.StructuredTrace` objects. Installed as ``reflect_otel.collectors``."""
+"""Collectors turn spans into ``StructuredTrace`` objects. Installed as ``reflect_otel.collectors``."""
 
 from __future__ import annotations
 

@@ -16,9 +16,7 @@ def load_json_file(path: Path, *, max_bytes: int) -> Any:
     """Parse ``path``; on a syntax error retry once with trailing commas removed. Raises :class:`InputError`."""
     size = path.stat().st_size
     if size > max_bytes:
-        raise InputError(
-            f"{path}: {size} bytes is over the {max_bytes}-byte limit; raise --max-file-bytes to read it"
-        )
+        raise InputError(f"{path}: {size} bytes is over the {max_bytes}-byte limit; raise --max-file-bytes to read it")
     text = path.read_text(encoding="utf-8", errors="replace")
     try:
         return json.loads(text)

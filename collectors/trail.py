@@ -14,9 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from reflect_otel.collectors._lenient_json import load_json_file
-
 from reflect_otel.assembly import AssemblyLimits, assemble_trace
+from reflect_otel.collectors._lenient_json import load_json_file
 from reflect_otel.errors import InputError
 from reflect_otel.spans import SpanRecord, is_span_id, is_trace_id
 from reflect_otel.trace import ErrorLabel, StructuredTrace, TraceWarning, WarningCode
@@ -175,9 +174,7 @@ def read_trail_file(path: Path, *, max_bytes: int, limits: AssemblyLimits | None
     """Import one TRAIL trace, with its annotations when ``../annotations/<name>`` exists."""
     document = load_json_file(path, max_bytes=max_bytes)
     if not is_trail_document(document):
-        raise InputError(
-            f"{path}: not a TRAIL trace (expected an object with 'spans' holding 'child_spans' trees)"
-        )
+        raise InputError(f"{path}: not a TRAIL trace (expected an object with 'spans' holding 'child_spans' trees)")
     spans = trail_spans(document)
     trace = assemble_trace(spans, collector="trail", limits=limits)
     annotation_path = path.parent.parent / "annotations" / path.name
@@ -211,6 +208,4 @@ def read_trail_file(path: Path, *, max_bytes: int, limits: AssemblyLimits | None
                 message=f"{len(labels) - mapped} of {len(labels)} annotation locations name no span of this trace",
             ),
         )
-    return TrailImport(
-        trace.model_copy(update={"labels": tuple(labels), "warnings": warnings}), len(labels), mapped
-    )
+    return TrailImport(trace.model_copy(update={"labels": tuple(labels), "warnings": warnings}), len(labels), mapped)

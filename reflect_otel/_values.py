@@ -53,7 +53,7 @@ def as_text(value: object) -> str:
 
 
 def _message_role_content(message: object) -> tuple[str, str, bool] | None:
-    """(role, content, has_tool_calls) for the message shapes of OpenAI, LangChain and LangChain's lc-serialised form."""
+    """(role, content, has_tool_calls) for OpenAI, LangChain and lc-serialised LangChain messages."""
     if not isinstance(message, Mapping):
         return None
     if "lc" in message and isinstance(message.get("kwargs"), Mapping):

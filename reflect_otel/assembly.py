@@ -147,9 +147,7 @@ class _Assembler:
             if trace_id is None:
                 trace_id = span.trace_id
             elif span.trace_id != trace_id:
-                raise InputError(
-                    f"spans of traces {trace_id} and {span.trace_id} given together; assemble one trace"
-                )
+                raise InputError(f"spans of traces {trace_id} and {span.trace_id} given together; assemble one trace")
             if span.span_id in by_id:
                 duplicates += 1
                 continue
@@ -157,9 +155,7 @@ class _Assembler:
         if not by_id:
             raise InputError("no spans to assemble")
         if duplicates:
-            self._warn(
-                WarningCode.DUPLICATE_SPANS, f"{duplicates} duplicate span(s) ignored (same span id twice)"
-            )
+            self._warn(WarningCode.DUPLICATE_SPANS, f"{duplicates} duplicate span(s) ignored (same span id twice)")
         return by_id
 
     def _walk(self) -> list[tuple[SpanRecord, str | None]]:
@@ -167,7 +163,7 @@ class _Assembler:
         roots: list[SpanRecord] = []
         orphans = 0
         for span in self.by_id.values():
-            if span.parent_id is None:
+            if span.is_local_root:
                 roots.append(span)
             elif span.parent_id not in self.by_id or span.parent_id == span.span_id:
                 roots.append(span)
@@ -175,7 +171,7 @@ class _Assembler:
             else:
                 children[span.parent_id].append(span)
         roots.sort(key=_time_key)
-        self.root = next((s for s in roots if s.parent_id is None), roots[0] if roots else None)
+        self.root = next((s for s in roots if s.is_local_root), roots[0] if roots else None)
         order: list[tuple[SpanRecord, str | None]] = []
         seen: set[str] = set()
 
@@ -238,9 +234,7 @@ class _Assembler:
             self._split_chain_of_thought()
         self._mark_final_answer()
         if not self.drafts:
-            self._warn(
-                WarningCode.NO_STEPS, "no LLM or TOOL spans found; is OpenInference instrumentation enabled?"
-            )
+            self._warn(WarningCode.NO_STEPS, "no LLM or TOOL spans found; is OpenInference instrumentation enabled?")
         return self._trace()
 
     def _text(self, value: object) -> str:
@@ -267,27 +261,18 @@ class _Assembler:
         inputs = _indexed_messages(attrs, INPUT_MESSAGES_PREFIX)
         outputs = _indexed_messages(attrs, OUTPUT_MESSAGES_PREFIX)
         if not self.first_user_message:
-            user = next(
-                (m for _, m in sorted(inputs.items()) if m.role in ("user", "human") and m.content), None
-            )
+            user = next((m for _, m in sorted(inputs.items()) if m.role in ("user", "human") and m.content), None)
             if user is not None:
                 self.first_user_message = user.content
         text = "\n".join(m.content for _, m in sorted(outputs.items()) if m.content)
         if not outputs:
             text = _values.answer_text(attrs.get(SpanAttributes.OUTPUT_VALUE))
-        calls = [
-            call
-            for _, m in sorted(outputs.items())
-            if m.tool_calls
-            for _, call in sorted(m.tool_calls.items())
-        ]
+        calls = [call for _, m in sorted(outputs.items()) if m.tool_calls for _, call in sorted(m.tool_calls.items())]
         model_input = attrs.get(SpanAttributes.INPUT_VALUE)
         common = self._common(span, agent) | {
             "span_id": span.span_id,
             "reasoning": self._text(text),
-            "model_name": str(attrs[SpanAttributes.LLM_MODEL_NAME])
-            if SpanAttributes.LLM_MODEL_NAME in attrs
-            else None,
+            "model_name": str(attrs[SpanAttributes.LLM_MODEL_NAME]) if SpanAttributes.LLM_MODEL_NAME in attrs else None,
             "model_input": (
                 _values.truncate(str(model_input), self.limits.max_model_input_chars) if model_input else None
             ),
@@ -369,11 +354,7 @@ class _Assembler:
             return
         self.drafts = [
             _Draft(
-                **(
-                    only
-                    | {"reasoning": line}
-                    | ({} if i == 0 else {"prompt_tokens": None, "completion_tokens": None})
-                )
+                **(only | {"reasoning": line} | ({} if i == 0 else {"prompt_tokens": None, "completion_tokens": None}))
             )
             for i, line in enumerate(lines)
         ]

@@ -46,3 +46,10 @@ class SpanRecord:
     status_message: str | None = None
     dropped_attributes: int = 0
     scope: str | None = None
+    parent_is_remote: bool = False
+    """True when the parent lives in another process: this span is then the local root of the trace."""
+
+    @property
+    def is_local_root(self) -> bool:
+        """True for the span a trace's assembly starts from in this process."""
+        return self.parent_id is None or self.parent_is_remote

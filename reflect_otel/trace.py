@@ -65,26 +65,20 @@ class Step(BaseModel):
     tool_args: dict[str, Any] = Field(default_factory=dict)
     tool_result: str | None = None
     tool_call_id: str | None = None
-    tool_span_id: str | None = Field(
-        default=None, description="Hex id of the TOOL span that executed the call."
-    )
+    tool_span_id: str | None = Field(default=None, description="Hex id of the TOOL span that executed the call.")
     is_final_answer: bool = False
     start_time_ns: int | None = None
     end_time_ns: int | None = None
     status: StepStatus = StepStatus.UNSET
     status_message: str | None = None
-    prompt_tokens: int | None = Field(
-        default=None, description="Counted once per LLM call, on its first step."
-    )
+    prompt_tokens: int | None = Field(default=None, description="Counted once per LLM call, on its first step.")
     completion_tokens: int | None = None
     model_name: str | None = None
     model_input: str | None = Field(
         default=None,
         description="The raw request of the LLM call that decided this step (its input.value); replay uses it.",
     )
-    langgraph_step: int | None = Field(
-        default=None, description="LangGraph superstep that executed the step."
-    )
+    langgraph_step: int | None = Field(default=None, description="LangGraph superstep that executed the step.")
     langgraph_node: str | None = None
 
     @property
@@ -98,9 +92,7 @@ class TraceSource(BaseModel):
 
     model_config = _FROZEN
 
-    framework: str = Field(
-        default="unknown", description="langgraph, langchain, openai, smolagents, ... or unknown."
-    )
+    framework: str = Field(default="unknown", description="langgraph, langchain, openai, smolagents, ... or unknown.")
     instrumentation: tuple[str, ...] = Field(default=(), description="Instrumentation scope names seen.")
     collector: str = Field(default="unknown", description="span_processor, otlp, file, trail or builder.")
 
@@ -165,9 +157,7 @@ class StructuredTrace(BaseModel):
     source: TraceSource = Field(default_factory=TraceSource)
     replay: ReplayMetadata = Field(default_factory=ReplayMetadata)
     warnings: tuple[TraceWarning, ...] = ()
-    labels: tuple[ErrorLabel, ...] = Field(
-        default=(), description="Human error labels, when imported with any."
-    )
+    labels: tuple[ErrorLabel, ...] = Field(default=(), description="Human error labels, when imported with any.")
     start_time_ns: int | None = None
     end_time_ns: int | None = None
 
@@ -176,9 +166,7 @@ class StructuredTrace(BaseModel):
     def _indexes_are_positions(cls, steps: tuple[Step, ...]) -> tuple[Step, ...]:
         for position, step in enumerate(steps, start=1):
             if step.index != position:
-                raise ValueError(
-                    f"step at position {position} has index {step.index}; indexes must be 1..n in order"
-                )
+                raise ValueError(f"step at position {position} has index {step.index}; indexes must be 1..n in order")
         return steps
 
     def step_for_span(self, span_id: str) -> Step | None:

@@ -1,0 +1,289 @@
+"""Grouping spans into traces, and the worker that assembles them off the caller's thread.
+
+Shared by the in-process :class:`ReflectSpanProcessor` and the OTLP receiver, so both bound memory and count
+losses the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields
+from typing import Generic, TypeVar
+
+from reflect_otel.assembly import AssemblyLimits, assemble_trace
+from reflect_otel.errors import ConfigError
+from reflect_otel.spans import SpanRecord
+from reflect_otel.trace import StructuredTrace, TraceWarning, WarningCode
+
+__all__ = ["BufferLimits", "CollectorStats", "TraceCollector", "TraceSink"]
+
+_log = logging.getLogger("reflect_otel.collectors")
+
+TraceSink = Callable[[StructuredTrace], None]
+"""Receives each assembled trace on the collector's worker thread; exceptions are caught and counted."""
+
+ItemT = TypeVar("ItemT")
+
+
+@dataclass(frozen=True, slots=True)
+class BufferLimits:
+    """Bounds on a collector's memory, and how long it waits for a trace to complete."""
+
+    max_queue_size: int = 65_536
+    """Spans waiting for the worker; beyond it new spans are dropped and counted."""
+    max_traces: int = 2_048
+    """Traces being gathered at once; spans of further traces are dropped and counted."""
+    max_spans_per_trace: int = 20_000
+    """Spans kept for one trace; further spans are dropped, counted and noted on the trace."""
+    grace_s: float = 0.25
+    """How long after its root ends a trace waits for late children."""
+    ttl_s: float = 300.0
+    """How long a trace whose root never ends is kept before it is assembled as incomplete."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_queue_size", "max_traces", "max_spans_per_trace"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"BufferLimits.{name} must be at least 1, got {getattr(self, name)}")
+        if self.grace_s < 0 or self.ttl_s <= 0:
+            raise ConfigError("BufferLimits.grace_s must be >= 0 and ttl_s > 0")
+
+
+@dataclass(slots=True)
+class CollectorStats:
+    """Counters since start. ``spans_taken`` = spans the worker took from the queue."""
+
+    spans_taken: int = 0
+    spans_dropped_queue_full: int = 0
+    spans_dropped_trace_limit: int = 0
+    spans_dropped_span_limit: int = 0
+    spans_dropped_late: int = 0
+    spans_dropped_invalid: int = 0
+    spans_in_traces: int = 0
+    traces_assembled: int = 0
+    traces_expired: int = 0
+    traces_incomplete_at_shutdown: int = 0
+    assembly_errors: int = 0
+    sink_errors: int = 0
+    peak_queue_depth: int = 0
+    peak_buffered_spans: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(slots=True)
+class _Gathering:
+    spans: list[SpanRecord] = field(default_factory=list)
+    first_seen: float = 0.0
+    root_ended_at: float | None = None
+    dropped: int = 0
+
+
+class _TraceBuffer:
+    """Spans grouped by trace id. Owned by the worker thread alone, so it takes no locks."""
+
+    def __init__(self, limits: BufferLimits, stats: CollectorStats) -> None:
+        self.limits = limits
+        self.stats = stats
+        self.traces: OrderedDict[str, _Gathering] = OrderedDict()
+        self.completed: OrderedDict[str, None] = OrderedDict()  # recent trace ids, to recognise late spans
+        self.buffered = 0
+
+    def add(self, span: SpanRecord, now: float) -> bool:
+        """Buffer ``span``; True when it ended a root (a trace may now be complete)."""
+        gathering = self.traces.get(span.trace_id)
+        if gathering is None:
+            if span.trace_id in self.completed:
+                self.stats.spans_dropped_late += 1
+                return False
+            if len(self.traces) >= self.limits.max_traces:
+                self.stats.spans_dropped_trace_limit += 1
+                return False
+            gathering = self.traces[span.trace_id] = _Gathering(first_seen=now)
+        if len(gathering.spans) >= self.limits.max_spans_per_trace:
+            gathering.dropped += 1
+            self.stats.spans_dropped_span_limit += 1
+            return False
+        gathering.spans.append(span)
+        self.buffered += 1
+        self.stats.peak_buffered_spans = max(self.stats.peak_buffered_spans, self.buffered)
+        if span.is_local_root and gathering.root_ended_at is None:
+            gathering.root_ended_at = now
+            return True
+        return False
+
+    def pop_ready(
+        self, now: float, *, ignore_grace: bool = False, everything: bool = False
+    ) -> list[tuple[str, _Gathering, bool]]:
+        """Traces to assemble now, as (trace id, gathering, complete)."""
+        ready = []
+        for trace_id, gathering in list(self.traces.items()):
+            ended = gathering.root_ended_at
+            if ended is not None and (ignore_grace or now - ended >= self.limits.grace_s):
+                ready.append((trace_id, gathering, True))
+            elif ended is None and (everything or now - gathering.first_seen >= self.limits.ttl_s):
+                ready.append((trace_id, gathering, False))
+        for trace_id, gathering, _ in ready:
+            del self.traces[trace_id]
+            self.buffered -= len(gathering.spans)
+            self.completed[trace_id] = None
+        while len(self.completed) > 4 * self.limits.max_traces:
+            self.completed.popitem(last=False)
+        return ready
+
+
+class TraceCollector(Generic[ItemT]):
+    """Queue -> worker thread -> per-trace buffer -> assembly -> sink.
+
+    ``submit`` is O(1), never blocks and never raises: it appends to a bounded deque (``deque.append`` is atomic)
+    or counts a drop. Conversion of submitted items to :class:`SpanRecord` (``convert``) happens on the worker, so
+    the producer's hot path does no work beyond the append.
+    """
+
+    def __init__(
+        self,
+        sink: TraceSink,
+        *,
+        convert: Callable[[ItemT], SpanRecord | None],
+        collector_name: str,
+        limits: BufferLimits | None = None,
+        assembly_limits: AssemblyLimits | None = None,
+        tick_s: float = 0.05,
+    ) -> None:
+        self._sink = sink
+        self._convert = convert
+        self._collector_name = collector_name
+        self._limits = limits or BufferLimits()
+        self._assembly_limits = assembly_limits
+        self._tick_s = tick_s
+        self._queue: deque[ItemT] = deque()
+        self._stats = CollectorStats()
+        self._drop_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._flush_requests: deque[tuple[threading.Event, bool]] = deque()
+        self._stopping = False
+        self._buffer = _TraceBuffer(self._limits, self._stats)
+        self._worker = threading.Thread(target=self._run, name=f"reflect-otel-{collector_name}", daemon=True)
+        self._worker.start()
+
+    # -- producer side (any thread) ---------------------------------------------------------------------------
+    def submit(self, item: ItemT) -> None:
+        """Queue one item for the worker, or count it dropped when the queue is full or the collector stopped."""
+        if self._stopping or len(self._queue) >= self._limits.max_queue_size:
+            with self._drop_lock:
+                self._stats.spans_dropped_queue_full += 1
+            return
+        self._queue.append(item)
+
+    def submit_many(self, items: Iterable[ItemT]) -> None:
+        for item in items:
+            self.submit(item)
+        self._wake.set()
+
+    def stats(self) -> CollectorStats:
+        """A snapshot of the counters."""
+        with self._drop_lock:
+            return CollectorStats(**self._stats.as_dict())
+
+    def force_flush(self, timeout_s: float = 30.0) -> bool:
+        """Process everything queued so far and assemble every trace whose root has ended. True when done in time."""
+        return self._request(ignore_grace_only=True, timeout_s=timeout_s)
+
+    def shutdown(self, timeout_s: float = 30.0) -> bool:
+        """Stop accepting spans, assemble everything held (incomplete traces marked so), stop the worker."""
+        if self._stopping:
+            return True
+        done = self._request(ignore_grace_only=False, timeout_s=timeout_s)
+        self._stopping = True
+        self._wake.set()
+        self._worker.join(timeout=max(0.0, timeout_s))
+        return done and not self._worker.is_alive()
+
+    def _request(self, *, ignore_grace_only: bool, timeout_s: float) -> bool:
+        if not self._worker.is_alive():
+            return False
+        done = threading.Event()
+        self._flush_requests.append((done, not ignore_grace_only))
+        self._wake.set()
+        return done.wait(timeout_s)
+
+    # -- worker ----------------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self._tick_s)
+            self._wake.clear()
+            try:
+                self._drain()
+                while self._flush_requests:
+                    done, everything = self._flush_requests.popleft()
+                    self._drain()
+                    self._emit(self._buffer.pop_ready(time.monotonic(), ignore_grace=True, everything=everything))
+                    done.set()
+                self._emit(self._buffer.pop_ready(time.monotonic()))
+            except Exception:  # a bug here must not kill the worker and silently stop collection
+                _log.exception("reflect-otel collector worker error; continuing")
+            if self._stopping and not self._queue and not self._flush_requests:
+                return
+
+    def _drain(self) -> None:
+        queue = self._queue
+        depth = len(queue)
+        if depth > self._stats.peak_queue_depth:
+            self._stats.peak_queue_depth = depth
+        now = time.monotonic()
+        while queue:
+            item = queue.popleft()
+            self._stats.spans_taken += 1
+            try:
+                record = self._convert(item)
+            except Exception:
+                record = None
+            if record is None:
+                self._stats.spans_dropped_invalid += 1
+                continue
+            self._buffer.add(record, now)
+
+    def _emit(self, ready: list[tuple[str, _Gathering, bool]]) -> None:
+        for trace_id, gathering, complete in ready:
+            warnings = []
+            if gathering.dropped:
+                warnings.append(
+                    TraceWarning(
+                        code=WarningCode.DROPPED_SPANS,
+                        message=f"{gathering.dropped} span(s) over the per-trace limit of "
+                        f"{self._limits.max_spans_per_trace} were dropped; raise max_spans_per_trace",
+                    )
+                )
+            if not complete:
+                if self._stopping or gathering.first_seen + self._limits.ttl_s > time.monotonic():
+                    self._stats.traces_incomplete_at_shutdown += 1
+                else:
+                    self._stats.traces_expired += 1
+                warnings.append(
+                    TraceWarning(
+                        code=WarningCode.ROOT_NEVER_ENDED,
+                        message="the root span had not ended when the trace was assembled; steps may be missing",
+                    )
+                )
+            try:
+                trace = assemble_trace(
+                    gathering.spans,
+                    collector=self._collector_name,
+                    limits=self._assembly_limits,
+                    warnings=warnings,
+                )
+            except Exception:
+                self._stats.assembly_errors += 1
+                _log.exception("could not assemble trace %s", trace_id)
+                continue
+            self._stats.traces_assembled += 1
+            self._stats.spans_in_traces += len(gathering.spans)
+            try:
+                self._sink(trace)
+            except Exception:
+                self._stats.sink_errors += 1
+                _log.exception("trace sink failed for trace %s", trace_id)

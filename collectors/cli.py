@@ -1,0 +1,154 @@
+"""The ``collect`` and ``import`` subcommands (registered by entry point; see ``reflect_otel.cli``)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from reflect_otel.collectors._buffer import BufferLimits
+from reflect_otel.collectors.files import DEFAULT_MAX_FILE_BYTES, ImportReport, import_files
+from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits, parse_endpoint
+from reflect_otel.errors import ConfigError
+from reflect_otel.examples import example_path
+from reflect_otel.tracefile import TraceWriter
+
+__all__ = ["add_collect_command", "add_import_command"]
+
+EXAMPLE_FILE = "langgraph_agent.otlp.json"
+SubParsers = argparse._SubParsersAction  # type: ignore[type-arg]
+
+
+def add_collect_command(subparsers: SubParsers) -> None:
+    parser = subparsers.add_parser(
+        "collect",
+        help="receive OTLP traces from agents in other processes and write them as JSONL",
+        description=(
+            "Run an OTLP receiver (HTTP protobuf/JSON on /v1/traces, and gRPC) that rebuilds each finished agent "
+            "run into a StructuredTrace and appends it to --out. Point the agent's exporter at it, e.g. "
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://127.0.0.1:4318/v1/traces. Stop with Ctrl-C: traces still "
+            "being gathered are written before it exits."
+        ),
+    )
+    parser.add_argument("--http", default="127.0.0.1:4318", help="HTTP HOST:PORT, or 'off' (default 127.0.0.1:4318)")
+    parser.add_argument("--grpc", default="off", help="gRPC HOST:PORT, e.g. 127.0.0.1:4317, or 'off' (default off)")
+    parser.add_argument("--out", "-o", required=True, type=Path, help="JSONL file the traces are appended to")
+    parser.add_argument("--allow-remote", action="store_true", help="allow listening on a non-loopback address")
+    parser.add_argument("--max-body-bytes", type=int, default=ReceiverLimits.max_body_bytes, help="request limit")
+    parser.add_argument("--grace", type=float, default=BufferLimits.grace_s, help="seconds to wait for late spans")
+    parser.add_argument("--ttl", type=float, default=BufferLimits.ttl_s, help="seconds before an unfinished trace")
+    parser.add_argument("--duration", type=float, help="stop after this many seconds (default: run until Ctrl-C)")
+    parser.set_defaults(handler=_collect)
+
+
+def _collect(args: argparse.Namespace) -> int:
+    http = None if args.http == "off" else parse_endpoint(args.http, default_port=4318)
+    grpc_endpoint = None if args.grpc == "off" else parse_endpoint(args.grpc, default_port=4317)
+    if args.max_body_bytes < 1:
+        raise ConfigError("--max-body-bytes must be positive")
+    writer = TraceWriter(args.out)
+    receiver = OTLPReceiver(
+        writer.write,
+        http=http,
+        grpc_endpoint=grpc_endpoint,
+        limits=ReceiverLimits(max_body_bytes=args.max_body_bytes),
+        buffer_limits=BufferLimits(grace_s=args.grace, ttl_s=args.ttl),
+        allow_remote=args.allow_remote,
+    ).start()
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    where = []
+    if receiver.http_port is not None and http is not None:
+        where.append(f"OTLP/HTTP on http://{http[0]}:{receiver.http_port}/v1/traces")
+    if receiver.grpc_port is not None and grpc_endpoint is not None:
+        where.append(f"OTLP/gRPC on {grpc_endpoint[0]}:{receiver.grpc_port}")
+    print(f"reflect-otel collect: listening for {' and '.join(where)}; writing to {args.out}", file=sys.stderr)
+    deadline = None if args.duration is None else time.monotonic() + args.duration
+    try:
+        while not stop.wait(1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))):
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            _status(receiver.stats(), writer.written, end="\r" if sys.stderr.isatty() else "\n", quiet=True)
+    finally:
+        receiver.shutdown()
+        writer.close()
+    _status(receiver.stats(), writer.written, end="\n", quiet=False)
+    return 0
+
+
+_last_status: list[str] = [""]
+
+
+def _status(stats: dict[str, int], written: int, *, end: str, quiet: bool) -> None:
+    dropped = sum(v for k, v in stats.items() if k.startswith("spans_dropped"))
+    line = (
+        f"requests {stats['requests_ok']} ok / {stats['requests_rejected']} rejected; spans {stats['spans_taken']} "
+        f"({stats['spans_rejected']} rejected, {dropped} dropped); traces written {written}"
+    )
+    if quiet and line == _last_status[0]:
+        return  # print only when something changed, so logs stay short
+    _last_status[0] = line
+    print(line, end=end, file=sys.stderr, flush=True)
+
+
+def add_import_command(subparsers: SubParsers) -> None:
+    parser = subparsers.add_parser(
+        "import",
+        help="read OTLP/JSON or TRAIL trace files and write them as JSONL",
+        description=(
+            "Read OTLP/JSON exports (an ExportTraceServiceRequest per file, or one per line in .jsonl) and TRAIL "
+            "span-tree files (with their annotations from ../annotations/, mapped to steps), rebuild each trace and "
+            "write it to -o. Folders are searched for *.json and *.jsonl."
+        ),
+    )
+    parser.add_argument("paths", nargs="*", type=Path, help="files or folders to read")
+    parser.add_argument("-o", "--out", required=True, type=Path, help="JSONL file to write (replaced)")
+    parser.add_argument("--example", action="store_true", help="also read the example trace shipped with the package")
+    parser.add_argument("--max-file-bytes", type=int, default=DEFAULT_MAX_FILE_BYTES, help="largest file read")
+    parser.set_defaults(handler=_import)
+
+
+def _import(args: argparse.Namespace) -> int:
+    paths: list[Path] = list(args.paths)
+    if args.example:
+        paths.append(example_path(EXAMPLE_FILE))
+    if not paths:
+        raise ConfigError("name at least one file or folder, or pass --example")
+    if args.out.exists():
+        args.out.unlink()
+    tty = sys.stderr.isatty()
+
+    def progress(report: ImportReport) -> None:
+        if tty:
+            print(f"\rread {report.files_read} file(s), {report.traces} trace(s)", end="", file=sys.stderr)
+
+    with TraceWriter(args.out) as writer:
+        report = import_files(paths, writer.write, max_file_bytes=args.max_file_bytes, progress=progress)
+    if tty:
+        print(file=sys.stderr)
+    _print_report(report, args.out)
+    return 1 if report.failures else 0
+
+
+def _print_report(report: ImportReport, out: Any) -> None:
+    print(
+        f"imported {report.traces} trace(s), {report.steps} step(s) from {report.files_read} file(s) into {out}",
+        file=sys.stderr,
+    )
+    if report.labels_total:
+        share = 100.0 * report.labels_mapped / report.labels_total
+        print(
+            f"annotations: {report.labels_mapped} of {report.labels_total} locations mapped to a step ({share:.1f}%)",
+            file=sys.stderr,
+        )
+    if report.files_skipped:
+        print(f"skipped {report.files_skipped} file(s) that hold no traces (annotations, other JSON)", file=sys.stderr)
+    if report.spans_rejected:
+        print(f"rejected {report.spans_rejected} span(s) with invalid ids or times", file=sys.stderr)
+    for failure in report.failures:
+        print(f"failed: {failure}", file=sys.stderr)

@@ -1,0 +1,239 @@
+"""OTLP trace payloads (protobuf and JSON) to :class:`SpanRecord` s, rejecting bad spans one by one.
+
+Invalid spans (bad ids) are rejected individually so a batch can succeed partially, as OTLP's
+``partial_success`` allows; a body that cannot be decoded at all raises :class:`InputError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from reflect_otel.errors import InputError
+from reflect_otel.spans import AttributeValue, SpanRecord, is_span_id, is_trace_id
+
+__all__ = ["DecodedBatch", "decode_json", "decode_protobuf", "decode_request"]
+
+_STATUS = {0: "unset", 1: "ok", 2: "error"}
+_JSON_STATUS = {"STATUS_CODE_UNSET": "unset", "STATUS_CODE_OK": "ok", "STATUS_CODE_ERROR": "error"}
+_HAS_IS_REMOTE = 0x100
+_IS_REMOTE = 0x200
+_MAX_ERRORS_KEPT = 5
+
+
+@dataclass(slots=True)
+class DecodedBatch:
+    """The valid spans of one request, and how many were rejected and why (first few reasons)."""
+
+    spans: list[SpanRecord] = field(default_factory=list)
+    rejected: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def reject(self, reason: str) -> None:
+        self.rejected += 1
+        if len(self.errors) < _MAX_ERRORS_KEPT:
+            self.errors.append(reason)
+
+    @property
+    def error_message(self) -> str:
+        return "; ".join(self.errors)
+
+
+# -- protobuf ---------------------------------------------------------------------------------------------------
+def _any_value(value: AnyValue) -> AttributeValue | None:
+    which = value.WhichOneof("value")
+    if which == "string_value":
+        return value.string_value
+    if which == "bool_value":
+        return value.bool_value
+    if which == "int_value":
+        return value.int_value
+    if which == "double_value":
+        return value.double_value
+    if which == "array_value":
+        items = [_any_value(v) for v in value.array_value.values]
+        return [i for i in items if isinstance(i, str | bool | int | float)]  # type: ignore[return-value]
+    if which == "kvlist_value":
+        return json.dumps({kv.key: _plain(_any_value(kv.value)) for kv in value.kvlist_value.values})
+    if which == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode("ascii")
+    return None
+
+
+def _plain(value: object) -> object:
+    return list(value) if isinstance(value, list | tuple) else value
+
+
+def decode_request(request: ExportTraceServiceRequest) -> DecodedBatch:
+    """Spans of a decoded protobuf request."""
+    batch = DecodedBatch()
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            scope = scope_spans.scope.name or None
+            for span in scope_spans.spans:
+                trace_id, span_id = span.trace_id.hex(), span.span_id.hex()
+                if not is_trace_id(trace_id) or not is_span_id(span_id):
+                    batch.reject(f"span {span.name!r} has an invalid trace or span id")
+                    continue
+                parent = span.parent_span_id.hex() or None
+                if parent is not None and not is_span_id(parent):
+                    batch.reject(f"span {span_id} has an invalid parent span id")
+                    continue
+                attributes: dict[str, AttributeValue] = {}
+                for kv in span.attributes:
+                    converted = _any_value(kv.value)
+                    if converted is not None:
+                        attributes[kv.key] = converted
+                batch.spans.append(
+                    SpanRecord(
+                        trace_id=trace_id,
+                        span_id=span_id,
+                        parent_id=parent,
+                        parent_is_remote=bool(span.flags & _HAS_IS_REMOTE and span.flags & _IS_REMOTE),
+                        name=span.name,
+                        start_ns=span.start_time_unix_nano,
+                        end_ns=span.end_time_unix_nano or None,
+                        attributes=attributes,
+                        status=_STATUS.get(span.status.code, "unset"),
+                        status_message=span.status.message or None,
+                        dropped_attributes=span.dropped_attributes_count,
+                        scope=scope,
+                    )
+                )
+    return batch
+
+
+def decode_protobuf(body: bytes) -> DecodedBatch:
+    """Decode an ``ExportTraceServiceRequest`` in protobuf encoding."""
+    try:
+        request = ExportTraceServiceRequest.FromString(body)
+    except (DecodeError, ValueError, RecursionError) as error:
+        raise InputError(f"body is not a valid OTLP protobuf ExportTraceServiceRequest ({error})") from None
+    return decode_request(request)
+
+
+# -- JSON -------------------------------------------------------------------------------------------------------
+def _get(obj: Mapping[str, Any], camel: str, snake: str) -> Any:
+    return obj[camel] if camel in obj else obj.get(snake)
+
+
+def _json_value(value: object) -> AttributeValue | None:
+    if not isinstance(value, Mapping):
+        return None
+    if "stringValue" in value or "string_value" in value:
+        return str(_get(value, "stringValue", "string_value"))
+    if "boolValue" in value or "bool_value" in value:
+        return bool(_get(value, "boolValue", "bool_value"))
+    if "intValue" in value or "int_value" in value:
+        try:
+            return int(_get(value, "intValue", "int_value"))  # int64 is a JSON string in OTLP/JSON
+        except (TypeError, ValueError):
+            return None
+    if "doubleValue" in value or "double_value" in value:
+        try:
+            return float(_get(value, "doubleValue", "double_value"))
+        except (TypeError, ValueError):
+            return None
+    if "arrayValue" in value or "array_value" in value:
+        array = _get(value, "arrayValue", "array_value")
+        values = array.get("values", []) if isinstance(array, Mapping) else []
+        items = [_json_value(v) for v in values] if isinstance(values, list) else []
+        return [i for i in items if isinstance(i, str | bool | int | float)]  # type: ignore[return-value]
+    if "kvlistValue" in value or "kvlist_value" in value:
+        kvlist = _get(value, "kvlistValue", "kvlist_value")
+        pairs = kvlist.get("values", []) if isinstance(kvlist, Mapping) else []
+        return json.dumps({str(kv.get("key")): _json_value(kv.get("value")) for kv in pairs if isinstance(kv, Mapping)})
+    if "bytesValue" in value or "bytes_value" in value:
+        return str(_get(value, "bytesValue", "bytes_value"))
+    return None
+
+
+def _json_int(value: object) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
+
+
+def _json_status(status: object) -> tuple[str, str | None]:
+    if not isinstance(status, Mapping):
+        return "unset", None
+    code = status.get("code", 0)
+    text = _JSON_STATUS.get(code, "unset") if isinstance(code, str) else _STATUS.get(_json_int(code) or 0, "unset")
+    message = status.get("message")
+    return text, str(message) if message else None
+
+
+def _list(obj: Mapping[str, Any], *keys: str) -> Iterable[Mapping[str, Any]]:
+    for key in keys:
+        value = obj.get(key)
+        if isinstance(value, list):
+            return [v for v in value if isinstance(v, Mapping)]
+    return []
+
+
+def decode_json_document(document: object) -> DecodedBatch:
+    """Spans of an already-parsed OTLP/JSON ``ExportTraceServiceRequest`` (ids in hex, as OTLP/JSON requires)."""
+    if not isinstance(document, Mapping) or not any(k in document for k in ("resourceSpans", "resource_spans")):
+        raise InputError("JSON body is not an OTLP ExportTraceServiceRequest (no 'resourceSpans')")
+    batch = DecodedBatch()
+    for resource_spans in _list(document, "resourceSpans", "resource_spans"):
+        for scope_spans in _list(resource_spans, "scopeSpans", "scope_spans", "instrumentationLibrarySpans"):
+            scope_obj = scope_spans.get("scope") or scope_spans.get("instrumentationLibrary") or {}
+            scope = str(scope_obj.get("name") or "") or None if isinstance(scope_obj, Mapping) else None
+            for span in _list(scope_spans, "spans"):
+                trace_id = str(_get(span, "traceId", "trace_id") or "").lower()
+                span_id = str(_get(span, "spanId", "span_id") or "").lower()
+                name = str(span.get("name", ""))
+                if not is_trace_id(trace_id) or not is_span_id(span_id):
+                    batch.reject(f"span {name!r} has an invalid trace or span id (OTLP/JSON ids are hex)")
+                    continue
+                parent = str(_get(span, "parentSpanId", "parent_span_id") or "").lower() or None
+                if parent is not None and not is_span_id(parent):
+                    batch.reject(f"span {span_id} has an invalid parent span id")
+                    continue
+                start = _json_int(_get(span, "startTimeUnixNano", "start_time_unix_nano"))
+                if start is None:
+                    batch.reject(f"span {span_id} has no valid startTimeUnixNano")
+                    continue
+                attributes: dict[str, AttributeValue] = {}
+                for kv in _list(span, "attributes"):
+                    converted = _json_value(kv.get("value"))
+                    if converted is not None and isinstance(kv.get("key"), str):
+                        attributes[kv["key"]] = converted
+                status, message = _json_status(span.get("status"))
+                flags = _json_int(span.get("flags")) or 0
+                batch.spans.append(
+                    SpanRecord(
+                        trace_id=trace_id,
+                        span_id=span_id,
+                        parent_id=parent,
+                        parent_is_remote=bool(flags & _HAS_IS_REMOTE and flags & _IS_REMOTE),
+                        name=name,
+                        start_ns=start,
+                        end_ns=_json_int(_get(span, "endTimeUnixNano", "end_time_unix_nano")) or None,
+                        attributes=attributes,
+                        status=status,
+                        status_message=message,
+                        dropped_attributes=_json_int(_get(span, "droppedAttributesCount", "dropped_attributes_count"))
+                        or 0,
+                        scope=scope,
+                    )
+                )
+    return batch
+
+
+def decode_json(body: bytes) -> DecodedBatch:
+    """Decode an OTLP/JSON body; invalid UTF-8 is replaced rather than rejected."""
+    try:
+        document = json.loads(body.decode("utf-8", errors="replace"))
+    except (ValueError, RecursionError) as error:
+        raise InputError(f"body is not valid JSON ({error})") from None
+    return decode_json_document(document)

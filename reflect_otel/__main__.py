@@ -1,0 +1,3 @@
+from reflect_otel.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,96 @@
+"""The ``reflect-otel`` command. Subcommands are plugins found by entry point (group ``reflect_otel.commands``),
+the built-in ones too, so the core never imports an edge package.
+
+An entry point names a function ``register(subparsers)`` that adds one subparser and sets ``handler`` on it:
+``handler(args) -> int`` returns the exit code and may raise :class:`ReflectError` for a clean error message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+
+from reflect_otel.errors import ReflectError
+from reflect_otel.tracefile import read_traces
+
+__all__ = ["add_show_command", "build_parser", "main"]
+
+COMMAND_GROUP = "reflect_otel.commands"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reflect-otel",
+        description="Find which step of a failed LLM-agent run caused the failure, from its OpenTelemetry spans.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for entry in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
+        try:
+            entry.load()(subparsers)
+        except ImportError as error:  # a plugin whose optional dependency is missing must not break the rest
+            subparsers.add_parser(entry.name, help=f"(unavailable: {error})")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(handler(args))
+    except ReflectError as error:
+        print(f"reflect-otel {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # output piped into head and the like
+        sys.stderr.close()
+        return 0
+
+
+def add_show_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "show",
+        help="print the steps of traces in a JSONL file",
+        description="Print each trace of a JSONL file (from 'collect' or 'import') as a numbered list of steps.",
+    )
+    parser.add_argument("traces", help="JSONL file of traces")
+    parser.add_argument("--trace-id", help="show only this trace")
+    parser.add_argument("--width", type=int, default=100, help="cut long text to this many characters (default 100)")
+    parser.set_defaults(handler=_show)
+
+
+def _cut(text: str | None, width: int) -> str:
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= width else flat[: max(1, width - 1)] + "…"
+
+
+def _show(args: argparse.Namespace) -> int:
+    shown = 0
+    for trace in read_traces(args.traces):
+        if args.trace_id and trace.trace_id != args.trace_id:
+            continue
+        shown += 1
+        print(f"trace {trace.trace_id}  [{trace.source.framework}, {len(trace.steps)} steps]")
+        print(f"  question: {_cut(trace.question, args.width)}")
+        for step in trace.steps:
+            action = f"{step.tool_name}({_cut(str(step.tool_args), args.width // 2)})" if step.tool_name else ""
+            print(f"  {step.index:>3}. {step.kind.value:<12} {action} {_cut(step.reasoning, args.width)}".rstrip())
+            if step.tool_result:
+                print(f"       -> {_cut(step.tool_result, args.width)}")
+        print(f"  final answer: {_cut(trace.final_answer, args.width)}")
+        for warning in trace.warnings:
+            print(f"  warning [{warning.code.value}]: {warning.message}")
+        for label in trace.labels:
+            print(f"  label: step {label.step_index} {label.category} ({label.impact})")
+    if args.trace_id and not shown:
+        raise ReflectError(f"no trace {args.trace_id} in {args.traces}")
+    return 0
