@@ -38,9 +38,9 @@ def add_collect_command(subparsers: SubParsers) -> None:
     parser.add_argument("--grpc", default="off", help="gRPC HOST:PORT, e.g. 127.0.0.1:4317, or 'off' (default off)")
     parser.add_argument("--out", "-o", required=True, type=Path, help="JSONL file the traces are appended to")
     parser.add_argument("--allow-remote", action="store_true", help="allow listening on a non-loopback address")
-    parser.add_argument("--max-body-bytes", type=int, default=ReceiverLimits.max_body_bytes, help="request limit")
-    parser.add_argument("--grace", type=float, default=BufferLimits.grace_s, help="seconds to wait for late spans")
-    parser.add_argument("--ttl", type=float, default=BufferLimits.ttl_s, help="seconds before an unfinished trace")
+    parser.add_argument("--max-body-bytes", type=int, default=ReceiverLimits().max_body_bytes, help="request limit")
+    parser.add_argument("--grace", type=float, default=BufferLimits().grace_s, help="seconds to wait for late spans")
+    parser.add_argument("--ttl", type=float, default=BufferLimits().ttl_s, help="seconds before an unfinished trace")
     parser.add_argument("--duration", type=float, help="stop after this many seconds (default: run until Ctrl-C)")
     parser.set_defaults(handler=_collect)
 

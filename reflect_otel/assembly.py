@@ -110,6 +110,16 @@ def _metadata(span: SpanRecord) -> Mapping[str, Any]:
     return parsed if isinstance(parsed, Mapping) else {}
 
 
+def _infer_dropped_kind(attributes: Mapping[str, Any]) -> str | None:
+    """The kind of a span whose ``openinference.span.kind`` was dropped by the SDK's attribute limit (it is set
+    first, so it is the first to go), from the attributes only that kind writes."""
+    if any(key.startswith(OUTPUT_MESSAGES_PREFIX) for key in attributes):
+        return _LLM
+    if SpanAttributes.TOOL_NAME in attributes:
+        return _TOOL
+    return None
+
+
 def _time_key(span: SpanRecord) -> tuple[int, int]:
     return span.start_ns, span.end_ns if span.end_ns is not None else _NEVER
 
@@ -214,6 +224,8 @@ class _Assembler:
                 dropped_spans += 1
                 dropped_total += span.dropped_attributes
             kind = span.attributes.get(_KIND)
+            if kind is None and span.dropped_attributes:
+                kind = _infer_dropped_kind(span.attributes)
             if kind == _LLM:
                 if self._add_llm(span, agent):
                     gaps.append(span.span_id)

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from reflect_otel.collectors.span_processor import ReflectSpanProcessor
+from reflect_otel.trace import StructuredTrace
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@dataclass
+class Instrumented:
+    """One tracer provider for the session, as an application has: OpenInference instrumentation bound to it,
+    an in-memory exporter (raw spans) and our processor (assembled traces) side by side."""
+
+    provider: TracerProvider
+    exporter: InMemorySpanExporter
+    processor: ReflectSpanProcessor
+    traces: dict[str, StructuredTrace] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def spans_of(self, trace_id: str) -> list[ReadableSpan]:
+        return [s for s in self.exporter.get_finished_spans() if format(s.context.trace_id, "032x") == trace_id]
+
+    def assembled(self, trace_id: str) -> StructuredTrace:
+        assert self.processor.force_flush(10_000)
+        with self.lock:
+            return self.traces[trace_id]
+
+
+@pytest.fixture(scope="session")
+def instrumented() -> Iterator[Instrumented]:
+    pytest.importorskip("langgraph")
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+
+    exporter = InMemorySpanExporter()
+    holder: dict[str, StructuredTrace] = {}
+    lock = threading.Lock()
+
+    def sink(trace: StructuredTrace) -> None:
+        with lock:
+            holder[trace.trace_id] = trace
+
+    processor = ReflectSpanProcessor(sink)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider.add_span_processor(processor)
+    LangChainInstrumentor().instrument(tracer_provider=provider)
+    OpenAIInstrumentor().instrument(tracer_provider=provider)
+    yield Instrumented(provider, exporter, processor, holder, lock)
+    LangChainInstrumentor().uninstrument()
+    OpenAIInstrumentor().uninstrument()
+    provider.shutdown()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    return SHARED_DATA

@@ -1,0 +1,116 @@
+"""ReflectSpanProcessor: bounded under a multi-threaded burst, exact counters, a hot path that never raises."""
+
+from __future__ import annotations
+
+import threading
+
+from opentelemetry.sdk.trace import TracerProvider
+
+from reflect_otel.collectors._buffer import BufferLimits
+from reflect_otel.collectors.span_processor import ReflectSpanProcessor
+from reflect_otel.trace import StructuredTrace
+
+THREADS = 8
+SPANS_PER_THREAD = 12_500
+SPANS_PER_TRACE = 10
+
+
+def test_burst_of_100k_spans_from_8_threads_stays_bounded_and_counts_exactly() -> None:
+    release = threading.Event()
+    received: list[StructuredTrace] = []
+
+    def slow_sink(trace: StructuredTrace) -> None:
+        release.wait(30)  # the worker is stuck here while producers run, so the queue must fill and drop
+        received.append(trace)
+
+    limits = BufferLimits(max_queue_size=2_000, max_traces=20, max_spans_per_trace=8, grace_s=0.0)
+    processor = ReflectSpanProcessor(slow_sink, limits=limits)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("burst")
+    start = threading.Barrier(THREADS)
+
+    def produce() -> None:
+        start.wait()
+        for _ in range(SPANS_PER_THREAD // SPANS_PER_TRACE):
+            with tracer.start_as_current_span("root", attributes={"openinference.span.kind": "AGENT"}):
+                for _ in range(SPANS_PER_TRACE - 1):
+                    with tracer.start_as_current_span("llm", attributes={"openinference.span.kind": "LLM"}):
+                        pass
+
+    threads = [threading.Thread(target=produce) for _ in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    release.set()
+    provider.shutdown()
+
+    stats = processor.stats()
+    total = THREADS * SPANS_PER_THREAD
+    assert stats.spans_taken + stats.spans_dropped_queue_full == total
+    assert stats.spans_dropped_queue_full > 0
+    assert stats.spans_taken == (
+        stats.spans_in_traces
+        + stats.spans_dropped_trace_limit
+        + stats.spans_dropped_span_limit
+        + stats.spans_dropped_late
+        + stats.spans_dropped_invalid
+    )
+    assert stats.spans_dropped_span_limit > 0  # 10 spans a trace, 8 kept
+    # memory bounds: the queue overshoots by at most one span per producer thread; the buffer never exceeds its cap
+    assert stats.peak_queue_depth <= limits.max_queue_size + THREADS
+    assert stats.peak_buffered_spans <= limits.max_traces * limits.max_spans_per_trace
+    assert stats.traces_assembled == len(received)
+    assert stats.assembly_errors == stats.sink_errors == 0
+    assert all(len(t.steps) <= limits.max_spans_per_trace for t in received)
+
+
+def test_on_end_never_raises_and_bad_spans_are_counted() -> None:
+    processor = ReflectSpanProcessor(lambda trace: None)
+    processor.on_end(None)  # type: ignore[arg-type]
+    processor.on_end(object())  # type: ignore[arg-type]
+    assert processor.force_flush(5_000)
+    assert processor.stats().spans_dropped_invalid == 2
+    processor.shutdown()
+    processor.on_end(None)  # after shutdown: dropped and counted, not raised
+    assert processor.stats().spans_dropped_queue_full == 1
+
+
+def test_failing_sink_is_counted_and_collection_goes_on() -> None:
+    calls: list[str] = []
+
+    def sink(trace: StructuredTrace) -> None:
+        calls.append(trace.trace_id)
+        raise RuntimeError("sink down")
+
+    processor = ReflectSpanProcessor(sink, limits=BufferLimits(grace_s=0.0))
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("t")
+    for _ in range(3):
+        with tracer.start_as_current_span("root"):
+            pass
+    assert processor.force_flush(5_000)
+    assert len(calls) == 3 and processor.stats().sink_errors == 3
+    provider.shutdown()
+
+
+def test_unfinished_trace_is_written_at_shutdown_marked_incomplete() -> None:
+    got: list[StructuredTrace] = []
+    processor = ReflectSpanProcessor(got.append)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("t")
+    root = tracer.start_span("root")  # never ended
+    from opentelemetry.trace import set_span_in_context
+
+    with tracer.start_as_current_span(
+        "llm", context=set_span_in_context(root), attributes={"openinference.span.kind": "LLM"}
+    ):
+        pass
+    assert processor.force_flush(5_000) and got == []  # flush does not cut a running trace short
+    provider.shutdown()
+    (trace,) = got
+    assert [w.code.value for w in trace.warnings] == ["root_never_ended", "orphan_spans"]
+    assert processor.stats().traces_incomplete_at_shutdown == 1
