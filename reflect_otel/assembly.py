@@ -58,6 +58,8 @@ _TOOL = OpenInferenceSpanKindValues.TOOL.value
 _AGENT = OpenInferenceSpanKindValues.AGENT.value
 _KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
 _NEVER = 2**63
+_INPUT_LEN = len(INPUT_MESSAGES_PREFIX)
+_OUTPUT_LEN = len(OUTPUT_MESSAGES_PREFIX)
 _FINAL_ANSWER_TOOLS = frozenset({"final_answer", "finalanswer", "finalanswertool", "submit_final_answer"})
 _STATUS = {"ok": StepStatus.OK, "error": StepStatus.ERROR}
 
@@ -77,27 +79,34 @@ class _Message:
     tool_calls: dict[int, dict[str, str]] | None = None
 
 
-def _indexed_messages(attributes: Mapping[str, Any], prefix: str) -> dict[int, _Message]:
-    """Rebuild ``prefix.N.message.*`` attributes into messages keyed by N."""
-    messages: dict[int, _Message] = {}
+def _llm_messages(attributes: Mapping[str, Any]) -> tuple[dict[int, _Message], dict[int, _Message]]:
+    """Rebuild ``llm.input_messages.N.message.*`` and ``llm.output_messages.N.message.*`` in one pass."""
+    inputs: dict[int, _Message] = {}
+    outputs: dict[int, _Message] = {}
     for key, value in attributes.items():
-        if not key.startswith(prefix):
+        if key.startswith(INPUT_MESSAGES_PREFIX):
+            messages, rest = inputs, key[_INPUT_LEN:]
+        elif key.startswith(OUTPUT_MESSAGES_PREFIX):
+            messages, rest = outputs, key[_OUTPUT_LEN:]
+        else:
             continue
-        index_text, _, rest = key[len(prefix) :].partition(".message.")
+        index_text, _, field = rest.partition(".message.")
         if not index_text.isdigit():
             continue
-        message = messages.setdefault(int(index_text), _Message())
-        if rest == "role":
+        message = messages.get(int(index_text))
+        if message is None:
+            message = messages[int(index_text)] = _Message()
+        if field == "role":
             message.role = str(value)
-        elif rest == "content":
+        elif field == "content":
             message.content = str(value)
-        elif rest.startswith("tool_calls."):
-            call_index, _, field = rest[len("tool_calls.") :].partition(".tool_call.")
+        elif field.startswith("tool_calls."):
+            call_index, _, call_field = field[11:].partition(".tool_call.")
             if call_index.isdigit():
-                calls = message.tool_calls if message.tool_calls is not None else {}
-                message.tool_calls = calls
-                calls.setdefault(int(call_index), {})[field] = str(value)
-    return messages
+                if message.tool_calls is None:
+                    message.tool_calls = {}
+                message.tool_calls.setdefault(int(call_index), {})[call_field] = str(value)
+    return inputs, outputs
 
 
 def _has_gap(indexes: Iterable[int]) -> bool:
@@ -145,6 +154,7 @@ class _Assembler:
         self.llm_span_count = 0
         self.tool_span_count = 0
         self.first_user_message = ""
+        self.first_metadata: Mapping[str, Any] = {}
         self.by_id = self._dedupe(spans)
         self.order = self._walk()
 
@@ -254,6 +264,8 @@ class _Assembler:
 
     def _common(self, span: SpanRecord, agent: str | None) -> dict[str, Any]:
         metadata = _metadata(span)
+        if metadata and not self.first_metadata:
+            self.first_metadata = metadata
         step = _values.to_int(metadata.get(LangGraphMetadataKeys.STEP))
         node = metadata.get(LangGraphMetadataKeys.NODE)
         return {
@@ -270,8 +282,7 @@ class _Assembler:
         """Add the steps one LLM span decided; True when its message indexes have gaps."""
         self.llm_span_count += 1
         attrs = span.attributes
-        inputs = _indexed_messages(attrs, INPUT_MESSAGES_PREFIX)
-        outputs = _indexed_messages(attrs, OUTPUT_MESSAGES_PREFIX)
+        inputs, outputs = _llm_messages(attrs)
         if not self.first_user_message:
             user = next((m for _, m in sorted(inputs.items()) if m.role in ("user", "human") and m.content), None)
             if user is not None:
@@ -413,7 +424,7 @@ class _Assembler:
             answer = _values.answer_text(agent.attributes.get(SpanAttributes.OUTPUT_VALUE))
         if not answer:
             answer = self._final_answer_of_steps(steps)
-        metadata = _metadata(root) or next((m for m in (_metadata(s) for s, _ in self.order) if m), {})
+        metadata = _metadata(root) or self.first_metadata
         session = root.attributes.get(SpanAttributes.SESSION_ID) or next(
             (
                 s.attributes[SpanAttributes.SESSION_ID]
@@ -444,7 +455,9 @@ class _Assembler:
             s.name == "LangGraph" for s, _ in self.order[:1]
         ):
             framework = "langgraph"
-        elif any(k.startswith("smolagents.") for s, _ in self.order for k in s.attributes):
+        elif any("smolagents" in scope for scope in scopes) or any(
+            k.startswith("smolagents.") for s, _ in self.order if s.attributes.get(_KIND) == _AGENT for k in s.attributes
+        ):
             framework = "smolagents"
         elif any("langchain" in scope for scope in scopes):
             framework = "langchain"

@@ -1,0 +1,97 @@
+"""Shared helpers: interleaved timing rounds (these machines are noisy), and a synthetic agent workload."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+from reflect_otel.spans import SpanRecord
+
+
+def median_seconds(run: Callable[[], object], rounds: int) -> float:
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def interleaved(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """Median seconds per run name, alternating the runs each round so drift hits them alike."""
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def synthetic_trace(trace_number: int, tool_calls: int = 5) -> list[SpanRecord]:
+    """A ReAct-shaped trace: an AGENT root, then per turn an LLM span with one tool call and its TOOL span,
+    then a final LLM answer; attributes as OpenInference writes them."""
+    trace_id = f"{trace_number + 1:032x}"
+    root_id = f"{(trace_number << 8) + 1:016x}"
+    spans = [
+        SpanRecord(
+            trace_id=trace_id,
+            span_id=root_id,
+            parent_id=None,
+            name="agent",
+            start_ns=0,
+            end_ns=10**9,
+            attributes={"openinference.span.kind": "AGENT", "input.value": "What is the answer?", "output.value": "42"},
+        )
+    ]
+    for turn in range(tool_calls + 1):
+        llm_id = f"{(trace_number << 8) + 2 + 2 * turn:016x}"
+        attributes: dict[str, object] = {
+            "openinference.span.kind": "LLM",
+            "llm.model_name": "gpt-test",
+            "llm.token_count.prompt": 500,
+            "llm.token_count.completion": 40,
+            "llm.input_messages.0.message.role": "user",
+            "llm.input_messages.0.message.content": "What is the answer?",
+            "llm.output_messages.0.message.role": "assistant",
+            "llm.output_messages.0.message.content": f"Thinking about step {turn}.",
+            "input.value": json.dumps({"messages": [{"role": "user", "content": "What is the answer?"}]}),
+        }
+        if turn < tool_calls:
+            prefix = "llm.output_messages.0.message.tool_calls.0.tool_call."
+            attributes |= {
+                prefix + "id": f"call_{turn}",
+                prefix + "function.name": "search",
+                prefix + "function.arguments": json.dumps({"query": f"q{turn}"}),
+            }
+        spans.append(
+            SpanRecord(
+                trace_id=trace_id,
+                span_id=llm_id,
+                parent_id=root_id,
+                name="llm",
+                start_ns=10 * turn + 1,
+                end_ns=10 * turn + 2,
+                attributes=attributes,  # type: ignore[arg-type]
+            )
+        )
+        if turn < tool_calls:
+            spans.append(
+                SpanRecord(
+                    trace_id=trace_id,
+                    span_id=f"{(trace_number << 8) + 3 + 2 * turn:016x}",
+                    parent_id=root_id,
+                    name="search",
+                    start_ns=10 * turn + 3,
+                    end_ns=10 * turn + 4,
+                    attributes={
+                        "openinference.span.kind": "TOOL",
+                        "tool.name": "search",
+                        "tool_call.id": f"call_{turn}",
+                        "output.value": f"result {turn}",
+                    },
+                )
+            )
+    return spans

@@ -1,0 +1,83 @@
+"""``on_end`` cost per span: ReflectSpanProcessor vs the SDK's BatchSpanProcessor with a no-op exporter.
+
+Both get the same real, finished SDK spans; only the ``on_end`` calls are timed, in interleaved rounds.
+Target: ratio at most 1.5. Last line: ``span_processor_on_end_ratio=R``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from benchmarks._common import interleaved
+from reflect_otel.collectors._buffer import BufferLimits
+from reflect_otel.collectors.span_processor import ReflectSpanProcessor
+
+
+class NoOpExporter(SpanExporter):
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+def finished_spans(count: int) -> list[ReadableSpan]:
+    spans: list[ReadableSpan] = []
+
+    class Keep(BatchSpanProcessor):
+        def on_end(self, span: ReadableSpan) -> None:
+            spans.append(span)
+
+    provider = TracerProvider()
+    provider.add_span_processor(Keep(NoOpExporter()))
+    tracer = provider.get_tracer("bench")
+    per_trace = 20
+    for _ in range(count // per_trace):
+        with tracer.start_as_current_span("root", attributes={"openinference.span.kind": "AGENT"}):
+            for i in range(per_trace - 1):
+                with tracer.start_as_current_span("llm", attributes={"openinference.span.kind": "LLM", "i": i}):
+                    pass
+    return spans
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--spans", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    spans = finished_spans(args.spans)
+    batch = BatchSpanProcessor(NoOpExporter(), max_queue_size=len(spans) * 2, schedule_delay_millis=50)
+    ours = ReflectSpanProcessor(lambda trace: None, limits=BufferLimits(max_queue_size=len(spans) * 2))
+
+    def timed(processor: BatchSpanProcessor | ReflectSpanProcessor) -> object:
+        on_end = processor.on_end
+        for span in spans:
+            on_end(span)
+        return None
+
+    # flush between rounds outside the timed region so queues start empty each time
+    results = interleaved(
+        {
+            "batch": lambda: (timed(batch), batch.force_flush()),
+            "reflect": lambda: (timed(ours), ours.force_flush()),
+        },
+        args.rounds,
+    )
+    only_on_end = interleaved({"batch": lambda: timed(batch), "reflect": lambda: timed(ours)}, args.rounds)
+    batch.force_flush()
+    ours.force_flush()
+    batch.shutdown()
+    ours.shutdown()
+    per_span = {name: seconds / len(spans) * 1e9 for name, seconds in only_on_end.items()}
+    print(f"spans per round: {len(spans)}, rounds: {args.rounds}")
+    print(f"BatchSpanProcessor.on_end:   {per_span['batch']:.0f} ns/span")
+    print(f"ReflectSpanProcessor.on_end: {per_span['reflect']:.0f} ns/span")
+    print(f"(including the flush each round: batch {results['batch']:.3f} s, reflect {results['reflect']:.3f} s)")
+    ratio = per_span["reflect"] / per_span["batch"]
+    print(f"target: ratio <= 1.5 -> {'met' if ratio <= 1.5 else 'NOT met'}")
+    print(f"span_processor_on_end_ratio={ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()
