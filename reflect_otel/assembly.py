@@ -456,7 +456,10 @@ class _Assembler:
         ):
             framework = "langgraph"
         elif any("smolagents" in scope for scope in scopes) or any(
-            k.startswith("smolagents.") for s, _ in self.order if s.attributes.get(_KIND) == _AGENT for k in s.attributes
+            k.startswith("smolagents.")
+            for s, _ in self.order
+            if s.attributes.get(_KIND) == _AGENT
+            for k in s.attributes
         ):
             framework = "smolagents"
         elif any("langchain" in scope for scope in scopes):
