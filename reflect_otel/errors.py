@@ -5,8 +5,10 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "InputError",
+    "LLMError",
     "MissingDependencyError",
     "ReflectError",
+    "ReplayError",
 ]
 
 
@@ -29,3 +31,11 @@ class MissingDependencyError(ReflectError):
         super().__init__(f"{package} is not installed; install it with: pip install 'reflect-otel[{extra}]'")
         self.package = package
         self.extra = extra
+
+
+class LLMError(ReflectError):
+    """An LLM call failed after its retries, or its output never matched the schema."""
+
+
+class ReplayError(ReflectError):
+    """A replay could not be run (bad rollback point, agent failure, irreversible tool)."""

@@ -1,0 +1,438 @@
+"""The methods REFLECT is compared with, on the same LLM layer and returning the same record type.
+
+| method | LLM calls per trace (T steps, D rounds) |
+| --- | --- |
+| ``aao`` all-at-once | 1 |
+| ``sbs`` step-by-step | index of the first flagged step, T when none is flagged |
+| ``bs`` binary search | ceil(log2 T) + 1 (bisections, then one call for the reason) |
+| ``ics`` bare-prefix resampling | up to D localizations; replays need no hint and no plan |
+| ``reflexion`` / ``reflexion-nogt`` | 2 (reflect, then name the step) |
+| ``dover`` | 1 (hypotheses) + a replay per hypothesis + 1 (classify the supported one) |
+| ``first-step`` / ``last-step`` | 0 |
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+
+from reflect_otel import prompts, stages
+from reflect_otel._run import AttributionRun, is_correct, prompt_context
+from reflect_otel.config import ReflectConfig
+from reflect_otel.errors import LLMError
+from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.record import (
+    AttributionRecord,
+    AttributionStatus,
+    Intervention,
+    Localization,
+    RepairPlan,
+    ReplayAttempt,
+)
+from reflect_otel.replay import ReplayAdapter
+from reflect_otel.trace import StructuredTrace
+from reflect_otel.verifiers import Verifier
+
+__all__ = ["BASELINES", "Baseline", "binary_search_calls"]
+
+_log = logging.getLogger("reflect_otel.baselines")
+
+
+def binary_search_calls(step_count: int) -> int:
+    """The binary-search baseline's LLM calls for a trace of ``step_count`` steps."""
+    return math.ceil(math.log2(step_count)) + 1 if step_count > 1 else 1
+
+
+class Baseline:
+    """A comparison method. ``attribute`` has the pipeline's signature and, like it, never raises."""
+
+    method = "baseline"
+    uses_expected = True
+
+    def __init__(self, llm: StructuredLLM, *, verifier: Verifier, config: ReflectConfig | None = None) -> None:
+        self.llm = llm
+        self.verifier = verifier
+        self.config = config or ReflectConfig()
+
+    def attribute(
+        self,
+        trace: StructuredTrace,
+        *,
+        expected: str | None = None,
+        replay: ReplayAdapter | None = None,
+        domain_context: str = "",
+    ) -> AttributionRecord:
+        run = AttributionRun(
+            self.method, self.llm, trace, self.config.model_dump(mode="json") | {"verifier": self.verifier.name}
+        )
+        if not trace.steps:
+            return run.record(
+                status=AttributionStatus.SKIPPED,
+                mode="localization_only",
+                step_index=None,
+                reason="the trace has no steps",
+            )
+        ctx = prompt_context(
+            trace,
+            expected,
+            include_expected=self.config.include_expected_answer and self.uses_expected,
+            domain_context=domain_context,
+            domain_context_label=self.config.domain_context_label,
+            max_chars=self.config.max_field_chars,
+        )
+        try:
+            return self._attribute(run, trace, ctx, expected, replay)
+        except LLMError as error:
+            run.error(self.method, error)
+            return run.record(
+                status=AttributionStatus.UNVERIFIED,
+                mode="localization_only",
+                step_index=None,
+                reason=f"{self.method} failed; see errors",
+            )
+        except Exception as error:
+            _log.exception("%s on trace %s failed", self.method, trace.trace_id)
+            run.error(self.method, error)
+            return run.record(
+                status=AttributionStatus.UNVERIFIED,
+                mode="localization_only",
+                step_index=None,
+                reason=f"internal error: {error}",
+            )
+
+    def _attribute(
+        self,
+        run: AttributionRun,
+        trace: StructuredTrace,
+        ctx: prompts.PromptContext,
+        expected: str | None,
+        replay: ReplayAdapter | None,
+    ) -> AttributionRecord:
+        raise NotImplementedError
+
+    @staticmethod
+    def _localized(
+        run: AttributionRun, step: int, out: prompts.AAOOutput | prompts.ReasonOutput, reason: str = ""
+    ) -> AttributionRecord:
+        explanation = out.reason
+        return run.record(
+            status=AttributionStatus.UNVERIFIED,
+            mode="localization_only",
+            step_index=step,
+            error_type=out.error_type,
+            confidence=out.confidence,
+            explanation=explanation,
+            reason=reason or "a localization method: no replay evidence",
+        )
+
+
+def _in_range(count: int) -> Callable[[prompts.AAOOutput], str | None]:
+    def check(out: prompts.AAOOutput) -> str | None:
+        return None if 1 <= out.error_step <= count else f"error_step must be from 1 to {count}, got {out.error_step}"
+
+    return check
+
+
+class AllAtOnce(Baseline):
+    method = "aao"
+
+    def _attribute(
+        self,
+        run: AttributionRun,
+        trace: StructuredTrace,
+        ctx: prompts.PromptContext,
+        expected: str | None,
+        replay: ReplayAdapter | None,
+    ) -> AttributionRecord:
+        out = run.llm.complete(
+            prompts.all_at_once(ctx, trace.steps), prompts.AAOOutput, stage="aao", check=_in_range(len(trace.steps))
+        ).value
+        return self._localized(run, out.error_step, out)
+
+
+class StepByStep(Baseline):
+    method = "sbs"
+
+    def _attribute(
+        self,
+        run: AttributionRun,
+        trace: StructuredTrace,
+        ctx: prompts.PromptContext,
+        expected: str | None,
+        replay: ReplayAdapter | None,
+    ) -> AttributionRecord:
+        for step in trace.steps:
+            out = run.llm.complete(
+                prompts.step_check(ctx, trace.steps[: step.index]), prompts.StepCheckOutput, stage="sbs"
+            ).value
+            if out.is_error:
+                return run.record(
+                    status=AttributionStatus.UNVERIFIED,
+                    mode="localization_only",
+                    step_index=step.index,
+                    explanation=out.reason,
+                    reason="a localization method: no replay evidence",
+                )
+        return run.record(
+            status=AttributionStatus.UNVERIFIED,
+            mode="localization_only",
+            step_index=len(trace.steps),
+            reason="no step was flagged: the final step is the fallback",
+        )
+
+
+class BinarySearch(Baseline):
+    method = "bs"
+
+    def _attribute(
+        self,
+        run: AttributionRun,
+        trace: StructuredTrace,
+        ctx: prompts.PromptContext,
+        expected: str | None,
+        replay: ReplayAdapter | None,
+    ) -> AttributionRecord:
+        low, high = 1, len(trace.steps)
+        while low < high:
+            mid = (low + high) // 2
+            out = run.llm.complete(
+                prompts.bisect(ctx, trace.steps[low - 1 : mid], trace.steps[mid:high]), prompts.BisectOutput, stage="bs"
+            ).value
+            low, high = (low, mid) if out.half == "first" else (mid + 1, high)
+        reason = run.llm.complete(
+            prompts.reason_for_step(ctx, trace.steps[low - 1]), prompts.ReasonOutput, stage="bs_reason"
+        ).value
+        return self._localized(run, low, reason)
+
+
+class Reflexion(Baseline):
+    method = "reflexion"
+
+    def _attribute(
+        self,
+        run: AttributionRun,
+        trace: StructuredTrace,
+        ctx: prompts.PromptContext,
+        expected: str | None,
+        replay: ReplayAdapter | None,
+    ) -> AttributionRecord:
+        reflection = run.llm.complete(
+            prompts.reflexion_reflect(ctx, trace.steps), prompts.ReflectionOutput, stage="reflect"
+        ).value
+        out = run.llm.complete(
+            prompts.reflexion_extract(ctx, trace.steps, reflection.reflection),
+            prompts.AAOOutput,
+            stage="reflexion_extract",
+            check=_in_range(len(trace.steps)),
+        ).value
+        return self._localized(run, out.error_step, out)
+
+
+class ReflexionNoGT(Reflexion):
+    method = "reflexion-nogt"
+    uses_expected = False
+
+
+class ICS(Baseline):
+    """Untargeted resampling: localize without the expected answer, replay from the bare prefix before the
+    localized step with no hint, verify; otherwise re-localize on the new trace, up to D iterations."""
+
+    method = "ics"
+    uses_expected = False
+
+    def _attribute(
+        self,
+        run: AttributionRun,
+        trace: StructuredTrace,
+        ctx: prompts.PromptContext,
+        expected: str | None,
+        replay: ReplayAdapter | None,
+    ) -> AttributionRecord:
+        current: StructuredTrace = trace
+        attempts: list[ReplayAttempt] = []
+        localization: Localization | None = None
+        for round_ in range(1, self.config.rounds + 1):
+            ctx = prompts.PromptContext.of(
+                current,
+                expected,
+                include_expected=False,
+                max_chars=self.config.max_field_chars,
+                domain_context=ctx.domain_context,
+            )
+            localization = stages.localize(run.llm, ctx, current)
+            if replay is None:
+                break
+            point = localization.step_index - 1  # resample the localized step itself
+            try:
+                result = replay.replay(current, rollback_point=point, injection="")
+            except Exception as error:
+                run.error("replay", error, round_)
+                attempts.append(
+                    ReplayAttempt(round=round_, rollback_point=point, injection="", error=str(error)[:2000])
+                )
+                break
+            verdict = self.verifier.verify(result.trace, expected=expected)
+            attempts.append(
+                ReplayAttempt(
+                    round=round_,
+                    rollback_point=point,
+                    injection="",
+                    verdict=verdict,
+                    flipped=is_correct(verdict),
+                    final_answer=result.final_answer,
+                    prefix_verified=result.prefix_verified,
+                    continuation=result.continuation,
+                )
+            )
+            if is_correct(verdict):
+                return run.record(
+                    status=AttributionStatus.VERIFIED,
+                    mode="replay",
+                    step_index=localization.step_index,
+                    confidence=localization.confidence,
+                    explanation=localization.reasoning,
+                    replays=tuple(attempts),
+                    corrected_answer=result.final_answer,
+                    rounds=round_,
+                    localizations=(localization,),
+                )
+            current = result.trace
+        assert localization is not None
+        return run.record(
+            status=AttributionStatus.UNVERIFIED,
+            mode="replay" if replay else "localization_only",
+            step_index=min(localization.step_index, len(trace.steps)),
+            confidence=localization.confidence,
+            explanation=localization.reasoning,
+            replays=tuple(attempts),
+            rounds=len(attempts),
+            reason="no resample flipped the outcome" if replay else "localization only: no replay adapter",
+        )
+
+
+class DoVer(Baseline):
+    """Hypothesis -> intervention -> validate, without re-localization: each hypothesis's intervention is replayed
+    at its step; the first that flips the outcome is the attribution, else the first hypothesis, unverified."""
+
+    method = "dover"
+    hypotheses = 3
+
+    def _attribute(
+        self,
+        run: AttributionRun,
+        trace: StructuredTrace,
+        ctx: prompts.PromptContext,
+        expected: str | None,
+        replay: ReplayAdapter | None,
+    ) -> AttributionRecord:
+        count = len(trace.steps)
+
+        def check(out: prompts.HypothesesOutput) -> str | None:
+            bad = [h.step for h in out.hypotheses if not 1 <= h.step <= count]
+            return f"every step must be from 1 to {count}; got {bad}" if bad else None
+
+        found = run.llm.complete(
+            prompts.dover_hypotheses(ctx, trace.steps, self.hypotheses),
+            prompts.HypothesesOutput,
+            stage="dover_hypotheses",
+            check=check,
+        ).value.hypotheses[: self.hypotheses]
+        attempts: list[ReplayAttempt] = []
+        chosen, flipped_result = found[0], None
+        for hypothesis in found:
+            if replay is None:
+                break
+            point = hypothesis.step - 1
+            try:
+                result = replay.replay(trace, rollback_point=point, injection=hypothesis.intervention)
+            except Exception as error:
+                run.error("replay", error)
+                attempts.append(
+                    ReplayAttempt(
+                        round=1, rollback_point=point, injection=hypothesis.intervention, error=str(error)[:2000]
+                    )
+                )
+                continue
+            verdict = self.verifier.verify(result.trace, expected=expected)
+            attempts.append(
+                ReplayAttempt(
+                    round=1,
+                    rollback_point=point,
+                    injection=hypothesis.intervention,
+                    verdict=verdict,
+                    flipped=is_correct(verdict),
+                    final_answer=result.final_answer,
+                    prefix_verified=result.prefix_verified,
+                    continuation=result.continuation,
+                )
+            )
+            if is_correct(verdict):
+                chosen, flipped_result = hypothesis, result
+                break
+        classification = stages.classify(run.llm, ctx, trace.steps[chosen.step - 1])
+        plan = RepairPlan(root_cause=chosen.hypothesis, correction_instruction=chosen.intervention)
+        return run.record(
+            status=AttributionStatus.VERIFIED if flipped_result else AttributionStatus.UNVERIFIED,
+            mode="replay" if replay else "localization_only",
+            step_index=chosen.step,
+            error_type=classification.error_type,
+            confidence=classification.confidence,
+            explanation=chosen.hypothesis,
+            root_cause=chosen.hypothesis,
+            intervention=Intervention(plan=plan, injection=chosen.intervention, rollback_point=chosen.step - 1),
+            replays=tuple(attempts),
+            corrected_answer=flipped_result.final_answer if flipped_result else None,
+            rounds=1,
+            localizations=(
+                Localization(step_index=chosen.step, confidence=classification.confidence, reasoning=chosen.hypothesis),
+            ),
+            reason=""
+            if flipped_result
+            else ("no hypothesis was supported by replay" if replay else "localization only: no replay adapter"),
+        )
+
+
+class FirstStep(Baseline):
+    """A floor: always the first step."""
+
+    method = "first-step"
+
+    def _attribute(
+        self,
+        run: AttributionRun,
+        trace: StructuredTrace,
+        ctx: prompts.PromptContext,
+        expected: str | None,
+        replay: ReplayAdapter | None,
+    ) -> AttributionRecord:
+        return run.record(
+            status=AttributionStatus.UNVERIFIED, mode="localization_only", step_index=1, reason="position baseline"
+        )
+
+
+class LastStep(Baseline):
+    """A floor: always the last step."""
+
+    method = "last-step"
+
+    def _attribute(
+        self,
+        run: AttributionRun,
+        trace: StructuredTrace,
+        ctx: prompts.PromptContext,
+        expected: str | None,
+        replay: ReplayAdapter | None,
+    ) -> AttributionRecord:
+        return run.record(
+            status=AttributionStatus.UNVERIFIED,
+            mode="localization_only",
+            step_index=len(trace.steps),
+            reason="position baseline",
+        )
+
+
+BASELINES: dict[str, type[Baseline]] = {
+    cls.method: cls
+    for cls in (AllAtOnce, StepByStep, BinarySearch, ICS, Reflexion, ReflexionNoGT, DoVer, FirstStep, LastStep)
+}

@@ -1,0 +1,131 @@
+"""One config object per concern: explicit argument > ``REFLECT_*`` environment variable > default.
+
+Settings are validated once, here, with messages that name the setting.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from reflect_otel.errors import ConfigError
+
+__all__ = ["GateMode", "LLMConfig", "ReflectConfig", "SchemaMode"]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class SchemaMode(str, Enum):
+    """How structured output is asked of the endpoint."""
+
+    JSON_SCHEMA = "json_schema"
+    """OpenAI's ``{"type": "json_schema", "json_schema": {...}}``."""
+    JSON_OBJECT_SCHEMA = "json_object_schema"
+    """``{"type": "json_object", "schema": {...}}``: llama.cpp's servers constrain decoding to the schema."""
+    JSON_OBJECT = "json_object"
+    """Plain JSON mode; the schema is stated in the prompt and the output validated."""
+
+
+def _env(names: tuple[str, ...], environ: Mapping[str, str]) -> str | None:
+    for name in names:
+        value = environ.get(name)
+        if value:
+            return value
+    return None
+
+
+class LLMConfig(BaseModel):
+    """Where the auditor LLM is. With no endpoint configured, the local SmolLM2 server is used."""
+
+    model_config = _FROZEN
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    schema_mode: SchemaMode | None = Field(default=None, description="None: json_schema, falling back on refusal.")
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=3, ge=0, le=10)
+    temperature: float = Field(default=0.0, ge=0, le=2)
+    max_output_tokens: int = Field(default=1024, ge=16)
+
+    @property
+    def is_configured(self) -> bool:
+        """True when an endpoint (base URL or API key) was given; otherwise the local backend is the default."""
+        return bool(self.base_url or self.api_key)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> LLMConfig:
+        """Explicit keyword arguments, then ``REFLECT_LLM_*``, then the standard ``OPENAI_*`` variables."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {
+            "model": _env(("REFLECT_LLM_MODEL", "OPENAI_MODEL"), env),
+            "base_url": _env(("REFLECT_LLM_BASE_URL", "OPENAI_BASE_URL"), env),
+            "api_key": _env(("REFLECT_LLM_API_KEY", "OPENAI_API_KEY"), env),
+            "schema_mode": _env(("REFLECT_LLM_SCHEMA_MODE",), env),
+            "timeout_s": _env(("REFLECT_LLM_TIMEOUT_S",), env),
+        }
+        values = {k: v for k, v in values.items() if v is not None}
+        values.update({k: v for k, v in explicit.items() if v is not None})
+        try:
+            return cls(**values)
+        except ValidationError as error:
+            first = error.errors()[0]
+            setting = ".".join(str(p) for p in first["loc"])
+            raise ConfigError(
+                f"LLM setting {setting!r}: {first['msg']} (set it with REFLECT_LLM_{setting.upper()})"
+            ) from None
+
+
+class GateMode(str, Enum):
+    """What the faithfulness gate does with an unfaithful first regenerated step."""
+
+    OFF = "off"
+    SOFT = "soft"
+    """Record the verdict and go on."""
+    HARD = "hard"
+    """Reject the replay and retry it with feedback, up to ``gate_retries`` times."""
+
+
+class ReflectConfig(BaseModel):
+    """The REFLECT pipeline's settings; defaults are the paper's (D = K = 3, hard gate with R = 3)."""
+
+    model_config = _FROZEN
+
+    rounds: int = Field(default=3, ge=1, le=10, description="D: diagnosis rounds.")
+    rollback_points: int = Field(default=3, ge=1, le=10, description="K: rollback points per round.")
+    gate: GateMode = GateMode.HARD
+    gate_retries: int = Field(default=3, ge=0, le=10, description="R: hard-gate retries per rollback point.")
+    use_diagnostician: bool = Field(default=True, description="Ablation: off gives a null repair plan.")
+    relocalize: bool = Field(default=True, description="Ablation: off keeps the first localization every round.")
+    max_field_chars: int = Field(default=500, ge=50, description="Trace fields are cut to this many characters.")
+    include_expected_answer: bool = Field(
+        default=True, description="Oracle regime: show the expected answer to the auditor; else [WITHHELD]."
+    )
+    injection_role: Literal["system", "developer", "user"] = "system"
+    domain_context_label: str = Field(default="Task context", description="Heading of the domain-context slot.")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> ReflectConfig:
+        env = os.environ if environ is None else environ
+        names = {
+            "rounds": "REFLECT_ROUNDS",
+            "rollback_points": "REFLECT_ROLLBACK_POINTS",
+            "gate": "REFLECT_GATE",
+            "gate_retries": "REFLECT_GATE_RETRIES",
+            "max_field_chars": "REFLECT_MAX_FIELD_CHARS",
+        }
+        values: dict[str, Any] = {key: env[var] for key, var in names.items() if env.get(var)}
+        values.update({k: v for k, v in explicit.items() if v is not None})
+        try:
+            return cls(**values)
+        except ValidationError as error:
+            first = error.errors()[0]
+            setting = ".".join(str(p) for p in first["loc"])
+            hint = names.get(setting, "")
+            raise ConfigError(
+                f"setting {setting!r}: {first['msg']}" + (f" (environment: {hint})" if hint else "")
+            ) from None

@@ -1,0 +1,238 @@
+"""The LLM contract and what every backend shares: JSON parsing, one repair retry, call recording."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, Literal, Protocol, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from reflect_otel.errors import LLMError
+
+__all__ = [
+    "CallLog",
+    "ChatMessage",
+    "Check",
+    "Completion",
+    "LLMCall",
+    "LLMOutputError",
+    "LLMUsage",
+    "RecordingLLM",
+    "StructuredLLM",
+    "complete_with_repair",
+    "parse_output",
+]
+
+OutputT = TypeVar("OutputT", bound=BaseModel)
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+Check = Callable[[OutputT], "str | None"]
+"""A semantic check of a parsed output: None when fine, else the problem, sent back to the model once."""
+
+
+class ChatMessage(BaseModel):
+    model_config = _FROZEN
+
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str
+
+
+class LLMUsage(BaseModel):
+    model_config = _FROZEN
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+
+    def __add__(self, other: LLMUsage) -> LLMUsage:
+        return LLMUsage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            seconds=self.seconds + other.seconds,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Completion(Generic[OutputT]):
+    """A parsed, validated output with what it cost. ``attempts`` is 2 when the repair retry was needed."""
+
+    value: OutputT
+    usage: LLMUsage
+    raw: str
+    attempts: int
+
+
+class LLMCall(BaseModel):
+    """One recorded call: which stage asked, what it cost, whether it succeeded."""
+
+    model_config = _FROZEN
+
+    stage: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float
+    attempts: int
+    ok: bool
+    error: str | None = None
+
+
+class LLMOutputError(LLMError):
+    """The model's output never matched the schema; ``usage`` is what the attempts cost."""
+
+    def __init__(self, message: str, usage: LLMUsage, attempts: int) -> None:
+        super().__init__(message)
+        self.usage = usage
+        self.attempts = attempts
+
+
+class StructuredLLM(Protocol):
+    """A chat model that returns JSON validated into a pydantic model.
+
+    ``complete`` sends ``messages`` asking for JSON matching ``output``'s schema, parses and validates the reply
+    (and runs ``check`` on it); on failure it retries once, telling the model what was wrong. Returns a
+    :class:`Completion`. Raises :class:`LLMError` when the endpoint fails after its retries (429, 5xx, connection
+    errors, timeouts) or :class:`LLMOutputError` when the output still does not validate. Must be safe to call
+    from several threads.
+    """
+
+    model_name: str
+
+    def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        output: type[OutputT],
+        *,
+        stage: str,
+        check: Check[OutputT] | None = None,
+    ) -> Completion[OutputT]: ...
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+def parse_output(text: str, output: type[OutputT]) -> OutputT:
+    """``text`` as ``output``: tolerates a code fence or prose around one JSON object. Raises ValueError."""
+    body = text.strip()
+    fenced = _FENCE.match(body)
+    if fenced:
+        body = fenced.group(1)
+    try:
+        data = json.loads(body)
+    except ValueError:
+        start, end = body.find("{"), body.rfind("}")
+        if start < 0 or end <= start:
+            raise ValueError("the reply holds no JSON object") from None
+        try:
+            data = json.loads(body[start : end + 1])
+        except ValueError as error:
+            raise ValueError(f"the reply is not valid JSON ({error})") from None
+    try:
+        return output.model_validate(data)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in error.errors()[:5])
+        raise ValueError(problems) from None
+
+
+def schema_instruction(output: type[BaseModel]) -> str:
+    """The sentence every request ends with: the JSON schema the reply must match."""
+    return "Reply with only a JSON object matching this JSON schema:\n" + json.dumps(
+        output.model_json_schema(), separators=(",", ":")
+    )
+
+
+def complete_with_repair(
+    send: Callable[[list[ChatMessage]], tuple[str, LLMUsage]],
+    messages: Sequence[ChatMessage],
+    output: type[OutputT],
+    check: Check[OutputT] | None = None,
+) -> Completion[OutputT]:
+    """Send, parse, check; on a problem, one retry that shows the model its reply and the problem."""
+    conversation = list(messages)
+    total = LLMUsage()
+    problem = ""
+    for attempt in (1, 2):
+        text, usage = send(conversation)
+        total = total + usage
+        try:
+            value = parse_output(text, output)
+        except ValueError as error:
+            problem = str(error)
+        else:
+            found = check(value) if check is not None else None
+            if found is None:
+                return Completion(value=value, usage=total, raw=text, attempts=attempt)
+            problem = found
+        conversation += [
+            ChatMessage(role="assistant", content=text[:4000]),
+            ChatMessage(
+                role="user",
+                content=f"That reply was not valid: {problem}. Reply again with only a JSON object matching the schema.",
+            ),
+        ]
+    raise LLMOutputError(
+        f"{output.__name__}: the reply did not match the schema after one repair attempt ({problem})", total, 2
+    )
+
+
+class CallLog:
+    """Thread-safe list of :class:`LLMCall` s for one attribution run."""
+
+    def __init__(self) -> None:
+        self._calls: list[LLMCall] = []
+        self._lock = threading.Lock()
+
+    def add(self, call: LLMCall) -> None:
+        with self._lock:
+            self._calls.append(call)
+
+    @property
+    def calls(self) -> tuple[LLMCall, ...]:
+        with self._lock:
+            return tuple(self._calls)
+
+
+class RecordingLLM:
+    """Wraps a backend so every call, failed ones included, lands in a :class:`CallLog` under its stage."""
+
+    def __init__(self, inner: StructuredLLM, log: CallLog) -> None:
+        self.inner = inner
+        self.log = log
+        self.model_name = inner.model_name
+
+    def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        output: type[OutputT],
+        *,
+        stage: str,
+        check: Check[OutputT] | None = None,
+    ) -> Completion[OutputT]:
+        start = time.perf_counter()
+        try:
+            completion = self.inner.complete(messages, output, stage=stage, check=check)
+        except LLMOutputError as error:
+            self.log.add(self._call(stage, error.usage, time.perf_counter() - start, error.attempts, str(error)))
+            raise
+        except LLMError as error:
+            self.log.add(self._call(stage, LLMUsage(), time.perf_counter() - start, 1, str(error)))
+            raise
+        self.log.add(self._call(stage, completion.usage, time.perf_counter() - start, completion.attempts, None))
+        return completion
+
+    def _call(self, stage: str, usage: LLMUsage, seconds: float, attempts: int, error: str | None) -> LLMCall:
+        return LLMCall(
+            stage=stage,
+            model=self.model_name,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            seconds=round(seconds, 6),
+            attempts=attempts,
+            ok=error is None,
+            error=error,
+        )

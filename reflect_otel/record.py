@@ -1,0 +1,178 @@
+"""What an attribution produces: :class:`AttributionRecord`, with every replay tried and what it cost."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from reflect_otel.llm.base import LLMCall
+from reflect_otel.trace import Step
+from reflect_otel.verdict import Verdict
+
+__all__ = [
+    "AttributionRecord",
+    "AttributionStatus",
+    "Classification",
+    "ErrorType",
+    "GateVerdict",
+    "Intervention",
+    "Localization",
+    "RepairPlan",
+    "ReplayAttempt",
+    "StageCost",
+    "StageError",
+]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class ErrorType(str, Enum):
+    """The paper's 11-category taxonomy (Appendix: Error Taxonomy)."""
+
+    FORMATTING_ERROR = "formatting_error"
+    INSTRUCTION_NONCOMPLIANCE = "instruction_noncompliance"
+    CONTEXT_HANDLING_FAILURE = "context_handling_failure"
+    RESOURCE_ABUSE = "resource_abuse"
+    POOR_INFORMATION_RETRIEVAL = "poor_information_retrieval"
+    INCORRECT_PROBLEM_IDENTIFICATION = "incorrect_problem_identification"
+    HALLUCINATION = "hallucination"
+    TOOL_ERROR = "tool_error"
+    TASK_ORCHESTRATION = "task_orchestration"
+    GOAL_DEVIATION = "goal_deviation"
+    INCORRECT_MEMORY_USAGE = "incorrect_memory_usage"
+
+
+class AttributionStatus(str, Enum):
+    VERIFIED = "verified"
+    """A targeted replay from the attributed step flipped the outcome to correct."""
+    UNVERIFIED = "unverified"
+    """The best localization, without intervention evidence (replay failed, or none was possible)."""
+    SKIPPED = "skipped"
+    """Nothing to attribute (the answer already verifies as correct) or a budget ran out; see ``reason``."""
+
+
+class Localization(BaseModel):
+    model_config = _FROZEN
+
+    step_index: int = Field(ge=1)
+    confidence: float = Field(ge=0, le=1)
+    reasoning: str = ""
+    suggested_fix: str = ""
+
+
+class Classification(BaseModel):
+    model_config = _FROZEN
+
+    error_type: ErrorType
+    confidence: float = Field(ge=0, le=1)
+    explanation: str = ""
+    suggested_correction: str = ""
+
+
+class RepairPlan(BaseModel):
+    """The Diagnostician's plan: root cause, instruction, forbidden actions, expected next tool."""
+
+    model_config = _FROZEN
+
+    root_cause: str = ""
+    correction_instruction: str = ""
+    forbidden_actions: tuple[str, ...] = ()
+    expected_next_tool: str | None = None
+    confidence: float = Field(default=0.0, ge=0, le=1)
+
+
+class GateVerdict(BaseModel):
+    model_config = _FROZEN
+
+    is_faithful: bool
+    violation_type: str | None = None
+    violation_reason: str | None = None
+    decided_by: str = Field(description="rule, llm, or skipped (gate off or nothing regenerated)")
+
+
+class ReplayAttempt(BaseModel):
+    """One replay: where, with what, whether the first new step followed the plan, and the outcome."""
+
+    model_config = _FROZEN
+
+    round: int
+    rollback_point: int = Field(description="Original steps 1..rollback_point were kept; the replay resumed after.")
+    gate_retry: int = Field(default=0, description="0 for the first try; n for the n-th hard-gate retry.")
+    injection: str
+    gate: GateVerdict | None = None
+    verdict: Verdict | None = None
+    flipped: bool = False
+    final_answer: str | None = None
+    prefix_verified: bool | None = None
+    continuation: tuple[Step, ...] = Field(default=(), description="The regenerated steps after the rollback point.")
+    adapter_info: dict[str, str] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class Intervention(BaseModel):
+    model_config = _FROZEN
+
+    plan: RepairPlan
+    injection: str
+    rollback_point: int
+
+
+class StageCost(BaseModel):
+    model_config = _FROZEN
+
+    stage: str
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float
+
+
+class StageError(BaseModel):
+    """A stage that failed; the record still carries the best result reached."""
+
+    model_config = _FROZEN
+
+    stage: str
+    message: str
+    round: int | None = None
+
+
+class AttributionRecord(BaseModel):
+    """The answer to "which step caused this failure", with its evidence."""
+
+    model_config = _FROZEN
+
+    trace_id: str
+    method: str
+    status: AttributionStatus
+    reason: str = Field(default="", description="Why the record is unverified or skipped.")
+    mode: str = Field(description="replay, or localization_only when no replay adapter could run the agent.")
+    step_index: int | None = None
+    span_id: str | None = None
+    error_type: ErrorType | None = None
+    confidence: float | None = None
+    explanation: str = ""
+    root_cause: str = ""
+    intervention: Intervention | None = None
+    replays: tuple[ReplayAttempt, ...] = ()
+    original_answer: str | None = None
+    corrected_answer: str | None = None
+    original_verdict: Verdict | None = None
+    rounds: int = 0
+    localizations: tuple[Localization, ...] = Field(default=(), description="Every localization, in order.")
+    cost: tuple[StageCost, ...] = ()
+    llm_calls: tuple[LLMCall, ...] = ()
+    errors: tuple[StageError, ...] = ()
+    config: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(c.prompt_tokens + c.completion_tokens for c in self.cost)
+
+    @property
+    def total_calls(self) -> int:
+        return sum(c.calls for c in self.cost)

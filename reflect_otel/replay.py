@@ -1,0 +1,78 @@
+"""The replay contract. Implementations live in ``replay_adapters/`` (LangGraph, OpenAI tool loop, chain of
+thought, remote HTTP); a conformance suite in ``reflect_otel.testing.conformance`` checks each one."""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from reflect_otel.errors import ReplayError
+from reflect_otel.trace import Step, StructuredTrace
+
+__all__ = ["InjectionRole", "ReplayAdapter", "ReplayResult", "check_rollback_point"]
+
+InjectionRole = Literal["system", "developer", "user"]
+
+
+class ReplayResult(BaseModel):
+    """A replayed run: original steps ``1..rollback_point`` exactly, then the new continuation, renumbered."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    trace: StructuredTrace
+    rollback_point: int = Field(ge=0)
+    final_answer: str | None
+    prefix_verified: bool = Field(
+        description="True when the first new model call received exactly the original prefix plus the injection."
+    )
+    adapter_info: dict[str, str] = Field(default_factory=dict, description="Thread or checkpoint ids, and so on.")
+
+    @property
+    def continuation(self) -> tuple[Step, ...]:
+        """The regenerated steps (after the rollback point)."""
+        return self.trace.steps[self.rollback_point :]
+
+
+class ReplayAdapter(Protocol):
+    """Re-runs an agent from a preserved prefix with a correction injected.
+
+    ``replay(trace, rollback_point=p, injection=text)`` keeps the original steps ``1..p`` exactly (``p = 0`` keeps
+    none), puts ``injection`` into the agent's context as a message of ``injection_role``, and lets the agent
+    continue with the same tools and model. Tools of the prefix are never executed again. Raises
+    :class:`~reflect_otel.errors.ReplayError` when ``p`` is out of range, falls inside one LLM turn with parallel
+    tool calls (keeping only some results would leave calls unanswered), or the agent fails. May be called from a
+    worker thread; calls for different traces may run concurrently.
+    """
+
+    def replay(
+        self,
+        trace: StructuredTrace,
+        *,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole = "system",
+    ) -> ReplayResult: ...
+
+
+def check_rollback_point(trace: StructuredTrace, rollback_point: int) -> None:
+    """Raise :class:`ReplayError` unless ``rollback_point`` is in ``0..len(steps)-1`` and does not split one LLM
+    turn's parallel tool calls. Adapters call this first."""
+    steps = trace.steps
+    if not 0 <= rollback_point < len(steps):
+        raise ReplayError(
+            f"rollback point {rollback_point} is outside 0..{len(steps) - 1} for a {len(steps)}-step trace"
+        )
+    before, after = (steps[rollback_point - 1], steps[rollback_point]) if rollback_point > 0 else (None, None)
+    if (
+        before is not None
+        and after is not None
+        and before.span_id == after.span_id
+        and before.tool_call_id is not None
+        and after.tool_call_id is not None
+    ):
+        raise ReplayError(
+            f"rollback point {rollback_point} falls inside one LLM turn with parallel tool calls (steps "
+            f"{rollback_point} and {rollback_point + 1} were decided together); roll back to the turn's first step - 1 "
+            "or to its last step"
+        )

@@ -1,0 +1,164 @@
+"""The LLM stages of REFLECT, each one call (plus its repair retry): localize, classify, diagnose, gate, explain.
+
+Each raises :class:`~reflect_otel.errors.LLMError` on failure; the pipeline decides what a failure means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from reflect_otel import prompts
+from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.record import Classification, GateVerdict, Localization, RepairPlan
+from reflect_otel.trace import Step, StructuredTrace
+
+__all__ = [
+    "classify",
+    "diagnose",
+    "explain_correction",
+    "gate_by_rules",
+    "gate_with_llm",
+    "localize",
+    "null_plan",
+    "step_in_range",
+]
+
+
+def step_in_range(count: int) -> Callable[[prompts.LocalizationOutput], str | None]:
+    def check(out: prompts.LocalizationOutput) -> str | None:
+        if not 1 <= out.error_step <= count:
+            return f"error_step must be a step number from 1 to {count}, got {out.error_step}"
+        return None
+
+    return check
+
+
+def localize(llm: StructuredLLM, ctx: prompts.PromptContext, trace: StructuredTrace) -> Localization:
+    out = llm.complete(
+        prompts.localization(ctx, trace.steps),
+        prompts.LocalizationOutput,
+        stage="localize",
+        check=step_in_range(len(trace.steps)),
+    ).value
+    return Localization(
+        step_index=out.error_step,
+        confidence=out.confidence,
+        reasoning=out.reasoning,
+        suggested_fix=out.what_should_have_been_done,
+    )
+
+
+def classify(llm: StructuredLLM, ctx: prompts.PromptContext, step: Step) -> Classification:
+    out = llm.complete(prompts.classification(ctx, step), prompts.ClassificationOutput, stage="classify").value
+    return Classification(
+        error_type=out.error_type,
+        confidence=out.confidence,
+        explanation=out.explanation,
+        suggested_correction=out.suggested_correction,
+    )
+
+
+def diagnose(
+    llm: StructuredLLM,
+    ctx: prompts.PromptContext,
+    trace: StructuredTrace,
+    localization: Localization,
+    classification: Classification | None,
+) -> RepairPlan:
+    out = llm.complete(
+        prompts.diagnosis(
+            ctx,
+            trace.steps,
+            localization.step_index,
+            classification.error_type.value if classification else "unknown",
+            classification.explanation if classification else localization.reasoning,
+            classification.suggested_correction if classification else localization.suggested_fix,
+        ),
+        prompts.DiagnosisOutput,
+        stage="diagnose",
+    ).value
+    expected_tool = (out.expected_next_tool or "").strip()
+    return RepairPlan(
+        root_cause=out.root_cause,
+        correction_instruction=out.correction_instruction,
+        forbidden_actions=tuple(a for a in out.forbidden_actions if a.strip()),
+        expected_next_tool=None if expected_tool.lower() in ("", "null", "none") else expected_tool,
+        confidence=out.confidence,
+    )
+
+
+def null_plan(localization: Localization, classification: Classification | None) -> RepairPlan:
+    """The plan without a Diagnostician (ablation, or when diagnosis failed): the localizer's own suggestion."""
+    suggestion = classification.suggested_correction if classification else ""
+    return RepairPlan(
+        root_cause=localization.reasoning,
+        correction_instruction=suggestion or localization.suggested_fix,
+        confidence=localization.confidence,
+    )
+
+
+def _mentions(text: str, word: str) -> bool:
+    return bool(word) and word.lower() in text.lower()
+
+
+def gate_by_rules(plan: RepairPlan, proposed: Step, replaced: Step | None) -> GateVerdict | None:
+    """The cheap checks first: expected next tool, forbidden actions, repeating the original action.
+    Returns a verdict when a rule decides it is unfaithful, else None (the LLM gate decides)."""
+    if plan.expected_next_tool and proposed.tool_name and proposed.tool_name != plan.expected_next_tool:
+        return GateVerdict(
+            is_faithful=False,
+            violation_type="ignores_instruction",
+            violation_reason=f"called {proposed.tool_name}, the plan expected {plan.expected_next_tool}",
+            decided_by="rule",
+        )
+    if proposed.tool_name:
+        values = [str(v) for v in proposed.tool_args.values() if str(v).strip()]
+        for action in plan.forbidden_actions:
+            if _mentions(action, proposed.tool_name) and all(_mentions(action, v) for v in values):
+                return GateVerdict(
+                    is_faithful=False,
+                    violation_type="uses_forbidden_action",
+                    violation_reason=f"matches the forbidden action: {action}",
+                    decided_by="rule",
+                )
+    if replaced is not None:
+        same_tool = proposed.tool_name is not None and (proposed.tool_name, proposed.tool_args) == (
+            replaced.tool_name,
+            replaced.tool_args,
+        )
+        same_text = (
+            proposed.tool_name is None and replaced.tool_name is None and proposed.reasoning == replaced.reasoning
+        )
+        if same_tool or same_text:
+            return GateVerdict(
+                is_faithful=False,
+                violation_type="repeats_original_error",
+                violation_reason="the regenerated step repeats the original action",
+                decided_by="rule",
+            )
+    return None
+
+
+def gate_with_llm(llm: StructuredLLM, plan: RepairPlan, proposed: Step, max_chars: int) -> GateVerdict:
+    out = llm.complete(prompts.gate(plan, proposed, max_chars), prompts.GateOutput, stage="gate").value
+    return GateVerdict(
+        is_faithful=out.is_faithful,
+        violation_type=None if out.is_faithful else out.violation_type,
+        violation_reason=None if out.is_faithful else out.violation_reason,
+        decided_by="llm",
+    )
+
+
+def explain_correction(
+    llm: StructuredLLM,
+    ctx: prompts.PromptContext,
+    original: Step,
+    continuation: tuple[Step, ...],
+    corrected_answer: str,
+    rollback_point: int,
+) -> prompts.PostCorrectionOutput:
+    return llm.complete(
+        prompts.post_correction(ctx, original, continuation, corrected_answer, rollback_point),
+        prompts.PostCorrectionOutput,
+        stage="explain",
+    ).value

@@ -1,0 +1,189 @@
+"""Test doubles shipped with the library, named as doubles: a scripted LLM, a scripted replay adapter and trace
+builders. They exercise reflect-otel's own logic deterministically; real parts are tested with real parts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+from pydantic import BaseModel
+
+from reflect_otel.errors import LLMError, ReplayError
+from reflect_otel.llm.base import ChatMessage, Check, Completion, LLMUsage, OutputT, complete_with_repair
+from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_point
+from reflect_otel.trace import Step, StepKind, StructuredTrace
+
+__all__ = [
+    "ScriptedLLM",
+    "ScriptedReplayAdapter",
+    "ScriptedReplayCall",
+    "ScriptedRequest",
+    "make_step",
+    "make_trace",
+]
+
+Response = Union[str, Mapping[str, Any], BaseModel, Exception]  # noqa: UP007 - a runtime alias
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedRequest:
+    """What the scripted model was asked: the stage, the whole conversation, the output model's name."""
+
+    stage: str
+    messages: tuple[ChatMessage, ...]
+    output: str
+
+    @property
+    def text(self) -> str:
+        return "\n".join(m.content for m in self.messages)
+
+
+class ScriptedLLM:
+    """A :class:`~reflect_otel.llm.StructuredLLM` double. Replies come from ``by_stage[stage]`` queues, then the
+    shared ``responses`` queue, then ``respond(request)``. A reply is JSON text (sent as is, so malformed text
+    exercises the repair retry), a mapping or model (sent as JSON), or an exception (raised). Usage is
+    deterministic: a token per four characters."""
+
+    def __init__(
+        self,
+        responses: Iterable[Response] = (),
+        *,
+        by_stage: Mapping[str, Iterable[Response]] | None = None,
+        respond: Callable[[ScriptedRequest], Response] | None = None,
+        model_name: str = "scripted-llm",
+    ) -> None:
+        self.model_name = model_name
+        self._queue: deque[Response] = deque(responses)
+        self._by_stage = {stage: deque(items) for stage, items in (by_stage or {}).items()}
+        self._respond = respond
+        self._lock = threading.Lock()
+        self.requests: list[ScriptedRequest] = []
+
+    def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        output: type[OutputT],
+        *,
+        stage: str,
+        check: Check[OutputT] | None = None,
+    ) -> Completion[OutputT]:
+        def send(conversation: list[ChatMessage]) -> tuple[str, LLMUsage]:
+            request = ScriptedRequest(stage=stage, messages=tuple(conversation), output=output.__name__)
+            with self._lock:
+                self.requests.append(request)
+                reply = self._next(request)
+            if isinstance(reply, Exception):
+                raise reply
+            if isinstance(reply, BaseModel):
+                text = reply.model_dump_json()
+            elif isinstance(reply, Mapping):
+                text = json.dumps(reply)
+            else:
+                text = reply
+            prompt_chars = sum(len(m.content) for m in conversation)
+            return text, LLMUsage(prompt_tokens=prompt_chars // 4, completion_tokens=max(1, len(text) // 4))
+
+        return complete_with_repair(send, messages, output, check)
+
+    def _next(self, request: ScriptedRequest) -> Response:
+        queue = self._by_stage.get(request.stage)
+        if queue:
+            return queue.popleft()
+        if self._queue:
+            return self._queue.popleft()
+        if self._respond is not None:
+            return self._respond(request)
+        return LLMError(f"ScriptedLLM has no reply left for stage {request.stage!r}")
+
+    def stages(self) -> list[str]:
+        return [r.stage for r in self.requests]
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedReplayCall:
+    rollback_point: int
+    injection: str
+    injection_role: str
+
+
+Continuation = Callable[[StructuredTrace, int, str], Sequence[Step | Mapping[str, Any]]]
+
+
+class ScriptedReplayAdapter:
+    """A :class:`~reflect_otel.replay.ReplayAdapter` double: ``continue_with(trace, rollback_point, injection)``
+    returns the new steps after the kept prefix (the last one's text or tool answer is the final answer)."""
+
+    def __init__(self, continue_with: Continuation) -> None:
+        self._continue = continue_with
+        self.calls: list[ScriptedReplayCall] = []
+
+    def replay(
+        self,
+        trace: StructuredTrace,
+        *,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole = "system",
+    ) -> ReplayResult:
+        check_rollback_point(trace, rollback_point)
+        self.calls.append(ScriptedReplayCall(rollback_point, injection, injection_role))
+        new = self._continue(trace, rollback_point, injection)
+        if not new:
+            raise ReplayError("the scripted agent produced no steps")
+        kept = list(trace.steps[:rollback_point])
+        steps = kept + [_as_step(s, index=len(kept) + i, trace_id=trace.trace_id) for i, s in enumerate(new, start=1)]
+        last = steps[-1]
+        answer = last.tool_args.get("answer") if last.tool_name == "final_answer" else last.reasoning
+        replayed = trace.model_copy(
+            update={
+                "trace_id": f"{trace.trace_id[:24]}{len(self.calls):08x}",
+                "steps": tuple(steps),
+                "final_answer": str(answer) if answer is not None else None,
+            }
+        )
+        return ReplayResult(
+            trace=replayed,
+            rollback_point=rollback_point,
+            final_answer=replayed.final_answer,
+            prefix_verified=True,
+            adapter_info={"adapter": "scripted"},
+        )
+
+
+def _as_step(value: Step | Mapping[str, Any], *, index: int, trace_id: str) -> Step:
+    if isinstance(value, Step):
+        return value.model_copy(update={"index": index})
+    digest = hashlib.sha256(f"{trace_id}:{index}:replay".encode()).hexdigest()[:16]
+    return make_step(index, span_id=digest, **value)
+
+
+def make_step(index: int, *, span_id: str | None = None, **fields: Any) -> Step:
+    """A step with sensible defaults: ``tool`` / ``args`` / ``result`` are shorthands for the tool fields."""
+    if "tool" in fields:
+        fields["tool_name"] = fields.pop("tool")
+    if "args" in fields:
+        fields["tool_args"] = fields.pop("args")
+    if "result" in fields:
+        fields["tool_result"] = fields.pop("result")
+    fields.setdefault("kind", StepKind.TOOL_CALL if fields.get("tool_name") else StepKind.REASONING)
+    if fields.get("is_final_answer"):
+        fields["kind"] = StepKind.FINAL_ANSWER
+    return Step(index=index, span_id=span_id or f"{index:016x}", **fields)
+
+
+def make_trace(
+    question: str,
+    steps: Sequence[Mapping[str, Any]],
+    *,
+    final_answer: str | None = None,
+    trace_id: str = "0" * 31 + "1",
+) -> StructuredTrace:
+    """A trace from step field mappings; the final answer defaults to the last step's reasoning."""
+    built = [make_step(i, **dict(s)) for i, s in enumerate(steps, start=1)]
+    answer = final_answer if final_answer is not None else (built[-1].reasoning if built else None)
+    return StructuredTrace(trace_id=trace_id, question=question, final_answer=answer, steps=tuple(built))
