@@ -99,11 +99,12 @@ def _status(stats: dict[str, int], written: int, *, end: str, quiet: bool) -> No
 def add_import_command(subparsers: SubParsers) -> None:
     parser = subparsers.add_parser(
         "import",
-        help="read OTLP/JSON or TRAIL trace files and write them as JSONL",
+        help="read OTLP/JSON, TRAIL or BIG-Bench-Mistake files and write traces as JSONL",
         description=(
-            "Read OTLP/JSON exports (an ExportTraceServiceRequest per file, or one per line in .jsonl) and TRAIL "
-            "span-tree files (with their annotations from ../annotations/, mapped to steps), rebuild each trace and "
-            "write it to -o. Folders are searched for *.json and *.jsonl."
+            "Read OTLP/JSON exports (an ExportTraceServiceRequest per file, or one per line in .jsonl), TRAIL "
+            "span-tree files (with their annotations from ../annotations/, mapped to steps) and BIG-Bench-Mistake "
+            ".jsonl files (with each row's target as expected_answer), rebuild each trace and write it to -o. "
+            "Folders are searched for *.json and *.jsonl."
         ),
     )
     parser.add_argument("paths", nargs="*", type=Path, help="files or folders to read")

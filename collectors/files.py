@@ -1,4 +1,5 @@
-"""File import: OTLP/JSON exports (one request per file, or one per line) and TRAIL span trees."""
+"""File import: OTLP/JSON exports (one request per file, or one per line), TRAIL span trees, and
+BIG-Bench-Mistake rows (with their expected answers)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from reflect_otel.assembly import AssemblyLimits, assemble_trace
 from reflect_otel.collectors._lenient_json import load_json_file
 from reflect_otel.collectors.otlp import decode_json_document
 from reflect_otel.collectors.trail import is_trail_document, read_trail_file
+from reflect_otel.datasets import bbm_item, is_bbm_row
 from reflect_otel.errors import InputError
 from reflect_otel.spans import SpanRecord
 from reflect_otel.trace import StructuredTrace
+from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD
 
 __all__ = ["ImportReport", "expand_paths", "import_files"]
 
@@ -48,7 +51,7 @@ def expand_paths(paths: Iterable[Path]) -> Iterator[tuple[Path, bool]]:
             raise InputError(f"{path}: no such file or folder")
 
 
-def _otlp_documents(path: Path, max_bytes: int) -> list[object]:
+def _json_documents(path: Path, max_bytes: int) -> list[object]:
     if path.suffix == ".jsonl":
         if path.stat().st_size > max_bytes:
             raise InputError(f"{path}: over the {max_bytes}-byte limit; raise --max-file-bytes to read it")
@@ -66,7 +69,7 @@ def _otlp_documents(path: Path, max_bytes: int) -> list[object]:
 
 def import_files(
     paths: Iterable[Path],
-    write: Callable[[StructuredTrace], None],
+    write: Callable[[StructuredTrace, dict[str, str] | None], None],
     *,
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     limits: AssemblyLimits | None = None,
@@ -83,10 +86,16 @@ def import_files(
             if path.suffix == ".json" and path.parent.name == "annotations":
                 report.files_skipped += 1  # TRAIL labels; read beside their trace
                 continue
-            documents = _otlp_documents(path, max_file_bytes)
-            if len(documents) == 1 and is_trail_document(documents[0]):
+            documents = _json_documents(path, max_file_bytes)
+            if documents and is_bbm_row(documents[0]):
+                for row in documents:
+                    item = bbm_item(row, path.stem)  # type: ignore[arg-type]
+                    write(item.trace, {EXPECTED_ANSWER_FIELD: item.expected} if item.expected is not None else None)
+                    report.traces += 1
+                    report.steps += len(item.trace.steps)
+            elif len(documents) == 1 and is_trail_document(documents[0]):
                 imported = read_trail_file(path, max_bytes=max_file_bytes, limits=limits)
-                write(imported.trace)
+                write(imported.trace, None)
                 report.traces += 1
                 report.steps += len(imported.trace.steps)
                 report.labels_total += imported.labels_total
@@ -107,7 +116,7 @@ def import_files(
             progress(report)
     for spans in otlp_spans.values():
         trace = assemble_trace(spans, collector="file", limits=limits)
-        write(trace)
+        write(trace, None)
         report.traces += 1
         report.steps += len(trace.steps)
     return report

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from pydantic import ValidationError
 
 from reflect_otel.errors import InputError
 from reflect_otel.trace import StructuredTrace
 
-__all__ = ["TraceWriter", "read_traces"]
+__all__ = ["TraceRow", "TraceWriter", "read_trace_rows", "read_traces"]
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 
@@ -27,8 +30,12 @@ class TraceWriter:
         self._lock = threading.Lock()
         self.written = 0
 
-    def write(self, trace: StructuredTrace) -> None:
-        line = trace.model_dump_json() + "\n"
+    def write(self, trace: StructuredTrace, extras: Mapping[str, Any] | None = None) -> None:
+        """Append ``trace``; ``extras`` (such as ``expected_answer``) ride along as additional top-level keys."""
+        line = trace.model_dump_json()
+        if extras:
+            line = line[:-1] + "," + json.dumps(dict(extras), ensure_ascii=False)[1:]
+        line += "\n"
         with self._lock:
             self._file.write(line)
             self._file.flush()
@@ -47,8 +54,16 @@ class TraceWriter:
         self.close()
 
 
-def read_traces(path: str | Path) -> Iterator[StructuredTrace]:
-    """Traces from a JSONL file written by ``reflect-otel collect`` or ``import``.
+@dataclass(frozen=True, slots=True)
+class TraceRow:
+    """A trace and the extra keys its line carried (for example ``expected_answer``)."""
+
+    trace: StructuredTrace
+    extras: dict[str, Any]
+
+
+def read_trace_rows(path: str | Path, *, extra_fields: tuple[str, ...] = ()) -> Iterator[TraceRow]:
+    """Traces of a JSONL file, with ``extra_fields`` taken out of each line before validation.
 
     Raises :class:`InputError` naming the line of the first invalid trace.
     """
@@ -62,8 +77,25 @@ def read_traces(path: str | Path) -> Iterator[StructuredTrace]:
             if not raw.strip():
                 continue
             try:
-                yield StructuredTrace.model_validate_json(raw)
+                data = json.loads(raw)
+            except ValueError as error:
+                raise InputError(f"{path}:{number}: not valid JSON ({error})") from None
+            if not isinstance(data, dict):
+                raise InputError(f"{path}:{number}: expected a JSON object")
+            extras = {name: data.pop(name) for name in extra_fields if name in data}
+            try:
+                yield TraceRow(StructuredTrace.model_validate(data), extras)
             except ValidationError as error:
                 first = error.errors()[0]
                 where = ".".join(str(p) for p in first["loc"])
                 raise InputError(f"{path}:{number}: not a StructuredTrace ({where}: {first['msg']})") from None
+
+
+def read_traces(path: str | Path) -> Iterator[StructuredTrace]:
+    """Traces from a JSONL file written by ``reflect-otel collect`` or ``import`` (extra keys are ignored)."""
+    for row in read_trace_rows(path, extra_fields=(EXPECTED_ANSWER_FIELD,)):
+        yield row.trace
+
+
+EXPECTED_ANSWER_FIELD = "expected_answer"
+"""The extra key ``import`` writes for datasets that know the correct answer."""

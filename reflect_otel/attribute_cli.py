@@ -1,0 +1,168 @@
+"""``reflect-otel attribute``: attribute traces captured earlier (by ``collect`` or ``import``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Protocol
+
+from reflect_otel.baselines import BASELINES
+from reflect_otel.config import LLMConfig, ReflectConfig
+from reflect_otel.errors import ConfigError, InputError
+from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.llm.factory import make_llm
+from reflect_otel.pipeline import ReflectPipeline
+from reflect_otel.record import AttributionRecord
+from reflect_otel.replay import ReplayAdapter
+from reflect_otel.trace import StructuredTrace
+from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, read_trace_rows
+from reflect_otel.verifiers import BBMVerifier, OracleVerifier, SelfVerifier, Verifier
+
+__all__ = ["METHODS", "add_attribute_command", "find_replay_adapter"]
+
+REPLAY_GROUP = "reflect_otel.replay_adapters"
+METHODS = ("reflect", *BASELINES)
+
+
+class Attributor(Protocol):
+    def attribute(
+        self,
+        trace: StructuredTrace,
+        *,
+        expected: str | None = None,
+        replay: ReplayAdapter | None = None,
+        domain_context: str = "",
+    ) -> AttributionRecord: ...
+
+
+def find_replay_adapter(trace: StructuredTrace, llm: StructuredLLM) -> ReplayAdapter | None:
+    """The first installed replay adapter (entry-point group ``reflect_otel.replay_adapters``) that claims
+    ``trace``; None when none does, and the run is localization-only."""
+    for entry in sorted(entry_points(group=REPLAY_GROUP), key=lambda e: e.name):
+        try:
+            adapter: ReplayAdapter | None = entry.load()(trace, llm)
+        except ImportError:
+            continue
+        if adapter is not None:
+            return adapter
+    return None
+
+
+def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "attribute",
+        help="find the decisive error step of failed traces (REFLECT or a baseline)",
+        description=(
+            "Attribute each trace of a JSONL file (from 'collect' or 'import') and write one AttributionRecord per "
+            "line to -o. The LLM is REFLECT_LLM_BASE_URL/REFLECT_LLM_MODEL/REFLECT_LLM_API_KEY (or OPENAI_*), else "
+            "the local SmolLM2 server. Traces an installed replay adapter can re-run get replay-verified "
+            "attributions; the others are localization-only, and each record says so."
+        ),
+    )
+    parser.add_argument("traces", type=Path, help="JSONL file of traces")
+    parser.add_argument("--method", choices=METHODS, default="reflect", help="attribution method (default reflect)")
+    expected = parser.add_mutually_exclusive_group()
+    expected.add_argument(
+        "--expected-field",
+        default=EXPECTED_ANSWER_FIELD,
+        help=f"key in each line holding the correct answer (default {EXPECTED_ANSWER_FIELD}, written by 'import')",
+    )
+    expected.add_argument("--expected-file", type=Path, help="JSON object or JSONL of {trace_id, expected_answer}")
+    parser.add_argument(
+        "--verifier",
+        choices=("oracle", "bbm", "self"),
+        default="oracle",
+        help="oracle: match the expected answer; bbm: BIG-Bench-Mistake answers; self: an LLM judge",
+    )
+    parser.add_argument("--domain-context", default="", help="task description or table context for the prompts")
+    parser.add_argument("--limit", type=int, help="attribute at most N traces")
+    parser.add_argument("--rounds", type=int, help="D, diagnosis rounds (default 3)")
+    parser.add_argument("--rollback-points", type=int, help="K, rollback points per round (default 3)")
+    parser.add_argument("--gate", choices=("off", "soft", "hard"), help="faithfulness gate (default hard)")
+    parser.add_argument("--gate-retries", type=int, help="R, hard-gate retries (default 3)")
+    parser.add_argument("--withhold-expected", action="store_true", help="show [WITHHELD] instead of the answer")
+    parser.add_argument("-o", "--out", type=Path, required=True, help="JSONL file of records to write (replaced)")
+    parser.set_defaults(handler=_attribute)
+
+
+def _expected_answers(path: Path) -> dict[str, str]:
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    text = path.read_text(encoding="utf-8")
+    try:
+        data: Any = json.loads(text)
+        rows = [{"trace_id": k, "expected_answer": v} for k, v in data.items()] if isinstance(data, dict) else data
+    except ValueError:
+        try:
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError as error:
+            raise InputError(f"{path}: neither a JSON object nor JSONL ({error})") from None
+    answers = {}
+    for row in rows:
+        if not isinstance(row, dict) or "trace_id" not in row or "expected_answer" not in row:
+            raise InputError(f"{path}: each entry needs trace_id and expected_answer")
+        answers[str(row["trace_id"])] = str(row["expected_answer"])
+    return answers
+
+
+def _attributor(method: str, llm: StructuredLLM, verifier: Verifier, config: ReflectConfig) -> Attributor:
+    if method == "reflect":
+        return ReflectPipeline(llm, verifier=verifier, config=config)
+    return BASELINES[method](llm, verifier=verifier, config=config)
+
+
+def _attribute(args: argparse.Namespace) -> int:
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError("--limit must be at least 1")
+    config = ReflectConfig.from_env(
+        rounds=args.rounds,
+        rollback_points=args.rollback_points,
+        gate=args.gate,
+        gate_retries=args.gate_retries,
+        include_expected_answer=False if args.withhold_expected else None,
+    )
+    answers = _expected_answers(args.expected_file) if args.expected_file else {}
+    rows = list(read_trace_rows(args.traces, extra_fields=(args.expected_field,)))[: args.limit]
+    if not rows:
+        raise InputError(f"{args.traces}: no traces")
+    llm = make_llm(LLMConfig.from_env())
+    verifier: Verifier
+    if args.verifier == "self":
+        verifier = SelfVerifier(llm, max_chars=config.max_field_chars, domain_context=args.domain_context)
+    elif args.verifier == "bbm":
+        verifier = BBMVerifier()
+    else:
+        verifier = OracleVerifier()
+    attributor = _attributor(args.method, llm, verifier, config)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    counts: dict[str, int] = {}
+    with args.out.open("w", encoding="utf-8") as out:
+        for number, row in enumerate(rows, start=1):
+            expected = answers.get(row.trace.trace_id) or row.extras.get(args.expected_field)
+            adapter = find_replay_adapter(row.trace, llm)
+            record = attributor.attribute(
+                row.trace,
+                expected=str(expected) if expected is not None else None,
+                replay=adapter,
+                domain_context=args.domain_context,
+            )
+            out.write(record.model_dump_json() + "\n")
+            out.flush()
+            counts[record.status.value] = counts.get(record.status.value, 0) + 1
+            where = f"step {record.step_index}" if record.step_index else "no step"
+            print(
+                f"[{number}/{len(rows)}] {row.trace.trace_id[:12]} {record.status.value:<10} {where:<8} "
+                f"{record.mode:<17} calls {record.total_calls:>3} tokens {record.total_tokens:>6}"
+                + (f"  ({record.reason})" if record.reason else ""),
+                file=sys.stderr,
+            )
+    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    print(
+        f"{len(rows)} trace(s) in {time.monotonic() - started:.1f} s: {summary}; records in {args.out}", file=sys.stderr
+    )
+    return 0

@@ -1,0 +1,95 @@
+"""Chain-of-thought replay (BIG-Bench Mistake style): keep reasoning steps 1..p, add the correction, and let the
+model continue; one new step per line of reasoning, then the answer."""
+
+from __future__ import annotations
+
+import hashlib
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from reflect_otel.errors import LLMError, ReplayError
+from reflect_otel.llm.base import ChatMessage, StructuredLLM
+from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_point
+from reflect_otel.trace import Step, StepKind, StructuredTrace
+
+__all__ = ["ReasoningContinuation", "ReasoningReplayAdapter", "is_chain_of_thought"]
+
+_AGENT_PROMPT = (
+    "You solve the task step by step. Each step is one short line of reasoning. Continue the reasoning from "
+    "where it stops (do not repeat earlier steps), then give the final answer."
+)
+
+
+class ReasoningContinuation(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    steps: list[str] = Field(min_length=1, max_length=40)
+    answer: str
+
+
+def is_chain_of_thought(trace: StructuredTrace) -> bool:
+    """True for traces made only of reasoning steps (no tool calls)."""
+    return bool(trace.steps) and all(s.tool_name is None and s.kind is not StepKind.TOOL_CALL for s in trace.steps)
+
+
+class ReasoningReplayAdapter:
+    """Replays a chain-of-thought trace with ``llm`` as the agent. ``prefix_verified`` holds because the request is
+    built from the kept steps verbatim, and checked so before sending."""
+
+    def __init__(self, llm: StructuredLLM, *, task_context: str = "") -> None:
+        self.llm = llm
+        self.task_context = task_context
+
+    @classmethod
+    def for_trace(cls, trace: StructuredTrace, llm: StructuredLLM) -> ReasoningReplayAdapter | None:
+        """Entry-point factory: claims chain-of-thought traces."""
+        return cls(llm) if is_chain_of_thought(trace) else None
+
+    def replay(
+        self,
+        trace: StructuredTrace,
+        *,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole = "system",
+    ) -> ReplayResult:
+        check_rollback_point(trace, rollback_point)
+        if not is_chain_of_thought(trace):
+            raise ReplayError("ReasoningReplayAdapter replays chain-of-thought traces only (this one calls tools)")
+        kept = trace.steps[:rollback_point]
+        question = trace.question + (f"\n\nTask: {self.task_context}" if self.task_context else "")
+        messages = [ChatMessage(role="system", content=_AGENT_PROMPT), ChatMessage(role="user", content=question)]
+        if kept:
+            messages.append(ChatMessage(role="assistant", content="\n".join(s.reasoning for s in kept)))
+        if injection:
+            messages.append(ChatMessage(role=injection_role, content=injection))
+        messages.append(ChatMessage(role="user", content="Continue the reasoning from here, then give the answer."))
+        prefix_verified = all(s.reasoning in messages[2].content for s in kept) if kept else True
+        try:
+            out = self.llm.complete(messages, ReasoningContinuation, stage="agent_replay").value
+        except LLMError as error:
+            raise ReplayError(f"the reasoning model failed: {error}") from None
+        lines = [line.strip() for text in out.steps for line in text.splitlines() if line.strip()]
+        answer_line = f"So the answer is {out.answer.strip()}"
+        lines.append(answer_line)
+        replay_id = hashlib.sha256(f"{trace.trace_id}:{rollback_point}:{injection}".encode()).hexdigest()
+        new_steps = [
+            Step(
+                index=rollback_point + i,
+                span_id=hashlib.sha256(f"{replay_id}:{i}".encode()).hexdigest()[:16],
+                kind=StepKind.FINAL_ANSWER if i == len(lines) else StepKind.REASONING,
+                reasoning=line,
+                is_final_answer=i == len(lines),
+            )
+            for i, line in enumerate(lines, start=1)
+        ]
+        replayed = trace.model_copy(
+            update={"trace_id": replay_id[:32], "steps": (*kept, *new_steps), "final_answer": answer_line, "labels": ()}
+        )
+        return ReplayResult(
+            trace=replayed,
+            rollback_point=rollback_point,
+            final_answer=answer_line,
+            prefix_verified=prefix_verified,
+            adapter_info={"adapter": "reasoning", "model": self.llm.model_name},
+        )
