@@ -19,7 +19,7 @@ from reflect_otel.tracefile import TraceWriter
 
 __all__ = ["add_collect_command", "add_import_command"]
 
-EXAMPLE_FILE = "langgraph_agent.otlp.json"
+EXAMPLE_FILES = ("langgraph_agent.otlp.json", "bbm/multistep_arithmetic.jsonl")
 SubParsers = argparse._SubParsersAction  # type: ignore[type-arg]
 
 
@@ -109,7 +109,12 @@ def add_import_command(subparsers: SubParsers) -> None:
     )
     parser.add_argument("paths", nargs="*", type=Path, help="files or folders to read")
     parser.add_argument("-o", "--out", required=True, type=Path, help="JSONL file to write (replaced)")
-    parser.add_argument("--example", action="store_true", help="also read the example trace shipped with the package")
+    parser.add_argument(
+        "--example",
+        action="store_true",
+        help="also read the examples shipped with the package: a LangGraph run and three failed BIG-Bench-Mistake "
+        "chains of thought (with their expected answers)",
+    )
     parser.add_argument("--max-file-bytes", type=int, default=DEFAULT_MAX_FILE_BYTES, help="largest file read")
     parser.set_defaults(handler=_import)
 
@@ -117,7 +122,7 @@ def add_import_command(subparsers: SubParsers) -> None:
 def _import(args: argparse.Namespace) -> int:
     paths: list[Path] = list(args.paths)
     if args.example:
-        paths.append(example_path(EXAMPLE_FILE))
+        paths.extend(example_path(name) for name in EXAMPLE_FILES)
     if not paths:
         raise ConfigError("name at least one file or folder, or pass --example")
     if args.out.exists():

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from reflect_otel.baselines import BASELINES
 from reflect_otel.config import LLMConfig, ReflectConfig
+from reflect_otel.datasets import BBM_TASKS
 from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.factory import make_llm
@@ -109,6 +110,12 @@ def _expected_answers(path: Path) -> dict[str, str]:
     return answers
 
 
+def _dataset_context(trace: StructuredTrace) -> str:
+    """The BIG-Bench-Mistake task a dataset trace came from, for the prompts' domain-context slot."""
+    task = trace.metadata.get("task", "") if trace.metadata.get("dataset") == "bbm" else ""
+    return f"{task}: {BBM_TASKS[task]}" if task in BBM_TASKS else ""
+
+
 def _attributor(method: str, llm: StructuredLLM, verifier: Verifier, config: ReflectConfig) -> Attributor:
     if method == "reflect":
         return ReflectPipeline(llm, verifier=verifier, config=config)
@@ -130,14 +137,16 @@ def _attribute(args: argparse.Namespace) -> int:
     if not rows:
         raise InputError(f"{args.traces}: no traces")
     llm = make_llm(LLMConfig.from_env())
-    verifier: Verifier
+    verifiers: dict[str, Verifier] = {"oracle": OracleVerifier(), "bbm": BBMVerifier()}
     if args.verifier == "self":
-        verifier = SelfVerifier(llm, max_chars=config.max_field_chars, domain_context=args.domain_context)
-    elif args.verifier == "bbm":
-        verifier = BBMVerifier()
-    else:
-        verifier = OracleVerifier()
-    attributor = _attributor(args.method, llm, verifier, config)
+        verifiers["self"] = SelfVerifier(llm, max_chars=config.max_field_chars, domain_context=args.domain_context)
+
+    def verifier_for(trace: StructuredTrace) -> Verifier:
+        if args.verifier != "auto":
+            return verifiers[args.verifier]
+        return verifiers["bbm" if trace.metadata.get("dataset") == "bbm" else "oracle"]
+
+    attributors = {name: _attributor(args.method, llm, v, config) for name, v in verifiers.items()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     counts: dict[str, int] = {}
@@ -145,11 +154,12 @@ def _attribute(args: argparse.Namespace) -> int:
         for number, row in enumerate(rows, start=1):
             expected = answers.get(row.trace.trace_id) or row.extras.get(args.expected_field)
             adapter = find_replay_adapter(row.trace, llm)
+            attributor = attributors[verifier_for(row.trace).name]
             record = attributor.attribute(
                 row.trace,
                 expected=str(expected) if expected is not None else None,
                 replay=adapter,
-                domain_context=args.domain_context,
+                domain_context=args.domain_context or _dataset_context(row.trace),
             )
             out.write(record.model_dump_json() + "\n")
             out.flush()

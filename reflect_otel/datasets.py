@@ -78,6 +78,7 @@ def bbm_item(row: Mapping[str, Any], task: str) -> DatasetItem:
         else f"{texts[-1]}\nSo the answer is {answer}",
         steps=steps,
         source=TraceSource(framework="chain_of_thought", collector="dataset:bbm"),
+        metadata={"dataset": "bbm", "task": task},
         labels=labels,
     )
     return DatasetItem(

