@@ -30,7 +30,7 @@ from reflect_otel.record import (
     RepairPlan,
     ReplayAttempt,
 )
-from reflect_otel.replay import ReplayAdapter
+from reflect_otel.replay import ReplayAdapter, ReplayResult
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verifiers import Verifier
 
@@ -110,6 +110,35 @@ class Baseline:
         replay: ReplayAdapter | None,
     ) -> AttributionRecord:
         raise NotImplementedError
+
+    def _replay_once(
+        self,
+        run: AttributionRun,
+        replay: ReplayAdapter,
+        trace: StructuredTrace,
+        expected: str | None,
+        point: int,
+        injection: str,
+        round_: int,
+    ) -> tuple[ReplayAttempt, ReplayResult | None]:
+        """One replay and its verdict; a failure is recorded in the attempt, never raised."""
+        try:
+            result = replay.replay(trace, rollback_point=point, injection=injection)
+        except Exception as error:  # an adapter or the agent it runs may fail in any way
+            run.error("replay", error, round_)
+            return ReplayAttempt(round=round_, rollback_point=point, injection=injection, error=str(error)[:2000]), None
+        verdict = self.verifier.verify(result.trace, expected=expected)
+        attempt = ReplayAttempt(
+            round=round_,
+            rollback_point=point,
+            injection=injection,
+            verdict=verdict,
+            flipped=is_correct(verdict),
+            final_answer=result.final_answer,
+            prefix_verified=result.prefix_verified,
+            continuation=result.continuation,
+        )
+        return attempt, result
 
     @staticmethod
     def _localized(
@@ -264,28 +293,11 @@ class ICS(Baseline):
             if replay is None:
                 break
             point = localization.step_index - 1  # resample the localized step itself
-            try:
-                result = replay.replay(current, rollback_point=point, injection="")
-            except Exception as error:
-                run.error("replay", error, round_)
-                attempts.append(
-                    ReplayAttempt(round=round_, rollback_point=point, injection="", error=str(error)[:2000])
-                )
+            attempt, result = self._replay_once(run, replay, current, expected, point, "", round_)
+            attempts.append(attempt)
+            if result is None:
                 break
-            verdict = self.verifier.verify(result.trace, expected=expected)
-            attempts.append(
-                ReplayAttempt(
-                    round=round_,
-                    rollback_point=point,
-                    injection="",
-                    verdict=verdict,
-                    flipped=is_correct(verdict),
-                    final_answer=result.final_answer,
-                    prefix_verified=result.prefix_verified,
-                    continuation=result.continuation,
-                )
-            )
-            if is_correct(verdict):
+            if attempt.flipped:
                 return run.record(
                     status=AttributionStatus.VERIFIED,
                     mode="replay",
@@ -343,31 +355,13 @@ class DoVer(Baseline):
         for hypothesis in found:
             if replay is None:
                 break
-            point = hypothesis.step - 1
-            try:
-                result = replay.replay(trace, rollback_point=point, injection=hypothesis.intervention)
-            except Exception as error:
-                run.error("replay", error)
-                attempts.append(
-                    ReplayAttempt(
-                        round=1, rollback_point=point, injection=hypothesis.intervention, error=str(error)[:2000]
-                    )
-                )
-                continue
-            verdict = self.verifier.verify(result.trace, expected=expected)
-            attempts.append(
-                ReplayAttempt(
-                    round=1,
-                    rollback_point=point,
-                    injection=hypothesis.intervention,
-                    verdict=verdict,
-                    flipped=is_correct(verdict),
-                    final_answer=result.final_answer,
-                    prefix_verified=result.prefix_verified,
-                    continuation=result.continuation,
-                )
+            attempt, result = self._replay_once(
+                run, replay, trace, expected, hypothesis.step - 1, hypothesis.intervention, 1
             )
-            if is_correct(verdict):
+            attempts.append(attempt)
+            if result is None:
+                continue
+            if attempt.flipped:
                 chosen, flipped_result = hypothesis, result
                 break
         classification = stages.classify(run.llm, ctx, trace.steps[chosen.step - 1])

@@ -6,9 +6,9 @@ Settings are validated once, here, with messages that name the setting.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -28,6 +28,22 @@ class SchemaMode(str, Enum):
     """``{"type": "json_object", "schema": {...}}``: llama.cpp's servers constrain decoding to the schema."""
     JSON_OBJECT = "json_object"
     """Plain JSON mode; the schema is stated in the prompt and the output validated."""
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def _validated(cls: type[ModelT], values: dict[str, Any], variable: Callable[[str], str]) -> ModelT:
+    """``cls(**values)``, or a :class:`ConfigError` naming the setting and the variable that sets it."""
+    try:
+        return cls(**values)
+    except ValidationError as error:
+        first = error.errors()[0]
+        setting = ".".join(str(p) for p in first["loc"])
+        hint = variable(setting)
+        raise ConfigError(
+            f"setting {setting!r}: {first['msg']}" + (f" (environment: {hint})" if hint else "")
+        ) from None
 
 
 def _env(names: tuple[str, ...], environ: Mapping[str, str]) -> str | None:
