@@ -7,32 +7,9 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from reflect_otel.assembly import AssemblyLimits
 from reflect_otel.collectors._buffer import BufferLimits, CollectorStats, TraceCollector, TraceSink
-from reflect_otel.spans import SpanRecord
+from reflect_otel.spans import span_record_from_readable
 
-__all__ = ["ReflectSpanProcessor", "span_record_from_readable"]
-
-
-def span_record_from_readable(span: ReadableSpan) -> SpanRecord | None:
-    """Convert an SDK span; None when it has no valid context."""
-    context = span.context
-    if context is None or not context.is_valid:
-        return None
-    parent = span.parent
-    scope = span.instrumentation_scope
-    return SpanRecord(
-        trace_id=format(context.trace_id, "032x"),
-        span_id=format(context.span_id, "016x"),
-        parent_id=format(parent.span_id, "016x") if parent is not None else None,
-        parent_is_remote=bool(parent is not None and parent.is_remote),
-        name=span.name or "",
-        start_ns=span.start_time or 0,
-        end_ns=span.end_time,
-        attributes=dict(span.attributes or {}),
-        status=span.status.status_code.name.lower(),
-        status_message=span.status.description,
-        dropped_attributes=span.dropped_attributes,
-        scope=scope.name if scope is not None else None,
-    )
+__all__ = ["ReflectSpanProcessor"]
 
 
 class ReflectSpanProcessor(SpanProcessor):

@@ -10,8 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-__all__ = ["AttributeValue", "SpanRecord", "is_span_id", "is_trace_id"]
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan
+
+__all__ = ["AttributeValue", "SpanRecord", "is_span_id", "is_trace_id", "span_record_from_readable"]
 
 AttributeValue = str | bool | int | float | Sequence[str] | Sequence[bool] | Sequence[int] | Sequence[float]
 
@@ -53,3 +57,26 @@ class SpanRecord:
     def is_local_root(self) -> bool:
         """True for the span a trace's assembly starts from in this process."""
         return self.parent_id is None or self.parent_is_remote
+
+
+def span_record_from_readable(span: ReadableSpan) -> SpanRecord | None:
+    """Convert an SDK span; None when it has no valid context."""
+    context = span.context
+    if context is None or not context.is_valid:
+        return None
+    parent = span.parent
+    scope = span.instrumentation_scope
+    return SpanRecord(
+        trace_id=format(context.trace_id, "032x"),
+        span_id=format(context.span_id, "016x"),
+        parent_id=format(parent.span_id, "016x") if parent is not None else None,
+        parent_is_remote=bool(parent is not None and parent.is_remote),
+        name=span.name or "",
+        start_ns=span.start_time or 0,
+        end_ns=span.end_time,
+        attributes=dict(span.attributes or {}),  # type: ignore[arg-type]  # OTel values are our AttributeValue
+        status=span.status.status_code.name.lower(),
+        status_message=span.status.description,
+        dropped_attributes=span.dropped_attributes,
+        scope=scope.name if scope is not None else None,
+    )

@@ -1,0 +1,89 @@
+"""The conformance suite every replay adapter must pass.
+
+Give it a :class:`ConformanceCase`: a recorded run of an agent with a bug, an injection that repairs it, a way to
+judge answers, and a probe of what the agent's model was sent. ``run_conformance`` asserts, at every rollback point
+of the run, that the prefix is kept exactly, the injection reaches the first new model call, the continuation is
+captured and stitched after the prefix, and the fix flips the answer; and that a rollback point inside one LLM
+turn's parallel tool calls is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from reflect_otel.errors import ReplayError
+from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult
+from reflect_otel.trace import StructuredTrace
+
+__all__ = ["ConformanceCase", "allowed_points", "run_conformance"]
+
+
+@dataclass
+class ConformanceCase:
+    adapter: ReplayAdapter
+    trace: StructuredTrace
+    fix: str
+    """An injection that repairs the run."""
+    is_correct: Callable[[str | None], bool]
+    model_requests: Callable[[], Sequence[str]]
+    """Every request the agent's model received so far, as text (the probe)."""
+    injection_role: InjectionRole = "system"
+
+
+def allowed_points(trace: StructuredTrace) -> list[int]:
+    """Rollback points that do not split a turn of parallel tool calls."""
+    points = [0]
+    for p in range(1, len(trace.steps)):
+        before, after = trace.steps[p - 1], trace.steps[p]
+        if not (before.span_id == after.span_id and before.tool_call_id and after.tool_call_id):
+            points.append(p)
+    return points
+
+
+def _mid_turn_points(trace: StructuredTrace) -> list[int]:
+    return [p for p in range(1, len(trace.steps)) if p not in allowed_points(trace)]
+
+
+def check_replay(case: ConformanceCase, point: int) -> ReplayResult:
+    """One replay from ``point`` with the fix, checked against the contract."""
+    sent_before = len(case.model_requests())
+    result = case.adapter.replay(
+        case.trace, rollback_point=point, injection=case.fix, injection_role=case.injection_role
+    )
+    steps = result.trace.steps
+    assert result.rollback_point == point, "the result names its rollback point"
+    assert steps[:point] == case.trace.steps[:point], f"point {point}: the original steps 1..{point} are kept exactly"
+    assert [s.index for s in steps] == list(range(1, len(steps) + 1)), "steps are renumbered 1..n"
+    assert len(steps) > point, f"point {point}: the continuation was captured"
+    assert result.continuation == steps[point:], "the continuation follows the prefix"
+    assert result.trace.trace_id != case.trace.trace_id, "the replay is a new trace"
+    assert result.prefix_verified, f"point {point}: the first new model call did not get exactly the prefix + injection"
+    new_requests = case.model_requests()[sent_before:]
+    assert new_requests, f"point {point}: the agent's model was called"
+    assert case.fix in new_requests[0], f"point {point}: the injection did not reach the first new model call"
+    assert case.is_correct(result.final_answer), (
+        f"point {point}: the fix did not flip the answer ({result.final_answer!r})"
+    )
+    return result
+
+
+def run_conformance(case: ConformanceCase, points: Sequence[int] | None = None) -> list[ReplayResult]:
+    """Every check, at every allowed rollback point (or ``points``); returns the replays."""
+    assert not case.is_correct(case.trace.final_answer), "the recorded run must be wrong for the suite to mean much"
+    results = [check_replay(case, point) for point in (points if points is not None else allowed_points(case.trace))]
+    for point in _mid_turn_points(case.trace):
+        try:
+            case.adapter.replay(case.trace, rollback_point=point, injection=case.fix)
+        except ReplayError as error:
+            assert "parallel tool calls" in str(error)
+        else:
+            raise AssertionError(f"point {point} splits a turn of parallel tool calls and must be refused")
+    for bad in (-1, len(case.trace.steps)):
+        try:
+            case.adapter.replay(case.trace, rollback_point=bad, injection=case.fix)
+        except ReplayError:
+            pass
+        else:
+            raise AssertionError(f"rollback point {bad} is out of range and must be refused")
+    return results

@@ -1,0 +1,93 @@
+"""Capturing the spans of a replay: one processor per tracer provider keeps the spans of watched traces, and
+:func:`captured` runs a block under a fresh root span and assembles what it produced."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.trace import format_trace_id, use_span
+
+from reflect_otel.assembly import assemble_trace
+from reflect_otel.errors import ReplayError
+from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes
+from reflect_otel.spans import SpanRecord, span_record_from_readable
+from reflect_otel.trace import StructuredTrace
+
+__all__ = ["Captured", "captured"]
+
+
+class _SpanCapture(SpanProcessor):
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watched: dict[int, list[ReadableSpan]] = {}
+
+    def watch(self, trace_id: int) -> None:
+        with self._lock:
+            self._watched[trace_id] = []
+
+    def take(self, trace_id: int) -> list[ReadableSpan]:
+        with self._lock:
+            return self._watched.pop(trace_id, [])
+
+    def on_end(self, span: ReadableSpan) -> None:
+        context = span.context
+        if context is None:
+            return
+        with self._lock:
+            spans = self._watched.get(context.trace_id)
+            if spans is not None:
+                spans.append(span)
+
+
+_captures: weakref.WeakKeyDictionary[TracerProvider, _SpanCapture] = weakref.WeakKeyDictionary()
+_captures_lock = threading.Lock()
+
+
+def _capture_for(provider: TracerProvider) -> _SpanCapture:
+    with _captures_lock:
+        capture = _captures.get(provider)
+        if capture is None:
+            capture = _captures[provider] = _SpanCapture()
+            provider.add_span_processor(capture)
+        return capture
+
+
+@dataclass
+class Captured:
+    """Filled in when the ``with`` block ends: the spans it produced and the trace they assemble into."""
+
+    records: list[SpanRecord] = field(default_factory=list)
+    trace: StructuredTrace | None = None
+    trace_id: str = ""
+
+
+@contextmanager
+def captured(provider: TracerProvider, name: str) -> Iterator[Captured]:
+    """Run the block under a new root span (a new trace, not a child of the caller's) on ``provider``, which must
+    be the provider the agent's instrumentation writes to; then assemble the spans of that trace."""
+    if not isinstance(provider, TracerProvider):
+        raise ReplayError("replay needs the SDK TracerProvider the agent's OpenInference instrumentation uses")
+    capture = _capture_for(provider)
+    tracer = provider.get_tracer("reflect_otel.replay")
+    result = Captured()
+    root = tracer.start_span(
+        name,
+        context=Context(),
+        attributes={SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.CHAIN.value},
+    )
+    trace_id = root.get_span_context().trace_id
+    result.trace_id = format_trace_id(trace_id)
+    capture.watch(trace_id)
+    try:
+        with use_span(root, end_on_exit=True):
+            yield result
+    finally:
+        spans = capture.take(trace_id)
+        result.records = [r for r in (span_record_from_readable(s) for s in spans) if r is not None]
+    result.trace = assemble_trace(result.records, collector="replay")

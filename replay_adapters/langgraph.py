@@ -1,0 +1,190 @@
+"""Replay of a compiled LangGraph graph, in a new thread so the user's thread is never branched.
+
+With the run's checkpoints (``trace.replay.thread_id`` on the graph's checkpointer): the checkpoint written right
+after step p (its ``metadata["step"]`` equals step p's ``langgraph_step``, and its ``next`` is the model node) is
+copied into a new thread with ``update_state(..., as_node=<node of step p>)`` together with the injection, and the
+graph resumes with ``invoke(None, config)``. Without checkpoints (no checkpointer, another process, or
+``durability="exit"``), the new thread is seeded from the messages the model saw right after step p (the LLM
+span's recorded input). Rolling back to 0 invokes the graph on the run's first input plus the injection.
+
+Known limits: a graph whose model node adds its own system prompt is seeded from spans with that prompt in the
+messages; a subgraph's checkpoints are not forked (replay the inner graph on its own); chat formatters that
+reject mid-conversation system messages need ``injection_role="user"``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection
+from typing import Any
+
+from opentelemetry.sdk.trace import TracerProvider
+
+from reflect_otel import _values
+from reflect_otel.errors import MissingDependencyError, ReplayError
+from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_point
+from reflect_otel.replay_adapters._capture import captured
+from reflect_otel.replay_adapters._guard import ToolGuard
+from reflect_otel.replay_adapters._stitch import stitch
+from reflect_otel.semconv import INPUT_MESSAGES_PREFIX, OpenInferenceSpanKindValues, SpanAttributes
+from reflect_otel.spans import SpanRecord
+from reflect_otel.trace import StructuredTrace
+
+try:
+    from langchain_core._api import suppress_langchain_beta_warning
+    from langchain_core.load import load as lc_load
+    from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, SystemMessage
+except ImportError as error:  # pragma: no cover - depends on the environment
+    raise MissingDependencyError("langgraph", "langgraph") from error
+
+__all__ = ["LangGraphReplayAdapter"]
+
+
+def _injection_message(text: str, role: InjectionRole) -> BaseMessage:
+    return HumanMessage(text) if role == "user" else SystemMessage(text)
+
+
+def _first_llm_contents(records: list[SpanRecord]) -> list[str] | None:
+    llm = OpenInferenceSpanKindValues.LLM.value
+    first = min(
+        (r for r in records if r.attributes.get(SpanAttributes.OPENINFERENCE_SPAN_KIND) == llm),
+        key=lambda r: r.start_ns,
+        default=None,
+    )
+    if first is None:
+        return None
+    contents: dict[int, str] = {}
+    for key, value in first.attributes.items():
+        if key.startswith(INPUT_MESSAGES_PREFIX) and key.endswith(".message.content"):
+            index = key[len(INPUT_MESSAGES_PREFIX) :].split(".", 1)[0]
+            if index.isdigit():
+                contents[int(index)] = str(value)
+    return [contents[i] for i in sorted(contents)]
+
+
+class LangGraphReplayAdapter:
+    """``graph`` is the compiled graph; ``tracer_provider`` the provider the LangChain instrumentation uses.
+    ``model_node``/``tools_node`` name the ReAct nodes (LangGraph's defaults: ``agent`` and ``tools``)."""
+
+    def __init__(
+        self,
+        graph: Any,
+        *,
+        tracer_provider: TracerProvider,
+        model_node: str = "agent",
+        tools_node: str = "tools",
+        irreversible_tools: Collection[str] = (),
+        allow_irreversible: bool = False,
+        recursion_limit: int = 50,
+    ) -> None:
+        self.graph = graph
+        self._provider = tracer_provider
+        self.model_node = model_node
+        self.tools_node = tools_node
+        self._guard = ToolGuard(irreversible_tools, allow=allow_irreversible)
+        self.recursion_limit = recursion_limit
+
+    # -- where to resume from ------------------------------------------------------------------------------------
+    def _checkpoint_after(self, trace: StructuredTrace, rollback_point: int) -> tuple[dict[str, Any], str] | None:
+        """State values and checkpoint id right after step ``rollback_point``, from the run's own checkpoints."""
+        saver = getattr(self.graph, "checkpointer", None)
+        thread = trace.replay.thread_id
+        if saver is None or thread is None:
+            return None
+        wanted = 0 if rollback_point == 0 else trace.steps[rollback_point - 1].langgraph_step
+        if wanted is None:
+            return None
+        for checkpoint in saver.list({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}):
+            if checkpoint.metadata.get("step") != wanted:
+                continue
+            state = self.graph.get_state(checkpoint.config)
+            if self.model_node not in state.next:
+                return None
+            return dict(state.values), str(checkpoint.config["configurable"].get("checkpoint_id", ""))
+        return None
+
+    @staticmethod
+    def _messages_from_spans(trace: StructuredTrace, rollback_point: int) -> list[AnyMessage]:
+        for step in trace.steps[rollback_point:]:
+            if not step.model_input:
+                continue
+            request = _values.parse_json(step.model_input)
+            batch = request.get("messages") if isinstance(request, dict) else None
+            if isinstance(batch, list) and batch and isinstance(batch[0], list):
+                batch = batch[0]
+            if not isinstance(batch, list):
+                break
+            try:  # trace content is untrusted: only chat-message classes may be rebuilt
+                with suppress_langchain_beta_warning():
+                    return [
+                        lc_load(m, allowed_objects="messages") if isinstance(m, dict) and m.get("lc") else m
+                        for m in batch
+                    ]
+            except Exception as error:  # malformed or unknown serialised classes
+                raise ReplayError(f"could not rebuild the messages recorded on step {step.index}: {error}") from None
+        raise ReplayError(
+            f"no checkpoint and no recorded model input after step {rollback_point}: give the graph a checkpointer "
+            "(and keep trace.replay.thread_id), or keep span attributes (raise OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT)"
+        )
+
+    # -- running -------------------------------------------------------------------------------------------------
+    def _run(self, start: dict[str, Any] | None, config: dict[str, Any]) -> None:
+        guarded = bool(self._guard.irreversible) and not self._guard.allow
+        interrupt = [self.tools_node] if guarded else None
+        self.graph.invoke(start, config, interrupt_before=interrupt)
+        while guarded and self.tools_node in self.graph.get_state(config).next:
+            pending = self.graph.get_state(config).values.get("messages", [])[-1]
+            for call in getattr(pending, "tool_calls", []) or []:
+                self._guard(call["name"], call.get("args"))
+            self.graph.invoke(None, config, interrupt_before=interrupt)
+
+    def replay(
+        self,
+        trace: StructuredTrace,
+        *,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole = "system",
+    ) -> ReplayResult:
+        check_rollback_point(trace, rollback_point)
+        forked = self._checkpoint_after(trace, rollback_point)
+        if forked is not None:
+            values, source = forked
+            messages = list(values.get("messages", []))
+        else:
+            values, source = {}, "spans"
+            messages = self._messages_from_spans(trace, rollback_point)
+        if injection:
+            messages.append(_injection_message(injection, injection_role))
+        thread = f"reflect-replay-{uuid.uuid4().hex}"
+        config: dict[str, Any] = {"configurable": {"thread_id": thread}, "recursion_limit": self.recursion_limit}
+        with captured(self._provider, "reflect.replay.langgraph") as run:
+            try:
+                if rollback_point == 0:
+                    self._run({**values, "messages": messages}, config)
+                else:
+                    node = trace.steps[rollback_point - 1].langgraph_node or self.tools_node
+                    self.graph.update_state(config, {**values, "messages": messages}, as_node=node)
+                    self._run(None, config)
+            except ReplayError:
+                raise
+            except Exception as error:  # the graph may fail in any way
+                raise ReplayError(f"the graph failed while replaying: {type(error).__name__}: {error}") from error
+        assert run.trace is not None
+        final_messages = self.graph.get_state(config).values.get("messages", [])
+        final = _values.as_text(final_messages[-1].content) if final_messages else run.trace.final_answer
+        seen = _first_llm_contents(run.records)
+        expected = [_values.as_text(m.content) for m in messages]
+        replayed = stitch(trace, rollback_point, run.trace.steps, trace_id=run.trace_id, final_answer=final)
+        return ReplayResult(
+            trace=replayed,
+            rollback_point=rollback_point,
+            final_answer=final,
+            prefix_verified=seen == expected,
+            adapter_info={
+                "adapter": "langgraph",
+                "thread_id": thread,
+                "forked_from": source,
+                "replay_trace_id": run.trace_id,
+            },
+        )

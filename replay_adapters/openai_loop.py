@@ -1,0 +1,119 @@
+"""Replay of a plain OpenAI tool-calling loop.
+
+The prefix is the exact request body of the LLM call right after the rollback point (its ``input.value``, recorded
+by openinference-instrumentation-openai): its ``messages``, plus the injection, are handed to the user's
+registered ``resume`` function, which continues the loop with the same model and tools. The continuation's spans
+are captured and stitched after the kept steps.
+
+``resume(messages, guard)`` must call ``guard(tool_name, arguments)`` before running each tool: the guard stops a
+continuation that would call an irreversible tool (unless allowed), so a replay never repeats a side effect.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Collection
+from typing import Any
+
+from opentelemetry.sdk.trace import TracerProvider
+
+from reflect_otel import _values
+from reflect_otel.errors import ReplayError
+from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_point
+from reflect_otel.replay_adapters._capture import captured
+from reflect_otel.replay_adapters._guard import IrreversibleToolError, ToolGuard
+from reflect_otel.replay_adapters._stitch import stitch
+from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes
+from reflect_otel.spans import SpanRecord
+from reflect_otel.trace import StructuredTrace
+
+__all__ = ["IrreversibleToolError", "OpenAIToolLoopReplayAdapter", "ResumeLoop"]
+
+ResumeLoop = Callable[[list[dict[str, Any]], Callable[[str, Any], None]], str]
+"""``resume(messages, guard) -> final answer``: continue the tool loop from ``messages``."""
+
+
+def _first_llm_request(records: list[SpanRecord]) -> Any:
+    llm = OpenInferenceSpanKindValues.LLM.value
+    first = min(
+        (r for r in records if r.attributes.get(SpanAttributes.OPENINFERENCE_SPAN_KIND) == llm),
+        key=lambda r: r.start_ns,
+        default=None,
+    )
+    return None if first is None else _values.parse_json(first.attributes.get(SpanAttributes.INPUT_VALUE))
+
+
+class OpenAIToolLoopReplayAdapter:
+    """``tracer_provider`` is the provider the OpenAI instrumentation was installed with."""
+
+    def __init__(
+        self,
+        resume: ResumeLoop,
+        *,
+        tracer_provider: TracerProvider,
+        irreversible_tools: Collection[str] = (),
+        allow_irreversible: bool = False,
+    ) -> None:
+        self._resume = resume
+        self._provider = tracer_provider
+        self._guard = ToolGuard(irreversible_tools, allow=allow_irreversible)
+
+    @staticmethod
+    def request_after(trace: StructuredTrace, rollback_point: int) -> dict[str, Any]:
+        """The recorded request of the first LLM call after step ``rollback_point``."""
+        for step in trace.steps[rollback_point:]:
+            if step.model_input:
+                request = _values.parse_json(step.model_input)
+                if isinstance(request, dict) and isinstance(request.get("messages"), list):
+                    return request
+                raise ReplayError(f"step {step.index}'s recorded model request is not an OpenAI chat request")
+        raise ReplayError(
+            f"no model request is recorded after step {rollback_point}; the OpenAI instrumentation records it as "
+            "input.value (check it is installed and that span attributes were not dropped)"
+        )
+
+    def replay(
+        self,
+        trace: StructuredTrace,
+        *,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole = "system",
+    ) -> ReplayResult:
+        check_rollback_point(trace, rollback_point)
+        messages = list(self.request_after(trace, rollback_point)["messages"])
+        if injection:
+            messages.append({"role": injection_role, "content": injection})
+        with captured(self._provider, "reflect.replay.openai_loop") as run:
+            try:
+                answer = self._resume(copy.deepcopy(messages), self._guard)
+            except IrreversibleToolError:
+                raise
+            except Exception as error:  # the user's loop may fail in any way
+                raise ReplayError(f"the resumed tool loop failed: {type(error).__name__}: {error}") from error
+        assert run.trace is not None
+        sent = _first_llm_request(run.records)
+        prefix_verified = isinstance(sent, dict) and _canonical(sent.get("messages")) == _canonical(messages)
+        final = answer if answer else run.trace.final_answer
+        replayed = stitch(trace, rollback_point, run.trace.steps, trace_id=run.trace_id, final_answer=final)
+        return ReplayResult(
+            trace=replayed,
+            rollback_point=rollback_point,
+            final_answer=final,
+            prefix_verified=prefix_verified,
+            adapter_info={"adapter": "openai_loop", "replay_trace_id": run.trace_id},
+        )
+
+
+def _canonical(messages: Any) -> str:
+    """Messages compared by content: the client may add defaults (``None`` fields) when it serialises."""
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items() if v is not None}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    return json.dumps(clean(messages), sort_keys=True)

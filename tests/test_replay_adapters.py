@@ -1,0 +1,131 @@
+"""Every replay adapter passes the same conformance suite, on real agents: a LangGraph graph and an OpenAI tool
+loop (deterministic models whose bug a correction repairs), through the real OpenInference instrumentation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from opentelemetry.trace import format_trace_id
+
+from reflect_otel.errors import ReplayError
+from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
+from reflect_otel.replay_adapters.openai_loop import IrreversibleToolError, OpenAIToolLoopReplayAdapter
+from reflect_otel.testing.conformance import ConformanceCase, allowed_points, run_conformance
+from reflect_otel.trace import StructuredTrace
+from tests import replay_agents
+from tests.conftest import Instrumented
+
+
+def _is_correct(answer: str | None) -> bool:
+    return answer == replay_agents.CORRECT
+
+
+def _record(instrumented: Instrumented, run: Any) -> StructuredTrace:
+    before = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()}
+    assert run() == replay_agents.WRONG
+    (trace_id,) = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()} - before
+    return instrumented.assembled(trace_id)
+
+
+@pytest.fixture
+def langgraph_case(instrumented: Instrumented) -> ConformanceCase:
+    requests: list[str] = []
+    graph = replay_agents.build_graph(requests)
+    trace = _record(instrumented, lambda: replay_agents.run_graph(graph, "user-thread"))
+    adapter = LangGraphReplayAdapter(graph, tracer_provider=instrumented.provider)
+    return ConformanceCase(adapter, trace, replay_agents.FIX, _is_correct, lambda: requests)
+
+
+@pytest.fixture
+def openai_case(instrumented: Instrumented) -> ConformanceCase:
+    requests: list[str] = []
+    client = replay_agents.openai_client(requests)
+    tracer = instrumented.provider.get_tracer("tests.replay_loop")
+    trace = _record(instrumented, lambda: replay_agents.run_loop(client, tracer))
+    adapter = OpenAIToolLoopReplayAdapter(
+        lambda messages, guard: replay_agents.tool_loop(client, tracer, messages, guard),
+        tracer_provider=instrumented.provider,
+    )
+    return ConformanceCase(adapter, trace, replay_agents.FIX, _is_correct, lambda: requests)
+
+
+def test_recorded_buggy_runs_have_the_expected_shape(
+    langgraph_case: ConformanceCase, openai_case: ConformanceCase
+) -> None:
+    for case in (langgraph_case, openai_case):
+        assert [s.tool_name for s in case.trace.steps] == ["lookup_population", "add", "lookup_population", None]
+        assert allowed_points(case.trace) == [0, 1, 3]  # 2 splits the parallel add + lookup(Rome) turn
+
+
+def test_langgraph_adapter_conformance(langgraph_case: ConformanceCase) -> None:
+    results = run_conformance(langgraph_case)
+    assert "spans" not in {r.adapter_info["forked_from"] for r in results}  # forked from the run's checkpoints
+    assert all(r.adapter_info["thread_id"].startswith("reflect-replay-") for r in results)
+    graph = langgraph_case.adapter.graph  # type: ignore[attr-defined]
+    # the user's thread was never branched: still the checkpoints of the one original run
+    steps = [c.metadata["step"] for c in graph.checkpointer.list({"configurable": {"thread_id": "user-thread"}})]
+    assert sorted(steps) == list(range(-1, max(steps) + 1))
+    # continuation steps carry their LangGraph superstep in the new thread
+    assert results[0].continuation[0].tool_args == {"city": "Paris"}
+
+
+def test_langgraph_adapter_seeds_from_spans_without_checkpoints(langgraph_case: ConformanceCase) -> None:
+    trace = langgraph_case.trace.model_copy(
+        update={"replay": langgraph_case.trace.replay.model_copy(update={"thread_id": None})}
+    )
+    case = ConformanceCase(
+        langgraph_case.adapter, trace, langgraph_case.fix, _is_correct, langgraph_case.model_requests
+    )
+    results = run_conformance(case, points=[1, 3])
+    assert {r.adapter_info["forked_from"] for r in results} == {"spans"}
+
+
+def test_openai_loop_adapter_conformance(openai_case: ConformanceCase) -> None:
+    results = run_conformance(openai_case)
+    assert all(r.adapter_info["adapter"] == "openai_loop" for r in results)
+
+
+@pytest.mark.parametrize("role", ["user", "developer"])
+def test_injection_role_is_configurable(openai_case: ConformanceCase, role: str) -> None:
+    requests_before = len(openai_case.model_requests())
+    result = openai_case.adapter.replay(
+        openai_case.trace, rollback_point=1, injection=replay_agents.FIX, injection_role=role
+    )  # type: ignore[arg-type]
+    assert result.prefix_verified and _is_correct(result.final_answer)
+    assert len(openai_case.model_requests()) > requests_before
+
+
+def test_irreversible_tools_stop_the_replay(
+    instrumented: Instrumented, openai_case: ConformanceCase, langgraph_case: ConformanceCase
+) -> None:
+    client = replay_agents.openai_client()
+    tracer = instrumented.provider.get_tracer("tests.replay_loop")
+    guarded = OpenAIToolLoopReplayAdapter(
+        lambda messages, guard: replay_agents.tool_loop(client, tracer, messages, guard),
+        tracer_provider=instrumented.provider,
+        irreversible_tools={"add"},
+    )
+    with pytest.raises(IrreversibleToolError, match="'add', which is marked irreversible"):
+        guarded.replay(openai_case.trace, rollback_point=1, injection=replay_agents.FIX)
+    graph = langgraph_case.adapter.graph  # type: ignore[attr-defined]
+    lg = LangGraphReplayAdapter(graph, tracer_provider=instrumented.provider, irreversible_tools={"add"})
+    with pytest.raises(IrreversibleToolError):
+        lg.replay(langgraph_case.trace, rollback_point=1, injection=replay_agents.FIX)
+    allowed = LangGraphReplayAdapter(
+        graph, tracer_provider=instrumented.provider, irreversible_tools={"add"}, allow_irreversible=True
+    )
+    assert _is_correct(allowed.replay(langgraph_case.trace, rollback_point=1, injection=replay_agents.FIX).final_answer)
+
+
+def test_without_the_fix_the_answer_stays_wrong(langgraph_case: ConformanceCase) -> None:
+    result = langgraph_case.adapter.replay(langgraph_case.trace, rollback_point=1, injection="be careful")
+    assert result.final_answer == replay_agents.WRONG
+
+
+def test_openai_adapter_needs_recorded_requests(openai_case: ConformanceCase) -> None:
+    stripped = openai_case.trace.model_copy(
+        update={"steps": tuple(s.model_copy(update={"model_input": None}) for s in openai_case.trace.steps)}
+    )
+    with pytest.raises(ReplayError, match="no model request is recorded"):
+        openai_case.adapter.replay(stripped, rollback_point=1, injection="x")
