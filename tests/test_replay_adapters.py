@@ -129,3 +129,135 @@ def test_openai_adapter_needs_recorded_requests(openai_case: ConformanceCase) ->
     )
     with pytest.raises(ReplayError, match="no model request is recorded"):
         openai_case.adapter.replay(stripped, rollback_point=1, injection="x")
+
+
+class _Server:
+    """A real HTTP server on loopback whose answer to each POST is ``respond(body) -> (status, bytes)``."""
+
+    def __init__(self, respond: Any) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                status, body = respond(self.rfile.read(int(self.headers["Content-Length"])))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/replay"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_http_adapter_conformance_against_a_real_server(openai_case: ConformanceCase) -> None:
+    from reflect_otel.replay_adapters.http import HTTPReplayAdapter, replay_handler
+
+    server = _Server(lambda body: replay_handler(openai_case.adapter, body))
+    try:
+        adapter = HTTPReplayAdapter(server.url, timeout_s=30)
+        case = ConformanceCase(adapter, openai_case.trace, openai_case.fix, _is_correct, openai_case.model_requests)
+        results = run_conformance(case)
+        assert {r.adapter_info["adapter"] for r in results} == {"openai_loop"}  # the agent side's adapter info
+        assert all(r.adapter_info["url"] == server.url for r in results)
+    finally:
+        server.close()
+
+
+def test_http_adapter_failures_are_replay_errors(openai_case: ConformanceCase) -> None:
+    import json
+
+    from reflect_otel.replay_adapters.http import HTTPReplayAdapter
+
+    trace = openai_case.trace
+    tampered = trace.model_copy(
+        update={"steps": (trace.steps[0].model_copy(update={"reasoning": "changed"}), *trace.steps[1:])}
+    )
+    answers = {
+        "error": (422, json.dumps({"error": "agent exploded"}).encode()),
+        "garbage": (200, b"<html>"),
+        "prefix": (200, json.dumps({"trace": tampered.model_dump(mode="json"), "prefix_verified": True}).encode()),
+        "neither": (200, b"{}"),
+    }
+    expected = {
+        "error": "answered 422: agent exploded",
+        "garbage": "not JSON",
+        "prefix": "did not keep steps 1..1",
+        "neither": "neither 'trace' nor 'otlp'",
+    }
+    for name, answer in answers.items():
+        server = _Server(lambda body, answer=answer: answer)
+        try:
+            with pytest.raises(ReplayError, match=expected[name]):
+                HTTPReplayAdapter(server.url, timeout_s=10).replay(trace, rollback_point=1, injection="x")
+        finally:
+            server.close()
+    with pytest.raises(ReplayError, match="unreachable"):
+        HTTPReplayAdapter("http://127.0.0.1:9/replay", timeout_s=2).replay(trace, rollback_point=1, injection="x")
+
+
+def test_http_adapter_assembles_an_otlp_continuation(openai_case: ConformanceCase) -> None:
+    import json
+
+    from reflect_otel.replay_adapters.http import HTTPReplayAdapter
+
+    def span(span_id: str, parent: str | None, kind: str, start: int, **attrs: str) -> dict[str, Any]:
+        attributes = [{"key": "openinference.span.kind", "value": {"stringValue": kind}}]
+        attributes += [{"key": k, "value": {"stringValue": v}} for k, v in attrs.items()]
+        out: dict[str, Any] = {
+            "traceId": "ab" * 16,
+            "spanId": span_id,
+            "name": kind,
+            "startTimeUnixNano": str(start),
+            "endTimeUnixNano": str(start + 5),
+            "attributes": attributes,
+        }
+        if parent:
+            out["parentSpanId"] = parent
+        return out
+
+    calls = "llm.output_messages.0.message.tool_calls.0.tool_call."
+    spans = [
+        span("1" * 16, None, "CHAIN", 1),
+        span(
+            "2" * 16,
+            "1" * 16,
+            "LLM",
+            2,
+            **{
+                "llm.output_messages.0.message.content": "look up Paris",
+                calls + "id": "c1",
+                calls + "function.name": "lookup_population",
+                calls + "function.arguments": '{"city": "Paris"}',
+            },
+        ),
+        span(
+            "3" * 16,
+            "1" * 16,
+            "TOOL",
+            3,
+            **{"tool.name": "lookup_population", "tool_call.id": "c1", "output.value": "Paris: 2100000"},
+        ),
+        span("4" * 16, "1" * 16, "LLM", 4, **{"llm.output_messages.0.message.content": replay_agents.CORRECT}),
+    ]
+    answer = {"otlp": {"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}, "prefix_verified": True}
+    server = _Server(lambda body: (200, json.dumps(answer).encode()))
+    try:
+        result = HTTPReplayAdapter(server.url).replay(openai_case.trace, rollback_point=1, injection=replay_agents.FIX)
+    finally:
+        server.close()
+    assert result.trace.steps[:1] == openai_case.trace.steps[:1]
+    assert [(s.index, s.tool_name, s.tool_result) for s in result.continuation] == [
+        (2, "lookup_population", "Paris: 2100000"),
+        (3, None, None),
+    ]
+    assert result.final_answer == replay_agents.CORRECT and result.prefix_verified

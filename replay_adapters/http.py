@@ -1,0 +1,152 @@
+"""Replay of an agent in another process or language, over a small HTTP protocol.
+
+Request: ``POST <url>`` with ``Content-Type: application/json``::
+
+    {"protocol": "reflect-otel.replay.v1", "trace": <StructuredTrace JSON>, "rollback_point": 3,
+     "injection": "IMPORTANT - CORRECTION CONTEXT: ...", "injection_role": "system"}
+
+The agent keeps steps 1..rollback_point of ``trace`` (without re-running their tools), adds ``injection`` to its
+context as a message of ``injection_role``, continues, and answers ``200`` with either
+
+* ``{"trace": <StructuredTrace JSON of the whole replayed run>, "prefix_verified": true, "final_answer": "..."}``, or
+* ``{"otlp": <OTLP/JSON ExportTraceServiceRequest holding the continuation's spans>, "prefix_verified": true,
+  "final_answer": "..."}`` (reflect-otel assembles the spans and stitches them after the kept steps),
+
+plus an optional ``"adapter_info": {string: string}``. Any other status, with ``{"error": "..."}``, is a failed
+replay. ``prefix_verified`` is the agent's word that its first new model call received exactly the prefix plus
+the injection. :func:`replay_handler` serves this protocol for a Python agent with any other adapter.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+
+from reflect_otel.assembly import assemble_trace
+from reflect_otel.collectors.otlp import decode_json_document
+from reflect_otel.errors import InputError, ReplayError
+from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult, check_rollback_point
+from reflect_otel.replay_adapters._stitch import stitch
+from reflect_otel.trace import StructuredTrace
+
+__all__ = ["PROTOCOL", "HTTPReplayAdapter", "replay_handler"]
+
+PROTOCOL = "reflect-otel.replay.v1"
+
+
+class HTTPReplayAdapter:
+    """POSTs replay requests to ``url``. Responses over ``max_response_bytes`` are refused."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = 300.0,
+        headers: Mapping[str, str] | None = None,
+        max_response_bytes: int = 64 * 1024 * 1024,
+        client: httpx.Client | None = None,
+    ) -> None:
+        self.url = url
+        self.max_response_bytes = max_response_bytes
+        self._client = client or httpx.Client(timeout=timeout_s, headers=dict(headers or {}))
+
+    def replay(
+        self,
+        trace: StructuredTrace,
+        *,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole = "system",
+    ) -> ReplayResult:
+        check_rollback_point(trace, rollback_point)
+        body = {
+            "protocol": PROTOCOL,
+            "trace": trace.model_dump(mode="json"),
+            "rollback_point": rollback_point,
+            "injection": injection,
+            "injection_role": injection_role,
+        }
+        try:
+            response = self._client.post(self.url, json=body)
+        except httpx.HTTPError as error:
+            raise ReplayError(f"replay endpoint {self.url} unreachable: {error}") from None
+        if len(response.content) > self.max_response_bytes:
+            raise ReplayError(f"replay endpoint {self.url} answered {len(response.content)} bytes, over the limit")
+        try:
+            payload = response.json()
+        except ValueError:
+            raise ReplayError(
+                f"replay endpoint {self.url} answered {response.status_code} with a body that is not JSON"
+            ) from None
+        if response.status_code != 200 or not isinstance(payload, dict):
+            message = payload.get("error") if isinstance(payload, dict) else None
+            raise ReplayError(
+                f"replay endpoint {self.url} answered {response.status_code}: {message or response.text[:300]}"
+            )
+        return self._result(trace, rollback_point, payload)
+
+    def _result(self, trace: StructuredTrace, rollback_point: int, payload: dict[str, Any]) -> ReplayResult:
+        info = payload.get("adapter_info") or {}
+        adapter_info = {"adapter": "http", "url": self.url} | {str(k): str(v) for k, v in dict(info).items()}
+        final = payload.get("final_answer")
+        if "trace" in payload:
+            try:
+                replayed = StructuredTrace.model_validate(payload["trace"])
+            except ValidationError as error:
+                raise ReplayError(f"the replay endpoint sent an invalid trace: {error.errors()[0]['msg']}") from None
+            if replayed.steps[:rollback_point] != trace.steps[:rollback_point]:
+                raise ReplayError(f"the replay endpoint did not keep steps 1..{rollback_point} unchanged")
+        elif "otlp" in payload:
+            try:
+                batch = decode_json_document(payload["otlp"])
+                continuation = assemble_trace(batch.spans, collector="replay")
+            except InputError as error:
+                raise ReplayError(f"the replay endpoint sent unusable spans: {error}") from None
+            replayed = stitch(
+                trace,
+                rollback_point,
+                continuation.steps,
+                trace_id=continuation.trace_id,
+                final_answer=str(final) if final is not None else continuation.final_answer,
+            )
+        else:
+            raise ReplayError("the replay endpoint's answer has neither 'trace' nor 'otlp'")
+        if len(replayed.steps) <= rollback_point:
+            raise ReplayError("the replay endpoint sent no continuation")
+        return ReplayResult(
+            trace=replayed,
+            rollback_point=rollback_point,
+            final_answer=str(final) if final is not None else replayed.final_answer,
+            prefix_verified=payload.get("prefix_verified") is True,
+            adapter_info=adapter_info,
+        )
+
+
+def replay_handler(adapter: ReplayAdapter, body: bytes) -> tuple[int, bytes]:
+    """Serve one protocol request with ``adapter``: (status, JSON body). For the agent's side of the wire."""
+    try:
+        request = json.loads(body)
+        if not isinstance(request, dict) or request.get("protocol") != PROTOCOL:
+            raise ValueError(f"expected a {PROTOCOL} request")
+        trace = StructuredTrace.model_validate(request["trace"])
+        result = adapter.replay(
+            trace,
+            rollback_point=int(request["rollback_point"]),
+            injection=str(request.get("injection", "")),
+            injection_role=request.get("injection_role", "system"),
+        )
+    except (ValueError, KeyError, TypeError, ValidationError) as error:
+        return 400, json.dumps({"error": f"bad replay request: {error}"}).encode()
+    except ReplayError as error:
+        return 422, json.dumps({"error": str(error)}).encode()
+    answer = {
+        "trace": result.trace.model_dump(mode="json"),
+        "final_answer": result.final_answer,
+        "prefix_verified": result.prefix_verified,
+        "adapter_info": result.adapter_info,
+    }
+    return 200, json.dumps(answer).encode()
