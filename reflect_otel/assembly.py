@@ -11,7 +11,8 @@ OpenAI client via openinference-instrumentation-openai, smolagents in TRAIL):
 * A TOOL span answers the call with its tool call id (``tool_call.id``, or the id inside the serialised
   ``ToolMessage`` LangChain writes to ``output.value``); without an id, the oldest unanswered call of the same
   tool. A TOOL span that answers no call (a tool invoked from code) is a step of its own.
-* An LLM span with no tool calls is a step (code agents act through text). A trace made of one LLM span and
+* An LLM span with no tool calls is a step (code agents act through text). An LLM span inside another LLM span
+  (a chat-model wrapper calling an instrumented client) is part of the outer call, not a step. A trace made of one LLM span and
   nothing else is a chain of thought: one step per non-empty line of its output.
 * The question is the root's input, else the first AGENT span's, else the first user message an LLM saw. The final
   answer is the root's output, else the first AGENT span's, else the final-answer step's text.
@@ -155,6 +156,7 @@ class _Assembler:
         self.tool_span_count = 0
         self.first_user_message = ""
         self.first_metadata: Mapping[str, Any] = {}
+        self.nested_llm_spans: set[str] = set()
         self.by_id = self._dedupe(spans)
         self.order = self._walk()
 
@@ -196,19 +198,25 @@ class _Assembler:
         seen: set[str] = set()
 
         def visit(starts: list[SpanRecord]) -> None:
-            stack: list[tuple[SpanRecord, str | None]] = [(s, None) for s in reversed(starts)]
+            # (span, agent name, inside an LLM span): an LLM span nested in another (a chat-model wrapper calling
+            # an instrumented client) is part of the outer call, not a decision of its own
+            stack: list[tuple[SpanRecord, str | None, bool]] = [(s, None, False) for s in reversed(starts)]
             while stack:
-                span, agent = stack.pop()
+                span, agent, inside_llm = stack.pop()
                 if span.span_id in seen:
                     continue
                 seen.add(span.span_id)
-                if span.attributes.get(_KIND) == _AGENT:
+                kind = span.attributes.get(_KIND)
+                if kind == _AGENT:
                     agent = str(span.attributes.get(SpanAttributes.AGENT_NAME) or span.name)
+                if inside_llm and kind == _LLM:
+                    self.nested_llm_spans.add(span.span_id)
                 order.append((span, agent))
                 kids = children.get(span.span_id)
                 if kids:
                     kids.sort(key=_time_key, reverse=True)
-                    stack.extend((kid, agent) for kid in kids)
+                    nested = inside_llm or kind == _LLM
+                    stack.extend((kid, agent, nested) for kid in kids)
 
         visit(roots)
         if len(seen) < len(self.by_id):  # parent links that form a cycle never reach a root
@@ -236,7 +244,7 @@ class _Assembler:
             kind = span.attributes.get(_KIND)
             if kind is None and span.dropped_attributes:
                 kind = _infer_dropped_kind(span.attributes)
-            if kind == _LLM:
+            if kind == _LLM and span.span_id not in self.nested_llm_spans:
                 if self._add_llm(span, agent):
                     gaps.append(span.span_id)
             elif kind == _TOOL:

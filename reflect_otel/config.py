@@ -115,6 +115,9 @@ class ReflectConfig(BaseModel):
     rollback_points: int = Field(default=3, ge=1, le=10, description="K: rollback points per round.")
     gate: GateMode = GateMode.HARD
     gate_retries: int = Field(default=3, ge=0, le=10, description="R: hard-gate retries per rollback point.")
+    replay_samples: int = Field(
+        default=1, ge=1, le=10, description="Continuations per rollback point; >1 reports a flip rate."
+    )
     use_diagnostician: bool = Field(default=True, description="Ablation: off gives a null repair plan.")
     relocalize: bool = Field(default=True, description="Ablation: off keeps the first localization every round.")
     max_field_chars: int = Field(default=500, ge=50, description="Trace fields are cut to this many characters.")

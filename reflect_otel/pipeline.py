@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from reflect_otel import prompts, stages
 from reflect_otel._run import AttributionRun, is_correct, prompt_context
@@ -23,6 +24,7 @@ from reflect_otel.record import (
     AttributionRecord,
     AttributionStatus,
     Classification,
+    FlipRate,
     GateVerdict,
     Intervention,
     Localization,
@@ -130,7 +132,7 @@ class ReflectPipeline:
             )
         localization, classification = located
         localizations.append(localization)
-        base = {"original_verdict": original_verdict}
+        base: dict[str, Any] = {"original_verdict": original_verdict}  # what every record from here carries
         if replay is None:
             return self._fallback(
                 run,
@@ -146,6 +148,8 @@ class ReflectPipeline:
             )
 
         attempts: list[ReplayAttempt] = []
+        flip_rates: list[FlipRate] = []
+        base["flip_rates"] = flip_rates  # filled in as points are tried
         current = trace
         plan: RepairPlan | None = None
         rounds_run = 0
@@ -154,13 +158,13 @@ class ReflectPipeline:
             plan = self._plan(run, current, context(current), localization, classification, round_)
             candidates: list[_Candidate] = []
             for point in rollback_points(localization.step_index, cfg.rollback_points):
-                found = self._try_point(run, current, expected, replay, plan, localization, point, round_, attempts)
+                found = self._try_point(
+                    run, current, expected, replay, plan, localization, point, round_, attempts, flip_rates
+                )
                 if found is None:
                     continue
                 candidates.append(found)
-                if is_correct(found.attempt.verdict) and (
-                    cfg.gate is not GateMode.HARD or _faithful(found.attempt.gate)
-                ):
+                if self._counts(found):
                     return self._verified(
                         run,
                         current,
@@ -243,6 +247,41 @@ class ReflectPipeline:
         point: int,
         round_: int,
         attempts: list[ReplayAttempt],
+        flip_rates: list[FlipRate],
+    ) -> _Candidate | None:
+        """``replay_samples`` continuations from ``point``: the first that counts as a flip, else the last that ran.
+        With several samples, all run, and the flip rate is recorded."""
+        samples = self.config.replay_samples
+        ran = [
+            c
+            for sample in range(samples)
+            if (
+                c := self._try_sample(run, trace, expected, replay, plan, localization, point, round_, attempts, sample)
+            )
+        ]
+        flips = [c for c in ran if self._counts(c)]
+        if samples > 1:
+            flip_rates.append(FlipRate(round=round_, rollback_point=point, samples=samples, flips=len(flips)))
+        return flips[0] if flips else (ran[-1] if ran else None)
+
+    def _counts(self, candidate: _Candidate) -> bool:
+        """A flip is evidence only when the gate let it through (hard mode) or only logs (soft, off)."""
+        return is_correct(candidate.attempt.verdict) and (
+            self.config.gate is not GateMode.HARD or _faithful(candidate.attempt.gate)
+        )
+
+    def _try_sample(
+        self,
+        run: AttributionRun,
+        trace: StructuredTrace,
+        expected: str | None,
+        replay: ReplayAdapter,
+        plan: RepairPlan,
+        localization: Localization,
+        point: int,
+        round_: int,
+        attempts: list[ReplayAttempt],
+        sample: int,
     ) -> _Candidate | None:
         """Replay from ``point`` (hard gate: up to R retries with feedback). The last attempt that ran, or None."""
         cfg = self.config
@@ -275,6 +314,7 @@ class ReflectPipeline:
                 round=round_,
                 rollback_point=point,
                 gate_retry=retry,
+                sample=sample,
                 injection=injection,
                 gate=gate,
                 verdict=verdict,
@@ -335,7 +375,7 @@ class ReflectPipeline:
         localizations: list[Localization],
         attempts: list[ReplayAttempt],
         round_: int,
-        base: dict[str, Verdict],
+        base: dict[str, Any],
     ) -> AttributionRecord:
         point = found.attempt.rollback_point
         original = trace.steps[point - 1]
@@ -380,7 +420,7 @@ class ReflectPipeline:
         attempts: list[ReplayAttempt],
         rounds: int,
         plan: RepairPlan | None,
-        base: dict[str, Verdict],
+        base: dict[str, Any],
         *,
         reason: str,
     ) -> AttributionRecord:

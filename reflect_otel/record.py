@@ -17,6 +17,7 @@ __all__ = [
     "AttributionStatus",
     "Classification",
     "ErrorType",
+    "FlipRate",
     "GateVerdict",
     "Intervention",
     "Localization",
@@ -101,6 +102,7 @@ class ReplayAttempt(BaseModel):
     round: int
     rollback_point: int = Field(description="Original steps 1..rollback_point were kept; the replay resumed after.")
     gate_retry: int = Field(default=0, description="0 for the first try; n for the n-th hard-gate retry.")
+    sample: int = Field(default=0, description="Which of the repeated continuations at this point (0-based).")
     injection: str
     gate: GateVerdict | None = None
     verdict: Verdict | None = None
@@ -110,6 +112,22 @@ class ReplayAttempt(BaseModel):
     continuation: tuple[Step, ...] = Field(default=(), description="The regenerated steps after the rollback point.")
     adapter_info: dict[str, str] = Field(default_factory=dict)
     error: str | None = None
+
+
+class FlipRate(BaseModel):
+    """How often repeated continuations from one rollback point flipped the outcome (faithful ones only under a
+    hard gate): real models are not deterministic, so one flip is weaker evidence than three of three."""
+
+    model_config = _FROZEN
+
+    round: int
+    rollback_point: int
+    samples: int
+    flips: int
+
+    @property
+    def rate(self) -> float:
+        return self.flips / self.samples if self.samples else 0.0
 
 
 class Intervention(BaseModel):
@@ -158,6 +176,7 @@ class AttributionRecord(BaseModel):
     root_cause: str = ""
     intervention: Intervention | None = None
     replays: tuple[ReplayAttempt, ...] = ()
+    flip_rates: tuple[FlipRate, ...] = Field(default=(), description="Per rollback point, when replay_samples > 1.")
     original_answer: str | None = None
     corrected_answer: str | None = None
     original_verdict: Verdict | None = None

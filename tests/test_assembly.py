@@ -189,3 +189,13 @@ def test_round_trip_with_labels_and_warnings() -> None:
     trace = assemble_trace([agent_root("q"), llm("a"), llm("a", parent=span_id())])
     labelled = trace.model_copy(update={"labels": (ErrorLabel(step_index=1, category="Goal Deviation"),)})
     assert StructuredTrace.model_validate_json(labelled.model_dump_json()) == labelled
+
+
+def test_llm_span_nested_in_an_llm_span_is_part_of_it() -> None:
+    root = agent_root("q", "a")
+    outer = llm("the decision", [("search", '{"q": "x"}', "c1")], parent=root.span_id, start=1)
+    inner = llm('{"tool": "search"}', parent=outer.span_id, start=2)
+    trace = assemble_trace(
+        [root, outer, inner, tool("search", "found", parent=root.span_id, start=3, **{"tool_call.id": "c1"})]
+    )
+    assert [(s.span_id, s.tool_name, s.tool_result) for s in trace.steps] == [(outer.span_id, "search", "found")]

@@ -282,3 +282,14 @@ def test_parallel_tool_call_turn_cannot_be_split() -> None:
         check_rollback_point(trace, 1)
     with pytest.raises(ReplayError, match="outside"):
         check_rollback_point(trace, 3)
+
+
+def test_repeated_replays_report_the_flip_rate() -> None:
+    outcomes = iter(["42", "41", "42", "41", "41", "41"])
+    adapter = agent(lambda point, _: next(outcomes))
+    record = run(auditor(localize=[3]), adapter, replay_samples=3, gate=GateMode.SOFT)
+    assert record.status is AttributionStatus.VERIFIED and record.step_index == 3
+    (rate,) = record.flip_rates
+    assert (rate.rollback_point, rate.samples, rate.flips) == (3, 3, 2) and abs(rate.rate - 2 / 3) < 1e-9
+    assert [a.sample for a in record.replays] == [0, 1, 2]
+    assert len(adapter.calls) == 3  # all samples run to measure the rate, then the flip is accepted

