@@ -197,7 +197,7 @@ class _Assembler:
         order: list[tuple[SpanRecord, str | None]] = []
         seen: set[str] = set()
 
-        def visit(starts: list[SpanRecord]) -> None:
+        def visit(starts: list[SpanRecord], *, descend: bool = True) -> None:
             # (span, agent name, inside an LLM span): an LLM span nested in another (a chat-model wrapper calling
             # an instrumented client) is part of the outer call, not a decision of its own
             stack: list[tuple[SpanRecord, str | None, bool]] = [(s, None, False) for s in reversed(starts)]
@@ -212,7 +212,7 @@ class _Assembler:
                 if inside_llm and kind == _LLM:
                     self.nested_llm_spans.add(span.span_id)
                 order.append((span, agent))
-                kids = children.get(span.span_id)
+                kids = children.get(span.span_id) if descend else None
                 if kids:
                     kids.sort(key=_time_key, reverse=True)
                     nested = inside_llm or kind == _LLM
@@ -224,7 +224,7 @@ class _Assembler:
             orphans += len(stranded)
             if self.root is None:
                 self.root = stranded[0]
-            visit(stranded)
+            visit(stranded, descend=False)  # in a cycle no span is really another's parent
         if orphans:
             self._warn(
                 WarningCode.ORPHAN_SPANS,
