@@ -20,6 +20,7 @@ from reflect_otel.record import ErrorType, RepairPlan
 from reflect_otel.trace import Step, StructuredTrace
 
 __all__ = [
+    "CHAIN_OF_THOUGHT_PROMPT",
     "WITHHELD",
     "AAOOutput",
     "BisectOutput",
@@ -30,6 +31,7 @@ __all__ = [
     "LocalizationOutput",
     "PostCorrectionOutput",
     "PromptContext",
+    "ReasoningContinuation",
     "ReflectionOutput",
     "SelfVerifyOutput",
     "StepCheckOutput",
@@ -149,6 +151,20 @@ class Hypothesis(BaseModel):
 class HypothesesOutput(BaseModel):
     model_config = _FROZEN
     hypotheses: list[Hypothesis] = Field(min_length=1, max_length=5)
+
+
+CHAIN_OF_THOUGHT_PROMPT = (
+    "You solve the task step by step. Each step is one short line of reasoning. Continue the reasoning from "
+    "where it stops (do not repeat earlier steps), then give the final answer."
+)
+
+
+class ReasoningContinuation(BaseModel):
+    """What a chain-of-thought agent writes: its reasoning steps, then its answer."""
+
+    model_config = _FROZEN
+    steps: list[str] = Field(min_length=1, max_length=40)
+    answer: str
 
 
 class SelfVerifyOutput(BaseModel):

@@ -5,26 +5,13 @@ from __future__ import annotations
 
 import hashlib
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from reflect_otel.errors import LLMError, ReplayError
 from reflect_otel.llm.base import ChatMessage, StructuredLLM
+from reflect_otel.prompts import CHAIN_OF_THOUGHT_PROMPT, ReasoningContinuation
 from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_point
 from reflect_otel.trace import Step, StepKind, StructuredTrace
 
-__all__ = ["ReasoningContinuation", "ReasoningReplayAdapter", "is_chain_of_thought"]
-
-_AGENT_PROMPT = (
-    "You solve the task step by step. Each step is one short line of reasoning. Continue the reasoning from "
-    "where it stops (do not repeat earlier steps), then give the final answer."
-)
-
-
-class ReasoningContinuation(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    steps: list[str] = Field(min_length=1, max_length=40)
-    answer: str
+__all__ = ["ReasoningReplayAdapter", "is_chain_of_thought"]
 
 
 def is_chain_of_thought(trace: StructuredTrace) -> bool:
@@ -58,7 +45,10 @@ class ReasoningReplayAdapter:
             raise ReplayError("ReasoningReplayAdapter replays chain-of-thought traces only (this one calls tools)")
         kept = trace.steps[:rollback_point]
         question = trace.question + (f"\n\nTask: {self.task_context}" if self.task_context else "")
-        messages = [ChatMessage(role="system", content=_AGENT_PROMPT), ChatMessage(role="user", content=question)]
+        messages = [
+            ChatMessage(role="system", content=CHAIN_OF_THOUGHT_PROMPT),
+            ChatMessage(role="user", content=question),
+        ]
         if kept:
             messages.append(ChatMessage(role="assistant", content="\n".join(s.reasoning for s in kept)))
         if injection:

@@ -117,3 +117,11 @@ def test_config_precedence_and_errors() -> None:
         OpenAICompatibleLLM(LLMConfig(base_url="http://x/v1"))
     with pytest.raises(ConfigError, match="unknown LLM backend 'nope'"):
         make_llm(LLMConfig(), backend="nope")
+
+
+def test_own_model_calls_are_not_traced_into_the_application(instrumented: Any) -> None:
+    """With the OpenAI instrumentation on, the auditor's calls must not appear as application spans."""
+    before = len(instrumented.exporter.get_finished_spans())
+    llm, seen = backend(lambda body, n: reply(json.dumps(GOOD)))
+    llm.complete(MESSAGES, LocalizationOutput, stage="localize")
+    assert len(seen) == 1 and len(instrumented.exporter.get_finished_spans()) == before

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,3 +119,22 @@ def test_attribute_command_end_to_end(local: StructuredLLM, tmp_path: Path) -> N
     record = AttributionRecord.model_validate_json(line)
     assert record.trace_id == bbm_ids[0] and record.mode == "replay"
     assert "1 trace(s) in" in result.stderr and "starting the local SmolLM2" in result.stderr
+
+
+def test_demo_agents_run_with_the_local_backend(local: StructuredLLM, instrumented: Any) -> None:
+    from opentelemetry.trace import format_trace_id
+
+    from reflect_otel.demo.cot_agent import ChainOfThoughtAgent
+    from reflect_otel.demo.table_agent import TableQAAgent
+    from reflect_otel.demo.wtq import load_questions
+
+    question = load_questions(1)[0]
+    before = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()}
+    answer = TableQAAgent(question, local, max_steps=4).answer()
+    assert isinstance(answer, str)  # SmolLM2 rarely gets it right; the run must complete and be traced
+    (trace_id,) = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()} - before
+    trace = instrumented.assembled(trace_id)
+    assert trace.steps and trace.source.framework == "langgraph"
+    assert all(s.span_id for s in trace.steps)
+    cot = ChainOfThoughtAgent(local, tracer_provider=instrumented.provider).solve("What is 7 + 5?")
+    assert cot.startswith("So the answer is")

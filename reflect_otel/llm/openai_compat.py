@@ -7,6 +7,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from opentelemetry import context
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 from pydantic import BaseModel
 
 from reflect_otel.config import LLMConfig, SchemaMode
@@ -74,6 +76,15 @@ class OpenAICompatibleLLM:
         return {"type": "json_object"}
 
     def _send(self, messages: list[ChatMessage], output: type[BaseModel]) -> tuple[str, LLMUsage]:
+        # reflect-otel's own model calls must not show up as spans of the user's application (the auditor's
+        # calls would be taken for agent runs), and inside a traced chat-model wrapper they would be duplicates
+        token = context.attach(context.set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+        try:
+            return self._send_unsuppressed(messages, output)
+        finally:
+            context.detach(token)
+
+    def _send_unsuppressed(self, messages: list[ChatMessage], output: type[BaseModel]) -> tuple[str, LLMUsage]:
         openai = self._openai
         start = time.perf_counter()
         while True:

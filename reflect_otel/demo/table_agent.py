@@ -1,0 +1,225 @@
+"""The table-QA demo agent: a LangGraph ReAct graph whose tools query a WikiTableQuestions table in DuckDB.
+
+The model is any OpenAI-compatible endpoint behind a :class:`~reflect_otel.llm.StructuredLLM` (the local SmolLM2
+server included): :class:`StructuredToolChatModel` asks it for one JSON decision per turn, constrained to the
+tools' schema, and returns it as a LangChain tool call, so the OpenInference LangChain instrumentation records
+ordinary LLM and TOOL spans. Install with ``pip install 'reflect-otel[langgraph]'``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from reflect_otel.demo.table_tools import TableWorkspace
+from reflect_otel.demo.wtq import WTQQuestion
+from reflect_otel.errors import MissingDependencyError
+from reflect_otel.llm.base import ChatMessage, StructuredLLM
+
+try:
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.tools import StructuredTool
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.errors import GraphRecursionError
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+except ImportError as error:  # pragma: no cover - depends on the environment
+    raise MissingDependencyError("langgraph", "langgraph") from error
+
+__all__ = ["StructuredToolChatModel", "TableDecision", "TableQAAgent"]
+
+_FROZEN = ConfigDict(frozen=True)
+Op = Literal["=", "!=", "contains", "starts_with", ">", ">=", "<", "<="]
+
+
+class Describe(BaseModel):
+    model_config = _FROZEN
+    tool: Literal["describe"]
+    table: str
+
+
+class FilterRows(BaseModel):
+    model_config = _FROZEN
+    tool: Literal["filter_rows"]
+    table: str
+    column: str
+    op: Op
+    value: str
+
+
+class SortRows(BaseModel):
+    model_config = _FROZEN
+    tool: Literal["sort_rows"]
+    table: str
+    column: str
+    descending: bool
+    limit: int | None
+
+
+class GroupAggregate(BaseModel):
+    model_config = _FROZEN
+    tool: Literal["group_aggregate"]
+    table: str
+    group_by: str
+    aggregate: Literal["count", "sum", "avg", "min", "max"]
+    column: str | None
+
+
+class SelectColumns(BaseModel):
+    model_config = _FROZEN
+    tool: Literal["select_columns"]
+    table: str
+    columns: list[str]
+
+
+class CountRows(BaseModel):
+    model_config = _FROZEN
+    tool: Literal["count_rows"]
+    table: str
+
+
+class Lookup(BaseModel):
+    model_config = _FROZEN
+    tool: Literal["lookup"]
+    table: str
+    column: str
+    row: int
+
+
+class FinalAnswer(BaseModel):
+    model_config = _FROZEN
+    tool: Literal["final_answer"]
+    answer: str
+
+
+Action = Annotated[
+    Describe | FilterRows | SortRows | GroupAggregate | SelectColumns | CountRows | Lookup | FinalAnswer,
+    Field(discriminator="tool"),
+]
+
+
+class TableDecision(BaseModel):
+    """One turn of the agent: why, then one action."""
+
+    model_config = _FROZEN
+    thought: str
+    action: Action
+
+
+_SYSTEM = """You answer a question about a table by calling one tool per turn.
+The table is t0. Each tool that derives a table names it (t1, t2, ...) in its result; use those names.
+Tools:
+- describe(table): rows, columns and first rows
+- filter_rows(table, column, op, value): op is one of = != contains starts_with > >= < <= (> and < compare numbers)
+- sort_rows(table, column, descending, limit): sorted rows; limit null for all
+- group_aggregate(table, group_by, aggregate, column): aggregate is count, sum, avg, min or max
+- select_columns(table, columns)
+- count_rows(table)
+- lookup(table, column, row): the cell in that row (1-based)
+- final_answer(answer): the answer alone, as short as possible (a value, a name, or several separated by commas)
+The table:
+{table}"""
+
+
+def _render(messages: list[BaseMessage]) -> list[ChatMessage]:
+    """LangChain messages as plain chat turns for any endpoint (no native tool-calling needed)."""
+    rendered = []
+    for message in messages:
+        text = message.content if isinstance(message.content, str) else str(message.content)
+        if isinstance(message, SystemMessage):
+            rendered.append(ChatMessage(role="system", content=text))
+        elif isinstance(message, HumanMessage):
+            rendered.append(ChatMessage(role="user", content=text))
+        elif isinstance(message, AIMessage):
+            calls = "; ".join(f"{c['name']}({c['args']})" for c in message.tool_calls)
+            rendered.append(ChatMessage(role="assistant", content=f"{text}\nAction: {calls}" if calls else text))
+        elif isinstance(message, ToolMessage):
+            rendered.append(ChatMessage(role="user", content=f"Result of {message.name}:\n{text}"))
+    return rendered
+
+
+class StructuredToolChatModel(BaseChatModel):
+    """A LangChain chat model that gets one JSON decision per turn from a :class:`StructuredLLM`."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    llm: Any
+    system_prompt: str
+    decision_model: type[TableDecision] = TableDecision
+
+    @property
+    def _llm_type(self) -> str:
+        return "reflect-structured"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_name": getattr(self.llm, "model_name", "unknown")}
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> StructuredToolChatModel:
+        return self  # the decision schema already lists the tools
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        conversation = [ChatMessage(role="system", content=self.system_prompt), *_render(messages)]
+        decision = self.llm.complete(conversation, self.decision_model, stage="agent").value
+        action = decision.action
+        if isinstance(action, FinalAnswer):
+            message = AIMessage(content=action.answer)
+        else:
+            args = action.model_dump(exclude={"tool"})
+            message = AIMessage(
+                content=decision.thought,
+                tool_calls=[{"name": action.tool, "args": args, "id": f"call_{uuid.uuid4().hex[:12]}"}],
+            )
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+class TableQAAgent:
+    """One question, its table and its graph. ``graph`` is compiled with an in-memory checkpointer, so its runs
+    can be forked for replay (``LangGraphReplayAdapter(agent.graph, ...)``)."""
+
+    def __init__(self, question: WTQQuestion, llm: StructuredLLM, *, max_steps: int = 8) -> None:
+        self.question = question
+        self.workspace = TableWorkspace(question.table)
+        self.max_steps = max_steps
+        ws = self.workspace
+        tools = [
+            StructuredTool.from_function(ws.describe),
+            StructuredTool.from_function(ws.filter_rows),
+            StructuredTool.from_function(ws.sort_rows),
+            StructuredTool.from_function(ws.group_aggregate),
+            StructuredTool.from_function(ws.select_columns),
+            StructuredTool.from_function(ws.count_rows),
+            StructuredTool.from_function(ws.lookup),
+        ]
+        model = StructuredToolChatModel(llm=llm, system_prompt=_SYSTEM.format(table=ws.describe("t0")))
+        graph = StateGraph(MessagesState)
+        graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+        graph.add_node("tools", ToolNode(tools))
+        graph.add_edge(START, "agent")
+        graph.add_conditional_edges("agent", tools_condition)
+        graph.add_edge("tools", "agent")
+        self.graph = graph.compile(checkpointer=InMemorySaver())
+
+    @property
+    def recursion_limit(self) -> int:
+        return 2 * self.max_steps + 1
+
+    def answer(self, thread_id: str | None = None) -> str:
+        """Run the agent; its final message is the answer, or "" when it did not finish within ``max_steps``.
+        Raises if the model endpoint fails."""
+        config: Any = {
+            "configurable": {"thread_id": thread_id or uuid.uuid4().hex},
+            "recursion_limit": self.recursion_limit,
+        }
+        try:
+            state = self.graph.invoke({"messages": [HumanMessage(self.question.question)]}, config)
+        except GraphRecursionError:
+            return ""
+        content = state["messages"][-1].content
+        return content if isinstance(content, str) else str(content)

@@ -1,0 +1,176 @@
+"""The demo agents: real tools on real WikiTableQuestions tables, a LangGraph table agent driven by a scripted
+model with correct tool calls, and the chain-of-thought agent; both traced and replayable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from opentelemetry.trace import format_trace_id
+
+from reflect_otel.demo.table_tools import TableWorkspace
+from reflect_otel.demo.wtq import load_questions, read_table, unescape
+from reflect_otel.testing import ScriptedLLM, ScriptedRequest
+from reflect_otel.trace import StepKind
+from reflect_otel.verifiers import OracleVerifier
+from tests.conftest import Instrumented
+
+QUESTIONS = {q.id: q for q in load_questions()}
+FROM_LAST_RESULT = object()
+
+# correct tool plans; the answer is read off the last tool result, so it is the tools that get it right
+PLANS: dict[str, list[Any]] = {
+    "nt-1": [
+        {"tool": "filter_rows", "table": "t0", "column": "Position", "op": "=", "value": "1st"},
+        {"tool": "sort_rows", "table": "t1", "column": "Year", "descending": True, "limit": 1},
+        {"tool": "lookup", "table": "t2", "column": "Venue", "row": 1},
+        FROM_LAST_RESULT,
+    ],
+    "nt-17": [
+        {"tool": "sort_rows", "table": "t0", "column": "Name of place", "descending": False, "limit": 1},
+        {"tool": "lookup", "table": "t1", "column": "Name of place", "row": 1},
+        FROM_LAST_RESULT,
+    ],
+    "nt-29": [
+        {
+            "tool": "filter_rows",
+            "table": "t0",
+            "column": "Urban settlements",
+            "op": "starts_with",
+            "value": "dzhebariki-khaya",
+        },
+        {"tool": "lookup", "table": "t1", "column": "Population", "row": 1},
+        FROM_LAST_RESULT,
+    ],
+    "nt-40": [
+        {"tool": "filter_rows", "table": "t0", "column": "Nation", "op": "contains", "value": "ukraine"},
+        {"tool": "lookup", "table": "t1", "column": "Silver", "row": 1},
+        FROM_LAST_RESULT,
+    ],
+    "nt-58": [
+        {"tool": "filter_rows", "table": "t0", "column": "Attendance", "op": ">=", "value": "1500"},
+        {"tool": "count_rows", "table": "t1"},
+        FROM_LAST_RESULT,
+    ],
+    "nt-64": [{"tool": "count_rows", "table": "t0"}, FROM_LAST_RESULT],
+}
+
+
+def scripted(plan: list[Any]) -> ScriptedLLM:
+    steps = iter(plan)
+
+    def respond(request: ScriptedRequest) -> dict[str, Any]:
+        action = next(steps)
+        if action is FROM_LAST_RESULT:
+            last = [m.content for m in request.messages if m.content.startswith("Result of ")][-1]
+            action = {"tool": "final_answer", "answer": last.split("\n", 1)[1]}
+        return {"thought": f"next: {action['tool']}", "action": action}
+
+    return ScriptedLLM(respond=respond)
+
+
+def test_wtq_sample_ships_100_questions_with_their_tables() -> None:
+    assert len(QUESTIONS) == 100
+    assert all(q.table.is_file() and q.answers for q in QUESTIONS.values())
+    assert unescape("a\\nb\\pc\\\\d") == "a\nb|c\\d"
+    assert QUESTIONS["nt-23"].answers == ("Morocco", "France", "Spain")
+    header, rows = read_table(QUESTIONS["nt-29"].table)
+    assert header[:2] == ["Urban settlements", "Population"] and rows[0][0].startswith("Dzhebariki-Khaya\n")
+
+
+def test_tools_return_real_results() -> None:
+    ws = TableWorkspace(QUESTIONS["nt-58"].table)
+    assert ws.describe().startswith("t0: 34 rows; columns: Date, Opponent, Result")
+    assert ws.filter_rows("t0", "Attendance", ">=", "1500").startswith("t1: 11 rows")  # "1,912" reads as 1912
+    assert ws.count_rows("t1") == "11"
+    assert ws.sort_rows("t1", "Attendance", True, 1).startswith("t2: 1 rows")
+    assert ws.group_aggregate("t0", "Opponent", "count").startswith("t3:")
+    assert ws.select_columns("t0", ["Date", "Opponent"]).startswith("t4: 34 rows; columns: Date, Opponent")
+    assert ws.lookup("t0", "opponent", 1) == "Union"  # column names match case-insensitively
+    assert ws.filter_rows("t9", "x", "=", "y") == "error: no table 't9'; tables are: t0, t1, t2, t3, t4"
+    assert ws.filter_rows("t0", "Attendance", "~", "1").startswith("error: op must be one of")
+    assert ws.filter_rows("t0", "Opponent", "=", "x'; DROP TABLE t0; --").startswith("t5: 0 rows")
+    assert ws.count_rows("t0") == "34"
+
+
+@pytest.mark.parametrize("question_id", sorted(PLANS))
+def test_table_agent_answers_correctly_with_correct_tool_calls(instrumented: Instrumented, question_id: str) -> None:
+    from reflect_otel.demo.table_agent import TableQAAgent
+
+    question = QUESTIONS[question_id]
+    agent = TableQAAgent(question, scripted(PLANS[question_id]))
+    before = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()}
+    answer = agent.answer(thread_id=f"wtq-{question_id}")
+    (trace_id,) = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()} - before
+    trace = instrumented.assembled(trace_id)
+    assert OracleVerifier().verify(trace, expected=question.expected).is_correct, (answer, question.answers)
+    tool_steps = [s for s in trace.steps if s.kind is StepKind.TOOL_CALL]
+    assert [s.tool_name for s in tool_steps] == [a["tool"] for a in PLANS[question_id][:-1]]
+    assert all(s.tool_result and not s.tool_result.startswith("error") for s in tool_steps)
+    assert trace.steps[-1].is_final_answer and trace.question == question.question
+    assert trace.replay.thread_id == f"wtq-{question_id}"
+
+
+def test_table_agent_replays_with_a_correction(instrumented: Instrumented) -> None:
+    """A run that sorts the wrong way, then a LangGraph replay whose correction makes the model sort descending."""
+    from reflect_otel.demo.table_agent import TableQAAgent
+    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
+
+    def respond(request: ScriptedRequest) -> dict[str, Any]:
+        results = [m.content for m in request.messages if m.content.startswith("Result of ")]
+        corrected = any("sort descending" in m.content for m in request.messages if m.role == "system")
+        if len(results) == 0 or (corrected and not any("t2" in r.split("\n", 1)[1][:3] for r in results)):
+            table = "t1" if results else "t0"
+            if not results:
+                return {
+                    "thought": "first 1st places",
+                    "action": {"tool": "filter_rows", "table": "t0", "column": "Position", "op": "=", "value": "1st"},
+                }
+            return {
+                "thought": "latest first",
+                "action": {"tool": "sort_rows", "table": table, "column": "Year", "descending": corrected, "limit": 1},
+            }
+        if len(results) == 1:
+            return {
+                "thought": "sort",
+                "action": {"tool": "sort_rows", "table": "t1", "column": "Year", "descending": corrected, "limit": 1},
+            }
+        if "Result of sort_rows" in results[-1].split("\n")[0]:
+            name = results[-1].split("\n", 1)[1].split(":")[0]
+            return {"thought": "read", "action": {"tool": "lookup", "table": name, "column": "Venue", "row": 1}}
+        return {"thought": "done", "action": {"tool": "final_answer", "answer": results[-1].split("\n", 1)[1]}}
+
+    question = QUESTIONS["nt-1"]
+    agent = TableQAAgent(question, ScriptedLLM(respond=respond))
+    before = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()}
+    assert agent.answer(thread_id="wtq-replay") == "Debrecen, Hungary"  # the earliest, not the last, 1st place
+    (trace_id,) = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()} - before
+    trace = instrumented.assembled(trace_id)
+    adapter = LangGraphReplayAdapter(agent.graph, tracer_provider=instrumented.provider)
+    result = adapter.replay(
+        trace, rollback_point=1, injection="CORRECTION: sort descending by Year to get the last one."
+    )
+    assert result.prefix_verified and result.trace.steps[:1] == trace.steps[:1]
+    assert OracleVerifier().verify(result.trace, expected=question.expected).is_correct
+    assert result.continuation[0].tool_args["descending"] is True
+
+
+def test_cot_agent_traces_one_step_per_line_and_replays(instrumented: Instrumented) -> None:
+    from reflect_otel.demo.cot_agent import ChainOfThoughtAgent
+    from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
+
+    llm = ScriptedLLM(
+        [
+            {"steps": ["2 + 3 = 5.", "5 * 4 = 20."], "answer": "20"},
+            {"steps": ["3 * 4 = 12.", "2 + 12 = 14."], "answer": "14"},
+        ]
+    )
+    agent = ChainOfThoughtAgent(llm, tracer_provider=instrumented.provider)
+    before = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()}
+    assert agent.solve("What is 2 + 3 * 4?") == "So the answer is 20"
+    (trace_id,) = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()} - before
+    trace = instrumented.assembled(trace_id)
+    assert [s.reasoning for s in trace.steps] == ["2 + 3 = 5.", "5 * 4 = 20.", "So the answer is 20"]
+    assert trace.final_answer == "So the answer is 20" and trace.steps[-1].is_final_answer
+    result = ReasoningReplayAdapter(llm).replay(trace, rollback_point=0, injection="multiply first")
+    assert result.final_answer == "So the answer is 14"
