@@ -323,3 +323,27 @@ def test_reasoning_adapter_with_the_local_backend() -> None:
         assert result.trace.steps[:point] == case.trace.steps[:point]
         assert result.prefix_verified and len(result.continuation) >= 1
         assert result.continuation[-1].is_final_answer and result.final_answer
+
+
+def test_langgraph_durability_exit_falls_back_to_spans(instrumented: Instrumented) -> None:
+    """With durability="exit" only the final checkpoint is written: nothing to fork, so the adapter seeds the new
+    thread from the recorded spans."""
+    from langchain_core.messages import HumanMessage
+
+    requests: list[str] = []
+    graph = replay_agents.build_graph(requests)
+
+    def run() -> str:
+        state = graph.invoke(
+            {"messages": [HumanMessage(replay_agents.QUESTION)]},
+            {"configurable": {"thread_id": "exit-thread"}},
+            durability="exit",
+        )
+        return str(state["messages"][-1].content)
+
+    trace = _record(instrumented, run)
+    adapter = LangGraphReplayAdapter(graph, tracer_provider=instrumented.provider)
+    results = run_conformance(
+        ConformanceCase(adapter, trace, replay_agents.FIX, _is_correct, lambda: requests), points=[1, 3]
+    )
+    assert {r.adapter_info["forked_from"] for r in results} == {"spans"}
