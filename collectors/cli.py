@@ -15,6 +15,8 @@ from reflect_otel.collectors.files import DEFAULT_MAX_FILE_BYTES, ImportReport, 
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits, parse_endpoint
 from reflect_otel.errors import ConfigError
 from reflect_otel.examples import example_path
+from reflect_otel.store import AttributionStore, open_store
+from reflect_otel.trace import StructuredTrace
 from reflect_otel.tracefile import TraceWriter
 
 __all__ = ["add_collect_command", "add_import_command"]
@@ -42,6 +44,10 @@ def add_collect_command(subparsers: SubParsers) -> None:
     parser.add_argument("--grace", type=float, default=BufferLimits().grace_s, help="seconds to wait for late spans")
     parser.add_argument("--ttl", type=float, default=BufferLimits().ttl_s, help="seconds before an unfinished trace")
     parser.add_argument("--duration", type=float, help="stop after this many seconds (default: run until Ctrl-C)")
+    parser.add_argument(
+        "--store", help="DuckDB file the traces also go to (default: REFLECT_STORE, then ./reflect.duckdb)"
+    )
+    parser.add_argument("--no-store", action="store_true", help="write only the --out file")
     parser.set_defaults(handler=_collect)
 
 
@@ -50,15 +56,27 @@ def _collect(args: argparse.Namespace) -> int:
     grpc_endpoint = None if args.grpc == "off" else parse_endpoint(args.grpc, default_port=4317)
     if args.max_body_bytes < 1:
         raise ConfigError("--max-body-bytes must be positive")
-    writer = TraceWriter(args.out)
+    writer: TraceWriter | None = None
+    store: AttributionStore | None = None
+
+    def sink(trace: StructuredTrace) -> None:  # runs only after start(), when both are set
+        if writer is not None:
+            writer.write(trace)
+        if store is not None:
+            store.write_trace(trace)
+
+    # bind first (a bad endpoint fails before any file is opened); nothing is served until start()
     receiver = OTLPReceiver(
-        writer.write,
+        sink,
         http=http,
         grpc_endpoint=grpc_endpoint,
         limits=ReceiverLimits(max_body_bytes=args.max_body_bytes),
         buffer_limits=BufferLimits(grace_s=args.grace, ttl_s=args.ttl),
         allow_remote=args.allow_remote,
-    ).start()
+    )
+    writer = TraceWriter(args.out)
+    store = None if args.no_store else open_store(args.store)
+    receiver.start()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -77,6 +95,8 @@ def _collect(args: argparse.Namespace) -> int:
     finally:
         receiver.shutdown()
         writer.close()
+        if store is not None:
+            store.close()
     _status(receiver.stats(), writer.written, end="\n", quiet=False)
     return 0
 

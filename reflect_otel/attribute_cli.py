@@ -19,6 +19,7 @@ from reflect_otel.llm.factory import make_llm
 from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.record import AttributionRecord
 from reflect_otel.replay import ReplayAdapter
+from reflect_otel.store import open_store, store_path
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, read_trace_rows
 from reflect_otel.verifiers import BBMVerifier, OracleVerifier, SelfVerifier, Verifier
@@ -87,6 +88,10 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
     parser.add_argument("--gate-retries", type=int, help="R, hard-gate retries (default 3)")
     parser.add_argument("--withhold-expected", action="store_true", help="show [WITHHELD] instead of the answer")
     parser.add_argument("-o", "--out", type=Path, required=True, help="JSONL file of records to write (replaced)")
+    parser.add_argument(
+        "--store", help="DuckDB file for traces, verdicts and records (default: REFLECT_STORE, then ./reflect.duckdb)"
+    )
+    parser.add_argument("--no-store", action="store_true", help="write only the -o file")
     parser.set_defaults(handler=_attribute)
 
 
@@ -148,6 +153,7 @@ def _attribute(args: argparse.Namespace) -> int:
 
     attributors = {name: _attributor(args.method, llm, v, config) for name, v in verifiers.items()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    store = None if args.no_store else open_store(args.store)
     started = time.monotonic()
     counts: dict[str, int] = {}
     with args.out.open("w", encoding="utf-8") as out:
@@ -163,6 +169,11 @@ def _attribute(args: argparse.Namespace) -> int:
             )
             out.write(record.model_dump_json() + "\n")
             out.flush()
+            if store is not None:
+                store.write_trace(row.trace)
+                if record.original_verdict is not None:
+                    store.write_verdict(row.trace.trace_id, record.original_verdict)
+                store.write_record(record)
             counts[record.status.value] = counts.get(record.status.value, 0) + 1
             where = f"step {record.step_index}" if record.step_index else "no step"
             print(
@@ -171,6 +182,9 @@ def _attribute(args: argparse.Namespace) -> int:
                 + (f"  ({record.reason})" if record.reason else ""),
                 file=sys.stderr,
             )
+    if store is not None:
+        store.close()
+        print(f"written to the store {store_path(args.store)}", file=sys.stderr)
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     print(
         f"{len(rows)} trace(s) in {time.monotonic() - started:.1f} s: {summary}; records in {args.out}", file=sys.stderr

@@ -120,18 +120,27 @@ class Baseline:
         point: int,
         injection: str,
         round_: int,
+        localized_step: int | None = None,
     ) -> tuple[ReplayAttempt, ReplayResult | None]:
         """One replay and its verdict; a failure is recorded in the attempt, never raised."""
         try:
             result = replay.replay(trace, rollback_point=point, injection=injection)
         except Exception as error:  # an adapter or the agent it runs may fail in any way
             run.error("replay", error, round_)
-            return ReplayAttempt(round=round_, rollback_point=point, injection=injection, error=str(error)[:2000]), None
+            failed = ReplayAttempt(
+                round=round_,
+                rollback_point=point,
+                injection=injection,
+                localized_step=localized_step,
+                error=str(error)[:2000],
+            )
+            return failed, None
         verdict = self.verifier.verify(result.trace, expected=expected)
         attempt = ReplayAttempt(
             round=round_,
             rollback_point=point,
             injection=injection,
+            localized_step=localized_step,
             verdict=verdict,
             flipped=is_correct(verdict),
             final_answer=result.final_answer,
@@ -293,7 +302,9 @@ class ICS(Baseline):
             if replay is None:
                 break
             point = localization.step_index - 1  # resample the localized step itself
-            attempt, result = self._replay_once(run, replay, current, expected, point, "", round_)
+            attempt, result = self._replay_once(
+                run, replay, current, expected, point, "", round_, localization.step_index
+            )
             attempts.append(attempt)
             if result is None:
                 break
@@ -356,7 +367,7 @@ class DoVer(Baseline):
             if replay is None:
                 break
             attempt, result = self._replay_once(
-                run, replay, trace, expected, hypothesis.step - 1, hypothesis.intervention, 1
+                run, replay, trace, expected, hypothesis.step - 1, hypothesis.intervention, 1, hypothesis.step
             )
             attempts.append(attempt)
             if result is None:

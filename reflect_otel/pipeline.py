@@ -315,6 +315,7 @@ class ReflectPipeline:
                 rollback_point=point,
                 gate_retry=retry,
                 sample=sample,
+                localized_step=localization.step_index,
                 injection=injection,
                 gate=gate,
                 verdict=verdict,

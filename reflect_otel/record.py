@@ -103,6 +103,7 @@ class ReplayAttempt(BaseModel):
     rollback_point: int = Field(description="Original steps 1..rollback_point were kept; the replay resumed after.")
     gate_retry: int = Field(default=0, description="0 for the first try; n for the n-th hard-gate retry.")
     sample: int = Field(default=0, description="Which of the repeated continuations at this point (0-based).")
+    localized_step: int | None = Field(default=None, description="The step localized in this round.")
     injection: str
     gate: GateVerdict | None = None
     verdict: Verdict | None = None

@@ -85,7 +85,18 @@ def test_collect_receives_from_real_exporters_and_flushes_on_sigterm(tmp_path: P
     http_port, grpc_port = _free_port(), _free_port()
     out = tmp_path / "collected.jsonl"
     process = subprocess.Popen(
-        [*CLI, "collect", "--http", f"127.0.0.1:{http_port}", "--grpc", f"127.0.0.1:{grpc_port}", "-o", str(out)],
+        [
+            *CLI,
+            "collect",
+            "--http",
+            f"127.0.0.1:{http_port}",
+            "--grpc",
+            f"127.0.0.1:{grpc_port}",
+            "-o",
+            str(out),
+            "--store",
+            str(tmp_path / "collected.duckdb"),
+        ],
         stderr=subprocess.PIPE,
         text=True,
         env=os.environ | {"PYTHONUNBUFFERED": "1"},
@@ -136,10 +147,17 @@ def test_collect_receives_from_real_exporters_and_flushes_on_sigterm(tmp_path: P
     (partial,) = [t for t in traces if t not in complete]
     assert "root_never_ended" in {w.code.value for w in partial.warnings}
     assert "traces written 3" in summary
+    import duckdb
+
+    with duckdb.connect(str(tmp_path / "collected.duckdb"), read_only=True) as db:
+        assert db.execute("SELECT count(*) FROM traces").fetchone() == (3,)
+        assert db.execute("SELECT count(*) FROM steps").fetchone() == (sum(len(t.steps) for t in traces),)
 
 
 def test_collect_refuses_bad_endpoints(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert main(["collect", "--http", "0.0.0.0:0", "-o", str(tmp_path / "x.jsonl"), "--duration", "0"]) == 2
+    assert (
+        main(["collect", "--http", "0.0.0.0:0", "-o", str(tmp_path / "x.jsonl"), "--duration", "0", "--no-store"]) == 2
+    )
     assert "--allow-remote" in capsys.readouterr().err
-    assert main(["collect", "--http", "127.0.0.1:notaport", "-o", str(tmp_path / "x.jsonl")]) == 2
+    assert main(["collect", "--http", "127.0.0.1:notaport", "-o", str(tmp_path / "x.jsonl"), "--no-store"]) == 2
     assert "HOST:PORT" in capsys.readouterr().err

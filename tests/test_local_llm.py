@@ -119,6 +119,10 @@ def test_attribute_command_end_to_end(local: StructuredLLM, tmp_path: Path) -> N
     record = AttributionRecord.model_validate_json(line)
     assert record.trace_id == bbm_ids[0] and record.mode == "replay"
     assert "1 trace(s) in" in result.stderr and "starting the local SmolLM2" in result.stderr
+    stats = subprocess.run(
+        [*cli, "stats", "--store", str(tmp_path / "store.duckdb")], capture_output=True, text=True, timeout=60
+    )
+    assert stats.returncode == 0 and "1 traces, 1 verdicts, 1 attributions" in stats.stdout
 
 
 def test_demo_agents_run_with_the_local_backend(local: StructuredLLM, instrumented: Any) -> None:

@@ -1,0 +1,119 @@
+"""The ``sql`` and ``stats`` subcommands over the DuckDB store (registered by entry point)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+
+import duckdb
+
+from reflect_otel.errors import InputError
+from reflect_otel.exporters.duckdb_store import connect_read_only
+from reflect_otel.store import store_path
+
+__all__ = ["add_sql_command", "add_stats_command"]
+
+SubParsers = argparse._SubParsersAction  # type: ignore[type-arg]
+STATS_VIEWS = ("failure_stats", "error_types", "verified_share", "flip_rate_by_offset", "cost_per_stage")
+
+
+def _store_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", help="DuckDB file (default: REFLECT_STORE, then ./reflect.duckdb)")
+
+
+def add_sql_command(subparsers: SubParsers) -> None:
+    parser = subparsers.add_parser(
+        "sql",
+        help="run a read-only SQL query on the store",
+        description=(
+            "Query the store with DuckDB SQL. Tables: traces, steps, verdicts, attributions, replays, llm_calls. "
+            "Views: failure_stats, error_types, decisive_step_position, verified_share, flip_rate_by_offset, "
+            "cost_per_trace, cost_per_stage."
+        ),
+    )
+    parser.add_argument("query", help='e.g. "SELECT * FROM error_types"')
+    parser.add_argument("--json", action="store_true", help="print a JSON list of row objects")
+    parser.add_argument("--max-rows", type=int, default=1000, help="print at most this many rows (default 1000)")
+    _store_argument(parser)
+    parser.set_defaults(handler=_sql)
+
+
+def add_stats_command(subparsers: SubParsers) -> None:
+    parser = subparsers.add_parser(
+        "stats", help="print the headline statistics of the store", description="Print the store's headline views."
+    )
+    _store_argument(parser)
+    parser.set_defaults(handler=_stats)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    return value
+
+
+def _query(db: duckdb.DuckDBPyConnection, query: str, max_rows: int) -> tuple[list[str], list[tuple[Any, ...]], bool]:
+    try:
+        cursor = db.execute(query)
+    except duckdb.Error as error:
+        raise InputError(f"query failed: {str(error).splitlines()[0]}") from None
+    if cursor.description is None:
+        return [], [], False
+    columns = [d[0] for d in cursor.description]
+    rows = cursor.fetchmany(max_rows + 1)
+    return columns, rows[:max_rows], len(rows) > max_rows
+
+
+def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], width: int = 60) -> str:
+    def cell(value: Any) -> str:
+        text = "" if value is None else " ".join(str(_plain(value)).split())
+        return text if len(text) <= width else text[: width - 1] + "…"
+
+    cells = [[cell(v) for v in row] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)
+
+
+def _sql(args: argparse.Namespace) -> int:
+    db = connect_read_only(store_path(args.store))
+    try:
+        columns, rows, cut = _query(db, args.query, max(1, args.max_rows))
+    finally:
+        db.close()
+    if args.json:
+        print(json.dumps([{c: _plain(v) for c, v in zip(columns, row, strict=True)} for row in rows], default=str))
+    elif columns:
+        print(format_table(columns, rows))
+        print(f"({len(rows)} row{'s' if len(rows) != 1 else ''}{', cut at --max-rows' if cut else ''})")
+    if cut:
+        print(f"more rows than --max-rows={args.max_rows}; the rest were not printed", file=sys.stderr)
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    path = store_path(args.store)
+    db = connect_read_only(path)
+    try:
+        counts = {
+            t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("traces", "verdicts", "attributions")
+        }  # type: ignore[index]
+        print(
+            f"store {path}: {counts['traces']} traces, {counts['verdicts']} verdicts, {counts['attributions']} attributions"
+        )
+        for view in STATS_VIEWS:
+            columns, rows, _ = _query(db, f"SELECT * FROM {view} LIMIT 20", 20)
+            print(f"\n{view}")
+            print(format_table(columns, rows) if rows else "(no rows yet)")
+    finally:
+        db.close()
+    return 0

@@ -1,0 +1,369 @@
+"""The DuckDB store: an embedded file (default ``./reflect.duckdb``) of traces, steps, verdicts, attributions,
+replays and LLM calls, with views for failure statistics. Implements ``reflect_otel.store.AttributionStore``.
+
+One writer thread owns the connection; each write is one transaction that deletes the rows of its key and inserts
+them again, so re-writing the same trace or record changes nothing and a killed process leaves either the whole
+record or none of it (DuckDB's write-ahead log makes the file readable again on open).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import queue
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from reflect_otel.errors import InputError
+from reflect_otel.record import AttributionRecord
+from reflect_otel.trace import StructuredTrace
+from reflect_otel.verdict import Verdict
+
+__all__ = ["SCHEMA_VERSION", "VIEWS", "DuckDBStore", "connect_read_only"]
+
+_log = logging.getLogger("reflect_otel.exporters.duckdb")
+
+_SCHEMA_V1 = """
+CREATE TABLE traces (
+    trace_id VARCHAR PRIMARY KEY, session_id VARCHAR, agent VARCHAR, framework VARCHAR, collector VARCHAR,
+    question VARCHAR, final_answer VARCHAR, step_count INTEGER, warning_count INTEGER,
+    start_time TIMESTAMPTZ, end_time TIMESTAMPTZ, ingested_at TIMESTAMPTZ, metadata JSON, trace_json JSON);
+CREATE TABLE steps (
+    trace_id VARCHAR, step_index INTEGER, span_id VARCHAR, tool_span_id VARCHAR, kind VARCHAR, agent VARCHAR,
+    tool_name VARCHAR, tool_args JSON, tool_result VARCHAR, reasoning VARCHAR, is_final_answer BOOLEAN,
+    status VARCHAR, prompt_tokens INTEGER, completion_tokens INTEGER, model_name VARCHAR,
+    PRIMARY KEY (trace_id, step_index));
+CREATE TABLE verdicts (
+    trace_id VARCHAR, verifier VARCHAR, is_correct BOOLEAN, label VARCHAR, score DOUBLE, confidence DOUBLE,
+    extracted_answer VARCHAR, reasoning VARCHAR, created_at TIMESTAMPTZ, PRIMARY KEY (trace_id, verifier));
+CREATE TABLE attributions (
+    trace_id VARCHAR, method VARCHAR, status VARCHAR, mode VARCHAR, step_index INTEGER, span_id VARCHAR,
+    error_type VARCHAR, confidence DOUBLE, explanation VARCHAR, root_cause VARCHAR, rollback_point INTEGER,
+    corrected_answer VARCHAR, rounds INTEGER, reason VARCHAR, llm_calls INTEGER, tokens INTEGER, seconds DOUBLE,
+    created_at TIMESTAMPTZ, record_json JSON, PRIMARY KEY (trace_id, method));
+CREATE TABLE replays (
+    trace_id VARCHAR, method VARCHAR, seq INTEGER, round INTEGER, rollback_point INTEGER, localized_step INTEGER,
+    gate_retry INTEGER, sample INTEGER, faithful BOOLEAN, violation_type VARCHAR, flipped BOOLEAN,
+    final_answer VARCHAR, error VARCHAR, PRIMARY KEY (trace_id, method, seq));
+CREATE TABLE llm_calls (
+    trace_id VARCHAR, method VARCHAR, seq INTEGER, stage VARCHAR, model VARCHAR, prompt_tokens INTEGER,
+    completion_tokens INTEGER, seconds DOUBLE, attempts INTEGER, ok BOOLEAN, PRIMARY KEY (trace_id, method, seq));
+"""
+
+VIEWS: dict[str, str] = {
+    "failure_stats": """
+        SELECT CAST(date_trunc('day', coalesce(t.start_time, t.ingested_at)) AS DATE) AS day, t.agent,
+               count(*) AS traces,
+               count(*) FILTER (WHERE v.is_correct = false) AS failed,
+               count(*) FILTER (WHERE v.is_correct = false OR v.label = 'HIGH_ERROR_SIGNAL') AS flagged,
+               round(count(*) FILTER (WHERE v.is_correct = false) / count(*), 4) AS failure_rate,
+               round(count(*) FILTER (WHERE v.is_correct = false OR v.label = 'HIGH_ERROR_SIGNAL') / count(*), 4)
+                   AS flag_rate
+        FROM traces t LEFT JOIN (SELECT trace_id, bool_and(is_correct) AS is_correct, max(label) AS label
+                                 FROM verdicts GROUP BY trace_id) v USING (trace_id)
+        GROUP BY ALL ORDER BY day DESC, agent""",
+    "error_types": """
+        SELECT coalesce(error_type, 'unknown') AS error_type, count(*) AS attributions,
+               round(count(*) / sum(count(*)) OVER (), 4) AS share
+        FROM attributions WHERE status <> 'skipped' GROUP BY ALL ORDER BY attributions DESC""",
+    "decisive_step_position": """
+        SELECT a.trace_id, a.method, a.step_index, t.step_count,
+               round(a.step_index / nullif(t.step_count, 0), 4) AS relative_position
+        FROM attributions a JOIN traces t USING (trace_id) WHERE a.step_index IS NOT NULL""",
+    "verified_share": """
+        SELECT method, count(*) AS attributions,
+               count(*) FILTER (WHERE status = 'verified') AS verified,
+               count(*) FILTER (WHERE status = 'unverified') AS unverified,
+               round(count(*) FILTER (WHERE status = 'verified') / nullif(count(*) FILTER (WHERE status <> 'skipped'), 0), 4)
+                   AS verified_share
+        FROM attributions GROUP BY ALL ORDER BY method""",
+    "flip_rate_by_offset": """
+        SELECT localized_step - rollback_point AS rollback_offset, count(*) AS replays,
+               count(*) FILTER (WHERE flipped) AS flips, round(count(*) FILTER (WHERE flipped) / count(*), 4) AS flip_rate
+        FROM replays WHERE error IS NULL AND localized_step IS NOT NULL GROUP BY ALL ORDER BY rollback_offset""",
+    "cost_per_trace": """
+        SELECT trace_id, method, llm_calls, tokens, seconds FROM attributions ORDER BY tokens DESC""",
+    "cost_per_stage": """
+        SELECT stage, count(*) AS calls, sum(prompt_tokens) AS prompt_tokens,
+               sum(completion_tokens) AS completion_tokens, round(sum(seconds), 3) AS seconds,
+               round(avg(prompt_tokens + completion_tokens), 1) AS tokens_per_call
+        FROM llm_calls GROUP BY ALL ORDER BY calls DESC""",
+}
+
+_MIGRATIONS: list[str] = [_SCHEMA_V1]
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+
+def _ts(ns: int | None) -> datetime | None:
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC) if ns else None
+
+
+def _agent_of(trace: StructuredTrace) -> str:
+    names = Counter(s.agent for s in trace.steps if s.agent)
+    return names.most_common(1)[0][0] if names else trace.source.framework
+
+
+def migrate(db: duckdb.DuckDBPyConnection) -> None:
+    """Bring the schema to :data:`SCHEMA_VERSION` and (re)create the views."""
+    db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER)")
+    row = db.execute("SELECT max(version) FROM schema_version").fetchone()
+    current = (row[0] if row else None) or 0
+    if current > SCHEMA_VERSION:
+        raise InputError(
+            f"the store was written by a newer reflect-otel (schema {current} > {SCHEMA_VERSION}); upgrade"
+        )
+    for version in range(current + 1, SCHEMA_VERSION + 1):
+        db.execute("BEGIN TRANSACTION")
+        for statement in _MIGRATIONS[version - 1].split(";"):
+            if statement.strip():
+                db.execute(statement)
+        db.execute("INSERT INTO schema_version VALUES (?)", [version])
+        db.execute("COMMIT")
+    for name, sql in VIEWS.items():
+        db.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
+
+
+@dataclass(slots=True)
+class StoreStats:
+    traces: int = 0
+    verdicts: int = 0
+    records: int = 0
+    rejected: int = 0
+    dropped: int = 0
+    errors: int = 0
+
+
+_Write = Callable[[duckdb.DuckDBPyConnection], None]
+_COUNTERS = {"trace": "traces", "verdict": "verdicts", "record": "records"}
+
+
+class DuckDBStore:
+    """Opens (creating and migrating) the file at ``path``."""
+
+    def __init__(self, path: str | Path, *, max_queue: int = 10_000) -> None:
+        self.path = Path(path)
+        if self.path.parent and not self.path.parent.exists():
+            self.path.parent.mkdir(parents=True)
+        try:
+            self._db = duckdb.connect(str(self.path))
+        except duckdb.IOException as error:
+            raise InputError(
+                f"cannot open the store {self.path}: {str(error).splitlines()[0]} (is another reflect-otel "
+                "process writing it?)"
+            ) from None
+        migrate(self._db)
+        self.stats = StoreStats()
+        self._queue: queue.Queue[tuple[str, _Write] | threading.Event | None] = queue.Queue(maxsize=max_queue)
+        self._thread = threading.Thread(target=self._run, name="reflect-otel-duckdb", daemon=True)
+        self._thread.start()
+
+    # -- writes (any thread) ---------------------------------------------------------------------------------
+    def _enqueue(self, kind: str, write: _Write) -> None:
+        try:
+            self._queue.put((kind, write), timeout=5)
+        except queue.Full:
+            self.stats.dropped += 1
+            _log.warning("the DuckDB store's queue is full; a %s was dropped", kind)
+
+    def write_trace(self, trace: StructuredTrace) -> None:
+        if not isinstance(trace, StructuredTrace):
+            self.stats.rejected += 1
+            return
+        self._enqueue("trace", lambda db: self._put_trace(db, trace))
+
+    def write_verdict(self, trace_id: str, verdict: Verdict) -> None:
+        if not isinstance(verdict, Verdict) or not trace_id:
+            self.stats.rejected += 1
+            return
+        self._enqueue("verdict", lambda db: self._put_verdict(db, trace_id, verdict))
+
+    def write_record(self, record: AttributionRecord) -> None:
+        if not isinstance(record, AttributionRecord):
+            self.stats.rejected += 1
+            return
+        self._enqueue("record", lambda db: self._put_record(db, record))
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        done = threading.Event()
+        try:
+            self._queue.put(done, timeout=timeout_s)
+        except queue.Full:
+            return False
+        return done.wait(timeout_s)
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self.flush()
+            self._queue.put(None)
+            self._thread.join(timeout=30)
+        self._db.close()
+
+    def __enter__(self) -> DuckDBStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the writer thread -----------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            kind, write = item
+            try:
+                self._db.execute("BEGIN TRANSACTION")
+                write(self._db)
+                self._db.execute("COMMIT")
+                setattr(
+                    self.stats,
+                    {"trace": "traces", "verdict": "verdicts", "record": "records"}[kind],
+                    getattr(self.stats, {"trace": "traces", "verdict": "verdicts", "record": "records"}[kind]) + 1,
+                )
+            except Exception:
+                self.stats.errors += 1
+                _log.exception("writing a %s to %s failed; it was rolled back", kind, self.path)
+                with contextlib.suppress(duckdb.Error):  # nothing to roll back when BEGIN itself failed
+                    self._db.execute("ROLLBACK")
+
+    @staticmethod
+    def _put_trace(db: duckdb.DuckDBPyConnection, trace: StructuredTrace) -> None:
+        db.execute("DELETE FROM steps WHERE trace_id = ?", [trace.trace_id])
+        db.execute(
+            "INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now(), ?, ?)",
+            [
+                trace.trace_id,
+                trace.session_id,
+                _agent_of(trace),
+                trace.source.framework,
+                trace.source.collector,
+                trace.question,
+                trace.final_answer,
+                len(trace.steps),
+                len(trace.warnings),
+                _ts(trace.start_time_ns),
+                _ts(trace.end_time_ns),
+                json.dumps(trace.metadata),
+                trace.model_dump_json(),
+            ],
+        )
+        rows: Sequence[list[Any]] = [
+            [
+                trace.trace_id,
+                s.index,
+                s.span_id,
+                s.tool_span_id,
+                s.kind.value,
+                s.agent,
+                s.tool_name,
+                json.dumps(s.tool_args, default=str),
+                s.tool_result,
+                s.reasoning,
+                s.is_final_answer,
+                s.status.value,
+                s.prompt_tokens,
+                s.completion_tokens,
+                s.model_name,
+            ]
+            for s in trace.steps
+        ]
+        if rows:
+            db.executemany("INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+    @staticmethod
+    def _put_verdict(db: duckdb.DuckDBPyConnection, trace_id: str, verdict: Verdict) -> None:
+        db.execute(
+            "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, now())",
+            [
+                trace_id,
+                verdict.verifier,
+                verdict.is_correct,
+                verdict.label,
+                verdict.score,
+                verdict.confidence,
+                verdict.extracted_answer,
+                verdict.reasoning,
+            ],
+        )
+
+    @staticmethod
+    def _put_record(db: duckdb.DuckDBPyConnection, record: AttributionRecord) -> None:
+        key = [record.trace_id, record.method]
+        db.execute("DELETE FROM replays WHERE trace_id = ? AND method = ?", key)
+        db.execute("DELETE FROM llm_calls WHERE trace_id = ? AND method = ?", key)
+        seconds = sum(c.seconds for c in record.cost)
+        db.execute(
+            "INSERT OR REPLACE INTO attributions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                *key,
+                record.status.value,
+                record.mode,
+                record.step_index,
+                record.span_id,
+                record.error_type.value if record.error_type else None,
+                record.confidence,
+                record.explanation,
+                record.root_cause,
+                record.intervention.rollback_point if record.intervention else None,
+                record.corrected_answer,
+                record.rounds,
+                record.reason,
+                record.total_calls,
+                record.total_tokens,
+                seconds,
+                record.created_at,
+                record.model_dump_json(),
+            ],
+        )
+        replays = [
+            [
+                *key,
+                seq,
+                a.round,
+                a.rollback_point,
+                a.localized_step,
+                a.gate_retry,
+                a.sample,
+                a.gate.is_faithful if a.gate else None,
+                a.gate.violation_type if a.gate else None,
+                a.flipped,
+                a.final_answer,
+                a.error,
+            ]
+            for seq, a in enumerate(record.replays)
+        ]
+        if replays:
+            db.executemany("INSERT INTO replays VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", replays)
+        calls = [
+            [*key, seq, c.stage, c.model, c.prompt_tokens, c.completion_tokens, c.seconds, c.attempts, c.ok]
+            for seq, c in enumerate(record.llm_calls)
+        ]
+        if calls:
+            db.executemany("INSERT INTO llm_calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", calls)
+
+
+def connect_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
+    """A connection for queries; raises :class:`InputError` naming the fix when the file is missing or locked."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(
+            f"no store at {path}; write one with 'reflect-otel attribute --store {path}' (or set REFLECT_STORE)"
+        )
+    try:
+        return duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as error:
+        raise InputError(
+            f"cannot read the store {path}: {str(error).splitlines()[0]} (another process may be writing "
+            "it; stop it or query a copy)"
+        ) from None

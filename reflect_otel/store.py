@@ -1,0 +1,52 @@
+"""The store contract: where traces, verdicts and attribution records are kept for SQL, dashboards and reports.
+
+The DuckDB implementation is an edge (``reflect_otel.exporters.duckdb_store``), found by entry point (group
+``reflect_otel.stores``) so the core and its CLI never import it.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Protocol
+
+from reflect_otel.errors import ConfigError
+from reflect_otel.record import AttributionRecord
+from reflect_otel.trace import StructuredTrace
+from reflect_otel.verdict import Verdict
+
+__all__ = ["STORE_GROUP", "AttributionStore", "open_store", "store_path"]
+
+STORE_GROUP = "reflect_otel.stores"
+DEFAULT_STORE = "reflect.duckdb"
+
+
+class AttributionStore(Protocol):
+    """Writes are queued and applied by one writer: they return at once and never raise for content; each is an
+    idempotent upsert (writing the same trace or record again changes nothing) applied in one transaction, so a
+    killed process leaves no half-written record. Invalid input is rejected and counted. ``flush`` waits until
+    everything queued is written; ``close`` flushes and releases the file."""
+
+    def write_trace(self, trace: StructuredTrace) -> None: ...
+
+    def write_verdict(self, trace_id: str, verdict: Verdict) -> None: ...
+
+    def write_record(self, record: AttributionRecord) -> None: ...
+
+    def flush(self, timeout_s: float = 30.0) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+def store_path(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """``--store``, else ``REFLECT_STORE``, else ``./reflect.duckdb``."""
+    return Path(explicit or os.environ.get("REFLECT_STORE") or DEFAULT_STORE)
+
+
+def open_store(path: str | os.PathLike[str] | None = None, *, kind: str = "duckdb") -> AttributionStore:
+    found = {e.name: e for e in entry_points(group=STORE_GROUP)}
+    if kind not in found:
+        raise ConfigError(f"no store backend {kind!r} installed; installed: {', '.join(sorted(found)) or 'none'}")
+    store: AttributionStore = found[kind].load()(store_path(path))
+    return store

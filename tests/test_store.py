@@ -1,0 +1,202 @@
+"""The DuckDB store: idempotent upserts, views, crash safety, the sql and stats commands."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from reflect_otel.cli import main
+from reflect_otel.config import GateMode, ReflectConfig
+from reflect_otel.exporters.duckdb_store import SCHEMA_VERSION, DuckDBStore
+from reflect_otel.pipeline import ReflectPipeline
+from reflect_otel.record import AttributionRecord
+from reflect_otel.verifiers import OracleVerifier
+from tests.test_pipeline import EXPECTED, agent, auditor, five_step_trace
+
+
+def _record() -> AttributionRecord:
+    adapter = agent(lambda point, _: "42" if point == 2 else "41")
+    pipeline = ReflectPipeline(
+        auditor(localize=[3]), verifier=OracleVerifier(), config=ReflectConfig(gate=GateMode.HARD)
+    )
+    return pipeline.attribute(five_step_trace(), expected=EXPECTED, replay=adapter)
+
+
+def _counts(path: Path) -> dict[str, int]:
+    with duckdb.connect(str(path), read_only=True) as db:
+        return {
+            t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # type: ignore[index]
+            for t in ("traces", "steps", "verdicts", "attributions", "replays", "llm_calls")
+        }
+
+
+def _fill(path: Path, times: int = 1) -> AttributionRecord:
+    record = _record()
+    with DuckDBStore(path) as store:
+        for _ in range(times):
+            store.write_trace(five_step_trace())
+            assert record.original_verdict is not None
+            store.write_verdict(record.trace_id, record.original_verdict)
+            store.write_record(record)
+    return record
+
+
+def test_writes_are_idempotent(tmp_path: Path) -> None:
+    record = _fill(tmp_path / "s.duckdb", times=3)
+    counts = _counts(tmp_path / "s.duckdb")
+    assert counts == {
+        "traces": 1,
+        "steps": 5,
+        "verdicts": 1,
+        "attributions": 1,
+        "replays": len(record.replays),
+        "llm_calls": len(record.llm_calls),
+    }
+    _fill(tmp_path / "s.duckdb")  # reopening and re-writing changes nothing either
+    assert _counts(tmp_path / "s.duckdb") == counts
+
+
+def test_views_compute_the_statistics(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    record = _fill(path)
+    with duckdb.connect(str(path), read_only=True) as db:
+        assert db.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+        assert db.execute("SELECT traces, failed, failure_rate FROM failure_stats").fetchall() == [(1, 1, 1.0)]
+        assert db.execute("SELECT error_type, attributions, share FROM error_types").fetchall() == [
+            ("incorrect_problem_identification", 1, 1.0)
+        ]
+        assert db.execute(
+            "SELECT step_index, step_count, relative_position FROM decisive_step_position"
+        ).fetchall() == [(2, 5, 0.4)]
+        assert db.execute("SELECT method, verified, verified_share FROM verified_share").fetchall() == [
+            ("reflect", 1, 1.0)
+        ]
+        # the localized step was 3: rollback point 3 (offset 0) did not flip, point 2 (offset 1) did
+        assert db.execute("SELECT rollback_offset, replays, flips FROM flip_rate_by_offset").fetchall() == [
+            (0, 1, 0),
+            (1, 1, 1),
+        ]
+        stages = dict(db.execute("SELECT stage, calls FROM cost_per_stage").fetchall())
+        assert stages == {c.stage: c.calls for c in record.cost}
+        assert db.execute("SELECT tokens FROM cost_per_trace").fetchone() == (record.total_tokens,)
+
+
+def test_invalid_input_is_rejected_and_counted(tmp_path: Path) -> None:
+    with DuckDBStore(tmp_path / "s.duckdb") as store:
+        store.write_trace({"trace_id": "x"})  # type: ignore[arg-type]
+        store.write_record("not a record")  # type: ignore[arg-type]
+        store.write_verdict("", None)  # type: ignore[arg-type]
+        assert store.flush()
+        assert store.stats.rejected == 3 and store.stats.errors == 0
+    assert _counts(tmp_path / "s.duckdb")["traces"] == 0
+
+
+_WRITER = """
+import sys
+from reflect_otel.exporters.duckdb_store import DuckDBStore
+from tests.test_store import _record
+from tests.test_pipeline import five_step_trace
+record = _record()
+store = DuckDBStore(sys.argv[1])
+i = 0
+while True:
+    i += 1
+    trace = five_step_trace().model_copy(update={"trace_id": f"{i:032x}"})
+    store.write_trace(trace)
+    store.write_record(record.model_copy(update={"trace_id": trace.trace_id}))
+    if i == 20:
+        store.flush()
+        print("ready", flush=True)
+"""
+
+
+def test_a_killed_writer_leaves_a_readable_file_and_no_half_record(tmp_path: Path) -> None:
+    path = tmp_path / "s.duckdb"
+    process = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=10)
+    with duckdb.connect(str(path)) as db:  # replays the WAL
+        traces, attributions = db.execute(
+            "SELECT (SELECT count(*) FROM traces), (SELECT count(*) FROM attributions)"
+        ).fetchone()  # type: ignore[misc]
+        assert traces >= 20 and attributions >= 20
+        record = _record()
+        # every attribution has all its replays and calls: a record is all there or not at all
+        partial = db.execute(
+            "SELECT count(*) FROM attributions a WHERE (SELECT count(*) FROM replays r WHERE r.trace_id = a.trace_id) <> ? "
+            "OR (SELECT count(*) FROM llm_calls c WHERE c.trace_id = a.trace_id) <> ?",
+            [len(record.replays), len(record.llm_calls)],
+        ).fetchone()
+        assert partial == (0,)
+        assert db.execute(
+            "SELECT count(*) FROM traces t WHERE (SELECT count(*) FROM steps s WHERE s.trace_id = t.trace_id) <> 5"
+        ).fetchone() == (0,)
+
+
+def test_sql_and_stats_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.duckdb"
+    _fill(path)
+    assert main(["sql", "SELECT method, status, step_index FROM attributions", "--store", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"method": "reflect", "status": "verified", "step_index": 2}]
+    assert main(["sql", "SELECT error_type, attributions FROM error_types", "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "incorrect_problem_identification  1" in out and "(1 row)" in out
+    assert main(["stats", "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "1 traces, 1 verdicts, 1 attributions" in out and "verified_share" in out and "flip_rate_by_offset" in out
+    assert main(["sql", "DELETE FROM traces", "--store", str(path)]) == 2
+    assert "read-only" in capsys.readouterr().err.lower()
+    assert main(["sql", "SELEC nonsense", "--store", str(path)]) == 2
+    assert "query failed" in capsys.readouterr().err
+    assert main(["stats", "--store", str(tmp_path / "missing.duckdb")]) == 2
+    assert "no store at" in capsys.readouterr().err
+
+
+def test_store_in_use_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "s.duckdb"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import duckdb,sys,time; c=duckdb.connect(sys.argv[1]); print('ok', flush=True); time.sleep(30)",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ok"
+        assert main(["stats", "--store", str(path)]) == 2
+        assert "another process may be writing it" in capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_attribute_writes_to_the_store(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any) -> None:
+    traces = tmp_path / "t.jsonl"
+    assert main(["import", "--example", "-o", str(traces)]) == 0
+    monkeypatch.setenv("REFLECT_STORE", str(tmp_path / "env.duckdb"))
+    from reflect_otel.testing import ScriptedLLM
+
+    monkeypatch.setattr("reflect_otel.attribute_cli.make_llm", lambda config: ScriptedLLM())  # last-step calls none
+    assert main(["attribute", str(traces), "--method", "last-step", "-o", str(tmp_path / "r.jsonl")]) == 0
+    counts = _counts(tmp_path / "env.duckdb")  # REFLECT_STORE was used
+    assert counts["traces"] == counts["attributions"] == 4 and counts["steps"] == 16
