@@ -8,6 +8,7 @@ them as string literals; ours live in :class:`ReflectAttributes`. Indexed attrib
 from __future__ import annotations
 
 from openinference.semconv.trace import (
+    AnnotationAttributes,
     MessageAttributes,
     OpenInferenceSpanKindValues,
     SpanAttributes,
@@ -18,10 +19,13 @@ from openinference.semconv.trace import (
 __all__ = [
     "INPUT_MESSAGES_PREFIX",
     "OUTPUT_MESSAGES_PREFIX",
+    "AnnotationAttributes",
+    "GenAIEvaluation",
     "LangGraphMetadataKeys",
     "MessageAttributes",
     "OpenInferenceSpanKindValues",
     "ReflectAttributes",
+    "ReflectMetrics",
     "SpanAttributes",
     "ToolAttributes",
     "ToolCallAttributes",
@@ -62,3 +66,34 @@ class ReflectAttributes:
     """The rollback point whose replay flipped the outcome."""
     CONFIDENCE = "reflect.attribution.confidence"
     """Auditor confidence in ``[0, 1]``."""
+    TRACE_ID = "reflect.attribution.trace_id"
+    """Hex id of the attributed trace (the evaluator span is in it, as a child of the decisive span)."""
+    METHOD = "reflect.attribution.method"
+    """reflect, or the baseline that produced the record."""
+    MODE = "reflect.attribution.mode"
+    """replay, or localization_only."""
+    CORRECTED_ANSWER = "reflect.attribution.corrected_answer"
+    """The answer of the replay that flipped the outcome."""
+
+
+class GenAIEvaluation:
+    """The OTel GenAI semantic conventions' evaluation event."""
+
+    EVENT = "gen_ai.evaluation.result"
+    NAME = "gen_ai.evaluation.name"
+    SCORE_VALUE = "gen_ai.evaluation.score.value"
+    SCORE_LABEL = "gen_ai.evaluation.score.label"
+    EXPLANATION = "gen_ai.evaluation.explanation"
+
+
+class ReflectMetrics:
+    """Metric names; the Grafana dashboard's Prometheus queries use them with ``_total`` appended."""
+
+    TRACES_SEEN = "reflect.traces.seen"
+    TRACES_FLAGGED = "reflect.traces.flagged"
+    TRACES_ATTRIBUTED = "reflect.traces.attributed"
+    TRACES_VERIFIED = "reflect.traces.verified"
+    ATTRIBUTIONS_BY_ERROR_TYPE = "reflect.attributions"
+    """Counter with an ``error_type`` attribute."""
+    LLM_TOKENS = "reflect.llm.tokens"
+    """Counter with ``stage`` and ``direction`` (prompt or completion) attributes."""

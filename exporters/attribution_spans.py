@@ -1,0 +1,110 @@
+"""Attribution records as spans: each record becomes an OpenInference ``EVALUATOR`` span, a child of (and linked
+to) the decisive step's span, so any OTLP backend (Tempo, Logfire, Jaeger, Phoenix) shows it inside the trace it
+judges and can query its flat ``reflect.attribution.*`` attributes. It also carries OpenInference annotation
+attributes and an OTel GenAI ``gen_ai.evaluation.result`` event.
+
+The exporter has its own ``TracerProvider`` and batch processor, so it never touches the application's, and a
+backend that is down costs a retry and a log line, not the record (the DuckDB store keeps it).
+"""
+
+from __future__ import annotations
+
+import json
+
+from opentelemetry import trace as otel_trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+
+from reflect_otel.record import AttributionRecord
+from reflect_otel.semconv import (
+    AnnotationAttributes,
+    GenAIEvaluation,
+    OpenInferenceSpanKindValues,
+    ReflectAttributes,
+    SpanAttributes,
+)
+from reflect_otel.spans import is_span_id, is_trace_id
+
+__all__ = ["ANNOTATION_NAME", "AttributionSpanExporter", "record_attributes"]
+
+ANNOTATION_NAME = "decisive_error"
+
+
+def record_attributes(record: AttributionRecord) -> dict[str, str | int | float | bool]:
+    """The span attributes of a record (None values left out, as OTel requires)."""
+    values: dict[str, str | int | float | bool | None] = {
+        SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.EVALUATOR.value,
+        ReflectAttributes.TRACE_ID: record.trace_id,
+        ReflectAttributes.METHOD: record.method,
+        ReflectAttributes.STATUS: record.status.value,
+        ReflectAttributes.MODE: record.mode,
+        ReflectAttributes.ERROR_STEP_INDEX: record.step_index,
+        ReflectAttributes.ERROR_SPAN_ID: record.span_id,
+        ReflectAttributes.ERROR_TYPE: record.error_type.value if record.error_type else None,
+        ReflectAttributes.ROLLBACK_POINT: record.intervention.rollback_point if record.intervention else None,
+        ReflectAttributes.CONFIDENCE: record.confidence,
+        ReflectAttributes.CORRECTED_ANSWER: record.corrected_answer,
+        SpanAttributes.INPUT_VALUE: record.trace_id,
+        SpanAttributes.OUTPUT_VALUE: record.explanation[:4000] or None,
+        AnnotationAttributes.ANNOTATION_NAME: ANNOTATION_NAME,
+        AnnotationAttributes.ANNOTATION_LABEL: record.error_type.value if record.error_type else None,
+        AnnotationAttributes.ANNOTATION_SCORE: record.confidence,
+        AnnotationAttributes.ANNOTATION_EXPLANATION: record.explanation[:4000] or None,
+        AnnotationAttributes.ANNOTATION_ANNOTATOR_KIND: "LLM",
+        AnnotationAttributes.ANNOTATION_IDENTIFIER: f"reflect:{record.method}:{record.trace_id}",
+        AnnotationAttributes.ANNOTATION_METADATA: json.dumps(
+            {
+                "status": record.status.value,
+                "step_index": record.step_index,
+                "rollback_point": record.intervention.rollback_point if record.intervention else None,
+            }
+        ),
+    }
+    return {k: v for k, v in values.items() if v is not None}
+
+
+class AttributionSpanExporter:
+    """``span_exporter`` defaults to the OTLP/HTTP exporter configured by the standard ``OTEL_EXPORTER_OTLP_*``
+    variables."""
+
+    def __init__(self, span_exporter: SpanExporter | None = None, *, service_name: str = "reflect-otel") -> None:
+        if span_exporter is None:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            span_exporter = OTLPSpanExporter()
+        self._provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+        self._provider.add_span_processor(BatchSpanProcessor(span_exporter))
+        self._tracer = self._provider.get_tracer("reflect_otel.exporters.attribution_spans")
+
+    def export(self, record: AttributionRecord) -> None:
+        decisive = None
+        if is_trace_id(record.trace_id) and record.span_id and is_span_id(record.span_id):
+            decisive = SpanContext(
+                trace_id=int(record.trace_id, 16),
+                span_id=int(record.span_id, 16),
+                is_remote=True,
+                trace_flags=TraceFlags(TraceFlags.SAMPLED),
+            )
+        parent = otel_trace.set_span_in_context(NonRecordingSpan(decisive)) if decisive else None
+        span = self._tracer.start_span(
+            f"reflect.attribution {record.status.value}",
+            context=parent,
+            links=[Link(decisive, {"reflect.link": "decisive_step"})] if decisive else (),
+            attributes=record_attributes(record),
+        )
+        event = {
+            GenAIEvaluation.NAME: ANNOTATION_NAME,
+            GenAIEvaluation.SCORE_VALUE: record.confidence,
+            GenAIEvaluation.SCORE_LABEL: record.error_type.value if record.error_type else None,
+            GenAIEvaluation.EXPLANATION: record.explanation[:4000] or None,
+        }
+        span.add_event(GenAIEvaluation.EVENT, {k: v for k, v in event.items() if v is not None})
+        span.end()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self._provider.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        self._provider.shutdown()

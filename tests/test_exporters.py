@@ -1,0 +1,131 @@
+"""Attribution spans (through the real OTLP exporter to our real receiver) and metrics (a real scrape endpoint)."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import httpx
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from reflect_otel.exporters.attribution_spans import ANNOTATION_NAME, AttributionSpanExporter
+from reflect_otel.exporters.metrics import AttributionMetrics
+from reflect_otel.record import AttributionRecord
+from reflect_otel.semconv import AnnotationAttributes, GenAIEvaluation, ReflectAttributes, SpanAttributes
+from reflect_otel.trace import StructuredTrace
+from tests.test_store import _record
+
+
+def test_record_becomes_an_evaluator_span_inside_the_judged_trace() -> None:
+    record = _record()
+    memory = InMemorySpanExporter()
+    exporter = AttributionSpanExporter(memory)
+    exporter.export(record)
+    assert exporter.force_flush()
+    (span,) = memory.get_finished_spans()
+    assert format(span.context.trace_id, "032x") == record.trace_id
+    assert span.parent is not None and format(span.parent.span_id, "016x") == record.span_id
+    (link,) = span.links
+    assert format(link.context.span_id, "016x") == record.span_id
+    attributes = dict(span.attributes or {})
+    expected = {
+        SpanAttributes.OPENINFERENCE_SPAN_KIND: "EVALUATOR",
+        ReflectAttributes.TRACE_ID: record.trace_id,
+        ReflectAttributes.METHOD: "reflect",
+        ReflectAttributes.STATUS: "verified",
+        ReflectAttributes.MODE: "replay",
+        ReflectAttributes.ERROR_STEP_INDEX: 2,
+        ReflectAttributes.ERROR_SPAN_ID: record.span_id,
+        ReflectAttributes.ERROR_TYPE: "incorrect_problem_identification",
+        ReflectAttributes.ROLLBACK_POINT: 2,
+        ReflectAttributes.CONFIDENCE: 0.8,
+        ReflectAttributes.CORRECTED_ANSWER: "The answer is 42",
+        SpanAttributes.INPUT_VALUE: record.trace_id,
+        SpanAttributes.OUTPUT_VALUE: record.explanation,
+        AnnotationAttributes.ANNOTATION_NAME: ANNOTATION_NAME,
+        AnnotationAttributes.ANNOTATION_LABEL: "incorrect_problem_identification",
+        AnnotationAttributes.ANNOTATION_SCORE: 0.8,
+        AnnotationAttributes.ANNOTATION_EXPLANATION: record.explanation,
+        AnnotationAttributes.ANNOTATION_ANNOTATOR_KIND: "LLM",
+        AnnotationAttributes.ANNOTATION_IDENTIFIER: f"reflect:reflect:{record.trace_id}",
+    }
+    for key, value in expected.items():  # exhaustive: pop each expected key, then nothing may be left
+        assert attributes.pop(key) == value, key
+    metadata = json.loads(str(attributes.pop(AnnotationAttributes.ANNOTATION_METADATA)))
+    assert metadata == {"status": "verified", "step_index": 2, "rollback_point": 2}
+    assert attributes == {}
+    (event,) = span.events
+    assert event.name == GenAIEvaluation.EVENT
+    assert dict(event.attributes or {}) == {
+        GenAIEvaluation.NAME: ANNOTATION_NAME, GenAIEvaluation.SCORE_VALUE: 0.8,
+        GenAIEvaluation.SCORE_LABEL: "incorrect_problem_identification", GenAIEvaluation.EXPLANATION: record.explanation,
+    }
+    exporter.shutdown()
+
+
+def test_attribution_span_over_real_otlp_to_our_receiver() -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from reflect_otel.collectors._buffer import BufferLimits
+    from reflect_otel.collectors.receiver import OTLPReceiver
+
+    received: list[StructuredTrace] = []
+    receiver = OTLPReceiver(received.append, http=("127.0.0.1", 0), buffer_limits=BufferLimits(grace_s=0, ttl_s=0.2)).start()
+    try:
+        record = _record()
+        exporter = AttributionSpanExporter(OTLPSpanExporter(endpoint=f"http://127.0.0.1:{receiver.http_port}/v1/traces"))
+        exporter.export(record)
+        assert exporter.force_flush()
+        exporter.shutdown()
+        receiver.shutdown(10)  # the span's parent (the decisive step) lives elsewhere: assembled at shutdown
+    finally:
+        receiver.shutdown(1)
+    (trace,) = received
+    assert trace.trace_id == record.trace_id and receiver.stats()["spans_taken"] == 1
+
+
+def test_export_to_a_down_endpoint_does_not_raise() -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exporter = AttributionSpanExporter(OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=1))
+    exporter.export(_record())  # the batch processor exports in the background; failures are logged by the SDK
+    exporter.force_flush(3000)
+    exporter.shutdown()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_metrics_are_scraped_by_prometheus_format() -> None:
+    from tests.test_pipeline import five_step_trace
+
+    port = _free_port()
+    metrics = AttributionMetrics(prometheus_port=port)
+    try:
+        record: AttributionRecord = _record()
+        metrics.trace_seen(five_step_trace(), flagged=True)
+        metrics.trace_seen(five_step_trace(), flagged=False)
+        metrics.record_attributed(record)
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    finally:
+        metrics.shutdown()
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()) if not k.startswith("otel_scope_"))
+            values[f"{sample.name}{{{labels}}}"] = sample.value
+    assert values['reflect_traces_seen_total{framework="unknown"}'] == 2
+    assert values['reflect_traces_flagged_total{framework="unknown"}'] == 1
+    assert values['reflect_traces_attributed_total{method="reflect"}'] == 1
+    assert values['reflect_traces_verified_total{method="reflect"}'] == 1
+    assert values['reflect_attributions_total{error_type="incorrect_problem_identification",method="reflect"}'] == 1
+    localize = next(c for c in record.cost if c.stage == "localize")
+    assert values['reflect_llm_tokens_total{direction="prompt",stage="localize"}'] == localize.prompt_tokens
