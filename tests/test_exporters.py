@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+from pathlib import Path
 
 import httpx
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -57,8 +58,10 @@ def test_record_becomes_an_evaluator_span_inside_the_judged_trace() -> None:
     (event,) = span.events
     assert event.name == GenAIEvaluation.EVENT
     assert dict(event.attributes or {}) == {
-        GenAIEvaluation.NAME: ANNOTATION_NAME, GenAIEvaluation.SCORE_VALUE: 0.8,
-        GenAIEvaluation.SCORE_LABEL: "incorrect_problem_identification", GenAIEvaluation.EXPLANATION: record.explanation,
+        GenAIEvaluation.NAME: ANNOTATION_NAME,
+        GenAIEvaluation.SCORE_VALUE: 0.8,
+        GenAIEvaluation.SCORE_LABEL: "incorrect_problem_identification",
+        GenAIEvaluation.EXPLANATION: record.explanation,
     }
     exporter.shutdown()
 
@@ -70,10 +73,14 @@ def test_attribution_span_over_real_otlp_to_our_receiver() -> None:
     from reflect_otel.collectors.receiver import OTLPReceiver
 
     received: list[StructuredTrace] = []
-    receiver = OTLPReceiver(received.append, http=("127.0.0.1", 0), buffer_limits=BufferLimits(grace_s=0, ttl_s=0.2)).start()
+    receiver = OTLPReceiver(
+        received.append, http=("127.0.0.1", 0), buffer_limits=BufferLimits(grace_s=0, ttl_s=0.2)
+    ).start()
     try:
         record = _record()
-        exporter = AttributionSpanExporter(OTLPSpanExporter(endpoint=f"http://127.0.0.1:{receiver.http_port}/v1/traces"))
+        exporter = AttributionSpanExporter(
+            OTLPSpanExporter(endpoint=f"http://127.0.0.1:{receiver.http_port}/v1/traces")
+        )
         exporter.export(record)
         assert exporter.force_flush()
         exporter.shutdown()
@@ -129,3 +136,66 @@ def test_metrics_are_scraped_by_prometheus_format() -> None:
     assert values['reflect_attributions_total{error_type="incorrect_problem_identification",method="reflect"}'] == 1
     localize = next(c for c in record.cost if c.stage == "localize")
     assert values['reflect_llm_tokens_total{direction="prompt",stage="localize"}'] == localize.prompt_tokens
+
+
+def _needs(binary: str) -> str:
+    import os
+    import shutil
+
+    import pytest
+
+    path = shutil.which(binary) or (f"/usr/bin/{binary}" if os.path.exists(f"/usr/bin/{binary}") else None)
+    if path is None:
+        message = f"{binary} is not installed (apt-get install {binary}); .ci/run installs it"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def test_real_prometheus_scrapes_the_metrics_endpoint(tmp_path: Path) -> None:
+    import subprocess
+    import time
+
+    from tests.test_pipeline import five_step_trace
+
+    prometheus = _needs("prometheus")
+    port, prom_port = _free_port(), _free_port()
+    metrics = AttributionMetrics(prometheus_port=port)
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s}\n"
+        f"scrape_configs: [{{job_name: reflect, static_configs: [{{targets: ['127.0.0.1:{port}']}}]}}]\n"
+    )
+    server = subprocess.Popen(
+        [
+            prometheus,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        metrics.trace_seen(five_step_trace(), flagged=True)
+        metrics.record_attributed(_record())
+        value = None
+        deadline = time.monotonic() + 60
+        while value is None and time.monotonic() < deadline:
+            time.sleep(1)
+            try:
+                answer = httpx.get(
+                    f"http://127.0.0.1:{prom_port}/api/v1/query",
+                    params={"query": "sum(reflect_traces_verified_total)"},
+                    timeout=5,
+                ).json()
+            except (httpx.HTTPError, ValueError):
+                continue
+            result = answer.get("data", {}).get("result", [])
+            value = float(result[0]["value"][1]) if result else None
+        assert value == 1.0
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        metrics.shutdown()
