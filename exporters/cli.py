@@ -16,7 +16,7 @@ from reflect_otel.errors import InputError
 from reflect_otel.exporters.duckdb_store import connect_read_only
 from reflect_otel.store import store_path
 
-__all__ = ["add_sql_command", "add_stats_command"]
+__all__ = ["add_report_command", "add_sql_command", "add_stats_command"]
 
 SubParsers = argparse._SubParsersAction  # type: ignore[type-arg]
 STATS_VIEWS = ("failure_stats", "error_types", "verified_share", "flip_rate_by_offset", "cost_per_stage")
@@ -116,4 +116,50 @@ def _stats(args: argparse.Namespace) -> int:
             print(format_table(columns, rows) if rows else "(no rows yet)")
     finally:
         db.close()
+    return 0
+
+
+def add_report_command(subparsers: SubParsers) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="write a self-contained HTML report of one trace's attribution",
+        description="Render the trace (timeline, decisive step, correction, original vs corrected continuation, "
+        "cost) from the store as one HTML file with no external assets.",
+    )
+    parser.add_argument("trace_id", help="the trace's id (a unique prefix is enough)")
+    parser.add_argument("-o", "--out", required=True, help="HTML file to write")
+    parser.add_argument("--method", help="which attribution, when several methods attributed the trace")
+    _store_argument(parser)
+    parser.set_defaults(handler=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from reflect_otel.exporters.report import render_report
+    from reflect_otel.record import AttributionRecord
+    from reflect_otel.trace import StructuredTrace
+
+    db = connect_read_only(store_path(args.store))
+    try:
+        found = db.execute(
+            "SELECT trace_id, trace_json FROM traces WHERE starts_with(trace_id, ?)", [args.trace_id]
+        ).fetchall()
+        if len(found) != 1:
+            raise InputError(
+                f"{len(found)} traces match {args.trace_id!r}; give a longer prefix"
+                if found
+                else f"no trace {args.trace_id!r} in the store"
+            )
+        trace_id, trace_json = found[0]
+        query = "SELECT record_json FROM attributions WHERE trace_id = ?" + (" AND method = ?" if args.method else "")
+        records = db.execute(
+            query + " ORDER BY created_at DESC", [trace_id, *([args.method] if args.method else [])]
+        ).fetchall()
+    finally:
+        db.close()
+    trace = StructuredTrace.model_validate_json(trace_json)
+    record = AttributionRecord.model_validate_json(records[0][0]) if records else None
+    Path(args.out).write_text(render_report(trace, record), encoding="utf-8")
+    print(f"wrote {args.out}" + ("" if record else " (the trace has no attribution yet)"), file=sys.stderr)
     return 0

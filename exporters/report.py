@@ -1,0 +1,123 @@
+"""A self-contained HTML report of one attribution: the steps as a timeline with the decisive step marked, the
+verdict, the injected correction, and the original and corrected continuations side by side. Every piece of trace
+content is HTML-escaped (it is untrusted); the page loads nothing from outside."""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+
+from reflect_otel.record import AttributionRecord, AttributionStatus
+from reflect_otel.trace import Step, StructuredTrace
+
+__all__ = ["render_report"]
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem;color:#1d2430;background:#f6f7f9}
+h1{font-size:1.4rem;margin:0 0 .3rem} h2{font-size:1.1rem;margin:1.6rem 0 .6rem}
+.meta{color:#5a6372;font-size:.9rem} .badge{display:inline-block;padding:.15rem .6rem;border-radius:1rem;
+font-weight:600;font-size:.85rem;margin-left:.5rem} .verified{background:#d3f5dd;color:#11632b}
+.unverified{background:#fde9c8;color:#7a4a00} .skipped{background:#e4e7ec;color:#394150}
+.card{background:#fff;border:1px solid #dde1e7;border-radius:.6rem;padding:1rem;margin:.6rem 0}
+.timeline{list-style:none;padding:0;margin:0;border-left:3px solid #cfd5de}
+.step{position:relative;margin:0 0 .6rem 1rem;background:#fff;border:1px solid #dde1e7;border-radius:.5rem;padding:.6rem .8rem}
+.step::before{content:"";position:absolute;left:-1.45rem;top:.9rem;width:.7rem;height:.7rem;border-radius:50%;background:#9aa4b2}
+.decisive{border:2px solid #d93f3f;background:#fff4f4} .decisive::before{background:#d93f3f}
+.idx{font-weight:700;margin-right:.5rem} .kind{color:#5a6372;font-size:.8rem;text-transform:uppercase}
+pre{white-space:pre-wrap;word-break:break-word;margin:.3rem 0 0;font-size:.85rem;background:#f1f3f6;padding:.4rem;border-radius:.3rem}
+.cols{display:grid;grid-template-columns:1fr 1fr;gap:1rem} table{border-collapse:collapse;font-size:.85rem}
+td,th{border:1px solid #dde1e7;padding:.25rem .6rem;text-align:left} .flag{color:#d93f3f;font-weight:700}
+"""
+
+
+def _e(value: object) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _step(step: Step, decisive: bool) -> str:
+    parts = [
+        f'<li class="step{" decisive" if decisive else ""}" id="step-{step.index}">',
+        f'<span class="idx">{step.index}</span><span class="kind">{_e(step.kind.value)}</span>',
+    ]
+    if decisive:
+        parts.append(' <span class="flag">decisive error</span>')
+    if step.tool_name:
+        parts.append(
+            f"<pre>{_e(step.tool_name)}({_e(json.dumps(step.tool_args, ensure_ascii=False, default=str)[:1000])})</pre>"
+        )
+    if step.reasoning:
+        parts.append(f"<pre>{_e(step.reasoning[:2000])}</pre>")
+    if step.tool_result is not None:
+        parts.append(f"<pre>&rarr; {_e(step.tool_result[:2000])}</pre>")
+    parts.append("</li>")
+    return "".join(parts)
+
+
+def _steps(steps: Sequence[Step], decisive: int | None) -> str:
+    if not steps:
+        return "<p class='meta'>(none)</p>"
+    return '<ul class="timeline">' + "".join(_step(s, s.index == decisive) for s in steps) + "</ul>"
+
+
+def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> str:
+    """The report as one HTML string."""
+    decisive = record.step_index if record else None
+    status = record.status.value if record else "not attributed"
+    badge = f'<span class="badge {_e(status) if record else "skipped"}">{_e(status)}</span>'
+    body = [
+        f"<h1>Trace {_e(trace.trace_id)}{badge}</h1>",
+        f'<p class="meta">{_e(trace.source.framework)} &middot; {len(trace.steps)} steps &middot; '
+        f"collected by {_e(trace.source.collector)}</p>",
+        f'<div class="card"><b>Question</b><pre>{_e(trace.question[:4000])}</pre>'
+        f"<b>Final answer</b><pre>{_e(trace.final_answer)}</pre></div>",
+    ]
+    if record is not None:
+        kind = record.error_type.value if record.error_type else "unknown"
+        body.append(
+            '<h2>Attribution</h2><div class="card">'
+            f"<p><b>Decisive step:</b> {_e(record.step_index)} &middot; <b>Error type:</b> {_e(kind)} &middot; "
+            f"<b>Method:</b> {_e(record.method)} ({_e(record.mode)}) &middot; <b>Confidence:</b> {_e(record.confidence)}</p>"
+            f"<p><b>Explanation</b></p><pre>{_e(record.explanation)}</pre>"
+        )
+        if record.root_cause:
+            body.append(f"<p><b>Root cause</b></p><pre>{_e(record.root_cause)}</pre>")
+        if record.reason:
+            body.append(f"<p><b>Note:</b> {_e(record.reason)}</p>")
+        body.append("</div>")
+        if record.intervention is not None:
+            body.append(
+                f"<h2>Injected correction (after step {record.intervention.rollback_point})</h2>"
+                f'<div class="card"><pre>{_e(record.intervention.injection)}</pre></div>'
+            )
+    body.append("<h2>Steps</h2>")
+    flipped = next((a for a in record.replays if a.flipped), None) if record else None
+    if record is not None and record.status is AttributionStatus.VERIFIED and flipped is not None:
+        point = flipped.rollback_point
+        body.append(
+            f'<p class="meta">Steps 1..{point} were kept; after them, the original run and the corrected '
+            f"replay (answer: {_e(record.corrected_answer)}).</p>"
+        )
+        body.append(_steps(trace.steps[:point], decisive))
+        body.append(
+            f'<div class="cols"><div><h2>Original continuation</h2>{_steps(trace.steps[point:], decisive)}</div>'
+            f"<div><h2>Corrected continuation</h2>{_steps(flipped.continuation, None)}</div></div>"
+        )
+    else:
+        body.append(_steps(trace.steps, decisive))
+    if record is not None and record.cost:
+        rows = "".join(
+            f"<tr><td>{_e(c.stage)}</td><td>{c.calls}</td><td>{c.prompt_tokens}</td><td>{c.completion_tokens}</td>"
+            f"<td>{c.seconds:.2f}</td></tr>"
+            for c in record.cost
+        )
+        body.append(
+            "<h2>Cost</h2><table><tr><th>stage</th><th>calls</th><th>prompt tokens</th>"
+            f"<th>completion tokens</th><th>seconds</th></tr>{rows}</table>"
+        )
+    title = f"reflect-otel: {trace.trace_id}"
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>{''.join(body)}</body></html>"
+    )

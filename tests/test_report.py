@@ -1,0 +1,62 @@
+"""The HTML report: self-contained, escaped, and rendered by a real headless Chromium."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from reflect_otel.cli import main
+from reflect_otel.exporters.duckdb_store import DuckDBStore
+from reflect_otel.exporters.report import render_report
+from tests.test_pipeline import five_step_trace
+from tests.test_store import _record
+
+
+def _trace_with_script():  # type: ignore[no-untyped-def]
+    trace = five_step_trace()
+    hostile = trace.steps[0].model_copy(update={"tool_result": "<script>alert('x')</script><img src=http://evil/>"})
+    return trace.model_copy(update={"steps": (hostile, *trace.steps[1:])})
+
+
+def test_report_shows_the_attribution_and_escapes_trace_content() -> None:
+    record = _record()
+    page = render_report(_trace_with_script(), record)
+    assert "<script>" not in page and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert "http://evil" in page and "<img" not in page  # shown as text, never loaded
+    assert 'class="badge verified"' in page and 'id="step-2"' in page
+    assert 'class="step decisive" id="step-2"' in page
+    assert "Original continuation" in page and "Corrected continuation" in page and "The answer is 42" in page
+    assert "IMPORTANT - CORRECTION CONTEXT" in page and "<th>stage</th>" in page
+    assert "default-src 'none'" in page  # nothing external may load
+    assert "https://" not in page.replace("http://evil/", "")
+
+
+def test_report_command_and_chromium_screenshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "s.duckdb"
+    record = _record()
+    with DuckDBStore(store) as s:
+        s.write_trace(_trace_with_script())
+        s.write_record(record)
+    out = tmp_path / "report.html"
+    assert main(["report", record.trace_id[:12], "-o", str(out), "--store", str(store)]) == 0
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    assert main(["report", "ffff", "-o", str(out), "--store", str(store)]) == 2
+    assert "no trace 'ffff'" in capsys.readouterr().err
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (apt-get install chromium); .ci/run installs it")
+        pytest.skip("chromium is not installed")
+    shot = tmp_path / "report.png"
+    subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+         f"--screenshot={shot}", "--window-size=1200,1600", out.as_uri()],
+        check=True, capture_output=True, timeout=120,
+    )
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
