@@ -1,0 +1,117 @@
+"""Attributions as Phoenix annotations, through Phoenix's REST API (Phoenix ignores inline annotation attributes
+and span links on ingest): a ``decisive_error`` annotation on the decisive span (label = error type, score =
+confidence, the explanation, and the intervention in its metadata) and a trace annotation summarising the
+attribution. Each has a stable ``identifier``, so posting a record again updates it instead of adding another.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from reflect_otel.errors import ReflectError
+from reflect_otel.record import AttributionRecord
+
+__all__ = ["PhoenixAnnotationError", "PhoenixAnnotationExporter", "annotation_payloads"]
+
+ANNOTATION_NAME = "decisive_error"
+TRACE_ANNOTATION_NAME = "reflect_attribution"
+
+
+class PhoenixAnnotationError(ReflectError):
+    """Phoenix refused or could not be reached after the retries."""
+
+
+def annotation_payloads(record: AttributionRecord) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """(span annotation or None when the record names no span, trace annotation), as Phoenix's REST API takes them."""
+    flipped = any(a.flipped for a in record.replays)
+    metadata = {
+        "method": record.method,
+        "status": record.status.value,
+        "mode": record.mode,
+        "step_index": record.step_index,
+        "rollback_point": record.intervention.rollback_point if record.intervention else None,
+        "flipped": flipped,
+        "injection": record.intervention.injection if record.intervention else None,
+        "corrected_answer": record.corrected_answer,
+    }
+    label = record.error_type.value if record.error_type else "unknown"
+    span = None
+    if record.span_id:
+        span = {
+            "span_id": record.span_id,
+            "name": ANNOTATION_NAME,
+            "annotator_kind": "LLM",
+            "result": {"label": label, "score": record.confidence, "explanation": record.explanation[:10_000] or None},
+            "metadata": metadata,
+            "identifier": f"reflect:{record.method}:{record.trace_id}",
+        }
+    trace = {
+        "trace_id": record.trace_id,
+        "name": TRACE_ANNOTATION_NAME,
+        "annotator_kind": "LLM",
+        "result": {
+            "label": record.status.value,
+            "score": record.confidence,
+            "explanation": f"step {record.step_index} ({label}): {record.explanation[:2000]}",
+        },
+        "metadata": metadata,
+        "identifier": f"reflect:{record.method}:{record.trace_id}",
+    }
+    return span, trace
+
+
+class PhoenixAnnotationExporter:
+    """``base_url`` defaults to ``PHOENIX_COLLECTOR_ENDPOINT`` (then ``http://127.0.0.1:6006``); ``api_key`` to
+    ``PHOENIX_API_KEY``. Connection errors, 429 and 5xx are retried with backoff; then
+    :class:`PhoenixAnnotationError` says what failed (the DuckDB store still has the record)."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        *,
+        api_key: str | None = None,
+        retries: int = 3,
+        timeout_s: float = 30.0,
+        client: httpx.Client | None = None,
+    ) -> None:
+        self.base_url = (base_url or os.environ.get("PHOENIX_COLLECTOR_ENDPOINT") or "http://127.0.0.1:6006").rstrip(
+            "/"
+        )
+        key = api_key or os.environ.get("PHOENIX_API_KEY")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._client = client or httpx.Client(timeout=timeout_s, headers=headers)
+        self.retries = retries
+
+    def _post(self, path: str, payload: Mapping[str, Any]) -> Any:
+        url = f"{self.base_url}{path}"
+        delay = 0.5
+        for attempt in range(self.retries + 1):
+            try:
+                response = self._client.post(url, params={"sync": "true"}, json={"data": [payload]})
+            except httpx.HTTPError as error:
+                problem = f"cannot reach {url}: {error}"
+            else:
+                if response.status_code < 400:
+                    return response.json()
+                problem = f"{url} answered {response.status_code}: {response.text[:300]}"
+                if response.status_code not in (408, 429) and response.status_code < 500:
+                    raise PhoenixAnnotationError(problem)
+            if attempt < self.retries:
+                time.sleep(delay)
+                delay *= 2
+        raise PhoenixAnnotationError(f"{problem} (after {self.retries} retries)")
+
+    def export(self, record: AttributionRecord) -> None:
+        """Annotate the decisive span and the trace. Raises :class:`PhoenixAnnotationError`."""
+        span, trace = annotation_payloads(record)
+        if span is not None:
+            self._post("/v1/span_annotations", span)
+        self._post("/v1/trace_annotations", trace)
+
+    def close(self) -> None:
+        self._client.close()

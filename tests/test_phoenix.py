@@ -1,0 +1,166 @@
+"""Phoenix, for real: ``phoenix serve`` started on loopback with telemetry and external resources off; a real
+LangGraph run is sent to it over OTLP, attributed (scripted auditor, real replay), and its annotation read back."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from opentelemetry.trace import format_trace_id
+
+from reflect_otel.config import GateMode, ReflectConfig
+from reflect_otel.pipeline import ReflectPipeline
+from reflect_otel.record import AttributionStatus
+from reflect_otel.testing import ScriptedLLM, ScriptedRequest
+from reflect_otel.verifiers import OracleVerifier
+from tests import replay_agents
+from tests.conftest import Instrumented
+
+pytestmark = pytest.mark.phoenix
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if importlib.util.find_spec("phoenix") is None:
+        message = "Phoenix is not installed: pip install 'reflect-otel[phoenix]'"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    port = _free_port()
+    work = tmp_path_factory.mktemp("phoenix")
+    env = os.environ | {
+        "PHOENIX_HOST": "127.0.0.1",
+        "PHOENIX_PORT": str(port),
+        "PHOENIX_GRPC_PORT": str(_free_port()),
+        "PHOENIX_WORKING_DIR": str(work),
+        "PHOENIX_TELEMETRY_ENABLED": "false",
+        "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false",
+    }
+    log = (work / "phoenix.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "phoenix.server.main", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if server.poll() is not None:
+                pytest.fail(f"phoenix serve exited: {(work / 'phoenix.log').read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("phoenix serve did not answer within 180 s")
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        log.close()
+
+
+def _auditor() -> ScriptedLLM:
+    def respond(request: ScriptedRequest) -> Any:
+        return {
+            "localize": {
+                "error_step": 1,
+                "confidence": 0.7,
+                "reasoning": "looked up Lyon",
+                "what_should_have_been_done": "Paris",
+            },
+            "classify": {
+                "error_type": "incorrect_problem_identification",
+                "confidence": 0.7,
+                "explanation": "wrong city",
+                "suggested_correction": replay_agents.FIX,
+            },
+            "diagnose": {
+                "root_cause": "the agent looked up the wrong city",
+                "correction_instruction": replay_agents.FIX,
+                "forbidden_actions": [],
+                "expected_next_tool": "lookup_population",
+                "confidence": 0.8,
+            },
+            "gate": {"is_faithful": True, "violation_reason": None, "violation_type": None},
+            "explain": {
+                "reasoning": "the replay looked up Paris",
+                "error_type": "incorrect_problem_identification",
+                "explanation": "Lyon instead of Paris",
+            },
+        }[request.stage]
+
+    return ScriptedLLM(respond=respond)
+
+
+def test_attribution_is_annotated_on_the_decisive_span(phoenix: str, instrumented: Instrumented) -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    from reflect_otel.exporters.phoenix import PhoenixAnnotationError, PhoenixAnnotationExporter
+    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
+
+    graph = replay_agents.build_graph()
+    before = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()}
+    assert replay_agents.run_graph(graph, "phoenix-thread") == replay_agents.WRONG
+    (trace_id,) = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()} - before
+    exporter = OTLPSpanExporter(endpoint=f"{phoenix}/v1/traces")
+    assert exporter.export(instrumented.spans_of(trace_id)) is SpanExportResult.SUCCESS
+    exporter.shutdown()
+
+    trace = instrumented.assembled(trace_id)
+    record = ReflectPipeline(_auditor(), verifier=OracleVerifier(), config=ReflectConfig(gate=GateMode.HARD)).attribute(
+        trace, expected="2101000", replay=LangGraphReplayAdapter(graph, tracer_provider=instrumented.provider)
+    )
+    assert record.status is AttributionStatus.VERIFIED and record.step_index == 1 and record.span_id
+
+    annotator = PhoenixAnnotationExporter(phoenix)
+    deadline = time.monotonic() + 60
+    while True:  # the spans are ingested asynchronously
+        try:
+            annotator.export(record)
+            break
+        except PhoenixAnnotationError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+    annotator.export(record)  # again: the identifier makes it an update, not a second annotation
+    spans = httpx.get(f"{phoenix}/v1/projects/default/span_annotations", params={"span_ids": record.span_id}).json()[
+        "data"
+    ]
+    (annotation,) = [a for a in spans if a["name"] == "decisive_error"]
+    assert annotation["result"]["label"] == "incorrect_problem_identification"
+    assert annotation["result"]["score"] == pytest.approx(0.7)
+    assert "Lyon instead of Paris" in annotation["result"]["explanation"]
+    assert annotation["metadata"]["rollback_point"] == 1 and annotation["metadata"]["flipped"] is True
+    assert annotation["identifier"] == f"reflect:reflect:{trace_id}"
+    traces = httpx.get(f"{phoenix}/v1/projects/default/trace_annotations", params={"trace_ids": trace_id}).json()[
+        "data"
+    ]
+    assert [a["result"]["label"] for a in traces if a["name"] == "reflect_attribution"] == ["verified"]
+    annotator.close()
+
+
+def test_phoenix_down_is_a_clear_error() -> None:
+    from reflect_otel.exporters.phoenix import PhoenixAnnotationError, PhoenixAnnotationExporter
+    from tests.test_store import _record
+
+    with pytest.raises(PhoenixAnnotationError, match="cannot reach"):
+        PhoenixAnnotationExporter(f"http://127.0.0.1:{_free_port()}", retries=1).export(_record())
