@@ -108,3 +108,11 @@ class AttributionSpanExporter:
 
     def shutdown(self) -> None:
         self._provider.shutdown()
+
+    def close(self) -> None:
+        self.shutdown()
+
+    @classmethod
+    def from_env(cls) -> AttributionSpanExporter:
+        """OTLP/HTTP to ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``."""
+        return cls()

@@ -115,3 +115,8 @@ class PhoenixAnnotationExporter:
 
     def close(self) -> None:
         self._client.close()
+
+    @classmethod
+    def from_env(cls) -> PhoenixAnnotationExporter:
+        """``PHOENIX_COLLECTOR_ENDPOINT`` and ``PHOENIX_API_KEY``."""
+        return cls()

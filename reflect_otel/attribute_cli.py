@@ -13,13 +13,13 @@ from typing import Any, Protocol
 from reflect_otel.baselines import BASELINES
 from reflect_otel.config import LLMConfig, ReflectConfig
 from reflect_otel.datasets import BBM_TASKS
-from reflect_otel.errors import ConfigError, InputError
+from reflect_otel.errors import ConfigError, InputError, ReflectError
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.factory import make_llm
 from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.record import AttributionRecord
 from reflect_otel.replay import ReplayAdapter
-from reflect_otel.store import open_store, store_path
+from reflect_otel.store import open_exporter, open_store, store_path
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, read_trace_rows
 from reflect_otel.verifiers import BBMVerifier, OracleVerifier, SelfVerifier, Verifier
@@ -92,6 +92,14 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
         "--store", help="DuckDB file for traces, verdicts and records (default: REFLECT_STORE, then ./reflect.duckdb)"
     )
     parser.add_argument("--no-store", action="store_true", help="write only the -o file")
+    parser.add_argument(
+        "--export",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also send each record to: otlp (an EVALUATOR span, via OTEL_EXPORTER_OTLP_*) or phoenix (annotations, "
+        "via PHOENIX_COLLECTOR_ENDPOINT); repeatable. A failed export is reported; the store keeps the record",
+    )
     parser.set_defaults(handler=_attribute)
 
 
@@ -154,6 +162,8 @@ def _attribute(args: argparse.Namespace) -> int:
     attributors = {name: _attributor(args.method, llm, v, config) for name, v in verifiers.items()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     store = None if args.no_store else open_store(args.store)
+    exporters = {name: open_exporter(name) for name in dict.fromkeys(args.export)}
+    export_failures: dict[str, int] = {}
     started = time.monotonic()
     counts: dict[str, int] = {}
     with args.out.open("w", encoding="utf-8") as out:
@@ -174,6 +184,12 @@ def _attribute(args: argparse.Namespace) -> int:
                 if record.original_verdict is not None:
                     store.write_verdict(row.trace.trace_id, record.original_verdict)
                 store.write_record(record)
+            for name, exporter in exporters.items():
+                try:
+                    exporter.export(record)
+                except ReflectError as error:
+                    export_failures[name] = export_failures.get(name, 0) + 1
+                    print(f"  export to {name} failed: {error}", file=sys.stderr)
             counts[record.status.value] = counts.get(record.status.value, 0) + 1
             where = f"step {record.step_index}" if record.step_index else "no step"
             print(
@@ -182,6 +198,10 @@ def _attribute(args: argparse.Namespace) -> int:
                 + (f"  ({record.reason})" if record.reason else ""),
                 file=sys.stderr,
             )
+    for exporter in exporters.values():
+        exporter.close()
+    for name, failed in export_failures.items():
+        print(f"{failed} record(s) could not be exported to {name}", file=sys.stderr)
     if store is not None:
         store.close()
         print(f"written to the store {store_path(args.store)}", file=sys.stderr)

@@ -16,9 +16,18 @@ from reflect_otel.record import AttributionRecord
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
-__all__ = ["STORE_GROUP", "AttributionStore", "open_store", "store_path"]
+__all__ = [
+    "EXPORTER_GROUP",
+    "STORE_GROUP",
+    "AttributionStore",
+    "RecordExporter",
+    "open_exporter",
+    "open_store",
+    "store_path",
+]
 
 STORE_GROUP = "reflect_otel.stores"
+EXPORTER_GROUP = "reflect_otel.record_exporters"
 DEFAULT_STORE = "reflect.duckdb"
 
 
@@ -50,3 +59,22 @@ def open_store(path: str | os.PathLike[str] | None = None, *, kind: str = "duckd
         raise ConfigError(f"no store backend {kind!r} installed; installed: {', '.join(sorted(found)) or 'none'}")
     store: AttributionStore = found[kind].load()(store_path(path))
     return store
+
+
+class RecordExporter(Protocol):
+    """Sends attribution records somewhere users look (an OTLP backend, Phoenix). ``export`` may raise
+    :class:`~reflect_otel.errors.ReflectError` after its own retries; callers report it and go on, since the
+    store keeps every record. Backends are entry points in the group ``reflect_otel.record_exporters``: a
+    factory with no arguments that reads its settings from the environment."""
+
+    def export(self, record: AttributionRecord) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def open_exporter(name: str) -> RecordExporter:
+    found = {e.name: e for e in entry_points(group=EXPORTER_GROUP)}
+    if name not in found:
+        raise ConfigError(f"no record exporter {name!r} installed; installed: {', '.join(sorted(found)) or 'none'}")
+    exporter: RecordExporter = found[name].load()()
+    return exporter

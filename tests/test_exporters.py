@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
+from typing import Any
 
 import httpx
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -199,3 +200,50 @@ def test_real_prometheus_scrapes_the_metrics_endpoint(tmp_path: Path) -> None:
         server.terminate()
         server.wait(timeout=20)
         metrics.shutdown()
+
+
+def test_attribute_command_exports_and_survives_a_down_endpoint(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
+    import duckdb
+
+    from reflect_otel.cli import main
+    from reflect_otel.collectors._buffer import BufferLimits
+    from reflect_otel.collectors.receiver import OTLPReceiver
+    from reflect_otel.testing import ScriptedLLM
+
+    received: list[StructuredTrace] = []
+    receiver = OTLPReceiver(
+        received.append, http=("127.0.0.1", 0), buffer_limits=BufferLimits(grace_s=0, ttl_s=0.1)
+    ).start()
+    traces = tmp_path / "t.jsonl"
+    assert main(["import", "--example", "-o", str(traces)]) == 0
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{receiver.http_port}/v1/traces")
+    monkeypatch.setenv("PHOENIX_COLLECTOR_ENDPOINT", f"http://127.0.0.1:{_free_port()}")  # nobody listens
+    monkeypatch.setattr("reflect_otel.attribute_cli.make_llm", lambda config: ScriptedLLM())
+    monkeypatch.setattr(
+        "reflect_otel.exporters.phoenix.PhoenixAnnotationExporter.from_env", classmethod(lambda cls: cls(retries=0))
+    )
+    code = main(
+        [
+            "attribute",
+            str(traces),
+            "--method",
+            "first-step",
+            "-o",
+            str(tmp_path / "r.jsonl"),
+            "--store",
+            str(tmp_path / "s.duckdb"),
+            "--export",
+            "otlp",
+            "--export",
+            "phoenix",
+        ]
+    )
+    receiver.shutdown(10)
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "4 record(s) could not be exported to phoenix" in err
+    with duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True) as db:  # nothing lost
+        assert db.execute("SELECT count(*) FROM attributions").fetchone() == (4,)
+    assert sorted(t.trace_id for t in received) == sorted(
+        json.loads(line)["trace_id"] for line in (tmp_path / "r.jsonl").read_text().splitlines()
+    )
