@@ -1,0 +1,130 @@
+"""The plan-anchored proxy verifier: scores and labels against hand-computed values, chunking with overlap, and
+recovery handling, with a scripted auditor."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from reflect_otel.proxy_verifier import (
+    AuditedStep,
+    PlanAnchoredVerifier,
+    ProxyVerifierConfig,
+    chunks,
+    macro_steps,
+    score_audit,
+)
+from reflect_otel.testing import ScriptedLLM, ScriptedRequest, make_trace
+from reflect_otel.trace import StepStatus
+
+CONFIG = ProxyVerifierConfig()
+
+
+def audit(*rows: tuple[str, str, str]) -> list[AuditedStep]:
+    return [AuditedStep(macro_step=i, category=c, severity=s, anchor=a, rationale="r")  # type: ignore[arg-type]
+            for i, (c, s, a) in enumerate(rows, start=1)]
+
+
+def sigmoid(total: float) -> float:
+    return 1 / (1 + math.exp(-1.5 * (total - 1.5)))
+
+
+def test_one_hard_major_deviation_sits_on_the_threshold() -> None:
+    scores = score_audit(audit(("Aligned", "minor", "none"), ("Constraint_Drop", "major", "hard"), ("Aligned", "minor", "none")), CONFIG)
+    assert scores.weighted_sum == 1.5 and scores.error_signal == 0.5
+    assert scores.confidence == 1.0 and scores.label == "HIGH_ERROR_SIGNAL"
+
+
+def test_a_deviation_followed_by_recovery_is_resolved_at_30_percent() -> None:
+    scores = score_audit(audit(("Constraint_Drop", "critical", "hard"), ("Recovery", "minor", "none"), ("Aligned", "minor", "none")), CONFIG)
+    assert scores.deviations[0].resolved
+    assert scores.weighted_sum == pytest.approx(0.9)
+    assert scores.error_signal == pytest.approx(sigmoid(0.9), abs=1e-6) == pytest.approx(0.289050, abs=1e-6)
+    assert scores.label == "LOW_ERROR_SIGNAL"
+
+
+def test_consecutive_deviations_of_one_category_merge_into_the_most_severe() -> None:
+    scores = score_audit(
+        audit(("Unsupported_Jump", "minor", "soft"), ("Unsupported_Jump", "major", "soft"), ("Output_Drift", "critical", "hard")),
+        CONFIG,
+    )
+    assert [(d.first_step, d.last_step, d.category, d.severity) for d in scores.deviations] == [
+        (1, 2, "Unsupported_Jump", "major"), (3, 3, "Output_Drift", "critical")]
+    assert scores.weighted_sum == pytest.approx(0.75 + 3.0)
+    assert scores.error_signal == pytest.approx(0.966914, abs=1e-6)  # 1 / (1 + e^-3.375) and scores.label == "HIGH_ERROR_SIGNAL"
+
+
+def test_ambiguity_lowers_confidence_to_uncertain() -> None:
+    rows = [("Valid_Alternative", "minor", "none")] * 6 + [
+        ("Unsupported_Jump", "minor", "soft"), ("Aligned", "minor", "none"), ("Constraint_Drop", "minor", "soft"),
+        ("Aligned", "minor", "none"), ("Output_Drift", "minor", "soft")]
+    scores = score_audit(audit(*rows), CONFIG)
+    # 6 alternatives: -0.15 * 4; 3 unresolved soft deviations: -0.15 * 1
+    assert scores.confidence == pytest.approx(0.25) and scores.label == "UNCERTAIN"
+    assert score_audit(audit(("Housekeeping", "minor", "none")), CONFIG).confidence == 0.5  # too few substantive steps
+
+
+def test_chunks_of_eight_overlap_by_two() -> None:
+    assert chunks(5, 8, 2) == [range(1, 6)]
+    assert chunks(14, 8, 2) == [range(1, 9), range(7, 15)]
+    assert chunks(20, 8, 2) == [range(1, 9), range(7, 15), range(13, 21)]
+
+
+def test_failed_call_and_its_retry_collapse_into_one_recovery_step() -> None:
+    trace = make_trace("q", [
+        {"tool": "search", "args": {"q": "x"}, "result": "error: timeout", "status": StepStatus.ERROR},
+        {"tool": "search", "args": {"q": "x"}, "result": "found"},
+        {"tool": "read", "args": {}, "result": "Error: bad file"},
+        {"tool": "other", "args": {}, "result": "ok"},
+        {"reasoning": "done", "is_final_answer": True},
+    ])
+    groups = macro_steps(trace)
+    assert [(m.index, [s.index for s in m.steps], m.recovery) for m in groups] == [
+        (1, [1, 2], True), (2, [3], False), (3, [4], False), (4, [5], False)]
+
+
+def _long_trace(n: int):  # type: ignore[no-untyped-def]
+    return make_trace("Which river is longest?", [{"tool": "search", "args": {"q": str(i)}, "result": f"r{i}"} for i in range(1, n)]
+                      + [{"reasoning": "The Nile", "is_final_answer": True}], final_answer="The Nile")
+
+
+ANCHORS = {"hard": {"entities": ["rivers"], "filters": [], "target_property": "length", "operation": "compare",
+                    "output_form": "a river name"}, "plans": [{"subgoals": ["find lengths", "compare"]}]}
+
+
+def test_verifier_audits_in_overlapping_chunks_and_labels() -> None:
+    def respond(request: ScriptedRequest) -> Any:
+        if request.stage == "proxy_anchors":
+            return ANCHORS
+        shown = [int(line.split()[1]) for line in request.text.splitlines() if line.startswith("Macro-step ")]
+        category = "Aligned" if shown[0] == 1 else "Output_Drift"  # the second chunk calls the overlap a drift
+        return {"steps": [{"macro_step": i, "category": category, "severity": "critical", "anchor": "hard", "rationale": "r"}
+                          for i in shown]}
+
+    llm = ScriptedLLM(respond=respond)
+    verdict = PlanAnchoredVerifier(llm).verify(_long_trace(14), expected="IGNORED")
+    assert [r.stage for r in llm.requests] == ["proxy_anchors", "proxy_audit", "proxy_audit"]
+    assert "IGNORED" not in "".join(r.text for r in llm.requests)  # no ground truth in the proxy regime
+    # steps 7-14 are Output_Drift (the later chunk wins on 7-8): one merged critical/hard deviation
+    assert verdict.label == "HIGH_ERROR_SIGNAL" and verdict.is_correct is False
+    assert verdict.score == pytest.approx(sigmoid(3.0), abs=1e-6)
+    assert "Output_Drift at macro-step 7-14" in verdict.reasoning
+
+
+def test_clean_audit_is_low_error_and_a_failing_llm_is_uncertain() -> None:
+    llm = ScriptedLLM([ANCHORS, {"steps": [{"macro_step": i, "category": "Aligned", "severity": "minor", "anchor": "none",
+                                            "rationale": "ok"} for i in range(1, 4)]}])
+    verdict = PlanAnchoredVerifier(llm).verify(_long_trace(3), expected=None)
+    assert (verdict.label, verdict.is_correct, verdict.score) == ("LOW_ERROR_SIGNAL", True, pytest.approx(sigmoid(0.0), abs=1e-6))
+    broken = PlanAnchoredVerifier(ScriptedLLM(["x", "y"])).verify(_long_trace(3), expected=None)
+    assert broken.label == "UNCERTAIN" and broken.is_correct is None and "failed" in broken.reasoning
+
+
+def test_audit_missing_steps_is_sent_back() -> None:
+    partial = {"steps": [{"macro_step": 1, "category": "Aligned", "severity": "minor", "anchor": "none", "rationale": "r"}]}
+    full = {"steps": [{"macro_step": i, "category": "Aligned", "severity": "minor", "anchor": "none", "rationale": "r"} for i in (1, 2, 3)]}
+    llm = ScriptedLLM([ANCHORS, partial, full])
+    PlanAnchoredVerifier(llm).verify(_long_trace(3), expected=None)
+    assert "missing: [2, 3]" in llm.requests[2].messages[-1].content
