@@ -23,8 +23,10 @@ CONFIG = ProxyVerifierConfig()
 
 
 def audit(*rows: tuple[str, str, str]) -> list[AuditedStep]:
-    return [AuditedStep(macro_step=i, category=c, severity=s, anchor=a, rationale="r")  # type: ignore[arg-type]
-            for i, (c, s, a) in enumerate(rows, start=1)]
+    return [
+        AuditedStep(macro_step=i, category=c, severity=s, anchor=a, rationale="r")  # type: ignore[arg-type]
+        for i, (c, s, a) in enumerate(rows, start=1)
+    ]
 
 
 def sigmoid(total: float) -> float:
@@ -32,13 +34,18 @@ def sigmoid(total: float) -> float:
 
 
 def test_one_hard_major_deviation_sits_on_the_threshold() -> None:
-    scores = score_audit(audit(("Aligned", "minor", "none"), ("Constraint_Drop", "major", "hard"), ("Aligned", "minor", "none")), CONFIG)
+    scores = score_audit(
+        audit(("Aligned", "minor", "none"), ("Constraint_Drop", "major", "hard"), ("Aligned", "minor", "none")), CONFIG
+    )
     assert scores.weighted_sum == 1.5 and scores.error_signal == 0.5
     assert scores.confidence == 1.0 and scores.label == "HIGH_ERROR_SIGNAL"
 
 
 def test_a_deviation_followed_by_recovery_is_resolved_at_30_percent() -> None:
-    scores = score_audit(audit(("Constraint_Drop", "critical", "hard"), ("Recovery", "minor", "none"), ("Aligned", "minor", "none")), CONFIG)
+    scores = score_audit(
+        audit(("Constraint_Drop", "critical", "hard"), ("Recovery", "minor", "none"), ("Aligned", "minor", "none")),
+        CONFIG,
+    )
     assert scores.deviations[0].resolved
     assert scores.weighted_sum == pytest.approx(0.9)
     assert scores.error_signal == pytest.approx(sigmoid(0.9), abs=1e-6) == pytest.approx(0.289050, abs=1e-6)
@@ -47,19 +54,31 @@ def test_a_deviation_followed_by_recovery_is_resolved_at_30_percent() -> None:
 
 def test_consecutive_deviations_of_one_category_merge_into_the_most_severe() -> None:
     scores = score_audit(
-        audit(("Unsupported_Jump", "minor", "soft"), ("Unsupported_Jump", "major", "soft"), ("Output_Drift", "critical", "hard")),
+        audit(
+            ("Unsupported_Jump", "minor", "soft"),
+            ("Unsupported_Jump", "major", "soft"),
+            ("Output_Drift", "critical", "hard"),
+        ),
         CONFIG,
     )
     assert [(d.first_step, d.last_step, d.category, d.severity) for d in scores.deviations] == [
-        (1, 2, "Unsupported_Jump", "major"), (3, 3, "Output_Drift", "critical")]
+        (1, 2, "Unsupported_Jump", "major"),
+        (3, 3, "Output_Drift", "critical"),
+    ]
     assert scores.weighted_sum == pytest.approx(0.75 + 3.0)
-    assert scores.error_signal == pytest.approx(0.966914, abs=1e-6)  # 1 / (1 + e^-3.375) and scores.label == "HIGH_ERROR_SIGNAL"
+    assert scores.error_signal == pytest.approx(
+        0.966914, abs=1e-6
+    )  # 1 / (1 + e^-3.375) and scores.label == "HIGH_ERROR_SIGNAL"
 
 
 def test_ambiguity_lowers_confidence_to_uncertain() -> None:
     rows = [("Valid_Alternative", "minor", "none")] * 6 + [
-        ("Unsupported_Jump", "minor", "soft"), ("Aligned", "minor", "none"), ("Constraint_Drop", "minor", "soft"),
-        ("Aligned", "minor", "none"), ("Output_Drift", "minor", "soft")]
+        ("Unsupported_Jump", "minor", "soft"),
+        ("Aligned", "minor", "none"),
+        ("Constraint_Drop", "minor", "soft"),
+        ("Aligned", "minor", "none"),
+        ("Output_Drift", "minor", "soft"),
+    ]
     scores = score_audit(audit(*rows), CONFIG)
     # 6 alternatives: -0.15 * 4; 3 unresolved soft deviations: -0.15 * 1
     assert scores.confidence == pytest.approx(0.25) and scores.label == "UNCERTAIN"
@@ -73,25 +92,44 @@ def test_chunks_of_eight_overlap_by_two() -> None:
 
 
 def test_failed_call_and_its_retry_collapse_into_one_recovery_step() -> None:
-    trace = make_trace("q", [
-        {"tool": "search", "args": {"q": "x"}, "result": "error: timeout", "status": StepStatus.ERROR},
-        {"tool": "search", "args": {"q": "x"}, "result": "found"},
-        {"tool": "read", "args": {}, "result": "Error: bad file"},
-        {"tool": "other", "args": {}, "result": "ok"},
-        {"reasoning": "done", "is_final_answer": True},
-    ])
+    trace = make_trace(
+        "q",
+        [
+            {"tool": "search", "args": {"q": "x"}, "result": "error: timeout", "status": StepStatus.ERROR},
+            {"tool": "search", "args": {"q": "x"}, "result": "found"},
+            {"tool": "read", "args": {}, "result": "Error: bad file"},
+            {"tool": "other", "args": {}, "result": "ok"},
+            {"reasoning": "done", "is_final_answer": True},
+        ],
+    )
     groups = macro_steps(trace)
     assert [(m.index, [s.index for s in m.steps], m.recovery) for m in groups] == [
-        (1, [1, 2], True), (2, [3], False), (3, [4], False), (4, [5], False)]
+        (1, [1, 2], True),
+        (2, [3], False),
+        (3, [4], False),
+        (4, [5], False),
+    ]
 
 
 def _long_trace(n: int):  # type: ignore[no-untyped-def]
-    return make_trace("Which river is longest?", [{"tool": "search", "args": {"q": str(i)}, "result": f"r{i}"} for i in range(1, n)]
-                      + [{"reasoning": "The Nile", "is_final_answer": True}], final_answer="The Nile")
+    return make_trace(
+        "Which river is longest?",
+        [{"tool": "search", "args": {"q": str(i)}, "result": f"r{i}"} for i in range(1, n)]
+        + [{"reasoning": "The Nile", "is_final_answer": True}],
+        final_answer="The Nile",
+    )
 
 
-ANCHORS = {"hard": {"entities": ["rivers"], "filters": [], "target_property": "length", "operation": "compare",
-                    "output_form": "a river name"}, "plans": [{"subgoals": ["find lengths", "compare"]}]}
+ANCHORS = {
+    "hard": {
+        "entities": ["rivers"],
+        "filters": [],
+        "target_property": "length",
+        "operation": "compare",
+        "output_form": "a river name",
+    },
+    "plans": [{"subgoals": ["find lengths", "compare"]}],
+}
 
 
 def test_verifier_audits_in_overlapping_chunks_and_labels() -> None:
@@ -100,8 +138,12 @@ def test_verifier_audits_in_overlapping_chunks_and_labels() -> None:
             return ANCHORS
         shown = [int(line.split()[1]) for line in request.text.splitlines() if line.startswith("Macro-step ")]
         category = "Aligned" if shown[0] == 1 else "Output_Drift"  # the second chunk calls the overlap a drift
-        return {"steps": [{"macro_step": i, "category": category, "severity": "critical", "anchor": "hard", "rationale": "r"}
-                          for i in shown]}
+        return {
+            "steps": [
+                {"macro_step": i, "category": category, "severity": "critical", "anchor": "hard", "rationale": "r"}
+                for i in shown
+            ]
+        }
 
     llm = ScriptedLLM(respond=respond)
     verdict = PlanAnchoredVerifier(llm).verify(_long_trace(14), expected="IGNORED")
@@ -114,17 +156,37 @@ def test_verifier_audits_in_overlapping_chunks_and_labels() -> None:
 
 
 def test_clean_audit_is_low_error_and_a_failing_llm_is_uncertain() -> None:
-    llm = ScriptedLLM([ANCHORS, {"steps": [{"macro_step": i, "category": "Aligned", "severity": "minor", "anchor": "none",
-                                            "rationale": "ok"} for i in range(1, 4)]}])
+    llm = ScriptedLLM(
+        [
+            ANCHORS,
+            {
+                "steps": [
+                    {"macro_step": i, "category": "Aligned", "severity": "minor", "anchor": "none", "rationale": "ok"}
+                    for i in range(1, 4)
+                ]
+            },
+        ]
+    )
     verdict = PlanAnchoredVerifier(llm).verify(_long_trace(3), expected=None)
-    assert (verdict.label, verdict.is_correct, verdict.score) == ("LOW_ERROR_SIGNAL", True, pytest.approx(sigmoid(0.0), abs=1e-6))
+    assert (verdict.label, verdict.is_correct, verdict.score) == (
+        "LOW_ERROR_SIGNAL",
+        True,
+        pytest.approx(sigmoid(0.0), abs=1e-6),
+    )
     broken = PlanAnchoredVerifier(ScriptedLLM(["x", "y"])).verify(_long_trace(3), expected=None)
     assert broken.label == "UNCERTAIN" and broken.is_correct is None and "failed" in broken.reasoning
 
 
 def test_audit_missing_steps_is_sent_back() -> None:
-    partial = {"steps": [{"macro_step": 1, "category": "Aligned", "severity": "minor", "anchor": "none", "rationale": "r"}]}
-    full = {"steps": [{"macro_step": i, "category": "Aligned", "severity": "minor", "anchor": "none", "rationale": "r"} for i in (1, 2, 3)]}
+    partial = {
+        "steps": [{"macro_step": 1, "category": "Aligned", "severity": "minor", "anchor": "none", "rationale": "r"}]
+    }
+    full = {
+        "steps": [
+            {"macro_step": i, "category": "Aligned", "severity": "minor", "anchor": "none", "rationale": "r"}
+            for i in (1, 2, 3)
+        ]
+    }
     llm = ScriptedLLM([ANCHORS, partial, full])
     PlanAnchoredVerifier(llm).verify(_long_trace(3), expected=None)
     assert "missing: [2, 3]" in llm.requests[2].messages[-1].content

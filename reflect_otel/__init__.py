@@ -1,0 +1,26 @@
+"""reflect-otel: which step of a failed LLM-agent run caused the failure, proven by targeted replay.
+
+Online use: ``@reflect_otel.observe(replay=...)`` on an agent, optionally ``reflect_otel.configure(...)`` first and
+``with reflect_otel.expect(answer):`` around runs whose answer is known.
+"""
+
+from __future__ import annotations
+
+from reflect_otel.online import configure, expect, observe, shutdown
+from reflect_otel.record import AttributionRecord, AttributionStatus, ErrorType
+from reflect_otel.trace import Step, StepKind, StructuredTrace
+
+__all__ = [
+    "AttributionRecord",
+    "AttributionStatus",
+    "ErrorType",
+    "Step",
+    "StepKind",
+    "StructuredTrace",
+    "configure",
+    "expect",
+    "observe",
+    "shutdown",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,232 @@
+"""Online mode: the decorator on a LangGraph agent and an OpenAI-loop agent, verification, attribution and the
+store; the agent's results and exceptions untouched; a saturated worker drops and counts; budgets."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+import reflect_otel
+from reflect_otel.config import GateMode, ReflectConfig
+from reflect_otel.errors import LLMError
+from reflect_otel.online import Runtime
+from reflect_otel.record import AttributionStatus
+from reflect_otel.testing import ScriptedLLM, ScriptedRequest
+from tests import replay_agents
+from tests.conftest import Instrumented
+
+
+def auditor() -> ScriptedLLM:
+    def respond(request: ScriptedRequest) -> Any:
+        return {
+            "localize": {
+                "error_step": 1,
+                "confidence": 0.7,
+                "reasoning": "looked up Lyon",
+                "what_should_have_been_done": "Paris",
+            },
+            "classify": {
+                "error_type": "incorrect_problem_identification",
+                "confidence": 0.7,
+                "explanation": "wrong city",
+                "suggested_correction": replay_agents.FIX,
+            },
+            "diagnose": {
+                "root_cause": "wrong city",
+                "correction_instruction": replay_agents.FIX,
+                "forbidden_actions": [],
+                "expected_next_tool": "lookup_population",
+                "confidence": 0.8,
+            },
+            "gate": {"is_faithful": True, "violation_reason": None, "violation_type": None},
+            "explain": {
+                "reasoning": "the replay looked up Paris",
+                "error_type": "incorrect_problem_identification",
+                "explanation": "Lyon instead of Paris",
+            },
+        }[request.stage]
+
+    return ScriptedLLM(respond=respond)
+
+
+@pytest.fixture
+def online(instrumented: Instrumented, tmp_path: Path) -> Iterator[Runtime]:
+    rt = reflect_otel.configure(
+        store=str(tmp_path / "online.duckdb"),
+        llm=auditor(),
+        tracer_provider=instrumented.provider,
+        reflect_config=ReflectConfig(gate=GateMode.HARD),
+        proxy=False,
+    )
+    yield rt
+    reflect_otel.shutdown()
+
+
+def _store_rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
+    with duckdb.connect(str(path), read_only=True) as db:
+        return db.execute(sql).fetchall()
+
+
+def test_langgraph_agent_is_traced_verified_attributed_and_stored(
+    online: Runtime, instrumented: Instrumented, tmp_path: Path
+) -> None:
+    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
+
+    graph = replay_agents.build_graph()
+    answer = reflect_otel.observe(replay=LangGraphReplayAdapter(graph, tracer_provider=instrumented.provider))(
+        lambda question: replay_agents.run_graph(graph, "online-thread")
+    )
+    with reflect_otel.expect("2101000"):
+        assert answer(replay_agents.QUESTION) == replay_agents.WRONG  # the agent's own result, untouched
+    assert online.drain(60)
+    (record,) = online.records
+    assert record.status is AttributionStatus.VERIFIED and record.step_index == 1
+    assert online.stats.as_dict() | {"tokens": 0} == {
+        "runs": 1,
+        "traces_received": 1,
+        "traces_dropped": 0,
+        "traces_verified": 1,
+        "traces_flagged": 1,
+        "traces_attributed": 1,
+        "traces_verified_attributions": 1,
+        "budget_skips": 0,
+        "export_errors": 0,
+        "worker_errors": 0,
+        "tokens": 0,
+    }
+    online.store.flush()  # type: ignore[union-attr]
+    reflect_otel.shutdown()
+    store = tmp_path / "online.duckdb"
+    assert _store_rows(store, "SELECT agent, question FROM traces")[0][1] == replay_agents.QUESTION
+    assert _store_rows(store, "SELECT is_correct FROM verdicts") == [(False,)]
+    assert _store_rows(store, "SELECT status, step_index FROM attributions") == [("verified", 1)]
+
+
+def test_openai_loop_agent_and_correct_runs_are_not_attributed(online: Runtime, instrumented: Instrumented) -> None:
+    from reflect_otel.replay_adapters.openai_loop import OpenAIToolLoopReplayAdapter
+
+    client = replay_agents.openai_client()
+    tracer = instrumented.provider.get_tracer("tests.online")
+    adapter = OpenAIToolLoopReplayAdapter(
+        lambda messages, guard: replay_agents.tool_loop(client, tracer, messages, guard),
+        tracer_provider=instrumented.provider,
+    )
+
+    @reflect_otel.observe(replay=adapter)
+    def agent(question: str) -> str:
+        return replay_agents.tool_loop(client, tracer, [{"role": "user", "content": question}])
+
+    with reflect_otel.expect("2101000"):
+        assert agent(replay_agents.QUESTION) == replay_agents.WRONG
+    with reflect_otel.expect("517000"):  # this time the answer is right: verified, not flagged
+        assert agent(replay_agents.QUESTION) == replay_agents.WRONG
+    assert online.drain(60)
+    (record,) = online.records
+    assert record.status is AttributionStatus.VERIFIED and record.mode == "replay"
+    assert online.stats.traces_verified == 2 and online.stats.traces_flagged == 1
+
+
+def test_exceptions_pass_through_and_async_agents_work(online: Runtime) -> None:
+    @reflect_otel.observe
+    def broken(question: str) -> str:
+        raise ValueError("agent bug")
+
+    with pytest.raises(ValueError, match="agent bug"):
+        broken("q")
+
+    @reflect_otel.observe(name="async_agent")
+    async def answer(question: str) -> str:
+        await asyncio.sleep(0)
+        return "42"
+
+    with reflect_otel.expect("41"):
+        assert asyncio.run(answer("q")) == "42"
+    assert online.drain(30)
+    assert online.stats.runs == 2 and online.stats.traces_verified == 2
+    # the async run was flagged; with no steps to blame, the record says so instead of raising
+    assert [r.status for r in online.records] == [AttributionStatus.SKIPPED]
+
+
+def test_failing_llm_and_exporter_never_reach_the_agent(
+    instrumented: Instrumented, tmp_path: Path, monkeypatch: Any
+) -> None:
+    failing = ScriptedLLM(respond=lambda request: LLMError("endpoint down"))
+    rt = reflect_otel.configure(
+        store=str(tmp_path / "s.duckdb"), llm=failing, tracer_provider=instrumented.provider, proxy=False
+    )
+
+    class Broken:
+        def export(self, record: Any) -> None:
+            raise RuntimeError("exporter exploded")
+
+        def close(self) -> None:
+            pass
+
+    rt.exporters.append(Broken())  # type: ignore[arg-type]
+    graph = replay_agents.build_graph()
+    agent = reflect_otel.observe(lambda q: replay_agents.run_graph(graph, "t-fail"))
+    with reflect_otel.expect("2101000"):
+        assert agent(replay_agents.QUESTION) == replay_agents.WRONG
+    assert rt.drain(30)
+    (record,) = rt.records
+    assert record.status is AttributionStatus.UNVERIFIED and {e.stage for e in record.errors} == {"localize"}
+    assert rt.stats.export_errors == 1 and rt.stats.worker_errors == 0  # logged and counted
+    reflect_otel.shutdown()
+
+
+def test_saturated_worker_drops_and_counts_without_deadlock(instrumented: Instrumented, tmp_path: Path) -> None:
+    release = threading.Event()
+
+    def slow(request: ScriptedRequest) -> Any:
+        release.wait(30)
+        return LLMError("stop here")
+
+    rt = reflect_otel.configure(
+        store=str(tmp_path / "s.duckdb"),
+        llm=ScriptedLLM(respond=slow),
+        tracer_provider=instrumented.provider,
+        proxy=False,
+        max_queue=1,
+    )
+    agent = reflect_otel.observe(lambda q: "wrong")
+    with reflect_otel.expect("right"):
+        for _ in range(6):
+            agent("q")  # each returns at once, whatever the worker is doing
+    rt._processor.force_flush(10_000)
+    assert rt.stats.traces_received == 6 and rt.stats.traces_dropped >= 4
+    release.set()
+    assert rt.drain(30)
+    assert rt.stats.traces_verified + rt.stats.traces_dropped == 6
+    reflect_otel.shutdown()
+
+
+def test_budgets_stop_attribution_and_say_so(instrumented: Instrumented, tmp_path: Path) -> None:
+    rt = reflect_otel.configure(
+        store=str(tmp_path / "s.duckdb"),
+        llm=auditor(),
+        tracer_provider=instrumented.provider,
+        proxy=False,
+        max_tokens_per_trace=1,
+        max_tokens_per_hour=10**9,
+    )
+    graph = replay_agents.build_graph()
+    agent = reflect_otel.observe(lambda q: replay_agents.run_graph(graph, "t-budget"))
+    with reflect_otel.expect("2101000"):
+        agent(replay_agents.QUESTION)
+    assert rt.drain(30)
+    (per_trace,) = rt.records
+    assert any("token budget for one trace (1) is spent" in e.message for e in per_trace.errors)
+    rt.budget.per_hour = 0  # the hourly budget is gone: stored and flagged, not attributed
+    with reflect_otel.expect("2101000"):
+        agent(replay_agents.QUESTION)
+    assert rt.drain(30)
+    skipped = rt.records[-1]
+    assert skipped.status is AttributionStatus.SKIPPED and "hourly LLM token budget" in skipped.reason
+    assert rt.stats.budget_skips == 1
+    reflect_otel.shutdown()
