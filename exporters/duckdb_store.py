@@ -107,6 +107,8 @@ def _ts(ns: int | None) -> datetime | None:
 
 
 def _agent_of(trace: StructuredTrace) -> str:
+    if trace.agent:
+        return trace.agent
     names = Counter(s.agent for s in trace.steps if s.agent)
     return names.most_common(1)[0][0] if names else trace.source.framework
 

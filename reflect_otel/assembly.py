@@ -443,9 +443,11 @@ class _Assembler:
         )
         thread = metadata.get(LangGraphMetadataKeys.THREAD_ID)
         ends = [s.end_ns for s in self.by_id.values() if s.end_ns is not None]
+        root_agent = root if root.attributes.get(_KIND) == _AGENT else agent
         return StructuredTrace(
             trace_id=root.trace_id,
             session_id=str(session) if session else None,
+            agent=str(root_agent.attributes.get(SpanAttributes.AGENT_NAME) or root_agent.name) if root_agent else None,
             root_span_id=root.span_id,
             question=self._text(question or self.first_user_message),
             final_answer=answer or None,

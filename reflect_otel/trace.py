@@ -150,6 +150,7 @@ class StructuredTrace(BaseModel):
 
     trace_id: str
     session_id: str | None = None
+    agent: str | None = Field(default=None, description="The agent that ran: the root AGENT span's agent.name or name.")
     root_span_id: str | None = None
     question: str = Field(default="", description="The task input.")
     final_answer: str | None = None

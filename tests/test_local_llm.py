@@ -108,6 +108,8 @@ def test_attribute_command_end_to_end(local: StructuredLLM, tmp_path: Path) -> N
             "soft",
             "-o",
             str(records),
+            "--store",
+            str(tmp_path / "store.duckdb"),
         ],
         capture_output=True,
         text=True,
@@ -142,3 +144,40 @@ def test_demo_agents_run_with_the_local_backend(local: StructuredLLM, instrument
     assert all(s.span_id for s in trace.steps)
     cot = ChainOfThoughtAgent(local, tracer_provider=instrumented.provider).solve("What is 7 + 5?")
     assert cot.startswith("So the answer is")
+
+
+def test_demo_command_end_to_end(local: StructuredLLM, tmp_path: Path) -> None:
+    """``reflect-otel demo --limit 2`` on the local model (kept short with --max-steps and one rollback point)."""
+    import duckdb
+
+    store = tmp_path / "demo.duckdb"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "REFLECT_LLM_", "PHOENIX_"))}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reflect_otel",
+            "demo",
+            "--limit",
+            "2",
+            "--max-steps",
+            "3",
+            "--rollback-points",
+            "1",
+            "--store",
+            str(store),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "questions" in result.stdout and "Everything is in" in result.stdout
+    with duckdb.connect(str(store), read_only=True) as db:
+        assert db.execute("SELECT count(*) FROM traces").fetchone() == (2,)
+        assert db.execute("SELECT count(*) FROM verdicts").fetchone() == (2,)
+        flagged = db.execute("SELECT trace_id FROM verdicts WHERE is_correct = false ORDER BY 1").fetchall()
+        attributed = db.execute("SELECT trace_id FROM attributions ORDER BY 1").fetchall()
+        assert attributed == flagged

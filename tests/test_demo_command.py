@@ -1,0 +1,62 @@
+"""``reflect-otel demo`` with a scripted model standing in for the endpoint: the online path end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from reflect_otel.cli import main
+from reflect_otel.testing import ScriptedLLM, ScriptedRequest
+from tests.conftest import Instrumented
+
+
+def test_demo_runs_the_questions_through_observe(
+    tmp_path: Path, monkeypatch: Any, capsys: pytest.CaptureFixture[str], instrumented: Instrumented
+) -> None:
+    def respond(request: ScriptedRequest) -> Any:
+        if request.stage == "agent":  # the table agent: answer at once, wrongly
+            return {"thought": "guess", "action": {"tool": "final_answer", "answer": "Paris"}}
+        return {
+            "localize": {
+                "error_step": 1,
+                "confidence": 0.6,
+                "reasoning": "guessed",
+                "what_should_have_been_done": "look",
+            },
+            "classify": {
+                "error_type": "hallucination",
+                "confidence": 0.6,
+                "explanation": "no lookup",
+                "suggested_correction": "look",
+            },
+            "diagnose": {
+                "root_cause": "guessed",
+                "correction_instruction": "look it up",
+                "forbidden_actions": [],
+                "expected_next_tool": None,
+                "confidence": 0.5,
+            },
+            "explain": {"reasoning": "r", "error_type": "hallucination", "explanation": "e"},
+        }[request.stage]
+
+    monkeypatch.setattr("reflect_otel.replay_adapters.demo_cli.make_llm", lambda config: ScriptedLLM(respond=respond))
+    monkeypatch.delenv("PHOENIX_COLLECTOR_ENDPOINT", raising=False)
+    # in this test process LangChain is already instrumented onto the session's provider: let the demo attach to it,
+    # as it attaches to an application's global provider
+    monkeypatch.setattr("reflect_otel.online.otel_trace.get_tracer_provider", lambda: instrumented.provider)
+    store = tmp_path / "demo.duckdb"
+    assert main(["demo", "--limit", "2", "--store", str(store)]) == 0
+    out = capsys.readouterr().out
+    assert "flagged (wrong answers)  2" in out and "attributed               2" in out
+    assert f"reflect-otel stats --store {store}" in out
+    with duckdb.connect(str(store), read_only=True) as db:
+        assert db.execute("SELECT count(*), count(*) FILTER (WHERE agent = 'table_qa') FROM traces").fetchone() == (
+            2,
+            2,
+        )
+        assert db.execute("SELECT count(*) FROM attributions WHERE error_type = 'hallucination'").fetchone() == (2,)
+        questions = [q for (q,) in db.execute("SELECT question FROM traces ORDER BY question").fetchall()]
+    assert questions[1].startswith("in what city did piotr")  # the run's input is the question
