@@ -393,9 +393,16 @@ def _input_text(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         return repr(values)[:100_000]
 
 
-def observe(fn: F | None = None, *, replay: ReplayAdapter | None = None, name: str | None = None) -> Any:
+def observe(
+    fn: F | None = None,
+    *,
+    replay: ReplayAdapter | None = None,
+    name: str | None = None,
+    session_id: str | Callable[..., str] | None = None,
+) -> Any:
     """Decorate an agent function (sync or async): each call becomes a traced run that reflect-otel verifies and,
-    when it failed, attributes. Return values and exceptions pass through untouched."""
+    when it failed, attributes. Return values and exceptions pass through untouched. ``session_id`` (a string, or
+    a function of the call's arguments) groups runs into sessions."""
 
     def decorate(func: F) -> F:
         agent = name or func.__name__
@@ -403,14 +410,15 @@ def observe(fn: F | None = None, *, replay: ReplayAdapter | None = None, name: s
         def start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             try:
                 rt = runtime()
-                span = rt._tracer.start_span(
-                    agent,
-                    attributes={
-                        SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.AGENT.value,
-                        SpanAttributes.AGENT_NAME: agent,
-                        SpanAttributes.INPUT_VALUE: _input_text(args, kwargs),
-                    },
-                )
+                attributes = {
+                    SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.AGENT.value,
+                    SpanAttributes.AGENT_NAME: agent,
+                    SpanAttributes.INPUT_VALUE: _input_text(args, kwargs),
+                }
+                session = session_id(*args, **kwargs) if callable(session_id) else session_id
+                if session:
+                    attributes[SpanAttributes.SESSION_ID] = str(session)
+                span = rt._tracer.start_span(agent, attributes=attributes)
                 rt.register(format_trace_id(span.get_span_context().trace_id), _Run(agent, _expected.get(), replay))
                 return span
             except Exception:  # tracing must never break the agent
