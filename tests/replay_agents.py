@@ -204,3 +204,39 @@ def run_loop(client: Any, tracer: Any) -> str:
         answer = tool_loop(client, tracer, [{"role": "user", "content": QUESTION}])
         root.set_attribute(SpanAttributes.OUTPUT_VALUE, answer)
         return answer
+
+
+def scripted_auditor() -> Any:
+    """A scripted REFLECT auditor for these agents: it blames step 1 (the Lyon lookup) and plans the fix."""
+    from reflect_otel.testing import ScriptedLLM, ScriptedRequest
+
+    def respond(request: ScriptedRequest) -> Any:
+        return {
+            "localize": {
+                "error_step": 1,
+                "confidence": 0.7,
+                "reasoning": "looked up Lyon",
+                "what_should_have_been_done": "Paris",
+            },
+            "classify": {
+                "error_type": "incorrect_problem_identification",
+                "confidence": 0.7,
+                "explanation": "wrong city",
+                "suggested_correction": FIX,
+            },
+            "diagnose": {
+                "root_cause": "the agent looked up the wrong city",
+                "correction_instruction": FIX,
+                "forbidden_actions": [],
+                "expected_next_tool": "lookup_population",
+                "confidence": 0.8,
+            },
+            "gate": {"is_faithful": True, "violation_reason": None, "violation_type": None},
+            "explain": {
+                "reasoning": "the replay looked up Paris",
+                "error_type": "incorrect_problem_identification",
+                "explanation": "Lyon instead of Paris",
+            },
+        }[request.stage]
+
+    return ScriptedLLM(respond=respond)

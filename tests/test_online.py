@@ -22,44 +22,11 @@ from tests import replay_agents
 from tests.conftest import Instrumented
 
 
-def auditor() -> ScriptedLLM:
-    def respond(request: ScriptedRequest) -> Any:
-        return {
-            "localize": {
-                "error_step": 1,
-                "confidence": 0.7,
-                "reasoning": "looked up Lyon",
-                "what_should_have_been_done": "Paris",
-            },
-            "classify": {
-                "error_type": "incorrect_problem_identification",
-                "confidence": 0.7,
-                "explanation": "wrong city",
-                "suggested_correction": replay_agents.FIX,
-            },
-            "diagnose": {
-                "root_cause": "wrong city",
-                "correction_instruction": replay_agents.FIX,
-                "forbidden_actions": [],
-                "expected_next_tool": "lookup_population",
-                "confidence": 0.8,
-            },
-            "gate": {"is_faithful": True, "violation_reason": None, "violation_type": None},
-            "explain": {
-                "reasoning": "the replay looked up Paris",
-                "error_type": "incorrect_problem_identification",
-                "explanation": "Lyon instead of Paris",
-            },
-        }[request.stage]
-
-    return ScriptedLLM(respond=respond)
-
-
 @pytest.fixture
 def online(instrumented: Instrumented, tmp_path: Path) -> Iterator[Runtime]:
     rt = reflect_otel.configure(
         store=str(tmp_path / "online.duckdb"),
-        llm=auditor(),
+        llm=replay_agents.scripted_auditor(),
         tracer_provider=instrumented.provider,
         reflect_config=ReflectConfig(gate=GateMode.HARD),
         proxy=False,
@@ -213,7 +180,7 @@ def test_saturated_worker_drops_and_counts_without_deadlock(instrumented: Instru
 def test_budgets_stop_attribution_and_say_so(instrumented: Instrumented, tmp_path: Path) -> None:
     rt = reflect_otel.configure(
         store=str(tmp_path / "s.duckdb"),
-        llm=auditor(),
+        llm=replay_agents.scripted_auditor(),
         tracer_provider=instrumented.provider,
         proxy=False,
         max_tokens_per_trace=1,

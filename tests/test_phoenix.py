@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
@@ -19,7 +18,6 @@ from opentelemetry.trace import format_trace_id
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.record import AttributionStatus
-from reflect_otel.testing import ScriptedLLM, ScriptedRequest
 from reflect_otel.verifiers import OracleVerifier
 from tests import replay_agents
 from tests.conftest import Instrumented
@@ -77,39 +75,6 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         log.close()
 
 
-def _auditor() -> ScriptedLLM:
-    def respond(request: ScriptedRequest) -> Any:
-        return {
-            "localize": {
-                "error_step": 1,
-                "confidence": 0.7,
-                "reasoning": "looked up Lyon",
-                "what_should_have_been_done": "Paris",
-            },
-            "classify": {
-                "error_type": "incorrect_problem_identification",
-                "confidence": 0.7,
-                "explanation": "wrong city",
-                "suggested_correction": replay_agents.FIX,
-            },
-            "diagnose": {
-                "root_cause": "the agent looked up the wrong city",
-                "correction_instruction": replay_agents.FIX,
-                "forbidden_actions": [],
-                "expected_next_tool": "lookup_population",
-                "confidence": 0.8,
-            },
-            "gate": {"is_faithful": True, "violation_reason": None, "violation_type": None},
-            "explain": {
-                "reasoning": "the replay looked up Paris",
-                "error_type": "incorrect_problem_identification",
-                "explanation": "Lyon instead of Paris",
-            },
-        }[request.stage]
-
-    return ScriptedLLM(respond=respond)
-
-
 def test_attribution_is_annotated_on_the_decisive_span(phoenix: str, instrumented: Instrumented) -> None:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
@@ -126,9 +91,9 @@ def test_attribution_is_annotated_on_the_decisive_span(phoenix: str, instrumente
     exporter.shutdown()
 
     trace = instrumented.assembled(trace_id)
-    record = ReflectPipeline(_auditor(), verifier=OracleVerifier(), config=ReflectConfig(gate=GateMode.HARD)).attribute(
-        trace, expected="2101000", replay=LangGraphReplayAdapter(graph, tracer_provider=instrumented.provider)
-    )
+    record = ReflectPipeline(
+        replay_agents.scripted_auditor(), verifier=OracleVerifier(), config=ReflectConfig(gate=GateMode.HARD)
+    ).attribute(trace, expected="2101000", replay=LangGraphReplayAdapter(graph, tracer_provider=instrumented.provider))
     assert record.status is AttributionStatus.VERIFIED and record.step_index == 1 and record.span_id
 
     annotator = PhoenixAnnotationExporter(phoenix)
