@@ -15,7 +15,7 @@ from reflect_otel.config import LLMConfig, ReflectConfig
 from reflect_otel.datasets import BBM_TASKS
 from reflect_otel.errors import ConfigError, InputError, ReflectError
 from reflect_otel.llm.base import StructuredLLM
-from reflect_otel.llm.factory import make_llm
+from reflect_otel.llm.factory import model_for
 from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.record import AttributionRecord
 from reflect_otel.replay import ReplayAdapter
@@ -149,7 +149,7 @@ def _attribute(args: argparse.Namespace) -> int:
     rows = list(read_trace_rows(args.traces, extra_fields=(args.expected_field,)))[: args.limit]
     if not rows:
         raise InputError(f"{args.traces}: no traces")
-    llm = make_llm(LLMConfig.from_env())
+    llm = model_for(args.method, LLMConfig.from_env())
     verifiers: dict[str, Verifier] = {"oracle": OracleVerifier(), "bbm": BBMVerifier()}
     if args.verifier == "self":
         verifiers["self"] = SelfVerifier(llm, max_chars=config.max_field_chars, domain_context=args.domain_context)

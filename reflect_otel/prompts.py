@@ -167,6 +167,24 @@ class ReasoningContinuation(BaseModel):
     answer: str
 
 
+class SimilarityOutput(BaseModel):
+    model_config = _FROZEN
+    similarity: Confidence
+    reasoning: str
+
+
+def explanation_similarity(explanation: str, reference: str, max_chars: int) -> list[ChatMessage]:
+    """The LLM judge of how well an explanation matches a human's description of the same error."""
+    user = (
+        f"Explanation to judge:\n{data_block('EXPLANATION', _cut(explanation, max_chars * 2))}\n\n"
+        f"Human description of the error:\n{data_block('REFERENCE', _cut(reference, max_chars * 2))}\n\n"
+        "How well does the explanation identify the same error as the human description? 1.0 is the same error "
+        "and cause, 0.0 unrelated.\n"
+        'Return JSON: {"similarity": <0.0-1.0>, "reasoning": "<why>"}'
+    )
+    return _messages("a judge comparing two explanations of an agent's error", user)
+
+
 class SelfVerifyOutput(BaseModel):
     model_config = _FROZEN
     is_correct: bool

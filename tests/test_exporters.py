@@ -208,7 +208,6 @@ def test_attribute_command_exports_and_survives_a_down_endpoint(tmp_path: Path, 
     from reflect_otel.cli import main
     from reflect_otel.collectors._buffer import BufferLimits
     from reflect_otel.collectors.receiver import OTLPReceiver
-    from reflect_otel.testing import ScriptedLLM
 
     received: list[StructuredTrace] = []
     receiver = OTLPReceiver(
@@ -218,7 +217,6 @@ def test_attribute_command_exports_and_survives_a_down_endpoint(tmp_path: Path, 
     assert main(["import", "--example", "-o", str(traces)]) == 0
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{receiver.http_port}/v1/traces")
     monkeypatch.setenv("PHOENIX_COLLECTOR_ENDPOINT", f"http://127.0.0.1:{_free_port()}")  # nobody listens
-    monkeypatch.setattr("reflect_otel.attribute_cli.make_llm", lambda config: ScriptedLLM())
     monkeypatch.setattr(
         "reflect_otel.exporters.phoenix.PhoenixAnnotationExporter.from_env", classmethod(lambda cls: cls(retries=0))
     )

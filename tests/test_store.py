@@ -194,9 +194,7 @@ def test_attribute_writes_to_the_store(tmp_path: Path, capsys: pytest.CaptureFix
     traces = tmp_path / "t.jsonl"
     assert main(["import", "--example", "-o", str(traces)]) == 0
     monkeypatch.setenv("REFLECT_STORE", str(tmp_path / "env.duckdb"))
-    from reflect_otel.testing import ScriptedLLM
 
-    monkeypatch.setattr("reflect_otel.attribute_cli.make_llm", lambda config: ScriptedLLM())  # last-step calls none
     assert main(["attribute", str(traces), "--method", "last-step", "-o", str(tmp_path / "r.jsonl")]) == 0
     counts = _counts(tmp_path / "env.duckdb")  # REFLECT_STORE was used
     assert counts["traces"] == counts["attributions"] == 4 and counts["steps"] == 16

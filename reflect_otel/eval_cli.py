@@ -1,0 +1,91 @@
+"""``reflect-otel eval`` and ``reflect-otel eval-compare``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from reflect_otel.config import GateMode, LLMConfig, ReflectConfig
+from reflect_otel.errors import ConfigError
+from reflect_otel.evaluation.compare import chart_svg, compare_markdown, load_runs
+from reflect_otel.evaluation.loaders import BENCHMARKS
+from reflect_otel.evaluation.runner import METHODS, REPLAYABLE, EvalOptions, run_eval
+from reflect_otel.llm.factory import model_for
+
+__all__ = ["add_eval_command", "add_eval_compare_command"]
+
+
+def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "eval",
+        help="evaluate a method on a public benchmark (resumable)",
+        description="Attribute every failing trace of a benchmark with a gold step and score the predictions. "
+        "Results are appended to OUT/results.jsonl as they finish; re-running skips what is done. Writes "
+        "run_config.json, metrics.json and metrics.md. BIG-Bench Mistake replays through the chain-of-thought "
+        "adapter; TRAIL and Who&When are localization-only (there is no environment to replay).",
+    )
+    parser.add_argument("--benchmark", required=True, choices=BENCHMARKS)
+    parser.add_argument("--method", required=True, choices=METHODS)
+    parser.add_argument("--data", required=True, type=Path, help="the dataset folder, e.g. ../shared/data")
+    parser.add_argument("--out", required=True, type=Path, help="folder for this run")
+    parser.add_argument("--limit", type=int, help="at most N traces")
+    parser.add_argument("--seed", type=int, help="shuffle the traces with this seed before --limit")
+    parser.add_argument("--judge-explanations", action="store_true", help="LLM-judge explanation similarity")
+    ablation = parser.add_argument_group("ablations (the paper's table, one flag per row)")
+    ablation.add_argument("--no-diagnostician", action="store_true", help="a null repair plan")
+    ablation.add_argument("--gate", choices=[g.value for g in GateMode], help="faithfulness gate (default hard)")
+    ablation.add_argument("--rollback-points", type=int, help="K (default 3)")
+    ablation.add_argument("--rounds", type=int, help="D (default 3)")
+    ablation.add_argument("--no-relocalize", action="store_true", help="keep the first localization every round")
+    parser.set_defaults(handler=_eval)
+
+
+def add_eval_compare_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "eval-compare", help="put evaluation runs side by side", description="A markdown table and an SVG chart."
+    )
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders written by 'reflect-otel eval'")
+    parser.add_argument("--chart", type=Path, help="write the chart here (SVG)")
+    parser.set_defaults(handler=_compare)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError("--limit must be at least 1")
+    config = ReflectConfig.from_env(
+        rounds=args.rounds,
+        rollback_points=args.rollback_points,
+        gate=args.gate,
+        use_diagnostician=False if args.no_diagnostician else None,
+        relocalize=False if args.no_relocalize else None,
+    )
+    print(
+        f"{args.benchmark}: {REPLAYABLE.get(args.benchmark, 'localization-only (no environment to replay)')}",
+        file=sys.stderr,
+    )
+    llm = model_for(args.method, LLMConfig.from_env())
+    tty = sys.stderr.isatty()
+
+    def progress(done: int, total: int, em: float) -> None:
+        line = f"[{done}/{total}] running EM {em * 100:.1f}%"
+        print(f"\r{line}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+
+    options = EvalOptions(
+        args.benchmark, args.method, args.data, args.out, args.limit, args.seed, args.judge_explanations, config
+    )
+    metrics = run_eval(options, llm, progress=progress)
+    if tty:
+        print(file=sys.stderr)
+    print((args.out / "metrics.md").read_text())
+    print(f"{metrics['traces']} traces; results in {args.out}", file=sys.stderr)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    runs = load_runs(args.runs)
+    print(compare_markdown(runs))
+    if args.chart:
+        args.chart.write_text(chart_svg(runs), encoding="utf-8")
+        print(f"chart written to {args.chart}", file=sys.stderr)
+    return 0

@@ -1,0 +1,212 @@
+"""The evaluation runner: one benchmark, one method, resumable (one JSON line per finished trace, appended as it
+finishes; a re-run skips what is done), with ``run_config.json``, ``metrics.json`` and ``metrics.md``."""
+
+from __future__ import annotations
+
+import json
+import platform
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from reflect_otel import prompts
+from reflect_otel.baselines import BASELINES
+from reflect_otel.config import ReflectConfig
+from reflect_otel.errors import InputError, LLMError
+from reflect_otel.evaluation.loaders import EvalItem, load_benchmark
+from reflect_otel.evaluation.metrics import Prediction, compute_metrics, metrics_markdown
+from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.pipeline import ReflectPipeline
+from reflect_otel.proxy_verifier import PlanAnchoredVerifier
+from reflect_otel.record import AttributionRecord, AttributionStatus
+from reflect_otel.replay import ReplayAdapter
+from reflect_otel.verifiers import BBMVerifier, OracleVerifier, Verifier
+
+__all__ = ["METHODS", "EvalOptions", "run_eval"]
+
+METHODS = ("reflect", "reflect-proxy", *BASELINES)
+RESULTS = "results.jsonl"
+REPLAYABLE = {"bbm": "replay through the chain-of-thought adapter"}
+
+
+@dataclass
+class EvalOptions:
+    benchmark: str
+    method: str
+    data: Path
+    out: Path
+    limit: int | None = None
+    seed: int | None = None
+    judge_explanations: bool = False
+    config: ReflectConfig = field(default_factory=ReflectConfig)
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for package in ("reflect-otel", "openai", "pydantic", "duckdb", "opentelemetry-sdk", "langgraph"):
+        try:
+            out[package] = version(package)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def _done(path: Path) -> dict[str, dict[str, Any]]:
+    """Finished traces; a last line cut short by a crash is dropped (and the file mended) so appends stay valid."""
+    if not path.is_file():
+        return {}
+    raw = path.read_bytes()
+    if raw and not raw.endswith(b"\n"):
+        raw = raw[: raw.rfind(b"\n") + 1]
+        path.write_bytes(raw)
+    done = {}
+    for line in raw.decode("utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        done[row["trace_id"]] = row
+    return done
+
+
+def _replay(item: EvalItem, llm: StructuredLLM) -> ReplayAdapter | None:
+    if item.benchmark not in REPLAYABLE:
+        return None
+    from importlib.metadata import entry_points
+
+    found = {e.name: e for e in entry_points(group="reflect_otel.replay_adapters")}
+    adapter: ReplayAdapter | None = found["reasoning"].load()(item.trace, llm) if "reasoning" in found else None
+    return adapter
+
+
+def _judge(llm: StructuredLLM, record: AttributionRecord, item: EvalItem, max_chars: int) -> float | None:
+    if not item.descriptions or not record.explanation or record.step_index not in item.gold_steps:
+        return None
+    try:
+        out = llm.complete(
+            prompts.explanation_similarity(record.explanation, " / ".join(item.descriptions), max_chars),
+            prompts.SimilarityOutput,
+            stage="judge",
+        )
+    except LLMError:
+        return None
+    return out.value.similarity
+
+
+def run_eval(
+    options: EvalOptions,
+    llm: StructuredLLM,
+    *,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> dict[str, Any]:
+    """Run (or resume) and return the metrics."""
+    if options.method not in METHODS:
+        raise InputError(f"unknown method {options.method!r}; choose one of {', '.join(METHODS)}")
+    items = load_benchmark(options.benchmark, options.data)
+    if options.seed is not None:
+        random.Random(options.seed).shuffle(items)
+    items = items[: options.limit] if options.limit else items
+    if not items:
+        raise InputError(f"no failing traces with a gold step in {options.data} for {options.benchmark}")
+    options.out.mkdir(parents=True, exist_ok=True)
+    results = options.out / RESULTS
+    done = _done(results)
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items() if k != "config"}
+    (options.out / "run_config.json").write_text(
+        json.dumps(
+            config
+            | {
+                "reflect_config": options.config.model_dump(mode="json"),
+                "model": llm.model_name,
+                "versions": _versions(),
+                "started_at": datetime.now(UTC).isoformat(),
+                "traces": len(items),
+                "mode": REPLAYABLE.get(options.benchmark, "localization-only: no environment to replay"),
+            },
+            indent=2,
+        )
+    )
+    verifier: Verifier = BBMVerifier() if options.benchmark == "bbm" else OracleVerifier()
+    if options.method == "reflect-proxy":
+        verifier = PlanAnchoredVerifier(llm)
+    with results.open("a", encoding="utf-8") as out:
+        for number, item in enumerate(items, start=1):
+            if item.trace.trace_id in done:
+                continue
+            started = time.perf_counter()
+            config_ = options.config
+            if options.method == "reflect-proxy":
+                config_ = config_.model_copy(update={"include_expected_answer": False})
+            if options.method in ("reflect", "reflect-proxy"):
+                method: Any = ReflectPipeline(llm, verifier=verifier, config=config_)
+            else:
+                method = BASELINES[options.method](llm, verifier=verifier, config=config_)
+            expected = None if options.method == "reflect-proxy" else item.expected
+            record: AttributionRecord = method.attribute(
+                item.trace, expected=expected, replay=_replay(item, llm), domain_context=item.domain_context
+            )
+            row = {
+                "trace_id": item.trace.trace_id,
+                "benchmark": item.benchmark,
+                "method": options.method,
+                "predicted": record.step_index,
+                "gold": sorted(item.gold_steps),
+                "earliest_high": item.earliest_high,
+                "status": record.status.value,
+                "mode": record.mode,
+                "corrected": any(a.flipped for a in record.replays),
+                "llm_calls": record.total_calls,
+                "tokens": record.total_tokens,
+                "seconds": round(time.perf_counter() - started, 3),
+                "explanation_similarity": _judge(llm, record, item, config_.max_field_chars)
+                if options.judge_explanations
+                else None,
+                "errors": [e.stage for e in record.errors],
+                "record": record.model_dump(mode="json"),
+            }
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            done[item.trace.trace_id] = row
+            if progress is not None:
+                scored = list(done.values())
+                em = sum(1 for r in scored if r["predicted"] in r["gold"]) / len(scored)
+                progress(number, len(items), em)
+    metrics = metrics_from_rows(list(done.values()))
+    (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    label = f"{options.benchmark} / {options.method}"
+    (options.out / "metrics.md").write_text(
+        f"{metrics_markdown([(label, metrics)])}\nmode: {REPLAYABLE.get(options.benchmark, 'localization-only')}\n"
+    )
+    return metrics
+
+
+def metrics_from_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    predictions = [
+        Prediction(
+            trace_id=r["trace_id"],
+            predicted=r["predicted"],
+            gold=frozenset(r["gold"]),
+            status=r["status"],
+            corrected=r["corrected"],
+            llm_calls=r["llm_calls"],
+            tokens=r["tokens"],
+            seconds=r["seconds"],
+            earliest_high=r.get("earliest_high"),
+        )
+        for r in rows
+    ]
+    metrics = compute_metrics(predictions)
+    judged = [r["explanation_similarity"] for r in rows if r.get("explanation_similarity") is not None]
+    if judged:
+        from reflect_otel.evaluation.metrics import mean_se
+
+        metrics["explanation_similarity"] = mean_se(judged)  # step-conditioned: only matched predictions
+        metrics["explanation_high"] = mean_se([1.0 if s >= 0.7 else 0.0 for s in judged])
+        metrics["explanation_similarity_coverage"] = {"mean": sum(judged) / len(rows), "n": len(rows)}
+    metrics["verified"] = sum(1 for r in rows if r["status"] == AttributionStatus.VERIFIED.value)
+    return metrics

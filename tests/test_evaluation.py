@@ -1,0 +1,176 @@
+"""Evaluation: metrics on hand-made predictions, the loaders on the shared data, resume without duplicates,
+comparison, and a 3-trace run of reflect and aao on BIG-Bench Mistake with the local backend."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reflect_otel.cli import main
+from reflect_otel.evaluation.loaders import load_benchmark
+from reflect_otel.evaluation.metrics import Prediction, compute_metrics, mean_se
+
+
+def test_metrics_on_hand_made_predictions() -> None:
+    predictions = [
+        Prediction("a", 3, frozenset({3}), status="verified", corrected=True, llm_calls=4, tokens=100),
+        Prediction("b", 4, frozenset({2, 6}), llm_calls=2, tokens=50),  # distance 2
+        Prediction("c", 5, frozenset({6})),  # off by one
+        Prediction("d", None, frozenset({1})),  # no prediction: a miss
+    ]
+    m = compute_metrics(predictions)
+    assert m["traces"] == 4
+    assert m["exact_match"]["mean"] == 0.25
+    # values 1,0,0,0: sample sd = 0.5, se = 0.25
+    assert m["exact_match"]["se"] == pytest.approx(0.25)
+    assert m["off_by_one"]["mean"] == 0.5 and m["off_by_one"]["se"] == pytest.approx(math.sqrt(1 / 3) / 2)
+    assert m["mean_distance"]["mean"] == 1.0 and m["mean_distance"]["n"] == 3  # 0, 2, 1
+    assert m["correction_rate"]["mean"] == 0.25 and m["verified_share"]["mean"] == 0.25
+    assert m["exact_match_verified"]["mean"] == 1.0 and m["exact_match_unverified"]["mean"] == 0.0
+    assert m["llm_calls_per_trace"]["mean"] == 1.5 and m["tokens_per_trace"]["mean"] == 37.5
+    assert mean_se([])["n"] == 0 and mean_se([5.0]) == {"mean": 5.0, "se": 0.0, "n": 1}
+
+
+def test_loaders_on_the_shared_data(shared_data: Path) -> None:
+    bbm = load_benchmark("bbm", shared_data)
+    assert bbm and all(item.gold_steps and item.expected for item in bbm)
+    first = json.loads(
+        next(
+            line
+            for line in (shared_data / "bbm" / "dyck_languages.jsonl").open()
+            if json.loads(line)["answer"] != json.loads(line)["target"]
+            and json.loads(line)["mistake_index"] is not None
+        )
+    )
+    match = next(i for i in bbm if i.trace.question == first["input"])
+    assert match.gold_steps == {first["mistake_index"] + 1}  # 0-based in the data, 1-based here
+    gaia = load_benchmark("trail-gaia", shared_data)
+    swe = load_benchmark("trail-swe", shared_data)
+    assert gaia and swe and all(min(i.gold_steps) >= 1 for i in gaia + swe)
+    assert any(i.earliest_high is not None for i in gaia) and all(i.descriptions for i in gaia)
+    ww = load_benchmark("who-and-when", shared_data)
+    assert len(ww) == len(list((shared_data / "who_and_when").glob("*/*.json")))
+    row = json.loads((shared_data / "who_and_when" / "Hand-Crafted").glob("*.json").__next__().read_text())
+    item = next(i for i in ww if i.trace.question == row["question"] and i.descriptions == (row["mistake_reason"],))
+    assert item.gold_steps == {int(row["mistake_step"]) + 1}
+    assert item.trace.steps[int(row["mistake_step"])].reasoning == row["history"][int(row["mistake_step"])]["content"]
+    assert len(load_benchmark("bbm", shared_data, limit=3)) == 3
+
+
+def test_resume_after_an_interrupted_run_writes_no_duplicates(shared_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = [
+        "eval",
+        "--benchmark",
+        "who-and-when",
+        "--method",
+        "first-step",
+        "--data",
+        str(shared_data),
+        "--out",
+        str(out),
+        "--limit",
+        "5",
+    ]
+    assert main(args) == 0
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 5
+    # simulate a crash: two finished lines and half of a third
+    (out / "results.jsonl").write_text("\n".join(lines[:2]) + "\n" + lines[2][:40])
+    assert main(args) == 0
+    again = (out / "results.jsonl").read_text().splitlines()
+    assert len(again) == 5 and len({json.loads(line)["trace_id"] for line in again}) == 5
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["traces"] == 5 and metrics["llm_calls_per_trace"]["mean"] == 0
+    config = json.loads((out / "run_config.json").read_text())
+    assert config["method"] == "first-step" and "versions" in config and config["mode"].startswith("localization-only")
+
+
+def test_compare_writes_a_table_and_a_chart(
+    shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for method in ("first-step", "last-step"):
+        assert (
+            main(
+                [
+                    "eval",
+                    "--benchmark",
+                    "bbm",
+                    "--method",
+                    method,
+                    "--data",
+                    str(shared_data),
+                    "--out",
+                    str(tmp_path / method),
+                    "--limit",
+                    "20",
+                    "--seed",
+                    "7",
+                ]
+            )
+            == 0
+        )
+    capsys.readouterr()
+    chart = tmp_path / "chart.svg"
+    assert main(["eval-compare", str(tmp_path / "first-step"), str(tmp_path / "last-step"), "--chart", str(chart)]) == 0
+    table = capsys.readouterr().out
+    assert "| bbm / first-step | 20 |" in table and "| bbm / last-step | 20 |" in table
+    svg = chart.read_text()
+    assert svg.startswith("<svg") and svg.count("<rect") >= 4 + 2 and "bbm / last-step" in svg
+
+
+@pytest.mark.local_llm
+def test_reflect_and_aao_on_three_bbm_traces_with_the_local_backend(shared_data: Path, tmp_path: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        if os.environ.get("CI"):
+            pytest.fail("the local backend is not installed: pip install 'reflect-otel[local]'")
+        pytest.skip("the local backend is not installed")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "REFLECT_LLM_"))}
+    for method in ("reflect", "aao"):
+        out = tmp_path / method
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "reflect_otel",
+                "eval",
+                "--benchmark",
+                "bbm",
+                "--method",
+                method,
+                "--data",
+                str(shared_data),
+                "--out",
+                str(out),
+                "--limit",
+                "3",
+                "--seed",
+                "1",
+                "--rounds",
+                "1",
+                "--rollback-points",
+                "1",
+                "--gate",
+                "soft",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            env=env,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        assert len(rows) == 3 and all(r["method"] == method for r in rows)
+        assert all(r["llm_calls"] >= 1 for r in rows)
+        if method == "reflect":
+            assert all(r["mode"] == "replay" for r in rows)
+        metrics = json.loads((out / "metrics.json").read_text())
+        assert metrics["traces"] == 3 and 0 <= metrics["exact_match"]["mean"] <= 1
