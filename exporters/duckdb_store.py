@@ -1,9 +1,10 @@
 """The DuckDB store: an embedded file (default ``./reflect.duckdb``) of traces, steps, verdicts, attributions,
 replays and LLM calls, with views for failure statistics. Implements ``reflect_otel.store.AttributionStore``.
 
-One writer thread owns the connection; each write is one transaction that deletes the rows of its key and inserts
-them again, so re-writing the same trace or record changes nothing and a killed process leaves either the whole
-record or none of it (DuckDB's write-ahead log makes the file readable again on open).
+One writer thread owns the connection. Each write deletes the rows of its key and inserts them again, so
+re-writing the same trace or record changes nothing; the writes queued at a time are applied in one transaction
+(a failing one is retried alone, so it cannot take the others down), and a killed process leaves each record
+whole or absent (DuckDB's write-ahead log makes the file readable again on open).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 import queue
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -143,8 +144,25 @@ class StoreStats:
     errors: int = 0
 
 
-_Write = Callable[[duckdb.DuckDBPyConnection], None]
 _COUNTERS = {"trace": "traces", "verdict": "verdicts", "record": "records"}
+_BATCH = 256
+_KEYS = {
+    "traces": ("trace_id",),
+    "steps": ("trace_id",),
+    "verdicts": ("trace_id", "verifier"),
+    "attributions": ("trace_id", "method"),
+    "replays": ("trace_id", "method"),
+    "llm_calls": ("trace_id", "method"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Write:
+    """The rows one trace, verdict or record owns, by table; ``key`` identifies them (the same in every table)."""
+
+    kind: str
+    key: tuple[str, ...]
+    tables: dict[str, list[list[Any]]]
 
 
 class DuckDBStore:
@@ -163,35 +181,35 @@ class DuckDBStore:
             ) from None
         migrate(self._db)
         self.stats = StoreStats()
-        self._queue: queue.Queue[tuple[str, _Write] | threading.Event | None] = queue.Queue(maxsize=max_queue)
+        self._queue: queue.Queue[_Write | threading.Event | None] = queue.Queue(maxsize=max_queue)
         self._thread = threading.Thread(target=self._run, name="reflect-otel-duckdb", daemon=True)
         self._thread.start()
 
     # -- writes (any thread) ---------------------------------------------------------------------------------
-    def _enqueue(self, kind: str, write: _Write) -> None:
+    def _enqueue(self, write: _Write) -> None:
         try:
-            self._queue.put((kind, write), timeout=5)
+            self._queue.put(write, timeout=5)
         except queue.Full:
             self.stats.dropped += 1
-            _log.warning("the DuckDB store's queue is full; a %s was dropped", kind)
+            _log.warning("the DuckDB store's queue is full; a %s was dropped", write.kind)
 
     def write_trace(self, trace: StructuredTrace) -> None:
         if not isinstance(trace, StructuredTrace):
             self.stats.rejected += 1
             return
-        self._enqueue("trace", lambda db: self._put_trace(db, trace))
+        self._enqueue(_trace_rows(trace))
 
     def write_verdict(self, trace_id: str, verdict: Verdict) -> None:
         if not isinstance(verdict, Verdict) or not trace_id:
             self.stats.rejected += 1
             return
-        self._enqueue("verdict", lambda db: self._put_verdict(db, trace_id, verdict))
+        self._enqueue(_verdict_rows(trace_id, verdict))
 
     def write_record(self, record: AttributionRecord) -> None:
         if not isinstance(record, AttributionRecord):
             self.stats.rejected += 1
             return
-        self._enqueue("record", lambda db: self._put_record(db, record))
+        self._enqueue(_record_rows(record))
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         done = threading.Event()
@@ -218,141 +236,175 @@ class DuckDBStore:
     def _run(self) -> None:
         while True:
             item = self._queue.get()
-            if item is None:
+            batch: list[_Write] = []
+            stop = False
+            waiters: list[threading.Event] = []
+            while True:  # take what is queued (up to a batch) so one transaction carries many writes
+                if item is None:
+                    stop = True
+                elif isinstance(item, threading.Event):
+                    waiters.append(item)
+                else:
+                    batch.append(item)
+                if stop or len(batch) >= _BATCH:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if batch and not self._apply(batch):
+                for one in batch:  # a bad write rolled the batch back: apply one by one to keep the others
+                    self._apply([one])
+            for waiter in waiters:
+                waiter.set()
+            if stop:
                 return
-            if isinstance(item, threading.Event):
-                item.set()
-                continue
-            kind, write = item
-            try:
-                self._db.execute("BEGIN TRANSACTION")
-                write(self._db)
-                self._db.execute("COMMIT")
-                setattr(
-                    self.stats,
-                    {"trace": "traces", "verdict": "verdicts", "record": "records"}[kind],
-                    getattr(self.stats, {"trace": "traces", "verdict": "verdicts", "record": "records"}[kind]) + 1,
-                )
-            except Exception:
+
+    def _apply(self, batch: list[_Write]) -> bool:
+        """All of ``batch`` in one transaction (a few statements per table); False (rolled back, counted when alone)
+        on failure."""
+        latest: dict[tuple[str, tuple[str, ...]], _Write] = {}
+        for write in batch:  # the same trace or record twice in a batch: the last one wins
+            latest[(write.kind, write.key)] = write
+        try:
+            self._db.execute("BEGIN TRANSACTION")
+            for table, columns in _KEYS.items():
+                owners = [w for w in latest.values() if table in w.tables]
+                if not owners:
+                    continue
+                keys = sorted({"\x1f".join(w.key) for w in owners})
+                for start in range(0, len(keys), 500):
+                    part = keys[start : start + 500]
+                    self._db.execute(
+                        f"DELETE FROM {table} WHERE concat_ws(chr(31), {', '.join(columns)}) IN ({', '.join('?' for _ in part)})",
+                        part,
+                    )
+                _insert_rows(self._db, table, [row for w in owners for row in w.tables[table]])
+            self._db.execute("COMMIT")
+        except Exception:
+            with contextlib.suppress(duckdb.Error):  # nothing to roll back when BEGIN itself failed
+                self._db.execute("ROLLBACK")
+            if len(batch) == 1:
                 self.stats.errors += 1
-                _log.exception("writing a %s to %s failed; it was rolled back", kind, self.path)
-                with contextlib.suppress(duckdb.Error):  # nothing to roll back when BEGIN itself failed
-                    self._db.execute("ROLLBACK")
+                _log.exception("writing a %s to %s failed; it was rolled back", batch[0].kind, self.path)
+            return False
+        for write in batch:
+            counter = _COUNTERS[write.kind]
+            setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+        return True
 
-    @staticmethod
-    def _put_trace(db: duckdb.DuckDBPyConnection, trace: StructuredTrace) -> None:
-        db.execute("DELETE FROM steps WHERE trace_id = ?", [trace.trace_id])
-        db.execute(
-            "INSERT OR REPLACE INTO traces VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now(), ?, ?)",
-            [
-                trace.trace_id,
-                trace.session_id,
-                _agent_of(trace),
-                trace.source.framework,
-                trace.source.collector,
-                trace.question,
-                trace.final_answer,
-                len(trace.steps),
-                len(trace.warnings),
-                _ts(trace.start_time_ns),
-                _ts(trace.end_time_ns),
-                json.dumps(trace.metadata),
-                trace.model_dump_json(),
-            ],
-        )
-        rows: Sequence[list[Any]] = [
-            [
-                trace.trace_id,
-                s.index,
-                s.span_id,
-                s.tool_span_id,
-                s.kind.value,
-                s.agent,
-                s.tool_name,
-                json.dumps(s.tool_args, default=str),
-                s.tool_result,
-                s.reasoning,
-                s.is_final_answer,
-                s.status.value,
-                s.prompt_tokens,
-                s.completion_tokens,
-                s.model_name,
-            ]
-            for s in trace.steps
-        ]
-        if rows:
-            db.executemany("INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
-    @staticmethod
-    def _put_verdict(db: duckdb.DuckDBPyConnection, trace_id: str, verdict: Verdict) -> None:
-        db.execute(
-            "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, now())",
-            [
-                trace_id,
-                verdict.verifier,
-                verdict.is_correct,
-                verdict.label,
-                verdict.score,
-                verdict.confidence,
-                verdict.extracted_answer,
-                verdict.reasoning,
-            ],
-        )
+def _trace_rows(trace: StructuredTrace) -> _Write:
+    parent = [
+        trace.trace_id,
+        trace.session_id,
+        _agent_of(trace),
+        trace.source.framework,
+        trace.source.collector,
+        trace.question,
+        trace.final_answer,
+        len(trace.steps),
+        len(trace.warnings),
+        _ts(trace.start_time_ns),
+        _ts(trace.end_time_ns),
+        datetime.now(UTC),
+        json.dumps(trace.metadata),
+        trace.model_dump_json(),
+    ]
+    steps = [
+        [
+            trace.trace_id,
+            s.index,
+            s.span_id,
+            s.tool_span_id,
+            s.kind.value,
+            s.agent,
+            s.tool_name,
+            json.dumps(s.tool_args, default=str),
+            s.tool_result,
+            s.reasoning,
+            s.is_final_answer,
+            s.status.value,
+            s.prompt_tokens,
+            s.completion_tokens,
+            s.model_name,
+        ]
+        for s in trace.steps
+    ]
+    return _Write("trace", (trace.trace_id,), {"traces": [parent], "steps": steps})
 
-    @staticmethod
-    def _put_record(db: duckdb.DuckDBPyConnection, record: AttributionRecord) -> None:
-        key = [record.trace_id, record.method]
-        db.execute("DELETE FROM replays WHERE trace_id = ? AND method = ?", key)
-        db.execute("DELETE FROM llm_calls WHERE trace_id = ? AND method = ?", key)
-        seconds = sum(c.seconds for c in record.cost)
+
+def _verdict_rows(trace_id: str, verdict: Verdict) -> _Write:
+    row = [
+        trace_id,
+        verdict.verifier,
+        verdict.is_correct,
+        verdict.label,
+        verdict.score,
+        verdict.confidence,
+        verdict.extracted_answer,
+        verdict.reasoning,
+        datetime.now(UTC),
+    ]
+    return _Write("verdict", (trace_id, verdict.verifier), {"verdicts": [row]})
+
+
+def _record_rows(record: AttributionRecord) -> _Write:
+    key = [record.trace_id, record.method]
+    parent = [
+        *key,
+        record.status.value,
+        record.mode,
+        record.step_index,
+        record.span_id,
+        record.error_type.value if record.error_type else None,
+        record.confidence,
+        record.explanation,
+        record.root_cause,
+        record.intervention.rollback_point if record.intervention else None,
+        record.corrected_answer,
+        record.rounds,
+        record.reason,
+        record.total_calls,
+        record.total_tokens,
+        sum(c.seconds for c in record.cost),
+        record.created_at,
+        record.model_dump_json(),
+    ]
+    replays = [
+        [
+            *key,
+            seq,
+            a.round,
+            a.rollback_point,
+            a.localized_step,
+            a.gate_retry,
+            a.sample,
+            a.gate.is_faithful if a.gate else None,
+            a.gate.violation_type if a.gate else None,
+            a.flipped,
+            a.final_answer,
+            a.error,
+        ]
+        for seq, a in enumerate(record.replays)
+    ]
+    calls = [
+        [*key, seq, c.stage, c.model, c.prompt_tokens, c.completion_tokens, c.seconds, c.attempts, c.ok]
+        for seq, c in enumerate(record.llm_calls)
+    ]
+    return _Write(
+        "record", (record.trace_id, record.method), {"attributions": [parent], "replays": replays, "llm_calls": calls}
+    )
+
+
+def _insert_rows(db: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Sequence[Any]], chunk: int = 200) -> None:
+    """Many rows in few statements (DuckDB's executemany runs one statement per row, which is slow)."""
+    for start in range(0, len(rows), chunk):
+        part = rows[start : start + chunk]
+        placeholders = "(" + ", ".join("?" for _ in part[0]) + ")"
         db.execute(
-            "INSERT OR REPLACE INTO attributions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                *key,
-                record.status.value,
-                record.mode,
-                record.step_index,
-                record.span_id,
-                record.error_type.value if record.error_type else None,
-                record.confidence,
-                record.explanation,
-                record.root_cause,
-                record.intervention.rollback_point if record.intervention else None,
-                record.corrected_answer,
-                record.rounds,
-                record.reason,
-                record.total_calls,
-                record.total_tokens,
-                seconds,
-                record.created_at,
-                record.model_dump_json(),
-            ],
+            f"INSERT INTO {table} VALUES " + ", ".join(placeholders for _ in part), [v for row in part for v in row]
         )
-        replays = [
-            [
-                *key,
-                seq,
-                a.round,
-                a.rollback_point,
-                a.localized_step,
-                a.gate_retry,
-                a.sample,
-                a.gate.is_faithful if a.gate else None,
-                a.gate.violation_type if a.gate else None,
-                a.flipped,
-                a.final_answer,
-                a.error,
-            ]
-            for seq, a in enumerate(record.replays)
-        ]
-        if replays:
-            db.executemany("INSERT INTO replays VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", replays)
-        calls = [
-            [*key, seq, c.stage, c.model, c.prompt_tokens, c.completion_tokens, c.seconds, c.attempts, c.ok]
-            for seq, c in enumerate(record.llm_calls)
-        ]
-        if calls:
-            db.executemany("INSERT INTO llm_calls VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", calls)
 
 
 def connect_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
