@@ -174,3 +174,79 @@ def test_reflect_and_aao_on_three_bbm_traces_with_the_local_backend(shared_data:
             assert all(r["mode"] == "replay" for r in rows)
         metrics = json.loads((out / "metrics.json").read_text())
         assert metrics["traces"] == 3 and 0 <= metrics["exact_match"]["mean"] <= 1
+
+
+def test_explanations_are_judged_only_where_the_step_matches(shared_data: Path, tmp_path: Path) -> None:
+    from reflect_otel.config import ReflectConfig
+    from reflect_otel.evaluation.loaders import load_benchmark
+    from reflect_otel.evaluation.runner import EvalOptions, run_eval
+    from reflect_otel.testing import ScriptedLLM, ScriptedRequest
+
+    items = load_benchmark("who-and-when", shared_data, limit=4)
+    gold = {item.trace.question: min(item.gold_steps) for item in items}
+
+    def respond(request: ScriptedRequest) -> object:
+        if request.stage == "judge":
+            return {"similarity": 0.8, "reasoning": "close"}
+        question = next(q for q in gold if q[:200] in request.text)
+        hit = list(gold).index(question) % 2 == 0  # right on items 0 and 2, one step off on 1 and 3
+        return {
+            "error_step": gold[question] if hit else gold[question] + 1,
+            "responsible_agent": None,
+            "reason": "the agent erred",
+            "error_type": "goal_deviation",
+            "confidence": 0.5,
+        }
+
+    options = EvalOptions(
+        "who-and-when",
+        "aao",
+        shared_data,
+        tmp_path / "judged",
+        limit=4,
+        judge_explanations=True,
+        config=ReflectConfig(),
+    )
+    metrics = run_eval(options, ScriptedLLM(respond=respond))
+    assert metrics["exact_match"]["mean"] == 0.5 and metrics["off_by_one"]["mean"] == 1.0
+    assert metrics["explanation_similarity"] == {"mean": pytest.approx(0.8), "se": 0.0, "n": 2}  # matched only
+    assert metrics["explanation_high"]["mean"] == 1.0
+    assert metrics["explanation_similarity_coverage"]["mean"] == pytest.approx(0.8 * 2 / 4)
+
+
+def test_ablation_flags_reach_the_run_config(shared_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ablation"
+    assert (
+        main(
+            [
+                "eval",
+                "--benchmark",
+                "bbm",
+                "--method",
+                "first-step",
+                "--data",
+                str(shared_data),
+                "--out",
+                str(out),
+                "--limit",
+                "2",
+                "--no-diagnostician",
+                "--gate",
+                "soft",
+                "--rollback-points",
+                "1",
+                "--rounds",
+                "2",
+                "--no-relocalize",
+            ]
+        )
+        == 0
+    )
+    config = json.loads((out / "run_config.json").read_text())["reflect_config"]
+    assert (
+        config["use_diagnostician"],
+        config["gate"],
+        config["rollback_points"],
+        config["rounds"],
+        config["relocalize"],
+    ) == (False, "soft", 1, 2, False)
