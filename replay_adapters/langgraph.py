@@ -34,6 +34,7 @@ try:
     from langchain_core._api import suppress_langchain_beta_warning
     from langchain_core.load import load as lc_load
     from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, SystemMessage
+    from langgraph.errors import GraphRecursionError
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise MissingDependencyError("langgraph", "langgraph") from error
 
@@ -158,6 +159,7 @@ class LangGraphReplayAdapter:
             messages.append(_injection_message(injection, injection_role))
         thread = f"reflect-replay-{uuid.uuid4().hex}"
         config: dict[str, Any] = {"configurable": {"thread_id": thread}, "recursion_limit": self.recursion_limit}
+        unfinished = False
         with captured(self._provider, "reflect.replay.langgraph") as run:
             try:
                 if rollback_point == 0:
@@ -168,11 +170,15 @@ class LangGraphReplayAdapter:
                     self._run(None, config)
             except ReplayError:
                 raise
+            except GraphRecursionError:
+                unfinished = True  # a run that did not finish is an outcome (no answer), not a failed replay
             except Exception as error:  # the graph may fail in any way
                 raise ReplayError(f"the graph failed while replaying: {type(error).__name__}: {error}") from error
         assert run.trace is not None
         final_messages = self.graph.get_state(config).values.get("messages", [])
         final = _values.as_text(final_messages[-1].content) if final_messages else run.trace.final_answer
+        if unfinished:
+            final = None
         seen = _first_llm_contents(run.records)
         expected = [_values.as_text(m.content) for m in messages]
         replayed = stitch(trace, rollback_point, run.trace.steps, trace_id=run.trace_id, final_answer=final)
@@ -186,5 +192,6 @@ class LangGraphReplayAdapter:
                 "thread_id": thread,
                 "forked_from": source,
                 "replay_trace_id": run.trace_id,
-            },
+            }
+            | ({"stopped": "recursion limit"} if unfinished else {}),
         )

@@ -347,3 +347,13 @@ def test_langgraph_durability_exit_falls_back_to_spans(instrumented: Instrumente
         ConformanceCase(adapter, trace, replay_agents.FIX, _is_correct, lambda: requests), points=[1, 3]
     )
     assert {r.adapter_info["forked_from"] for r in results} == {"spans"}
+
+
+def test_langgraph_replay_that_hits_the_recursion_limit_is_an_unfinished_run(langgraph_case: ConformanceCase) -> None:
+    graph = langgraph_case.adapter.graph  # type: ignore[attr-defined]
+    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
+
+    adapter = LangGraphReplayAdapter(graph, tracer_provider=langgraph_case.adapter._provider, recursion_limit=2)  # type: ignore[attr-defined]
+    result = adapter.replay(langgraph_case.trace, rollback_point=1, injection=replay_agents.FIX)
+    assert result.final_answer is None and result.adapter_info["stopped"] == "recursion limit"
+    assert result.trace.steps[:1] == langgraph_case.trace.steps[:1] and len(result.continuation) >= 1
