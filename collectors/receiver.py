@@ -24,7 +24,7 @@ from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from reflect_otel.assembly import AssemblyLimits
-from reflect_otel.collectors._buffer import BufferLimits, CollectorStats, TraceCollector, TraceSink
+from reflect_otel.collectors._buffer import BufferLimits, TraceCollector, TraceSink
 from reflect_otel.collectors.otlp import DecodedBatch, decode_json, decode_protobuf, decode_request
 from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.spans import SpanRecord
@@ -183,9 +183,6 @@ class OTLPReceiver:
                 "spans_rejected": self.spans_rejected,
             }
         return own | self._collector.stats().as_dict()
-
-    def collector_stats(self) -> CollectorStats:
-        return self._collector.stats()
 
     # -- shared by both transports ---------------------------------------------------------------------------
     def accept(self, batch: DecodedBatch) -> trace_service_pb2.ExportTraceServiceResponse:

@@ -86,14 +86,7 @@ class LLMConfig(BaseModel):
         }
         values = {k: v for k, v in values.items() if v is not None}
         values.update({k: v for k, v in explicit.items() if v is not None})
-        try:
-            return cls(**values)
-        except ValidationError as error:
-            first = error.errors()[0]
-            setting = ".".join(str(p) for p in first["loc"])
-            raise ConfigError(
-                f"LLM setting {setting!r}: {first['msg']} (set it with REFLECT_LLM_{setting.upper()})"
-            ) from None
+        return _validated(cls, values, lambda setting: f"REFLECT_LLM_{setting.upper()}")
 
 
 class GateMode(str, Enum):
@@ -139,12 +132,4 @@ class ReflectConfig(BaseModel):
         }
         values: dict[str, Any] = {key: env[var] for key, var in names.items() if env.get(var)}
         values.update({k: v for k, v in explicit.items() if v is not None})
-        try:
-            return cls(**values)
-        except ValidationError as error:
-            first = error.errors()[0]
-            setting = ".".join(str(p) for p in first["loc"])
-            hint = names.get(setting, "")
-            raise ConfigError(
-                f"setting {setting!r}: {first['msg']}" + (f" (environment: {hint})" if hint else "")
-            ) from None
+        return _validated(cls, values, lambda setting: names.get(setting, ""))
