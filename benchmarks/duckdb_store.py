@@ -14,8 +14,7 @@ from pathlib import Path
 import duckdb
 
 from reflect_otel.exporters.duckdb_store import VIEWS, DuckDBStore
-from tests.test_pipeline import five_step_trace
-from tests.test_store import _record
+from reflect_otel.testing.examples import verified_attribution
 
 GENERATE = """
 INSERT INTO traces SELECT printf('%032x', t), NULL, 'agent_' || (t % 7), 'langgraph', 'otlp', 'q', 'a', 20, 0,
@@ -50,7 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "bench.duckdb"
-        trace, record = five_step_trace(), _record()
+        trace, record = verified_attribution()
         start = time.perf_counter()
         with DuckDBStore(path) as store:
             for i in range(args.ingest_traces):

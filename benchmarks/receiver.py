@@ -13,9 +13,9 @@ import time
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from benchmarks._common import synthetic_trace
-from reflect_otel.collectors._buffer import BufferLimits
 from reflect_otel.collectors.otlp import decode_protobuf
 from reflect_otel.collectors.receiver import OTLPReceiver
+from reflect_otel.collectors.trace_collector import BufferLimits
 from reflect_otel.spans import SpanRecord
 
 

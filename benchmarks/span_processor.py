@@ -13,8 +13,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from benchmarks._common import interleaved
-from reflect_otel.collectors._buffer import BufferLimits
 from reflect_otel.collectors.span_processor import ReflectSpanProcessor
+from reflect_otel.collectors.trace_collector import BufferLimits
 
 
 class NoOpExporter(SpanExporter):

@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from reflect_otel._lenient_json import load_json_file
 from reflect_otel.assembly import AssemblyLimits, assemble_trace
-from reflect_otel.collectors._lenient_json import load_json_file
 from reflect_otel.collectors.otlp import decode_json_document
-from reflect_otel.collectors.trail import is_trail_document, read_trail_file
 from reflect_otel.datasets import bbm_item, is_bbm_row
+from reflect_otel.datasets.trail import is_trail_document, read_trail_file
 from reflect_otel.errors import InputError
 from reflect_otel.spans import SpanRecord
 from reflect_otel.trace import StructuredTrace

@@ -24,8 +24,8 @@ from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from reflect_otel.assembly import AssemblyLimits
-from reflect_otel.collectors._buffer import BufferLimits, TraceCollector, TraceSink
 from reflect_otel.collectors.otlp import DecodedBatch, decode_json, decode_protobuf, decode_request
+from reflect_otel.collectors.trace_collector import BufferLimits, TraceCollector, TraceSink
 from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.spans import SpanRecord
 

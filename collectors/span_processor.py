@@ -6,7 +6,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from reflect_otel.assembly import AssemblyLimits
-from reflect_otel.collectors._buffer import BufferLimits, CollectorStats, TraceCollector, TraceSink
+from reflect_otel.collectors.trace_collector import BufferLimits, CollectorStats, TraceCollector, TraceSink
 from reflect_otel.spans import span_record_from_readable
 
 __all__ = ["ReflectSpanProcessor"]

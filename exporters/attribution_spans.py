@@ -39,7 +39,7 @@ def record_attributes(record: AttributionRecord) -> dict[str, str | int | float 
         ReflectAttributes.TRACE_ID: record.trace_id,
         ReflectAttributes.METHOD: record.method,
         ReflectAttributes.STATUS: record.status.value,
-        ReflectAttributes.MODE: record.mode,
+        ReflectAttributes.MODE: record.mode.value,
         ReflectAttributes.ERROR_STEP_INDEX: record.step_index,
         ReflectAttributes.ERROR_SPAN_ID: record.span_id,
         ReflectAttributes.ERROR_TYPE: record.error_type.value if record.error_type else None,

@@ -15,7 +15,7 @@ import logging
 import queue
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -128,7 +128,7 @@ def migrate(db: duckdb.DuckDBPyConnection) -> None:
         for statement in _MIGRATIONS[version - 1].split(";"):
             if statement.strip():
                 db.execute(statement)
-        db.execute("INSERT INTO schema_version VALUES (?)", [version])
+        db.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
         db.execute("COMMIT")
     for name, sql in VIEWS.items():
         db.execute(f"CREATE OR REPLACE VIEW {name} AS {sql}")
@@ -162,7 +162,7 @@ class _Write:
 
     kind: str
     key: tuple[str, ...]
-    tables: dict[str, list[list[Any]]]
+    tables: dict[str, list[dict[str, Any]]]
 
 
 class DuckDBStore:
@@ -295,101 +295,110 @@ class DuckDBStore:
 
 
 def _trace_rows(trace: StructuredTrace) -> _Write:
-    parent = [
-        trace.trace_id,
-        trace.session_id,
-        _agent_of(trace),
-        trace.source.framework,
-        trace.source.collector,
-        trace.question,
-        trace.final_answer,
-        len(trace.steps),
-        len(trace.warnings),
-        _ts(trace.start_time_ns),
-        _ts(trace.end_time_ns),
-        datetime.now(UTC),
-        json.dumps(trace.metadata),
-        trace.model_dump_json(),
-    ]
+    parent = {
+        "trace_id": trace.trace_id,
+        "session_id": trace.session_id,
+        "agent": _agent_of(trace),
+        "framework": trace.source.framework,
+        "collector": trace.source.collector,
+        "question": trace.question,
+        "final_answer": trace.final_answer,
+        "step_count": len(trace.steps),
+        "warning_count": len(trace.warnings),
+        "start_time": _ts(trace.start_time_ns),
+        "end_time": _ts(trace.end_time_ns),
+        "ingested_at": datetime.now(UTC),
+        "metadata": json.dumps(trace.metadata),
+        "trace_json": trace.model_dump_json(),
+    }
     steps = [
-        [
-            trace.trace_id,
-            s.index,
-            s.span_id,
-            s.tool_span_id,
-            s.kind.value,
-            s.agent,
-            s.tool_name,
-            json.dumps(s.tool_args, default=str),
-            s.tool_result,
-            s.reasoning,
-            s.is_final_answer,
-            s.status.value,
-            s.prompt_tokens,
-            s.completion_tokens,
-            s.model_name,
-        ]
+        {
+            "trace_id": trace.trace_id,
+            "step_index": s.index,
+            "span_id": s.span_id,
+            "tool_span_id": s.tool_span_id,
+            "kind": s.kind.value,
+            "agent": s.agent,
+            "tool_name": s.tool_name,
+            "tool_args": json.dumps(s.tool_args, default=str),
+            "tool_result": s.tool_result,
+            "reasoning": s.reasoning,
+            "is_final_answer": s.is_final_answer,
+            "status": s.status.value,
+            "prompt_tokens": s.prompt_tokens,
+            "completion_tokens": s.completion_tokens,
+            "model_name": s.model_name,
+        }
         for s in trace.steps
     ]
     return _Write("trace", (trace.trace_id,), {"traces": [parent], "steps": steps})
 
 
 def _verdict_rows(trace_id: str, verdict: Verdict) -> _Write:
-    row = [
-        trace_id,
-        verdict.verifier,
-        verdict.is_correct,
-        verdict.label,
-        verdict.score,
-        verdict.confidence,
-        verdict.extracted_answer,
-        verdict.reasoning,
-        datetime.now(UTC),
-    ]
+    row = {
+        "trace_id": trace_id,
+        "verifier": verdict.verifier,
+        "is_correct": verdict.is_correct,
+        "label": verdict.label,
+        "score": verdict.score,
+        "confidence": verdict.confidence,
+        "extracted_answer": verdict.extracted_answer,
+        "reasoning": verdict.reasoning,
+        "created_at": datetime.now(UTC),
+    }
     return _Write("verdict", (trace_id, verdict.verifier), {"verdicts": [row]})
 
 
 def _record_rows(record: AttributionRecord) -> _Write:
-    key = [record.trace_id, record.method]
-    parent = [
-        *key,
-        record.status.value,
-        record.mode,
-        record.step_index,
-        record.span_id,
-        record.error_type.value if record.error_type else None,
-        record.confidence,
-        record.explanation,
-        record.root_cause,
-        record.intervention.rollback_point if record.intervention else None,
-        record.corrected_answer,
-        record.rounds,
-        record.reason,
-        record.total_calls,
-        record.total_tokens,
-        sum(c.seconds for c in record.cost),
-        record.created_at,
-        record.model_dump_json(),
-    ]
+    key = {"trace_id": record.trace_id, "method": record.method}
+    parent = key | {
+        "status": record.status.value,
+        "mode": record.mode.value,
+        "step_index": record.step_index,
+        "span_id": record.span_id,
+        "error_type": record.error_type.value if record.error_type else None,
+        "confidence": record.confidence,
+        "explanation": record.explanation,
+        "root_cause": record.root_cause,
+        "rollback_point": record.intervention.rollback_point if record.intervention else None,
+        "corrected_answer": record.corrected_answer,
+        "rounds": record.rounds,
+        "reason": record.reason,
+        "llm_calls": record.total_calls,
+        "tokens": record.total_tokens,
+        "seconds": sum(c.seconds for c in record.cost),
+        "created_at": record.created_at,
+        "record_json": record.model_dump_json(),
+    }
     replays = [
-        [
-            *key,
-            seq,
-            a.round,
-            a.rollback_point,
-            a.localized_step,
-            a.gate_retry,
-            a.sample,
-            a.gate.is_faithful if a.gate else None,
-            a.gate.violation_type if a.gate else None,
-            a.flipped,
-            a.final_answer,
-            a.error,
-        ]
+        key
+        | {
+            "seq": seq,
+            "round": a.round,
+            "rollback_point": a.rollback_point,
+            "localized_step": a.localized_step,
+            "gate_retry": a.gate_retry,
+            "sample": a.sample,
+            "faithful": a.gate.is_faithful if a.gate else None,
+            "violation_type": a.gate.violation_type if a.gate else None,
+            "flipped": a.flipped,
+            "final_answer": a.final_answer,
+            "error": a.error,
+        }
         for seq, a in enumerate(record.replays)
     ]
     calls = [
-        [*key, seq, c.stage, c.model, c.prompt_tokens, c.completion_tokens, c.seconds, c.attempts, c.ok]
+        key
+        | {
+            "seq": seq,
+            "stage": c.stage,
+            "model": c.model,
+            "prompt_tokens": c.prompt_tokens,
+            "completion_tokens": c.completion_tokens,
+            "seconds": c.seconds,
+            "attempts": c.attempts,
+            "ok": c.ok,
+        }
         for seq, c in enumerate(record.llm_calls)
     ]
     return _Write(
@@ -397,13 +406,20 @@ def _record_rows(record: AttributionRecord) -> _Write:
     )
 
 
-def _insert_rows(db: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Sequence[Any]], chunk: int = 200) -> None:
-    """Many rows in few statements (DuckDB's executemany runs one statement per row, which is slow)."""
+def _insert_rows(
+    db: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Mapping[str, Any]], chunk: int = 200
+) -> None:
+    """Many rows (all with the same columns) in few statements, naming the columns (DuckDB's executemany runs one
+    statement per row, which is slow)."""
+    if not rows:
+        return
+    columns = list(rows[0])
+    placeholders = "(" + ", ".join("?" for _ in columns) + ")"
     for start in range(0, len(rows), chunk):
         part = rows[start : start + chunk]
-        placeholders = "(" + ", ".join("?" for _ in part[0]) + ")"
         db.execute(
-            f"INSERT INTO {table} VALUES " + ", ".join(placeholders for _ in part), [v for row in part for v in row]
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES " + ", ".join(placeholders for _ in part),
+            [row[c] for row in part for c in columns],
         )
 
 

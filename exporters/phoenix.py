@@ -32,7 +32,7 @@ def annotation_payloads(record: AttributionRecord) -> tuple[dict[str, Any] | Non
     metadata = {
         "method": record.method,
         "status": record.status.value,
-        "mode": record.mode,
+        "mode": record.mode.value,
         "step_index": record.step_index,
         "rollback_point": record.intervention.rollback_point if record.intervention else None,
         "flipped": flipped,

@@ -77,7 +77,7 @@ def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> s
         body.append(
             '<h2>Attribution</h2><div class="card">'
             f"<p><b>Decisive step:</b> {_e(record.step_index)} &middot; <b>Error type:</b> {_e(kind)} &middot; "
-            f"<b>Method:</b> {_e(record.method)} ({_e(record.mode)}) &middot; <b>Confidence:</b> {_e(record.confidence)}</p>"
+            f"<b>Method:</b> {_e(record.method)} ({_e(record.mode.value)}) &middot; <b>Confidence:</b> {_e(record.confidence)}</p>"
             f"<p><b>Explanation</b></p><pre>{_e(record.explanation)}</pre>"
         )
         if record.root_cause:

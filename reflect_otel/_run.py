@@ -1,15 +1,36 @@
-"""Bookkeeping shared by REFLECT and the baselines: recorded LLM calls, stage errors, the record's cost."""
+"""What REFLECT and the baselines share: the run's bookkeeping (recorded LLM calls, stage errors, the record's
+cost), the typed record constructor, and the one replay-and-verify step."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from reflect_otel.llm.base import CallLog, LLMCall, RecordingLLM, StructuredLLM
+from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.llm.recording import CallLog, RecordingLLM
 from reflect_otel.prompts import PromptContext
-from reflect_otel.record import AttributionRecord, AttributionStatus, StageCost, StageError
+from reflect_otel.record import (
+    AttributionMode,
+    AttributionRecord,
+    AttributionStatus,
+    ErrorType,
+    FlipRate,
+    GateVerdict,
+    Intervention,
+    LLMCall,
+    Localization,
+    ReplayAttempt,
+    StageCost,
+    StageError,
+)
+from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
+from reflect_otel.verifiers import Verifier
+
+__all__ = ["AttributionRun", "ReplayOutcome", "is_correct", "replay_and_verify", "stage_costs"]
 
 
 def stage_costs(calls: tuple[LLMCall, ...]) -> tuple[StageCost, ...]:
@@ -29,7 +50,7 @@ def stage_costs(calls: tuple[LLMCall, ...]) -> tuple[StageCost, ...]:
 
 
 class AttributionRun:
-    """One attribution of one trace: its LLM (recording every call), errors met, and the record at the end."""
+    """One attribution of one trace: its LLM (recording every call), the errors met, and the record at the end."""
 
     def __init__(self, method: str, llm: StructuredLLM, trace: StructuredTrace, config: dict[str, Any]) -> None:
         self.method = method
@@ -44,11 +65,29 @@ class AttributionRun:
         self.errors.append(StageError(stage=stage, message=message[:2000], round=round_))
 
     def record(
-        self, *, status: AttributionStatus, mode: str, step_index: int | None, **fields: Any
+        self,
+        *,
+        status: AttributionStatus,
+        mode: AttributionMode,
+        step_index: int | None,
+        reason: str = "",
+        span_id: str | None = None,
+        error_type: ErrorType | None = None,
+        confidence: float | None = None,
+        explanation: str = "",
+        root_cause: str = "",
+        intervention: Intervention | None = None,
+        replays: Sequence[ReplayAttempt] = (),
+        flip_rates: Sequence[FlipRate] = (),
+        corrected_answer: str | None = None,
+        original_verdict: Verdict | None = None,
+        rounds: int = 0,
+        localizations: Sequence[Localization] = (),
     ) -> AttributionRecord:
+        """The record, with the run's cost, calls and errors. ``span_id`` defaults to the span of ``step_index``
+        in the run's trace."""
         calls = self.log.calls
-        span_id = None
-        if step_index is not None and 1 <= step_index <= len(self.trace.steps):
+        if span_id is None and step_index is not None and 1 <= step_index <= len(self.trace.steps):
             span_id = self.trace.steps[step_index - 1].span_id
         return AttributionRecord(
             trace_id=self.trace.trace_id,
@@ -56,34 +95,100 @@ class AttributionRun:
             status=status,
             mode=mode,
             step_index=step_index,
-            span_id=fields.pop("span_id", span_id),
+            span_id=span_id,
+            reason=reason,
+            error_type=error_type,
+            confidence=confidence,
+            explanation=explanation,
+            root_cause=root_cause,
+            intervention=intervention,
+            replays=tuple(replays),
+            flip_rates=tuple(flip_rates),
             original_answer=self.trace.final_answer,
+            corrected_answer=corrected_answer,
+            original_verdict=original_verdict,
+            rounds=rounds,
+            localizations=tuple(localizations),
             cost=stage_costs(calls),
             llm_calls=calls,
             errors=tuple(self.errors),
             config=self.config,
-            **fields,
         )
 
-
-def prompt_context(
-    trace: StructuredTrace,
-    expected: str | None,
-    *,
-    include_expected: bool,
-    domain_context: str,
-    domain_context_label: str,
-    max_chars: int,
-) -> PromptContext:
-    return PromptContext.of(
-        trace,
-        expected,
-        include_expected=include_expected,
-        domain_context=domain_context,
-        domain_context_label=domain_context_label,
-        max_chars=max_chars,
-    )
+    def prompt_context(
+        self, of: StructuredTrace, expected: str | None, *, include_expected: bool, domain_context: str, config: Any
+    ) -> PromptContext:
+        """The prompts' shared context for ``of`` under ``config`` (a :class:`~reflect_otel.config.ReflectConfig`)."""
+        return PromptContext.of(
+            of,
+            expected,
+            include_expected=include_expected,
+            domain_context=domain_context,
+            domain_context_label=config.domain_context_label,
+            max_chars=config.max_field_chars,
+        )
 
 
 def is_correct(verdict: Verdict | None) -> bool:
     return verdict is not None and verdict.is_correct is True
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOutcome:
+    """One replay as recorded, and what it produced (None when the replay failed)."""
+
+    attempt: ReplayAttempt
+    result: ReplayResult | None
+
+
+def replay_and_verify(
+    run: AttributionRun,
+    replay: ReplayAdapter,
+    trace: StructuredTrace,
+    *,
+    verifier: Verifier,
+    expected: str | None,
+    rollback_point: int,
+    injection: str,
+    injection_role: InjectionRole,
+    round_: int,
+    localized_step: int | None,
+    sample: int = 0,
+    gate_retry: int = 0,
+    gate: Callable[[ReplayResult], GateVerdict | None] | None = None,
+) -> ReplayOutcome:
+    """Replay ``trace`` from ``rollback_point`` with ``injection``, gate the continuation (when ``gate`` is given)
+    and verify the new answer. A failed replay is recorded in the attempt and in the run's errors, never raised:
+    an adapter, or the agent it runs, may fail in any way."""
+    try:
+        result = replay.replay(trace, rollback_point=rollback_point, injection=injection, injection_role=injection_role)
+    except Exception as error:
+        run.error("replay", error, round_)
+        failed = ReplayAttempt(
+            round=round_,
+            rollback_point=rollback_point,
+            gate_retry=gate_retry,
+            sample=sample,
+            localized_step=localized_step,
+            injection=injection,
+            error=str(error)[:2000],
+        )
+        return ReplayOutcome(failed, None)
+    gate_verdict = gate(result) if gate is not None else None
+    verdict = verifier.verify(result.trace, expected=expected)
+    attempt = ReplayAttempt(
+        round=round_,
+        rollback_point=rollback_point,
+        gate_retry=gate_retry,
+        sample=sample,
+        localized_step=localized_step,
+        injection=injection,
+        gate=gate_verdict,
+        verdict=verdict,
+        flipped=is_correct(verdict),
+        final_answer=result.final_answer,
+        prefix_verified=result.prefix_verified,
+        continuation=result.continuation,
+        adapter_info=result.adapter_info,
+    )
+    return ReplayOutcome(attempt, result)

@@ -18,11 +18,12 @@ import math
 from collections.abc import Callable
 
 from reflect_otel import prompts, stages
-from reflect_otel._run import AttributionRun, is_correct, prompt_context
+from reflect_otel._run import AttributionRun, ReplayOutcome, replay_and_verify
 from reflect_otel.config import ReflectConfig
 from reflect_otel.errors import LLMError
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.record import (
+    AttributionMode,
     AttributionRecord,
     AttributionStatus,
     Intervention,
@@ -30,7 +31,7 @@ from reflect_otel.record import (
     RepairPlan,
     ReplayAttempt,
 )
-from reflect_otel.replay import ReplayAdapter, ReplayResult
+from reflect_otel.replay import ReplayAdapter
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verifiers import Verifier
 
@@ -49,6 +50,7 @@ class Baseline:
 
     method = "baseline"
     uses_expected = True
+    needs_llm = True
 
     def __init__(self, llm: StructuredLLM, *, verifier: Verifier, config: ReflectConfig | None = None) -> None:
         self.llm = llm
@@ -69,17 +71,16 @@ class Baseline:
         if not trace.steps:
             return run.record(
                 status=AttributionStatus.SKIPPED,
-                mode="localization_only",
+                mode=AttributionMode.LOCALIZATION_ONLY,
                 step_index=None,
                 reason="the trace has no steps",
             )
-        ctx = prompt_context(
+        ctx = run.prompt_context(
             trace,
             expected,
             include_expected=self.config.include_expected_answer and self.uses_expected,
             domain_context=domain_context,
-            domain_context_label=self.config.domain_context_label,
-            max_chars=self.config.max_field_chars,
+            config=self.config,
         )
         try:
             return self._attribute(run, trace, ctx, expected, replay)
@@ -87,7 +88,7 @@ class Baseline:
             run.error(self.method, error)
             return run.record(
                 status=AttributionStatus.UNVERIFIED,
-                mode="localization_only",
+                mode=AttributionMode.LOCALIZATION_ONLY,
                 step_index=None,
                 reason=f"{self.method} failed; see errors",
             )
@@ -96,7 +97,7 @@ class Baseline:
             run.error(self.method, error)
             return run.record(
                 status=AttributionStatus.UNVERIFIED,
-                mode="localization_only",
+                mode=AttributionMode.LOCALIZATION_ONLY,
                 step_index=None,
                 reason=f"internal error: {error}",
             )
@@ -111,43 +112,31 @@ class Baseline:
     ) -> AttributionRecord:
         raise NotImplementedError
 
-    def _replay_once(
+    def _replay(
         self,
         run: AttributionRun,
         replay: ReplayAdapter,
         trace: StructuredTrace,
         expected: str | None,
-        point: int,
+        *,
+        rollback_point: int,
         injection: str,
         round_: int,
-        localized_step: int | None = None,
-    ) -> tuple[ReplayAttempt, ReplayResult | None]:
-        """One replay and its verdict; a failure is recorded in the attempt, never raised."""
-        try:
-            result = replay.replay(trace, rollback_point=point, injection=injection)
-        except Exception as error:  # an adapter or the agent it runs may fail in any way
-            run.error("replay", error, round_)
-            failed = ReplayAttempt(
-                round=round_,
-                rollback_point=point,
-                injection=injection,
-                localized_step=localized_step,
-                error=str(error)[:2000],
-            )
-            return failed, None
-        verdict = self.verifier.verify(result.trace, expected=expected)
-        attempt = ReplayAttempt(
-            round=round_,
-            rollback_point=point,
+        localized_step: int,
+    ) -> ReplayOutcome:
+        """One replay and its verdict (no gate): the step REFLECT shares with every replaying baseline."""
+        return replay_and_verify(
+            run,
+            replay,
+            trace,
+            verifier=self.verifier,
+            expected=expected,
+            rollback_point=rollback_point,
             injection=injection,
+            injection_role=self.config.injection_role,
+            round_=round_,
             localized_step=localized_step,
-            verdict=verdict,
-            flipped=is_correct(verdict),
-            final_answer=result.final_answer,
-            prefix_verified=result.prefix_verified,
-            continuation=result.continuation,
         )
-        return attempt, result
 
     @staticmethod
     def _localized(
@@ -156,7 +145,7 @@ class Baseline:
         explanation = out.reason
         return run.record(
             status=AttributionStatus.UNVERIFIED,
-            mode="localization_only",
+            mode=AttributionMode.LOCALIZATION_ONLY,
             step_index=step,
             error_type=out.error_type,
             confidence=out.confidence,
@@ -207,14 +196,14 @@ class StepByStep(Baseline):
             if out.is_error:
                 return run.record(
                     status=AttributionStatus.UNVERIFIED,
-                    mode="localization_only",
+                    mode=AttributionMode.LOCALIZATION_ONLY,
                     step_index=step.index,
                     explanation=out.reason,
                     reason="a localization method: no replay evidence",
                 )
         return run.record(
             status=AttributionStatus.UNVERIFIED,
-            mode="localization_only",
+            mode=AttributionMode.LOCALIZATION_ONLY,
             step_index=len(trace.steps),
             reason="no step was flagged: the final step is the fallback",
         )
@@ -302,16 +291,24 @@ class ICS(Baseline):
             if replay is None:
                 break
             point = localization.step_index - 1  # resample the localized step itself
-            attempt, result = self._replay_once(
-                run, replay, current, expected, point, "", round_, localization.step_index
+            outcome = self._replay(
+                run,
+                replay,
+                current,
+                expected,
+                rollback_point=point,
+                injection="",
+                round_=round_,
+                localized_step=localization.step_index,
             )
-            attempts.append(attempt)
+            attempts.append(outcome.attempt)
+            result = outcome.result
             if result is None:
                 break
-            if attempt.flipped:
+            if outcome.attempt.flipped:
                 return run.record(
                     status=AttributionStatus.VERIFIED,
-                    mode="replay",
+                    mode=AttributionMode.REPLAY,
                     step_index=localization.step_index,
                     confidence=localization.confidence,
                     explanation=localization.reasoning,
@@ -324,7 +321,7 @@ class ICS(Baseline):
         assert localization is not None
         return run.record(
             status=AttributionStatus.UNVERIFIED,
-            mode="replay" if replay else "localization_only",
+            mode=AttributionMode.REPLAY if replay else AttributionMode.LOCALIZATION_ONLY,
             step_index=min(localization.step_index, len(trace.steps)),
             confidence=localization.confidence,
             explanation=localization.reasoning,
@@ -366,20 +363,27 @@ class DoVer(Baseline):
         for hypothesis in found:
             if replay is None:
                 break
-            attempt, result = self._replay_once(
-                run, replay, trace, expected, hypothesis.step - 1, hypothesis.intervention, 1, hypothesis.step
+            outcome = self._replay(
+                run,
+                replay,
+                trace,
+                expected,
+                rollback_point=hypothesis.step - 1,
+                injection=hypothesis.intervention,
+                round_=1,
+                localized_step=hypothesis.step,
             )
-            attempts.append(attempt)
-            if result is None:
+            attempts.append(outcome.attempt)
+            if outcome.result is None:
                 continue
-            if attempt.flipped:
-                chosen, flipped_result = hypothesis, result
+            if outcome.attempt.flipped:
+                chosen, flipped_result = hypothesis, outcome.result
                 break
         classification = stages.classify(run.llm, ctx, trace.steps[chosen.step - 1])
         plan = RepairPlan(root_cause=chosen.hypothesis, correction_instruction=chosen.intervention)
         return run.record(
             status=AttributionStatus.VERIFIED if flipped_result else AttributionStatus.UNVERIFIED,
-            mode="replay" if replay else "localization_only",
+            mode=AttributionMode.REPLAY if replay else AttributionMode.LOCALIZATION_ONLY,
             step_index=chosen.step,
             error_type=classification.error_type,
             confidence=classification.confidence,
@@ -402,24 +406,7 @@ class FirstStep(Baseline):
     """A floor: always the first step."""
 
     method = "first-step"
-
-    def _attribute(
-        self,
-        run: AttributionRun,
-        trace: StructuredTrace,
-        ctx: prompts.PromptContext,
-        expected: str | None,
-        replay: ReplayAdapter | None,
-    ) -> AttributionRecord:
-        return run.record(
-            status=AttributionStatus.UNVERIFIED, mode="localization_only", step_index=1, reason="position baseline"
-        )
-
-
-class LastStep(Baseline):
-    """A floor: always the last step."""
-
-    method = "last-step"
+    needs_llm = False
 
     def _attribute(
         self,
@@ -431,7 +418,29 @@ class LastStep(Baseline):
     ) -> AttributionRecord:
         return run.record(
             status=AttributionStatus.UNVERIFIED,
-            mode="localization_only",
+            mode=AttributionMode.LOCALIZATION_ONLY,
+            step_index=1,
+            reason="position baseline",
+        )
+
+
+class LastStep(Baseline):
+    """A floor: always the last step."""
+
+    method = "last-step"
+    needs_llm = False
+
+    def _attribute(
+        self,
+        run: AttributionRun,
+        trace: StructuredTrace,
+        ctx: prompts.PromptContext,
+        expected: str | None,
+        replay: ReplayAdapter | None,
+    ) -> AttributionRecord:
+        return run.record(
+            status=AttributionStatus.UNVERIFIED,
+            mode=AttributionMode.LOCALIZATION_ONLY,
             step_index=len(trace.steps),
             reason="position baseline",
         )

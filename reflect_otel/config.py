@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reflect_otel.errors import ConfigError
+from reflect_otel.replay import InjectionRole
 
 __all__ = ["GateMode", "LLMConfig", "ReflectConfig", "SchemaMode"]
 
@@ -117,7 +118,7 @@ class ReflectConfig(BaseModel):
     include_expected_answer: bool = Field(
         default=True, description="Oracle regime: show the expected answer to the auditor; else [WITHHELD]."
     )
-    injection_role: Literal["system", "developer", "user"] = "system"
+    injection_role: InjectionRole = InjectionRole.SYSTEM
     domain_context_label: str = Field(default="Task context", description="Heading of the domain-context slot.")
 
     @classmethod

@@ -12,19 +12,20 @@ returned: :meth:`ReflectPipeline.attribute` never raises.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 from reflect_otel import prompts, stages
-from reflect_otel._run import AttributionRun, is_correct, prompt_context
+from reflect_otel._run import AttributionRun, ReplayOutcome, is_correct, replay_and_verify
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.errors import LLMError
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.record import (
+    AttributionMode,
     AttributionRecord,
     AttributionStatus,
     Classification,
     FlipRate,
+    GateDecider,
     GateVerdict,
     Intervention,
     Localization,
@@ -32,7 +33,7 @@ from reflect_otel.record import (
     ReplayAttempt,
 )
 from reflect_otel.replay import ReplayAdapter, ReplayResult
-from reflect_otel.trace import StructuredTrace
+from reflect_otel.trace import Step, StructuredTrace
 from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import Verifier
 
@@ -48,8 +49,42 @@ def rollback_points(step_index: int, count: int) -> list[int]:
 
 @dataclass(slots=True)
 class _Candidate:
+    """A replay that ran: how it was recorded, and what it produced."""
+
     attempt: ReplayAttempt
     result: ReplayResult
+
+
+@dataclass
+class _Rounds:
+    """What travels through REFLECT's rounds for one trace: the run, the trace being worked on (the original, then
+    the replay chosen for re-localization), the current localization and plan, and everything tried so far."""
+
+    run: AttributionRun
+    expected: str | None
+    replay: ReplayAdapter | None
+    domain_context: str
+    original_verdict: Verdict | None = None
+    current: StructuredTrace = field(init=False)
+    round: int = 0
+    localization: Localization | None = None
+    classification: Classification | None = None
+    plan: RepairPlan | None = None
+    localizations: list[Localization] = field(default_factory=list)
+    attempts: list[ReplayAttempt] = field(default_factory=list)
+    flip_rates: list[FlipRate] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.current = self.run.trace
+
+    @property
+    def mode(self) -> AttributionMode:
+        return AttributionMode.REPLAY if self.replay is not None else AttributionMode.LOCALIZATION_ONLY
+
+    @property
+    def located(self) -> Localization:
+        assert self.localization is not None, "localize first"
+        return self.localization
 
 
 class ReflectPipeline:
@@ -73,195 +108,115 @@ class ReflectPipeline:
         run = AttributionRun(
             self.method, self.llm, trace, self.config.model_dump(mode="json") | {"verifier": self.verifier.name}
         )
+        state = _Rounds(run, expected, replay, domain_context)
         try:
-            return self._attribute(run, trace, expected, replay, domain_context)
+            return self._attribute(state)
         except Exception as error:  # the boundary: a bug or an adapter's surprise becomes a recorded outcome
             _log.exception("attribution of trace %s failed", trace.trace_id)
             run.error("pipeline", error)
             return run.record(
                 status=AttributionStatus.UNVERIFIED,
-                mode="replay" if replay is not None else "localization_only",
+                mode=state.mode,
                 step_index=None,
                 reason=f"internal error: {error}",
             )
 
     # -- the algorithm -----------------------------------------------------------------------------------------
-    def _attribute(
-        self,
-        run: AttributionRun,
-        trace: StructuredTrace,
-        expected: str | None,
-        replay: ReplayAdapter | None,
-        domain_context: str,
-    ) -> AttributionRecord:
-        cfg = self.config
-        mode = "replay" if replay is not None else "localization_only"
-        original_verdict = self.verifier.verify(trace, expected=expected)
-        if is_correct(original_verdict):
+    def _attribute(self, state: _Rounds) -> AttributionRecord:
+        cfg, run, trace = self.config, state.run, state.run.trace
+        state.original_verdict = self.verifier.verify(trace, expected=state.expected)
+        if is_correct(state.original_verdict):
             return run.record(
                 status=AttributionStatus.SKIPPED,
-                mode=mode,
+                mode=state.mode,
                 step_index=None,
-                original_verdict=original_verdict,
+                original_verdict=state.original_verdict,
                 reason="the answer already verifies as correct; nothing to attribute",
             )
         if not trace.steps:
             return run.record(
-                status=AttributionStatus.SKIPPED, mode=mode, step_index=None, reason="the trace has no steps"
+                status=AttributionStatus.SKIPPED, mode=state.mode, step_index=None, reason="the trace has no steps"
             )
-
-        def context(of: StructuredTrace) -> prompts.PromptContext:
-            return prompt_context(
-                of,
-                expected,
-                include_expected=cfg.include_expected_answer,
-                domain_context=domain_context,
-                domain_context_label=cfg.domain_context_label,
-                max_chars=cfg.max_field_chars,
-            )
-
-        localizations: list[Localization] = []
-        located = self._localize_and_classify(run, trace, context(trace), round_=1)
-        if located is None:
+        if not self._localize_and_classify(state):
             return run.record(
                 status=AttributionStatus.UNVERIFIED,
-                mode=mode,
+                mode=state.mode,
                 step_index=None,
-                original_verdict=original_verdict,
+                original_verdict=state.original_verdict,
                 reason="localization failed; see errors",
             )
-        localization, classification = located
-        localizations.append(localization)
-        base: dict[str, Any] = {"original_verdict": original_verdict}  # what every record from here carries
-        if replay is None:
-            return self._fallback(
-                run,
-                mode,
-                localization,
-                classification,
-                localizations,
-                [],
-                0,
-                None,
-                base,
-                reason="localization only: no replay adapter for this trace",
-            )
-
-        attempts: list[ReplayAttempt] = []
-        flip_rates: list[FlipRate] = []
-        base["flip_rates"] = flip_rates  # filled in as points are tried
-        current = trace
-        plan: RepairPlan | None = None
-        rounds_run = 0
+        if state.replay is None:
+            return self._fallback(state, reason="localization only: no replay adapter for this trace")
         for round_ in range(1, cfg.rounds + 1):
-            rounds_run = round_
-            plan = self._plan(run, current, context(current), localization, classification, round_)
+            state.round = round_
+            state.plan = self._plan(state)
             candidates: list[_Candidate] = []
-            for point in rollback_points(localization.step_index, cfg.rollback_points):
-                found = self._try_point(
-                    run, current, expected, replay, plan, localization, point, round_, attempts, flip_rates
-                )
+            for point in rollback_points(state.located.step_index, cfg.rollback_points):
+                found = self._try_point(state, point)
                 if found is None:
                     continue
                 candidates.append(found)
                 if self._counts(found):
-                    return self._verified(
-                        run,
-                        current,
-                        context(current),
-                        found,
-                        plan,
-                        localization,
-                        classification,
-                        localizations,
-                        attempts,
-                        round_,
-                        base,
-                    )
+                    return self._verified(state, found)
             if not cfg.relocalize:
                 continue
             best = _select_best(candidates)
             if best is None:
                 break  # no replay ran at all; another round would fail the same way
-            current = best.result.trace
-            located = self._localize_and_classify(run, current, context(current), round_=round_ + 1)
-            if located is None:
+            state.current = best.result.trace
+            if not self._localize_and_classify(state):
                 break
-            localization, classification = located
-            localizations.append(localization)
-        return self._fallback(
-            run,
-            mode,
-            localization,
-            classification,
-            localizations,
-            attempts,
-            rounds_run,
-            plan,
-            base,
-            reason=f"no replay flipped the outcome in {rounds_run} round(s)",
+        return self._fallback(state, reason=f"no replay flipped the outcome in {state.round} round(s)")
+
+    def _context(self, state: _Rounds) -> prompts.PromptContext:
+        return state.run.prompt_context(
+            state.current,
+            state.expected,
+            include_expected=self.config.include_expected_answer,
+            domain_context=state.domain_context,
+            config=self.config,
         )
 
-    def _localize_and_classify(
-        self, run: AttributionRun, trace: StructuredTrace, ctx: prompts.PromptContext, round_: int
-    ) -> tuple[Localization, Classification | None] | None:
+    def _localize_and_classify(self, state: _Rounds) -> bool:
+        """Localize (and classify) the current trace; False when localization failed (recorded)."""
+        run, ctx, round_ = state.run, self._context(state), state.round + 1
         try:
-            localization = stages.localize(run.llm, ctx, trace)
+            localization = stages.localize(run.llm, ctx, state.current)
         except LLMError as error:
             run.error("localize", error, round_)
-            return None
+            return False
         try:
             classification: Classification | None = stages.classify(
-                run.llm, ctx, trace.steps[localization.step_index - 1]
+                run.llm, ctx, state.current.steps[localization.step_index - 1]
             )
         except LLMError as error:
             run.error("classify", error, round_)
             classification = None
-        return localization, classification
+        state.localization, state.classification = localization, classification
+        state.localizations.append(localization)
+        return True
 
-    def _plan(
-        self,
-        run: AttributionRun,
-        trace: StructuredTrace,
-        ctx: prompts.PromptContext,
-        localization: Localization,
-        classification: Classification | None,
-        round_: int,
-    ) -> RepairPlan:
+    def _plan(self, state: _Rounds) -> RepairPlan:
         if not self.config.use_diagnostician:
-            return stages.null_plan(localization, classification)
+            return stages.null_plan(state.located, state.classification)
         try:
-            return stages.diagnose(run.llm, ctx, trace, localization, classification)
+            return stages.diagnose(
+                state.run.llm, self._context(state), state.current, state.located, state.classification
+            )
         except LLMError as error:
-            run.error("diagnose", error, round_)
-            return stages.null_plan(localization, classification)
+            state.run.error("diagnose", error, state.round)
+            return stages.null_plan(state.located, state.classification)
 
-    def _try_point(
-        self,
-        run: AttributionRun,
-        trace: StructuredTrace,
-        expected: str | None,
-        replay: ReplayAdapter,
-        plan: RepairPlan,
-        localization: Localization,
-        point: int,
-        round_: int,
-        attempts: list[ReplayAttempt],
-        flip_rates: list[FlipRate],
-    ) -> _Candidate | None:
+    def _try_point(self, state: _Rounds, point: int) -> _Candidate | None:
         """``replay_samples`` continuations from ``point``: the first that counts as a flip, else the last that ran.
         With several samples, all run, and the flip rate is recorded."""
         samples = self.config.replay_samples
-        ran = [
-            c
-            for sample in range(samples)
-            if (
-                c := self._try_sample(run, trace, expected, replay, plan, localization, point, round_, attempts, sample)
-            )
-        ]
+        ran = [c for sample in range(samples) if (c := self._try_sample(state, point, sample))]
         flips = [c for c in ran if self._counts(c)]
         if samples > 1:
-            flip_rates.append(FlipRate(round=round_, rollback_point=point, samples=samples, flips=len(flips)))
+            state.flip_rates.append(
+                FlipRate(round=state.round, rollback_point=point, samples=samples, flips=len(flips))
+            )
         return flips[0] if flips else (ran[-1] if ran else None)
 
     def _counts(self, candidate: _Candidate) -> bool:
@@ -270,175 +225,122 @@ class ReflectPipeline:
             self.config.gate is not GateMode.HARD or _faithful(candidate.attempt.gate)
         )
 
-    def _try_sample(
-        self,
-        run: AttributionRun,
-        trace: StructuredTrace,
-        expected: str | None,
-        replay: ReplayAdapter,
-        plan: RepairPlan,
-        localization: Localization,
-        point: int,
-        round_: int,
-        attempts: list[ReplayAttempt],
-        sample: int,
-    ) -> _Candidate | None:
+    def _try_sample(self, state: _Rounds, point: int, sample: int) -> _Candidate | None:
         """Replay from ``point`` (hard gate: up to R retries with feedback). The last attempt that ran, or None."""
-        cfg = self.config
-        base_injection = prompts.repair_injection(plan, localization.step_index)
+        cfg, plan, current = self.config, state.plan, state.current
+        assert plan is not None, "plan first"
+        base_injection = prompts.repair_injection(plan, state.located.step_index)
         injection = base_injection
         retries = cfg.gate_retries if cfg.gate is GateMode.HARD else 0
-        replaced = trace.steps[point] if point < len(trace.steps) else None
+        replaced = current.steps[point] if point < len(current.steps) else None
         last: _Candidate | None = None
         for retry in range(retries + 1):
-            try:
-                result = replay.replay(
-                    trace, rollback_point=point, injection=injection, injection_role=cfg.injection_role
-                )
-            except Exception as error:  # an adapter or the agent it runs may fail in any way
-                run.error("replay", error, round_)
-                attempts.append(
-                    ReplayAttempt(
-                        round=round_,
-                        rollback_point=point,
-                        gate_retry=retry,
-                        injection=injection,
-                        error=str(error)[:2000],
-                    )
-                )
-                return last
-            continuation = result.continuation
-            gate = self._gate(run, plan, continuation[0] if continuation else None, replaced, round_)
-            verdict: Verdict = self.verifier.verify(result.trace, expected=expected)
-            attempt = ReplayAttempt(
-                round=round_,
+            outcome: ReplayOutcome = replay_and_verify(
+                state.run,
+                state.replay,  # type: ignore[arg-type]  # only called with a replay adapter
+                current,
+                verifier=self.verifier,
+                expected=state.expected,
                 rollback_point=point,
-                gate_retry=retry,
-                sample=sample,
-                localized_step=localization.step_index,
                 injection=injection,
-                gate=gate,
-                verdict=verdict,
-                flipped=is_correct(verdict),
-                final_answer=result.final_answer,
-                prefix_verified=result.prefix_verified,
-                continuation=continuation,
-                adapter_info=result.adapter_info,
+                injection_role=cfg.injection_role,
+                round_=state.round,
+                localized_step=state.located.step_index,
+                sample=sample,
+                gate_retry=retry,
+                gate=lambda result: self._gate(state, result, replaced),
             )
-            attempts.append(attempt)
-            last = _Candidate(attempt, result)
+            state.attempts.append(outcome.attempt)
+            if outcome.result is None:
+                return last
+            last = _Candidate(outcome.attempt, outcome.result)
+            gate = outcome.attempt.gate
             if cfg.gate is not GateMode.HARD or _faithful(gate) or retry == retries:
                 return last
-            first = continuation[0]
-            injection = (
-                base_injection
-                + "\n\n"
-                + prompts.gate_feedback(
-                    retry + 1,
-                    gate.violation_type if gate else None,
-                    gate.violation_reason if gate else None,
-                    first,
-                    plan,
-                )
+            feedback = prompts.gate_feedback(
+                retry + 1,
+                gate.violation_type if gate else None,
+                gate.violation_reason if gate else None,
+                outcome.result.continuation[0],
+                plan,
             )
+            injection = f"{base_injection}\n\n{feedback}"
         return last
 
-    def _gate(
-        self,
-        run: AttributionRun,
-        plan: RepairPlan,
-        proposed: object,
-        replaced: object,
-        round_: int,
-    ) -> GateVerdict:
-        from reflect_otel.trace import Step
-
-        if self.config.gate is GateMode.OFF or not isinstance(proposed, Step):
-            return GateVerdict(is_faithful=True, decided_by="skipped")
-        ruled = stages.gate_by_rules(plan, proposed, replaced if isinstance(replaced, Step) else None)
+    def _gate(self, state: _Rounds, result: ReplayResult, replaced: Step | None) -> GateVerdict:
+        continuation = result.continuation
+        if self.config.gate is GateMode.OFF or not continuation:
+            return GateVerdict(is_faithful=True, decided_by=GateDecider.SKIPPED)
+        assert state.plan is not None
+        ruled = stages.gate_by_rules(state.plan, continuation[0], replaced)
         if ruled is not None:
             return ruled
         try:
-            return stages.gate_with_llm(run.llm, plan, proposed, self.config.max_field_chars)
+            return stages.gate_with_llm(state.run.llm, state.plan, continuation[0], self.config.max_field_chars)
         except LLMError as error:
-            run.error("gate", error, round_)
-            return GateVerdict(is_faithful=True, violation_reason=f"gate failed: {error}", decided_by="skipped")
+            state.run.error("gate", error, state.round)
+            return GateVerdict(
+                is_faithful=True, violation_reason=f"gate failed: {error}", decided_by=GateDecider.SKIPPED
+            )
 
-    def _verified(
-        self,
-        run: AttributionRun,
-        trace: StructuredTrace,
-        ctx: prompts.PromptContext,
-        found: _Candidate,
-        plan: RepairPlan,
-        localization: Localization,
-        classification: Classification | None,
-        localizations: list[Localization],
-        attempts: list[ReplayAttempt],
-        round_: int,
-        base: dict[str, Any],
-    ) -> AttributionRecord:
+    def _verified(self, state: _Rounds, found: _Candidate) -> AttributionRecord:
+        run, trace, plan, localization = state.run, state.current, state.plan, state.located
+        assert plan is not None
         point = found.attempt.rollback_point
         original = trace.steps[point - 1]
-        error_type = classification.error_type if classification else None
-        explanation = classification.explanation if classification else localization.reasoning
+        error_type = state.classification.error_type if state.classification else None
+        explanation = state.classification.explanation if state.classification else localization.reasoning
         try:
             refined = stages.explain_correction(
-                run.llm, ctx, original, found.result.continuation, found.result.final_answer or "", point
+                run.llm,
+                self._context(state),
+                original,
+                found.result.continuation,
+                found.result.final_answer or "",
+                point,
             )
             error_type, explanation = refined.error_type, f"{refined.explanation}\n\n{refined.reasoning}".strip()
         except LLMError as error:
-            run.error("explain", error, round_)
+            run.error("explain", error, state.round)
         in_original = trace is run.trace or point <= _shared_prefix(run.trace, trace)
         return run.record(
             status=AttributionStatus.VERIFIED,
-            mode="replay",
+            mode=AttributionMode.REPLAY,
             step_index=point,
             span_id=original.span_id,
             reason=""
             if in_original
             else "the flipping rollback point lies in a replayed continuation of round "
-            f"{round_ - 1}; step_index counts steps of that replay",
+            f"{state.round - 1}; step_index counts steps of that replay",
             error_type=error_type,
             confidence=localization.confidence,
             explanation=explanation,
             root_cause=plan.root_cause,
             intervention=Intervention(plan=plan, injection=found.attempt.injection, rollback_point=point),
-            replays=tuple(attempts),
+            replays=state.attempts,
+            flip_rates=state.flip_rates,
             corrected_answer=found.result.final_answer,
-            rounds=round_,
-            localizations=tuple(localizations),
-            **base,
+            original_verdict=state.original_verdict,
+            rounds=state.round,
+            localizations=state.localizations,
         )
 
-    def _fallback(
-        self,
-        run: AttributionRun,
-        mode: str,
-        localization: Localization,
-        classification: Classification | None,
-        localizations: list[Localization],
-        attempts: list[ReplayAttempt],
-        rounds: int,
-        plan: RepairPlan | None,
-        base: dict[str, Any],
-        *,
-        reason: str,
-    ) -> AttributionRecord:
-        step = min(localization.step_index, len(run.trace.steps))
-        return run.record(
+    def _fallback(self, state: _Rounds, *, reason: str) -> AttributionRecord:
+        localization, classification = state.located, state.classification
+        return state.run.record(
             status=AttributionStatus.UNVERIFIED,
-            mode=mode,
-            step_index=step,
+            mode=state.mode,
+            step_index=min(localization.step_index, len(state.run.trace.steps)),
             reason=reason,
             error_type=classification.error_type if classification else None,
             confidence=localization.confidence,
             explanation=classification.explanation if classification else localization.reasoning,
-            root_cause=plan.root_cause if plan else "",
-            replays=tuple(attempts),
-            rounds=rounds,
-            localizations=tuple(localizations),
-            **base,
+            root_cause=state.plan.root_cause if state.plan else "",
+            replays=state.attempts,
+            flip_rates=state.flip_rates,
+            original_verdict=state.original_verdict,
+            rounds=state.round,
+            localizations=state.localizations,
         )
 
 

@@ -8,18 +8,20 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from reflect_otel.llm.base import LLMCall
 from reflect_otel.trace import Step
 from reflect_otel.verdict import Verdict
 
 __all__ = [
+    "AttributionMode",
     "AttributionRecord",
     "AttributionStatus",
     "Classification",
     "ErrorType",
     "FlipRate",
+    "GateDecider",
     "GateVerdict",
     "Intervention",
+    "LLMCall",
     "Localization",
     "RepairPlan",
     "ReplayAttempt",
@@ -53,6 +55,28 @@ class AttributionStatus(str, Enum):
     """The best localization, without intervention evidence (replay failed, or none was possible)."""
     SKIPPED = "skipped"
     """Nothing to attribute (the answer already verifies as correct) or a budget ran out; see ``reason``."""
+
+
+class AttributionMode(str, Enum):
+    """How the attribution could test its hypothesis."""
+
+    REPLAY = "replay"
+    """A replay adapter re-ran the agent from kept prefixes with the correction injected."""
+    LOCALIZATION_ONLY = "localization_only"
+    """No replay adapter could run the agent (or the method does not replay): a localization without evidence."""
+    NONE = "none"
+    """Nothing was attempted: a budget ran out before attribution (see ``reason``)."""
+
+
+class GateDecider(str, Enum):
+    """Who decided a faithfulness-gate verdict."""
+
+    RULE = "rule"
+    """A cheap check: the expected next tool, a forbidden action, or the original action repeated."""
+    LLM = "llm"
+    """The LLM gate."""
+    SKIPPED = "skipped"
+    """No check ran: the gate is off, nothing was regenerated, or the LLM gate failed (see the reason)."""
 
 
 class Localization(BaseModel):
@@ -91,7 +115,7 @@ class GateVerdict(BaseModel):
     is_faithful: bool
     violation_type: str | None = None
     violation_reason: str | None = None
-    decided_by: str = Field(description="rule, llm, or skipped (gate off or nothing regenerated)")
+    decided_by: GateDecider
 
 
 class ReplayAttempt(BaseModel):
@@ -139,6 +163,21 @@ class Intervention(BaseModel):
     rollback_point: int
 
 
+class LLMCall(BaseModel):
+    """One recorded call: which stage asked, what it cost, whether it succeeded."""
+
+    model_config = _FROZEN
+
+    stage: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float
+    attempts: int
+    ok: bool
+    error: str | None = None
+
+
 class StageCost(BaseModel):
     model_config = _FROZEN
 
@@ -168,7 +207,7 @@ class AttributionRecord(BaseModel):
     method: str
     status: AttributionStatus
     reason: str = Field(default="", description="Why the record is unverified or skipped.")
-    mode: str = Field(description="replay, or localization_only when no replay adapter could run the agent.")
+    mode: AttributionMode
     step_index: int | None = None
     span_id: str | None = None
     error_type: ErrorType | None = None

@@ -3,16 +3,28 @@ thought, remote HTTP); a conformance suite in ``reflect_otel.testing.conformance
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from enum import Enum
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+if TYPE_CHECKING:
+    from reflect_otel.llm.base import StructuredLLM
+
+from reflect_otel import plugins
 from reflect_otel.errors import ReplayError
 from reflect_otel.trace import Step, StructuredTrace
 
-__all__ = ["InjectionRole", "ReplayAdapter", "ReplayResult", "check_rollback_point"]
+__all__ = ["InjectionRole", "ReplayAdapter", "ReplayResult", "check_rollback_point", "find_replay_adapter"]
 
-InjectionRole = Literal["system", "developer", "user"]
+
+class InjectionRole(str, Enum):
+    """The chat role the correction is injected as. Some chat templates reject a system message in the middle of
+    a conversation: use ``user`` for those models."""
+
+    SYSTEM = "system"
+    DEVELOPER = "developer"
+    USER = "user"
 
 
 class ReplayResult(BaseModel):
@@ -51,7 +63,7 @@ class ReplayAdapter(Protocol):
         *,
         rollback_point: int,
         injection: str,
-        injection_role: InjectionRole = "system",
+        injection_role: InjectionRole = InjectionRole.SYSTEM,
     ) -> ReplayResult: ...
 
 
@@ -76,3 +88,13 @@ def check_rollback_point(trace: StructuredTrace, rollback_point: int) -> None:
             f"{rollback_point} and {rollback_point + 1} were decided together); roll back to the turn's first step - 1 "
             "or to its last step"
         )
+
+
+def find_replay_adapter(trace: StructuredTrace, llm: StructuredLLM) -> ReplayAdapter | None:
+    """The first installed replay adapter (entry-point group ``reflect_otel.replay_adapters``, by name) whose
+    factory claims ``trace``; None when none does, and the attribution is localization-only."""
+    for _, factory in plugins.loaded(plugins.REPLAY_ADAPTERS):
+        adapter: ReplayAdapter | None = factory(trace, llm)
+        if adapter is not None:
+            return adapter
+    return None

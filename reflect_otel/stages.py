@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from reflect_otel import prompts
 from reflect_otel.llm.base import StructuredLLM
-from reflect_otel.record import Classification, GateVerdict, Localization, RepairPlan
+from reflect_otel.record import Classification, GateDecider, GateVerdict, Localization, RepairPlan
 from reflect_otel.trace import Step, StructuredTrace
 
 __all__ = [
@@ -109,7 +109,7 @@ def gate_by_rules(plan: RepairPlan, proposed: Step, replaced: Step | None) -> Ga
             is_faithful=False,
             violation_type="ignores_instruction",
             violation_reason=f"called {proposed.tool_name}, the plan expected {plan.expected_next_tool}",
-            decided_by="rule",
+            decided_by=GateDecider.RULE,
         )
     if proposed.tool_name:
         values = [str(v) for v in proposed.tool_args.values() if str(v).strip()]
@@ -119,7 +119,7 @@ def gate_by_rules(plan: RepairPlan, proposed: Step, replaced: Step | None) -> Ga
                     is_faithful=False,
                     violation_type="uses_forbidden_action",
                     violation_reason=f"matches the forbidden action: {action}",
-                    decided_by="rule",
+                    decided_by=GateDecider.RULE,
                 )
     if replaced is not None:
         same_tool = proposed.tool_name is not None and (proposed.tool_name, proposed.tool_args) == (
@@ -134,7 +134,7 @@ def gate_by_rules(plan: RepairPlan, proposed: Step, replaced: Step | None) -> Ga
                 is_faithful=False,
                 violation_type="repeats_original_error",
                 violation_reason="the regenerated step repeats the original action",
-                decided_by="rule",
+                decided_by=GateDecider.RULE,
             )
     return None
 
@@ -145,7 +145,7 @@ def gate_with_llm(llm: StructuredLLM, plan: RepairPlan, proposed: Step, max_char
         is_faithful=out.is_faithful,
         violation_type=None if out.is_faithful else out.violation_type,
         violation_reason=None if out.is_faithful else out.violation_reason,
-        decided_by="llm",
+        decided_by=GateDecider.LLM,
     )
 
 

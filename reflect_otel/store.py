@@ -1,24 +1,22 @@
 """The store contract: where traces, verdicts and attribution records are kept for SQL, dashboards and reports.
 
-The DuckDB implementation is an edge (``reflect_otel.exporters.duckdb_store``), found by entry point (group
-``reflect_otel.stores``) so the core and its CLI never import it.
+Backends are chosen by name (entry-point group ``reflect_otel.stores``; see :mod:`reflect_otel.plugins`): the
+built-in one is DuckDB (``reflect_otel.exporters.duckdb_store``). Record exporters likewise (group
+``reflect_otel.record_exporters``): ``otlp`` and ``phoenix``.
 """
 
 from __future__ import annotations
 
 import os
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Protocol
 
-from reflect_otel.errors import ConfigError
+from reflect_otel import plugins
 from reflect_otel.record import AttributionRecord
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
 __all__ = [
-    "EXPORTER_GROUP",
-    "STORE_GROUP",
     "AttributionStore",
     "RecordExporter",
     "open_exporter",
@@ -26,8 +24,6 @@ __all__ = [
     "store_path",
 ]
 
-STORE_GROUP = "reflect_otel.stores"
-EXPORTER_GROUP = "reflect_otel.record_exporters"
 DEFAULT_STORE = "reflect.duckdb"
 
 
@@ -54,18 +50,15 @@ def store_path(explicit: str | os.PathLike[str] | None = None) -> Path:
 
 
 def open_store(path: str | os.PathLike[str] | None = None, *, kind: str = "duckdb") -> AttributionStore:
-    found = {e.name: e for e in entry_points(group=STORE_GROUP)}
-    if kind not in found:
-        raise ConfigError(f"no store backend {kind!r} installed; installed: {', '.join(sorted(found)) or 'none'}")
-    store: AttributionStore = found[kind].load()(store_path(path))
+    store: AttributionStore = plugins.load(plugins.STORES, kind)(store_path(path))
     return store
 
 
 class RecordExporter(Protocol):
     """Sends attribution records somewhere users look (an OTLP backend, Phoenix). ``export`` may raise
     :class:`~reflect_otel.errors.ReflectError` after its own retries; callers report it and go on, since the
-    store keeps every record. Backends are entry points in the group ``reflect_otel.record_exporters``: a
-    factory with no arguments that reads its settings from the environment."""
+    store keeps every record. A backend's entry point is a factory with no arguments that reads its settings
+    from the environment."""
 
     def export(self, record: AttributionRecord) -> None: ...
 
@@ -73,8 +66,5 @@ class RecordExporter(Protocol):
 
 
 def open_exporter(name: str) -> RecordExporter:
-    found = {e.name: e for e in entry_points(group=EXPORTER_GROUP)}
-    if name not in found:
-        raise ConfigError(f"no record exporter {name!r} installed; installed: {', '.join(sorted(found)) or 'none'}")
-    exporter: RecordExporter = found[name].load()()
+    exporter: RecordExporter = plugins.load(plugins.RECORD_EXPORTERS, name)()
     return exporter

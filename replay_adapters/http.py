@@ -60,7 +60,7 @@ class HTTPReplayAdapter:
         *,
         rollback_point: int,
         injection: str,
-        injection_role: InjectionRole = "system",
+        injection_role: InjectionRole = InjectionRole.SYSTEM,
     ) -> ReplayResult:
         check_rollback_point(trace, rollback_point)
         body = {
@@ -68,7 +68,7 @@ class HTTPReplayAdapter:
             "trace": trace.model_dump(mode="json"),
             "rollback_point": rollback_point,
             "injection": injection,
-            "injection_role": injection_role,
+            "injection_role": InjectionRole(injection_role).value,
         }
         try:
             response = self._client.post(self.url, json=body)
@@ -137,7 +137,7 @@ def replay_handler(adapter: ReplayAdapter, body: bytes) -> tuple[int, bytes]:
             trace,
             rollback_point=int(request["rollback_point"]),
             injection=str(request.get("injection", "")),
-            injection_role=request.get("injection_role", "system"),
+            injection_role=InjectionRole(request.get("injection_role", "system")),
         )
     except (ValueError, KeyError, TypeError, ValidationError) as error:
         return 400, json.dumps({"error": f"bad replay request: {error}"}).encode()

@@ -42,7 +42,7 @@ __all__ = ["LangGraphReplayAdapter"]
 
 
 def _injection_message(text: str, role: InjectionRole) -> BaseMessage:
-    return HumanMessage(text) if role == "user" else SystemMessage(text)
+    return HumanMessage(text) if role == InjectionRole.USER else SystemMessage(text)
 
 
 def _first_llm_contents(records: list[SpanRecord]) -> list[str] | None:
@@ -145,7 +145,7 @@ class LangGraphReplayAdapter:
         *,
         rollback_point: int,
         injection: str,
-        injection_role: InjectionRole = "system",
+        injection_role: InjectionRole = InjectionRole.SYSTEM,
     ) -> ReplayResult:
         check_rollback_point(trace, rollback_point)
         forked = self._checkpoint_after(trace, rollback_point)

@@ -79,12 +79,12 @@ class OpenAIToolLoopReplayAdapter:
         *,
         rollback_point: int,
         injection: str,
-        injection_role: InjectionRole = "system",
+        injection_role: InjectionRole = InjectionRole.SYSTEM,
     ) -> ReplayResult:
         check_rollback_point(trace, rollback_point)
         messages = list(self.request_after(trace, rollback_point)["messages"])
         if injection:
-            messages.append({"role": injection_role, "content": injection})
+            messages.append({"role": InjectionRole(injection_role).value, "content": injection})
         with captured(self._provider, "reflect.replay.openai_loop") as run:
             try:
                 answer = self._resume(copy.deepcopy(messages), self._guard)

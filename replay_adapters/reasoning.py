@@ -38,7 +38,7 @@ class ReasoningReplayAdapter:
         *,
         rollback_point: int,
         injection: str,
-        injection_role: InjectionRole = "system",
+        injection_role: InjectionRole = InjectionRole.SYSTEM,
     ) -> ReplayResult:
         check_rollback_point(trace, rollback_point)
         if not is_chain_of_thought(trace):
@@ -52,7 +52,7 @@ class ReasoningReplayAdapter:
         if kept:
             messages.append(ChatMessage(role="assistant", content="\n".join(s.reasoning for s in kept)))
         if injection:
-            messages.append(ChatMessage(role=injection_role, content=injection))
+            messages.append(ChatMessage(role=InjectionRole(injection_role).value, content=injection))
         messages.append(ChatMessage(role="user", content="Continue the reasoning from here, then give the answer."))
         prefix_verified = all(s.reasoning in messages[2].content for s in kept) if kept else True
         try:

@@ -197,7 +197,7 @@ def otlp_json(spans: Any) -> dict[str, Any]:
 
 
 def write_example(path: str) -> None:
-    """Regenerate the example shipped in ``reflect_otel/examples`` from a real instrumented LangGraph run."""
+    """Regenerate the example shipped in ``reflect_otel/demo/data/examples`` from a real instrumented LangGraph run."""
     from openinference.instrumentation.langchain import LangChainInstrumentor
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor

@@ -42,11 +42,11 @@ def test_demo_runs_the_questions_through_observe(
             "explain": {"reasoning": "r", "error_type": "hallucination", "explanation": "e"},
         }[request.stage]
 
-    monkeypatch.setattr("reflect_otel.replay_adapters.demo_cli.make_llm", lambda config: ScriptedLLM(respond=respond))
+    monkeypatch.setattr("reflect_otel.cli.demo.make_llm", lambda config: ScriptedLLM(respond=respond))
     monkeypatch.delenv("PHOENIX_COLLECTOR_ENDPOINT", raising=False)
     # in this test process LangChain is already instrumented onto the session's provider: let the demo attach to it,
     # as it attaches to an application's global provider
-    monkeypatch.setattr("reflect_otel.online.otel_trace.get_tracer_provider", lambda: instrumented.provider)
+    monkeypatch.setattr("reflect_otel.online.setup.otel_trace.get_tracer_provider", lambda: instrumented.provider)
     store = tmp_path / "demo.duckdb"
     assert main(["demo", "--limit", "2", "--store", str(store)]) == 0
     out = capsys.readouterr().out

@@ -70,8 +70,8 @@ def test_record_becomes_an_evaluator_span_inside_the_judged_trace() -> None:
 def test_attribution_span_over_real_otlp_to_our_receiver() -> None:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    from reflect_otel.collectors._buffer import BufferLimits
     from reflect_otel.collectors.receiver import OTLPReceiver
+    from reflect_otel.collectors.trace_collector import BufferLimits
 
     received: list[StructuredTrace] = []
     receiver = OTLPReceiver(
@@ -206,8 +206,8 @@ def test_attribute_command_exports_and_survives_a_down_endpoint(tmp_path: Path, 
     import duckdb
 
     from reflect_otel.cli import main
-    from reflect_otel.collectors._buffer import BufferLimits
     from reflect_otel.collectors.receiver import OTLPReceiver
+    from reflect_otel.collectors.trace_collector import BufferLimits
 
     received: list[StructuredTrace] = []
     receiver = OTLPReceiver(

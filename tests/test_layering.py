@@ -1,4 +1,5 @@
-"""The core never imports an edge package; edges install under ``reflect_otel.`` only."""
+"""The allowed direction between the parts: edges and the app depend on the core, the app wires the edges, and
+nothing depends on the app. Edges install under ``reflect_otel.`` only."""
 
 from __future__ import annotations
 
@@ -7,6 +8,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EDGES = ("collectors", "exporters", "replay_adapters")
+APP = ("reflect_otel.cli", "reflect_otel.online", "reflect_otel.__main__")
+"""The composition root: the command line and the decorator's runtime, which wire built-in edges by import. The
+package's ``__init__`` re-exports the decorator, so it is the app too; ``from reflect_otel import x`` names the
+module ``x``, not the package."""
+
+ALLOWED = {
+    "core": {"core"},
+    "collectors": {"core", "collectors"},
+    "exporters": {"core", "exporters"},
+    "replay_adapters": {"core", "replay_adapters", "collectors"},  # the HTTP adapter decodes OTLP/JSON spans
+    "app": {"core", "app", *EDGES},
+}
 
 
 def _imports(path: Path) -> list[str]:
@@ -20,14 +33,56 @@ def _imports(path: Path) -> list[str]:
     return names
 
 
-def test_core_imports_no_edge_package() -> None:
+def _part(module: str) -> str | None:
+    """Which part a dotted module name belongs to; None for third-party modules."""
+    parts = module.split(".")
+    if parts[0] != "reflect_otel":
+        return None
+    if len(parts) > 1 and parts[1] in EDGES:
+        return parts[1]
+    if module == "reflect_otel" or any(module == app or module.startswith(app + ".") for app in APP):
+        return "app"
+    return "core"
+
+
+def _module_of(path: Path) -> str:
+    relative = path.relative_to(ROOT).with_suffix("")
+    parts = list(relative.parts)
+    if parts[0] in EDGES:
+        parts = ["reflect_otel", *parts]
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _sources() -> list[Path]:
+    return sorted(p for folder in ("reflect_otel", *EDGES) for p in (ROOT / folder).rglob("*.py"))
+
+
+def test_every_import_goes_in_an_allowed_direction() -> None:
     offenders = []
-    for path in sorted((ROOT / "reflect_otel").rglob("*.py")):
+    for path in _sources():
+        source = _part(_module_of(path))
+        assert source is not None
         for name in _imports(path):
-            parts = name.split(".")
-            if parts[0] in EDGES or (parts[0] == "reflect_otel" and len(parts) > 1 and parts[1] in EDGES):
-                offenders.append(f"{path.relative_to(ROOT)} imports {name}")
+            if name == "reflect_otel":  # ``from reflect_otel import x``: x is checked as reflect_otel.x
+                continue
+            target = _part(name)
+            if target is not None and target not in ALLOWED[source]:
+                offenders.append(f"{path.relative_to(ROOT)} ({source}) imports {name} ({target})")
     assert not offenders, offenders
+
+
+def test_entry_points_only_for_backends_chosen_by_name() -> None:
+    import tomllib
+
+    from reflect_otel import plugins
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    groups = set(project.get("entry-points", {}))
+    assert groups <= {plugins.LLM_BACKENDS, plugins.REPLAY_ADAPTERS, plugins.RECORD_EXPORTERS, plugins.STORES}
+    # and no built-in command is registered by name: the CLI imports them
+    assert plugins.COMMANDS not in groups
 
 
 def test_edges_import_as_reflect_otel_subpackages() -> None:
@@ -38,7 +93,12 @@ def test_edges_import_as_reflect_otel_subpackages() -> None:
     for module in (reflect_otel.collectors, reflect_otel.exporters, reflect_otel.replay_adapters):
         assert module.__file__ is not None
         assert Path(module.__file__).resolve().parent.name in EDGES
-    for path in sorted(ROOT.glob("*/**/*.py")):
-        if path.parts[len(ROOT.parts)] in EDGES:
-            for name in _imports(path):
-                assert name.split(".")[0] not in EDGES, f"{path} imports top-level {name}"
+    for path in _sources():
+        for name in _imports(path):
+            assert name.split(".")[0] not in EDGES, f"{path} imports top-level {name}"
+
+
+def test_benchmarks_and_the_package_never_import_tests() -> None:
+    for path in [*_sources(), *sorted((ROOT / "benchmarks").rglob("*.py"))]:
+        for name in _imports(path):
+            assert name.split(".")[0] != "tests", f"{path} imports {name}"

@@ -138,7 +138,7 @@ def test_failing_llm_and_exporter_never_reach_the_agent(
         def close(self) -> None:
             pass
 
-    rt.exporters.append(Broken())  # type: ignore[arg-type]
+    rt.exporters["broken"] = Broken()  # type: ignore[assignment]
     graph = replay_agents.build_graph()
     agent = reflect_otel.observe(lambda q: replay_agents.run_graph(graph, "t-fail"))
     with reflect_otel.expect("2101000"):
@@ -168,7 +168,7 @@ def test_saturated_worker_drops_and_counts_without_deadlock(instrumented: Instru
     with reflect_otel.expect("right"):
         for _ in range(6):
             agent("q")  # each returns at once, whatever the worker is doing
-    rt._processor.force_flush(10_000)
+    rt.processor.force_flush(10_000)
     # one trace held by the worker, one in the queue (max_queue=1): most of the others must have been dropped
     assert rt.stats.traces_received == 6 and rt.stats.traces_dropped >= 3
     release.set()

@@ -17,8 +17,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import format_trace_id
 
-from reflect_otel.collectors._buffer import BufferLimits
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits
+from reflect_otel.collectors.trace_collector import BufferLimits
 from reflect_otel.errors import ConfigError
 from reflect_otel.trace import StructuredTrace, WarningCode
 from tests import agents

@@ -6,8 +6,8 @@ import threading
 
 from opentelemetry.sdk.trace import TracerProvider
 
-from reflect_otel.collectors._buffer import BufferLimits
 from reflect_otel.collectors.span_processor import ReflectSpanProcessor
+from reflect_otel.collectors.trace_collector import BufferLimits
 from reflect_otel.trace import StructuredTrace
 
 THREADS = 8

@@ -14,20 +14,13 @@ import duckdb
 import pytest
 
 from reflect_otel.cli import main
-from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.exporters.duckdb_store import SCHEMA_VERSION, DuckDBStore
-from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.record import AttributionRecord
-from reflect_otel.verifiers import OracleVerifier
-from tests.test_pipeline import EXPECTED, agent, auditor, five_step_trace
+from reflect_otel.testing.examples import five_step_trace, verified_attribution
 
 
 def _record() -> AttributionRecord:
-    adapter = agent(lambda point, _: "42" if point == 2 else "41")
-    pipeline = ReflectPipeline(
-        auditor(localize=[3]), verifier=OracleVerifier(), config=ReflectConfig(gate=GateMode.HARD)
-    )
-    return pipeline.attribute(five_step_trace(), expected=EXPECTED, replay=adapter)
+    return verified_attribution()[1]
 
 
 def _counts(path: Path) -> dict[str, int]:

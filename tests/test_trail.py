@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from reflect_otel.collectors.trail import normalise_trail_category, read_trail_file
+from reflect_otel.datasets.trail import normalise_trail_category, read_trail_file
 from reflect_otel.trace import StepKind
 
 

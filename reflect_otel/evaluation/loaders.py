@@ -11,16 +11,13 @@ Only failing traces with at least one gold step are returned.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from pathlib import Path
 
-from reflect_otel.datasets import read_bbm
+from reflect_otel.datasets import read_bbm, read_trail_file, read_who_and_when
 from reflect_otel.errors import InputError
-from reflect_otel.trace import ErrorLabel, Step, StepKind, StructuredTrace, TraceSource
+from reflect_otel.trace import StructuredTrace
 
 __all__ = ["BENCHMARKS", "EvalItem", "load_benchmark"]
 
@@ -68,22 +65,12 @@ def _bbm(data: Path) -> Iterator[EvalItem]:
                 yield EvalItem("bbm", item.trace, item.expected, gold, domain_context=item.domain_context)
 
 
-def _read_trail(path: Path) -> StructuredTrace:
-    """TRAIL's reader lives in the collectors edge; the core finds it by entry point."""
-    found = {e.name: e for e in entry_points(group="reflect_otel.importers")}
-    if "trail" not in found:
-        raise InputError("the TRAIL importer is not installed; reinstall reflect-otel")
-    imported = found["trail"].load()(path, max_bytes=MAX_FILE_BYTES)
-    trace: StructuredTrace = imported.trace
-    return trace
-
-
 def _trail(data: Path, split: str, name: str) -> Iterator[EvalItem]:
     folder = _find(data, f"trail/{split}", split) / "traces"
     if not folder.is_dir():
         raise InputError(f"{folder}: no TRAIL traces folder")
     for path in sorted(folder.glob("*.json")):
-        trace = _read_trail(path)
+        trace = read_trail_file(path, max_bytes=MAX_FILE_BYTES).trace
         gold = frozenset(label.step_index for label in trace.labels if label.step_index)
         if not gold:
             continue
@@ -93,48 +80,13 @@ def _trail(data: Path, split: str, name: str) -> Iterator[EvalItem]:
 
 
 def _who_and_when(data: Path) -> Iterator[EvalItem]:
-    folder = _find(data, "who_and_when")
-    for path in sorted(folder.glob("*/*.json"), key=lambda p: (p.parent.name, int(p.stem) if p.stem.isdigit() else 0)):
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise InputError(f"{path}: over {MAX_FILE_BYTES} bytes")
-        try:
-            row = json.loads(path.read_text(encoding="utf-8"))
-            history = row["history"]
-            mistake = int(str(row["mistake_step"]).strip())
-        except (ValueError, KeyError, TypeError) as error:
-            raise InputError(f"{path}: not a Who&When log ({error})") from None
-        if not isinstance(history, list) or not 0 <= mistake < len(history):
-            continue
-        trace_id = hashlib.sha256(f"who-and-when:{path.parent.name}/{path.name}".encode()).hexdigest()[:32]
-        steps = tuple(
-            Step(
-                index=i,
-                span_id=hashlib.sha256(f"{trace_id}:{i}".encode()).hexdigest()[:16],
-                kind=StepKind.FINAL_ANSWER if i == len(history) else StepKind.MESSAGE,
-                agent=str(message.get("name") or message.get("role") or "") or None,
-                reasoning=str(message.get("content", "")),
-                is_final_answer=i == len(history),
-            )
-            for i, message in enumerate(history, start=1)
-        )
-        reason = str(row.get("mistake_reason") or "")
-        trace = StructuredTrace(
-            trace_id=trace_id,
-            question=str(row.get("question", "")),
-            final_answer=steps[-1].reasoning if steps else None,
-            steps=steps,
-            source=TraceSource(framework="multi_agent", collector="dataset:who_and_when"),
-            labels=(
-                ErrorLabel(step_index=mistake + 1, category=str(row.get("mistake_agent") or ""), description=reason),
-            ),
-            metadata={"dataset": "who_and_when", "subset": path.parent.name},
-        )
+    for log in read_who_and_when(_find(data, "who_and_when"), max_bytes=MAX_FILE_BYTES):
         yield EvalItem(
             "who-and-when",
-            trace,
-            str(row.get("ground_truth") or "") or None,
-            frozenset({mistake + 1}),
-            descriptions=(reason,) if reason else (),
+            log.trace,
+            log.expected,
+            frozenset({log.mistake_step}),
+            descriptions=(log.reason,) if log.reason else (),
         )
 
 

@@ -15,21 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from reflect_otel import prompts
-from reflect_otel.baselines import BASELINES
 from reflect_otel.config import ReflectConfig
 from reflect_otel.errors import InputError, LLMError
 from reflect_otel.evaluation.loaders import EvalItem, load_benchmark
 from reflect_otel.evaluation.metrics import Prediction, compute_metrics, metrics_markdown
 from reflect_otel.llm.base import StructuredLLM
-from reflect_otel.pipeline import ReflectPipeline
-from reflect_otel.proxy_verifier import PlanAnchoredVerifier
+from reflect_otel.methods import METHODS
 from reflect_otel.record import AttributionRecord, AttributionStatus
-from reflect_otel.replay import ReplayAdapter
-from reflect_otel.verifiers import BBMVerifier, OracleVerifier, Verifier
+from reflect_otel.replay import find_replay_adapter
+from reflect_otel.service import AttributionService
+from reflect_otel.verifiers import BBMVerifier, OracleVerifier
 
-__all__ = ["METHODS", "EvalOptions", "run_eval"]
+__all__ = ["REPLAYABLE", "EvalOptions", "run_eval"]
 
-METHODS = ("reflect", "reflect-proxy", *BASELINES)
 RESULTS = "results.jsonl"
 REPLAYABLE = {"bbm": "replay through the chain-of-thought adapter"}
 
@@ -72,16 +70,6 @@ def _done(path: Path) -> dict[str, dict[str, Any]]:
             continue
         done[row["trace_id"]] = row
     return done
-
-
-def _replay(item: EvalItem, llm: StructuredLLM) -> ReplayAdapter | None:
-    if item.benchmark not in REPLAYABLE:
-        return None
-    from importlib.metadata import entry_points
-
-    found = {e.name: e for e in entry_points(group="reflect_otel.replay_adapters")}
-    adapter: ReplayAdapter | None = found["reasoning"].load()(item.trace, llm) if "reasoning" in found else None
-    return adapter
 
 
 def _judge(llm: StructuredLLM, record: AttributionRecord, item: EvalItem, max_chars: int) -> float | None:
@@ -131,25 +119,22 @@ def run_eval(
             indent=2,
         )
     )
-    verifier: Verifier = BBMVerifier() if options.benchmark == "bbm" else OracleVerifier()
-    if options.method == "reflect-proxy":
-        verifier = PlanAnchoredVerifier(llm)
+    service = AttributionService(
+        llm,
+        METHODS[options.method],
+        verifier=BBMVerifier() if options.benchmark == "bbm" else OracleVerifier(),
+        config=options.config,
+        # only where the benchmark's agent can be re-run; the others are localization-only
+        replay_finder=find_replay_adapter if options.benchmark in REPLAYABLE else None,
+    )
     with results.open("a", encoding="utf-8") as out:
         for number, item in enumerate(items, start=1):
             if item.trace.trace_id in done:
                 continue
             started = time.perf_counter()
-            config_ = options.config
-            if options.method == "reflect-proxy":
-                config_ = config_.model_copy(update={"include_expected_answer": False})
-            if options.method in ("reflect", "reflect-proxy"):
-                method: Any = ReflectPipeline(llm, verifier=verifier, config=config_)
-            else:
-                method = BASELINES[options.method](llm, verifier=verifier, config=config_)
-            expected = None if options.method == "reflect-proxy" else item.expected
-            record: AttributionRecord = method.attribute(
-                item.trace, expected=expected, replay=_replay(item, llm), domain_context=item.domain_context
-            )
+            outcome = service.process(item.trace, expected=item.expected, domain_context=item.domain_context)
+            record: AttributionRecord | None = outcome.record
+            assert record is not None  # without triage every trace is attributed
             row = {
                 "trace_id": item.trace.trace_id,
                 "benchmark": item.benchmark,
@@ -158,12 +143,12 @@ def run_eval(
                 "gold": sorted(item.gold_steps),
                 "earliest_high": item.earliest_high,
                 "status": record.status.value,
-                "mode": record.mode,
+                "mode": record.mode.value,
                 "corrected": any(a.flipped for a in record.replays),
                 "llm_calls": record.total_calls,
                 "tokens": record.total_tokens,
                 "seconds": round(time.perf_counter() - started, 3),
-                "explanation_similarity": _judge(llm, record, item, config_.max_field_chars)
+                "explanation_similarity": _judge(llm, record, item, options.config.max_field_chars)
                 if options.judge_explanations
                 else None,
                 "errors": [e.stage for e in record.errors],

@@ -1,11 +1,9 @@
-"""The LLM contract and what every backend shares: JSON parsing, one repair retry, call recording."""
+"""The LLM contract and what every backend shares: JSON parsing and one repair retry."""
 
 from __future__ import annotations
 
 import json
 import re
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Literal, Protocol, TypeVar
@@ -15,14 +13,11 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from reflect_otel.errors import LLMError
 
 __all__ = [
-    "CallLog",
     "ChatMessage",
     "Check",
     "Completion",
-    "LLMCall",
     "LLMOutputError",
     "LLMUsage",
-    "RecordingLLM",
     "StructuredLLM",
     "complete_with_repair",
     "parse_output",
@@ -65,21 +60,6 @@ class Completion(Generic[OutputT]):
     usage: LLMUsage
     raw: str
     attempts: int
-
-
-class LLMCall(BaseModel):
-    """One recorded call: which stage asked, what it cost, whether it succeeded."""
-
-    model_config = _FROZEN
-
-    stage: str
-    model: str
-    prompt_tokens: int
-    completion_tokens: int
-    seconds: float
-    attempts: int
-    ok: bool
-    error: str | None = None
 
 
 class LLMOutputError(LLMError):
@@ -178,61 +158,3 @@ def complete_with_repair(
     raise LLMOutputError(
         f"{output.__name__}: the reply did not match the schema after one repair attempt ({problem})", total, 2
     )
-
-
-class CallLog:
-    """Thread-safe list of :class:`LLMCall` s for one attribution run."""
-
-    def __init__(self) -> None:
-        self._calls: list[LLMCall] = []
-        self._lock = threading.Lock()
-
-    def add(self, call: LLMCall) -> None:
-        with self._lock:
-            self._calls.append(call)
-
-    @property
-    def calls(self) -> tuple[LLMCall, ...]:
-        with self._lock:
-            return tuple(self._calls)
-
-
-class RecordingLLM:
-    """Wraps a backend so every call, failed ones included, lands in a :class:`CallLog` under its stage."""
-
-    def __init__(self, inner: StructuredLLM, log: CallLog) -> None:
-        self.inner = inner
-        self.log = log
-        self.model_name = inner.model_name
-
-    def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        output: type[OutputT],
-        *,
-        stage: str,
-        check: Check[OutputT] | None = None,
-    ) -> Completion[OutputT]:
-        start = time.perf_counter()
-        try:
-            completion = self.inner.complete(messages, output, stage=stage, check=check)
-        except LLMOutputError as error:
-            self.log.add(self._call(stage, error.usage, time.perf_counter() - start, error.attempts, str(error)))
-            raise
-        except LLMError as error:
-            self.log.add(self._call(stage, LLMUsage(), time.perf_counter() - start, 1, str(error)))
-            raise
-        self.log.add(self._call(stage, completion.usage, time.perf_counter() - start, completion.attempts, None))
-        return completion
-
-    def _call(self, stage: str, usage: LLMUsage, seconds: float, attempts: int, error: str | None) -> LLMCall:
-        return LLMCall(
-            stage=stage,
-            model=self.model_name,
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            seconds=round(seconds, 6),
-            attempts=attempts,
-            ok=error is None,
-            error=error,
-        )

@@ -1,18 +1,18 @@
-"""Choosing a backend: entry points in the group ``reflect_otel.llm`` map a name to ``factory(LLMConfig)``."""
+"""Choosing a backend by name: entry points in the group ``reflect_otel.llm`` (see :mod:`reflect_otel.plugins`)."""
 
 from __future__ import annotations
 
 import os
-from importlib.metadata import entry_points
+import threading
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from reflect_otel import plugins
 from reflect_otel.config import LLMConfig
-from reflect_otel.errors import ConfigError, LLMError
-from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.errors import LLMError
+from reflect_otel.llm.base import ChatMessage, Check, Completion, OutputT, StructuredLLM
 
-__all__ = ["LLM_GROUP", "NO_MODEL_METHODS", "NoModel", "make_llm", "model_for"]
-
-LLM_GROUP = "reflect_otel.llm"
+__all__ = ["LazyLLM", "NoModel", "make_llm"]
 
 
 def make_llm(config: LLMConfig | None = None, *, backend: str | None = None) -> StructuredLLM:
@@ -20,15 +20,8 @@ def make_llm(config: LLMConfig | None = None, *, backend: str | None = None) -> 
     configured, else ``local`` (the SmolLM2 server)."""
     config = config or LLMConfig.from_env()
     name = backend or os.environ.get("REFLECT_LLM_BACKEND") or ("openai" if config.is_configured else "local")
-    found = {entry.name: entry for entry in entry_points(group=LLM_GROUP)}
-    if name not in found:
-        raise ConfigError(f"unknown LLM backend {name!r}; installed: {', '.join(sorted(found)) or 'none'}")
-    llm: StructuredLLM = found[name].load()(config)
+    llm: StructuredLLM = plugins.load(plugins.LLM_BACKENDS, name)(config)
     return llm
-
-
-NO_MODEL_METHODS = frozenset({"first-step", "last-step"})
-"""Methods that call no model: no endpoint is needed (and no local server is started) for them."""
 
 
 class NoModel:
@@ -40,6 +33,27 @@ class NoModel:
         raise LLMError(f"no model is configured for stage {stage!r}")
 
 
-def model_for(method: str, config: LLMConfig | None = None) -> StructuredLLM:
-    """The configured model, or :class:`NoModel` for methods that need none."""
-    return NoModel() if method in NO_MODEL_METHODS else make_llm(config)
+class LazyLLM:
+    """Makes its backend on first use, so that starting a local server happens off the caller's path (online
+    mode builds everything at ``configure`` time and the worker thread makes the first call)."""
+
+    def __init__(self, make: Callable[[], StructuredLLM]) -> None:
+        self._make = make
+        self._llm: StructuredLLM | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def inner(self) -> StructuredLLM:
+        with self._lock:
+            if self._llm is None:
+                self._llm = self._make()
+            return self._llm
+
+    @property
+    def model_name(self) -> str:  # type: ignore[override]
+        return self.inner.model_name
+
+    def complete(
+        self, messages: Sequence[ChatMessage], output: type[OutputT], *, stage: str, check: Check[OutputT] | None = None
+    ) -> Completion[OutputT]:
+        return self.inner.complete(messages, output, stage=stage, check=check)

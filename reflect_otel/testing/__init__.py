@@ -108,7 +108,7 @@ class ScriptedLLM:
 class ScriptedReplayCall:
     rollback_point: int
     injection: str
-    injection_role: str
+    injection_role: InjectionRole
 
 
 Continuation = Callable[[StructuredTrace, int, str], Sequence[Step | Mapping[str, Any]]]
@@ -128,10 +128,10 @@ class ScriptedReplayAdapter:
         *,
         rollback_point: int,
         injection: str,
-        injection_role: InjectionRole = "system",
+        injection_role: InjectionRole = InjectionRole.SYSTEM,
     ) -> ReplayResult:
         check_rollback_point(trace, rollback_point)
-        self.calls.append(ScriptedReplayCall(rollback_point, injection, injection_role))
+        self.calls.append(ScriptedReplayCall(rollback_point, injection, InjectionRole(injection_role)))
         new = self._continue(trace, rollback_point, injection)
         if not new:
             raise ReplayError("the scripted agent produced no steps")

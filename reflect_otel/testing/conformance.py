@@ -28,7 +28,7 @@ class ConformanceCase:
     is_correct: Callable[[str | None], bool]
     model_requests: Callable[[], Sequence[str]]
     """Every request the agent's model received so far, as text (the probe)."""
-    injection_role: InjectionRole = "system"
+    injection_role: InjectionRole = InjectionRole.SYSTEM
 
 
 def allowed_points(trace: StructuredTrace) -> list[int]:

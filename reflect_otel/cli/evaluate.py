@@ -10,8 +10,8 @@ from reflect_otel.config import GateMode, LLMConfig, ReflectConfig
 from reflect_otel.errors import ConfigError
 from reflect_otel.evaluation.compare import chart_svg, compare_markdown, load_runs
 from reflect_otel.evaluation.loaders import BENCHMARKS
-from reflect_otel.evaluation.runner import METHODS, REPLAYABLE, EvalOptions, run_eval
-from reflect_otel.llm.factory import model_for
+from reflect_otel.evaluation.runner import REPLAYABLE, EvalOptions, run_eval
+from reflect_otel.methods import METHODS, llm_for, method_spec
 
 __all__ = ["add_eval_command", "add_eval_compare_command"]
 
@@ -26,7 +26,7 @@ def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         "adapter; TRAIL and Who&When are localization-only (there is no environment to replay).",
     )
     parser.add_argument("--benchmark", required=True, choices=BENCHMARKS)
-    parser.add_argument("--method", required=True, choices=METHODS)
+    parser.add_argument("--method", required=True, choices=list(METHODS))
     parser.add_argument("--data", required=True, type=Path, help="the dataset folder, e.g. ../shared/data")
     parser.add_argument("--out", required=True, type=Path, help="folder for this run")
     parser.add_argument("--limit", type=int, help="at most N traces")
@@ -64,7 +64,7 @@ def _eval(args: argparse.Namespace) -> int:
         f"{args.benchmark}: {REPLAYABLE.get(args.benchmark, 'localization-only (no environment to replay)')}",
         file=sys.stderr,
     )
-    llm = model_for(args.method, LLMConfig.from_env())
+    llm = llm_for(method_spec(args.method), LLMConfig.from_env())
     tty = sys.stderr.isatty()
 
     def progress(done: int, total: int, em: float) -> None:

@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reflect_otel.collectors._buffer import BufferLimits
 from reflect_otel.collectors.files import DEFAULT_MAX_FILE_BYTES, ImportReport, import_files
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits, parse_endpoint
+from reflect_otel.collectors.trace_collector import BufferLimits
+from reflect_otel.demo.examples import example_path
 from reflect_otel.errors import ConfigError
-from reflect_otel.examples import example_path
 from reflect_otel.store import AttributionStore, open_store
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.tracefile import TraceWriter

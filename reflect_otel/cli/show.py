@@ -1,17 +1,8 @@
-"""The ``reflect-otel`` command. Subcommands are plugins found by entry point (group ``reflect_otel.commands``),
-the built-in ones too, so the core never imports an edge package.
-
-An entry point names a function ``register(subparsers)`` that adds one subparser and sets ``handler`` on it:
-``handler(args) -> int`` returns the exit code and may raise :class:`ReflectError` for a clean error message.
-"""
+"""``reflect-otel show``: the steps of traces in a JSONL file, with their attributions."""
 
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
-from collections.abc import Sequence
-from importlib.metadata import entry_points
 
 from pydantic import ValidationError
 
@@ -19,44 +10,7 @@ from reflect_otel.errors import InputError, ReflectError
 from reflect_otel.record import AttributionRecord
 from reflect_otel.tracefile import read_traces
 
-__all__ = ["add_show_command", "build_parser", "main"]
-
-COMMAND_GROUP = "reflect_otel.commands"
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="reflect-otel",
-        description="Find which step of a failed LLM-agent run caused the failure, from its OpenTelemetry spans.",
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for entry in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
-        try:
-            entry.load()(subparsers)
-        except ImportError as error:  # a plugin whose optional dependency is missing must not break the rest
-            subparsers.add_parser(entry.name, help=f"(unavailable: {error})")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
-    handler = getattr(args, "handler", None)
-    if handler is None:
-        parser.print_help()
-        return 2
-    try:
-        return int(handler(args))
-    except ReflectError as error:
-        print(f"reflect-otel {args.command}: error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:  # output piped into head and the like
-        sys.stderr.close()
-        return 0
+__all__ = ["add_show_command"]
 
 
 def add_show_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -6,52 +6,23 @@ import argparse
 import json
 import sys
 import time
-from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from reflect_otel.baselines import BASELINES
 from reflect_otel.config import LLMConfig, ReflectConfig
 from reflect_otel.datasets import BBM_TASKS
-from reflect_otel.errors import ConfigError, InputError, ReflectError
-from reflect_otel.llm.base import StructuredLLM
-from reflect_otel.llm.factory import model_for
-from reflect_otel.pipeline import ReflectPipeline
-from reflect_otel.record import AttributionRecord
-from reflect_otel.replay import ReplayAdapter
+from reflect_otel.errors import ConfigError, InputError
+from reflect_otel.methods import METHODS, llm_for, method_spec
+from reflect_otel.replay import find_replay_adapter
+from reflect_otel.service import AttributionService
 from reflect_otel.store import open_exporter, open_store, store_path
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, read_trace_rows
 from reflect_otel.verifiers import BBMVerifier, OracleVerifier, SelfVerifier, Verifier
 
-__all__ = ["METHODS", "add_attribute_command", "find_replay_adapter"]
+__all__ = ["add_attribute_command"]
 
-REPLAY_GROUP = "reflect_otel.replay_adapters"
-METHODS = ("reflect", *BASELINES)
-
-
-class Attributor(Protocol):
-    def attribute(
-        self,
-        trace: StructuredTrace,
-        *,
-        expected: str | None = None,
-        replay: ReplayAdapter | None = None,
-        domain_context: str = "",
-    ) -> AttributionRecord: ...
-
-
-def find_replay_adapter(trace: StructuredTrace, llm: StructuredLLM) -> ReplayAdapter | None:
-    """The first installed replay adapter (entry-point group ``reflect_otel.replay_adapters``) that claims
-    ``trace``; None when none does, and the run is localization-only."""
-    for entry in sorted(entry_points(group=REPLAY_GROUP), key=lambda e: e.name):
-        try:
-            adapter: ReplayAdapter | None = entry.load()(trace, llm)
-        except ImportError:
-            continue
-        if adapter is not None:
-            return adapter
-    return None
+ATTRIBUTE_METHODS = tuple(name for name, spec in METHODS.items() if not spec.withholds_expected)
 
 
 def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,7 +37,9 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
         ),
     )
     parser.add_argument("traces", type=Path, help="JSONL file of traces")
-    parser.add_argument("--method", choices=METHODS, default="reflect", help="attribution method (default reflect)")
+    parser.add_argument(
+        "--method", choices=ATTRIBUTE_METHODS, default="reflect", help="attribution method (default reflect)"
+    )
     expected = parser.add_mutually_exclusive_group()
     expected.add_argument(
         "--expected-field",
@@ -129,12 +102,6 @@ def _dataset_context(trace: StructuredTrace) -> str:
     return f"{task}: {BBM_TASKS[task]}" if task in BBM_TASKS else ""
 
 
-def _attributor(method: str, llm: StructuredLLM, verifier: Verifier, config: ReflectConfig) -> Attributor:
-    if method == "reflect":
-        return ReflectPipeline(llm, verifier=verifier, config=config)
-    return BASELINES[method](llm, verifier=verifier, config=config)
-
-
 def _attribute(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise ConfigError("--limit must be at least 1")
@@ -149,61 +116,51 @@ def _attribute(args: argparse.Namespace) -> int:
     rows = list(read_trace_rows(args.traces, extra_fields=(args.expected_field,)))[: args.limit]
     if not rows:
         raise InputError(f"{args.traces}: no traces")
-    llm = model_for(args.method, LLMConfig.from_env())
-    verifiers: dict[str, Verifier] = {"oracle": OracleVerifier(), "bbm": BBMVerifier()}
+    spec = method_spec(args.method)
+    llm = llm_for(spec, LLMConfig.from_env())
+    verifier: Verifier = {"oracle": OracleVerifier, "bbm": BBMVerifier}.get(args.verifier, OracleVerifier)()
     if args.verifier == "self":
-        verifiers["self"] = SelfVerifier(llm, max_chars=config.max_field_chars, domain_context=args.domain_context)
-
-    def verifier_for(trace: StructuredTrace) -> Verifier:
-        if args.verifier != "auto":
-            return verifiers[args.verifier]
-        return verifiers["bbm" if trace.metadata.get("dataset") == "bbm" else "oracle"]
-
-    attributors = {name: _attributor(args.method, llm, v, config) for name, v in verifiers.items()}
+        verifier = SelfVerifier(llm, max_chars=config.max_field_chars, domain_context=args.domain_context)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    store = None if args.no_store else open_store(args.store)
-    exporters = {name: open_exporter(name) for name in dict.fromkeys(args.export)}
+    service = AttributionService(
+        llm,
+        spec,
+        verifier=verifier,
+        config=config,
+        store=None if args.no_store else open_store(args.store),
+        exporters={name: open_exporter(name) for name in dict.fromkeys(args.export)},
+        replay_finder=find_replay_adapter,
+    )
     export_failures: dict[str, int] = {}
     started = time.monotonic()
     counts: dict[str, int] = {}
     with args.out.open("w", encoding="utf-8") as out:
         for number, row in enumerate(rows, start=1):
             expected = answers.get(row.trace.trace_id) or row.extras.get(args.expected_field)
-            adapter = find_replay_adapter(row.trace, llm)
-            attributor = attributors[verifier_for(row.trace).name]
-            record = attributor.attribute(
+            outcome = service.process(
                 row.trace,
                 expected=str(expected) if expected is not None else None,
-                replay=adapter,
                 domain_context=args.domain_context or _dataset_context(row.trace),
             )
+            record = outcome.record
+            assert record is not None  # without triage every trace is attributed
             out.write(record.model_dump_json() + "\n")
             out.flush()
-            if store is not None:
-                store.write_trace(row.trace)
-                if record.original_verdict is not None:
-                    store.write_verdict(row.trace.trace_id, record.original_verdict)
-                store.write_record(record)
-            for name, exporter in exporters.items():
-                try:
-                    exporter.export(record)
-                except ReflectError as error:
-                    export_failures[name] = export_failures.get(name, 0) + 1
-                    print(f"  export to {name} failed: {error}", file=sys.stderr)
+            for name, message in outcome.export_failures:
+                export_failures[name] = export_failures.get(name, 0) + 1
+                print(f"  export to {name} failed: {message}", file=sys.stderr)
             counts[record.status.value] = counts.get(record.status.value, 0) + 1
             where = f"step {record.step_index}" if record.step_index else "no step"
             print(
                 f"[{number}/{len(rows)}] {row.trace.trace_id[:12]} {record.status.value:<10} {where:<8} "
-                f"{record.mode:<17} calls {record.total_calls:>3} tokens {record.total_tokens:>6}"
+                f"{record.mode.value:<17} calls {record.total_calls:>3} tokens {record.total_tokens:>6}"
                 + (f"  ({record.reason})" if record.reason else ""),
                 file=sys.stderr,
             )
-    for exporter in exporters.values():
-        exporter.close()
+    service.close()
     for name, failed in export_failures.items():
         print(f"{failed} record(s) could not be exported to {name}", file=sys.stderr)
-    if store is not None:
-        store.close()
+    if service.store is not None:
         print(f"written to the store {store_path(args.store)}", file=sys.stderr)
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     print(

@@ -14,8 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from reflect_otel._lenient_json import load_json_file
 from reflect_otel.assembly import AssemblyLimits, assemble_trace
-from reflect_otel.collectors._lenient_json import load_json_file
 from reflect_otel.errors import InputError
 from reflect_otel.spans import SpanRecord, is_span_id, is_trace_id
 from reflect_otel.trace import ErrorLabel, StructuredTrace, TraceWarning, WarningCode

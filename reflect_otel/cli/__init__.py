@@ -1,0 +1,82 @@
+"""The ``reflect-otel`` command: the composition root that wires the built-in parts by import.
+
+Each command module has ``add_<name>_command(subparsers)``, which adds one subparser and sets ``handler`` on it:
+``handler(args) -> int`` returns the exit code and may raise :class:`ReflectError` for a clean one-line error.
+Third-party commands register the same function under the entry-point group ``reflect_otel.commands``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from reflect_otel import plugins
+from reflect_otel.errors import ReflectError
+
+__all__ = ["build_parser", "main"]
+
+SubParsers = argparse._SubParsersAction  # type: ignore[type-arg]
+
+
+def _builtin_commands() -> list[Callable[[SubParsers], None]]:
+    # imported here so that ``import reflect_otel`` stays light; the commands import their edges themselves
+    from reflect_otel.cli.attribute import add_attribute_command
+    from reflect_otel.cli.collect import add_collect_command, add_import_command
+    from reflect_otel.cli.demo import add_demo_command
+    from reflect_otel.cli.evaluate import add_eval_command, add_eval_compare_command
+    from reflect_otel.cli.show import add_show_command
+    from reflect_otel.cli.store import add_report_command, add_sql_command, add_stats_command
+
+    return [
+        add_attribute_command,
+        add_collect_command,
+        add_demo_command,
+        add_eval_command,
+        add_eval_compare_command,
+        add_import_command,
+        add_report_command,
+        add_show_command,
+        add_sql_command,
+        add_stats_command,
+    ]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="reflect-otel",
+        description="Find which step of a failed LLM-agent run caused the failure, from its OpenTelemetry spans.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for register in _builtin_commands():
+        register(subparsers)
+    for name in plugins.names(plugins.COMMANDS):
+        if name in subparsers.choices:
+            continue  # a plugin cannot replace a built-in command
+        try:
+            plugins.load(plugins.COMMANDS, name)(subparsers)
+        except ImportError as error:  # a plugin whose optional dependency is missing must not break the rest
+            subparsers.add_parser(name, help=f"(unavailable: {error})")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(handler(args))
+    except ReflectError as error:
+        print(f"reflect-otel {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # output piped into head and the like
+        sys.stderr.close()
+        return 0

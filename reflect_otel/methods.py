@@ -1,0 +1,91 @@
+"""Every attribution method in one registry: REFLECT, its proxy-regime variant, and the baselines."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from reflect_otel.baselines import BASELINES
+from reflect_otel.config import LLMConfig, ReflectConfig
+from reflect_otel.errors import ConfigError
+from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.llm.factory import NoModel, make_llm
+from reflect_otel.pipeline import ReflectPipeline
+from reflect_otel.proxy_verifier import PlanAnchoredVerifier
+from reflect_otel.record import AttributionRecord
+from reflect_otel.replay import ReplayAdapter
+from reflect_otel.trace import StructuredTrace
+from reflect_otel.verifiers import Verifier
+
+__all__ = ["METHODS", "Attributor", "MethodSpec", "llm_for", "method_spec"]
+
+
+class Attributor(Protocol):
+    """Finds the decisive error step of one trace.
+
+    ``attribute`` returns an :class:`AttributionRecord` (status verified, unverified or skipped, with every LLM call
+    and replay it made) and never raises: a failed stage is recorded in ``record.errors``. ``expected`` is the
+    correct answer when known; ``replay`` re-runs the agent when given (otherwise the record is localization-only);
+    ``domain_context`` describes the task for the prompts. Not thread-safe: one attribution at a time per object.
+    """
+
+    method: str
+
+    def attribute(
+        self,
+        trace: StructuredTrace,
+        *,
+        expected: str | None = None,
+        replay: ReplayAdapter | None = None,
+        domain_context: str = "",
+    ) -> AttributionRecord: ...
+
+
+@dataclass(frozen=True, slots=True)
+class MethodSpec:
+    """A method by name: how to build it, and what it needs."""
+
+    name: str
+    build: Callable[[StructuredLLM, Verifier, ReflectConfig], Attributor]
+    needs_llm: bool = True
+    """False for the position floors: no endpoint is needed and no local server is started."""
+    withholds_expected: bool = False
+    """The proxy regime: the expected answer is never used; the plan-anchored verifier judges the replays."""
+
+
+def _reflect_proxy(llm: StructuredLLM, verifier: Verifier, config: ReflectConfig) -> Attributor:
+    withheld = config.model_copy(update={"include_expected_answer": False})
+    return ReflectPipeline(llm, verifier=PlanAnchoredVerifier(llm), config=withheld)
+
+
+def _baseline(name: str) -> Callable[[StructuredLLM, Verifier, ReflectConfig], Attributor]:
+    def build(llm: StructuredLLM, verifier: Verifier, config: ReflectConfig) -> Attributor:
+        return BASELINES[name](llm, verifier=verifier, config=config)
+
+    return build
+
+
+METHODS: dict[str, MethodSpec] = {
+    spec.name: spec
+    for spec in (
+        MethodSpec("reflect", lambda llm, verifier, config: ReflectPipeline(llm, verifier=verifier, config=config)),
+        MethodSpec("reflect-proxy", _reflect_proxy, withholds_expected=True),
+        *(
+            MethodSpec(name, _baseline(name), needs_llm=cls.needs_llm, withholds_expected=False)
+            for name, cls in BASELINES.items()
+        ),
+    )
+}
+
+
+def method_spec(name: str) -> MethodSpec:
+    """The method called ``name``; :class:`ConfigError` naming the choices otherwise."""
+    if name not in METHODS:
+        raise ConfigError(f"unknown method {name!r}; choose one of {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+def llm_for(spec: MethodSpec, config: LLMConfig | None = None) -> StructuredLLM:
+    """The configured model, or :class:`NoModel` for a method that needs none (no local server is started)."""
+    return make_llm(config) if spec.needs_llm else NoModel()

@@ -1,0 +1,154 @@
+"""``observe`` and ``expect``: decorate an agent, and say what its answer should be.
+
+``observe`` wraps each call in a root ``AGENT`` span on the runtime's tracer provider and registers the run; when
+its spans have finished, the runtime's worker verifies the run and attributes it when it failed. Return values
+and exceptions pass through untouched, and tracing never breaks the agent.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import json
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from opentelemetry import trace as otel_trace
+from opentelemetry.trace import Status, StatusCode, format_trace_id
+
+from reflect_otel.online.runtime import PendingRun
+from reflect_otel.online.setup import runtime
+from reflect_otel.replay import ReplayAdapter
+from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes
+
+__all__ = ["expect", "observe"]
+
+_log = logging.getLogger("reflect_otel.online")
+F = TypeVar("F", bound=Callable[..., Any])
+_expected: contextvars.ContextVar[str | None] = contextvars.ContextVar("reflect_expected_answer", default=None)
+
+
+@contextmanager
+def expect(answer: str) -> Iterator[None]:
+    """The correct answer of the runs started inside the block (the oracle regime for them)."""
+    token = _expected.set(answer)
+    try:
+        yield
+    finally:
+        _expected.reset(token)
+
+
+def _input_text(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    values = [*args, *kwargs.values()]
+    if len(values) == 1 and isinstance(values[0], str):
+        return values[0]
+    try:
+        return json.dumps({"args": list(args), "kwargs": kwargs}, default=str)[:100_000]
+    except (TypeError, ValueError):
+        return repr(values)[:100_000]
+
+
+def observe(
+    fn: F | None = None,
+    *,
+    replay: ReplayAdapter | None = None,
+    name: str | None = None,
+    session_id: str | Callable[..., str] | None = None,
+) -> Any:
+    """Decorate an agent function (sync or async): each call becomes a traced run that reflect-otel verifies and,
+    when it failed, attributes. Return values and exceptions pass through untouched. ``session_id`` (a string, or
+    a function of the call's arguments) groups runs into sessions."""
+
+    def decorate(func: F) -> F:
+        agent = name or func.__name__
+
+        def start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            try:
+                rt = runtime()
+                attributes = {
+                    SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.AGENT.value,
+                    SpanAttributes.AGENT_NAME: agent,
+                    SpanAttributes.INPUT_VALUE: _input_text(args, kwargs),
+                }
+                session = session_id(*args, **kwargs) if callable(session_id) else session_id
+                if session:
+                    attributes[SpanAttributes.SESSION_ID] = str(session)
+                span = rt.tracer.start_span(agent, attributes=attributes)
+                rt.register(
+                    format_trace_id(span.get_span_context().trace_id), PendingRun(agent, _expected.get(), replay)
+                )
+                return span
+            except Exception:  # tracing must never break the agent
+                _log.exception("reflect-otel could not start tracing %s; running it untraced", agent)
+                return None
+
+        def finish(span: Any, result: Any = None, error: BaseException | None = None) -> None:
+            if span is None:
+                return
+            try:
+                if error is not None:
+                    span.record_exception(error)
+                    span.set_status(Status(StatusCode.ERROR, str(error)[:500]))
+                else:
+                    span.set_attribute(
+                        SpanAttributes.OUTPUT_VALUE,
+                        result if isinstance(result, str) else json.dumps(result, default=str)[:100_000],
+                    )
+                    span.set_status(Status(StatusCode.OK))
+                span.end()
+            except Exception:
+                _log.exception("reflect-otel could not finish tracing %s", agent)
+
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                span = start(args, kwargs)
+                context = otel_trace.set_span_in_context(span) if span is not None else None
+                token = otel_context_attach(context)
+                try:
+                    result = await func(*args, **kwargs)
+                except BaseException as error:
+                    finish(span, error=error)
+                    raise
+                finally:
+                    otel_context_detach(token)
+                finish(span, result)
+                return result
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            span = start(args, kwargs)
+            context = otel_trace.set_span_in_context(span) if span is not None else None
+            token = otel_context_attach(context)
+            try:
+                result = func(*args, **kwargs)
+            except BaseException as error:
+                finish(span, error=error)
+                raise
+            finally:
+                otel_context_detach(token)
+            finish(span, result)
+            return result
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def otel_context_attach(context: Any) -> Any:
+    from opentelemetry import context as otel_context
+
+    return otel_context.attach(context) if context is not None else None
+
+
+def otel_context_detach(token: Any) -> None:
+    from opentelemetry import context as otel_context
+
+    if token is not None:
+        otel_context.detach(token)

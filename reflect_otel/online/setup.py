@@ -1,0 +1,123 @@
+"""``configure``: build the online runtime on the application's tracer provider, with the built-in span processor
+and metrics wired by import, and the store, exporters and LLM chosen by name or by ``REFLECT_*`` variables."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from opentelemetry import trace as otel_trace
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+
+from reflect_otel.config import LLMConfig, ReflectConfig
+from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.llm.budget import TokenBudget
+from reflect_otel.llm.factory import LazyLLM, make_llm
+from reflect_otel.methods import method_spec
+from reflect_otel.online.runtime import Runtime
+from reflect_otel.proxy_verifier import PlanAnchoredVerifier
+from reflect_otel.service import AttributionService
+from reflect_otel.store import open_exporter, open_store
+from reflect_otel.verifiers import OracleVerifier
+
+__all__ = ["configure", "runtime", "shutdown"]
+
+_runtime: Runtime | None = None
+_runtime_lock = threading.Lock()
+
+
+def _provider(explicit: TracerProvider | None) -> TracerProvider:
+    if explicit is not None:
+        return explicit
+    current = otel_trace.get_tracer_provider()
+    if isinstance(current, TracerProvider):
+        return current  # attach to the application's provider; its exporters stay as they are
+    # none yet: one with limits high enough for long conversations (the default 128 attributes drop messages)
+    provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=10_000, max_attribute_length=None))
+    otel_trace.set_tracer_provider(provider)
+    return provider
+
+
+def _instrument(provider: TracerProvider) -> list[str]:
+    """Turn on the OpenInference instrumentations that are installed (and not already on)."""
+    turned_on = []
+    for module, name in (
+        ("openinference.instrumentation.langchain", "LangChainInstrumentor"),
+        ("openinference.instrumentation.openai", "OpenAIInstrumentor"),
+    ):
+        try:
+            instrumentor = getattr(__import__(module, fromlist=[name]), name)()
+        except ImportError:
+            continue
+        if not instrumentor.is_instrumented_by_opentelemetry:
+            instrumentor.instrument(tracer_provider=provider)
+            turned_on.append(name)
+    return turned_on
+
+
+def configure(
+    *,
+    store: str | None = None,
+    no_store: bool = False,
+    llm: StructuredLLM | None = None,
+    llm_config: LLMConfig | None = None,
+    reflect_config: ReflectConfig | None = None,
+    proxy: bool = True,
+    exporters: Sequence[str] = (),
+    metrics_port: int | None = None,
+    max_tokens_per_trace: int = 200_000,
+    max_tokens_per_hour: int = 2_000_000,
+    max_queue: int = 100,
+    tracer_provider: TracerProvider | None = None,
+) -> Runtime:
+    """Set up online mode (optional: ``observe`` calls it with the defaults). Settings not given come from
+    ``REFLECT_*`` variables: the store from ``REFLECT_STORE`` (else ``./reflect.duckdb``), the LLM from
+    ``REFLECT_LLM_*``/``OPENAI_*`` (else the local llama.cpp server, started on first use, off the agent's path).
+    Runs inside ``expect(answer)`` are judged against the answer; the others by the plan-anchored proxy verifier
+    (``proxy=True``) or not at all."""
+    from reflect_otel.collectors.span_processor import ReflectSpanProcessor
+    from reflect_otel.exporters.metrics import AttributionMetrics
+
+    global _runtime
+    with _runtime_lock:
+        if _runtime is not None:
+            _runtime.close()
+        provider = _provider(tracer_provider)
+        model = llm if llm is not None else LazyLLM(lambda: make_llm(llm_config or LLMConfig.from_env()))
+        metrics = AttributionMetrics(prometheus_port=metrics_port) if metrics_port else None
+        service = AttributionService(
+            model,
+            method_spec("reflect"),
+            verifier=OracleVerifier(),  # without an expected answer and without the proxy: stored, not flagged
+            proxy=PlanAnchoredVerifier(model) if proxy else None,
+            config=reflect_config or ReflectConfig.from_env(),
+            store=None if no_store else open_store(store),
+            exporters={name: open_exporter(name) for name in dict.fromkeys(exporters)},
+            metrics=metrics,
+            budget=TokenBudget(max_tokens_per_trace, max_tokens_per_hour),
+            triage=True,
+        )
+        rt = Runtime(
+            provider,
+            service,
+            make_processor=ReflectSpanProcessor,
+            max_queue=max_queue,
+            metrics_shutdown=metrics.shutdown if metrics is not None else None,
+        )
+        _instrument(provider)
+        _runtime = rt
+        return rt
+
+
+def runtime() -> Runtime:
+    """The configured runtime (configuring it with the defaults on first use)."""
+    return _runtime if _runtime is not None else configure()
+
+
+def shutdown(timeout_s: float = 30.0) -> None:
+    """Process what is queued (within ``timeout_s``), then stop the worker and close the store."""
+    global _runtime
+    with _runtime_lock:
+        if _runtime is not None:
+            _runtime.close(timeout_s)
+            _runtime = None

@@ -1,0 +1,66 @@
+"""The one place entry points are looked up: backends a user or a third party chooses by name.
+
+Built-in parts are wired by plain imports (as the OTel SDK imports its own ``BatchSpanProcessor`` and simonw/llm
+its default plugins); entry points exist only where a name picks a backend:
+
+| group | entry point is | chosen by |
+| --- | --- | --- |
+| ``reflect_otel.llm`` | ``factory(LLMConfig) -> StructuredLLM`` | ``REFLECT_LLM_BACKEND`` (default ``openai``/``local``) |
+| ``reflect_otel.replay_adapters`` | ``factory(trace, llm) -> ReplayAdapter | None`` (claims the traces it can re-run) | every installed one is asked, by name order |
+| ``reflect_otel.record_exporters`` | ``factory() -> RecordExporter``, settings from the environment | ``--export NAME``, ``configure(exporters=[...])`` |
+| ``reflect_otel.stores`` | ``factory(path) -> AttributionStore`` | ``open_store(kind=...)`` (default ``duckdb``) |
+| ``reflect_otel.commands`` | ``register(subparsers)`` adding one subcommand (third-party commands) | its name on the command line |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from reflect_otel.errors import ConfigError
+
+__all__ = ["COMMANDS", "LLM_BACKENDS", "RECORD_EXPORTERS", "REPLAY_ADAPTERS", "STORES", "load", "loaded", "names"]
+
+LLM_BACKENDS = "reflect_otel.llm"
+REPLAY_ADAPTERS = "reflect_otel.replay_adapters"
+RECORD_EXPORTERS = "reflect_otel.record_exporters"
+STORES = "reflect_otel.stores"
+COMMANDS = "reflect_otel.commands"
+
+_KINDS = {
+    LLM_BACKENDS: "LLM backend",
+    REPLAY_ADAPTERS: "replay adapter",
+    RECORD_EXPORTERS: "record exporter",
+    STORES: "store backend",
+    COMMANDS: "command",
+}
+
+
+def _entries(group: str) -> dict[str, EntryPoint]:
+    return {entry.name: entry for entry in entry_points(group=group)}
+
+
+def names(group: str) -> list[str]:
+    """The names installed in ``group``, sorted."""
+    return sorted(_entries(group))
+
+
+def load(group: str, name: str) -> Any:
+    """The object the entry point ``name`` of ``group`` refers to. Raises :class:`ConfigError` naming what is
+    installed when there is no such entry point."""
+    found = _entries(group)
+    if name not in found:
+        installed = ", ".join(sorted(found)) or "none"
+        raise ConfigError(f"unknown {_KINDS.get(group, group)} {name!r}; installed: {installed}")
+    return found[name].load()
+
+
+def loaded(group: str) -> Iterator[tuple[str, Any]]:
+    """``(name, object)`` for every entry point of ``group`` in name order; one whose optional dependency is
+    missing (ImportError) is skipped, so it cannot break the others."""
+    for name, entry in sorted(_entries(group).items()):
+        try:
+            yield name, entry.load()
+        except ImportError:
+            continue

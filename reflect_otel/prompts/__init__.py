@@ -1,0 +1,93 @@
+"""Every prompt, split by who asks (``reflect``, ``baselines``, ``proxy``, ``judges``, ``agents``), over one
+renderer of untrusted data (``_render``: delimited, defused, truncated blocks under one system message) and one
+definition of each output shape (its pydantic model; the prompt's ``Return JSON`` line is generated from it)."""
+
+from __future__ import annotations
+
+from reflect_otel.prompts._render import (
+    WITHHELD,
+    Confidence,
+    PromptContext,
+    cut,
+    data_block,
+    format_step,
+    format_steps,
+    messages,
+    reply_format,
+)
+from reflect_otel.prompts.agents import CHAIN_OF_THOUGHT_PROMPT, ReasoningContinuation
+from reflect_otel.prompts.baselines import (
+    AAOOutput,
+    BisectOutput,
+    HypothesesOutput,
+    Hypothesis,
+    ReasonOutput,
+    ReflectionOutput,
+    StepCheckOutput,
+    all_at_once,
+    bisect,
+    dover_hypotheses,
+    reason_for_step,
+    reflexion_extract,
+    reflexion_reflect,
+    step_check,
+)
+from reflect_otel.prompts.judges import SelfVerifyOutput, SimilarityOutput, explanation_similarity, self_verify
+from reflect_otel.prompts.reflect import (
+    ClassificationOutput,
+    DiagnosisOutput,
+    GateOutput,
+    LocalizationOutput,
+    PostCorrectionOutput,
+    classification,
+    diagnosis,
+    gate,
+    gate_feedback,
+    localization,
+    post_correction,
+    repair_injection,
+)
+
+__all__ = [
+    "CHAIN_OF_THOUGHT_PROMPT",
+    "WITHHELD",
+    "AAOOutput",
+    "BisectOutput",
+    "ClassificationOutput",
+    "Confidence",
+    "DiagnosisOutput",
+    "GateOutput",
+    "HypothesesOutput",
+    "Hypothesis",
+    "LocalizationOutput",
+    "PostCorrectionOutput",
+    "PromptContext",
+    "ReasonOutput",
+    "ReasoningContinuation",
+    "ReflectionOutput",
+    "SelfVerifyOutput",
+    "SimilarityOutput",
+    "StepCheckOutput",
+    "all_at_once",
+    "bisect",
+    "classification",
+    "cut",
+    "data_block",
+    "diagnosis",
+    "dover_hypotheses",
+    "explanation_similarity",
+    "format_step",
+    "format_steps",
+    "gate",
+    "gate_feedback",
+    "localization",
+    "messages",
+    "post_correction",
+    "reason_for_step",
+    "reflexion_extract",
+    "reflexion_reflect",
+    "repair_injection",
+    "reply_format",
+    "self_verify",
+    "step_check",
+]

@@ -1,0 +1,152 @@
+"""The baselines' prompts: all-at-once, step-by-step, binary search, Reflexion and DoVer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from reflect_otel.llm.base import ChatMessage
+from reflect_otel.prompts._render import (
+    FROZEN,
+    Confidence,
+    PromptContext,
+    cut,
+    data_block,
+    format_step,
+    format_steps,
+    messages,
+    reply_format,
+)
+from reflect_otel.record import ErrorType
+from reflect_otel.trace import Step
+
+__all__ = [
+    "AAOOutput",
+    "BisectOutput",
+    "HypothesesOutput",
+    "Hypothesis",
+    "ReasonOutput",
+    "ReflectionOutput",
+    "StepCheckOutput",
+    "all_at_once",
+    "bisect",
+    "dover_hypotheses",
+    "reason_for_step",
+    "reflexion_extract",
+    "reflexion_reflect",
+    "step_check",
+]
+
+
+class AAOOutput(BaseModel):
+    model_config = FROZEN
+    error_step: int
+    responsible_agent: str | None = Field(description="name")
+    reason: str = Field(description="why")
+    error_type: ErrorType = Field(description="category")
+    confidence: Confidence
+
+
+class StepCheckOutput(BaseModel):
+    model_config = FROZEN
+    is_error: bool
+    reason: str = Field(description="why")
+
+
+class BisectOutput(BaseModel):
+    model_config = FROZEN
+    half: Literal["first", "second"]
+    reason: str = Field(description="why")
+
+
+class ReasonOutput(BaseModel):
+    model_config = FROZEN
+    reason: str = Field(description="why")
+    error_type: ErrorType = Field(description="category")
+    confidence: Confidence
+
+
+class ReflectionOutput(BaseModel):
+    model_config = FROZEN
+    reflection: str = Field(description="text")
+
+
+class Hypothesis(BaseModel):
+    model_config = FROZEN
+    step: int
+    hypothesis: str = Field(description="text")
+    intervention: str = Field(description="instruction")
+
+
+class HypothesesOutput(BaseModel):
+    model_config = FROZEN
+    hypotheses: list[Hypothesis] = Field(min_length=1, max_length=5)
+
+
+def all_at_once(ctx: PromptContext, steps: Sequence[Step]) -> list[ChatMessage]:
+    user = (
+        f"{ctx.header()}\n\nFailure log:\n{data_block('STEPS', format_steps(steps, ctx.max_chars))}\n\n"
+        f"Identify the earliest decisive error step (1 to {len(steps)}): the step that, if fixed, would allow the "
+        "run to succeed.\n" + reply_format(AAOOutput)
+    )
+    return messages("an expert auditor of agent failures", user)
+
+
+def step_check(ctx: PromptContext, steps: Sequence[Step]) -> list[ChatMessage]:
+    current = steps[-1].index
+    user = (
+        f"{ctx.header()}\n\nSteps 1 to {current}:\n{data_block('STEPS', format_steps(steps, ctx.max_chars))}\n\n"
+        f"Is step {current} the first decisive error of this failed run?\n" + reply_format(StepCheckOutput)
+    )
+    return messages("an expert auditor checking an agent trace one step at a time", user)
+
+
+def bisect(ctx: PromptContext, first: Sequence[Step], second: Sequence[Step]) -> list[ChatMessage]:
+    user = (
+        f"{ctx.header()}\n\nFirst half (steps {first[0].index}-{first[-1].index}):\n"
+        f"{data_block('FIRST_HALF', format_steps(first, ctx.max_chars))}\n\n"
+        f"Second half (steps {second[0].index}-{second[-1].index}):\n"
+        f"{data_block('SECOND_HALF', format_steps(second, ctx.max_chars))}\n\n"
+        "Which half contains the earliest decisive error?\n" + reply_format(BisectOutput)
+    )
+    return messages("an expert auditor locating an error by bisection", user)
+
+
+def reason_for_step(ctx: PromptContext, step: Step) -> list[ChatMessage]:
+    user = (
+        f"{ctx.header()}\n\nThe earliest decisive error is step {step.index}:\n"
+        f"{data_block('ERROR_STEP', format_step(step, ctx.max_chars))}\n\n"
+        "Explain it. " + reply_format(ReasonOutput)
+    )
+    return messages("an expert auditor of agent failures", user)
+
+
+def reflexion_reflect(ctx: PromptContext, steps: Sequence[Step]) -> list[ChatMessage]:
+    user = (
+        f"{ctx.header()}\n\nYour trajectory:\n{data_block('STEPS', format_steps(steps, ctx.max_chars))}\n\n"
+        "The answer was judged incorrect. Reflect on what went wrong and what you should have done differently.\n"
+        + reply_format(ReflectionOutput)
+    )
+    return messages("an agent reflecting on its own failed attempt", user)
+
+
+def reflexion_extract(ctx: PromptContext, steps: Sequence[Step], reflection: str) -> list[ChatMessage]:
+    user = (
+        f"{ctx.header()}\n\nTrajectory:\n{data_block('STEPS', format_steps(steps, ctx.max_chars))}\n\n"
+        f"Reflection:\n{data_block('REFLECTION', cut(reflection, ctx.max_chars * 2))}\n\n"
+        f"Based on the reflection, which step (1 to {len(steps)}) is the earliest decisive error?\n"
+        + reply_format(AAOOutput)
+    )
+    return messages("an expert auditor of agent failures", user)
+
+
+def dover_hypotheses(ctx: PromptContext, steps: Sequence[Step], count: int) -> list[ChatMessage]:
+    user = (
+        f"{ctx.header()}\n\nTrace:\n{data_block('STEPS', format_steps(steps, ctx.max_chars))}\n\n"
+        f"Propose up to {count} hypotheses for the failure, each naming the step it happened at (1 to "
+        f"{len(steps)}) and a concrete intervention (an instruction to the agent at that step) that would fix it.\n"
+        + reply_format(HypothesesOutput)
+    )
+    return messages("a debugging expert forming failure hypotheses for an agent trace", user)

@@ -1,0 +1,180 @@
+"""REFLECT's prompts (the paper's Appendix A): localize, classify, diagnose, gate, explain; and the two texts put
+into the agent's context at a rollback point (the repair injection and the gate's retry feedback)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from reflect_otel.llm.base import ChatMessage
+from reflect_otel.prompts._render import (
+    FROZEN,
+    Confidence,
+    PromptContext,
+    cut,
+    data_block,
+    format_step,
+    format_steps,
+    messages,
+    reply_format,
+)
+from reflect_otel.record import ErrorType, RepairPlan
+from reflect_otel.trace import Step
+
+__all__ = [
+    "ClassificationOutput",
+    "DiagnosisOutput",
+    "GateOutput",
+    "LocalizationOutput",
+    "PostCorrectionOutput",
+    "ViolationType",
+    "classification",
+    "diagnosis",
+    "gate",
+    "gate_feedback",
+    "localization",
+    "post_correction",
+    "repair_injection",
+]
+
+
+class LocalizationOutput(BaseModel):
+    model_config = FROZEN
+    error_step: int
+    confidence: Confidence
+    reasoning: str = Field(description="short explanation")
+    what_should_have_been_done: str = Field(description="short correction")
+
+
+class ClassificationOutput(BaseModel):
+    model_config = FROZEN
+    error_type: ErrorType = Field(description="category")
+    confidence: Confidence
+    explanation: str = Field(description="short explanation")
+    suggested_correction: str = Field(description="short fix")
+
+
+class DiagnosisOutput(BaseModel):
+    model_config = FROZEN
+    root_cause: str = Field(description="explanation")
+    correction_instruction: str = Field(description="specific instruction")
+    forbidden_actions: list[str] = Field(max_length=10, description="action")
+    expected_next_tool: str | None = Field(description="tool")
+    confidence: Confidence
+
+
+ViolationType = Literal["repeats_original_error", "ignores_instruction", "uses_forbidden_action", "unrelated_drift"]
+
+
+class GateOutput(BaseModel):
+    model_config = FROZEN
+    is_faithful: bool
+    violation_reason: str | None = Field(description="why")
+    violation_type: ViolationType | None
+
+
+class PostCorrectionOutput(BaseModel):
+    model_config = FROZEN
+    reasoning: str = Field(description="detailed explanation")
+    error_type: ErrorType = Field(description="category")
+    explanation: str = Field(description="short summary")
+
+
+def localization(ctx: PromptContext, steps: Sequence[Step]) -> list[ChatMessage]:
+    user = (
+        "The agent trace below is known to be incorrect.\n\n"
+        f"{ctx.header()}\n\nNumbered steps:\n{data_block('STEPS', format_steps(steps, ctx.max_chars))}\n\n"
+        f"Identify the FIRST step (1 to {len(steps)}) where the error was introduced.\n"
+        + reply_format(LocalizationOutput)
+    )
+    return messages("an expert auditor analyzing an agent trace", user)
+
+
+def classification(ctx: PromptContext, step: Step) -> list[ChatMessage]:
+    categories = "\n".join(f"- {e.value}" for e in ErrorType)
+    user = (
+        f"{ctx.header()}\n\nError step {step.index}:\n{data_block('ERROR_STEP', format_step(step, ctx.max_chars))}\n\n"
+        f"Classify the error into one of:\n{categories}\n\n" + reply_format(ClassificationOutput)
+    )
+    return messages("classifying the first error step in an agent trace", user)
+
+
+def diagnosis(
+    ctx: PromptContext, steps: Sequence[Step], error_index: int, error_type: str, explanation: str, correction: str
+) -> list[ChatMessage]:
+    before = [s for s in steps if s.index < error_index]
+    error = [s for s in steps if s.index == error_index]
+    after = [s for s in steps if s.index > error_index]
+    user = (
+        f"{ctx.header()}\n\n"
+        f"Correct steps (before the error):\n{data_block('CORRECT_PREFIX', format_steps(before, ctx.max_chars))}\n\n"
+        f"The erroneous step:\n{data_block('ERROR_STEP', format_steps(error, ctx.max_chars))}\n\n"
+        f"What happened after (cascade):\n{data_block('CASCADE', format_steps(after, ctx.max_chars))}\n\n"
+        f"Error classification: {error_type}\n"
+        f"Classification explanation:\n{data_block('CLASSIFICATION', cut(explanation, ctx.max_chars))}\n"
+        f"Previously suggested correction:\n{data_block('SUGGESTION', cut(correction, ctx.max_chars))}\n\n"
+        "Produce a repair plan:\n1. ROOT CAUSE: why the agent chose wrongly\n2. What EXACTLY to do instead\n"
+        "3. What the agent must NEVER do\n4. expected_next_tool: the first tool to call next, or null\n"
+        + reply_format(DiagnosisOutput)
+    )
+    return messages("a diagnostic expert analyzing why an agent failed", user)
+
+
+def gate(plan: RepairPlan, proposed: Step, max_chars: int) -> list[ChatMessage]:
+    plan_text = (
+        f"Correction instruction: {plan.correction_instruction}\n"
+        f"Forbidden actions: {json.dumps(list(plan.forbidden_actions), ensure_ascii=False)}\n"
+        f"Expected next tool: {plan.expected_next_tool}"
+    )
+    user = (
+        f"Repair plan:\n{data_block('REPAIR_PLAN', cut(plan_text, max_chars * 3))}\n\n"
+        f"Proposed action:\n{data_block('PROPOSED_ACTION', format_step(proposed, max_chars))}\n\n"
+        "Check: 1. Does it follow the correction? 2. Does it violate any forbidden action? "
+        "3. Is it relevant, or has the agent drifted?\n" + reply_format(GateOutput)
+    )
+    return messages("a gatekeeper verifying that an agent's proposed action follows a repair plan", user)
+
+
+def repair_injection(plan: RepairPlan, error_step_index: int) -> str:
+    """The correction message put into the agent's context at the rollback point (not an LLM prompt)."""
+    forbidden = "\n".join(f"- {action}" for action in plan.forbidden_actions) or "- (nothing specific)"
+    return (
+        "IMPORTANT - CORRECTION CONTEXT:\n"
+        f"Your previous attempt to answer this question failed at Step {error_step_index}.\n\n"
+        f"Diagnosis: {plan.root_cause}\n\n"
+        f"You MUST follow this correction:\n{plan.correction_instruction}\n\n"
+        f"You MUST NOT:\n{forbidden}\n\n"
+        "Resume from the last correct state and apply this correction."
+    )
+
+
+def gate_feedback(retry: int, violation_type: str | None, reason: str | None, proposed: Step, plan: RepairPlan) -> str:
+    """Appended to the injection when the hard gate rejected the previous regenerated step."""
+    return (
+        f"GATE RETRY FEEDBACK (retry {retry} failed):\n"
+        f"- Previous violation_type: {violation_type}\n"
+        f"- Previous violation_reason: {reason}\n"
+        f"- Previous first regenerated tool: {proposed.tool_name}\n"
+        f"- Previous first regenerated args: {json.dumps(proposed.tool_args, ensure_ascii=False, default=str)[:300]}\n"
+        f"- Regenerate Step {proposed.index} again and do not repeat the same first action.\n"
+        f"- First regenerated tool must satisfy expected_next_tool={plan.expected_next_tool}."
+    )
+
+
+def post_correction(
+    ctx: PromptContext, original: Step, continuation: Sequence[Step], corrected_answer: str, rollback_point: int
+) -> list[ChatMessage]:
+    user = (
+        f"A correction loop rolled back to step {rollback_point} and resampled. The resampled continuation "
+        "produced the CORRECT answer.\n\n"
+        f"{ctx.header(with_answers=False)}\n\nExpected answer:\n{data_block('EXPECTED_ANSWER', ctx.expected)}\n\n"
+        f"Original error step ({original.index}):\n{data_block('ORIGINAL_STEP', format_step(original, ctx.max_chars))}\n\n"
+        f"Resampled continuation:\n{data_block('RESAMPLED', format_steps(continuation, ctx.max_chars))}\n\n"
+        f"Corrected answer:\n{data_block('CORRECTED_ANSWER', cut(corrected_answer, ctx.max_chars))}\n\n"
+        "Explain WHY the original step was wrong, using the correction as evidence.\n"
+        + reply_format(PostCorrectionOutput)
+    )
+    return messages("an expert auditor explaining why a specific step of an agent trace was wrong", user)

@@ -1,0 +1,191 @@
+"""The attribution service: what happens to one trace, written once for the decorator, the CLI and eval.
+
+``process(trace)``: (optionally) verify the run first and stop when it is not flagged; attribute it with the
+chosen method, with a replay adapter when one can re-run the agent; write trace, verdict and record to the store;
+count them in the metrics; send the record to every exporter. One error policy: the method never raises (it
+records its failures); a failing exporter is logged, reported in the outcome and never stops the others, since
+the store keeps every record.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from reflect_otel.config import ReflectConfig
+from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.llm.budget import BudgetedLLM, TokenBudget
+from reflect_otel.methods import MethodSpec
+from reflect_otel.record import AttributionMode, AttributionRecord, AttributionStatus
+from reflect_otel.replay import ReplayAdapter
+from reflect_otel.store import AttributionStore, RecordExporter
+from reflect_otel.trace import StructuredTrace
+from reflect_otel.verdict import Verdict
+from reflect_otel.verifiers import Verifier
+
+__all__ = ["AttributionMetrics", "AttributionService", "Outcome", "ReplayFinder"]
+
+_log = logging.getLogger("reflect_otel.service")
+
+ReplayFinder = Callable[[StructuredTrace, StructuredLLM], "ReplayAdapter | None"]
+"""Finds an adapter that can re-run the agent of a trace (or None: the attribution is localization-only)."""
+
+
+class AttributionMetrics(Protocol):
+    """What the service counts (``reflect_otel.exporters.metrics.AttributionMetrics`` implements it)."""
+
+    def trace_seen(self, trace: StructuredTrace, *, flagged: bool) -> None: ...
+
+    def record_attributed(self, record: AttributionRecord) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one trace."""
+
+    verdict: Verdict | None
+    """The first verdict on the run (the triage verdict, else the one the method reached)."""
+    flagged: bool
+    """Judged wrong (and so attributed, unless a budget stopped it)."""
+    record: AttributionRecord | None
+    """None when the run was not flagged in triage."""
+    budget_skipped: bool = False
+    tokens: int = 0
+    """Tokens the attribution spent (counted by the budget, when there is one)."""
+    export_failures: tuple[tuple[str, str], ...] = ()
+    """(exporter name, message) for each export that failed."""
+
+
+class AttributionService:
+    """One trace in, verdict and attribution out, stored and exported.
+
+    ``verifier`` judges runs with an expected answer; runs without one go to ``proxy`` when it is given (the
+    plan-anchored verifier), else to ``verifier`` too. ``triage`` verifies every run first and attributes only the
+    flagged ones (online mode); without it every trace given is attributed (the method itself skips a correct one
+    where it checks). ``replay_finder`` supplies an adapter when the caller passes none. ``budget`` caps the tokens
+    per attribution and per hour: a flagged run met with a spent hourly budget is stored, not attributed.
+    """
+
+    def __init__(
+        self,
+        llm: StructuredLLM,
+        method: MethodSpec,
+        *,
+        verifier: Verifier,
+        proxy: Verifier | None = None,
+        config: ReflectConfig | None = None,
+        store: AttributionStore | None = None,
+        exporters: Mapping[str, RecordExporter] | None = None,
+        metrics: AttributionMetrics | None = None,
+        replay_finder: ReplayFinder | None = None,
+        budget: TokenBudget | None = None,
+        triage: bool = False,
+    ) -> None:
+        self.llm = llm
+        self.method = method
+        self.verifier = verifier
+        self.proxy = proxy
+        self.config = config or ReflectConfig()
+        self.store = store
+        self.exporters = dict(exporters or {})
+        self.metrics = metrics
+        self.replay_finder = replay_finder
+        self.budget = budget
+        self.triage = triage
+
+    def verifier_for(self, expected: str | None) -> Verifier:
+        return self.verifier if expected is not None or self.proxy is None else self.proxy
+
+    def process(
+        self,
+        trace: StructuredTrace,
+        *,
+        expected: str | None = None,
+        replay: ReplayAdapter | None = None,
+        domain_context: str = "",
+    ) -> Outcome:
+        """Verify (in triage), attribute, store, count and export one trace. Never raises for what a method or an
+        exporter meets; a store rejects bad content by counting it (see :class:`AttributionStore`)."""
+        if self.method.withholds_expected:
+            expected = None
+        verifier = self.verifier_for(expected)
+        verdict: Verdict | None = None
+        flagged = True
+        if self.triage:
+            verdict = verifier.verify(trace, expected=expected)
+            flagged = verdict.is_correct is False
+            self._store(trace, verdict, None)
+            if self.metrics is not None:
+                self.metrics.trace_seen(trace, flagged=flagged)
+            if not flagged:
+                return Outcome(verdict, False, None)
+        if self.budget is not None and self.budget.hour_is_spent:
+            record = _budget_skip(trace, self.method.name, verdict, self.budget.per_hour)
+            return self._finish(trace, verdict, record, Outcome(verdict, flagged, record, budget_skipped=True))
+        llm: StructuredLLM = self.llm
+        budgeted = BudgetedLLM(self.llm, self.budget) if self.budget is not None else None
+        if budgeted is not None:
+            llm = budgeted
+        if replay is None and self.replay_finder is not None:
+            replay = self.replay_finder(trace, self.llm)
+        attributor = self.method.build(llm, verifier, self.config)
+        record = attributor.attribute(trace, expected=expected, replay=replay, domain_context=domain_context)
+        tokens = budgeted.used if budgeted is not None else record.total_tokens
+        first = verdict or record.original_verdict
+        return self._finish(trace, first, record, Outcome(first, flagged, record, tokens=tokens))
+
+    def _finish(
+        self, trace: StructuredTrace, verdict: Verdict | None, record: AttributionRecord, outcome: Outcome
+    ) -> Outcome:
+        self._store(trace, None if self.triage else verdict, record)
+        if self.metrics is not None:
+            self.metrics.record_attributed(record)
+        failures = []
+        for name, exporter in self.exporters.items():
+            try:
+                exporter.export(record)
+            except Exception as error:  # one broken exporter must not stop the others; the store has the record
+                _log.warning("exporting the attribution of %s to %s failed: %s", trace.trace_id, name, error)
+                failures.append((name, str(error) or type(error).__name__))
+        if not failures:
+            return outcome
+        return Outcome(
+            outcome.verdict,
+            outcome.flagged,
+            outcome.record,
+            outcome.budget_skipped,
+            outcome.tokens,
+            tuple(failures),
+        )
+
+    def _store(self, trace: StructuredTrace, verdict: Verdict | None, record: AttributionRecord | None) -> None:
+        if self.store is None:
+            return
+        if record is None or not self.triage:
+            self.store.write_trace(trace)
+        if verdict is not None:
+            self.store.write_verdict(trace.trace_id, verdict)
+        if record is not None:
+            self.store.write_record(record)
+
+    def close(self) -> None:
+        """Close the exporters and the store (flushing what it holds)."""
+        for exporter in self.exporters.values():
+            exporter.close()
+        if self.store is not None:
+            self.store.close()
+
+
+def _budget_skip(trace: StructuredTrace, method: str, verdict: Verdict | None, per_hour: int) -> AttributionRecord:
+    return AttributionRecord(
+        trace_id=trace.trace_id,
+        method=method,
+        status=AttributionStatus.SKIPPED,
+        mode=AttributionMode.NONE,
+        original_verdict=verdict,
+        original_answer=trace.final_answer,
+        reason=f"the hourly LLM token budget ({per_hour}) is spent: stored and flagged, not attributed; raise "
+        "max_tokens_per_hour",
+    )
