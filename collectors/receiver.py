@@ -141,7 +141,9 @@ class OTLPReceiver:
                 futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="reflect-otlp-grpc"),
                 options=[("grpc.max_receive_message_length", self.limits.max_decompressed_bytes)],
             )
-            trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(self), self._grpc_server)
+            trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+                _TraceService(self), self._grpc_server
+            )
             host, port = grpc_endpoint
             self.grpc_port = self._grpc_server.add_insecure_port(
                 f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"

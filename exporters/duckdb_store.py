@@ -350,7 +350,7 @@ def _verdict_rows(trace_id: str, verdict: Verdict) -> _Write:
 
 
 def _record_rows(record: AttributionRecord) -> _Write:
-    key = {"trace_id": record.trace_id, "method": record.method}
+    key: dict[str, Any] = {"trace_id": record.trace_id, "method": record.method}
     parent = key | {
         "status": record.status.value,
         "mode": record.mode.value,

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from reflect_otel.config import ReflectConfig
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.recording import CallLog, RecordingLLM
 from reflect_otel.prompts import PromptContext
@@ -30,7 +31,7 @@ from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import Verifier
 
-__all__ = ["AttributionRun", "ReplayOutcome", "is_correct", "replay_and_verify", "stage_costs"]
+__all__ = ["AttributionRun", "MethodBase", "ReplayOutcome", "is_correct", "replay_and_verify", "stage_costs"]
 
 
 def stage_costs(calls: tuple[LLMCall, ...]) -> tuple[StageCost, ...]:
@@ -129,6 +130,22 @@ class AttributionRun:
         )
 
 
+class MethodBase:
+    """What REFLECT and every baseline hold (the LLM, the verifier that judges answers and replays, the settings),
+    and how each attribution starts."""
+
+    method = "method"
+
+    def __init__(self, llm: StructuredLLM, *, verifier: Verifier, config: ReflectConfig | None = None) -> None:
+        self.llm = llm
+        self.verifier = verifier
+        self.config = config or ReflectConfig()
+
+    def start(self, trace: StructuredTrace) -> AttributionRun:
+        settings = self.config.model_dump(mode="json") | {"verifier": self.verifier.name}
+        return AttributionRun(self.method, self.llm, trace, settings)
+
+
 def is_correct(verdict: Verdict | None) -> bool:
     return verdict is not None and verdict.is_correct is True
 
@@ -160,35 +177,30 @@ def replay_and_verify(
     """Replay ``trace`` from ``rollback_point`` with ``injection``, gate the continuation (when ``gate`` is given)
     and verify the new answer. A failed replay is recorded in the attempt and in the run's errors, never raised:
     an adapter, or the agent it runs, may fail in any way."""
-    try:
-        result = replay.replay(trace, rollback_point=rollback_point, injection=injection, injection_role=injection_role)
-    except Exception as error:
-        run.error("replay", error, round_)
-        failed = ReplayAttempt(
-            round=round_,
-            rollback_point=rollback_point,
-            gate_retry=gate_retry,
-            sample=sample,
-            localized_step=localized_step,
-            injection=injection,
-            error=str(error)[:2000],
-        )
-        return ReplayOutcome(failed, None)
-    gate_verdict = gate(result) if gate is not None else None
-    verdict = verifier.verify(result.trace, expected=expected)
-    attempt = ReplayAttempt(
+    tried = ReplayAttempt(
         round=round_,
         rollback_point=rollback_point,
         gate_retry=gate_retry,
         sample=sample,
         localized_step=localized_step,
         injection=injection,
-        gate=gate_verdict,
-        verdict=verdict,
-        flipped=is_correct(verdict),
-        final_answer=result.final_answer,
-        prefix_verified=result.prefix_verified,
-        continuation=result.continuation,
-        adapter_info=result.adapter_info,
+    )
+    try:
+        result = replay.replay(trace, rollback_point=rollback_point, injection=injection, injection_role=injection_role)
+    except Exception as error:
+        run.error("replay", error, round_)
+        return ReplayOutcome(tried.model_copy(update={"error": str(error)[:2000]}), None)
+    gate_verdict = gate(result) if gate is not None else None
+    verdict = verifier.verify(result.trace, expected=expected)
+    attempt = tried.model_copy(
+        update={
+            "gate": gate_verdict,
+            "verdict": verdict,
+            "flipped": is_correct(verdict),
+            "final_answer": result.final_answer,
+            "prefix_verified": result.prefix_verified,
+            "continuation": result.continuation,
+            "adapter_info": result.adapter_info,
+        }
     )
     return ReplayOutcome(attempt, result)

@@ -18,10 +18,8 @@ import math
 from collections.abc import Callable
 
 from reflect_otel import prompts, stages
-from reflect_otel._run import AttributionRun, ReplayOutcome, replay_and_verify
-from reflect_otel.config import ReflectConfig
+from reflect_otel._run import AttributionRun, MethodBase, ReplayOutcome, replay_and_verify
 from reflect_otel.errors import LLMError
-from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.record import (
     AttributionMode,
     AttributionRecord,
@@ -33,7 +31,6 @@ from reflect_otel.record import (
 )
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.verifiers import Verifier
 
 __all__ = ["BASELINES", "Baseline", "binary_search_calls"]
 
@@ -45,17 +42,12 @@ def binary_search_calls(step_count: int) -> int:
     return math.ceil(math.log2(step_count)) + 1 if step_count > 1 else 1
 
 
-class Baseline:
+class Baseline(MethodBase):
     """A comparison method. ``attribute`` has the pipeline's signature and, like it, never raises."""
 
     method = "baseline"
     uses_expected = True
     needs_llm = True
-
-    def __init__(self, llm: StructuredLLM, *, verifier: Verifier, config: ReflectConfig | None = None) -> None:
-        self.llm = llm
-        self.verifier = verifier
-        self.config = config or ReflectConfig()
 
     def attribute(
         self,
@@ -65,9 +57,7 @@ class Baseline:
         replay: ReplayAdapter | None = None,
         domain_context: str = "",
     ) -> AttributionRecord:
-        run = AttributionRun(
-            self.method, self.llm, trace, self.config.model_dump(mode="json") | {"verifier": self.verifier.name}
-        )
+        run = self.start(trace)
         if not trace.steps:
             return run.record(
                 status=AttributionStatus.SKIPPED,

@@ -15,10 +15,9 @@ import logging
 from dataclasses import dataclass, field
 
 from reflect_otel import prompts, stages
-from reflect_otel._run import AttributionRun, ReplayOutcome, is_correct, replay_and_verify
-from reflect_otel.config import GateMode, ReflectConfig
+from reflect_otel._run import AttributionRun, MethodBase, ReplayOutcome, is_correct, replay_and_verify
+from reflect_otel.config import GateMode
 from reflect_otel.errors import LLMError
-from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.record import (
     AttributionMode,
     AttributionRecord,
@@ -35,7 +34,6 @@ from reflect_otel.record import (
 from reflect_otel.replay import ReplayAdapter, ReplayResult
 from reflect_otel.trace import Step, StructuredTrace
 from reflect_otel.verdict import Verdict
-from reflect_otel.verifiers import Verifier
 
 __all__ = ["ReflectPipeline", "rollback_points"]
 
@@ -87,15 +85,10 @@ class _Rounds:
         return self.localization
 
 
-class ReflectPipeline:
+class ReflectPipeline(MethodBase):
     """REFLECT on one LLM layer. ``verifier`` decides correctness: an oracle with an expected answer, or a proxy."""
 
     method = "reflect"
-
-    def __init__(self, llm: StructuredLLM, *, verifier: Verifier, config: ReflectConfig | None = None) -> None:
-        self.llm = llm
-        self.verifier = verifier
-        self.config = config or ReflectConfig()
 
     def attribute(
         self,
@@ -105,9 +98,7 @@ class ReflectPipeline:
         replay: ReplayAdapter | None = None,
         domain_context: str = "",
     ) -> AttributionRecord:
-        run = AttributionRun(
-            self.method, self.llm, trace, self.config.model_dump(mode="json") | {"verifier": self.verifier.name}
-        )
+        run = self.start(trace)
         state = _Rounds(run, expected, replay, domain_context)
         try:
             return self._attribute(state)

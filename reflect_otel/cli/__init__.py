@@ -17,10 +17,8 @@ from reflect_otel.errors import ReflectError
 
 __all__ = ["build_parser", "main"]
 
-SubParsers = argparse._SubParsersAction  # type: ignore[type-arg]
 
-
-def _builtin_commands() -> list[Callable[[SubParsers], None]]:
+def _builtin_commands() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
     # imported here so that ``import reflect_otel`` stays light; the commands import their edges themselves
     from reflect_otel.cli.attribute import add_attribute_command
     from reflect_otel.cli.collect import add_collect_command, add_import_command

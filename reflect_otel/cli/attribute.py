@@ -118,9 +118,11 @@ def _attribute(args: argparse.Namespace) -> int:
         raise InputError(f"{args.traces}: no traces")
     spec = method_spec(args.method)
     llm = llm_for(spec, LLMConfig.from_env())
-    verifier: Verifier = {"oracle": OracleVerifier, "bbm": BBMVerifier}.get(args.verifier, OracleVerifier)()
+    verifier: Verifier
     if args.verifier == "self":
         verifier = SelfVerifier(llm, max_chars=config.max_field_chars, domain_context=args.domain_context)
+    else:
+        verifier = BBMVerifier() if args.verifier == "bbm" else OracleVerifier()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     service = AttributionService(
         llm,

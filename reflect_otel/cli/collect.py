@@ -22,10 +22,9 @@ from reflect_otel.tracefile import TraceWriter
 __all__ = ["add_collect_command", "add_import_command"]
 
 EXAMPLE_FILES = ("langgraph_agent.otlp.json", "bbm/multistep_arithmetic.jsonl")
-SubParsers = argparse._SubParsersAction  # type: ignore[type-arg]
 
 
-def add_collect_command(subparsers: SubParsers) -> None:
+def add_collect_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "collect",
         help="receive OTLP traces from agents in other processes and write them as JSONL",
@@ -116,7 +115,7 @@ def _status(stats: dict[str, int], written: int, *, end: str, quiet: bool) -> No
     print(line, end=end, file=sys.stderr, flush=True)
 
 
-def add_import_command(subparsers: SubParsers) -> None:
+def add_import_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "import",
         help="read OTLP/JSON, TRAIL or BIG-Bench-Mistake files and write traces as JSONL",

@@ -18,10 +18,8 @@ from reflect_otel.store import store_path
 
 __all__ = ["add_demo_command"]
 
-SubParsers = argparse._SubParsersAction  # type: ignore[type-arg]
 
-
-def add_demo_command(subparsers: SubParsers) -> None:
+def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "demo",
         help="run the table-QA demo agent and attribute its failures",

@@ -18,7 +18,6 @@ from reflect_otel.store import store_path
 
 __all__ = ["add_report_command", "add_sql_command", "add_stats_command"]
 
-SubParsers = argparse._SubParsersAction  # type: ignore[type-arg]
 STATS_VIEWS = ("failure_stats", "error_types", "verified_share", "flip_rate_by_offset", "cost_per_stage")
 
 
@@ -26,7 +25,7 @@ def _store_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", help="DuckDB file (default: REFLECT_STORE, then ./reflect.duckdb)")
 
 
-def add_sql_command(subparsers: SubParsers) -> None:
+def add_sql_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "sql",
         help="run a read-only SQL query on the store",
@@ -43,7 +42,7 @@ def add_sql_command(subparsers: SubParsers) -> None:
     parser.set_defaults(handler=_sql)
 
 
-def add_stats_command(subparsers: SubParsers) -> None:
+def add_stats_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "stats", help="print the headline statistics of the store", description="Print the store's headline views."
     )
@@ -100,13 +99,16 @@ def _sql(args: argparse.Namespace) -> int:
     return 0
 
 
+def _count(db: duckdb.DuckDBPyConnection, table: str) -> int:
+    row = db.execute(f"SELECT count(*) FROM {table}").fetchone()
+    return int(row[0]) if row else 0
+
+
 def _stats(args: argparse.Namespace) -> int:
     path = store_path(args.store)
     db = connect_read_only(path)
     try:
-        counts = {
-            t: db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("traces", "verdicts", "attributions")
-        }  # type: ignore[index]
+        counts = {t: _count(db, t) for t in ("traces", "verdicts", "attributions")}
         print(
             f"store {path}: {counts['traces']} traces, {counts['verdicts']} verdicts, {counts['attributions']} attributions"
         )
@@ -119,7 +121,7 @@ def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_report_command(subparsers: SubParsers) -> None:
+def add_report_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "report",
         help="write a self-contained HTML report of one trace's attribution",

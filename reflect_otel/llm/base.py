@@ -81,7 +81,10 @@ class StructuredLLM(Protocol):
     from several threads.
     """
 
-    model_name: str
+    @property
+    def model_name(self) -> str:
+        """The model served, as reported in records, the store and spans."""
+        ...
 
     def complete(
         self,

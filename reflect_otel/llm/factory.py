@@ -50,7 +50,7 @@ class LazyLLM:
             return self._llm
 
     @property
-    def model_name(self) -> str:  # type: ignore[override]
+    def model_name(self) -> str:
         return self.inner.model_name
 
     def complete(
