@@ -162,37 +162,26 @@ def replay_and_verify(
     run: AttributionRun,
     replay: ReplayAdapter,
     trace: StructuredTrace,
+    planned: ReplayAttempt,
     *,
     verifier: Verifier,
     expected: str | None,
-    rollback_point: int,
-    injection: str,
     injection_role: InjectionRole,
-    round_: int,
-    localized_step: int | None,
-    sample: int = 0,
-    gate_retry: int = 0,
     gate: Callable[[ReplayResult], GateVerdict | None] | None = None,
 ) -> ReplayOutcome:
-    """Replay ``trace`` from ``rollback_point`` with ``injection``, gate the continuation (when ``gate`` is given)
-    and verify the new answer. A failed replay is recorded in the attempt and in the run's errors, never raised:
-    an adapter, or the agent it runs, may fail in any way."""
-    tried = ReplayAttempt(
-        round=round_,
-        rollback_point=rollback_point,
-        gate_retry=gate_retry,
-        sample=sample,
-        localized_step=localized_step,
-        injection=injection,
-    )
+    """Replay ``trace`` as ``planned`` (its rollback point, injection, round, sample and retry), gate the
+    continuation (when ``gate`` is given) and verify the new answer. A failed replay is recorded in the attempt and
+    in the run's errors, never raised: an adapter, or the agent it runs, may fail in any way."""
     try:
-        result = replay.replay(trace, rollback_point=rollback_point, injection=injection, injection_role=injection_role)
+        result = replay.replay(
+            trace, rollback_point=planned.rollback_point, injection=planned.injection, injection_role=injection_role
+        )
     except Exception as error:
-        run.error("replay", error, round_)
-        return ReplayOutcome(tried.model_copy(update={"error": str(error)[:2000]}), None)
+        run.error("replay", error, planned.round)
+        return ReplayOutcome(planned.model_copy(update={"error": str(error)[:2000]}), None)
     gate_verdict = gate(result) if gate is not None else None
     verdict = verifier.verify(result.trace, expected=expected)
-    attempt = tried.model_copy(
+    attempt = planned.model_copy(
         update={
             "gate": gate_verdict,
             "verdict": verdict,

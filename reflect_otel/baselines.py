@@ -115,17 +115,17 @@ class Baseline(MethodBase):
         localized_step: int,
     ) -> ReplayOutcome:
         """One replay and its verdict (no gate): the step REFLECT shares with every replaying baseline."""
+        planned = ReplayAttempt(
+            round=round_, rollback_point=rollback_point, localized_step=localized_step, injection=injection
+        )
         return replay_and_verify(
             run,
             replay,
             trace,
+            planned,
             verifier=self.verifier,
             expected=expected,
-            rollback_point=rollback_point,
-            injection=injection,
             injection_role=self.config.injection_role,
-            round_=round_,
-            localized_step=localized_step,
         )
 
     @staticmethod

@@ -226,19 +226,22 @@ class ReflectPipeline(MethodBase):
         replaced = current.steps[point] if point < len(current.steps) else None
         last: _Candidate | None = None
         for retry in range(retries + 1):
+            planned = ReplayAttempt(
+                round=state.round,
+                rollback_point=point,
+                gate_retry=retry,
+                sample=sample,
+                localized_step=state.located.step_index,
+                injection=injection,
+            )
             outcome: ReplayOutcome = replay_and_verify(
                 state.run,
                 state.replay,  # type: ignore[arg-type]  # only called with a replay adapter
                 current,
+                planned,
                 verifier=self.verifier,
                 expected=state.expected,
-                rollback_point=point,
-                injection=injection,
                 injection_role=cfg.injection_role,
-                round_=state.round,
-                localized_step=state.located.step_index,
-                sample=sample,
-                gate_retry=retry,
                 gate=lambda result: self._gate(state, result, replaced),
             )
             state.attempts.append(outcome.attempt)
