@@ -6,7 +6,8 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Literal, Protocol, TypeVar
+from enum import Enum
+from typing import Generic, Literal, Protocol, TypeVar, get_origin
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -20,6 +21,7 @@ __all__ = [
     "LLMUsage",
     "StructuredLLM",
     "complete_with_repair",
+    "degenerate",
     "parse_output",
 ]
 
@@ -129,6 +131,56 @@ def schema_instruction(output: type[BaseModel]) -> str:
     )
 
 
+def _normalised(text: str) -> str:
+    return " ".join(text.lower().strip().strip("<>\"'.:;,").replace("_", " ").split())
+
+
+def _schema_texts(output: type[BaseModel]) -> frozenset[str]:
+    """Every title, description, reference and property name in ``output``'s JSON schema, normalised."""
+    found: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("title", "description", "$ref") and isinstance(value, str):
+                    found.add(_normalised(value))
+                if key == "properties" and isinstance(value, dict):
+                    found.update(_normalised(name) for name in value)
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(output.model_json_schema())
+    found.discard("")
+    return frozenset(found)
+
+
+def _texts(value: object, path: str) -> list[tuple[str, str]]:
+    if isinstance(value, BaseModel):
+        return [
+            t
+            for name, info in type(value).model_fields.items()
+            if get_origin(info.annotation) is not Literal  # a fixed choice, not free text
+            for t in _texts(getattr(value, name), f"{path}.{name}" if path else name)
+        ]
+    if isinstance(value, list | tuple):
+        return [t for i, item in enumerate(value) for t in _texts(item, f"{path}.{i}")]
+    if isinstance(value, str) and not isinstance(value, Enum):
+        return [(path, value)]
+    return []
+
+
+def degenerate(value: BaseModel, output: type[BaseModel]) -> str | None:
+    """The problem with a reply that echoes the request instead of answering it (a text field whose value is one
+    of the schema's own titles, descriptions, references or field names, as small models do), else None."""
+    echoes = _schema_texts(output)
+    for path, text in _texts(value, ""):
+        if text.strip() and _normalised(text) in echoes:
+            return f"{path} is {text[:80]!r}, which repeats the schema instead of answering; write the actual {path}"
+    return None
+
+
 def complete_with_repair(
     send: Callable[[list[ChatMessage]], tuple[str, LLMUsage]],
     messages: Sequence[ChatMessage],
@@ -147,7 +199,7 @@ def complete_with_repair(
         except ValueError as error:
             problem = str(error)
         else:
-            found = check(value) if check is not None else None
+            found = degenerate(value, output) or (check(value) if check is not None else None)
             if found is None:
                 return Completion(value=value, usage=total, raw=text, attempts=attempt)
             problem = found

@@ -16,7 +16,7 @@ from enum import Enum
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from annotated_types import Ge, Le
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 from pydantic.fields import FieldInfo
 
 from reflect_otel import _values
@@ -27,6 +27,7 @@ __all__ = [
     "FROZEN",
     "WITHHELD",
     "Confidence",
+    "Explanation",
     "PromptContext",
     "cut",
     "data_block",
@@ -59,6 +60,8 @@ def _unit_interval(value: object) -> object:
 
 
 Confidence = Annotated[float, BeforeValidator(_unit_interval), Field(ge=0, le=1)]
+Explanation = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+"""Text that carries the answer (a reason, an explanation, a plan): an empty one is rejected and sent back."""
 
 
 def messages(role: str, user: str) -> list[ChatMessage]:

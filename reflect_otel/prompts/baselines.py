@@ -11,6 +11,7 @@ from reflect_otel.llm.base import ChatMessage
 from reflect_otel.prompts._render import (
     FROZEN,
     Confidence,
+    Explanation,
     PromptContext,
     cut,
     data_block,
@@ -44,7 +45,7 @@ class AAOOutput(BaseModel):
     model_config = FROZEN
     error_step: int
     responsible_agent: str | None = Field(description="name")
-    reason: str = Field(description="why")
+    reason: Explanation = Field(description="why")
     error_type: ErrorType = Field(description="category")
     confidence: Confidence
 
@@ -52,32 +53,32 @@ class AAOOutput(BaseModel):
 class StepCheckOutput(BaseModel):
     model_config = FROZEN
     is_error: bool
-    reason: str = Field(description="why")
+    reason: Explanation = Field(description="why")
 
 
 class BisectOutput(BaseModel):
     model_config = FROZEN
     half: Literal["first", "second"]
-    reason: str = Field(description="why")
+    reason: Explanation = Field(description="why")
 
 
 class ReasonOutput(BaseModel):
     model_config = FROZEN
-    reason: str = Field(description="why")
+    reason: Explanation = Field(description="why")
     error_type: ErrorType = Field(description="category")
     confidence: Confidence
 
 
 class ReflectionOutput(BaseModel):
     model_config = FROZEN
-    reflection: str = Field(description="text")
+    reflection: Explanation = Field(description="text")
 
 
 class Hypothesis(BaseModel):
     model_config = FROZEN
     step: int
-    hypothesis: str = Field(description="text")
-    intervention: str = Field(description="instruction")
+    hypothesis: Explanation = Field(description="text")
+    intervention: Explanation = Field(description="instruction")
 
 
 class HypothesesOutput(BaseModel):

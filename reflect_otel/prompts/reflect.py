@@ -13,6 +13,7 @@ from reflect_otel.llm.base import ChatMessage
 from reflect_otel.prompts._render import (
     FROZEN,
     Confidence,
+    Explanation,
     PromptContext,
     cut,
     data_block,
@@ -45,7 +46,7 @@ class LocalizationOutput(BaseModel):
     model_config = FROZEN
     error_step: int
     confidence: Confidence
-    reasoning: str = Field(description="short explanation")
+    reasoning: Explanation = Field(description="short explanation")
     what_should_have_been_done: str = Field(description="short correction")
 
 
@@ -53,14 +54,14 @@ class ClassificationOutput(BaseModel):
     model_config = FROZEN
     error_type: ErrorType = Field(description="category")
     confidence: Confidence
-    explanation: str = Field(description="short explanation")
+    explanation: Explanation = Field(description="short explanation")
     suggested_correction: str = Field(description="short fix")
 
 
 class DiagnosisOutput(BaseModel):
     model_config = FROZEN
-    root_cause: str = Field(description="explanation")
-    correction_instruction: str = Field(description="specific instruction")
+    root_cause: Explanation = Field(description="explanation")
+    correction_instruction: Explanation = Field(description="specific instruction")
     forbidden_actions: list[str] = Field(max_length=10, description="action")
     expected_next_tool: str | None = Field(description="tool")
     confidence: Confidence
@@ -80,7 +81,7 @@ class PostCorrectionOutput(BaseModel):
     model_config = FROZEN
     reasoning: str = Field(description="detailed explanation")
     error_type: ErrorType = Field(description="category")
-    explanation: str = Field(description="short summary")
+    explanation: Explanation = Field(description="short summary")
 
 
 def localization(ctx: PromptContext, steps: Sequence[Step]) -> list[ChatMessage]:

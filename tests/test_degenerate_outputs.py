@@ -1,0 +1,62 @@
+"""Replies that echo the request instead of answering never become records: rejected, sent back once, and a
+stage error (saying why) when the model persists."""
+
+from __future__ import annotations
+
+import pytest
+
+from reflect_otel.config import ReflectConfig
+from reflect_otel.llm.base import LLMOutputError
+from reflect_otel.pipeline import ReflectPipeline
+from reflect_otel.prompts import ClassificationOutput, LocalizationOutput
+from reflect_otel.record import AttributionStatus
+from reflect_otel.testing import ScriptedLLM
+from reflect_otel.testing.examples import EXPECTED, five_step_trace
+from reflect_otel.verifiers import OracleVerifier
+
+ECHOED_TITLE = {"error_step": 3, "confidence": 0.9, "reasoning": "Reasoning", "what_should_have_been_done": "w"}
+ECHOED_PLACEHOLDER = {
+    "error_step": 3,
+    "confidence": 0.9,
+    "reasoning": "<short explanation>",
+    "what_should_have_been_done": "w",
+}
+EMPTY = {"error_step": 3, "confidence": 0.9, "reasoning": "   ", "what_should_have_been_done": "w"}
+GOOD = {
+    "error_step": 3,
+    "confidence": 0.9,
+    "reasoning": "it added instead of multiplying",
+    "what_should_have_been_done": "w",
+}
+ECHOED_ENUM_DOC = {
+    "error_type": "tool_error",
+    "confidence": 0.5,
+    "explanation": "The paper's 11-category taxonomy (Appendix: Error Taxonomy).",
+    "suggested_correction": "s",
+}
+
+
+def test_an_echoed_title_or_placeholder_is_sent_back_with_the_reason() -> None:
+    for echoed in (ECHOED_TITLE, ECHOED_PLACEHOLDER, EMPTY):
+        llm = ScriptedLLM(by_stage={"localize": [echoed, GOOD]})
+        out = llm.complete([], LocalizationOutput, stage="localize")
+        assert out.attempts == 2 and out.value.reasoning == GOOD["reasoning"]
+        feedback = llm.requests[1].messages[-1].content
+        assert "reasoning" in feedback and "not valid" in feedback
+
+
+def test_an_enum_docstring_echoed_as_the_explanation_is_rejected() -> None:
+    llm = ScriptedLLM(by_stage={"classify": [ECHOED_ENUM_DOC, ECHOED_ENUM_DOC]})
+    with pytest.raises(LLMOutputError, match="repeats the schema"):
+        llm.complete([], ClassificationOutput, stage="classify")
+
+
+def test_a_persistent_echo_is_a_stage_error_in_the_record_never_an_explanation() -> None:
+    llm = ScriptedLLM(by_stage={"localize": [ECHOED_TITLE, ECHOED_TITLE]})
+    pipeline = ReflectPipeline(llm, verifier=OracleVerifier(), config=ReflectConfig())
+    record = pipeline.attribute(five_step_trace(), expected=EXPECTED)
+    assert record.status is AttributionStatus.UNVERIFIED and record.step_index is None
+    assert record.explanation == ""
+    (error,) = record.errors
+    assert error.stage == "localize" and "repeats the schema" in error.message
+    assert [c.ok for c in record.llm_calls] == [False] and record.llm_calls[0].attempts == 2
