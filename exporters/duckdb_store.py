@@ -91,15 +91,24 @@ VIEWS: dict[str, str] = {
                count(*) FILTER (WHERE flipped) AS flips, round(count(*) FILTER (WHERE flipped) / count(*), 4) AS flip_rate
         FROM replays WHERE error IS NULL AND localized_step IS NOT NULL GROUP BY ALL ORDER BY rollback_offset""",
     "cost_per_trace": """
-        SELECT trace_id, method, llm_calls, tokens, seconds FROM attributions ORDER BY tokens DESC""",
+        SELECT a.trace_id, a.method, a.llm_calls, a.tokens, c.cached_prompt_tokens, a.seconds
+        FROM attributions a LEFT JOIN (SELECT trace_id, method, sum(cached_prompt_tokens) AS cached_prompt_tokens
+                                       FROM llm_calls GROUP BY ALL) c USING (trace_id, method)
+        ORDER BY a.tokens DESC""",
     "cost_per_stage": """
         SELECT stage, count(*) AS calls, sum(prompt_tokens) AS prompt_tokens,
+               sum(cached_prompt_tokens) AS cached_prompt_tokens,
+               round(sum(cached_prompt_tokens) / nullif(sum(prompt_tokens) FILTER (WHERE cached_prompt_tokens IS NOT NULL), 0), 4)
+                   AS cached_share,
                sum(completion_tokens) AS completion_tokens, round(sum(seconds), 3) AS seconds,
                round(avg(prompt_tokens + completion_tokens), 1) AS tokens_per_call
         FROM llm_calls GROUP BY ALL ORDER BY calls DESC""",
 }
 
-_MIGRATIONS: list[str] = [_SCHEMA_V1]
+# v2: prompt tokens the endpoint served from its cache, per call (NULL where the endpoint does not say)
+_SCHEMA_V2 = "ALTER TABLE llm_calls ADD COLUMN cached_prompt_tokens INTEGER"
+
+_MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 
@@ -128,6 +137,7 @@ def migrate(db: duckdb.DuckDBPyConnection) -> None:
         for statement in _MIGRATIONS[version - 1].split(";"):
             if statement.strip():
                 db.execute(statement)
+        db.execute("DELETE FROM schema_version")  # one row: the version the file is at
         db.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
         db.execute("COMMIT")
     for name, sql in VIEWS.items():
@@ -394,6 +404,7 @@ def _record_rows(record: AttributionRecord) -> _Write:
             "stage": c.stage,
             "model": c.model,
             "prompt_tokens": c.prompt_tokens,
+            "cached_prompt_tokens": c.cached_prompt_tokens,
             "completion_tokens": c.completion_tokens,
             "seconds": c.seconds,
             "attempts": c.attempts,

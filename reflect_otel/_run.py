@@ -4,7 +4,7 @@ cost), the typed record constructor, and the one replay-and-verify step."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,11 @@ from reflect_otel.verifiers import Verifier
 __all__ = ["AttributionRun", "MethodBase", "ReplayOutcome", "is_correct", "replay_and_verify", "stage_costs"]
 
 
+def _known_sum(values: Iterable[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
 def stage_costs(calls: tuple[LLMCall, ...]) -> tuple[StageCost, ...]:
     grouped: dict[str, list[LLMCall]] = defaultdict(list)
     for call in calls:
@@ -44,6 +49,7 @@ def stage_costs(calls: tuple[LLMCall, ...]) -> tuple[StageCost, ...]:
             calls=len(items),
             prompt_tokens=sum(c.prompt_tokens for c in items),
             completion_tokens=sum(c.completion_tokens for c in items),
+            cached_prompt_tokens=_known_sum(c.cached_prompt_tokens for c in items),
             seconds=round(sum(c.seconds for c in items), 6),
         )
         for stage, items in grouped.items()

@@ -172,6 +172,8 @@ class LLMCall(BaseModel):
     model: str
     prompt_tokens: int
     completion_tokens: int
+    cached_prompt_tokens: int | None = None
+    """Prompt tokens served from the endpoint's cache; None where it does not say."""
     seconds: float
     attempts: int
     ok: bool
@@ -185,6 +187,7 @@ class StageCost(BaseModel):
     calls: int
     prompt_tokens: int
     completion_tokens: int
+    cached_prompt_tokens: int | None = None
     seconds: float
 
 

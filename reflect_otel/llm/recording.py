@@ -64,6 +64,7 @@ class RecordingLLM:
             model=self.model_name,
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
+            cached_prompt_tokens=usage.cached_prompt_tokens,
             seconds=round(seconds, 6),
             attempts=attempts,
             ok=error is None,
