@@ -214,11 +214,13 @@ class BinarySearch(Baseline):
         while low < high:
             mid = (low + high) // 2
             out = run.llm.complete(
-                prompts.bisect(ctx, trace.steps[low - 1 : mid], trace.steps[mid:high]), prompts.BisectOutput, stage="bs"
+                prompts.bisect(ctx, trace.steps, range(low, mid + 1), range(mid + 1, high + 1)),
+                prompts.BisectOutput,
+                stage="bs",
             ).value
             low, high = (low, mid) if out.half == "first" else (mid + 1, high)
         reason = run.llm.complete(
-            prompts.reason_for_step(ctx, trace.steps[low - 1]), prompts.ReasonOutput, stage="bs_reason"
+            prompts.reason_for_step(ctx, trace.steps, low), prompts.ReasonOutput, stage="bs_reason"
         ).value
         return self._localized(run, low, reason)
 
@@ -369,7 +371,7 @@ class DoVer(Baseline):
             if outcome.attempt.flipped:
                 chosen, flipped_result = hypothesis, outcome.result
                 break
-        classification = stages.classify(run.llm, ctx, trace.steps[chosen.step - 1])
+        classification = stages.classify(run.llm, ctx, trace, chosen.step)
         plan = RepairPlan(root_cause=chosen.hypothesis, correction_instruction=chosen.intervention)
         return run.record(
             status=AttributionStatus.VERIFIED if flipped_result else AttributionStatus.UNVERIFIED,

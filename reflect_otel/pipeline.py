@@ -178,7 +178,7 @@ class ReflectPipeline(MethodBase):
             return False
         try:
             classification: Classification | None = stages.classify(
-                run.llm, ctx, state.current.steps[localization.step_index - 1]
+                run.llm, ctx, state.current, localization.step_index
             )
         except LLMError as error:
             run.error("classify", error, round_)
@@ -270,7 +270,7 @@ class ReflectPipeline(MethodBase):
         if ruled is not None:
             return ruled
         try:
-            return stages.gate_with_llm(state.run.llm, state.plan, continuation[0], self.config.max_field_chars)
+            return stages.gate_with_llm(state.run.llm, self._context(state), state.current, state.plan, continuation[0])
         except LLMError as error:
             state.run.error("gate", error, state.round)
             return GateVerdict(
@@ -288,6 +288,7 @@ class ReflectPipeline(MethodBase):
             refined = stages.explain_correction(
                 run.llm,
                 self._context(state),
+                trace,
                 original,
                 found.result.continuation,
                 found.result.final_answer or "",

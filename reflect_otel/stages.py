@@ -48,8 +48,10 @@ def localize(llm: StructuredLLM, ctx: prompts.PromptContext, trace: StructuredTr
     )
 
 
-def classify(llm: StructuredLLM, ctx: prompts.PromptContext, step: Step) -> Classification:
-    out = llm.complete(prompts.classification(ctx, step), prompts.ClassificationOutput, stage="classify").value
+def classify(llm: StructuredLLM, ctx: prompts.PromptContext, trace: StructuredTrace, step_index: int) -> Classification:
+    out = llm.complete(
+        prompts.classification(ctx, trace.steps, step_index), prompts.ClassificationOutput, stage="classify"
+    ).value
     return Classification(
         error_type=out.error_type,
         confidence=out.confidence,
@@ -139,8 +141,10 @@ def gate_by_rules(plan: RepairPlan, proposed: Step, replaced: Step | None) -> Ga
     return None
 
 
-def gate_with_llm(llm: StructuredLLM, plan: RepairPlan, proposed: Step, max_chars: int) -> GateVerdict:
-    out = llm.complete(prompts.gate(plan, proposed, max_chars), prompts.GateOutput, stage="gate").value
+def gate_with_llm(
+    llm: StructuredLLM, ctx: prompts.PromptContext, trace: StructuredTrace, plan: RepairPlan, proposed: Step
+) -> GateVerdict:
+    out = llm.complete(prompts.gate(ctx, trace.steps, plan, proposed), prompts.GateOutput, stage="gate").value
     return GateVerdict(
         is_faithful=out.is_faithful,
         violation_type=None if out.is_faithful else out.violation_type,
@@ -152,13 +156,14 @@ def gate_with_llm(llm: StructuredLLM, plan: RepairPlan, proposed: Step, max_char
 def explain_correction(
     llm: StructuredLLM,
     ctx: prompts.PromptContext,
+    trace: StructuredTrace,
     original: Step,
     continuation: tuple[Step, ...],
     corrected_answer: str,
     rollback_point: int,
 ) -> prompts.PostCorrectionOutput:
     return llm.complete(
-        prompts.post_correction(ctx, original, continuation, corrected_answer, rollback_point),
+        prompts.post_correction(ctx, trace.steps, original, continuation, corrected_answer, rollback_point),
         prompts.PostCorrectionOutput,
         stage="explain",
     ).value

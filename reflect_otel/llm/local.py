@@ -139,12 +139,13 @@ class LocalLlamaServer:
                     "server with %s on this machine's CPU",
                     model.name,
                 )
-                cls._instance = cls(
+                current = cls(
                     model,
                     context=_int_env("REFLECT_LOCAL_CONTEXT", 8192),
                     threads=_int_env("REFLECT_LOCAL_THREADS", os.cpu_count() or 2),
                 )
-            return cls._instance
+                cls._instance = current
+            return current
 
     def _wait_ready(self, timeout_s: float) -> None:
         if wait_until_serving(self._process, self.base_url, timeout_s):

@@ -15,10 +15,8 @@ from reflect_otel.prompts._render import (
     PromptContext,
     cut,
     data_block,
-    format_step,
-    format_steps,
-    messages,
     reply_format,
+    trace_prompt,
 )
 from reflect_otel.record import ErrorType
 from reflect_otel.trace import Step
@@ -87,67 +85,53 @@ class HypothesesOutput(BaseModel):
 
 
 def all_at_once(ctx: PromptContext, steps: Sequence[Step]) -> list[ChatMessage]:
-    user = (
-        f"{ctx.header()}\n\nFailure log:\n{data_block('STEPS', format_steps(steps, ctx.max_chars))}\n\n"
+    task = (
         f"Identify the earliest decisive error step (1 to {len(steps)}): the step that, if fixed, would allow the "
         "run to succeed.\n" + reply_format(AAOOutput)
     )
-    return messages("an expert auditor of agent failures", user)
+    return trace_prompt(ctx, steps, "an expert auditor of agent failures", task)
 
 
 def step_check(ctx: PromptContext, steps: Sequence[Step]) -> list[ChatMessage]:
     current = steps[-1].index
-    user = (
-        f"{ctx.header()}\n\nSteps 1 to {current}:\n{data_block('STEPS', format_steps(steps, ctx.max_chars))}\n\n"
-        f"Is step {current} the first decisive error of this failed run?\n" + reply_format(StepCheckOutput)
-    )
-    return messages("an expert auditor checking an agent trace one step at a time", user)
+    task = f"Is step {current} the first decisive error of this failed run?\n" + reply_format(StepCheckOutput)
+    return trace_prompt(ctx, steps, "an expert auditor checking an agent trace one step at a time", task)
 
 
-def bisect(ctx: PromptContext, first: Sequence[Step], second: Sequence[Step]) -> list[ChatMessage]:
-    user = (
-        f"{ctx.header()}\n\nFirst half (steps {first[0].index}-{first[-1].index}):\n"
-        f"{data_block('FIRST_HALF', format_steps(first, ctx.max_chars))}\n\n"
-        f"Second half (steps {second[0].index}-{second[-1].index}):\n"
-        f"{data_block('SECOND_HALF', format_steps(second, ctx.max_chars))}\n\n"
+def bisect(ctx: PromptContext, steps: Sequence[Step], first: range, second: range) -> list[ChatMessage]:
+    task = (
+        f"First half: steps {first.start}-{first.stop - 1}. Second half: steps {second.start}-{second.stop - 1}. "
         "Which half contains the earliest decisive error?\n" + reply_format(BisectOutput)
     )
-    return messages("an expert auditor locating an error by bisection", user)
+    return trace_prompt(ctx, steps, "an expert auditor locating an error by bisection", task)
 
 
-def reason_for_step(ctx: PromptContext, step: Step) -> list[ChatMessage]:
-    user = (
-        f"{ctx.header()}\n\nThe earliest decisive error is step {step.index}:\n"
-        f"{data_block('ERROR_STEP', format_step(step, ctx.max_chars))}\n\n"
-        "Explain it. " + reply_format(ReasonOutput)
-    )
-    return messages("an expert auditor of agent failures", user)
+def reason_for_step(ctx: PromptContext, steps: Sequence[Step], index: int) -> list[ChatMessage]:
+    task = f"The earliest decisive error is step {index}. Explain it. " + reply_format(ReasonOutput)
+    return trace_prompt(ctx, steps, "an expert auditor of agent failures", task)
 
 
 def reflexion_reflect(ctx: PromptContext, steps: Sequence[Step]) -> list[ChatMessage]:
-    user = (
-        f"{ctx.header()}\n\nYour trajectory:\n{data_block('STEPS', format_steps(steps, ctx.max_chars))}\n\n"
-        "The answer was judged incorrect. Reflect on what went wrong and what you should have done differently.\n"
-        + reply_format(ReflectionOutput)
+    task = (
+        "The steps above are your own trajectory, and the answer was judged incorrect. Reflect on what went wrong "
+        "and what you should have done differently.\n" + reply_format(ReflectionOutput)
     )
-    return messages("an agent reflecting on its own failed attempt", user)
+    return trace_prompt(ctx, steps, "an agent reflecting on its own failed attempt", task)
 
 
 def reflexion_extract(ctx: PromptContext, steps: Sequence[Step], reflection: str) -> list[ChatMessage]:
-    user = (
-        f"{ctx.header()}\n\nTrajectory:\n{data_block('STEPS', format_steps(steps, ctx.max_chars))}\n\n"
+    task = (
         f"Reflection:\n{data_block('REFLECTION', cut(reflection, ctx.max_chars * 2))}\n\n"
         f"Based on the reflection, which step (1 to {len(steps)}) is the earliest decisive error?\n"
         + reply_format(AAOOutput)
     )
-    return messages("an expert auditor of agent failures", user)
+    return trace_prompt(ctx, steps, "an expert auditor of agent failures", task)
 
 
 def dover_hypotheses(ctx: PromptContext, steps: Sequence[Step], count: int) -> list[ChatMessage]:
-    user = (
-        f"{ctx.header()}\n\nTrace:\n{data_block('STEPS', format_steps(steps, ctx.max_chars))}\n\n"
+    task = (
         f"Propose up to {count} hypotheses for the failure, each naming the step it happened at (1 to "
         f"{len(steps)}) and a concrete intervention (an instruction to the agent at that step) that would fix it.\n"
         + reply_format(HypothesesOutput)
     )
-    return messages("a debugging expert forming failure hypotheses for an agent trace", user)
+    return trace_prompt(ctx, steps, "a debugging expert forming failure hypotheses for an agent trace", task)

@@ -19,8 +19,8 @@ from reflect_otel.prompts._render import (
     data_block,
     format_step,
     format_steps,
-    messages,
     reply_format,
+    trace_prompt,
 )
 from reflect_otel.record import ErrorType, RepairPlan
 from reflect_otel.trace import Step
@@ -85,58 +85,55 @@ class PostCorrectionOutput(BaseModel):
 
 
 def localization(ctx: PromptContext, steps: Sequence[Step]) -> list[ChatMessage]:
-    user = (
-        "The agent trace below is known to be incorrect.\n\n"
-        f"{ctx.header()}\n\nNumbered steps:\n{data_block('STEPS', format_steps(steps, ctx.max_chars))}\n\n"
+    task = (
+        "The run above is known to be incorrect. "
         f"Identify the FIRST step (1 to {len(steps)}) where the error was introduced.\n"
         + reply_format(LocalizationOutput)
     )
-    return messages("an expert auditor analyzing an agent trace", user)
+    return trace_prompt(ctx, steps, "an expert auditor analyzing an agent trace", task)
 
 
-def classification(ctx: PromptContext, step: Step) -> list[ChatMessage]:
+def classification(ctx: PromptContext, steps: Sequence[Step], error_index: int) -> list[ChatMessage]:
     categories = "\n".join(f"- {e.value}" for e in ErrorType)
-    user = (
-        f"{ctx.header()}\n\nError step {step.index}:\n{data_block('ERROR_STEP', format_step(step, ctx.max_chars))}\n\n"
-        f"Classify the error into one of:\n{categories}\n\n" + reply_format(ClassificationOutput)
+    task = (
+        f"Step {error_index} is the first error step. Classify its error into one of:\n{categories}\n\n"
+        + reply_format(ClassificationOutput)
     )
-    return messages("classifying the first error step in an agent trace", user)
+    return trace_prompt(ctx, steps, "classifying the first error step in an agent trace", task)
 
 
 def diagnosis(
     ctx: PromptContext, steps: Sequence[Step], error_index: int, error_type: str, explanation: str, correction: str
 ) -> list[ChatMessage]:
-    before = [s for s in steps if s.index < error_index]
-    error = [s for s in steps if s.index == error_index]
-    after = [s for s in steps if s.index > error_index]
-    user = (
-        f"{ctx.header()}\n\n"
-        f"Correct steps (before the error):\n{data_block('CORRECT_PREFIX', format_steps(before, ctx.max_chars))}\n\n"
-        f"The erroneous step:\n{data_block('ERROR_STEP', format_steps(error, ctx.max_chars))}\n\n"
-        f"What happened after (cascade):\n{data_block('CASCADE', format_steps(after, ctx.max_chars))}\n\n"
-        f"Error classification: {error_type}\n"
+    task = (
+        f"Step {error_index} is the erroneous step: the steps before it are correct, the steps after it are its "
+        f"cascade.\nError classification: {error_type}\n"
         f"Classification explanation:\n{data_block('CLASSIFICATION', cut(explanation, ctx.max_chars))}\n"
         f"Previously suggested correction:\n{data_block('SUGGESTION', cut(correction, ctx.max_chars))}\n\n"
         "Produce a repair plan:\n1. ROOT CAUSE: why the agent chose wrongly\n2. What EXACTLY to do instead\n"
         "3. What the agent must NEVER do\n4. expected_next_tool: the first tool to call next, or null\n"
         + reply_format(DiagnosisOutput)
     )
-    return messages("a diagnostic expert analyzing why an agent failed", user)
+    return trace_prompt(ctx, steps, "a diagnostic expert analyzing why an agent failed", task)
 
 
-def gate(plan: RepairPlan, proposed: Step, max_chars: int) -> list[ChatMessage]:
+def gate(ctx: PromptContext, steps: Sequence[Step], plan: RepairPlan, proposed: Step) -> list[ChatMessage]:
     plan_text = (
         f"Correction instruction: {plan.correction_instruction}\n"
         f"Forbidden actions: {json.dumps(list(plan.forbidden_actions), ensure_ascii=False)}\n"
         f"Expected next tool: {plan.expected_next_tool}"
     )
-    user = (
-        f"Repair plan:\n{data_block('REPAIR_PLAN', cut(plan_text, max_chars * 3))}\n\n"
-        f"Proposed action:\n{data_block('PROPOSED_ACTION', format_step(proposed, max_chars))}\n\n"
+    task = (
+        "The run was replayed with a repair plan. "
+        f"Repair plan:\n{data_block('REPAIR_PLAN', cut(plan_text, ctx.max_chars * 3))}\n\n"
+        f"Proposed action (the first regenerated step):\n"
+        f"{data_block('PROPOSED_ACTION', format_step(proposed, ctx.max_chars))}\n\n"
         "Check: 1. Does it follow the correction? 2. Does it violate any forbidden action? "
         "3. Is it relevant, or has the agent drifted?\n" + reply_format(GateOutput)
     )
-    return messages("a gatekeeper verifying that an agent's proposed action follows a repair plan", user)
+    return trace_prompt(
+        ctx, steps, "a gatekeeper verifying that an agent's proposed action follows a repair plan", task
+    )
 
 
 def repair_injection(plan: RepairPlan, error_step_index: int) -> str:
@@ -166,16 +163,21 @@ def gate_feedback(retry: int, violation_type: str | None, reason: str | None, pr
 
 
 def post_correction(
-    ctx: PromptContext, original: Step, continuation: Sequence[Step], corrected_answer: str, rollback_point: int
+    ctx: PromptContext,
+    steps: Sequence[Step],
+    original: Step,
+    continuation: Sequence[Step],
+    corrected_answer: str,
+    rollback_point: int,
 ) -> list[ChatMessage]:
-    user = (
+    task = (
         f"A correction loop rolled back to step {rollback_point} and resampled. The resampled continuation "
-        "produced the CORRECT answer.\n\n"
-        f"{ctx.header(with_answers=False)}\n\nExpected answer:\n{data_block('EXPECTED_ANSWER', ctx.expected)}\n\n"
-        f"Original error step ({original.index}):\n{data_block('ORIGINAL_STEP', format_step(original, ctx.max_chars))}\n\n"
+        f"produced the CORRECT answer.\nOriginal error step: {original.index}\n"
         f"Resampled continuation:\n{data_block('RESAMPLED', format_steps(continuation, ctx.max_chars))}\n\n"
         f"Corrected answer:\n{data_block('CORRECTED_ANSWER', cut(corrected_answer, ctx.max_chars))}\n\n"
         "Explain WHY the original step was wrong, using the correction as evidence.\n"
         + reply_format(PostCorrectionOutput)
     )
-    return messages("an expert auditor explaining why a specific step of an agent trace was wrong", user)
+    return trace_prompt(
+        ctx, steps, "an expert auditor explaining why a specific step of an agent trace was wrong", task
+    )
