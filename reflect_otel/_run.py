@@ -123,7 +123,13 @@ class AttributionRun:
         )
 
     def prompt_context(
-        self, of: StructuredTrace, expected: str | None, *, include_expected: bool, domain_context: str, config: Any
+        self,
+        of: StructuredTrace,
+        expected: str | None,
+        *,
+        include_expected: bool,
+        domain_context: str,
+        config: ReflectConfig,
     ) -> PromptContext:
         """The prompts' shared context for ``of`` under ``config`` (a :class:`~reflect_otel.config.ReflectConfig`)."""
         return PromptContext.of(
@@ -133,6 +139,7 @@ class AttributionRun:
             domain_context=domain_context,
             domain_context_label=config.domain_context_label,
             max_chars=config.max_field_chars,
+            layout=config.prompt_layout,
         )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -120,6 +120,11 @@ class ReflectConfig(BaseModel):
     )
     injection_role: InjectionRole = InjectionRole.SYSTEM
     domain_context_label: str = Field(default="Task context", description="Heading of the domain-context slot.")
+    prompt_layout: Literal["shared_prefix", "per_stage"] = Field(
+        default="shared_prefix",
+        description="shared_prefix: every stage's prompt starts with the same system message and trace, so prompt "
+        "caches reuse it; per_stage: the layout before (each stage's own system message), kept for comparison.",
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> ReflectConfig:

@@ -238,3 +238,9 @@ class AttributionRecord(BaseModel):
     @property
     def total_calls(self) -> int:
         return sum(c.calls for c in self.cost)
+
+    @property
+    def failed(self) -> bool:
+        """No attribution because stages failed (see ``errors``): not a measurement of the method, and never scored
+        as one."""
+        return self.step_index is None and bool(self.errors) and self.status is not AttributionStatus.SKIPPED

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -250,3 +251,64 @@ def test_ablation_flags_reach_the_run_config(shared_data: Path, tmp_path: Path) 
         config["rounds"],
         config["relocalize"],
     ) == (False, "soft", 1, 2, False)
+
+
+def test_eval_over_failed_calls_is_no_measurement_and_exits_non_zero(
+    shared_data: Path, tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    """An endpoint that fails every call must not produce an EM of 0.0 that looks measured."""
+    from reflect_otel.cli import main
+    from reflect_otel.errors import LLMError
+    from reflect_otel.testing import ScriptedLLM
+
+    down = ScriptedLLM(respond=lambda request: LLMError("endpoint down"))
+    monkeypatch.setattr("reflect_otel.cli.evaluate.llm_for", lambda spec, config: down)
+    out = tmp_path / "run"
+    code = main(
+        ["eval", "--benchmark", "bbm", "--method", "aao", "--data", str(shared_data), "--out", str(out), "--limit", "3"]
+    )
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "3 traces, 3 failed" in err and "every trace failed, so nothing was measured" in err
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["failed"] == 3 and metrics["exact_match"]["n"] == 0
+    row = (out / "metrics.md").read_text().splitlines()[2]
+    assert row.startswith("| bbm / aao | 3 | 3 | - | - |")
+
+
+def test_eval_scores_only_the_traces_that_did_not_fail(shared_data: Path, tmp_path: Path) -> None:
+    from reflect_otel.errors import LLMError
+    from reflect_otel.evaluation.runner import EvalOptions, run_eval
+    from reflect_otel.testing import ScriptedLLM
+
+    calls = iter(range(100))
+
+    def respond(request: Any) -> Any:  # the first trace's call fails, the others name step 1
+        if next(calls) == 0:
+            return LLMError("endpoint hiccup")
+        return {
+            "error_step": 1,
+            "responsible_agent": None,
+            "reason": "first",
+            "error_type": "tool_error",
+            "confidence": 0.5,
+        }
+
+    options = EvalOptions("bbm", "aao", shared_data, tmp_path / "run", limit=3)
+    metrics = run_eval(options, ScriptedLLM(respond=respond))
+    assert metrics["traces"] == 3 and metrics["failed"] == 1 and metrics["exact_match"]["n"] == 2
+
+
+def test_attribute_exits_non_zero_when_every_attribution_failed(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
+    from reflect_otel.cli import main
+    from reflect_otel.errors import LLMError
+    from reflect_otel.testing import ScriptedLLM
+
+    traces = tmp_path / "t.jsonl"
+    assert main(["import", "--example", "-o", str(traces)]) == 0
+    down = ScriptedLLM(respond=lambda request: LLMError("endpoint down"))
+    monkeypatch.setattr("reflect_otel.cli.attribute.llm_for", lambda spec, config: down)
+    code = main(["attribute", str(traces), "--method", "aao", "-o", str(tmp_path / "r.jsonl"), "--no-store"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "failed: stage errors, no attribution" in err and "every attribution failed" in err

@@ -136,6 +136,7 @@ def _attribute(args: argparse.Namespace) -> int:
     export_failures: dict[str, int] = {}
     started = time.monotonic()
     counts: dict[str, int] = {}
+    failed = 0
     with args.out.open("w", encoding="utf-8") as out:
         for number, row in enumerate(rows, start=1):
             expected = answers.get(row.trace.trace_id) or row.extras.get(args.expected_field)
@@ -152,6 +153,7 @@ def _attribute(args: argparse.Namespace) -> int:
                 export_failures[name] = export_failures.get(name, 0) + 1
                 print(f"  export to {name} failed: {message}", file=sys.stderr)
             counts[record.status.value] = counts.get(record.status.value, 0) + 1
+            failed += record.failed
             where = f"step {record.step_index}" if record.step_index else "no step"
             print(
                 f"[{number}/{len(rows)}] {row.trace.trace_id[:12]} {record.status.value:<10} {where:<8} "
@@ -160,12 +162,18 @@ def _attribute(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     service.close()
-    for name, failed in export_failures.items():
-        print(f"{failed} record(s) could not be exported to {name}", file=sys.stderr)
+    for name, count in export_failures.items():
+        print(f"{count} record(s) could not be exported to {name}", file=sys.stderr)
     if service.store is not None:
         print(f"written to the store {store_path(args.store)}", file=sys.stderr)
     summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     print(
-        f"{len(rows)} trace(s) in {time.monotonic() - started:.1f} s: {summary}; records in {args.out}", file=sys.stderr
+        f"{len(rows)} trace(s) in {time.monotonic() - started:.1f} s: {summary}"
+        + (f" ({failed} failed: stage errors, no attribution)" if failed else "")
+        + f"; records in {args.out}",
+        file=sys.stderr,
     )
+    if failed == len(rows):
+        print(f"every attribution failed; the records in {args.out} say which stage and why", file=sys.stderr)
+        return 1
     return 0

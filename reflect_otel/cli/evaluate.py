@@ -67,8 +67,9 @@ def _eval(args: argparse.Namespace) -> int:
     llm = llm_for(method_spec(args.method), LLMConfig.from_env())
     tty = sys.stderr.isatty()
 
-    def progress(done: int, total: int, em: float) -> None:
-        line = f"[{done}/{total}] running EM {em * 100:.1f}%"
+    def progress(done: int, total: int, em: float | None, failed: int) -> None:
+        scored = f"running EM {em * 100:.1f}%" if em is not None else "nothing scored yet"
+        line = f"[{done}/{total}] {scored}" + (f", {failed} failed" if failed else "")
         print(f"\r{line}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
     options = EvalOptions(
@@ -78,7 +79,18 @@ def _eval(args: argparse.Namespace) -> int:
     if tty:
         print(file=sys.stderr)
     print((args.out / "metrics.md").read_text())
-    print(f"{metrics['traces']} traces; results in {args.out}", file=sys.stderr)
+    failed = metrics["failed"]
+    print(
+        f"{metrics['traces']} traces, {failed} failed (stage errors, not scored); results in {args.out}",
+        file=sys.stderr,
+    )
+    if failed and failed == metrics["traces"]:
+        print(
+            f"every trace failed, so nothing was measured; see the errors in {args.out / 'results.jsonl'} "
+            "(is the LLM endpoint up and able to answer in JSON?)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

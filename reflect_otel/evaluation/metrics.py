@@ -26,6 +26,8 @@ class Prediction:
     tokens: int = 0
     seconds: float = 0.0
     earliest_high: int | None = None
+    failed: bool = False
+    """The method's stages failed and it gave no step: counted, never scored."""
 
 
 def mean_se(values: Sequence[float]) -> dict[str, float | int]:
@@ -44,8 +46,11 @@ def _distance(prediction: Prediction) -> float | None:
     return float(min(abs(prediction.predicted - g) for g in prediction.gold))
 
 
-def compute_metrics(predictions: Sequence[Prediction]) -> dict[str, Any]:
-    """Every metric, as {"mean", "se", "n"} (fractions for rates); a missing prediction counts as a miss."""
+def compute_metrics(all_predictions: Sequence[Prediction]) -> dict[str, Any]:
+    """Every metric, as {"mean", "se", "n"} (fractions for rates), over the traces whose attribution did not fail
+    (``failed`` counts the others); a missing prediction that is not a failure counts as a miss. With every trace
+    failed, every metric has n = 0: nothing was measured."""
+    predictions = [p for p in all_predictions if not p.failed]
     em = [1.0 if p.predicted in p.gold else 0.0 for p in predictions]
     off1 = [1.0 if (d := _distance(p)) is not None and d <= 1 else 0.0 for p in predictions]
     distances = [d for p in predictions if (d := _distance(p)) is not None]
@@ -53,7 +58,8 @@ def compute_metrics(predictions: Sequence[Prediction]) -> dict[str, Any]:
     unverified = [p for p in predictions if p.status != "verified"]
     high = [p for p in predictions if p.earliest_high is not None]
     return {
-        "traces": len(predictions),
+        "traces": len(all_predictions),
+        "failed": len(all_predictions) - len(predictions),
         "exact_match": mean_se(em),
         "off_by_one": mean_se(off1),
         "mean_distance": mean_se(distances),
@@ -76,12 +82,17 @@ def _cell(stat: dict[str, float | int], percent: bool) -> str:
 
 
 def metrics_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
-    """A markdown table: one row per run (label, metrics); rates in percent, standard errors in parentheses."""
-    header = "| run | traces | EM | Off-1 | mean distance | correction | verified | EM verified | EM unverified | calls | tokens |"
-    lines = [header, "|" + " --- |" * 11]
+    """A markdown table: one row per run (label, metrics); rates in percent, standard errors in parentheses; "-"
+    where nothing was measured. "failed" counts traces whose stages failed, which no metric includes."""
+    header = (
+        "| run | traces | failed | EM | Off-1 | mean distance | correction | verified | EM verified | EM unverified "
+        "| calls | tokens |"
+    )
+    lines = [header, "|" + " --- |" * 12]
     for label, m in rows:
         lines.append(
-            f"| {label} | {m['traces']} | {_cell(m['exact_match'], True)} | {_cell(m['off_by_one'], True)} | "
+            f"| {label} | {m['traces']} | {m.get('failed', 0)} | {_cell(m['exact_match'], True)} | "
+            f"{_cell(m['off_by_one'], True)} | "
             f"{_cell(m['mean_distance'], False)} | {_cell(m['correction_rate'], True)} | {_cell(m['verified_share'], True)} | "
             f"{_cell(m['exact_match_verified'], True)} | {_cell(m['exact_match_unverified'], True)} | "
             f"{_cell(m['llm_calls_per_trace'], False)} | {_cell(m['tokens_per_trace'], False)} |"

@@ -90,9 +90,9 @@ def run_eval(
     options: EvalOptions,
     llm: StructuredLLM,
     *,
-    progress: Callable[[int, int, float], None] | None = None,
+    progress: Callable[[int, int, float | None, int], None] | None = None,
 ) -> dict[str, Any]:
-    """Run (or resume) and return the metrics."""
+    """Run (or resume) and return the metrics. ``progress(done, total, running EM or None, failed so far)``."""
     if options.method not in METHODS:
         raise InputError(f"unknown method {options.method!r}; choose one of {', '.join(METHODS)}")
     items = load_benchmark(options.benchmark, options.data)
@@ -152,15 +152,16 @@ def run_eval(
                 if options.judge_explanations
                 else None,
                 "errors": [e.stage for e in record.errors],
+                "failed": record.failed,
                 "record": record.model_dump(mode="json"),
             }
             out.write(json.dumps(row) + "\n")
             out.flush()
             done[item.trace.trace_id] = row
             if progress is not None:
-                scored = list(done.values())
-                em = sum(1 for r in scored if r["predicted"] in r["gold"]) / len(scored)
-                progress(number, len(items), em)
+                scored = [r for r in done.values() if not r.get("failed")]
+                em = sum(1 for r in scored if r["predicted"] in r["gold"]) / len(scored) if scored else None
+                progress(number, len(items), em, len(done) - len(scored))
     metrics = metrics_from_rows(list(done.values()))
     (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     label = f"{options.benchmark} / {options.method}"
@@ -182,6 +183,7 @@ def metrics_from_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
             tokens=r["tokens"],
             seconds=r["seconds"],
             earliest_high=r.get("earliest_high"),
+            failed=bool(r.get("failed")),
         )
         for r in rows
     ]
