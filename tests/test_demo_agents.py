@@ -119,7 +119,7 @@ def test_table_agent_replays_with_a_correction(instrumented: Instrumented) -> No
     def respond(request: ScriptedRequest) -> dict[str, Any]:
         results = [m.content for m in request.messages if m.content.startswith("Result of ")]
         corrected = any("sort descending" in m.content for m in request.messages if m.role == "system")
-        if len(results) == 0 or (corrected and not any("t2" in r.split("\n", 1)[1][:3] for r in results)):
+        if len(results) == 0 or (corrected and not any(r.startswith("Result of sort_rows") for r in results)):
             table = "t1" if results else "t0"
             if not results:
                 return {
@@ -174,3 +174,23 @@ def test_cot_agent_traces_one_step_per_line_and_replays(instrumented: Instrument
     assert trace.final_answer == "So the answer is 20" and trace.steps[-1].is_final_answer
     result = ReasoningReplayAdapter(llm).replay(trace, rollback_point=0, injection="multiply first")
     assert result.final_answer == "So the answer is 14"
+
+
+def test_table_agent_refuses_a_repeated_call_and_answers_at_its_step_limit(instrumented: Instrumented) -> None:
+    """A model that would repeat one call forever is sent back once per repeat and, at the limit, must answer."""
+    from reflect_otel.demo.table_agent import TableQAAgent
+
+    count = {"t0": {"tool": "count_rows", "table": "t0"}}
+
+    def respond(request: ScriptedRequest) -> dict[str, Any]:
+        if request.output == "FinalDecision":
+            return {"thought": "out of steps", "action": {"tool": "final_answer", "answer": "34"}}
+        return {"thought": "count again", "action": count["t0"]}
+
+    llm = ScriptedLLM(respond=respond)
+    agent = TableQAAgent(QUESTIONS["nt-1"], llm, max_steps=3)
+    assert agent.answer(thread_id="wtq-repeat") == "34"
+    outputs = [r.output for r in llm.requests]
+    # the first call, then the repeat sent back once and repeated again: the model must answer there
+    assert outputs == ["TableDecision", "TableDecision", "TableDecision", "FinalDecision"]
+    assert "You already called count_rows" in llm.requests[2].messages[-1].content

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from reflect_otel.demo.table_tools import TableWorkspace
 from reflect_otel.demo.wtq import WTQQuestion
 from reflect_otel.errors import MissingDependencyError
-from reflect_otel.llm.base import ChatMessage, StructuredLLM
+from reflect_otel.llm.base import ChatMessage, StructuredLLM, schema_instruction
 
 try:
     from langchain_core.language_models.chat_models import BaseChatModel
@@ -30,7 +30,7 @@ try:
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise MissingDependencyError("langgraph", "langgraph") from error
 
-__all__ = ["StructuredToolChatModel", "TableDecision", "TableQAAgent"]
+__all__ = ["FinalDecision", "StructuredToolChatModel", "TableDecision", "TableQAAgent"]
 
 _FROZEN = ConfigDict(frozen=True)
 Op = Literal["=", "!=", "contains", "starts_with", ">", ">=", "<", "<="]
@@ -110,6 +110,14 @@ class TableDecision(BaseModel):
     action: Action
 
 
+class FinalDecision(BaseModel):
+    """The last turn the step budget allows: why, then the answer (no more tools)."""
+
+    model_config = _FROZEN
+    thought: str
+    action: FinalAnswer
+
+
 _SYSTEM = """You answer a question about a table by calling one tool per turn.
 The table is t0. Each tool that derives a table names it (t1, t2, ...) in its result; use those names.
 Tools:
@@ -142,14 +150,25 @@ def _render(messages: list[BaseMessage]) -> list[ChatMessage]:
     return rendered
 
 
+def _repeats(action: BaseModel, done: list[tuple[str, dict[str, Any]]]) -> bool:
+    """True for a tool call identical (tool and arguments) to one already made."""
+    if isinstance(action, FinalAnswer):
+        return False
+    return (getattr(action, "tool", ""), action.model_dump(exclude={"tool"})) in done
+
+
 class StructuredToolChatModel(BaseChatModel):
-    """A LangChain chat model that gets one JSON decision per turn from a :class:`StructuredLLM`."""
+    """A LangChain chat model that gets one JSON decision per turn from a :class:`StructuredLLM`.
+
+    The decision schema sits in the system message, so every turn only appends to the previous prompt (a prompt
+    cache reuses all of it). An identical tool call (same tool, same arguments) is sent back once with the reason;
+    after ``max_steps`` tool calls the model must give its final answer, so a run ends with an answer to judge."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     llm: Any
     system_prompt: str
-    decision_model: type[TableDecision] = TableDecision
+    max_steps: int = 8
 
     @property
     def _llm_type(self) -> str:
@@ -162,12 +181,37 @@ class StructuredToolChatModel(BaseChatModel):
     def bind_tools(self, tools: Any, **kwargs: Any) -> StructuredToolChatModel:
         return self  # the decision schema already lists the tools
 
+    def _decide(self, conversation: list[ChatMessage], final: bool) -> TableDecision | FinalDecision:
+        output: type[TableDecision] | type[FinalDecision] = FinalDecision if final else TableDecision
+        system = f"{self.system_prompt}\n\n{schema_instruction(output)}"
+        return self.llm.complete(
+            [ChatMessage(role="system", content=system), *conversation], output, stage="agent"
+        ).value
+
     def _generate(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
     ) -> ChatResult:
-        conversation = [ChatMessage(role="system", content=self.system_prompt), *_render(messages)]
-        decision = self.llm.complete(conversation, self.decision_model, stage="agent").value
+        conversation = _render(messages)
+        done = [(c["name"], c["args"]) for m in messages if isinstance(m, AIMessage) for c in m.tool_calls]
+        final = len(done) >= self.max_steps
+        decision = self._decide(conversation, final)
         action = decision.action
+        if _repeats(action, done):
+            repeat = f"{action.tool}({action.model_dump(exclude={'tool'})})"
+            conversation = [
+                *conversation,
+                ChatMessage(role="assistant", content=f"{decision.thought}\nAction: {repeat}"),
+                ChatMessage(
+                    role="user",
+                    content=f"You already called {repeat}; its result is above. Do not repeat a call: use that "
+                    "result, call another tool, or give the final answer.",
+                ),
+            ]
+            decision = self._decide(conversation, final)
+            action = decision.action
+            if _repeats(action, done):
+                decision = self._decide(conversation, final=True)  # repeating again: it must answer now
+                action = decision.action
         if isinstance(action, FinalAnswer):
             message = AIMessage(content=action.answer)
         else:
@@ -197,7 +241,9 @@ class TableQAAgent:
             StructuredTool.from_function(ws.count_rows),
             StructuredTool.from_function(ws.lookup),
         ]
-        model = StructuredToolChatModel(llm=llm, system_prompt=_SYSTEM.format(table=ws.describe("t0")))
+        model = StructuredToolChatModel(
+            llm=llm, system_prompt=_SYSTEM.format(table=ws.describe("t0")), max_steps=max_steps
+        )
         graph = StateGraph(MessagesState)
         graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
         graph.add_node("tools", ToolNode(tools))

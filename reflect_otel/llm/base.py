@@ -23,6 +23,7 @@ __all__ = [
     "complete_with_repair",
     "degenerate",
     "parse_output",
+    "schema_instruction",
 ]
 
 OutputT = TypeVar("OutputT", bound=BaseModel)

@@ -95,10 +95,12 @@ class OpenAICompatibleLLM:
         stage: str,
         check: Check[OutputT] | None = None,
     ) -> Completion[OutputT]:
-        framed = [
-            *messages[:-1],
-            ChatMessage(role=messages[-1].role, content=messages[-1].content + "\n\n" + schema_instruction(output)),
-        ]
+        instruction = schema_instruction(output)
+        if messages and instruction in messages[0].content:
+            framed = list(messages)  # the caller put the schema first, where a prompt cache keeps it
+        else:  # last, after the content every stage shares
+            last = messages[-1]
+            framed = [*messages[:-1], ChatMessage(role=last.role, content=f"{last.content}\n\n{instruction}")]
         return complete_with_repair(lambda conversation: self._send(conversation, output), framed, output, check)
 
     def _response_format(self, output: type[BaseModel]) -> dict[str, Any]:
