@@ -48,7 +48,7 @@ def test_demo_runs_the_questions_through_observe(
     # as it attaches to an application's global provider
     monkeypatch.setattr("reflect_otel.online.setup.otel_trace.get_tracer_provider", lambda: instrumented.provider)
     store = tmp_path / "demo.duckdb"
-    assert main(["demo", "--limit", "2", "--store", str(store)]) == 0
+    assert main(["demo", "--questions", "nt-1,nt-3", "--store", str(store)]) == 0
     out = capsys.readouterr().out
     assert "flagged (wrong answers)  2" in out and "attributed               2" in out
     assert f"reflect-otel stats --store {store}" in out

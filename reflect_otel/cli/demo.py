@@ -7,14 +7,17 @@ import argparse
 import sys
 import time
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import reflect_otel
 from reflect_otel.config import GateMode, LLMConfig, ReflectConfig
 from reflect_otel.errors import ConfigError
 from reflect_otel.llm.factory import make_llm
-from reflect_otel.record import AttributionStatus
+from reflect_otel.record import AttributionRecord, AttributionStatus
 from reflect_otel.store import store_path
+
+if TYPE_CHECKING:
+    from reflect_otel.demo.wtq import WTQQuestion
 
 __all__ = ["add_demo_command"]
 
@@ -25,11 +28,18 @@ def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         help="run the table-QA demo agent and attribute its failures",
         description=(
             "Run the LangGraph table-QA demo agent on bundled WikiTableQuestions questions with the configured LLM "
-            "(REFLECT_LLM_* / OPENAI_*; else the local SmolLM2 server). Every run goes through reflect_otel.observe; "
-            "wrong answers are attributed with replay (LangGraph checkpoints) and written to the store."
+            "(REFLECT_LLM_* / OPENAI_*; else the local llama.cpp server with REFLECT_LOCAL_MODEL, by default "
+            "Qwen2.5-Coder-1.5B-Instruct). Every run goes through reflect_otel.observe; wrong answers are attributed "
+            "by REFLECT with replay (LangGraph checkpoints), and everything is written to the store. Progress is "
+            "printed as it happens; the summary names the report to open."
         ),
     )
-    parser.add_argument("--limit", type=int, default=5, help="questions to run (default 5, at most 100)")
+    parser.add_argument(
+        "--questions", help="comma-separated question ids to run instead of the demo's set (see questions.tsv)"
+    )
+    parser.add_argument(
+        "--limit", type=int, help="run the first N of the demo's questions (beyond its set: the next in file order)"
+    )
     parser.add_argument("--store", help="DuckDB file (default: REFLECT_STORE, then ./reflect.duckdb)")
     parser.add_argument(
         "--phoenix",
@@ -41,34 +51,55 @@ def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.set_defaults(handler=_demo)
 
 
-def _bar(done: int, total: int, label: str) -> str:
-    width = 24
-    filled = int(width * done / total) if total else width
-    return f"[{'#' * filled}{'-' * (width - filled)}] {done}/{total} {label}"
+class _Progress:
+    """One line per event on stderr (plain lines when stderr is not a terminal, so logs and CI show them too)."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+
+    def say(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.started:6.0f} s] {text}", file=sys.stderr, flush=True)
 
 
-def _progress(text: str, *, final: bool = False) -> None:
-    if sys.stderr.isatty():
-        print(f"\r{text}", end="\n" if final else "", file=sys.stderr, flush=True)
-    elif final:
-        print(text, file=sys.stderr)
+def _selected(args: argparse.Namespace) -> list[WTQQuestion]:
+    from reflect_otel.demo.wtq import DEMO_QUESTIONS, load_questions
+
+    everything = {q.id: q for q in load_questions()}
+    ids = [i.strip() for i in args.questions.split(",") if i.strip()] if args.questions else list(DEMO_QUESTIONS)
+    unknown = [i for i in ids if i not in everything]
+    if unknown:
+        raise ConfigError(
+            f"--questions: no bundled question {', '.join(unknown)}; the ids are nt-0 to nt-99-style ids "
+            "in reflect_otel/demo/data/wtq/questions.tsv"
+        )
+    if args.limit is not None and not 1 <= args.limit <= len(everything):
+        raise ConfigError(f"--limit must be from 1 to {len(everything)}")
+    if args.limit is not None and args.limit > len(ids):  # more than the demo set: continue in file order
+        ids += [i for i in everything if i not in ids][: args.limit - len(ids)]
+    return [everything[i] for i in ids[: args.limit]]
 
 
 def _demo(args: argparse.Namespace) -> int:
     import os
 
-    from reflect_otel.demo.table_agent import TableQAAgent
-    from reflect_otel.demo.wtq import load_questions
-    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
+    from opentelemetry import trace as otel_trace
+    from opentelemetry.trace import format_trace_id
 
-    if not 1 <= args.limit <= 100:
-        raise ConfigError("--limit must be from 1 to 100")
+    from reflect_otel.demo.table_agent import TableQAAgent
+    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
+    from reflect_otel.verifiers import answers_match
+
+    questions = _selected(args)
     phoenix = args.phoenix or os.environ.get("PHOENIX_COLLECTOR_ENDPOINT")
     if phoenix:
         os.environ["PHOENIX_COLLECTOR_ENDPOINT"] = phoenix
     started = time.monotonic()
+    progress = _Progress(started)
+    progress.say("starting the model (the first run assembles the local model once)")
     llm = make_llm(LLMConfig.from_env())
-    print(f"model: {llm.model_name}", file=sys.stderr)
+    progress.say(
+        f"model: {llm.model_name}; {len(questions)} question(s); REFLECT with D={args.rounds}, K={args.rollback_points}"
+    )
     runtime = reflect_otel.configure(
         store=args.store,
         llm=llm,
@@ -76,41 +107,58 @@ def _demo(args: argparse.Namespace) -> int:
         proxy=False,  # the answers are known: the oracle regime
         exporters=["phoenix"] if phoenix else (),
     )
-    questions = load_questions(args.limit)
-    answers: dict[str, str] = {}
+    names: dict[str, str] = {}  # trace id -> question id
     failures = 0
+    reported = 0
+
+    def report_new_records() -> None:
+        nonlocal reported
+        for record in list(runtime.records)[reported:]:
+            reported += 1
+            where = f"step {record.step_index}" if record.step_index else "no step"
+            kind = f", {record.error_type.value}" if record.error_type else ""
+            progress.say(
+                f"{names.get(record.trace_id, record.trace_id[:12])}: attribution {record.status.value} at {where}{kind} "
+                f"({record.total_calls} auditor calls)" + (f"; {record.reason}" if record.reason else "")
+            )
+
     for number, question in enumerate(questions, start=1):
-        _progress(_bar(number - 1, len(questions), f"running {question.id}"))
+        progress.say(f"[{number}/{len(questions)}] {question.id}: {question.question}")
         agent = TableQAAgent(question, llm, max_steps=args.max_steps)
         adapter = LangGraphReplayAdapter(
             agent.graph, tracer_provider=runtime.provider, recursion_limit=agent.recursion_limit
         )
 
-        def ask(text: str, agent: TableQAAgent = agent, thread: str = f"demo-{question.id}") -> str:
-            return agent.answer(thread_id=thread)  # the agent holds its question; ``text`` makes it the run's input
+        def ask(text: str, agent: TableQAAgent = agent, qid: str = question.id) -> str:
+            names[format_trace_id(otel_trace.get_current_span().get_span_context().trace_id)] = qid
+            return agent.answer(thread_id=f"demo-{qid}")  # the agent holds its question; ``text`` is the run's input
 
         run = reflect_otel.observe(replay=adapter, name="table_qa")(ask)
         with reflect_otel.expect(question.expected):
             try:
-                answers[question.id] = run(question.question)
+                answer = run(question.question)
             except Exception as error:  # the model endpoint failed: report it and go on
                 failures += 1
-                print(f"\n{question.id}: the agent failed: {error}", file=sys.stderr)
-    _progress(_bar(len(questions), len(questions), "runs done"), final=True)
-    while not runtime.drain(timeout_s=2):
-        stats = runtime.stats
-        _progress(_bar(stats.traces_verified, len(questions), f"verified; {stats.traces_attributed} attributed"))
+                progress.say(f"{question.id}: the agent failed: {error}")
+                continue
+        verdict = "right" if answers_match(answer, question.expected) else "wrong: REFLECT will attribute it"
+        progress.say(f"{question.id}: answered {answer!r} (expected {question.expected!r}): {verdict}")
+        report_new_records()
+    progress.say("all runs done; waiting for the attributions")
+    while not runtime.drain(timeout_s=5):
+        report_new_records()
+    report_new_records()
     stats = runtime.stats
     records = list(runtime.records)
     reflect_otel.shutdown()
-    _progress(_bar(stats.traces_verified, len(questions), "verified and attributed"), final=True)
-    _summary(stats, records, len(questions), failures, time.monotonic() - started, args, phoenix)
+    _summary(stats, records, names, len(questions), failures, time.monotonic() - started, args, phoenix)
     return 0
 
 
 def _summary(
     stats: Any,
-    records: list[Any],
+    records: list[AttributionRecord],
+    names: dict[str, str],
     questions: int,
     failures: int,
     seconds: float,
@@ -118,13 +166,13 @@ def _summary(
     phoenix: str | None,
 ) -> None:
     types = Counter(r.error_type.value for r in records if r.error_type is not None)
-    verified = sum(1 for r in records if r.status is AttributionStatus.VERIFIED)
+    verified = [r for r in records if r.status is AttributionStatus.VERIFIED]
     rows = [
         ("questions", questions),
         ("correct", stats.traces_verified - stats.traces_flagged),
         ("flagged (wrong answers)", stats.traces_flagged),
         ("attributed", stats.traces_attributed),
-        ("verified by replay", verified),
+        ("verified by replay", len(verified)),
         ("agent failures", failures),
         ("top error types", ", ".join(f"{t} ({n})" for t, n in types.most_common(3)) or "-"),
         ("auditor tokens", stats.tokens),
@@ -134,12 +182,18 @@ def _summary(
     print()
     for name, value in rows:
         print(f"  {name.ljust(width)}  {value}")
+    for record in verified:
+        print(
+            f"\n  {names.get(record.trace_id, record.trace_id[:12])}: step {record.step_index} caused the wrong answer "
+            f"{record.original_answer!r}; replayed from there with the correction, the agent answered "
+            f"{record.corrected_answer!r}."
+        )
     store = store_path(args.store)
-    example = next((r.trace_id for r in records if r.step_index), None)
+    example = (verified or [r for r in records if r.step_index] or [None])[0]
     print(f"\nEverything is in {store}. Next:")
+    if example is not None:
+        print(f"  reflect-otel report {example.trace_id[:12]} -o report.html --store {store}")
     print(f"  reflect-otel stats --store {store}")
     print(f'  reflect-otel sql "SELECT trace_id, status, step_index, error_type FROM attributions" --store {store}')
-    if example:
-        print(f"  reflect-otel report {example[:12]} -o report.html --store {store}")
     if phoenix:
         print(f"  open {phoenix} to see the decisive_error annotations on the spans")

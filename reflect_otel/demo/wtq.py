@@ -8,10 +8,13 @@ from pathlib import Path
 
 from reflect_otel.errors import InputError
 
-__all__ = ["WTQQuestion", "load_questions", "read_table", "unescape"]
+__all__ = ["DEMO_QUESTIONS", "WTQQuestion", "load_questions", "read_table", "unescape"]
 
 _DATA = Path(str(files("reflect_otel.demo").joinpath("data", "wtq")))
 MAX_TABLE_BYTES = 5 * 1024 * 1024
+
+DEMO_QUESTIONS: tuple[str, ...] = ("nt-1", "nt-3", "nt-13")
+"""The questions ``reflect-otel demo`` runs by default (see the README for why these)."""
 
 
 @dataclass(frozen=True, slots=True)
