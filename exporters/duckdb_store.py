@@ -87,7 +87,7 @@ VIEWS: dict[str, str] = {
                    AS verified_share
         FROM attributions GROUP BY ALL ORDER BY method""",
     "flip_rate_by_offset": """
-        SELECT localized_step - rollback_point AS rollback_offset, count(*) AS replays,
+        SELECT localized_step - (rollback_point + 1) AS rollback_offset, count(*) AS replays,
                count(*) FILTER (WHERE flipped) AS flips, round(count(*) FILTER (WHERE flipped) / count(*), 4) AS flip_rate
         FROM replays WHERE error IS NULL AND localized_step IS NOT NULL GROUP BY ALL ORDER BY rollback_offset""",
     "cost_per_trace": """

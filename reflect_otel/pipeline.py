@@ -1,9 +1,11 @@
 """REFLECT (the paper's Algorithm 1): diagnose, test by targeted replay, verify and re-localize.
 
-Given a failed trace: localize the earliest decisive error step, classify it, then for up to D rounds build a
-repair plan, replay from rollback points {i, i-1, ..., max(i-K+1, 1)} (keeping steps 1..p) with the plan
-injected, gate the first regenerated step, and verify. The first replay that verifies as correct makes its
-rollback point the attributed step (status ``verified``) and the two continuations sharpen the explanation.
+Given a failed trace: localize the earliest decisive error step i, classify it, then for up to D rounds build a
+repair plan and, for each candidate step p in {i, i-1, ..., max(i-K+1, 1)}, replay the agent with the prefix before
+p kept (steps 1..p-1, the paper's tau_<p) and the plan injected where step p was, gate the regenerated step p against
+the plan, and verify. The first replay that verifies as correct makes its step p the attributed step (status
+``verified``): the kept prefix was not at fault, and redoing step p as planned fixed the run. The two continuations
+then sharpen the explanation.
 Otherwise the best candidate replay is re-localized and the next round starts. After D rounds the last
 localization is returned, marked ``unverified``. A stage error is recorded and the best record reached is
 returned: :meth:`ReflectPipeline.attribute` never raises.
@@ -41,7 +43,8 @@ _log = logging.getLogger("reflect_otel.pipeline")
 
 
 def rollback_points(step_index: int, count: int) -> list[int]:
-    """{i, i-1, ..., max(i-K+1, 1)}: the localized step and the K-1 before it, nearest first."""
+    """{i, i-1, ..., max(i-K+1, 1)}: the steps to regenerate, the localized one and the K-1 before it, nearest
+    first. Replaying at step p keeps steps 1..p-1 (the adapter's ``rollback_point`` is p-1)."""
     return list(range(step_index, max(step_index - count + 1, 1) - 1, -1))
 
 
@@ -198,15 +201,15 @@ class ReflectPipeline(MethodBase):
             state.run.error("diagnose", error, state.round)
             return stages.null_plan(state.located, state.classification)
 
-    def _try_point(self, state: _Rounds, point: int) -> _Candidate | None:
-        """``replay_samples`` continuations from ``point``: the first that counts as a flip, else the last that ran.
-        With several samples, all run, and the flip rate is recorded."""
+    def _try_point(self, state: _Rounds, step: int) -> _Candidate | None:
+        """``replay_samples`` replays that regenerate ``step``: the first that counts as a flip, else the last that
+        ran. With several samples, all run, and the flip rate is recorded."""
         samples = self.config.replay_samples
-        ran = [c for sample in range(samples) if (c := self._try_sample(state, point, sample))]
+        ran = [c for sample in range(samples) if (c := self._try_sample(state, step, sample))]
         flips = [c for c in ran if self._counts(c)]
         if samples > 1:
             state.flip_rates.append(
-                FlipRate(round=state.round, rollback_point=point, samples=samples, flips=len(flips))
+                FlipRate(round=state.round, rollback_point=step - 1, samples=samples, flips=len(flips))
             )
         return flips[0] if flips else (ran[-1] if ran else None)
 
@@ -216,14 +219,16 @@ class ReflectPipeline(MethodBase):
             self.config.gate is not GateMode.HARD or _faithful(candidate.attempt.gate)
         )
 
-    def _try_sample(self, state: _Rounds, point: int, sample: int) -> _Candidate | None:
-        """Replay from ``point`` (hard gate: up to R retries with feedback). The last attempt that ran, or None."""
+    def _try_sample(self, state: _Rounds, step: int, sample: int) -> _Candidate | None:
+        """Replay regenerating ``step`` (hard gate: up to R retries with feedback). The last attempt that ran, or
+        None."""
         cfg, plan, current = self.config, state.plan, state.current
         assert plan is not None, "plan first"
         base_injection = prompts.repair_injection(plan, state.located.step_index)
         injection = base_injection
         retries = cfg.gate_retries if cfg.gate is GateMode.HARD else 0
-        replaced = current.steps[point] if point < len(current.steps) else None
+        point = step - 1  # the kept prefix
+        replaced = current.steps[point]  # the original step the replay regenerates
         last: _Candidate | None = None
         for retry in range(retries + 1):
             planned = ReplayAttempt(
@@ -280,7 +285,8 @@ class ReflectPipeline(MethodBase):
     def _verified(self, state: _Rounds, found: _Candidate) -> AttributionRecord:
         run, trace, plan, localization = state.run, state.current, state.plan, state.located
         assert plan is not None
-        point = found.attempt.rollback_point
+        kept = found.attempt.rollback_point
+        point = kept + 1  # the regenerated step: the attributed one
         original = trace.steps[point - 1]
         error_type = state.classification.error_type if state.classification else None
         explanation = state.classification.explanation if state.classification else localization.reasoning
@@ -311,7 +317,7 @@ class ReflectPipeline(MethodBase):
             confidence=localization.confidence,
             explanation=explanation,
             root_cause=plan.root_cause,
-            intervention=Intervention(plan=plan, injection=found.attempt.injection, rollback_point=point),
+            intervention=Intervention(plan=plan, injection=found.attempt.injection, rollback_point=kept),
             replays=state.attempts,
             flip_rates=state.flip_rates,
             corrected_answer=found.result.final_answer,

@@ -63,7 +63,8 @@ class ReflectAttributes:
     STATUS = "reflect.attribution.status"
     """``verified`` when a targeted replay flipped the outcome, else ``unverified``."""
     ROLLBACK_POINT = "reflect.attribution.rollback_point"
-    """The rollback point whose replay flipped the outcome."""
+    """How many original steps the replay that flipped the outcome kept (it regenerated the next one, the decisive
+    step)."""
     CONFIDENCE = "reflect.attribution.confidence"
     """Auditor confidence in ``[0, 1]``."""
     TRACE_ID = "reflect.attribution.trace_id"

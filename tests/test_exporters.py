@@ -39,7 +39,7 @@ def test_record_becomes_an_evaluator_span_inside_the_judged_trace() -> None:
         ReflectAttributes.ERROR_STEP_INDEX: 2,
         ReflectAttributes.ERROR_SPAN_ID: record.span_id,
         ReflectAttributes.ERROR_TYPE: "incorrect_problem_identification",
-        ReflectAttributes.ROLLBACK_POINT: 2,
+        ReflectAttributes.ROLLBACK_POINT: 1,  # step 1 kept, step 2 regenerated
         ReflectAttributes.CONFIDENCE: 0.8,
         ReflectAttributes.CORRECTED_ANSWER: "The answer is 42",
         SpanAttributes.INPUT_VALUE: record.trace_id,
@@ -54,7 +54,7 @@ def test_record_becomes_an_evaluator_span_inside_the_judged_trace() -> None:
     for key, value in expected.items():  # exhaustive: pop each expected key, then nothing may be left
         assert attributes.pop(key) == value, key
     metadata = json.loads(str(attributes.pop(AnnotationAttributes.ANNOTATION_METADATA)))
-    assert metadata == {"status": "verified", "step_index": 2, "rollback_point": 2}
+    assert metadata == {"status": "verified", "step_index": 2, "rollback_point": 1}
     assert attributes == {}
     (event,) = span.events
     assert event.name == GenAIEvaluation.EVENT

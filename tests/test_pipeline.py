@@ -29,13 +29,14 @@ def test_rollback_points_are_the_localized_step_and_those_before() -> None:
 
 def test_success_at_i0_minus_1_is_the_verified_attribution() -> None:
     llm = auditor(localize=[3])
-    adapter = agent(lambda point, _: "42" if point == 2 else "41")
+    # the scripted agent gets the kept prefix's length: it answers right when step 2 is regenerated (step 1 kept)
+    adapter = agent(lambda kept, _: "42" if kept == 1 else "41")
     record = run(llm, adapter)
     assert record.status is AttributionStatus.VERIFIED
     assert record.step_index == 2
     assert record.span_id == five_step_trace().steps[1].span_id
-    assert record.intervention is not None and record.intervention.rollback_point == 2
-    assert [c.rollback_point for c in adapter.calls] == [3, 2]  # nearest first, stop at the flip
+    assert record.intervention is not None and record.intervention.rollback_point == 1
+    assert [c.rollback_point for c in adapter.calls] == [2, 1]  # step 3 then step 2 regenerated; stop at the flip
     assert [a.flipped for a in record.replays] == [False, True]
     assert record.corrected_answer == "The answer is 42"
     assert record.error_type is ErrorType.INCORRECT_PROBLEM_IDENTIFICATION
@@ -85,16 +86,16 @@ def test_soft_gate_logs_but_accepts() -> None:
 
 def test_failed_round_relocalizes_on_the_best_candidate() -> None:
     llm = auditor(localize=[4, 3])
-    # round 1 (from step 4's localization) never flips; round 2 flips at rollback point 3 of the candidate trace
-    adapter = agent(lambda point, injection: "42" if len(adapter.calls) > 3 and point == 3 else "41")
+    # round 1 (from step 4's localization) never flips; round 2 flips regenerating step 3 of the candidate trace
+    adapter = agent(lambda kept, injection: "42" if len(adapter.calls) > 3 and kept == 2 else "41")
     record = run(llm, adapter, rounds=2, rollback_points=3)
     assert record.status is AttributionStatus.VERIFIED
     assert record.rounds == 2
     assert [loc.step_index for loc in record.localizations] == [4, 3]
     relocalize = [r for r in llm.requests if r.stage == "localize"][1]
-    # round 2 audits the best candidate of round 1: the faithful replay that kept the longest prefix (point 4)
-    assert '"try": 4' in relocalize.text and "The answer is 41" in relocalize.text
-    assert [c.rollback_point for c in adapter.calls] == [4, 3, 2, 3]
+    # round 2 audits the best candidate of round 1: the faithful replay that kept the longest prefix (3 steps)
+    assert '"try": 3' in relocalize.text and "The answer is 41" in relocalize.text
+    assert [c.rollback_point for c in adapter.calls] == [3, 2, 1, 2]
 
 
 def test_exhaustion_gives_unverified_record_with_last_localization() -> None:
@@ -140,7 +141,7 @@ def test_out_of_range_step_is_sent_back_once() -> None:
 
 def test_cost_sums_per_stage() -> None:
     llm = auditor(localize=[3])
-    record = run(llm, agent(lambda point, _: "42" if point == 2 else "41"))
+    record = run(llm, agent(lambda kept, _: "42" if kept == 1 else "41"))
     by_stage = {c.stage: c for c in record.cost}
     assert {s: c.calls for s, c in by_stage.items()} == {
         "localize": 1,
@@ -214,6 +215,6 @@ def test_repeated_replays_report_the_flip_rate() -> None:
     record = run(auditor(localize=[3]), adapter, replay_samples=3, gate=GateMode.SOFT)
     assert record.status is AttributionStatus.VERIFIED and record.step_index == 3
     (rate,) = record.flip_rates
-    assert (rate.rollback_point, rate.samples, rate.flips) == (3, 3, 2) and abs(rate.rate - 2 / 3) < 1e-9
+    assert (rate.rollback_point, rate.samples, rate.flips) == (2, 3, 2) and abs(rate.rate - 2 / 3) < 1e-9
     assert [a.sample for a in record.replays] == [0, 1, 2]
     assert len(adapter.calls) == 3  # all samples run to measure the rate, then the flip is accepted

@@ -84,7 +84,8 @@ def scripted_auditor(
 
 
 def scripted_agent(answer_at: Callable[[int, str], str]) -> ScriptedReplayAdapter:
-    """A scripted agent: after the kept prefix it multiplies, then answers ``answer_at(rollback_point, injection)``."""
+    """A scripted agent: after the kept prefix it multiplies, then answers ``answer_at(kept, injection)``, where
+    ``kept`` is the replay's ``rollback_point`` (how many original steps it kept)."""
 
     def continue_with(trace: StructuredTrace, point: int, injection: str) -> list[dict[str, Any]]:
         return [
@@ -96,9 +97,10 @@ def scripted_agent(answer_at: Callable[[int, str], str]) -> ScriptedReplayAdapte
 
 
 def verified_attribution() -> tuple[StructuredTrace, AttributionRecord]:
-    """The five-step trace and REFLECT's verified record of it (the replay from step 2 answers 42)."""
+    """The five-step trace and REFLECT's verified record of it: step 3 is localized, regenerating it fails, and
+    regenerating step 2 (step 1 kept) answers 42."""
     trace = five_step_trace()
-    adapter = scripted_agent(lambda point, _: "42" if point == 2 else "41")
+    adapter = scripted_agent(lambda kept, _: "42" if kept == 1 else "41")
     pipeline = ReflectPipeline(
         scripted_auditor(localize=[3]), verifier=OracleVerifier(), config=ReflectConfig(gate=GateMode.HARD)
     )
