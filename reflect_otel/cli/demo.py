@@ -189,7 +189,7 @@ def _summary(
             f"{record.corrected_answer!r}."
         )
     store = store_path(args.store)
-    example = (verified or [r for r in records if r.step_index] or [None])[0]
+    example = next(iter(verified or [r for r in records if r.step_index]), None)
     print(f"\nEverything is in {store}. Next:")
     if example is not None:
         print(f"  reflect-otel report {example.trace_id[:12]} -o report.html --store {store}")

@@ -182,11 +182,15 @@ class StructuredToolChatModel(BaseChatModel):
         return self  # the decision schema already lists the tools
 
     def _decide(self, conversation: list[ChatMessage], final: bool) -> TableDecision | FinalDecision:
-        output: type[TableDecision] | type[FinalDecision] = FinalDecision if final else TableDecision
-        system = f"{self.system_prompt}\n\n{schema_instruction(output)}"
-        return self.llm.complete(
-            [ChatMessage(role="system", content=system), *conversation], output, stage="agent"
-        ).value
+        llm: StructuredLLM = self.llm
+        messages = [ChatMessage(role="system", content=""), *conversation]
+        if final:
+            messages[0] = ChatMessage(
+                role="system", content=f"{self.system_prompt}\n\n{schema_instruction(FinalDecision)}"
+            )
+            return llm.complete(messages, FinalDecision, stage="agent").value
+        messages[0] = ChatMessage(role="system", content=f"{self.system_prompt}\n\n{schema_instruction(TableDecision)}")
+        return llm.complete(messages, TableDecision, stage="agent").value
 
     def _generate(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
