@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from reflect_otel.demo.table_tools import TableWorkspace
 from reflect_otel.demo.wtq import WTQQuestion
 from reflect_otel.errors import MissingDependencyError
-from reflect_otel.llm.base import ChatMessage, StructuredLLM, schema_instruction
+from reflect_otel.llm.base import ChatMessage, OutputT, StructuredLLM, schema_instruction
 
 try:
     from langchain_core.language_models.chat_models import BaseChatModel
@@ -182,15 +182,12 @@ class StructuredToolChatModel(BaseChatModel):
         return self  # the decision schema already lists the tools
 
     def _decide(self, conversation: list[ChatMessage], final: bool) -> TableDecision | FinalDecision:
+        return self._ask(conversation, FinalDecision) if final else self._ask(conversation, TableDecision)
+
+    def _ask(self, conversation: list[ChatMessage], output: type[OutputT]) -> OutputT:
+        system = ChatMessage(role="system", content=f"{self.system_prompt}\n\n{schema_instruction(output)}")
         llm: StructuredLLM = self.llm
-        messages = [ChatMessage(role="system", content=""), *conversation]
-        if final:
-            messages[0] = ChatMessage(
-                role="system", content=f"{self.system_prompt}\n\n{schema_instruction(FinalDecision)}"
-            )
-            return llm.complete(messages, FinalDecision, stage="agent").value
-        messages[0] = ChatMessage(role="system", content=f"{self.system_prompt}\n\n{schema_instruction(TableDecision)}")
-        return llm.complete(messages, TableDecision, stage="agent").value
+        return llm.complete([system, *conversation], output, stage="agent").value
 
     def _generate(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
