@@ -60,6 +60,26 @@ def _steps(steps: Sequence[Step], decisive: int | None) -> str:
     return '<ul class="timeline">' + "".join(_step(s, s.index == decisive) for s in steps) + "</ul>"
 
 
+def _diagnosis(record: AttributionRecord, kind: str) -> str:
+    """The finding in one paragraph, before the evidence."""
+    if record.status is AttributionStatus.VERIFIED and record.intervention is not None:
+        kept = record.intervention.rollback_point
+        text = (
+            f"<b>Step {_e(record.step_index)} caused the wrong answer</b> ({_e(kind)}). The agent answered "
+            f"<b>{_e(record.original_answer)}</b>. Replayed with steps 1..{kept} kept and step {_e(record.step_index)} "
+            f"redone as the correction below says, it answered <b>{_e(record.corrected_answer)}</b>, which verifies "
+            "as correct: that replay is the evidence."
+        )
+    elif record.step_index is not None:
+        text = (
+            f"Step {_e(record.step_index)} is the most likely decisive error ({_e(kind)}), <b>not verified</b>: "
+            f"{_e(record.reason or 'no replay flipped the outcome')}."
+        )
+    else:
+        text = f"No step could be attributed: {_e(record.reason)}."
+    return f'<h2>Diagnosis</h2><div class="card"><p>{text}</p></div>'
+
+
 def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> str:
     """The report as one HTML string."""
     decisive = record.step_index if record else None
@@ -74,6 +94,7 @@ def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> s
     ]
     if record is not None:
         kind = record.error_type.value if record.error_type else "unknown"
+        body.append(_diagnosis(record, kind))
         body.append(
             '<h2>Attribution</h2><div class="card">'
             f"<p><b>Decisive step:</b> {_e(record.step_index)} &middot; <b>Error type:</b> {_e(kind)} &middot; "
@@ -107,12 +128,13 @@ def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> s
         body.append(_steps(trace.steps, decisive))
     if record is not None and record.cost:
         rows = "".join(
-            f"<tr><td>{_e(c.stage)}</td><td>{c.calls}</td><td>{c.prompt_tokens}</td><td>{c.completion_tokens}</td>"
-            f"<td>{c.seconds:.2f}</td></tr>"
+            f"<tr><td>{_e(c.stage)}</td><td>{c.calls}</td><td>{c.prompt_tokens}</td>"
+            f"<td>{_e(c.cached_prompt_tokens if c.cached_prompt_tokens is not None else '-')}</td>"
+            f"<td>{c.completion_tokens}</td><td>{c.seconds:.2f}</td></tr>"
             for c in record.cost
         )
         body.append(
-            "<h2>Cost</h2><table><tr><th>stage</th><th>calls</th><th>prompt tokens</th>"
+            "<h2>Cost</h2><table><tr><th>stage</th><th>calls</th><th>prompt tokens</th><th>from cache</th>"
             f"<th>completion tokens</th><th>seconds</th></tr>{rows}</table>"
         )
     title = f"reflect-otel: {trace.trace_id}"
