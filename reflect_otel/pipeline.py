@@ -152,8 +152,8 @@ class ReflectPipeline(MethodBase):
                 candidates.append(found)
                 if self._counts(found):
                     return self._verified(state, found)
-            if not cfg.relocalize:
-                continue
+            if not cfg.relocalize or round_ == cfg.rounds:
+                continue  # after the last round a new localization would name a step of a replay, not of the run
             best = _select_best(candidates)
             if best is None:
                 break  # no replay ran at all; another round would fail the same way

@@ -106,7 +106,7 @@ class TableDecision(BaseModel):
     """One turn of the agent: why, then one action."""
 
     model_config = _FROZEN
-    thought: str
+    thought: str = Field(max_length=200, description="one short sentence")
     action: Action
 
 
@@ -114,7 +114,7 @@ class FinalDecision(BaseModel):
     """The last turn the step budget allows: why, then the answer (no more tools)."""
 
     model_config = _FROZEN
-    thought: str
+    thought: str = Field(max_length=200, description="one short sentence")
     action: FinalAnswer
 
 

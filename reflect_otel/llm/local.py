@@ -37,9 +37,13 @@ __all__ = ["LocalLLM", "LocalLlamaServer", "free_port", "local_llm", "wait_until
 _log = logging.getLogger("reflect_otel.llm.local")
 _PREFIX_HIT = re.compile(rb"Llama\.generate: (\d+) prefix-match hit")
 _FULL_HIT = b"full prompt already cached"
-CACHE_BYTES = 2 << 30
-"""The server's RAM cache of evaluated prompt states (one state of a 2,000-token prompt of the 1.5B model is
-about 60 MB)."""
+CACHE_BUDGET_BYTES = 3 << 30
+"""Memory the server's cache of evaluated prompts may take. llama-cpp-python counts only a state's KV cells
+against ``--cache_size``, but each saved state also copies the logits of every prompt token (vocabulary x 4 bytes:
+600 kB a token for Qwen2.5's 152k vocabulary, against 29 kB of KV): measured here, a 103-token state counted
+2.9 MB and held 65 MB. Unbounded, it took the server to 23 GB and the OOM killer. So the cache size passed is the
+budget divided by that ratio, rounded up (24): a few recent prompts (the agent's and the auditor's) stay cached."""
+_UNCOUNTED_RATIO = 24
 
 
 def free_port() -> int:
@@ -84,7 +88,7 @@ class LocalLlamaServer:
         *,
         context: int = 8192,
         threads: int = 2,
-        cache_bytes: int = CACHE_BYTES,
+        cache_budget_bytes: int = CACHE_BUDGET_BYTES,
         startup_timeout_s: float = 300.0,
     ) -> None:
         if importlib.util.find_spec("llama_cpp") is None:
@@ -117,7 +121,7 @@ class LocalLlamaServer:
             "--cache_type",
             "ram",
             "--cache_size",
-            str(cache_bytes),
+            str(cache_budget_bytes // _UNCOUNTED_RATIO),
             "--verbose",
             "true",
         ]

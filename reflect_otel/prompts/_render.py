@@ -63,8 +63,9 @@ def _unit_interval(value: object) -> object:
 
 
 Confidence = Annotated[float, BeforeValidator(_unit_interval), Field(ge=0, le=1)]
-Explanation = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
-"""Text that carries the answer (a reason, an explanation, a plan): an empty one is rejected and sent back."""
+Explanation = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=600)]
+"""Text that carries the answer (a reason, an explanation, a plan): an empty one is rejected and sent back; the
+length cap keeps generation short on a CPU (servers that constrain decoding to the schema enforce it)."""
 
 
 def messages(role: str, user: str) -> list[ChatMessage]:
