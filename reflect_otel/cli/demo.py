@@ -141,13 +141,14 @@ def _demo(args: argparse.Namespace) -> int:
                 failures += 1
                 progress.say(f"{question.id}: the agent failed: {error}")
                 continue
-        verdict = "right" if answers_match(answer, question.expected) else "wrong: REFLECT will attribute it"
+        wrong = not answers_match(answer, question.expected)
+        verdict = "wrong: REFLECT attributes it now" if wrong else "right"
         progress.say(f"{question.id}: answered {answer!r} (expected {question.expected!r}): {verdict}")
+        # one model on one CPU: the attribution runs before the next question, so that neither evicts the other's
+        # prompt from the server's cache
+        while not runtime.drain(timeout_s=5):
+            report_new_records()
         report_new_records()
-    progress.say("all runs done; waiting for the attributions")
-    while not runtime.drain(timeout_s=5):
-        report_new_records()
-    report_new_records()
     stats = runtime.stats
     records = list(runtime.records)
     reflect_otel.shutdown()
