@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import importlib.util
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -11,6 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from reflect_otel.collectors.span_processor import ReflectSpanProcessor
+from reflect_otel.record import AttributionRecord
 from reflect_otel.trace import StructuredTrace
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -67,3 +70,22 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+def require_local_backend(*packages: str) -> None:
+    """Skip (fail under CI, which installs it) unless llama.cpp's server and ``packages`` are installed."""
+    if any(importlib.util.find_spec(name) is None for name in ("llama_cpp", *packages)):
+        message = "the local backend is not installed: pip install 'reflect-otel[local]'"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def assert_valid_record(record: AttributionRecord, steps: int) -> None:
+    """A record from a real model: it round-trips, called the model, and names a step in range or says why not."""
+    assert AttributionRecord.model_validate_json(record.model_dump_json()) == record
+    assert record.llm_calls, "the local model was called"
+    if record.step_index is None:
+        assert record.errors  # no step only when a stage failed, and then it says which
+    else:
+        assert 1 <= record.step_index <= steps

