@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import argparse
 import sys
+import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reflect_otel.config import GateMode, LLMConfig, ReflectConfig
 from reflect_otel.errors import ConfigError
 from reflect_otel.evaluation.compare import chart_svg, compare_markdown, load_runs
 from reflect_otel.evaluation.loaders import BENCHMARKS
 from reflect_otel.evaluation.runner import REPLAYABLE, EvalOptions, run_eval
+from reflect_otel.llm.factory import make_llm
 from reflect_otel.methods import METHODS, llm_for, method_spec
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from reflect_otel.evaluation.live import RunAgent
+    from reflect_otel.llm.base import StructuredLLM
+
+LIVE = "wtq-live"
+LIVE_METHODS = ("reflect", "ics", "reflexion")
 
 __all__ = ["add_eval_command", "add_eval_compare_command"]
 
@@ -23,13 +35,22 @@ def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         description="Attribute every failing trace of a benchmark with a gold step and score the predictions. "
         "Results are appended to OUT/results.jsonl as they finish; re-running skips what is done. Writes "
         "run_config.json, metrics.json and metrics.md. BIG-Bench Mistake replays through the chain-of-thought "
-        "adapter; TRAIL and Who&When are localization-only (there is no environment to replay).",
+        "adapter; TRAIL and Who&When are localization-only (there is no environment to replay). "
+        f"{LIVE} runs the table-QA demo agent with the configured model on WikiTableQuestions questions (DATA/wtq), "
+        "keeps the runs whose answer is wrong, and applies each method to the same failed runs with the same model "
+        "(replays through LangGraph); it reports, per method, the failures corrected and verified.",
     )
-    parser.add_argument("--benchmark", required=True, choices=BENCHMARKS)
-    parser.add_argument("--method", required=True, choices=list(METHODS))
+    parser.add_argument("--benchmark", required=True, choices=(*BENCHMARKS, LIVE))
+    parser.add_argument(
+        "--method",
+        help=f"one of {', '.join(METHODS)}; for {LIVE}, a comma-separated list (default {','.join(LIVE_METHODS)})",
+    )
     parser.add_argument("--data", required=True, type=Path, help="the dataset folder, e.g. ../shared/data")
     parser.add_argument("--out", required=True, type=Path, help="folder for this run")
-    parser.add_argument("--limit", type=int, help="at most N traces")
+    parser.add_argument("--limit", type=int, help=f"at most N traces (for {LIVE}: stop after N failed runs)")
+    parser.add_argument(
+        "--max-steps", type=int, default=6, help=f"{LIVE}: tool calls an agent run may make (default 6, as the demo)"
+    )
     parser.add_argument("--seed", type=int, help="shuffle the traces with this seed before --limit")
     parser.add_argument("--judge-explanations", action="store_true", help="LLM-judge explanation similarity")
     ablation = parser.add_argument_group("ablations (the paper's table, one flag per row)")
@@ -60,6 +81,10 @@ def _eval(args: argparse.Namespace) -> int:
         use_diagnostician=False if args.no_diagnostician else None,
         relocalize=False if args.no_relocalize else None,
     )
+    if args.benchmark == LIVE:
+        return _eval_live(args, config)
+    if args.method not in METHODS:
+        raise ConfigError(f"--method: choose one of {', '.join(METHODS)}")
     print(
         f"{args.benchmark}: {REPLAYABLE.get(args.benchmark, 'localization-only (no environment to replay)')}",
         file=sys.stderr,
@@ -92,6 +117,52 @@ def _eval(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
+    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+    from reflect_otel.online.setup import instrumented_provider
+
+    methods = tuple(m.strip() for m in (args.method or ",".join(LIVE_METHODS)).split(",") if m.strip())
+    if args.max_steps < 1:
+        raise ConfigError("--max-steps must be at least 1")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise ConfigError(f"--method: unknown {', '.join(unknown) or '(none)'}; choose from {', '.join(METHODS)}")
+    llm = make_llm(LLMConfig.from_env())
+    print(f"{LIVE}: model {llm.model_name}; methods {', '.join(methods)}", file=sys.stderr)
+    options = LiveOptions(methods, args.data, args.out, args.limit, args.seed, config)
+    run_agent = table_agent_runs(llm, instrumented_provider(), max_steps=args.max_steps)
+    metrics = run_live_eval(options, llm, run_agent, progress=lambda text: print(text, file=sys.stderr, flush=True))
+    print((args.out / "metrics.md").read_text())
+    runs = [m["runs"] for m in metrics["methods"].values()]
+    if any(runs) and all(m["failed"] == m["runs"] for m in metrics["methods"].values()):
+        print(f"every attribution failed, so nothing was measured; see {args.out / 'results.jsonl'}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps: int) -> RunAgent:
+    """Runs the table-QA demo agent on a question, captures its trace from ``provider`` (which must carry the
+    LangChain instrumentation) and gives the LangGraph adapter that replays it from the run's checkpoints."""
+    from reflect_otel.demo.table_agent import TableQAAgent
+    from reflect_otel.demo.wtq import WTQQuestion
+    from reflect_otel.evaluation.live import AgentRun
+    from reflect_otel.replay_adapters._capture import captured
+    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
+
+    def run(question: WTQQuestion) -> AgentRun:
+        agent = TableQAAgent(question, llm, max_steps=max_steps)
+        with captured(provider, "table_qa") as capture:
+            answer = agent.answer(thread_id=f"{LIVE}-{question.id}-{uuid.uuid4().hex[:8]}")
+        trace = capture.trace
+        assert trace is not None
+        if not trace.question:
+            trace = trace.model_copy(update={"question": question.question})
+        adapter = LangGraphReplayAdapter(agent.graph, tracer_provider=provider, recursion_limit=agent.recursion_limit)
+        return AgentRun(answer=answer, trace=trace, replay=adapter)
+
+    return run
 
 
 def _compare(args: argparse.Namespace) -> int:

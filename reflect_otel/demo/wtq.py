@@ -49,9 +49,23 @@ def _split_answers(target: str) -> tuple[str, ...]:
     return tuple(unescape(part.replace("\x00", "\\p")) for part in parts)
 
 
+def _table_path(data: Path, field: str, where: str) -> Path:
+    """The shipped sample names a file in ``tables/``; WikiTableQuestions itself names ``csv/204-csv/622.csv``, whose
+    ``.tsv`` twin beside it is the cleaner file to parse."""
+    if "/" not in field and "\\" not in field:
+        return data / "tables" / field
+    path = (data / field).with_suffix(".tsv")
+    if data.resolve() not in path.resolve().parents:
+        raise InputError(f"{where}: table path {field!r} leaves {data}")
+    return path
+
+
 def load_questions(limit: int | None = None, *, data: Path = _DATA) -> list[WTQQuestion]:
-    """The shipped questions, in file order."""
+    """The questions of ``data/questions.tsv`` (the shipped sample by default; or a WikiTableQuestions folder such
+    as ``../shared/data/wtq``), in file order."""
     path = data / "questions.tsv"
+    if not path.is_file():
+        raise InputError(f"{path}: no such file; point at a folder holding WikiTableQuestions' questions.tsv")
     lines = path.read_text(encoding="utf-8").splitlines()
     questions = []
     for number, line in enumerate(lines[1:], start=2):
@@ -61,7 +75,8 @@ def load_questions(limit: int | None = None, *, data: Path = _DATA) -> list[WTQQ
         if len(fields) != 4:
             raise InputError(f"{path}:{number}: expected 4 tab-separated fields")
         qid, question, table, target = fields
-        questions.append(WTQQuestion(qid, unescape(question), data / "tables" / table, _split_answers(target)))
+        table_path = _table_path(data, table, f"{path}:{number}")
+        questions.append(WTQQuestion(qid, unescape(question), table_path, _split_answers(target)))
     return questions[:limit]
 
 

@@ -26,7 +26,7 @@ from reflect_otel.replay import find_replay_adapter
 from reflect_otel.service import AttributionService
 from reflect_otel.verifiers import BBMVerifier, OracleVerifier
 
-__all__ = ["REPLAYABLE", "EvalOptions", "run_eval"]
+__all__ = ["REPLAYABLE", "EvalOptions", "read_done", "run_eval"]
 
 RESULTS = "results.jsonl"
 REPLAYABLE = {"bbm": "replay through the chain-of-thought adapter"}
@@ -54,8 +54,8 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _done(path: Path) -> dict[str, dict[str, Any]]:
-    """Finished traces; a last line cut short by a crash is dropped (and the file mended) so appends stay valid."""
+def read_done(path: Path, *, key: str = "trace_id") -> dict[str, dict[str, Any]]:
+    """The finished rows of a results file, by ``key``; a last line cut short by a crash is dropped (and the file mended) so appends stay valid."""
     if not path.is_file():
         return {}
     raw = path.read_bytes()
@@ -68,7 +68,8 @@ def _done(path: Path) -> dict[str, dict[str, Any]]:
             row = json.loads(line)
         except ValueError:
             continue
-        done[row["trace_id"]] = row
+        if isinstance(row, dict) and key in row:
+            done[str(row[key])] = row
     return done
 
 
@@ -103,7 +104,7 @@ def run_eval(
         raise InputError(f"no failing traces with a gold step in {options.data} for {options.benchmark}")
     options.out.mkdir(parents=True, exist_ok=True)
     results = options.out / RESULTS
-    done = _done(results)
+    done = read_done(results)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items() if k != "config"}
     (options.out / "run_config.json").write_text(
         json.dumps(

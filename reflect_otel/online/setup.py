@@ -20,7 +20,7 @@ from reflect_otel.service import AttributionService
 from reflect_otel.store import open_exporter, open_store
 from reflect_otel.verifiers import OracleVerifier
 
-__all__ = ["configure", "runtime", "shutdown"]
+__all__ = ["configure", "instrumented_provider", "runtime", "shutdown"]
 
 _runtime: Runtime | None = None
 _runtime_lock = threading.Lock()
@@ -53,6 +53,14 @@ def _instrument(provider: TracerProvider) -> list[str]:
             instrumentor.instrument(tracer_provider=provider)
             turned_on.append(name)
     return turned_on
+
+
+def instrumented_provider() -> TracerProvider:
+    """The provider ``configure`` would attach to (the application's, else a new global one), with the installed
+    OpenInference instrumentations on: for commands that run an agent without the online runtime."""
+    provider = _provider(None)
+    _instrument(provider)
+    return provider
 
 
 def configure(

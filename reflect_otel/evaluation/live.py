@@ -1,0 +1,235 @@
+"""``eval --benchmark wtq-live``: REFLECT's claim measured live. The demo agent answers WikiTableQuestions questions
+with the configured model; each run whose answer is wrong is attributed by every chosen method, from the same run,
+with the same model, before the next question (the agent's replay state lives in this process).
+
+Resumable: one JSON line per question, written when the question is finished (the agent run and every method), so
+a question cut short by a crash is run again from the start on resume; a question whose agent run failed (the
+endpoint, not the answer) writes no line and is retried on resume. ``--limit`` counts failed runs.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reflect_otel.config import ReflectConfig
+from reflect_otel.demo.wtq import WTQQuestion, load_questions
+from reflect_otel.errors import InputError
+from reflect_otel.evaluation.metrics import mean_se
+from reflect_otel.evaluation.runner import read_done
+from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.methods import METHODS, method_spec
+from reflect_otel.record import AttributionStatus
+from reflect_otel.replay import ReplayAdapter
+from reflect_otel.service import AttributionService
+from reflect_otel.trace import StructuredTrace
+from reflect_otel.verifiers import OracleVerifier, answers_match
+
+__all__ = ["AgentRun", "LiveOptions", "live_metrics", "live_metrics_markdown", "run_live_eval"]
+
+RESULTS = "results.jsonl"
+MAX_AGENT_ERRORS_IN_A_ROW = 3
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRun:
+    """One run of the agent on one question: its answer ("" when it gave none), its trace, and the adapter that
+    can replay it (valid while the process lives)."""
+
+    answer: str
+    trace: StructuredTrace
+    replay: ReplayAdapter
+
+
+RunAgent = Callable[[WTQQuestion], AgentRun]
+"""Runs the agent on a question (the app supplies it: it wires the framework's replay adapter). May raise when the
+model endpoint fails."""
+
+
+@dataclass
+class LiveOptions:
+    methods: tuple[str, ...]
+    data: Path
+    """A WikiTableQuestions folder (``questions.tsv`` and its tables), e.g. ``../shared/data/wtq``."""
+    out: Path
+    limit: int | None = None
+    """Stop after this many failed runs (all of them attributed by every method)."""
+    seed: int | None = None
+    config: ReflectConfig = field(default_factory=ReflectConfig)
+
+
+Progress = Callable[[str], None]
+
+
+def _questions(options: LiveOptions) -> list[WTQQuestion]:
+    folder = options.data / "wtq" if (options.data / "wtq" / "questions.tsv").is_file() else options.data
+    questions = load_questions(data=folder)
+    if options.seed is not None:
+        random.Random(options.seed).shuffle(questions)
+    return questions
+
+
+def _method_row(llm: StructuredLLM, method: str, config: ReflectConfig, run: AgentRun, expected: str) -> dict[str, Any]:
+    service = AttributionService(
+        llm,
+        METHODS[method],
+        verifier=OracleVerifier(),
+        config=config,
+        replay_finder=lambda _trace, _llm: run.replay,  # this run's agent, alive in this process
+    )
+    started = time.perf_counter()
+    outcome = service.process(run.trace, expected=expected)
+    record = outcome.record
+    assert record is not None  # without triage every trace is attributed
+    return {
+        "status": record.status.value,
+        "step": record.step_index,
+        "corrected": any(a.flipped for a in record.replays),
+        "corrected_answer": record.corrected_answer,
+        "replays": len(record.replays),
+        "llm_calls": record.total_calls,
+        "tokens": record.total_tokens,
+        "seconds": round(time.perf_counter() - started, 3),
+        "failed": record.failed,
+        "errors": [e.stage for e in record.errors],
+        "record": record.model_dump(mode="json"),
+    }
+
+
+def run_live_eval(
+    options: LiveOptions, llm: StructuredLLM, run_agent: RunAgent, *, progress: Progress | None = None
+) -> dict[str, Any]:
+    """Run (or resume) and return the metrics; writes ``results.jsonl``, ``run_config.json``, ``metrics.json`` and
+    ``metrics.md`` in ``options.out``."""
+    unknown = [m for m in options.methods if m not in METHODS]
+    if unknown or not options.methods:
+        raise InputError(f"unknown method(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(METHODS)}")
+    if any(not method_spec(m).needs_llm or method_spec(m).withholds_expected for m in options.methods):
+        raise InputError("wtq-live compares methods that replay with the model and know the expected answer")
+    say = progress or (lambda _text: None)
+    questions = _questions(options)
+    options.out.mkdir(parents=True, exist_ok=True)
+    results = options.out / RESULTS
+    done = read_done(results, key="question_id")
+    (options.out / "run_config.json").write_text(
+        json.dumps(
+            {
+                "benchmark": "wtq-live",
+                "methods": list(options.methods),
+                "data": str(options.data),
+                "limit_failed_runs": options.limit,
+                "seed": options.seed,
+                "model": llm.model_name,
+                "reflect_config": options.config.model_dump(mode="json"),
+            },
+            indent=2,
+        )
+    )
+    failed_runs = sum(1 for r in done.values() if not r["correct"])
+    errors_in_a_row = 0
+    with results.open("a", encoding="utf-8") as out:
+        for question in questions:
+            if options.limit is not None and failed_runs >= options.limit:
+                break
+            if question.id in done:
+                continue
+            say(f"{question.id}: {question.question}")
+            started = time.perf_counter()
+            try:
+                run = run_agent(question)
+            except Exception as error:  # the endpoint failed, not the agent's answer: retried on resume
+                errors_in_a_row += 1
+                say(f"{question.id}: the agent run failed ({type(error).__name__}: {error}); not recorded")
+                if errors_in_a_row >= MAX_AGENT_ERRORS_IN_A_ROW:
+                    raise InputError(
+                        f"{errors_in_a_row} agent runs in a row failed; is the model endpoint up? (last: {error})"
+                    ) from error
+                continue
+            errors_in_a_row = 0
+            correct = answers_match(run.answer, question.expected)
+            row: dict[str, Any] = {
+                "question_id": question.id,
+                "question": question.question,
+                "expected": question.expected,
+                "answer": run.answer,
+                "correct": correct,
+                "agent_steps": len(run.trace.steps),
+                "agent_seconds": round(time.perf_counter() - started, 3),
+                "methods": {},
+            }
+            say(
+                f"{question.id}: answered {run.answer!r} (expected {question.expected!r}): {'right' if correct else 'wrong'}"
+            )
+            if not correct:
+                for name in options.methods:
+                    row["methods"][name] = method_row = _method_row(llm, name, options.config, run, question.expected)
+                    say(
+                        f"{question.id}: {name}: {method_row['status']} at step {method_row['step']}, "
+                        f"{'corrected' if method_row['corrected'] else 'not corrected'} "
+                        f"({method_row['llm_calls']} calls, {method_row['seconds']:.0f} s)"
+                    )
+                row["trace"] = run.trace.model_dump(mode="json")
+                failed_runs += 1
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            done[question.id] = row
+    metrics = live_metrics(list(done.values()), options.methods)
+    (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    (options.out / "metrics.md").write_text(live_metrics_markdown(metrics, llm.model_name))
+    return metrics
+
+
+def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
+    """Per method, over the failed runs it attributed without a stage failure: the share corrected (a replay
+    flipped the answer to the expected one) and verified, and calls, tokens and seconds per run; each with its
+    standard error. Runs whose stages failed are counted apart, never scored."""
+    failed = [r for r in rows if not r["correct"]]
+    out: dict[str, Any] = {
+        "questions": len(rows),
+        "agent_correct": sum(1 for r in rows if r["correct"]),
+        "failed_runs": len(failed),
+        "methods": {},
+    }
+    for name in methods:
+        attributed = [r["methods"][name] for r in failed if name in r["methods"]]
+        scored = [m for m in attributed if not m["failed"]]
+        out["methods"][name] = {
+            "runs": len(attributed),
+            "failed": len(attributed) - len(scored),
+            "corrected": mean_se([1.0 if m["corrected"] else 0.0 for m in scored]),
+            "verified": mean_se([1.0 if m["status"] == AttributionStatus.VERIFIED.value else 0.0 for m in scored]),
+            "llm_calls": mean_se([float(m["llm_calls"]) for m in scored]),
+            "tokens": mean_se([float(m["tokens"]) for m in scored]),
+            "seconds": mean_se([float(m["seconds"]) for m in scored]),
+        }
+    return out
+
+
+def _cell(stat: dict[str, Any], *, percent: bool = False, digits: int = 1) -> str:
+    if not stat["n"]:
+        return "-"
+    scale = 100.0 if percent else 1.0
+    unit = "%" if percent else ""
+    return f"{stat['mean'] * scale:.{digits}f}{unit} ± {stat['se'] * scale:.{digits}f}"
+
+
+def live_metrics_markdown(metrics: dict[str, Any], model: str) -> str:
+    lines = [
+        f"wtq-live, model {model}: {metrics['questions']} questions, {metrics['agent_correct']} answered right, "
+        f"{metrics['failed_runs']} failed runs attributed by each method (mean ± standard error per failed run)",
+        "",
+        "| method | runs | stage failures | corrected | verified | LLM calls | tokens | seconds |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, m in metrics["methods"].items():
+        lines.append(
+            f"| {name} | {m['runs']} | {m['failed']} | {_cell(m['corrected'], percent=True)} | "
+            f"{_cell(m['verified'], percent=True)} | {_cell(m['llm_calls'])} | {_cell(m['tokens'], digits=0)} | "
+            f"{_cell(m['seconds'], digits=0)} |"
+        )
+    return "\n".join(lines) + "\n"

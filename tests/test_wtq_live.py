@@ -1,0 +1,148 @@
+"""``eval --benchmark wtq-live``: the real LangGraph table agent (real instrumentation, real tools) driven by a
+scripted model; its wrong run is attributed by each method from the same run, REFLECT's correction flips it by a
+LangGraph replay, the table says so, and a re-run resumes without running anything again."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reflect_otel.config import ReflectConfig
+from reflect_otel.demo.wtq import load_questions
+from reflect_otel.errors import InputError
+from reflect_otel.testing import ScriptedLLM, ScriptedRequest
+from reflect_otel.testing.examples import scripted_auditor
+from tests.conftest import Instrumented
+
+WRONG = "Debrecen, Hungary"  # the earliest 1st place; nt-1 asks for the last one
+
+
+def _wtq_folder(tmp_path: Path) -> Path:
+    """Two questions on one table, laid out as WikiTableQuestions ships them (``csv/...csv`` with a ``.tsv`` twin):
+    nt-1 (the scripted agent gets it wrong) and a twin whose expected answer is what the agent says."""
+    nt1 = next(q for q in load_questions() if q.id == "nt-1")
+    folder = tmp_path / "data" / "wtq"
+    (folder / "csv" / "204-csv").mkdir(parents=True)
+    shutil.copy(nt1.table, folder / "csv" / "204-csv" / "622.tsv")
+    (folder / "questions.tsv").write_text(
+        "id\tutterance\tcontext\ttargetValue\n"
+        f"nt-1\t{nt1.question}\tcsv/204-csv/622.csv\t{nt1.expected}\n"
+        f"nt-1-first\tin what city did piotr's first 1st place finish occur?\tcsv/204-csv/622.csv\t{WRONG}\n",
+        encoding="utf-8",
+    )
+    return tmp_path / "data"
+
+
+def _agent(request: ScriptedRequest) -> dict[str, Any]:
+    """Filters 1st places, sorts by year (descending only when a system message says "sort descending"), reads
+    the venue and answers it."""
+    results = [m.content for m in request.messages if m.content.startswith("Result of ")]
+    corrected = any("sort descending" in m.content for m in request.messages if m.role == "system")
+    if not results:
+        return {
+            "thought": "first 1st places",
+            "action": {"tool": "filter_rows", "table": "t0", "column": "Position", "op": "=", "value": "1st"},
+        }
+    last = results[-1].split("\n", 1)
+    if last[0].startswith("Result of filter_rows"):
+        table = last[1].split(":")[0]
+        sort = {"tool": "sort_rows", "table": table, "column": "Year", "descending": corrected, "limit": 1}
+        return {"thought": "by year", "action": sort}
+    if last[0].startswith("Result of sort_rows"):
+        table = last[1].split(":")[0]
+        return {"thought": "read", "action": {"tool": "lookup", "table": table, "column": "Venue", "row": 1}}
+    return {"thought": "done", "action": {"tool": "final_answer", "answer": last[1]}}
+
+
+def _model() -> ScriptedLLM:
+    auditor = scripted_auditor(
+        localize=(2,),
+        plan={
+            "root_cause": "it sorted ascending, so it read the first 1st place",
+            "correction_instruction": "sort descending by Year to get the last one",
+            "forbidden_actions": [],
+            "expected_next_tool": "sort_rows",
+            "confidence": 0.9,
+        },
+    )
+    assert auditor._respond is not None
+
+    def respond(request: ScriptedRequest) -> Any:
+        return _agent(request) if request.stage == "agent" else auditor._respond(request)  # type: ignore[misc]
+
+    return ScriptedLLM(respond=respond)
+
+
+def test_wtq_live_attributes_the_same_failed_run_with_each_method_and_resumes(
+    instrumented: Instrumented, tmp_path: Path
+) -> None:
+    from reflect_otel.cli.evaluate import table_agent_runs
+    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+
+    llm = _model()
+    out = tmp_path / "out"
+    options = LiveOptions(
+        ("reflect", "ics"),
+        _wtq_folder(tmp_path),
+        out,
+        config=ReflectConfig(rounds=1, rollback_points=2),
+    )
+    said: list[str] = []
+    metrics = run_live_eval(
+        options, llm, table_agent_runs(llm, instrumented.provider, max_steps=6), progress=said.append
+    )
+
+    assert (metrics["questions"], metrics["agent_correct"], metrics["failed_runs"]) == (2, 1, 1)
+    reflect, ics = metrics["methods"]["reflect"], metrics["methods"]["ics"]
+    assert (reflect["runs"], reflect["failed"], reflect["corrected"]["mean"], reflect["verified"]["mean"]) == (
+        1,
+        0,
+        1,
+        1,
+    )
+    assert (ics["runs"], ics["corrected"]["mean"], ics["verified"]["mean"]) == (1, 0, 0)  # bare resampling repeats it
+    rows = {r["question_id"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    failed = rows["nt-1"]
+    assert failed["answer"] == WRONG and not failed["correct"] and failed["trace"]["question"]
+    assert failed["methods"]["reflect"]["corrected_answer"] == "Bangkok, Thailand"
+    assert failed["methods"]["reflect"]["step"] == 2  # the sort, regenerated with the correction
+    assert rows["nt-1-first"]["correct"] and rows["nt-1-first"]["methods"] == {}
+    table = (out / "metrics.md").read_text()
+    assert "| reflect | 1 | 0 | 100.0% ± 0.0 | 100.0% ± 0.0 |" in table and "| ics | 1 | 0 | 0.0% ± 0.0 |" in table
+    assert any("reflect: verified at step 2, corrected" in line for line in said)
+
+    calls = len(llm.requests)
+    again = run_live_eval(options, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
+    assert len(llm.requests) == calls and again == metrics  # resumed: nothing ran twice
+
+
+def test_wtq_live_refuses_unknown_methods_and_a_missing_folder(tmp_path: Path) -> None:
+    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+
+    def never(_question: Any) -> Any:
+        raise AssertionError("no agent run expected")
+
+    with pytest.raises(InputError, match="unknown method"):
+        run_live_eval(LiveOptions(("nope",), tmp_path, tmp_path / "o"), ScriptedLLM(), never)
+    with pytest.raises(InputError, match=r"questions\.tsv"):
+        run_live_eval(LiveOptions(("reflect",), tmp_path, tmp_path / "o"), ScriptedLLM(), never)
+
+
+def test_wtq_live_stops_after_three_agent_failures_in_a_row(tmp_path: Path) -> None:
+    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+
+    data = tmp_path / "data"
+    shutil.copytree(Path(load_questions()[0].table).parent.parent, data / "wtq")  # the shipped sample's layout
+    attempts: list[str] = []
+
+    def broken(question: Any) -> Any:
+        attempts.append(question.id)
+        raise ConnectionError("endpoint down")
+
+    with pytest.raises(InputError, match="3 agent runs in a row failed"):
+        run_live_eval(LiveOptions(("reflect",), data, tmp_path / "o"), ScriptedLLM(), broken)
+    assert len(attempts) == 3 and not (tmp_path / "o" / "results.jsonl").read_text()  # nothing recorded
