@@ -112,6 +112,14 @@ class ReflectConfig(BaseModel):
     replay_samples: int = Field(
         default=1, ge=1, le=10, description="Continuations per rollback point; >1 reports a flip rate."
     )
+    replay_concurrency: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description="Replays run at once (a round's rollback points, a point's samples). Raise it when the endpoint "
+        "serves requests in parallel (a remote API, a server with several slots); on one local CPU model it only "
+        "queues. The attributed step is the same either way: the nearest point that flips, in window order.",
+    )
     use_diagnostician: bool = Field(default=True, description="Ablation: off gives a null repair plan.")
     relocalize: bool = Field(default=True, description="Ablation: off keeps the first localization every round.")
     max_field_chars: int = Field(default=500, ge=50, description="Trace fields are cut to this many characters.")
@@ -135,6 +143,7 @@ class ReflectConfig(BaseModel):
             "gate": "REFLECT_GATE",
             "gate_retries": "REFLECT_GATE_RETRIES",
             "max_field_chars": "REFLECT_MAX_FIELD_CHARS",
+            "replay_concurrency": "REFLECT_REPLAY_CONCURRENCY",
         }
         values: dict[str, Any] = {key: env[var] for key, var in names.items() if env.get(var)}
         values.update({k: v for k, v in explicit.items() if v is not None})

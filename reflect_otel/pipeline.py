@@ -14,7 +14,10 @@ returned: :meth:`ReflectPipeline.attribute` never raises.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from reflect_otel import prompts, stages
 from reflect_otel._run import AttributionRun, MethodBase, ReplayOutcome, is_correct, replay_and_verify
@@ -48,12 +51,43 @@ def rollback_points(step_index: int, count: int) -> list[int]:
     return list(range(step_index, max(step_index - count + 1, 1) - 1, -1))
 
 
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def _in_order(work: Callable[[_T], _R], items: Sequence[_T], concurrency: int) -> Iterator[_R]:
+    """``work`` over ``items``, results in the order of ``items``; up to ``concurrency`` at once. A consumer that
+    stops early leaves the ones started to finish (their results are dropped), and the rest unstarted."""
+    if concurrency <= 1 or len(items) <= 1:
+        yield from (work(item) for item in items)
+        return
+    with ThreadPoolExecutor(max_workers=min(concurrency, len(items)), thread_name_prefix="reflect-replay") as pool:
+        futures = [pool.submit(work, item) for item in items]
+        try:
+            for future in futures:
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()
+
+
 @dataclass(slots=True)
 class _Candidate:
     """A replay that ran: how it was recorded, and what it produced."""
 
     attempt: ReplayAttempt
     result: ReplayResult
+
+
+@dataclass(slots=True)
+class _Tried:
+    """What replaying one rollback point produced: the candidate it offers (the first flip, else the last replay
+    that ran), every attempt in order, and the flip rate when it took several samples. Built apart from the round's
+    state, so that points can run concurrently; the round merges them in window order."""
+
+    candidate: _Candidate | None
+    attempts: list[ReplayAttempt]
+    flip_rate: FlipRate | None = None
 
 
 @dataclass
@@ -145,8 +179,12 @@ class ReflectPipeline(MethodBase):
             state.round = round_
             state.plan = self._plan(state)
             candidates: list[_Candidate] = []
-            for point in rollback_points(state.located.step_index, cfg.rollback_points):
-                found = self._try_point(state, point)
+            points = rollback_points(state.located.step_index, cfg.rollback_points)
+            for tried in _in_order(lambda p: self._try_point(state, p), points, cfg.replay_concurrency):
+                state.attempts += tried.attempts
+                if tried.flip_rate is not None:
+                    state.flip_rates.append(tried.flip_rate)
+                found = tried.candidate
                 if found is None:
                     continue
                 candidates.append(found)
@@ -201,17 +239,23 @@ class ReflectPipeline(MethodBase):
             state.run.error("diagnose", error, state.round)
             return stages.null_plan(state.located, state.classification)
 
-    def _try_point(self, state: _Rounds, step: int) -> _Candidate | None:
+    def _try_point(self, state: _Rounds, step: int) -> _Tried:
         """``replay_samples`` replays that regenerate ``step``: the first that counts as a flip, else the last that
-        ran. With several samples, all run, and the flip rate is recorded."""
+        ran. With several samples, all run (concurrently up to ``replay_concurrency``), and the flip rate is kept.
+        Reads the round's state, never writes it."""
         samples = self.config.replay_samples
-        ran = [c for sample in range(samples) if (c := self._try_sample(state, step, sample))]
+        outcomes = list(
+            _in_order(lambda s: self._try_sample(state, step, s), range(samples), self.config.replay_concurrency)
+        )
+        attempts = [attempt for _, tried in outcomes for attempt in tried]
+        ran = [candidate for candidate, _ in outcomes if candidate is not None]
         flips = [c for c in ran if self._counts(c)]
-        if samples > 1:
-            state.flip_rates.append(
-                FlipRate(round=state.round, rollback_point=step - 1, samples=samples, flips=len(flips))
-            )
-        return flips[0] if flips else (ran[-1] if ran else None)
+        rate = (
+            FlipRate(round=state.round, rollback_point=step - 1, samples=samples, flips=len(flips))
+            if samples > 1
+            else None
+        )
+        return _Tried(flips[0] if flips else (ran[-1] if ran else None), attempts, rate)
 
     def _counts(self, candidate: _Candidate) -> bool:
         """A flip is evidence only when the gate let it through (hard mode) or only logs (soft, off)."""
@@ -219,9 +263,9 @@ class ReflectPipeline(MethodBase):
             self.config.gate is not GateMode.HARD or _faithful(candidate.attempt.gate)
         )
 
-    def _try_sample(self, state: _Rounds, step: int, sample: int) -> _Candidate | None:
-        """Replay regenerating ``step`` (hard gate: up to R retries with feedback). The last attempt that ran, or
-        None."""
+    def _try_sample(self, state: _Rounds, step: int, sample: int) -> tuple[_Candidate | None, list[ReplayAttempt]]:
+        """Replay regenerating ``step`` (hard gate: up to R retries with feedback): the last attempt that ran (or
+        None), and every attempt made."""
         cfg, plan, current = self.config, state.plan, state.current
         assert plan is not None, "plan first"
         base_injection = prompts.repair_injection(plan, state.located.step_index)
@@ -230,6 +274,7 @@ class ReflectPipeline(MethodBase):
         point = step - 1  # the kept prefix
         replaced = current.steps[point]  # the original step the replay regenerates
         last: _Candidate | None = None
+        attempts: list[ReplayAttempt] = []
         for retry in range(retries + 1):
             planned = ReplayAttempt(
                 round=state.round,
@@ -249,13 +294,13 @@ class ReflectPipeline(MethodBase):
                 injection_role=cfg.injection_role,
                 gate=lambda result: self._gate(state, result, replaced),
             )
-            state.attempts.append(outcome.attempt)
+            attempts.append(outcome.attempt)
             if outcome.result is None:
-                return last
+                return last, attempts
             last = _Candidate(outcome.attempt, outcome.result)
             gate = outcome.attempt.gate
             if cfg.gate is not GateMode.HARD or _faithful(gate) or retry == retries:
-                return last
+                return last, attempts
             feedback = prompts.gate_feedback(
                 retry + 1,
                 gate.violation_type if gate else None,
@@ -264,7 +309,7 @@ class ReflectPipeline(MethodBase):
                 plan,
             )
             injection = f"{base_injection}\n\n{feedback}"
-        return last
+        return last, attempts
 
     def _gate(self, state: _Rounds, result: ReplayResult, replaced: Step | None) -> GateVerdict:
         continuation = result.continuation

@@ -218,3 +218,24 @@ def test_repeated_replays_report_the_flip_rate() -> None:
     assert (rate.rollback_point, rate.samples, rate.flips) == (2, 3, 2) and abs(rate.rate - 2 / 3) < 1e-9
     assert [a.sample for a in record.replays] == [0, 1, 2]
     assert len(adapter.calls) == 3  # all samples run to measure the rate, then the flip is accepted
+
+
+def test_concurrent_replays_attribute_the_same_step_as_sequential_ones() -> None:
+    """With replay_concurrency 3 the window's three points replay at once (a barrier only three concurrent
+    replays pass); the attributed step is still the nearest that flips, and the record lists attempts in window
+    order up to it."""
+    import threading
+
+    together = threading.Barrier(3, timeout=10)
+
+    def answer(kept: int, _injection: str) -> str:
+        together.wait()  # raises (a failed replay) unless all three run at once
+        return "42" if kept <= 1 else "41"  # regenerating step 2 or step 1 flips it
+
+    adapter = agent(answer)
+    record = run(auditor(localize=[3]), adapter, rollback_points=3, replay_concurrency=3, gate=GateMode.SOFT)
+    assert record.status is AttributionStatus.VERIFIED and record.step_index == 2, record.errors
+    assert [a.rollback_point for a in record.replays] == [2, 1]
+    assert sorted(c.rollback_point for c in adapter.calls) == [0, 1, 2]  # the third ran too; its result is dropped
+    sequential = run(auditor(localize=[3]), agent(lambda kept, _: "42" if kept <= 1 else "41"), rollback_points=3)
+    assert (sequential.step_index, [a.rollback_point for a in sequential.replays]) == (2, [2, 1])
