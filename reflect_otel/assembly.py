@@ -14,6 +14,8 @@ OpenAI client via openinference-instrumentation-openai, smolagents in TRAIL):
 * An LLM span with no tool calls is a step (code agents act through text). An LLM span inside another LLM span
   (a chat-model wrapper calling an instrumented client) is part of the outer call, not a step. A trace made of one LLM span and
   nothing else is a chain of thought: one step per non-empty line of its output.
+* Spans that follow the OTel GenAI conventions (``gen_ai.operation.name``) are read through
+  :func:`reflect_otel.genai.as_openinference` first, so these rules hold for both conventions.
 * The question is the root's input, else the first AGENT span's, else the first user message an LLM saw. The final
   answer is the root's output, else the first AGENT span's, else the final-answer step's text.
 """
@@ -27,6 +29,7 @@ from typing import Any
 
 from reflect_otel import _values
 from reflect_otel.errors import InputError
+from reflect_otel.genai import as_openinference
 from reflect_otel.semconv import (
     INPUT_MESSAGES_PREFIX,
     OUTPUT_MESSAGES_PREFIX,
@@ -173,7 +176,7 @@ class _Assembler:
             if span.span_id in by_id:
                 duplicates += 1
                 continue
-            by_id[span.span_id] = span
+            by_id[span.span_id] = as_openinference(span)
         if not by_id:
             raise InputError("no spans to assemble")
         if duplicates:

@@ -1,0 +1,209 @@
+"""Spans that follow the OpenTelemetry GenAI semantic conventions, read as OpenInference spans.
+
+Assembly speaks OpenInference; a span that carries ``gen_ai.operation.name`` and no ``openinference.span.kind`` is
+translated here, once, into the OpenInference attributes that say the same thing, so every rule of assembly
+applies to both conventions alike. Followed: the GenAI conventions of OpenTelemetry semantic conventions v1.37 and
+later (messages as parts-based JSON in ``gen_ai.input.messages``, ``gen_ai.output.messages`` and
+``gen_ai.system_instructions``; the schemas in open-telemetry/semantic-conventions-genai,
+``docs/gen-ai/gen-ai-input-messages.json`` and ``gen-ai-output-messages.json``), with attribute names taken from
+``opentelemetry-semantic-conventions`` (v1.44 at the time of writing). The indexed ``gen_ai.prompt.N.*`` /
+``gen_ai.completion.N.*`` attributes that OpenLLMetry writes are read too.
+
+Not read (yet): the event-based form of v1.36 and before (``gen_ai.user.message``, ``gen_ai.choice``, ... as
+events or log records), since a :class:`~reflect_otel.spans.SpanRecord` carries no events.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+
+from reflect_otel import _values
+from reflect_otel.semconv import (
+    INPUT_MESSAGES_PREFIX,
+    OUTPUT_MESSAGES_PREFIX,
+    OpenInferenceSpanKindValues,
+    SpanAttributes,
+    ToolCallAttributes,
+)
+from reflect_otel.spans import AttributeValue, SpanRecord
+
+__all__ = ["MAX_MESSAGES_JSON_CHARS", "as_openinference"]
+
+MAX_MESSAGES_JSON_CHARS = 4 * 1024 * 1024
+"""A messages attribute longer than this is not parsed (its text is kept, cut, as the span's input or output)."""
+
+_LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+_AGENT_OPERATIONS = frozenset({"invoke_agent", "invoke_workflow"})
+_TOOL_OPERATION = "execute_tool"
+_LEGACY_PROMPT = "gen_ai.prompt."
+_LEGACY_COMPLETION = "gen_ai.completion."
+_KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
+
+
+def _messages(value: object) -> list[Mapping[str, Any]]:
+    if not isinstance(value, str) or len(value) > MAX_MESSAGES_JSON_CHARS:
+        return []
+    parsed = _values.parse_json(value)
+    if isinstance(parsed, Mapping):
+        parsed = [parsed]
+    return [m for m in parsed if isinstance(m, Mapping)] if isinstance(parsed, list) else []
+
+
+def _parts(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    parts = message.get("parts")
+    if isinstance(parts, list):
+        return [p for p in parts if isinstance(p, Mapping)]
+    content = message.get("content")  # not the spec's shape, but common: a plain content string
+    return [{"type": "text", "content": content}] if isinstance(content, str) else []
+
+
+def _json_text(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _text_of(parts: list[Mapping[str, Any]]) -> str:
+    """Reasoning, text and tool responses, in order: what the message says in words."""
+    texts = []
+    for part in parts:
+        kind = part.get("type")
+        if kind in ("text", "reasoning") and part.get("content") is not None:
+            texts.append(_values.as_text(part["content"]))
+        elif kind == "tool_call_response" and part.get("response") is not None:
+            texts.append(_json_text(part["response"]))
+    return "\n".join(t for t in texts if t)
+
+
+def _write_messages(out: dict[str, AttributeValue], prefix: str, messages: list[Mapping[str, Any]]) -> None:
+    call_prefix = ToolCallAttributes.TOOL_CALL_FUNCTION_NAME.removesuffix("function.name")  # "tool_call."
+    for index, message in enumerate(messages):
+        base = f"{prefix}{index}.message."
+        parts = _parts(message)
+        out[base + "role"] = str(message.get("role") or "")
+        out[base + "content"] = _text_of(parts)
+        calls = [p for p in parts if p.get("type") == "tool_call"]
+        for position, call in enumerate(calls):
+            at = f"{base}tool_calls.{position}.{call_prefix}"
+            out[at + "function.name"] = str(call.get("name") or "")
+            if call.get("id"):
+                out[at + "id"] = str(call["id"])
+            if call.get("arguments") is not None:
+                out[at + "function.arguments"] = _json_text(call["arguments"])
+
+
+def _legacy_messages(attributes: Mapping[str, AttributeValue], prefix: str) -> list[Mapping[str, Any]]:
+    """OpenLLMetry's ``gen_ai.prompt.N.role|content`` and ``gen_ai.completion.N.role|content|tool_calls.K.*``."""
+    messages: dict[int, dict[str, Any]] = {}
+    for key, value in attributes.items():
+        if not key.startswith(prefix):
+            continue
+        index, _, field = key[len(prefix) :].partition(".")
+        if not index.isdigit():
+            continue
+        message = messages.setdefault(int(index), {"parts": [], "calls": {}})
+        if field == "role":
+            message["role"] = value
+        elif field == "content":
+            message["parts"].insert(0, {"type": "text", "content": value})
+        elif field.startswith("tool_calls."):
+            call_index, _, call_field = field[len("tool_calls.") :].partition(".")
+            if call_index.isdigit():
+                message["calls"].setdefault(int(call_index), {"type": "tool_call"})[call_field] = value
+    for message in messages.values():
+        calls = message.pop("calls")
+        message["parts"] += [calls[k] for k in sorted(calls)]
+    return [messages[i] for i in sorted(messages)]
+
+
+def _system_message(value: object) -> list[Mapping[str, Any]]:
+    if isinstance(value, str) and value and len(value) <= MAX_MESSAGES_JSON_CHARS:
+        parsed = _values.parse_json(value)
+        parts = parsed if isinstance(parsed, list) else [{"type": "text", "content": value}]
+        return [{"role": "system", "parts": parts}]
+    return []
+
+
+def _llm(attributes: Mapping[str, AttributeValue], out: dict[str, AttributeValue]) -> None:
+    inputs = _messages(attributes.get(gen_ai.GEN_AI_INPUT_MESSAGES)) or _legacy_messages(attributes, _LEGACY_PROMPT)
+    outputs = _messages(attributes.get(gen_ai.GEN_AI_OUTPUT_MESSAGES)) or _legacy_messages(
+        attributes, _LEGACY_COMPLETION
+    )
+    inputs = _system_message(attributes.get(gen_ai.GEN_AI_SYSTEM_INSTRUCTIONS)) + inputs
+    _write_messages(out, INPUT_MESSAGES_PREFIX, inputs)
+    _write_messages(out, OUTPUT_MESSAGES_PREFIX, outputs)
+    model = attributes.get(gen_ai.GEN_AI_RESPONSE_MODEL) or attributes.get(gen_ai.GEN_AI_REQUEST_MODEL)
+    if model:
+        out[SpanAttributes.LLM_MODEL_NAME] = str(model)
+    for ours, theirs in (
+        (SpanAttributes.LLM_TOKEN_COUNT_PROMPT, (gen_ai.GEN_AI_USAGE_INPUT_TOKENS, gen_ai.GEN_AI_USAGE_PROMPT_TOKENS)),
+        (
+            SpanAttributes.LLM_TOKEN_COUNT_COMPLETION,
+            (gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS, gen_ai.GEN_AI_USAGE_COMPLETION_TOKENS),
+        ),
+    ):
+        count = next((_values.to_int(attributes[k]) for k in theirs if k in attributes), None)
+        if count is not None:
+            out[ours] = count
+
+
+def _last_text(messages: list[Mapping[str, Any]], role: str | None) -> str:
+    for message in reversed(messages):
+        if role is None or message.get("role") == role:
+            text = _text_of(_parts(message))
+            if text:
+                return text
+    return ""
+
+
+def _agent(attributes: Mapping[str, AttributeValue], out: dict[str, AttributeValue]) -> None:
+    if attributes.get(gen_ai.GEN_AI_AGENT_NAME):
+        out[SpanAttributes.AGENT_NAME] = str(attributes[gen_ai.GEN_AI_AGENT_NAME])
+    question = _last_text(_messages(attributes.get(gen_ai.GEN_AI_INPUT_MESSAGES)), "user")
+    answer = _last_text(_messages(attributes.get(gen_ai.GEN_AI_OUTPUT_MESSAGES)), None)
+    if question:
+        out.setdefault(SpanAttributes.INPUT_VALUE, question)
+    if answer:
+        out.setdefault(SpanAttributes.OUTPUT_VALUE, answer)
+
+
+def _tool(span: SpanRecord, out: dict[str, AttributeValue]) -> None:
+    attributes = span.attributes
+    name = attributes.get(gen_ai.GEN_AI_TOOL_NAME) or span.name.removeprefix(_TOOL_OPERATION).strip()
+    out[SpanAttributes.TOOL_NAME] = str(name or span.name)
+    if attributes.get(gen_ai.GEN_AI_TOOL_CALL_ID):
+        out[ToolCallAttributes.TOOL_CALL_ID] = str(attributes[gen_ai.GEN_AI_TOOL_CALL_ID])
+    if gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS in attributes:
+        out.setdefault(SpanAttributes.INPUT_VALUE, _json_text(attributes[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS]))
+    if gen_ai.GEN_AI_TOOL_CALL_RESULT in attributes:
+        out.setdefault(SpanAttributes.OUTPUT_VALUE, _json_text(attributes[gen_ai.GEN_AI_TOOL_CALL_RESULT]))
+
+
+def as_openinference(span: SpanRecord) -> SpanRecord:
+    """``span`` itself when it is OpenInference (or neither convention); else a copy whose attributes add the
+    OpenInference equivalents of its GenAI ones (the originals are kept)."""
+    attributes = span.attributes
+    if _KIND in attributes:
+        return span
+    operation = attributes.get(gen_ai.GEN_AI_OPERATION_NAME)
+    legacy = operation is None and any(k.startswith((_LEGACY_PROMPT, _LEGACY_COMPLETION)) for k in attributes)
+    if operation is None and not legacy:
+        return span
+    out: dict[str, AttributeValue] = {}
+    if legacy or operation in _LLM_OPERATIONS:
+        out[_KIND] = OpenInferenceSpanKindValues.LLM.value
+        _llm(attributes, out)
+    elif operation == _TOOL_OPERATION:
+        out[_KIND] = OpenInferenceSpanKindValues.TOOL.value
+        _tool(span, out)
+    elif operation in _AGENT_OPERATIONS:
+        out[_KIND] = OpenInferenceSpanKindValues.AGENT.value
+        _agent(attributes, out)
+    else:  # create_agent, embeddings, retrieval, ...: part of the run, not a decision or an action
+        out[_KIND] = OpenInferenceSpanKindValues.CHAIN.value
+    if attributes.get(gen_ai.GEN_AI_CONVERSATION_ID):
+        out[SpanAttributes.SESSION_ID] = str(attributes[gen_ai.GEN_AI_CONVERSATION_ID])
+    return replace(span, attributes={**attributes, **out})
