@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 
 from opentelemetry import trace as otel_trace
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
+from reflect_otel.exporters._otlp import otlp_span_exporter, service_resource
 from reflect_otel.record import AttributionRecord
 from reflect_otel.semconv import (
     AnnotationAttributes,
@@ -52,7 +52,7 @@ def record_attributes(record: AttributionRecord) -> dict[str, str | int | float 
         AnnotationAttributes.ANNOTATION_LABEL: record.error_type.value if record.error_type else None,
         AnnotationAttributes.ANNOTATION_SCORE: record.confidence,
         AnnotationAttributes.ANNOTATION_EXPLANATION: record.explanation[:4000] or None,
-        AnnotationAttributes.ANNOTATION_ANNOTATOR_KIND: "LLM",
+        AnnotationAttributes.ANNOTATION_ANNOTATOR_KIND: record.annotator_kind,
         AnnotationAttributes.ANNOTATION_IDENTIFIER: f"reflect:{record.method}:{record.trace_id}",
         AnnotationAttributes.ANNOTATION_METADATA: json.dumps(
             {
@@ -66,15 +66,13 @@ def record_attributes(record: AttributionRecord) -> dict[str, str | int | float 
 
 
 class AttributionSpanExporter:
-    """``span_exporter`` defaults to the OTLP/HTTP exporter configured by the standard ``OTEL_EXPORTER_OTLP_*``
-    variables."""
+    """``span_exporter`` defaults to the OTLP exporter the standard ``OTEL_EXPORTER_OTLP_*`` variables configure
+    (protocol included); the service name is ``OTEL_SERVICE_NAME`` when set, else ``service_name``."""
 
     def __init__(self, span_exporter: SpanExporter | None = None, *, service_name: str = "reflect-otel") -> None:
         if span_exporter is None:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            span_exporter = OTLPSpanExporter()
-        self._provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+            span_exporter = otlp_span_exporter()
+        self._provider = TracerProvider(resource=service_resource(service_name))
         self._provider.add_span_processor(BatchSpanProcessor(span_exporter))
         self._tracer = self._provider.get_tracer("reflect_otel.exporters.attribution_spans")
 
@@ -114,5 +112,5 @@ class AttributionSpanExporter:
 
     @classmethod
     def from_env(cls) -> AttributionSpanExporter:
-        """OTLP/HTTP to ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``."""
+        """OTLP as the ``OTEL_EXPORTER_OTLP_*`` variables say (endpoint, protocol, headers)."""
         return cls()

@@ -7,9 +7,9 @@ from __future__ import annotations
 from opentelemetry.metrics import Meter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
-from opentelemetry.sdk.resources import Resource
 
 from reflect_otel.errors import ConfigError
+from reflect_otel.exporters._otlp import otlp_metric_exporter, service_resource
 from reflect_otel.record import AttributionRecord, AttributionStatus
 from reflect_otel.semconv import ReflectMetrics
 from reflect_otel.trace import StructuredTrace
@@ -46,12 +46,8 @@ class AttributionMetrics:
                     f"cannot serve metrics on {prometheus_host}:{prometheus_port}: {error.strerror}"
                 ) from None
         if otlp:
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-
-            all_readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
-        self._provider = MeterProvider(
-            metric_readers=all_readers, resource=Resource.create({"service.name": service_name})
-        )
+            all_readers.append(PeriodicExportingMetricReader(otlp_metric_exporter()))
+        self._provider = MeterProvider(metric_readers=all_readers, resource=service_resource(service_name))
         meter: Meter = self._provider.get_meter("reflect_otel")
         self._seen = meter.create_counter(ReflectMetrics.TRACES_SEEN, description="Traces collected")
         self._flagged = meter.create_counter(ReflectMetrics.TRACES_FLAGGED, description="Traces flagged as failed")

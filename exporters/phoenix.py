@@ -45,7 +45,7 @@ def annotation_payloads(record: AttributionRecord) -> tuple[dict[str, Any] | Non
         span = {
             "span_id": record.span_id,
             "name": ANNOTATION_NAME,
-            "annotator_kind": "LLM",
+            "annotator_kind": record.annotator_kind,
             "result": {"label": label, "score": record.confidence, "explanation": record.explanation[:10_000] or None},
             "metadata": metadata,
             "identifier": f"reflect:{record.method}:{record.trace_id}",
@@ -53,7 +53,7 @@ def annotation_payloads(record: AttributionRecord) -> tuple[dict[str, Any] | Non
     trace = {
         "trace_id": record.trace_id,
         "name": TRACE_ANNOTATION_NAME,
-        "annotator_kind": "LLM",
+        "annotator_kind": record.annotator_kind,
         "result": {
             "label": record.status.value,
             "score": record.confidence,

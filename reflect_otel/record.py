@@ -240,6 +240,12 @@ class AttributionRecord(BaseModel):
         return sum(c.calls for c in self.cost)
 
     @property
+    def annotator_kind(self) -> str:
+        """Who made the judgement, as Phoenix and OpenInference annotations name it: ``LLM`` when the method asked
+        a model, ``CODE`` when it made no model call (the position floors, a rule)."""
+        return "LLM" if self.total_calls else "CODE"
+
+    @property
     def failed(self) -> bool:
         """No attribution because stages failed (see ``errors``): not a measurement of the method, and never scored
         as one."""

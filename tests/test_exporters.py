@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from reflect_otel.exporters.attribution_spans import ANNOTATION_NAME, AttributionSpanExporter
@@ -203,6 +204,8 @@ def test_real_prometheus_scrapes_the_metrics_endpoint(tmp_path: Path) -> None:
 
 
 def test_attribute_command_exports_and_survives_a_down_endpoint(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
+    """The OTLP export goes over gRPC because OTEL_EXPORTER_OTLP_TRACES_PROTOCOL says so; Phoenix is down: every
+    record is kept, the OTLP ones arrive, and the command exits 1 saying what was not exported."""
     import duckdb
 
     from reflect_otel.cli import main
@@ -211,11 +214,12 @@ def test_attribute_command_exports_and_survives_a_down_endpoint(tmp_path: Path, 
 
     received: list[StructuredTrace] = []
     receiver = OTLPReceiver(
-        received.append, http=("127.0.0.1", 0), buffer_limits=BufferLimits(grace_s=0, ttl_s=0.1)
+        received.append, http=None, grpc_endpoint=("127.0.0.1", 0), buffer_limits=BufferLimits(grace_s=0, ttl_s=0.1)
     ).start()
     traces = tmp_path / "t.jsonl"
     assert main(["import", "--example", "-o", str(traces)]) == 0
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{receiver.http_port}/v1/traces")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{receiver.grpc_port}")
     monkeypatch.setenv("PHOENIX_COLLECTOR_ENDPOINT", f"http://127.0.0.1:{_free_port()}")  # nobody listens
     monkeypatch.setattr(
         "reflect_otel.exporters.phoenix.PhoenixAnnotationExporter.from_env", classmethod(lambda cls: cls(retries=0))
@@ -237,11 +241,38 @@ def test_attribute_command_exports_and_survives_a_down_endpoint(tmp_path: Path, 
         ]
     )
     receiver.shutdown(10)
-    assert code == 0
+    assert code == 1
     err = capsys.readouterr().err
-    assert "4 record(s) could not be exported to phoenix" in err
+    assert "4 record(s) could not be exported to phoenix" in err and "not every export succeeded" in err
     with duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True) as db:  # nothing lost
         assert db.execute("SELECT count(*) FROM attributions").fetchone() == (4,)
     assert sorted(t.trace_id for t in received) == sorted(
         json.loads(line)["trace_id"] for line in (tmp_path / "r.jsonl").read_text().splitlines()
     )
+
+
+def test_exporters_follow_the_otel_environment(monkeypatch: Any) -> None:
+    from reflect_otel.errors import ConfigError
+    from reflect_otel.exporters._otlp import otlp_protocol, otlp_span_exporter, service_resource
+
+    assert otlp_protocol("traces") == "http/protobuf"  # the specification's default
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    assert type(otlp_span_exporter()).__module__.endswith("proto.grpc.trace_exporter")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")  # the signal's own variable wins
+    with pytest.raises(ConfigError, match="grpc' and 'http/protobuf"):
+        otlp_protocol("traces")
+    assert service_resource("reflect-otel").attributes["service.name"] == "reflect-otel"
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "checkout-evaluator")
+    assert service_resource("reflect-otel").attributes["service.name"] == "checkout-evaluator"
+
+
+def test_annotations_say_code_for_a_method_that_asked_no_model() -> None:
+    from reflect_otel.exporters.phoenix import annotation_payloads
+    from reflect_otel.testing.examples import verified_attribution
+
+    _, record = verified_attribution()
+    span, trace = annotation_payloads(record)
+    assert span is not None and span["annotator_kind"] == trace["annotator_kind"] == "LLM"
+    floor = record.model_copy(update={"method": "first-step", "cost": ()})
+    span, trace = annotation_payloads(floor)
+    assert span is not None and span["annotator_kind"] == trace["annotator_kind"] == "CODE"

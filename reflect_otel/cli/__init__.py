@@ -41,12 +41,22 @@ def _builtin_commands() -> list[Callable[[argparse._SubParsersAction[argparse.Ar
     ]
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("reflect-otel")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="reflect-otel",
         description="Find which step of a failed LLM-agent run caused the failure, from its OpenTelemetry spans.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
+    parser.add_argument("--version", action="version", version=f"reflect-otel {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for register in _builtin_commands():
         register(subparsers)

@@ -176,4 +176,11 @@ def _attribute(args: argparse.Namespace) -> int:
     if failed == len(rows):
         print(f"every attribution failed; the records in {args.out} say which stage and why", file=sys.stderr)
         return 1
+    if export_failures:
+        print(
+            f"exit 1: the records are in {args.out} but not every export succeeded (see above); fix the exporter's "
+            "endpoint and re-run with --export to send them again",
+            file=sys.stderr,
+        )
+        return 1
     return 0
