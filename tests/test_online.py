@@ -201,3 +201,27 @@ def test_budgets_stop_attribution_and_say_so(instrumented: Instrumented, tmp_pat
     assert skipped.status is AttributionStatus.SKIPPED and "hourly LLM token budget" in skipped.reason
     assert rt.stats.budget_skips == 1
     reflect_otel.shutdown()
+
+
+def test_observe_context_reaches_the_auditor_as_delimited_data(instrumented: Instrumented, tmp_path: Path) -> None:
+    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
+
+    auditor = replay_agents.scripted_auditor()
+    rt = reflect_otel.configure(
+        store=str(tmp_path / "context.duckdb"), llm=auditor, tracer_provider=instrumented.provider, proxy=False
+    )
+    try:
+        graph = replay_agents.build_graph()
+        answer = reflect_otel.observe(
+            replay=LangGraphReplayAdapter(graph, tracer_provider=instrumented.provider),
+            context=lambda question: f"Populations table, for: {question}",
+        )(lambda question: replay_agents.run_graph(graph, "context-thread"))
+        with reflect_otel.expect("2101000"):
+            answer(replay_agents.QUESTION)
+        assert rt.drain(60)
+    finally:
+        reflect_otel.shutdown()
+    localize = next(r for r in auditor.requests if r.stage == "localize")
+    prompt = "\n".join(m.content for m in localize.messages)
+    assert f"Populations table, for: {replay_agents.QUESTION}" in prompt
+    assert prompt.index("CONTEXT") < prompt.index("Populations table")  # inside its data block

@@ -133,7 +133,7 @@ def _demo(args: argparse.Namespace) -> int:
             names[format_trace_id(otel_trace.get_current_span().get_span_context().trace_id)] = qid
             return agent.answer(thread_id=f"demo-{qid}")  # the agent holds its question; ``text`` is the run's input
 
-        run = reflect_otel.observe(replay=adapter, name="table_qa")(ask)
+        run = reflect_otel.observe(replay=adapter, name="table_qa", context=agent.table_context)(ask)
         with reflect_otel.expect(question.expected):
             try:
                 answer = run(question.question)

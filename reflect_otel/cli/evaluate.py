@@ -160,7 +160,7 @@ def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps:
         if not trace.question:
             trace = trace.model_copy(update={"question": question.question})
         adapter = LangGraphReplayAdapter(agent.graph, tracer_provider=provider, recursion_limit=agent.recursion_limit)
-        return AgentRun(answer=answer, trace=trace, replay=adapter)
+        return AgentRun(answer=answer, trace=trace, replay=adapter, context=agent.table_context)
 
     return run
 

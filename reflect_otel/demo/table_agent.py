@@ -242,6 +242,8 @@ class TableQAAgent:
             StructuredTool.from_function(ws.count_rows),
             StructuredTool.from_function(ws.lookup),
         ]
+        self.table_context = f"The table the agent was given (t0):\n{ws.describe('t0')}"
+        """What the agent sees of its table, for the auditor (``observe(context=...)``)."""
         model = StructuredToolChatModel(
             llm=llm, system_prompt=_SYSTEM.format(table=ws.describe("t0")), max_steps=max_steps
         )

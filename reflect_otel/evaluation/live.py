@@ -44,6 +44,8 @@ class AgentRun:
     answer: str
     trace: StructuredTrace
     replay: ReplayAdapter
+    context: str = ""
+    """What the agent was given besides its question (its table), shown to every method's auditor."""
 
 
 RunAgent = Callable[[WTQQuestion], AgentRun]
@@ -83,7 +85,7 @@ def _method_row(llm: StructuredLLM, method: str, config: ReflectConfig, run: Age
         replay_finder=lambda _trace, _llm: run.replay,  # this run's agent, alive in this process
     )
     started = time.perf_counter()
-    outcome = service.process(run.trace, expected=expected)
+    outcome = service.process(run.trace, expected=expected, domain_context=run.context)
     record = outcome.record
     assert record is not None  # without triage every trace is attributed
     return {

@@ -31,6 +31,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 _expected: contextvars.ContextVar[str | None] = contextvars.ContextVar("reflect_expected_answer", default=None)
 
 
+MAX_CONTEXT_CHARS = 100_000
+"""``observe(context=...)`` beyond this is cut (prompts cut it further, to what their budget allows)."""
+
+
 @contextmanager
 def expect(answer: str) -> Iterator[None]:
     """The correct answer of the runs started inside the block (the oracle regime for them)."""
@@ -57,10 +61,13 @@ def observe(
     replay: ReplayAdapter | None = None,
     name: str | None = None,
     session_id: str | Callable[..., str] | None = None,
+    context: str | Callable[..., str] | None = None,
 ) -> Any:
     """Decorate an agent function (sync or async): each call becomes a traced run that reflect-otel verifies and,
     when it failed, attributes. Return values and exceptions pass through untouched. ``session_id`` (a string, or
-    a function of the call's arguments) groups runs into sessions."""
+    a function of the call's arguments) groups runs into sessions. ``context`` (a string, or a function of the
+    call's arguments) is what the agent was given besides its question, such as the table or document it reads:
+    the auditor sees it, delimited as data, so that it can tell a wrong value from a missing one."""
 
     def decorate(func: F) -> F:
         agent = name or func.__name__
@@ -76,9 +83,11 @@ def observe(
                 session = session_id(*args, **kwargs) if callable(session_id) else session_id
                 if session:
                     attributes[SpanAttributes.SESSION_ID] = str(session)
+                given = context(*args, **kwargs) if callable(context) else context
                 span = rt.tracer.start_span(agent, attributes=attributes)
                 rt.register(
-                    format_trace_id(span.get_span_context().trace_id), PendingRun(agent, _expected.get(), replay)
+                    format_trace_id(span.get_span_context().trace_id),
+                    PendingRun(agent, _expected.get(), replay, str(given or "")[:MAX_CONTEXT_CHARS]),
                 )
                 return span
             except Exception:  # tracing must never break the agent

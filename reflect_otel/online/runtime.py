@@ -56,6 +56,8 @@ class PendingRun:
     agent: str
     expected: str | None
     replay: ReplayAdapter | None
+    context: str = ""
+    """What the agent was given besides its question (``observe(context=...)``), shown to the auditor as data."""
 
 
 class Runtime:
@@ -143,7 +145,7 @@ class Runtime:
             run = self._pending.pop(trace.trace_id, None)
         if run is None:
             return
-        outcome = self.service.process(trace, expected=run.expected, replay=run.replay)
+        outcome = self.service.process(trace, expected=run.expected, replay=run.replay, domain_context=run.context)
         self.stats.traces_verified += 1
         if not outcome.flagged:
             return
