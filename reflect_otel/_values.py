@@ -141,11 +141,25 @@ def tool_message(value: object) -> tuple[str | None, str] | None:
     return (str(call_id) if call_id else None), as_text(body.get("content"))
 
 
+def _call_arguments(parsed: dict[str, Any]) -> dict[str, Any] | None:
+    """The arguments of a recorded Python call, ``{"args": [...], "kwargs": {...}}`` plus at most some flags of the
+    wrapper (true/false), as instrumentations that wrap ``__call__`` write them: the keyword arguments, with the
+    positional ones under ``args`` when there are any. None for any other object."""
+    args, kwargs = parsed.get("args"), parsed.get("kwargs")
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        return None
+    if any(not isinstance(v, bool | None) for k, v in parsed.items() if k not in ("args", "kwargs")):
+        return None  # other data: these are the tool's own arguments, named args and kwargs
+    return ({"args": args} if args else {}) | kwargs
+
+
 def tool_args(value: object) -> dict[str, Any]:
-    """Tool-call arguments as a dict: a JSON object as it is; anything else under the key ``input``."""
+    """Tool-call arguments as a dict: a JSON object as it is (a recorded Python call unwrapped to its arguments);
+    anything else under the key ``input``."""
     parsed = parse_json(value)
     if isinstance(parsed, dict):
-        return parsed
+        unwrapped = _call_arguments(parsed)
+        return unwrapped if unwrapped is not None else parsed
     if value is None or value == "":
         return {}
     return {"input": parsed if parsed is not None else value}

@@ -34,6 +34,8 @@ from reflect_otel.semconv import (
     INPUT_MESSAGES_PREFIX,
     OUTPUT_MESSAGES_PREFIX,
     LangGraphMetadataKeys,
+    MessageAttributes,
+    MessageContentAttributes,
     OpenInferenceSpanKindValues,
     SpanAttributes,
     ToolCallAttributes,
@@ -66,6 +68,8 @@ _INPUT_LEN = len(INPUT_MESSAGES_PREFIX)
 _OUTPUT_LEN = len(OUTPUT_MESSAGES_PREFIX)
 _FINAL_ANSWER_TOOLS = frozenset({"final_answer", "finalanswer", "finalanswertool", "submit_final_answer"})
 _STATUS = {"ok": StepStatus.OK, "error": StepStatus.ERROR}
+_CONTENTS = MessageAttributes.MESSAGE_CONTENTS.removeprefix("message.") + "."  # "contents."
+_CONTENT_TEXT = "." + MessageContentAttributes.MESSAGE_CONTENT_TEXT  # ".message_content.text"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +85,14 @@ class _Message:
     role: str = ""
     content: str = ""
     tool_calls: dict[int, dict[str, str]] | None = None
+    parts: dict[int, str] | None = None
+    """``message.contents.N.message_content.text``: the text parts of a multi-part message, by N."""
+
+    @property
+    def text(self) -> str:
+        if self.content or not self.parts:
+            return self.content
+        return "\n".join(self.parts[i] for i in sorted(self.parts) if self.parts[i])
 
 
 def _llm_messages(attributes: Mapping[str, Any]) -> tuple[dict[int, _Message], dict[int, _Message]]:
@@ -104,6 +116,12 @@ def _llm_messages(attributes: Mapping[str, Any]) -> tuple[dict[int, _Message], d
             message.role = str(value)
         elif field == "content":
             message.content = str(value)
+        elif field.startswith(_CONTENTS) and field.endswith(_CONTENT_TEXT):  # multi-part content: the text parts
+            index = field[len(_CONTENTS) : -len(_CONTENT_TEXT)]
+            if index.isdigit():
+                if message.parts is None:
+                    message.parts = {}
+                message.parts[int(index)] = str(value)
         elif field.startswith("tool_calls."):
             call_index, _, call_field = field[11:].partition(".tool_call.")
             if call_index.isdigit():
@@ -295,10 +313,10 @@ class _Assembler:
         attrs = span.attributes
         inputs, outputs = _llm_messages(attrs)
         if not self.first_user_message:
-            user = next((m for _, m in sorted(inputs.items()) if m.role in ("user", "human") and m.content), None)
+            user = next((m for _, m in sorted(inputs.items()) if m.role in ("user", "human") and m.text), None)
             if user is not None:
-                self.first_user_message = user.content
-        text = "\n".join(m.content for _, m in sorted(outputs.items()) if m.content)
+                self.first_user_message = user.text
+        text = "\n".join(m.text for _, m in sorted(outputs.items()) if m.text)
         if not outputs:
             text = _values.answer_text(attrs.get(SpanAttributes.OUTPUT_VALUE))
         calls = [call for _, m in sorted(outputs.items()) if m.tool_calls for _, call in sorted(m.tool_calls.items())]

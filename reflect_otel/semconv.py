@@ -2,7 +2,8 @@
 
 OpenInference's names are re-exported from ``openinference.semconv.trace`` so the rest of the code never spells
 them as string literals; ours live in :class:`ReflectAttributes`. Indexed attributes such as
-``llm.output_messages.0.message.tool_calls.1.tool_call.id`` are built from the prefixes below.
+``llm.output_messages.0.message.tool_calls.1.tool_call.id`` are built from the prefixes below. Spans by the OTel
+GenAI conventions are translated to these names in :mod:`reflect_otel.genai`, which says which version it follows.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from openinference.semconv.trace import (
     AnnotationAttributes,
     MessageAttributes,
+    MessageContentAttributes,
     OpenInferenceSpanKindValues,
     SpanAttributes,
     ToolAttributes,
@@ -23,6 +25,7 @@ __all__ = [
     "GenAIEvaluation",
     "LangGraphMetadataKeys",
     "MessageAttributes",
+    "MessageContentAttributes",
     "OpenInferenceSpanKindValues",
     "ReflectAttributes",
     "ReflectMetrics",

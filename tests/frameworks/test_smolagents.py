@@ -1,0 +1,112 @@
+"""smolagents, its real OpenInference instrumentation, against a scripted OpenAI-compatible server on loopback: the
+run multiply(17, 23) -> add(391, 5) -> "The answer is 396." rebuilt exactly, by a ToolCallingAgent (native tool
+calls) and by a CodeAgent (tools called from the code it writes)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedToolCall, ScriptedTurn
+from reflect_otel.trace import StepKind, StructuredTrace
+
+pytestmark = pytest.mark.frameworks
+smolagents = pytest.importorskip("smolagents")
+QUESTION = "What is 17 times 23, plus 5?"
+ANSWER = "The answer is 396."
+
+
+@smolagents.tool
+def multiply(a: int, b: int) -> int:
+    """Multiply two integers.
+
+    Args:
+        a: the first factor
+        b: the second factor
+    """
+    return a * b
+
+
+@smolagents.tool
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: the first term
+        b: the second term
+    """
+    return a + b
+
+
+def _assistant_turns(body: dict[str, Any]) -> int:
+    return sum(1 for m in body["messages"] if m.get("role") == "assistant")
+
+
+@pytest.fixture(scope="module")
+def traced() -> Iterator[tuple[Any, list[StructuredTrace]]]:
+    from openinference.instrumentation.smolagents import SmolagentsInstrumentor
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from reflect_otel.collectors.span_processor import ReflectSpanProcessor
+
+    traces: list[StructuredTrace] = []
+    provider = TracerProvider()
+    provider.add_span_processor(ReflectSpanProcessor(traces.append))
+    instrumentor = SmolagentsInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        yield provider, traces
+    finally:
+        instrumentor.uninstrument()
+        provider.shutdown()
+
+
+def _run(traced: tuple[Any, list[StructuredTrace]], agent_class: Any, turn: Any, **options: Any) -> StructuredTrace:
+    provider, traces = traced
+    before = len(traces)
+    with ScriptedOpenAIServer(turn) as server:
+        model = smolagents.OpenAIServerModel(model_id="scripted-model", api_base=server.base_url, api_key="test")
+        agent = agent_class(tools=[multiply, add], model=model, max_steps=4, verbosity_level=0, **options)
+        assert agent.run(QUESTION) == ANSWER
+    assert provider.force_flush(10_000)
+    (trace,) = traces[before:]
+    return trace
+
+
+def test_tool_calling_agent(traced: tuple[Any, list[StructuredTrace]]) -> None:
+    script = [
+        ScriptedTurn("I multiply first.", [ScriptedToolCall("multiply", {"a": 17, "b": 23}, "call_1")]),
+        ScriptedTurn("Now add 5.", [ScriptedToolCall("add", {"a": 391, "b": 5}, "call_2")]),
+        ScriptedTurn("Done.", [ScriptedToolCall("final_answer", {"answer": ANSWER}, "call_3")]),
+    ]
+    trace = _run(traced, smolagents.ToolCallingAgent, lambda body: script[_assistant_turns(body)])
+    assert (trace.question, trace.final_answer, trace.source.framework) == (QUESTION, ANSWER, "smolagents")
+    assert [(s.kind, s.tool_name, s.tool_args, s.tool_result, s.reasoning) for s in trace.steps] == [
+        (StepKind.TOOL_CALL, "multiply", {"a": 17, "b": 23}, "391", "I multiply first."),
+        (StepKind.TOOL_CALL, "add", {"a": 391, "b": 5}, "396", "Now add 5."),
+        (StepKind.FINAL_ANSWER, "final_answer", {"answer": ANSWER}, ANSWER, "Done."),
+    ]
+    assert not trace.warnings, trace.warnings
+
+
+def test_code_agent(traced: tuple[Any, list[StructuredTrace]]) -> None:
+    first = "Thought: multiply first.\n```python\nproduct = multiply(a=17, b=23)\nprint(product)\n```"
+    second = "Thought: add 5 and answer.\n```python\nfinal_answer(f'The answer is {add(a=391, b=5)}.')\n```"
+    trace = _run(
+        traced,
+        smolagents.CodeAgent,
+        lambda body: ScriptedTurn([first, second][_assistant_turns(body)]),
+        code_block_tags="markdown",
+    )
+    assert (trace.question, trace.final_answer, trace.source.framework) == (QUESTION, ANSWER, "smolagents")
+    # the code it wrote is the reasoning of its decision; the tools that code called are actions of their own
+    assert [(s.kind, s.tool_name, s.tool_args, s.tool_result, s.reasoning) for s in trace.steps] == [
+        (StepKind.REASONING, None, {}, None, first),
+        (StepKind.TOOL_CALL, "multiply", {"a": 17, "b": 23}, "391", ""),
+        (StepKind.REASONING, None, {}, None, second),
+        (StepKind.TOOL_CALL, "add", {"a": 391, "b": 5}, "396", ""),
+        (StepKind.FINAL_ANSWER, "final_answer", {"args": [ANSWER]}, ANSWER, ""),
+    ]
+    assert not trace.warnings, trace.warnings
