@@ -11,7 +11,8 @@ OpenAI client via openinference-instrumentation-openai, smolagents in TRAIL):
 * A TOOL span answers the call with its tool call id (``tool_call.id``, or the id inside the serialised
   ``ToolMessage`` LangChain writes to ``output.value``); without an id, the oldest unanswered call of the same
   tool. A TOOL span that answers no call (a tool invoked from code) is a step of its own.
-* An LLM span with no tool calls is a step (code agents act through text). An LLM span inside another LLM span
+* An LLM span with no tool calls is a step (code agents act through text); one with no messages, no output and no
+  token counts made no model call that we can see, and is not a step. An LLM span inside another LLM span
   (a chat-model wrapper calling an instrumented client) is part of the outer call, not a step. A trace made of one LLM span and
   nothing else is a chain of thought: one step per non-empty line of its output.
 * Spans that follow the OTel GenAI conventions (``gen_ai.operation.name``) are read through
@@ -68,6 +69,11 @@ _INPUT_LEN = len(INPUT_MESSAGES_PREFIX)
 _OUTPUT_LEN = len(OUTPUT_MESSAGES_PREFIX)
 _FINAL_ANSWER_TOOLS = frozenset({"final_answer", "finalanswer", "finalanswertool", "submit_final_answer"})
 _STATUS = {"ok": StepStatus.OK, "error": StepStatus.ERROR}
+_MODEL_CALL_EVIDENCE = (
+    SpanAttributes.OUTPUT_VALUE,
+    SpanAttributes.LLM_TOKEN_COUNT_PROMPT,
+    SpanAttributes.LLM_TOKEN_COUNT_COMPLETION,
+)
 _CONTENTS = MessageAttributes.MESSAGE_CONTENTS.removeprefix("message.") + "."  # "contents."
 _CONTENT_TEXT = "." + MessageContentAttributes.MESSAGE_CONTENT_TEXT  # ".message_content.text"
 
@@ -132,8 +138,9 @@ def _llm_messages(attributes: Mapping[str, Any]) -> tuple[dict[int, _Message], d
 
 
 def _has_gap(indexes: Iterable[int]) -> bool:
+    """Missing indexes: the list must run on from 0, or from 1 (as some instrumentations number messages)."""
     ordered = sorted(indexes)
-    return bool(ordered) and ordered != list(range(len(ordered)))
+    return bool(ordered) and (ordered[0] > 1 or ordered != list(range(ordered[0], ordered[0] + len(ordered))))
 
 
 def _metadata(span: SpanRecord) -> Mapping[str, Any]:
@@ -309,9 +316,11 @@ class _Assembler:
 
     def _add_llm(self, span: SpanRecord, agent: str | None) -> bool:
         """Add the steps one LLM span decided; True when its message indexes have gaps."""
-        self.llm_span_count += 1
         attrs = span.attributes
         inputs, outputs = _llm_messages(attrs)
+        if not inputs and not outputs and not any(key in attrs for key in _MODEL_CALL_EVIDENCE):
+            return False  # LLM-kind but no model call seen (a framework's preparation step): not a decision
+        self.llm_span_count += 1
         if not self.first_user_message:
             user = next((m for _, m in sorted(inputs.items()) if m.role in ("user", "human") and m.text), None)
             if user is not None:

@@ -132,6 +132,9 @@ def _llm(attributes: Mapping[str, AttributeValue], out: dict[str, AttributeValue
     outputs = _messages(attributes.get(gen_ai.GEN_AI_OUTPUT_MESSAGES)) or _legacy_messages(
         attributes, _LEGACY_COMPLETION
     )
+    raw_output = attributes.get(gen_ai.GEN_AI_OUTPUT_MESSAGES)
+    if not outputs and isinstance(raw_output, str) and raw_output:  # unreadable: keep its text, never drop it
+        out[SpanAttributes.OUTPUT_VALUE] = raw_output[:MAX_MESSAGES_JSON_CHARS]
     inputs = _system_message(attributes.get(gen_ai.GEN_AI_SYSTEM_INSTRUCTIONS)) + inputs
     _write_messages(out, INPUT_MESSAGES_PREFIX, inputs)
     _write_messages(out, OUTPUT_MESSAGES_PREFIX, outputs)

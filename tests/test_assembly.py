@@ -121,7 +121,8 @@ def test_orphans_duplicates_and_children_before_parents() -> None:
 
 def test_parent_cycle_terminates_and_keeps_spans() -> None:
     a, b = span_id(), span_id()
-    spans = [span("LLM", sid=a, parent=b, start=1), span("LLM", sid=b, parent=a, start=2)]
+    said = {"output.value": "a thought"}
+    spans = [span("LLM", sid=a, parent=b, start=1, **said), span("LLM", sid=b, parent=a, start=2, **said)]
     trace = assemble_trace(spans)
     assert len(trace.steps) == 2 and WarningCode.ORPHAN_SPANS in _codes(trace)
 
@@ -138,6 +139,9 @@ def test_message_index_gap_is_reported() -> None:
     trace = assemble_trace([agent_root("q"), model])
     assert WarningCode.MESSAGE_INDEX_GAP in _codes(trace)
     assert "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT" in trace.warnings[0].message
+    # numbered from 1 (the OpenAI Agents SDK's Responses model does): no gap
+    from_one = llm("x", **{"llm.input_messages.1.message.content": "a", "llm.input_messages.2.message.content": "b"})
+    assert WarningCode.MESSAGE_INDEX_GAP not in _codes(assemble_trace([agent_root("q"), from_one]))
 
 
 def test_sdk_attribute_limit_drop_is_detected_on_real_sdk_spans() -> None:
@@ -199,3 +203,10 @@ def test_llm_span_nested_in_an_llm_span_is_part_of_it() -> None:
         [root, outer, inner, tool("search", "found", parent=root.span_id, start=3, **{"tool_call.id": "c1"})]
     )
     assert [(s.span_id, s.tool_name, s.tool_result) for s in trace.steps] == [(outer.span_id, "search", "found")]
+
+
+def test_an_llm_span_that_made_no_model_call_is_not_a_step() -> None:
+    """LlamaIndex marks its tool-preparation spans LLM: no messages, no output, no tokens."""
+    empty = span("LLM", start=2)
+    trace = assemble_trace([agent_root("q"), empty, llm("the answer", start=3)])
+    assert [s.reasoning for s in trace.steps] == ["the answer"]

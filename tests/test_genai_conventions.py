@@ -163,4 +163,4 @@ def test_system_instructions_reasoning_parts_and_bad_json_are_handled() -> None:
     trace = assemble_trace(spans)
     assert trace.question == "2+2?"  # the user's message, not the system instructions
     assert trace.steps[0].reasoning == "Two and two.\n4"
-    assert len(trace.steps) == 2 and trace.steps[1].reasoning == ""  # unreadable output: an empty step, kept
+    assert len(trace.steps) == 2 and trace.steps[1].reasoning == "[not json"  # unreadable output: kept as text

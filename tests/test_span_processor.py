@@ -106,7 +106,9 @@ def test_unfinished_trace_is_written_at_shutdown_marked_incomplete() -> None:
     from opentelemetry.trace import set_span_in_context
 
     with tracer.start_as_current_span(
-        "llm", context=set_span_in_context(root), attributes={"openinference.span.kind": "LLM"}
+        "llm",
+        context=set_span_in_context(root),
+        attributes={"openinference.span.kind": "LLM", "output.value": "thinking"},
     ):
         pass
     assert processor.force_flush(5_000) and got == []  # flush does not cut a running trace short
