@@ -214,6 +214,13 @@ class LocalLLM(OpenAICompatibleLLM):
         return text, usage.model_copy(update={"cached_prompt_tokens": cached})
 
 
+LOCAL_TIMEOUT_S = 900.0
+"""Per request on the local server: a CPU evaluates a 2,000-token prompt at 20-40 tokens/s and writes 5-10
+tokens/s (measured on a 2-core machine), so a long auditor call takes minutes, more while other work shares the
+cores; a client that gives up sooner leaves the server busy with the abandoned request and queues its retry
+behind it."""
+
+
 def local_llm(config: LLMConfig | None = None) -> LocalLLM:
     """An LLM backed by the shared local server; llama.cpp constrains decoding to the requested schema."""
     server = LocalLlamaServer.shared()
@@ -226,6 +233,7 @@ def local_llm(config: LLMConfig | None = None) -> LocalLLM:
                 "api_key": "local",
                 "schema_mode": SchemaMode.JSON_OBJECT_SCHEMA,
                 "max_retries": 1,
+                "timeout_s": max(base.timeout_s, LOCAL_TIMEOUT_S),
             }
         ),
         server,
