@@ -16,6 +16,7 @@ from typing import Generic, TypeVar
 
 from reflect_otel.assembly import AssemblyLimits, assemble_trace
 from reflect_otel.errors import ConfigError
+from reflect_otel.semconv import ReflectAttributes
 from reflect_otel.spans import SpanRecord
 from reflect_otel.trace import StructuredTrace, TraceWarning, WarningCode
 
@@ -64,6 +65,8 @@ class CollectorStats:
     spans_dropped_invalid: int = 0
     spans_in_traces: int = 0
     traces_assembled: int = 0
+    traces_skipped_replays: int = 0
+    """Replay runs reflect-otel made itself (root marked ``reflect.replay``): not application runs."""
     traces_expired: int = 0
     traces_incomplete_at_shutdown: int = 0
     assembly_errors: int = 0
@@ -249,6 +252,9 @@ class TraceCollector(Generic[ItemT]):
 
     def _emit(self, ready: list[tuple[str, _Gathering, bool]]) -> None:
         for trace_id, gathering, complete in ready:
+            if any(s.is_local_root and s.attributes.get(ReflectAttributes.REPLAY) is True for s in gathering.spans):
+                self._stats.traces_skipped_replays += 1
+                continue
             warnings = []
             if gathering.dropped:
                 warnings.append(

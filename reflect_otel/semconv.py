@@ -78,6 +78,9 @@ class ReflectAttributes:
     """replay, or localization_only."""
     CORRECTED_ANSWER = "reflect.attribution.corrected_answer"
     """The answer of the replay that flipped the outcome."""
+    REPLAY = "reflect.replay"
+    """True on the root span of a replay run that reflect-otel made: our collectors skip such traces (they are
+    evidence inside an attribution record, not runs of the application), and other backends can filter on it."""
 
 
 class GenAIEvaluation:

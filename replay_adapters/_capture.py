@@ -15,7 +15,7 @@ from opentelemetry.trace import format_trace_id, use_span
 
 from reflect_otel.assembly import assemble_trace
 from reflect_otel.errors import ReplayError
-from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes
+from reflect_otel.semconv import OpenInferenceSpanKindValues, ReflectAttributes, SpanAttributes
 from reflect_otel.spans import SpanRecord, span_record_from_readable
 from reflect_otel.trace import StructuredTrace
 
@@ -68,9 +68,10 @@ class Captured:
 
 
 @contextmanager
-def captured(provider: TracerProvider, name: str) -> Iterator[Captured]:
+def captured(provider: TracerProvider, name: str, *, replay: bool = True) -> Iterator[Captured]:
     """Run the block under a new root span (a new trace, not a child of the caller's) on ``provider``, which must
-    be the provider the agent's instrumentation writes to; then assemble the spans of that trace."""
+    be the provider the agent's instrumentation writes to; then assemble the spans of that trace. ``replay`` marks
+    the root ``reflect.replay`` (our collectors skip such traces)."""
     if not isinstance(provider, TracerProvider):
         raise ReplayError("replay needs the SDK TracerProvider the agent's OpenInference instrumentation uses")
     capture = _capture_for(provider)
@@ -79,7 +80,10 @@ def captured(provider: TracerProvider, name: str) -> Iterator[Captured]:
     root = tracer.start_span(
         name,
         context=Context(),
-        attributes={SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.CHAIN.value},
+        attributes={
+            SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.CHAIN.value,
+            ReflectAttributes.REPLAY: replay,
+        },
     )
     trace_id = root.get_span_context().trace_id
     result.trace_id = format_trace_id(trace_id)

@@ -151,6 +151,10 @@ def test_table_agent_replays_with_a_correction(instrumented: Instrumented) -> No
         trace, rollback_point=1, injection="CORRECTION: sort descending by Year to get the last one."
     )
     assert result.prefix_verified and result.trace.steps[:1] == trace.steps[:1]
+    # the replay is marked reflect.replay: the application's collector does not take it for a run of its own
+    assert instrumented.processor.force_flush(10_000)
+    assert result.adapter_info["replay_trace_id"] not in instrumented.traces
+    assert instrumented.processor.stats().traces_skipped_replays >= 1
     assert OracleVerifier().verify(result.trace, expected=question.expected).is_correct
     assert result.continuation[0].tool_args["descending"] is True
 

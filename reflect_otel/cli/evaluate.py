@@ -153,7 +153,7 @@ def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps:
 
     def run(question: WTQQuestion) -> AgentRun:
         agent = TableQAAgent(question, llm, max_steps=max_steps)
-        with captured(provider, "table_qa") as capture:
+        with captured(provider, "table_qa", replay=False) as capture:
             answer = agent.answer(thread_id=f"{LIVE}-{question.id}-{uuid.uuid4().hex[:8]}")
         trace = capture.trace
         assert trace is not None
