@@ -10,7 +10,7 @@ OpenAI client via openinference-instrumentation-openai, smolagents in TRAIL):
   come from the LLM span (a LangChain TOOL span's ``input.value`` is lossy for one-argument tools).
 * A TOOL span answers the call with its tool call id (``tool_call.id``, or the id inside the serialised
   ``ToolMessage`` LangChain writes to ``output.value``); without an id, the oldest unanswered call of the same
-  tool. A TOOL span that answers no call (a tool invoked from code) is a step of its own.
+  tool; a TOOL span with neither id nor tool name (an agent handoff), the oldest unanswered call. A TOOL span that answers no call (a tool invoked from code) is a step of its own.
 * An LLM span with no tool calls is a step (code agents act through text); one with no messages, no output and no
   token counts made no model call that we can see, and is not a step. An LLM span inside another LLM span
   (a chat-model wrapper calling an instrumented client) is part of the outer call, not a step. A trace made of one LLM span and
@@ -377,6 +377,8 @@ class _Assembler:
                 candidate = waiting.popleft()
                 if not candidate.has_result:
                     draft = candidate
+        if draft is None and not call_id and SpanAttributes.TOOL_NAME not in attrs:
+            draft = self._oldest_unanswered()  # an anonymous action (a handoff) answers the call that asked for it
         common = self._common(span, agent)
         if draft is None:  # invoked from code, not by a model's tool call
             self.drafts.append(
@@ -407,6 +409,16 @@ class _Assembler:
                 common["langgraph_step"],
                 common["langgraph_node"],
             )
+
+    def _oldest_unanswered(self) -> _Draft | None:
+        for draft in self.drafts:
+            if (
+                draft.fields["kind"] is StepKind.TOOL_CALL
+                and not draft.has_result
+                and "tool_span_id" not in draft.fields
+            ):
+                return draft
+        return None
 
     def _split_chain_of_thought(self) -> None:
         only = self.drafts[0].fields

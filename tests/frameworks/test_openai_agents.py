@@ -1,0 +1,107 @@
+"""The OpenAI Agents SDK, its real OpenInference instrumentation, a chat-completions model on a scripted server on
+loopback: the run multiply(17, 23) -> add(391, 5) -> "The answer is 396." rebuilt exactly, alone and after a
+handoff (which is one step: the model's transfer call, answered by the handoff)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedToolCall, ScriptedTurn
+from reflect_otel.trace import StepKind, StructuredTrace
+
+pytestmark = pytest.mark.frameworks
+agents = pytest.importorskip("agents")
+QUESTION = "What is 17 times 23, plus 5?"
+ANSWER = "The answer is 396."
+SCRIPT = [
+    ScriptedTurn("I multiply first.", [ScriptedToolCall("multiply", {"a": 17, "b": 23}, "call_1")]),
+    ScriptedTurn("Now add 5.", [ScriptedToolCall("add", {"a": 391, "b": 5}, "call_2")]),
+    ScriptedTurn(ANSWER),
+]
+CALCULATION = [
+    (StepKind.TOOL_CALL, "multiply", {"a": 17, "b": 23}, "391", "I multiply first."),
+    (StepKind.TOOL_CALL, "add", {"a": 391, "b": 5}, "396", "Now add 5."),
+    (StepKind.FINAL_ANSWER, None, {}, None, ANSWER),
+]
+
+
+@agents.function_tool
+def multiply(a: int, b: int) -> int:
+    """Multiply two integers."""
+    return a * b
+
+
+@agents.function_tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def _turn(body: dict[str, Any]) -> ScriptedTurn:
+    if "Route" in str(body["messages"][0].get("content")):
+        return ScriptedTurn("", [ScriptedToolCall("transfer_to_calculator", {}, "call_handoff")])
+    calculator_turns = sum(1 for m in body["messages"] if m.get("role") == "assistant" and not _is_handoff(m))
+    return SCRIPT[calculator_turns]
+
+
+def _is_handoff(message: dict[str, Any]) -> bool:
+    return any(c["function"]["name"].startswith("transfer_to_") for c in message.get("tool_calls") or [])
+
+
+@pytest.fixture(scope="module")
+def traced() -> Iterator[tuple[Any, list[StructuredTrace]]]:
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from reflect_otel.collectors.span_processor import ReflectSpanProcessor
+
+    traces: list[StructuredTrace] = []
+    provider = TracerProvider()
+    provider.add_span_processor(ReflectSpanProcessor(traces.append))
+    agents.set_trace_processors([])  # no export to OpenAI's tracing backend: tests stay on loopback
+    instrumentor = OpenAIAgentsInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        yield provider, traces
+    finally:
+        instrumentor.uninstrument()
+        provider.shutdown()
+
+
+def _run(traced: tuple[Any, list[StructuredTrace]], *, handoff: bool) -> StructuredTrace:
+    from openai import AsyncOpenAI
+
+    provider, traces = traced
+    before = len(traces)
+    with ScriptedOpenAIServer(_turn) as server:
+        model = agents.OpenAIChatCompletionsModel(
+            model="scripted-model", openai_client=AsyncOpenAI(base_url=server.base_url, api_key="test")
+        )
+        agent = agents.Agent(name="calculator", instructions="Compute.", tools=[multiply, add], model=model)
+        if handoff:
+            agent = agents.Agent(name="triage", instructions="Route the question.", handoffs=[agent], model=model)
+        assert agents.Runner.run_sync(agent, QUESTION).final_output == ANSWER
+    assert provider.force_flush(10_000)
+    (trace,) = [t for t in traces[before:] if t.steps]
+    return trace
+
+
+def _steps(trace: StructuredTrace) -> list[tuple[Any, ...]]:
+    return [(s.kind, s.tool_name, s.tool_args, s.tool_result, s.reasoning) for s in trace.steps]
+
+
+def test_chat_completions_agent(traced: tuple[Any, list[StructuredTrace]]) -> None:
+    trace = _run(traced, handoff=False)
+    assert (trace.question, trace.final_answer) == (QUESTION, ANSWER)
+    assert _steps(trace) == CALCULATION
+    assert not trace.warnings, trace.warnings
+
+
+def test_a_handoff_is_one_step(traced: tuple[Any, list[StructuredTrace]]) -> None:
+    trace = _run(traced, handoff=True)
+    assert (trace.question, trace.final_answer) == (QUESTION, ANSWER)
+    assert _steps(trace) == [(StepKind.TOOL_CALL, "transfer_to_calculator", {}, "calculator", ""), *CALCULATION]
+    assert not trace.warnings, trace.warnings
