@@ -190,6 +190,9 @@ def as_openinference(span: SpanRecord) -> SpanRecord:
     OpenInference equivalents of its GenAI ones (the originals are kept)."""
     attributes = span.attributes
     if _KIND in attributes:
+        name = attributes.get(gen_ai.GEN_AI_AGENT_NAME)
+        if name and SpanAttributes.AGENT_NAME not in attributes:  # both conventions on one span: the agent's name
+            return replace(span, attributes={**attributes, SpanAttributes.AGENT_NAME: str(name)})
         return span
     operation = attributes.get(gen_ai.GEN_AI_OPERATION_NAME)
     legacy = operation is None and any(k.startswith((_LEGACY_PROMPT, _LEGACY_COMPLETION)) for k in attributes)

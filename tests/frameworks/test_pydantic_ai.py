@@ -1,0 +1,76 @@
+"""pydantic-ai against a scripted OpenAI-compatible server on loopback, traced two ways: its own instrumentation
+(OTel GenAI conventions: ``chat``, ``execute_tool``, ``invoke_agent`` spans with parts-based messages) and the same
+spans through OpenInference's span processor for pydantic-ai. Both rebuild the run exactly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedToolCall, ScriptedTurn
+from reflect_otel.trace import StepKind, StructuredTrace
+
+pytestmark = pytest.mark.frameworks
+pytest.importorskip("pydantic_ai")
+QUESTION = "What is 17 times 23, plus 5?"
+ANSWER = "The answer is 396."
+SCRIPT = [
+    ScriptedTurn("I multiply first.", [ScriptedToolCall("multiply", {"a": 17, "b": 23}, "call_1")]),
+    ScriptedTurn("Now add 5.", [ScriptedToolCall("add", {"a": 391, "b": 5}, "call_2")]),
+    ScriptedTurn(ANSWER),
+]
+
+
+def _run(*, openinference: bool) -> StructuredTrace:
+    from opentelemetry.sdk.trace import TracerProvider
+    from pydantic_ai import Agent
+    from pydantic_ai.models.instrumented import InstrumentationSettings
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    from reflect_otel.collectors.span_processor import ReflectSpanProcessor
+
+    traces: list[StructuredTrace] = []
+    provider = TracerProvider()
+    if openinference:
+        from openinference.instrumentation.pydantic_ai import OpenInferenceSpanProcessor
+
+        provider.add_span_processor(OpenInferenceSpanProcessor())
+    provider.add_span_processor(ReflectSpanProcessor(traces.append))
+
+    def turn(body: dict[str, Any]) -> ScriptedTurn:
+        return SCRIPT[sum(1 for m in body["messages"] if m.get("role") == "assistant")]
+
+    with ScriptedOpenAIServer(turn) as server:
+        model = OpenAIChatModel("scripted-model", provider=OpenAIProvider(base_url=server.base_url, api_key="test"))
+        agent = Agent(model, name="calculator", instructions="Compute.")
+        agent.instrument = InstrumentationSettings(tracer_provider=provider)
+
+        @agent.tool_plain
+        def multiply(a: int, b: int) -> int:
+            """Multiply two integers."""
+            return a * b
+
+        @agent.tool_plain
+        def add(a: int, b: int) -> int:
+            """Add two integers."""
+            return a + b
+
+        assert agent.run_sync(QUESTION).output == ANSWER
+    provider.shutdown()
+    (trace,) = traces
+    return trace
+
+
+@pytest.mark.parametrize("openinference", [False, True], ids=["native-genai", "openinference-processor"])
+def test_pydantic_ai(openinference: bool) -> None:
+    trace = _run(openinference=openinference)
+    assert (trace.question, trace.final_answer, trace.agent) == (QUESTION, ANSWER, "calculator")
+    assert [(s.kind, s.tool_name, s.tool_args, s.tool_result, s.tool_call_id, s.reasoning) for s in trace.steps] == [
+        (StepKind.TOOL_CALL, "multiply", {"a": 17, "b": 23}, "391", "call_1", "I multiply first."),
+        (StepKind.TOOL_CALL, "add", {"a": 391, "b": 5}, "396", "call_2", "Now add 5."),
+        (StepKind.FINAL_ANSWER, None, {}, None, None, ANSWER),
+    ]
+    assert trace.steps[0].model_name == "scripted-model"
+    assert not trace.warnings, trace.warnings
