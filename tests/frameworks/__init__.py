@@ -1,0 +1,1 @@
+"""Real agent frameworks with their real instrumentation against a scripted model server on loopback."""

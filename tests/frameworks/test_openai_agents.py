@@ -5,12 +5,14 @@ handoff (which is one step: the model's transfer call, answered by the handoff).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedToolCall, ScriptedTurn
 from reflect_otel.trace import StepKind, StructuredTrace
+from tests.frameworks.tracing import Traced, same_trace_from_otlp_file
 
 pytestmark = pytest.mark.frameworks
 agents = pytest.importorskip("agents")
@@ -52,29 +54,24 @@ def _is_handoff(message: dict[str, Any]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def traced() -> Iterator[tuple[Any, list[StructuredTrace]]]:
+def traced() -> Iterator[Traced]:
     from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
-    from opentelemetry.sdk.trace import TracerProvider
 
-    from reflect_otel.collectors.span_processor import ReflectSpanProcessor
-
-    traces: list[StructuredTrace] = []
-    provider = TracerProvider()
-    provider.add_span_processor(ReflectSpanProcessor(traces.append))
+    traced = Traced()
     agents.set_trace_processors([])  # no export to OpenAI's tracing backend: tests stay on loopback
     instrumentor = OpenAIAgentsInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
+    instrumentor.instrument(tracer_provider=traced.provider)
     try:
-        yield provider, traces
+        yield traced
     finally:
         instrumentor.uninstrument()
-        provider.shutdown()
+        traced.provider.shutdown()
 
 
-def _run(traced: tuple[Any, list[StructuredTrace]], *, handoff: bool) -> StructuredTrace:
+def _run(traced: Traced, *, handoff: bool) -> StructuredTrace:
     from openai import AsyncOpenAI
 
-    provider, traces = traced
+    provider, traces = traced.provider, traced.traces
     before = len(traces)
     with ScriptedOpenAIServer(_turn) as server:
         model = agents.OpenAIChatCompletionsModel(
@@ -93,15 +90,17 @@ def _steps(trace: StructuredTrace) -> list[tuple[Any, ...]]:
     return [(s.kind, s.tool_name, s.tool_args, s.tool_result, s.reasoning) for s in trace.steps]
 
 
-def test_chat_completions_agent(traced: tuple[Any, list[StructuredTrace]]) -> None:
+def test_chat_completions_agent(traced: Traced, tmp_path: Path) -> None:
     trace = _run(traced, handoff=False)
     assert (trace.question, trace.final_answer) == (QUESTION, ANSWER)
     assert _steps(trace) == CALCULATION
     assert not trace.warnings, trace.warnings
+    same_trace_from_otlp_file(traced, trace, tmp_path)
 
 
-def test_a_handoff_is_one_step(traced: tuple[Any, list[StructuredTrace]]) -> None:
+def test_a_handoff_is_one_step(traced: Traced, tmp_path: Path) -> None:
     trace = _run(traced, handoff=True)
     assert (trace.question, trace.final_answer) == (QUESTION, ANSWER)
     assert _steps(trace) == [(StepKind.TOOL_CALL, "transfer_to_calculator", {}, "calculator", ""), *CALCULATION]
     assert not trace.warnings, trace.warnings
+    same_trace_from_otlp_file(traced, trace, tmp_path)

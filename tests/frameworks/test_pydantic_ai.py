@@ -4,12 +4,14 @@ spans through OpenInference's span processor for pydantic-ai. Both rebuild the r
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedToolCall, ScriptedTurn
 from reflect_otel.trace import StepKind, StructuredTrace
+from tests.frameworks.tracing import Traced, same_trace_from_otlp_file
 
 pytestmark = pytest.mark.frameworks
 pytest.importorskip("pydantic_ai")
@@ -22,22 +24,13 @@ SCRIPT = [
 ]
 
 
-def _run(*, openinference: bool) -> StructuredTrace:
-    from opentelemetry.sdk.trace import TracerProvider
+def _run(traced: Traced, *, openinference: bool) -> StructuredTrace:
     from pydantic_ai import Agent
     from pydantic_ai.models.instrumented import InstrumentationSettings
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
-    from reflect_otel.collectors.span_processor import ReflectSpanProcessor
-
-    traces: list[StructuredTrace] = []
-    provider = TracerProvider()
-    if openinference:
-        from openinference.instrumentation.pydantic_ai import OpenInferenceSpanProcessor
-
-        provider.add_span_processor(OpenInferenceSpanProcessor())
-    provider.add_span_processor(ReflectSpanProcessor(traces.append))
+    provider = traced.provider
 
     def turn(body: dict[str, Any]) -> ScriptedTurn:
         return SCRIPT[sum(1 for m in body["messages"] if m.get("role") == "assistant")]
@@ -59,13 +52,18 @@ def _run(*, openinference: bool) -> StructuredTrace:
 
         assert agent.run_sync(QUESTION).output == ANSWER
     provider.shutdown()
-    (trace,) = traces
+    (trace,) = traced.traces
     return trace
 
 
 @pytest.mark.parametrize("openinference", [False, True], ids=["native-genai", "openinference-processor"])
-def test_pydantic_ai(openinference: bool) -> None:
-    trace = _run(openinference=openinference)
+def test_pydantic_ai(openinference: bool, tmp_path: Path) -> None:
+    traced = Traced()
+    if openinference:  # it rewrites each span as it ends, so it runs before the processors that read them
+        from openinference.instrumentation.pydantic_ai import OpenInferenceSpanProcessor
+
+        traced = Traced(first=[OpenInferenceSpanProcessor()])
+    trace = _run(traced, openinference=openinference)
     assert (trace.question, trace.final_answer, trace.agent) == (QUESTION, ANSWER, "calculator")
     assert [(s.kind, s.tool_name, s.tool_args, s.tool_result, s.tool_call_id, s.reasoning) for s in trace.steps] == [
         (StepKind.TOOL_CALL, "multiply", {"a": 17, "b": 23}, "391", "call_1", "I multiply first."),
@@ -74,3 +72,4 @@ def test_pydantic_ai(openinference: bool) -> None:
     ]
     assert trace.steps[0].model_name == "scripted-model"
     assert not trace.warnings, trace.warnings
+    same_trace_from_otlp_file(traced, trace, tmp_path)

@@ -5,12 +5,14 @@ calls) and by a CodeAgent (tools called from the code it writes)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedToolCall, ScriptedTurn
 from reflect_otel.trace import StepKind, StructuredTrace
+from tests.frameworks.tracing import Traced, same_trace_from_otlp_file
 
 pytestmark = pytest.mark.frameworks
 smolagents = pytest.importorskip("smolagents")
@@ -45,26 +47,21 @@ def _assistant_turns(body: dict[str, Any]) -> int:
 
 
 @pytest.fixture(scope="module")
-def traced() -> Iterator[tuple[Any, list[StructuredTrace]]]:
+def traced() -> Iterator[Traced]:
     from openinference.instrumentation.smolagents import SmolagentsInstrumentor
-    from opentelemetry.sdk.trace import TracerProvider
 
-    from reflect_otel.collectors.span_processor import ReflectSpanProcessor
-
-    traces: list[StructuredTrace] = []
-    provider = TracerProvider()
-    provider.add_span_processor(ReflectSpanProcessor(traces.append))
+    traced = Traced()
     instrumentor = SmolagentsInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
+    instrumentor.instrument(tracer_provider=traced.provider)
     try:
-        yield provider, traces
+        yield traced
     finally:
         instrumentor.uninstrument()
-        provider.shutdown()
+        traced.provider.shutdown()
 
 
-def _run(traced: tuple[Any, list[StructuredTrace]], agent_class: Any, turn: Any, **options: Any) -> StructuredTrace:
-    provider, traces = traced
+def _run(traced: Traced, agent_class: Any, turn: Any, **options: Any) -> StructuredTrace:
+    provider, traces = traced.provider, traced.traces
     before = len(traces)
     with ScriptedOpenAIServer(turn) as server:
         model = smolagents.OpenAIServerModel(model_id="scripted-model", api_base=server.base_url, api_key="test")
@@ -75,7 +72,7 @@ def _run(traced: tuple[Any, list[StructuredTrace]], agent_class: Any, turn: Any,
     return trace
 
 
-def test_tool_calling_agent(traced: tuple[Any, list[StructuredTrace]]) -> None:
+def test_tool_calling_agent(traced: Traced, tmp_path: Path) -> None:
     script = [
         ScriptedTurn("I multiply first.", [ScriptedToolCall("multiply", {"a": 17, "b": 23}, "call_1")]),
         ScriptedTurn("Now add 5.", [ScriptedToolCall("add", {"a": 391, "b": 5}, "call_2")]),
@@ -89,9 +86,10 @@ def test_tool_calling_agent(traced: tuple[Any, list[StructuredTrace]]) -> None:
         (StepKind.FINAL_ANSWER, "final_answer", {"answer": ANSWER}, ANSWER, "Done."),
     ]
     assert not trace.warnings, trace.warnings
+    same_trace_from_otlp_file(traced, trace, tmp_path)
 
 
-def test_code_agent(traced: tuple[Any, list[StructuredTrace]]) -> None:
+def test_code_agent(traced: Traced, tmp_path: Path) -> None:
     first = "Thought: multiply first.\n```python\nproduct = multiply(a=17, b=23)\nprint(product)\n```"
     second = "Thought: add 5 and answer.\n```python\nfinal_answer(f'The answer is {add(a=391, b=5)}.')\n```"
     trace = _run(
@@ -110,3 +108,4 @@ def test_code_agent(traced: tuple[Any, list[StructuredTrace]]) -> None:
         (StepKind.FINAL_ANSWER, "final_answer", {"args": [ANSWER]}, ANSWER, ""),
     ]
     assert not trace.warnings, trace.warnings
+    same_trace_from_otlp_file(traced, trace, tmp_path)

@@ -1,0 +1,54 @@
+"""One tracer provider per framework test: our span processor (assembled traces) and an in-memory exporter (the
+raw spans) side by side, and the check that the same spans exported as an OTLP/JSON file and imported give the
+same trace."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from reflect_otel.collectors.files import import_files
+from reflect_otel.collectors.span_processor import ReflectSpanProcessor
+from reflect_otel.trace import StructuredTrace
+from tests.agents import otlp_json
+
+
+@dataclass
+class Traced:
+    """``first``: processors that must see each span before ours (one that adds attributes, say)."""
+
+    first: Sequence[SpanProcessor] = ()
+    provider: TracerProvider = field(default_factory=TracerProvider, init=False)
+    exporter: InMemorySpanExporter = field(default_factory=InMemorySpanExporter, init=False)
+    traces: list[StructuredTrace] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        for processor in self.first:
+            self.provider.add_span_processor(processor)
+        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.provider.add_span_processor(ReflectSpanProcessor(self.traces.append))
+
+
+def same_trace_from_otlp_file(traced: Traced, trace: StructuredTrace, folder: Path) -> StructuredTrace:
+    """Export the trace's raw spans as OTLP/JSON, import the file, and return the imported trace after checking that
+    it matches the live one (steps, question, answer, session, agent)."""
+    spans = [s for s in traced.exporter.get_finished_spans() if format(s.context.trace_id, "032x") == trace.trace_id]
+    path = folder / f"{trace.trace_id}.json"
+    path.write_text(json.dumps(otlp_json(spans)), encoding="utf-8")
+    imported: list[StructuredTrace] = []
+    import_files([path], lambda t, _meta: imported.append(t))
+    (again,) = imported
+    assert again.steps == trace.steps
+    assert (again.question, again.final_answer, again.session_id, again.agent) == (
+        trace.question,
+        trace.final_answer,
+        trace.session_id,
+        trace.agent,
+    )
+    return again
