@@ -11,6 +11,8 @@ OpenAI client via openinference-instrumentation-openai, smolagents in TRAIL):
 * A TOOL span answers the call with its tool call id (``tool_call.id``, or the id inside the serialised
   ``ToolMessage`` LangChain writes to ``output.value``); without an id, the oldest unanswered call of the same
   tool; a TOOL span with neither id nor tool name (an agent handoff), the oldest unanswered call. A TOOL span that answers no call (a tool invoked from code) is a step of its own.
+* Two LLM spans with the same output, one within the other's time (two instrumentations of one model call that
+  do not nest by parent), are one call: the outer one.
 * An LLM span with no tool calls is a step (code agents act through text); one with no messages, no output and no
   token counts made no model call that we can see, and is not a step. An LLM span inside another LLM span
   (a chat-model wrapper calling an instrumented client) is part of the outer call, not a step. A trace made of one LLM span and
@@ -137,6 +139,16 @@ def _llm_messages(attributes: Mapping[str, Any]) -> tuple[dict[int, _Message], d
     return inputs, outputs
 
 
+def _output_signature(outputs: Mapping[int, _Message]) -> tuple[str, ...]:
+    """What a model call answered: its texts and tool calls (name and arguments), in order."""
+    signature: list[str] = []
+    for _, message in sorted(outputs.items()):
+        signature.append(message.text)
+        for _, call in sorted((message.tool_calls or {}).items()):
+            signature += [call.get("function.name", ""), call.get("function.arguments", "")]
+    return tuple(signature)
+
+
 def _has_gap(indexes: Iterable[int]) -> bool:
     """Missing indexes: the list must run on from 0, or from 1 (as some instrumentations number messages)."""
     ordered = sorted(indexes)
@@ -261,8 +273,38 @@ class _Assembler:
             )
         return order
 
+    def _mark_duplicate_model_calls(self) -> None:
+        """Two instrumentations of one model call (LangChain's ``ChatOpenAI`` span and the OpenAI client's span
+        inside it) give two LLM spans; when the client's span cannot parent to the chat model's (LangChain does
+        not set the OTel context), it lands beside it. The same output, produced within the other span's
+        interval, is the same call: the inner span is part of the outer one, as if nested."""
+        by_output: dict[tuple[str, ...], list[SpanRecord]] = defaultdict(list)
+        for span, _ in self.order:
+            if span.attributes.get(_KIND) == _LLM and span.span_id not in self.nested_llm_spans:
+                _, outputs = _llm_messages(span.attributes)
+                if outputs:
+                    by_output[_output_signature(outputs)].append(span)
+        for spans in by_output.values():
+            if len(spans) < 2:
+                continue
+            for inner in spans:
+                if inner.end_ns is None:
+                    continue
+                end = inner.end_ns
+                if any(
+                    outer is not inner
+                    and outer.span_id not in self.nested_llm_spans
+                    and outer.start_ns <= inner.start_ns
+                    and outer.end_ns is not None
+                    and end <= outer.end_ns
+                    and (outer.start_ns, -outer.end_ns, outer.span_id) < (inner.start_ns, -end, inner.span_id)
+                    for outer in spans
+                ):
+                    self.nested_llm_spans.add(inner.span_id)
+
     # -- steps ------------------------------------------------------------------------------------------------
     def build(self) -> StructuredTrace:
+        self._mark_duplicate_model_calls()
         gaps: list[str] = []
         dropped_spans, dropped_total = 0, 0
         for span, agent in self.order:

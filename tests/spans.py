@@ -43,7 +43,13 @@ def span(
 
 
 def llm(
-    text: str, calls: list[tuple[str, str, str]] = (), *, parent: str | None = None, start: int = 0, **extra: Any
+    text: str,
+    calls: list[tuple[str, str, str]] = (),
+    *,
+    parent: str | None = None,
+    start: int = 0,
+    end: int | None = None,
+    **extra: Any,
 ) -> SpanRecord:
     """An LLM span whose output message has ``text`` and tool calls (name, arguments JSON, id)."""
     attrs: dict[str, Any] = {
@@ -57,7 +63,7 @@ def llm(
         if call_id:
             attrs[prefix + "id"] = call_id
     attrs.update(extra)
-    return span(OpenInferenceSpanKindValues.LLM.value, parent=parent, start=start, name="llm", **attrs)
+    return span(OpenInferenceSpanKindValues.LLM.value, parent=parent, start=start, end=end, name="llm", **attrs)
 
 
 def tool(name: str, result: str, *, parent: str | None = None, start: int = 0, **extra: Any) -> SpanRecord:

@@ -210,3 +210,12 @@ def test_an_llm_span_that_made_no_model_call_is_not_a_step() -> None:
     empty = span("LLM", start=2)
     trace = assemble_trace([agent_root("q"), empty, llm("the answer", start=3)])
     assert [s.reasoning for s in trace.steps] == ["the answer"]
+
+
+def test_one_model_call_recorded_twice_is_one_step_but_a_repeated_call_is_two() -> None:
+    root = agent_root("q", sid=span_id())
+    outer = llm("same words", parent=root.span_id, start=10, end=20)
+    inner = llm("same words", parent=root.span_id, start=12, end=18)  # the client's span inside the chat model's
+    assert [s.span_id for s in assemble_trace([root, outer, inner]).steps] == [outer.span_id]
+    again = llm("same words", parent=root.span_id, start=30, end=40)  # the agent said it again, later: a new call
+    assert len(assemble_trace([root, outer, inner, again]).steps) == 2
