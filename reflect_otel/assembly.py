@@ -197,6 +197,8 @@ class _Assembler:
         self.first_user_message = ""
         self.first_metadata: Mapping[str, Any] = {}
         self.nested_llm_spans: set[str] = set()
+        self.messages: dict[str, tuple[dict[int, _Message], dict[int, _Message]]] = {}
+        """Each LLM span's messages, read once (duplicate detection, then the step)."""
         self.by_id = self._dedupe(spans)
         self.order = self._walk()
 
@@ -281,7 +283,8 @@ class _Assembler:
         by_output: dict[tuple[str, ...], list[SpanRecord]] = defaultdict(list)
         for span, _ in self.order:
             if span.attributes.get(_KIND) == _LLM and span.span_id not in self.nested_llm_spans:
-                _, outputs = _llm_messages(span.attributes)
+                messages = self.messages[span.span_id] = _llm_messages(span.attributes)
+                outputs = messages[1]
                 if outputs:
                     by_output[_output_signature(outputs)].append(span)
         for spans in by_output.values():
@@ -359,7 +362,7 @@ class _Assembler:
     def _add_llm(self, span: SpanRecord, agent: str | None) -> bool:
         """Add the steps one LLM span decided; True when its message indexes have gaps."""
         attrs = span.attributes
-        inputs, outputs = _llm_messages(attrs)
+        inputs, outputs = self.messages.pop(span.span_id, None) or _llm_messages(attrs)
         if not inputs and not outputs and not any(key in attrs for key in _MODEL_CALL_EVIDENCE):
             return False  # LLM-kind but no model call seen (a framework's preparation step): not a decision
         self.llm_span_count += 1
