@@ -362,7 +362,8 @@ class _Assembler:
     def _add_llm(self, span: SpanRecord, agent: str | None) -> bool:
         """Add the steps one LLM span decided; True when its message indexes have gaps."""
         attrs = span.attributes
-        inputs, outputs = self.messages.pop(span.span_id, None) or _llm_messages(attrs)
+        read = self.messages.pop(span.span_id, None)
+        inputs, outputs = read if read is not None else _llm_messages(attrs)
         if not inputs and not outputs and not any(key in attrs for key in _MODEL_CALL_EVIDENCE):
             return False  # LLM-kind but no model call seen (a framework's preparation step): not a decision
         self.llm_span_count += 1
