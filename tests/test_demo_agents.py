@@ -198,3 +198,11 @@ def test_table_agent_refuses_a_repeated_call_and_answers_at_its_step_limit(instr
     # the first call, then the repeat sent back once and repeated again: the model must answer there
     assert outputs == ["TableDecision", "TableDecision", "TableDecision", "FinalDecision"]
     assert "You already called count_rows" in llm.requests[2].messages[-1].content
+
+
+def test_a_filter_that_matches_nothing_names_values_the_column_holds() -> None:
+    workspace = TableWorkspace(QUESTIONS["nt-1"].table)
+    empty = workspace.filter_rows("t0", "Position", "=", "1")
+    assert empty.startswith("t1: 0 rows") and "values of Position in t0 include:" in empty and "'1st'" in empty
+    assert "no row matched" not in workspace.filter_rows("t0", "Position", "=", "1st")
+    assert "no row matched" not in workspace.filter_rows("t0", "Year", ">", "3000")  # numbers: no value hint

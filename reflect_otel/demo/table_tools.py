@@ -4,7 +4,8 @@ A :class:`TableWorkspace` holds the question's table as ``t0`` (every cell text,
 a named table and, when it derives one, stores it under a new name (``t1``, ``t2``, ...) that is never reused, so a
 replay from any prefix finds the tables that prefix made, and the tools of the prefix are never run again. Tool
 results are short text (a preview), and bad input (an unknown table or column) comes back as an ``error:`` line
-the agent can read, as a real tool's error would.
+the agent can read, as a real tool's error would; a filter that matches nothing lists some values the column does
+hold, as a database's hint would.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = ["AGGREGATES", "OPERATORS", "TableWorkspace"]
 OPERATORS = ("=", "!=", "contains", "starts_with", ">", ">=", "<", "<=")
 AGGREGATES = ("count", "sum", "avg", "min", "max")
 PREVIEW_ROWS = 8
+HINT_VALUES = 8
 CELL_CHARS = 60
 
 
@@ -131,7 +133,18 @@ class TableWorkspace:
             except ValueError:
                 raise ToolInputError(f"{op} compares numbers; {value!r} is not a number") from None
             where, params = f"{_number(column)} {op} ?", [number]  # op is one of OPERATORS: safe to inline
-        return self._derive(f"SELECT * FROM {table} WHERE {where}", params)
+        result = self._derive(f"SELECT * FROM {table} WHERE {where}", params)
+        if op in conditions and result.split(":", 2)[1].strip().startswith("0 rows"):
+            result += f"\n(no row matched; {self._some_values(table, column)})"  # as a database would hint
+        return result
+
+    def _some_values(self, table: str, column: str) -> str:
+        found = self._db.execute(
+            f"SELECT DISTINCT {_quote(column)} FROM {table} WHERE {_quote(column)} IS NOT NULL LIMIT {HINT_VALUES + 1}"
+        ).fetchall()
+        values = [" ".join(str(v[0]).split())[:CELL_CHARS] for v in found[:HINT_VALUES]]
+        more = ", ..." if len(found) > HINT_VALUES else ""
+        return f"values of {column} in {table} include: {', '.join(repr(v) for v in values)}{more}"
 
     def sort_rows(self, table: str, column: str, descending: bool = False, limit: int | None = None) -> str:
         """Rows sorted by ``column`` (numerically where the cells are numbers), optionally only the first ``limit``."""
