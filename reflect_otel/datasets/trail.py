@@ -147,6 +147,16 @@ class TrailImport:
     labels_mapped: int
 
 
+def _ancestors(parents: Mapping[str, str | None], node: str | None) -> Iterator[str]:
+    """``node`` and its ancestors, nearest first; stops at a parent link seen before (TRAIL files are untrusted:
+    parent ids can form a cycle)."""
+    seen: set[str] = set()
+    while node is not None and node not in seen:
+        seen.add(node)
+        yield node
+        node = parents.get(node)
+
+
 def _step_for_location(trace: StructuredTrace, spans: list[SpanRecord], location: str) -> int | None:
     """The step a span id denotes: itself, else the first step inside it, else the nearest step around it."""
     step = trace.step_for_span(location)
@@ -156,17 +166,12 @@ def _step_for_location(trace: StructuredTrace, spans: list[SpanRecord], location
     if location not in parents:
         return None
     for candidate in trace.steps:  # steps are in order, so the first descendant is the earliest
-        node: str | None = candidate.span_id
-        while node is not None and node != location:
-            node = parents.get(node)
-        if node == location:
+        if location in _ancestors(parents, candidate.span_id):
             return candidate.index
-    node = parents.get(location)
-    while node is not None:
+    for node in _ancestors(parents, parents.get(location)):
         step = trace.step_for_span(node)
         if step is not None:
             return step.index
-        node = parents.get(node)
     return None
 
 
