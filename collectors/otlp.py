@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,23 +125,34 @@ def _get(obj: Mapping[str, Any], camel: str, snake: str) -> Any:
     return obj[camel] if camel in obj else obj.get(snake)
 
 
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _text(value: object) -> str:
+    """A string as stored: JSON may carry lone surrogates (``"\\ud800"``), which no UTF-8 writer accepts."""
+    text = str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
 def _json_value(value: object) -> AttributeValue | None:
     if not isinstance(value, Mapping):
         return None
     if "stringValue" in value or "string_value" in value:
-        return str(_get(value, "stringValue", "string_value"))
+        return _text(_get(value, "stringValue", "string_value"))
     if "boolValue" in value or "bool_value" in value:
         return bool(_get(value, "boolValue", "bool_value"))
     if "intValue" in value or "int_value" in value:
-        try:
-            return int(_get(value, "intValue", "int_value"))  # int64 is a JSON string in OTLP/JSON
-        except (TypeError, ValueError):
-            return None
+        return _json_int(_get(value, "intValue", "int_value"))  # int64 is a JSON string in OTLP/JSON
     if "doubleValue" in value or "double_value" in value:
         try:
-            return float(_get(value, "doubleValue", "double_value"))
-        except (TypeError, ValueError):
+            number = float(_get(value, "doubleValue", "double_value"))
+        except (TypeError, ValueError, OverflowError):
             return None
+        return number if math.isfinite(number) else str(number)  # "inf", "nan": kept, as text a store can hold
     if "arrayValue" in value or "array_value" in value:
         array = _get(value, "arrayValue", "array_value")
         values = array.get("values", []) if isinstance(array, Mapping) else []
@@ -149,17 +161,21 @@ def _json_value(value: object) -> AttributeValue | None:
     if "kvlistValue" in value or "kvlist_value" in value:
         kvlist = _get(value, "kvlistValue", "kvlist_value")
         pairs = kvlist.get("values", []) if isinstance(kvlist, Mapping) else []
-        return json.dumps({str(kv.get("key")): _json_value(kv.get("value")) for kv in pairs if isinstance(kv, Mapping)})
+        return _text(
+            json.dumps({str(kv.get("key")): _json_value(kv.get("value")) for kv in pairs if isinstance(kv, Mapping)})
+        )
     if "bytesValue" in value or "bytes_value" in value:
-        return str(_get(value, "bytesValue", "bytes_value"))
+        return _text(_get(value, "bytesValue", "bytes_value"))
     return None
 
 
 def _json_int(value: object) -> int | None:
+    """An OTLP (u)int64 field; None when absent, not a number, infinite or out of the 64-bit range."""
     try:
-        return int(value) if value not in (None, "") else None  # type: ignore[call-overload]
-    except (TypeError, ValueError):
+        number = int(value) if value not in (None, "") else None  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(float("inf")) from a JSON Infinity
         return None
+    return number if number is None or _INT64[0] <= number <= _INT64[1] else None
 
 
 def _json_status(status: object) -> tuple[str, str | None]:
@@ -168,7 +184,7 @@ def _json_status(status: object) -> tuple[str, str | None]:
     code = status.get("code", 0)
     text = _JSON_STATUS.get(code, "unset") if isinstance(code, str) else _STATUS.get(_json_int(code) or 0, "unset")
     message = status.get("message")
-    return text, str(message) if message else None
+    return text, _text(message) if message else None
 
 
 def _list(obj: Mapping[str, Any], *keys: str) -> Iterable[Mapping[str, Any]]:
@@ -191,7 +207,7 @@ def decode_json_document(document: object) -> DecodedBatch:
             for span in _list(scope_spans, "spans"):
                 trace_id = str(_get(span, "traceId", "trace_id") or "").lower()
                 span_id = str(_get(span, "spanId", "span_id") or "").lower()
-                name = str(span.get("name", ""))
+                name = _text(span.get("name", ""))
                 if not is_trace_id(trace_id) or not is_span_id(span_id):
                     batch.reject(f"span {name!r} has an invalid trace or span id (OTLP/JSON ids are hex)")
                     continue
@@ -200,14 +216,15 @@ def decode_json_document(document: object) -> DecodedBatch:
                     batch.reject(f"span {span_id} has an invalid parent span id")
                     continue
                 start = _json_int(_get(span, "startTimeUnixNano", "start_time_unix_nano"))
-                if start is None:
-                    batch.reject(f"span {span_id} has no valid startTimeUnixNano")
+                if start is None or start < 0:
+                    batch.reject(f"span {span_id} has no valid startTimeUnixNano (a 64-bit count of ns since 1970)")
                     continue
+                end = _json_int(_get(span, "endTimeUnixNano", "end_time_unix_nano"))
                 attributes: dict[str, AttributeValue] = {}
                 for kv in _list(span, "attributes"):
                     converted = _json_value(kv.get("value"))
                     if converted is not None and isinstance(kv.get("key"), str):
-                        attributes[kv["key"]] = converted
+                        attributes[_text(kv["key"])] = converted
                 status, message = _json_status(span.get("status"))
                 flags = _json_int(span.get("flags")) or 0
                 batch.spans.append(
@@ -218,7 +235,7 @@ def decode_json_document(document: object) -> DecodedBatch:
                         parent_is_remote=bool(flags & _HAS_IS_REMOTE and flags & _IS_REMOTE),
                         name=name,
                         start_ns=start,
-                        end_ns=_json_int(_get(span, "endTimeUnixNano", "end_time_unix_nano")) or None,
+                        end_ns=end if end is not None and end >= start else None,
                         attributes=attributes,
                         status=status,
                         status_message=message,

@@ -281,3 +281,26 @@ def test_parent_never_arrives_and_duplicates() -> None:
 def test_refuses_non_loopback_without_opt_in() -> None:
     with pytest.raises(ConfigError, match="no authentication"):
         OTLPReceiver(lambda t: None, http=("0.0.0.0", 0))
+
+
+def test_non_finite_numbers_huge_times_and_lone_surrogates_get_an_answer_and_keep_the_trace(running: Running) -> None:
+    """Python's JSON reads Infinity, NaN and lone surrogates; none may stop the request or lose the trace."""
+    root = _json_span("a" * 16, None, "AGENT", 100, input__value="QUESTION", output__value="4")
+    root["endTimeUnixNano"] = "1e27"  # past int64: the root is kept, its end unknown
+    model = _json_span("b" * 16, "a" * 16, "LLM", 110, llm__output_messages__0__message__content="4")
+    model["attributes"] += [  # type: ignore[operator]
+        {"key": "llm.token_count.prompt", "value": {"intValue": "1180591620717411303424"}},  # 2^70
+        {"key": "score", "value": {"doubleValue": "NaN"}},
+    ]
+    negative = _json_span("c" * 16, "a" * 16, "LLM", 120)
+    negative["startTimeUnixNano"] = "-5"
+    body = json.dumps(_request(root, model, negative)).replace('"110"', "Infinity", 0)
+    body = body.replace('"endTimeUnixNano": "120"', '"endTimeUnixNano": Infinity').replace("QUESTION", "\\ud800?")
+    response = httpx.post(running.url, content=body, headers=JSON)
+    assert response.status_code == 200
+    partial = response.json()["partialSuccess"]
+    assert partial["rejectedSpans"] == "1" and "startTimeUnixNano" in partial["errorMessage"]  # the negative start
+    trace = running.flushed()[TRACE]
+    assert trace.question == "??" and [s.reasoning for s in trace.steps] == ["4"]
+    assert trace.steps[0].prompt_tokens is None  # out of range: dropped, not stored as a 70-bit number
+    json.dumps(trace.model_dump(mode="json"), allow_nan=False)  # and it can be written anywhere
