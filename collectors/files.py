@@ -51,7 +51,9 @@ def expand_paths(paths: Iterable[Path]) -> Iterator[tuple[Path, bool]]:
             raise InputError(f"{path}: no such file or folder")
 
 
-def _json_documents(path: Path, max_bytes: int) -> list[object]:
+def _json_documents(path: Path, max_bytes: int, problems: list[str]) -> list[object]:
+    """The JSON documents of a file: one for ``.json``; one per line for ``.jsonl``, where a bad line is added to
+    ``problems`` (file and line) and the good lines beside it are kept."""
     if path.suffix == ".jsonl":
         if path.stat().st_size > max_bytes:
             raise InputError(f"{path}: over the {max_bytes}-byte limit; raise --max-file-bytes to read it")
@@ -61,10 +63,15 @@ def _json_documents(path: Path, max_bytes: int) -> list[object]:
                 if line.strip():
                     try:
                         documents.append(json.loads(line))
-                    except ValueError as error:
-                        raise InputError(f"{path}:{number}: not valid JSON ({error})") from None
+                    except (ValueError, RecursionError) as error:
+                        problems.append(f"{path}:{number}: not valid JSON ({error}); line skipped")
         return documents
     return [load_json_file(path, max_bytes=max_bytes)]
+
+
+_BAD_CONTENT = (InputError, ValueError, OverflowError, RecursionError, UnicodeError)
+"""What untrusted file content can raise while it is read, converted or written: each names the file, and the
+other files go on."""
 
 
 def import_files(
@@ -86,7 +93,7 @@ def import_files(
             if path.suffix == ".json" and path.parent.name == "annotations":
                 report.files_skipped += 1  # TRAIL labels; read beside their trace
                 continue
-            documents = _json_documents(path, max_file_bytes)
+            documents = _json_documents(path, max_file_bytes, report.failures)
             if documents and is_bbm_row(documents[0]):
                 for row in documents:
                     item = bbm_item(row, path.stem)  # type: ignore[arg-type]
@@ -107,16 +114,21 @@ def import_files(
                     for span in batch.spans:
                         otlp_spans[span.trace_id].append(span)
             report.files_read += 1
-        except InputError as error:
+        except _BAD_CONTENT as error:
+            message = str(error) if str(path) in str(error) else f"{path}: {type(error).__name__}: {error}"
             if explicit:
-                report.failures.append(str(error))
+                report.failures.append(message)
             else:
                 report.files_skipped += 1
         if progress is not None:
             progress(report)
-    for spans in otlp_spans.values():
-        trace = assemble_trace(spans, collector="file", limits=limits)
-        write(trace, None)
+    for trace_id, spans in otlp_spans.items():
+        try:
+            trace = assemble_trace(spans, collector="file", limits=limits)
+            write(trace, None)
+        except _BAD_CONTENT as error:
+            report.failures.append(f"trace {trace_id}: {type(error).__name__}: {error}")
+            continue
         report.traces += 1
         report.steps += len(trace.steps)
     return report
