@@ -434,15 +434,25 @@ def _insert_rows(
         )
 
 
+_USER_SQL_CONFIG = {
+    "enable_external_access": False,  # no COPY TO, EXPORT, ATTACH, read_csv('/etc/...'), glob(), read_text()
+    "autoinstall_known_extensions": False,  # and no downloads
+    "autoload_known_extensions": False,
+    "lock_configuration": True,  # and no SET that turns any of it back on
+}
+"""For connections that run queries a user typed: the store, read-only, and nothing else on the machine."""
+
+
 def connect_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
-    """A connection for queries; raises :class:`InputError` naming the fix when the file is missing or locked."""
+    """A connection for queries, confined to the store (see ``_USER_SQL_CONFIG``); raises :class:`InputError`
+    naming the fix when the file is missing or locked."""
     path = Path(path)
     if not path.is_file():
         raise InputError(
             f"no store at {path}; write one with 'reflect-otel attribute --store {path}' (or set REFLECT_STORE)"
         )
     try:
-        return duckdb.connect(str(path), read_only=True)
+        return duckdb.connect(str(path), read_only=True, config=dict(_USER_SQL_CONFIG))
     except duckdb.Error as error:
         raise InputError(
             f"cannot read the store {path}: {str(error).splitlines()[0]} (another process may be writing "

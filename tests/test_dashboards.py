@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import duckdb
+import pytest
 import yaml
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
@@ -74,8 +75,16 @@ def test_traceql_span_attributes_exist() -> None:
 
 
 def test_duckdb_panels_query_existing_views_and_run(tmp_path: Path) -> None:
+    """Under the provisioned initSql, as Grafana's DuckDB plugin runs it: the panels work and the files do not."""
+    provisioned = yaml.safe_load((DASHBOARDS / "provisioning" / "datasources.yaml").read_text())["datasources"]
+    (init_sql,) = [d["jsonData"]["initSql"] for d in provisioned if d["type"] == "motherduck-duckdb-datasource"]
     with duckdb.connect(str(tmp_path / "s.duckdb")) as db:
         migrate(db)
+        db.execute(init_sql)
+        with pytest.raises(duckdb.PermissionException):
+            db.execute(f"COPY traces TO '{tmp_path / 'out.csv'}'")
+        with pytest.raises(duckdb.Error):
+            db.execute("SET enable_external_access = true")
         for target in _targets("motherduck-duckdb-datasource"):
             names = set(re.findall(r"\bFROM\s+([a-z_]+)", target["rawSql"], re.IGNORECASE))
             assert names and names <= set(VIEWS), names - set(VIEWS)
