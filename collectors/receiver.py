@@ -139,15 +139,21 @@ class OTLPReceiver:
         if grpc_endpoint is not None:
             self._grpc_server = grpc.server(
                 futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="reflect-otlp-grpc"),
-                options=[("grpc.max_receive_message_length", self.limits.max_decompressed_bytes)],
+                options=[
+                    ("grpc.max_receive_message_length", self.limits.max_decompressed_bytes),
+                    ("grpc.so_reuseport", 0),  # a second receiver on the same port must fail, not share the traffic
+                ],
             )
             trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
                 _TraceService(self), self._grpc_server
             )
             host, port = grpc_endpoint
-            self.grpc_port = self._grpc_server.add_insecure_port(
-                f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
-            )
+            try:
+                self.grpc_port = self._grpc_server.add_insecure_port(
+                    f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+                )
+            except RuntimeError:  # grpcio raises where older versions returned 0
+                self.grpc_port = 0
             if self.grpc_port == 0:
                 raise ConfigError(f"could not bind gRPC to {host}:{port}; is the port in use?")
 
@@ -202,7 +208,7 @@ class OTLPReceiver:
         with self._lock:
             self.requests_rejected += 1
 
-    def _make_http_server(self, endpoint: tuple[str, int]) -> ThreadingHTTPServer:
+    def _make_http_server(self, endpoint: tuple[str, int]) -> _Server:
         receiver = self
 
         class Handler(_OTLPHTTPHandler):
@@ -210,7 +216,7 @@ class OTLPReceiver:
 
         Handler.receiver = receiver
         Handler.timeout = self.limits.read_timeout_s
-        server_class = _DualStackServer if ":" in endpoint[0] else ThreadingHTTPServer
+        server_class = _DualStackServer if ":" in endpoint[0] else _Server
         try:
             server = server_class(endpoint, Handler)
         except OSError as error:
@@ -219,7 +225,11 @@ class OTLPReceiver:
         return server
 
 
-class _DualStackServer(ThreadingHTTPServer):
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 128  # the listen backlog: socketserver's 5 reset connections under 200 concurrent posts
+
+
+class _DualStackServer(_Server):
     address_family = socket.AF_INET6
 
 

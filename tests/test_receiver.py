@@ -304,3 +304,24 @@ def test_non_finite_numbers_huge_times_and_lone_surrogates_get_an_answer_and_kee
     assert trace.question == "??" and [s.reasoning for s in trace.steps] == ["4"]
     assert trace.steps[0].prompt_tokens is None  # out of range: dropped, not stored as a 70-bit number
     json.dumps(trace.model_dump(mode="json"), allow_nan=False)  # and it can be written anywhere
+
+
+def test_a_second_receiver_on_the_same_ports_fails_clearly(running: Running) -> None:
+    """gRPC must not share a port (SO_REUSEPORT would split the traffic between two collectors silently)."""
+    with pytest.raises(ConfigError, match="is the port in use"):
+        OTLPReceiver(lambda trace: None, http=None, grpc_endpoint=("127.0.0.1", running.receiver.grpc_port))
+    with pytest.raises(ConfigError, match="could not listen"):
+        OTLPReceiver(lambda trace: None, http=("127.0.0.1", running.receiver.http_port))
+
+
+def test_two_hundred_concurrent_posts_are_all_answered(running: Running) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    body = json.dumps(_request(_json_span("a" * 16, None, "AGENT", 100, input__value="q"))).encode()
+
+    def post(_: int) -> int:
+        return httpx.post(running.url, content=body, headers=JSON, timeout=30).status_code
+
+    with ThreadPoolExecutor(max_workers=200) as pool:
+        statuses = list(pool.map(post, range(200)))
+    assert statuses == [200] * 200  # none reset by a full listen backlog
