@@ -33,6 +33,7 @@ from typing import Any
 from reflect_otel import _values
 from reflect_otel.errors import InputError
 from reflect_otel.genai import as_openinference
+from reflect_otel.redaction import Redactor, default_redactor
 from reflect_otel.semconv import (
     INPUT_MESSAGES_PREFIX,
     OUTPUT_MESSAGES_PREFIX,
@@ -185,8 +186,10 @@ class _Draft:
 
 
 class _Assembler:
-    def __init__(self, spans: Iterable[SpanRecord], collector: str, limits: AssemblyLimits) -> None:
+    def __init__(self, spans: Iterable[SpanRecord], collector: str, limits: AssemblyLimits, redactor: Redactor) -> None:
         self.limits = limits
+        self.redactor = redactor
+        self.redacted = 0
         self.collector = collector
         self.warnings: list[TraceWarning] = []
         self.drafts: list[_Draft] = []
@@ -341,7 +344,18 @@ class _Assembler:
         return self._trace()
 
     def _text(self, value: object) -> str:
-        return _values.truncate(_values.as_text(value), self.limits.max_text_chars)
+        return self._clean(_values.truncate(_values.as_text(value), self.limits.max_text_chars))
+
+    def _clean(self, text: str) -> str:
+        """Every text of the trace passes here: secrets out (see :mod:`reflect_otel.redaction`)."""
+        cleaned, count = self.redactor.redact(text)
+        self.redacted += count
+        return cleaned
+
+    def _args(self, value: object) -> dict[str, Any]:
+        cleaned, count = self.redactor.redact_value(_values.tool_args(value))
+        self.redacted += count
+        return cleaned  # type: ignore[no-any-return]
 
     def _common(self, span: SpanRecord, agent: str | None) -> dict[str, Any]:
         metadata = _metadata(span)
@@ -354,7 +368,7 @@ class _Assembler:
             "start_time_ns": span.start_ns,
             "end_time_ns": span.end_ns,
             "status": _STATUS.get(span.status, StepStatus.UNSET),
-            "status_message": span.status_message or None,
+            "status_message": self._clean(span.status_message) if span.status_message else None,
             "langgraph_step": step,
             "langgraph_node": str(node) if node else None,
         }
@@ -381,7 +395,9 @@ class _Assembler:
             "reasoning": self._text(text),
             "model_name": str(attrs[SpanAttributes.LLM_MODEL_NAME]) if SpanAttributes.LLM_MODEL_NAME in attrs else None,
             "model_input": (
-                _values.truncate(str(model_input), self.limits.max_model_input_chars) if model_input else None
+                self._clean(_values.truncate(str(model_input), self.limits.max_model_input_chars))
+                if model_input
+                else None
             ),
         }
         tokens = {
@@ -397,7 +413,7 @@ class _Assembler:
             draft = _Draft(
                 kind=StepKind.TOOL_CALL,
                 tool_name=name or None,
-                tool_args=_values.tool_args(args),
+                tool_args=self._args(args),
                 tool_call_id=call_id,
                 **common,
                 **(tokens if position == 0 else {}),
@@ -433,7 +449,7 @@ class _Assembler:
                     span_id=span.span_id,
                     tool_span_id=span.span_id,
                     tool_name=name,
-                    tool_args=_values.tool_args(attrs.get(SpanAttributes.INPUT_VALUE)),
+                    tool_args=self._args(attrs.get(SpanAttributes.INPUT_VALUE)),
                     tool_call_id=str(call_id) if call_id else None,
                     tool_result=result,
                     **common,
@@ -518,8 +534,7 @@ class _Assembler:
         answer: str | None = _values.answer_text(root.attributes.get(SpanAttributes.OUTPUT_VALUE))
         if not answer and agent is not None:
             answer = _values.answer_text(agent.attributes.get(SpanAttributes.OUTPUT_VALUE))
-        if not answer:
-            answer = self._final_answer_of_steps(steps)
+        answer = self._clean(answer) if answer else self._final_answer_of_steps(steps)
         metadata = _metadata(root) or self.first_metadata
         session = root.attributes.get(SpanAttributes.SESSION_ID) or next(
             (
@@ -532,12 +547,20 @@ class _Assembler:
         thread = metadata.get(LangGraphMetadataKeys.THREAD_ID)
         ends = [s.end_ns for s in self.by_id.values() if s.end_ns is not None]
         root_agent = root if root.attributes.get(_KIND) == _AGENT else agent
+        question = self._text(question or self.first_user_message)
+        if self.redacted:
+            kinds = ", ".join(kind for kind, _ in self.redactor.patterns)
+            self._warn(
+                WarningCode.SECRETS_REDACTED,
+                f"{self.redacted} secret(s) replaced by [REDACTED:kind] before storing or sending ({kinds}); "
+                "add patterns with REFLECT_REDACT_PATTERNS",
+            )
         return StructuredTrace(
             trace_id=root.trace_id,
             session_id=str(session) if session else None,
             agent=str(root_agent.attributes.get(SpanAttributes.AGENT_NAME) or root_agent.name) if root_agent else None,
             root_span_id=root.span_id,
-            question=self._text(question or self.first_user_message),
+            question=question,
             final_answer=answer or None,
             steps=tuple(steps),
             source=self._source(metadata),
@@ -578,12 +601,14 @@ def assemble_trace(
     collector: str = "unknown",
     limits: AssemblyLimits | None = None,
     warnings: Iterable[TraceWarning] = (),
+    redactor: Redactor | None = None,
 ) -> StructuredTrace:
     """Rebuild one trace from its spans (any order, duplicates and missing parents tolerated).
 
-    ``warnings`` from the collector (dropped spans, a root that never ended) are carried onto the trace.
+    ``warnings`` from the collector (dropped spans, a root that never ended) are carried onto the trace. Every
+    text is redacted by ``redactor`` (default: :func:`~reflect_otel.redaction.default_redactor`).
     Raises :class:`InputError` when ``spans`` is empty or mixes traces.
     """
-    assembler = _Assembler(spans, collector, limits or AssemblyLimits())
+    assembler = _Assembler(spans, collector, limits or AssemblyLimits(), redactor or default_redactor())
     assembler.warnings[:0] = list(warnings)
     return assembler.build()
