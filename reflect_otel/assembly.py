@@ -140,6 +140,17 @@ def _llm_messages(attributes: Mapping[str, Any]) -> tuple[dict[int, _Message], d
     return inputs, outputs
 
 
+def _any_contained(spans: list[SpanRecord]) -> bool:
+    """Whether some span's interval lies within another's (sweep by start time)."""
+    latest_end = -1
+    for span in sorted(spans, key=lambda s: (s.start_ns, -(s.end_ns or _NEVER))):
+        end = span.end_ns if span.end_ns is not None else _NEVER
+        if end <= latest_end:
+            return True
+        latest_end = max(latest_end, end)
+    return False
+
+
 def _output_signature(outputs: Mapping[int, _Message]) -> tuple[str, ...]:
     """What a model call answered: its texts and tool calls (name and arguments), in order."""
     signature: list[str] = []
@@ -283,13 +294,18 @@ class _Assembler:
         inside it) give two LLM spans; when the client's span cannot parent to the chat model's (LangChain does
         not set the OTel context), it lands beside it. The same output, produced within the other span's
         interval, is the same call: the inner span is part of the outer one, as if nested."""
+        llm_spans = [
+            span
+            for span, _ in self.order
+            if span.attributes.get(_KIND) == _LLM and span.span_id not in self.nested_llm_spans
+        ]
+        if not _any_contained(llm_spans):
+            return  # calls one after another (nearly every trace): nothing can be a second record of another
         by_output: dict[tuple[str, ...], list[SpanRecord]] = defaultdict(list)
-        for span, _ in self.order:
-            if span.attributes.get(_KIND) == _LLM and span.span_id not in self.nested_llm_spans:
-                messages = self.messages[span.span_id] = _llm_messages(span.attributes)
-                outputs = messages[1]
-                if outputs:
-                    by_output[_output_signature(outputs)].append(span)
+        for span in llm_spans:
+            messages = self.messages[span.span_id] = _llm_messages(span.attributes)
+            if messages[1]:
+                by_output[_output_signature(messages[1])].append(span)
         for spans in by_output.values():
             if len(spans) < 2:
                 continue
