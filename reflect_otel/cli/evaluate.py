@@ -120,15 +120,13 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
-    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+    from reflect_otel.evaluation.live import LiveOptions, check_methods, run_live_eval
     from reflect_otel.online.setup import instrumented_provider
 
     methods = tuple(m.strip() for m in (args.method or ",".join(LIVE_METHODS)).split(",") if m.strip())
     if args.max_steps < 1:
         raise ConfigError("--max-steps must be at least 1")
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise ConfigError(f"--method: unknown {', '.join(unknown) or '(none)'}; choose from {', '.join(METHODS)}")
+    check_methods(methods)  # before the model starts: that can take minutes
     llm = make_llm(LLMConfig.from_env())
     print(f"{LIVE}: model {llm.model_name}; methods {', '.join(methods)}", file=sys.stderr)
     options = LiveOptions(methods, args.data, args.out, args.limit, args.seed, config)

@@ -30,7 +30,7 @@ from reflect_otel.service import AttributionService
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verifiers import OracleVerifier, answers_match
 
-__all__ = ["AgentRun", "LiveOptions", "live_metrics", "live_metrics_markdown", "run_live_eval"]
+__all__ = ["AgentRun", "LiveOptions", "check_methods", "live_metrics", "live_metrics_markdown", "run_live_eval"]
 
 RESULTS = "results.jsonl"
 MAX_AGENT_ERRORS_IN_A_ROW = 3
@@ -103,16 +103,21 @@ def _method_row(llm: StructuredLLM, method: str, config: ReflectConfig, run: Age
     }
 
 
+def check_methods(methods: Sequence[str]) -> None:
+    """Raises :class:`InputError` naming the fix unless every method is one wtq-live can compare."""
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise InputError(f"unknown method(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(METHODS)}")
+    if any(not method_spec(m).needs_llm or method_spec(m).withholds_expected for m in methods):
+        raise InputError("wtq-live compares methods that replay with the model and know the expected answer")
+
+
 def run_live_eval(
     options: LiveOptions, llm: StructuredLLM, run_agent: RunAgent, *, progress: Progress | None = None
 ) -> dict[str, Any]:
     """Run (or resume) and return the metrics; writes ``results.jsonl``, ``run_config.json``, ``metrics.json`` and
     ``metrics.md`` in ``options.out``."""
-    unknown = [m for m in options.methods if m not in METHODS]
-    if unknown or not options.methods:
-        raise InputError(f"unknown method(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(METHODS)}")
-    if any(not method_spec(m).needs_llm or method_spec(m).withholds_expected for m in options.methods):
-        raise InputError("wtq-live compares methods that replay with the model and know the expected answer")
+    check_methods(options.methods)
     say = progress or (lambda _text: None)
     questions = _questions(options)
     options.out.mkdir(parents=True, exist_ok=True)

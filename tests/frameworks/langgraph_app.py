@@ -25,7 +25,8 @@ def main() -> None:
     import reflect_otel
     from reflect_otel.collectors.span_processor import ReflectSpanProcessor
     from reflect_otel.testing import ScriptedLLM
-    from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedToolCall, ScriptedTurn
+    from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedTurn
+    from tests.frameworks.script import ANSWER, QUESTION, SCRIPT, assistant_turns
 
     @tool
     def multiply(a: int, b: int) -> int:
@@ -37,14 +38,8 @@ def main() -> None:
         """Add two integers."""
         return a + b
 
-    script = [
-        ScriptedTurn("I multiply first.", [ScriptedToolCall("multiply", {"a": 17, "b": 23}, "call_1")]),
-        ScriptedTurn("Now add 5.", [ScriptedToolCall("add", {"a": 391, "b": 5}, "call_2")]),
-        ScriptedTurn("The answer is 396."),
-    ]
-
     def turn(body: dict[str, Any]) -> ScriptedTurn:
-        return script[sum(1 for m in body["messages"] if m.get("role") == "assistant")]
+        return SCRIPT[assistant_turns(body)]
 
     # the application's own tracing
     provider = TracerProvider()
@@ -66,8 +61,8 @@ def main() -> None:
                 out = agent.invoke({"messages": [("user", question)]})
                 return str(out["messages"][-1].content)
 
-            with reflect_otel.expect("The answer is 396."):
-                answer = ask("What is 17 times 23, plus 5?")
+            with reflect_otel.expect(ANSWER):
+                answer = ask(QUESTION)
         reflect_otel.shutdown()
     provider.force_flush()
     (trace,) = [t for t in traces if t.agent == "calculator"]

@@ -12,17 +12,11 @@ import pytest
 
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedToolCall, ScriptedTurn
 from reflect_otel.trace import StepKind, StructuredTrace
-from tests.frameworks.tracing import Traced, same_trace_from_otlp_file
+from tests.frameworks.script import ANSWER, QUESTION, SCRIPT
+from tests.frameworks.tracing import Traced, instrumented_by, same_trace_from_otlp_file
 
 pytestmark = pytest.mark.frameworks
 agents = pytest.importorskip("agents")
-QUESTION = "What is 17 times 23, plus 5?"
-ANSWER = "The answer is 396."
-SCRIPT = [
-    ScriptedTurn("I multiply first.", [ScriptedToolCall("multiply", {"a": 17, "b": 23}, "call_1")]),
-    ScriptedTurn("Now add 5.", [ScriptedToolCall("add", {"a": 391, "b": 5}, "call_2")]),
-    ScriptedTurn(ANSWER),
-]
 CALCULATION = [
     (StepKind.TOOL_CALL, "multiply", {"a": 17, "b": 23}, "391", "I multiply first."),
     (StepKind.TOOL_CALL, "add", {"a": 391, "b": 5}, "396", "Now add 5."),
@@ -57,15 +51,9 @@ def _is_handoff(message: dict[str, Any]) -> bool:
 def traced() -> Iterator[Traced]:
     from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 
-    traced = Traced()
     agents.set_trace_processors([])  # no export to OpenAI's tracing backend: tests stay on loopback
-    instrumentor = OpenAIAgentsInstrumentor()
-    instrumentor.instrument(tracer_provider=traced.provider)
-    try:
+    with instrumented_by(OpenAIAgentsInstrumentor()) as traced:
         yield traced
-    finally:
-        instrumentor.uninstrument()
-        traced.provider.shutdown()
 
 
 def _run(traced: Traced, *, handoff: bool) -> StructuredTrace:

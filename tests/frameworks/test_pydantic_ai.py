@@ -9,19 +9,13 @@ from typing import Any
 
 import pytest
 
-from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedToolCall, ScriptedTurn
+from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedTurn
 from reflect_otel.trace import StepKind, StructuredTrace
+from tests.frameworks.script import ANSWER, QUESTION, SCRIPT, assistant_turns
 from tests.frameworks.tracing import Traced, same_trace_from_otlp_file
 
 pytestmark = pytest.mark.frameworks
 pytest.importorskip("pydantic_ai")
-QUESTION = "What is 17 times 23, plus 5?"
-ANSWER = "The answer is 396."
-SCRIPT = [
-    ScriptedTurn("I multiply first.", [ScriptedToolCall("multiply", {"a": 17, "b": 23}, "call_1")]),
-    ScriptedTurn("Now add 5.", [ScriptedToolCall("add", {"a": 391, "b": 5}, "call_2")]),
-    ScriptedTurn(ANSWER),
-]
 
 
 def _run(traced: Traced, *, openinference: bool) -> StructuredTrace:
@@ -33,7 +27,7 @@ def _run(traced: Traced, *, openinference: bool) -> StructuredTrace:
     provider = traced.provider
 
     def turn(body: dict[str, Any]) -> ScriptedTurn:
-        return SCRIPT[sum(1 for m in body["messages"] if m.get("role") == "assistant")]
+        return SCRIPT[assistant_turns(body)]
 
     with ScriptedOpenAIServer(turn) as server:
         model = OpenAIChatModel("scripted-model", provider=OpenAIProvider(base_url=server.base_url, api_key="test"))

@@ -12,12 +12,11 @@ import pytest
 
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedToolCall, ScriptedTurn
 from reflect_otel.trace import StepKind, StructuredTrace
-from tests.frameworks.tracing import Traced, same_trace_from_otlp_file
+from tests.frameworks.script import ADD, ANSWER, MULTIPLY, QUESTION, assistant_turns
+from tests.frameworks.tracing import Traced, instrumented_by, same_trace_from_otlp_file
 
 pytestmark = pytest.mark.frameworks
 smolagents = pytest.importorskip("smolagents")
-QUESTION = "What is 17 times 23, plus 5?"
-ANSWER = "The answer is 396."
 
 
 @smolagents.tool
@@ -42,22 +41,12 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-def _assistant_turns(body: dict[str, Any]) -> int:
-    return sum(1 for m in body["messages"] if m.get("role") == "assistant")
-
-
 @pytest.fixture(scope="module")
 def traced() -> Iterator[Traced]:
     from openinference.instrumentation.smolagents import SmolagentsInstrumentor
 
-    traced = Traced()
-    instrumentor = SmolagentsInstrumentor()
-    instrumentor.instrument(tracer_provider=traced.provider)
-    try:
+    with instrumented_by(SmolagentsInstrumentor()) as traced:
         yield traced
-    finally:
-        instrumentor.uninstrument()
-        traced.provider.shutdown()
 
 
 def _run(traced: Traced, agent_class: Any, turn: Any, **options: Any) -> StructuredTrace:
@@ -74,11 +63,11 @@ def _run(traced: Traced, agent_class: Any, turn: Any, **options: Any) -> Structu
 
 def test_tool_calling_agent(traced: Traced, tmp_path: Path) -> None:
     script = [
-        ScriptedTurn("I multiply first.", [ScriptedToolCall("multiply", {"a": 17, "b": 23}, "call_1")]),
-        ScriptedTurn("Now add 5.", [ScriptedToolCall("add", {"a": 391, "b": 5}, "call_2")]),
+        MULTIPLY,
+        ADD,
         ScriptedTurn("Done.", [ScriptedToolCall("final_answer", {"answer": ANSWER}, "call_3")]),
     ]
-    trace = _run(traced, smolagents.ToolCallingAgent, lambda body: script[_assistant_turns(body)])
+    trace = _run(traced, smolagents.ToolCallingAgent, lambda body: script[assistant_turns(body)])
     assert (trace.question, trace.final_answer, trace.source.framework) == (QUESTION, ANSWER, "smolagents")
     assert [(s.kind, s.tool_name, s.tool_args, s.tool_result, s.reasoning) for s in trace.steps] == [
         (StepKind.TOOL_CALL, "multiply", {"a": 17, "b": 23}, "391", "I multiply first."),
@@ -95,7 +84,7 @@ def test_code_agent(traced: Traced, tmp_path: Path) -> None:
     trace = _run(
         traced,
         smolagents.CodeAgent,
-        lambda body: ScriptedTurn([first, second][_assistant_turns(body)]),
+        lambda body: ScriptedTurn([first, second][assistant_turns(body)]),
         code_block_tags="markdown",
     )
     assert (trace.question, trace.final_answer, trace.source.framework) == (QUESTION, ANSWER, "smolagents")

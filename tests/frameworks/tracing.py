@@ -5,9 +5,11 @@ same trace."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -33,6 +35,18 @@ class Traced:
             self.provider.add_span_processor(processor)
         self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
         self.provider.add_span_processor(ReflectSpanProcessor(self.traces.append))
+
+
+@contextmanager
+def instrumented_by(instrumentor: Any) -> Iterator[Traced]:
+    """A fresh :class:`Traced` with ``instrumentor`` (an OpenTelemetry ``BaseInstrumentor``) on it, turned off after."""
+    traced = Traced()
+    instrumentor.instrument(tracer_provider=traced.provider)
+    try:
+        yield traced
+    finally:
+        instrumentor.uninstrument()
+        traced.provider.shutdown()
 
 
 def same_trace_from_otlp_file(traced: Traced, trace: StructuredTrace, folder: Path) -> StructuredTrace:
