@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reflect_otel.config import ReflectConfig
+from reflect_otel.evidence import find_evidence, render_findings
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.recording import CallLog, RecordingLLM
 from reflect_otel.prompts import PromptContext
@@ -140,6 +141,7 @@ class AttributionRun:
             domain_context_label=config.domain_context_label,
             max_chars=config.max_field_chars,
             layout=config.prompt_layout,
+            evidence=render_findings(find_evidence(of)) if config.evidence_in_prompts else "",
         )
 
 

@@ -8,6 +8,7 @@
 | ``ics`` bare-prefix resampling | up to D localizations; replays need no hint and no plan |
 | ``reflexion`` / ``reflexion-nogt`` | 2 (reflect, then name the step) |
 | ``dover`` | 1 (hypotheses) + a replay per hypothesis + 1 (classify the supported one) |
+| ``evidence`` (the earliest decisive evidence finding) | 0 |
 | ``first-step`` / ``last-step`` | 0 |
 """
 
@@ -17,7 +18,7 @@ import logging
 import math
 from collections.abc import Callable
 
-from reflect_otel import prompts, stages
+from reflect_otel import evidence, prompts, stages
 from reflect_otel._run import AttributionRun, MethodBase, ReplayOutcome, replay_and_verify
 from reflect_otel.errors import LLMError
 from reflect_otel.record import (
@@ -438,7 +439,50 @@ class LastStep(Baseline):
         )
 
 
+class EvidenceFirst(Baseline):
+    """The step of the earliest decisive evidence finding (:func:`reflect_otel.evidence.decisive`); no step when
+    the checks find nothing, which scores as a miss."""
+
+    method = "evidence"
+    needs_llm = False
+
+    def _attribute(
+        self,
+        run: AttributionRun,
+        trace: StructuredTrace,
+        ctx: prompts.PromptContext,
+        expected: str | None,
+        replay: ReplayAdapter | None,
+    ) -> AttributionRecord:
+        finding = evidence.decisive(evidence.find_evidence(trace))
+        if finding is None:
+            return run.record(
+                status=AttributionStatus.UNVERIFIED,
+                mode=AttributionMode.LOCALIZATION_ONLY,
+                step_index=None,
+                reason="no evidence check found anything in this trace",
+            )
+        return run.record(
+            status=AttributionStatus.UNVERIFIED,
+            mode=AttributionMode.LOCALIZATION_ONLY,
+            step_index=finding.step_index,
+            explanation=f"{finding.kind.value}: {finding.evidence}",
+            reason=f"evidence check ({finding.severity.value}); no replay evidence",
+        )
+
+
 BASELINES: dict[str, type[Baseline]] = {
     cls.method: cls
-    for cls in (AllAtOnce, StepByStep, BinarySearch, ICS, Reflexion, ReflexionNoGT, DoVer, FirstStep, LastStep)
+    for cls in (
+        AllAtOnce,
+        StepByStep,
+        BinarySearch,
+        ICS,
+        Reflexion,
+        ReflexionNoGT,
+        DoVer,
+        EvidenceFirst,
+        FirstStep,
+        LastStep,
+    )
 }

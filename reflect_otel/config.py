@@ -128,6 +128,11 @@ class ReflectConfig(BaseModel):
     )
     injection_role: InjectionRole = InjectionRole.SYSTEM
     domain_context_label: str = Field(default="Task context", description="Heading of the domain-context slot.")
+    evidence_in_prompts: bool = Field(
+        default=True,
+        description="Show the evidence checks' findings (reflect_otel.evidence) to the auditor as a data block "
+        "after the steps; off measures the auditor without them.",
+    )
     prompt_layout: Literal["shared_prefix", "per_stage"] = Field(
         default="shared_prefix",
         description="shared_prefix: every stage's prompt starts with the same system message and trace, so prompt "
@@ -143,6 +148,7 @@ class ReflectConfig(BaseModel):
             "gate": "REFLECT_GATE",
             "gate_retries": "REFLECT_GATE_RETRIES",
             "max_field_chars": "REFLECT_MAX_FIELD_CHARS",
+            "evidence_in_prompts": "REFLECT_EVIDENCE_IN_PROMPTS",
             "replay_concurrency": "REFLECT_REPLAY_CONCURRENCY",
         }
         values: dict[str, Any] = {key: env[var] for key, var in names.items() if env.get(var)}

@@ -7,7 +7,11 @@
 3. A stepwise audit of the macro-steps into nine categories, in chunks of 8 with 2 overlapping (the later chunk's
    verdict wins on the overlap); consecutive deviations of one category are merged; a deviation followed by a
    ``Recovery`` step is resolved.
-4. Scores: the error signal ``E = sigmoid(scale * (S - offset))`` of the severity-weighted deviation sum ``S``
+4. Evidence: the evidence checks (:mod:`reflect_otel.evidence`) run first. A critical finding (no final answer, a
+   step limit, a loop of identical calls, an answer given right after a failed call) flags the run
+   ``HIGH_ERROR_SIGNAL`` with no LLM call, and the verdict's reasoning names it; the other findings are shown to
+   the audit as data.
+5. Scores: the error signal ``E = sigmoid(scale * (S - offset))`` of the severity-weighted deviation sum ``S``
    (resolved deviations weigh 30%); the confidence ``C`` starts at 1 and is penalised for ambiguity. Labels:
    ``HIGH_ERROR_SIGNAL`` (C >= 0.3 and E >= 0.5), ``LOW_ERROR_SIGNAL`` (C >= 0.3, E < 0.5), ``UNCERTAIN`` (C < 0.3).
 """
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from reflect_otel.errors import LLMError
+from reflect_otel.evidence import Severity, find_evidence, render_findings
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.prompts import format_step
 from reflect_otel.prompts.proxy import Anchors, AuditedStep, AuditOutput, anchors_prompt, audit_prompt
@@ -74,6 +79,9 @@ class ProxyVerifierConfig(BaseModel):
     chunk_size: int = Field(default=8, ge=3)
     chunk_overlap: int = Field(default=2, ge=0)
     max_field_chars: int = 500
+    evidence_confidence: float = Field(default=0.9, ge=0, le=1)
+    """The confidence reported for a run flagged by a critical evidence finding (a prior, not a measurement: the
+    critical checks name failures that hold whatever the task)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,13 +217,15 @@ class PlanAnchoredVerifier:
         messages = anchors_prompt(question, self.config.max_field_chars)
         return self.llm.complete(messages, Anchors, stage="proxy_anchors").value
 
-    def audit(self, question: str, anchors: Anchors, steps: Sequence[MacroStep]) -> list[AuditedStep]:
+    def audit(
+        self, question: str, anchors: Anchors, steps: Sequence[MacroStep], evidence: str = ""
+    ) -> list[AuditedStep]:
         verdicts: dict[int, AuditedStep] = {}
         for window in chunks(len(steps), self.config.chunk_size, self.config.chunk_overlap):
             shown = [steps[i - 1] for i in window]
             listing = "\n\n".join(m.render(self.config.max_field_chars) for m in shown)
             messages = audit_prompt(
-                question, anchors, listing, window.start, window.stop - 1, self.config.max_field_chars
+                question, anchors, listing, window.start, window.stop - 1, self.config.max_field_chars, evidence
             )
             wanted = set(window)
 
@@ -233,9 +243,21 @@ class PlanAnchoredVerifier:
         steps = macro_steps(trace)
         if not steps:
             return Verdict(verifier=self.name, is_correct=None, confidence=0.0, label="UNCERTAIN", reasoning="no steps")
+        findings = find_evidence(trace)
+        critical = [f for f in findings if f.severity is Severity.CRITICAL]
+        if critical:
+            named = "; ".join(f"step {f.step_index} {f.kind.value}: {f.evidence}" for f in critical[:3])
+            return Verdict(
+                verifier=self.name,
+                is_correct=False,
+                confidence=self.config.evidence_confidence,
+                score=1.0,
+                label="HIGH_ERROR_SIGNAL",
+                reasoning=f"critical evidence (no audit needed): {named}",
+            )
         try:
             anchors = self.anchors(trace.question)
-            scores = score_audit(self.audit(trace.question, anchors, steps), self.config)
+            scores = score_audit(self.audit(trace.question, anchors, steps, render_findings(findings)), self.config)
         except LLMError as error:
             return Verdict(
                 verifier=self.name,

@@ -5,7 +5,8 @@ Each raises :class:`~reflect_otel.errors.LLMError` on failure; the pipeline deci
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 
 from reflect_otel import prompts
 from reflect_otel.llm.base import StructuredLLM
@@ -83,10 +84,28 @@ def diagnose(
     return RepairPlan(
         root_cause=out.root_cause,
         correction_instruction=out.correction_instruction,
-        forbidden_actions=tuple(a for a in out.forbidden_actions if a.strip()),
+        forbidden_actions=_not_contradicting(out.forbidden_actions, out.correction_instruction, expected_tool),
         expected_next_tool=None if expected_tool.lower() in ("", "null", "none") else expected_tool,
         confidence=out.confidence,
     )
+
+
+_NOTHING = re.compile(r"^(no|none|nothing|n/?a|null)\b")
+"""A forbidden "action" that forbids nothing ("No action", "None", "No forbidden actions")."""
+
+
+def _not_contradicting(forbidden: Sequence[str], instruction: str, expected_tool: str) -> tuple[str, ...]:
+    """The forbidden actions without those the plan itself asks for: a bare tool name that is the expected next
+    tool or appears in the correction instruction (weak models forbid every tool they know, which would leave
+    the replayed agent nothing to do)."""
+    asked = instruction.lower()
+    kept = []
+    for action in (a.strip() for a in forbidden):
+        bare = action.lower().rstrip("()")
+        if not action or _NOTHING.match(bare) or bare == expected_tool.lower() or (" " not in bare and bare in asked):
+            continue
+        kept.append(action)
+    return tuple(kept)
 
 
 def null_plan(localization: Localization, classification: Classification | None) -> RepairPlan:

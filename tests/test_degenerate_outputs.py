@@ -60,3 +60,32 @@ def test_a_persistent_echo_is_a_stage_error_in_the_record_never_an_explanation()
     (error,) = record.errors
     assert error.stage == "localize" and "repeats the schema" in error.message
     assert [c.ok for c in record.llm_calls] == [False] and record.llm_calls[0].attempts == 2
+
+
+def test_a_plan_does_not_forbid_what_it_asks_for() -> None:
+    from reflect_otel import prompts, stages
+    from reflect_otel.record import Localization
+
+    llm = ScriptedLLM(
+        [
+            {
+                "root_cause": "it filtered on '1' where the column holds '1st'",
+                "correction_instruction": "Call filter_rows with Position = '1st', then sort_rows by Year.",
+                "forbidden_actions": [
+                    "filter_rows",
+                    "sort_rows()",
+                    "lookup",
+                    "filter Position = '1'",
+                    " ",
+                    "No action",
+                ],
+                "expected_next_tool": "lookup",
+                "confidence": 0.8,
+            }
+        ]
+    )
+    trace = five_step_trace()
+    ctx = prompts.PromptContext.of(trace, EXPECTED)
+    localized = Localization(step_index=2, confidence=0.9, reasoning="r", suggested_fix="f")
+    plan = stages.diagnose(llm, ctx, trace, localized, None)
+    assert plan.forbidden_actions == ("filter Position = '1'",)

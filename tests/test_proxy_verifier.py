@@ -190,3 +190,34 @@ def test_audit_missing_steps_is_sent_back() -> None:
     llm = ScriptedLLM([ANCHORS, partial, full])
     PlanAnchoredVerifier(llm).verify(_long_trace(3), expected=None)
     assert "missing: [2, 3]" in llm.requests[2].messages[-1].content
+
+
+def test_a_critical_evidence_finding_flags_the_run_without_an_llm_call() -> None:
+    loop = {"tool": "sort", "args": {"col": "Year"}, "result": "t2: 5 rows"}
+    trace = make_trace("Which year?", [loop, loop, loop], final_answer="")
+    llm = ScriptedLLM([])
+    verdict = PlanAnchoredVerifier(llm).verify(trace, expected=None)
+    assert llm.requests == []
+    assert (verdict.label, verdict.is_correct) == ("HIGH_ERROR_SIGNAL", False)
+    assert "step 2 repeated_call" in verdict.reasoning and "no_final_answer" in verdict.reasoning
+
+
+def test_warning_findings_are_shown_to_the_audit_as_data() -> None:
+    trace = make_trace(
+        "Which river is longest?",
+        [
+            {"tool": "search", "args": {"q": "rivers"}, "result": "[]"},
+            {"reasoning": "The Nile", "is_final_answer": True},
+        ],
+        final_answer="The Nile",
+    )
+    audit = {
+        "steps": [
+            {"macro_step": i, "category": "Aligned", "severity": "minor", "anchor": "none", "rationale": "ok"}
+            for i in (1, 2)
+        ]
+    }
+    llm = ScriptedLLM([ANCHORS, audit])
+    PlanAnchoredVerifier(llm).verify(trace, expected=None)
+    evidence = llm.requests[1].text.split("<<<BEGIN EVIDENCE>>>", 1)[1].split("<<<END EVIDENCE>>>", 1)[0]
+    assert "Step 1: [warning] empty_result" in evidence and "Step 2: [warning] unsupported_answer" in evidence

@@ -49,6 +49,10 @@ _DATA_RULE = (
 SYSTEM = "You are an expert auditor of LLM-agent runs. " + _DATA_RULE
 """The one system message of every shared-prefix prompt: the same text for every stage."""
 FROZEN = ConfigDict(frozen=True)
+_EVIDENCE_HEADING = (
+    "Automatic checks of the steps (facts computed from the trace without judgement; they can miss the error and "
+    "a flagged step is not always the cause):"
+)
 
 
 def _unit_interval(value: object) -> object:
@@ -84,6 +88,8 @@ def trace_prompt(ctx: PromptContext, steps: Sequence[Step], role: str, task: str
     ``ctx.layout == "per_stage"`` puts the role in the system message instead (the layout before, kept to measure
     the difference)."""
     run = f"{ctx.header()}\n\nThe agent's steps:\n{data_block('STEPS', format_steps(steps, ctx.max_chars))}"
+    if ctx.evidence:
+        run += f"\n\n{_EVIDENCE_HEADING}\n{data_block('EVIDENCE', cut(ctx.evidence, ctx.max_chars * 4))}"
     if ctx.layout == "per_stage":
         system = f"You are {role}. {_DATA_RULE}"
         return [ChatMessage(role="system", content=system), ChatMessage(role="user", content=f"{run}\n\n{task}")]
@@ -139,6 +145,8 @@ class PromptContext(BaseModel):
     max_chars: int = 500
     step_count: int = 0
     layout: Literal["shared_prefix", "per_stage"] = "shared_prefix"
+    evidence: str = ""
+    """The evidence checks' findings (:func:`reflect_otel.evidence.render_findings`), shown after the steps."""
 
     @classmethod
     def of(cls, trace: StructuredTrace, expected: str | None, **settings: Any) -> PromptContext:

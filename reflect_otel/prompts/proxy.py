@@ -79,13 +79,20 @@ def anchors_prompt(question: str, max_chars: int) -> list[ChatMessage]:
 
 
 def audit_prompt(
-    question: str, anchors: Anchors, listing: str, first: int, last: int, max_chars: int
+    question: str, anchors: Anchors, listing: str, first: int, last: int, max_chars: int, evidence: str = ""
 ) -> list[ChatMessage]:
-    """The audit of macro-steps ``first`` to ``last``, rendered in ``listing``."""
+    """The audit of macro-steps ``first`` to ``last``, rendered in ``listing``; ``evidence`` is the evidence
+    checks' findings about the whole run (:func:`reflect_otel.evidence.render_findings`), shown as data."""
+    checks = (
+        f"Automatic checks of the steps (facts computed without judgement):\n"
+        f"{data_block('EVIDENCE', cut(evidence, max_chars * 4))}\n\n"
+        if evidence
+        else ""
+    )
     user = (
         f"Question:\n{data_block('QUESTION', cut(question, max_chars * 4))}\n\n"
         f"Anchors:\n{data_block('ANCHORS', json.dumps(anchors.model_dump(), ensure_ascii=False))}\n\n"
-        f"Macro-steps {first} to {last}:\n{data_block('MACRO_STEPS', listing)}\n\n"
+        f"Macro-steps {first} to {last}:\n{data_block('MACRO_STEPS', listing)}\n\n{checks}"
         "Classify every macro-step as one of Housekeeping, Aligned, Valid_Alternative, Recovery (benign) or "
         "Constraint_Drop, Evidence_Contradiction, Unsupported_Jump, Missed_Required_Subgoal, Output_Drift "
         "(deviations), with a severity (critical, major, minor) and the anchor it concerns (hard, soft, none)."

@@ -61,7 +61,7 @@ class ClassificationOutput(BaseModel):
 class DiagnosisOutput(BaseModel):
     model_config = FROZEN
     root_cause: Explanation = Field(description="explanation")
-    correction_instruction: Explanation = Field(description="specific instruction")
+    correction_instruction: Explanation = Field(description="the exact action to take instead, with its values")
     forbidden_actions: list[str] = Field(max_length=10, description="action")
     expected_next_tool: str | None = Field(description="tool")
     confidence: Confidence
@@ -110,7 +110,9 @@ def diagnosis(
         f"cascade.\nError classification: {error_type}\n"
         f"Classification explanation:\n{data_block('CLASSIFICATION', cut(explanation, ctx.max_chars))}\n"
         f"Previously suggested correction:\n{data_block('SUGGESTION', cut(correction, ctx.max_chars))}\n\n"
-        "Produce a repair plan:\n1. ROOT CAUSE: why the agent chose wrongly\n2. What EXACTLY to do instead\n"
+        "Produce a repair plan:\n1. ROOT CAUSE: why the agent chose wrongly\n2. What EXACTLY to do instead: the "
+        "action and its argument values, using values that appear in the data above (a tool result or the context "
+        "may show the right value)\n"
         "3. What the agent must NEVER do\n4. expected_next_tool: the first tool to call next, or null\n"
         + reply_format(DiagnosisOutput)
     )
