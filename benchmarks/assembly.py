@@ -2,6 +2,9 @@
 
 The baseline, timed in the same run, is the least any assembler must do: group the spans by parent and sort
 siblings by start time. Target: at least 50,000 spans/s. Last line: ``assembly_spans_per_s=N``.
+
+``--scaling`` instead assembles one trace each of about 10, 1,000 and 100,000 spans and prints spans/s per size
+beside the same baseline: a rate that falls no faster than the baseline's means cost grows as n log n at most.
 """
 
 from __future__ import annotations
@@ -28,11 +31,35 @@ def assemble_all(traces: list[list[SpanRecord]]) -> None:
         assemble_trace(spans)
 
 
+def scaling(rounds: int) -> None:
+    """Spans/s for one trace of each size; the last line is the largest trace's rate over the smallest's."""
+    rates = []
+    for tool_calls in (4, 499, 49_999):
+        trace = [synthetic_trace(0, tool_calls=tool_calls)]
+        seconds = interleaved(
+            {"baseline": lambda t=trace: group_and_sort(t), "assembly": lambda t=trace: assemble_all(t)},
+            rounds if len(trace[0]) > 1_000 else rounds * 1_000,
+        )
+        spans = len(trace[0])
+        rate = spans / seconds["assembly"]
+        rates.append(rate)
+        print(
+            f"{spans:>7,} spans: assemble_trace {rate:10,.0f} spans/s; "
+            f"baseline {spans / seconds['baseline']:12,.0f} spans/s; "
+            f"{seconds['assembly'] / seconds['baseline']:.1f}x the baseline's time"
+        )
+    print(f"assembly_scaling_largest_over_smallest={rates[-1] / rates[0]:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--traces", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--scaling", action="store_true", help="one trace each of 10, 1,000 and 100,000 spans")
     args = parser.parse_args()
+    if args.scaling:
+        scaling(args.rounds)
+        return
     traces = [synthetic_trace(n) for n in range(args.traces)]
     spans = sum(len(t) for t in traces)
     seconds = interleaved(

@@ -2,9 +2,12 @@
 replays and LLM calls, with views for failure statistics. Implements ``reflect_otel.store.AttributionStore``.
 
 One writer thread owns the connection. Each write deletes the rows of its key and inserts them again, so
-re-writing the same trace or record changes nothing; the writes queued at a time are applied in one transaction
-(a failing one is retried alone, so it cannot take the others down), and a killed process leaves each record
-whole or absent (DuckDB's write-ahead log makes the file readable again on open).
+re-writing the same trace or record changes nothing. Writes are batched by count and time (up to ``_BATCH``
+writes, or what arrived within ``_LINGER_S`` of the first) and a batch is one transaction: per table, one DELETE
+joined against an Arrow table of the batch's keys and one INSERT from an Arrow table of its rows, so no Python
+loop runs per row inside DuckDB. A failing batch is retried one write at a time, so a bad write cannot take the
+others down; a killed process leaves each record whole or absent (DuckDB's write-ahead log makes the file
+readable again on open).
 """
 
 from __future__ import annotations
@@ -14,14 +17,16 @@ import json
 import logging
 import queue
 import threading
+import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from reflect_otel.errors import InputError
 from reflect_otel.record import AttributionRecord
@@ -155,7 +160,10 @@ class StoreStats:
 
 
 _COUNTERS = {"trace": "traces", "verdict": "verdicts", "record": "records"}
-_BATCH = 256
+_BATCH = 2_000
+_LINGER_S = 0.05
+"""How long the writer waits for more writes after the first of a batch: long enough for a burst to share one
+transaction, short enough that a single write is visible at once to the eye."""
 _KEYS = {
     "traces": ("trace_id",),
     "steps": ("trace_id",),
@@ -246,6 +254,7 @@ class DuckDBStore:
     def _run(self) -> None:
         while True:
             item = self._queue.get()
+            deadline = time.monotonic() + _LINGER_S
             batch: list[_Write] = []
             stop = False
             waiters: list[threading.Event] = []
@@ -256,10 +265,11 @@ class DuckDBStore:
                     waiters.append(item)
                 else:
                     batch.append(item)
-                if stop or len(batch) >= _BATCH:
-                    break
+                if stop or waiters or len(batch) >= _BATCH:
+                    break  # a flush waits for what is queued now, not for the linger
+                remaining = deadline - time.monotonic()
                 try:
-                    item = self._queue.get_nowait()
+                    item = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
                 except queue.Empty:
                     break
             if batch and not self._apply(batch):
@@ -282,13 +292,10 @@ class DuckDBStore:
                 owners = [w for w in latest.values() if table in w.tables]
                 if not owners:
                     continue
-                keys = sorted({"\x1f".join(w.key) for w in owners})
-                for start in range(0, len(keys), 500):
-                    part = keys[start : start + 500]
-                    self._db.execute(
-                        f"DELETE FROM {table} WHERE concat_ws(chr(31), {', '.join(columns)}) IN ({', '.join('?' for _ in part)})",
-                        part,
-                    )
+                keys = pa.table({c: [w.key[i] for w in owners] for i, c in enumerate(columns)})
+                join = " AND ".join(f"{table}.{c} = _batch_keys.{c}" for c in columns)
+                with _registered(self._db, "_batch_keys", keys):
+                    self._db.execute(f"DELETE FROM {table} USING _batch_keys WHERE {join}")
                 _insert_rows(self._db, table, [row for w in owners for row in w.tables[table]])
             self._db.execute("COMMIT")
         except Exception:
@@ -417,21 +424,25 @@ def _record_rows(record: AttributionRecord) -> _Write:
     )
 
 
-def _insert_rows(
-    db: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Mapping[str, Any]], chunk: int = 200
-) -> None:
-    """Many rows (all with the same columns) in few statements, naming the columns (DuckDB's executemany runs one
-    statement per row, which is slow)."""
+def _insert_rows(db: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Rows (all with the same columns) in one INSERT from an Arrow table built column by column; DuckDB casts
+    each column to the table's type (a column of only NULLs included)."""
     if not rows:
         return
     columns = list(rows[0])
-    placeholders = "(" + ", ".join("?" for _ in columns) + ")"
-    for start in range(0, len(rows), chunk):
-        part = rows[start : start + chunk]
-        db.execute(
-            f"INSERT INTO {table} ({', '.join(columns)}) VALUES " + ", ".join(placeholders for _ in part),
-            [row[c] for row in part for c in columns],
-        )
+    batch = pa.table({c: pa.array([row[c] for row in rows]) for c in columns})
+    with _registered(db, "_batch_rows", batch):
+        db.execute(f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(columns)} FROM _batch_rows")
+
+
+@contextlib.contextmanager
+def _registered(db: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> Iterator[None]:
+    """``table`` visible to SQL as ``name`` for the block (a scan of the Arrow memory, no copy)."""
+    db.register(name, table)
+    try:
+        yield
+    finally:
+        db.unregister(name)
 
 
 _USER_SQL_CONFIG = {

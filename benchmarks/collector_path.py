@@ -1,0 +1,214 @@
+"""The collector path end to end: the real OTLP/HTTP exporter -> our receiver -> assembly -> JSONL file and DuckDB
+store (what ``reflect-otel collect --store`` runs), against the receiver alone (the same spans, the same exporter,
+a sink that only counts), timed in the same run. Target: the whole path at least 80% of the receiver-only rate.
+
+``--soak-seconds N`` then runs the whole path at the measured rate for N seconds (600 for the 10-minute soak)
+and prints the process's RSS at the start, its peak and at the end: flat means bounded memory.
+Last line: ``collector_path_share=N`` (end-to-end spans/s over receiver-only spans/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.trace import SpanContext, TraceFlags
+
+from benchmarks._common import synthetic_trace
+from reflect_otel.collectors.receiver import OTLPReceiver
+from reflect_otel.collectors.trace_collector import BufferLimits
+from reflect_otel.exporters.duckdb_store import DuckDBStore
+from reflect_otel.spans import SpanRecord
+from reflect_otel.trace import StructuredTrace
+from reflect_otel.tracefile import TraceWriter
+
+_RESOURCE = Resource.create({"service.name": "collector-path-benchmark"})
+
+
+def readable(record: SpanRecord, trace_offset: int) -> ReadableSpan:
+    trace_id = int(record.trace_id, 16) + trace_offset
+    context = SpanContext(trace_id, int(record.span_id, 16), is_remote=False, trace_flags=TraceFlags(1))
+    parent = None
+    if record.parent_id:
+        parent = SpanContext(trace_id, int(record.parent_id, 16), is_remote=False, trace_flags=TraceFlags(1))
+    return ReadableSpan(
+        name=record.name,
+        context=context,
+        parent=parent,
+        attributes=dict(record.attributes),
+        start_time=record.start_ns + 1,
+        end_time=(record.end_ns or record.start_ns) + 1,
+        resource=_RESOURCE,
+    )
+
+
+def batches(count: int, per_request: int, trace_offset: int) -> list[list[ReadableSpan]]:
+    spans = [readable(r, trace_offset) for n in range(count) for r in synthetic_trace(n, tool_calls=9)]
+    per_trace = len(spans) // count
+    step = per_request * per_trace
+    return [spans[i : i + step] for i in range(0, len(spans), step)]
+
+
+class Counting:
+    """A sink that counts traces and can wait for a number of them."""
+
+    def __init__(self, then: Callable[[StructuredTrace], None] | None = None) -> None:
+        self.count = 0
+        self._then = then
+        self._changed = threading.Condition()
+
+    def __call__(self, trace: StructuredTrace) -> None:
+        if self._then is not None:
+            self._then(trace)
+        with self._changed:
+            self.count += 1
+            self._changed.notify_all()
+
+    def wait_for(self, count: int, timeout_s: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: self.count >= count, timeout_s)
+
+
+def run_path(requests: list[list[ReadableSpan]], traces: int, sink: Counting, after: Callable[[], object]) -> float:
+    """Seconds from the first export to the last trace through ``sink`` and ``after()`` (a flush)."""
+    receiver = OTLPReceiver(
+        sink, http=("127.0.0.1", 0), buffer_limits=BufferLimits(grace_s=0.0, max_traces=traces + 1)
+    ).start()
+    exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{receiver.http_port}/v1/traces", timeout=60)
+    try:
+        start = time.perf_counter()
+        for batch in requests:
+            assert exporter.export(batch) is SpanExportResult.SUCCESS
+        receiver.force_flush(300)
+        assert sink.wait_for(traces, 300), (sink.count, traces)
+        after()
+        return time.perf_counter() - start
+    finally:
+        exporter.shutdown()
+        receiver.shutdown()
+
+
+def rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def soak(folder: Path, seconds: float, traces_per_s: float, per_request: int) -> None:
+    """The whole path at ``traces_per_s`` for ``seconds``, RSS sampled every second."""
+    requests = batches(per_request, per_request, trace_offset=0)[0]
+    writer = TraceWriter(folder / "soak.jsonl")
+    store = DuckDBStore(folder / "soak.duckdb")
+
+    def write(trace: StructuredTrace) -> None:
+        writer.write(trace)
+        store.write_trace(trace)
+
+    sink = Counting(write)
+    receiver = OTLPReceiver(sink, http=("127.0.0.1", 0), buffer_limits=BufferLimits(grace_s=0.0)).start()
+    exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{receiver.http_port}/v1/traces", timeout=60)
+    samples = [rss_mib()]
+    sent = 0
+    start = time.monotonic()
+    next_sample = start + 1
+    try:
+        while time.monotonic() - start < seconds:
+            offset = (sent // per_request + 1) << 40  # fresh trace ids for every request
+            batch = [_shifted(s, offset) for s in requests]
+            assert exporter.export(batch) is SpanExportResult.SUCCESS
+            sent += per_request
+            ahead = sent / traces_per_s - (time.monotonic() - start)
+            if ahead > 0:
+                time.sleep(ahead)
+            if time.monotonic() >= next_sample:
+                samples.append(rss_mib())
+                next_sample += 1
+        receiver.force_flush(300)
+        sink.wait_for(sent, 300)
+        store.flush(300)
+        samples.append(rss_mib())
+    finally:
+        exporter.shutdown()
+        receiver.shutdown()
+        writer.close()
+        store.close()
+    print(
+        f"soak: {seconds:.0f} s at {traces_per_s:,.0f} traces/s, {sent:,} traces sent, {sink.count:,} stored; "
+        f"RSS start {samples[0]:,.0f} MiB, peak {max(samples):,.0f} MiB, end {samples[-1]:,.0f} MiB"
+    )
+
+
+def _shifted(span: ReadableSpan, offset: int) -> ReadableSpan:
+    """``span`` in another trace (its trace id plus ``offset``)."""
+    context = span.context
+    parent = span.parent
+    assert context is not None
+    return ReadableSpan(
+        name=span.name,
+        context=SpanContext(context.trace_id + offset, context.span_id, False, context.trace_flags),
+        parent=None
+        if parent is None
+        else SpanContext(parent.trace_id + offset, parent.span_id, False, parent.trace_flags),
+        attributes=span.attributes,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        resource=span.resource,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--traces", type=int, default=3_000)
+    parser.add_argument("--traces-per-request", type=int, default=50)
+    parser.add_argument("--soak-seconds", type=float, default=0.0)
+    args = parser.parse_args()
+    receiver_only = batches(args.traces, args.traces_per_request, trace_offset=0)
+    whole_path = batches(args.traces, args.traces_per_request, trace_offset=1 << 64)
+    spans = sum(len(b) for b in receiver_only)
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        alone = run_path(receiver_only, args.traces, Counting(), lambda: None)
+        writer = TraceWriter(folder / "out.jsonl")
+        store = DuckDBStore(folder / "store.duckdb")
+
+        def write(trace: StructuredTrace) -> None:
+            writer.write(trace)
+            store.write_trace(trace)
+
+        whole = run_path(whole_path, args.traces, Counting(write), lambda: store.flush(300))
+        writer.close()
+        stored = store.stats.traces
+        store.close()
+        assert stored == args.traces, (stored, args.traces)
+        print(
+            f"{args.traces:,} traces, {spans:,} spans ({spans // args.traces} per trace), "
+            f"{args.traces_per_request} traces per export"
+        )
+        print(
+            f"receiver only (exporter -> receiver -> assembly): {args.traces / alone:8,.0f} traces/s "
+            f"{spans / alone:10,.0f} spans/s"
+        )
+        share = alone / whole
+        print(
+            f"whole path (... -> JSONL + DuckDB store):         {args.traces / whole:8,.0f} traces/s "
+            f"{spans / whole:10,.0f} spans/s ({share:.0%} of receiver only)"
+        )
+        print(f"target: >= 80% of receiver only -> {'met' if share >= 0.8 else 'NOT met'}")
+        if args.soak_seconds > 0:
+            soak(folder, args.soak_seconds, args.traces / whole, args.traces_per_request)
+    print(f"collector_path_share={share:.3f}")
+
+
+if __name__ == "__main__":
+    main()
