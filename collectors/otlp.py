@@ -20,7 +20,19 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from reflect_otel.errors import InputError
 from reflect_otel.spans import AttributeValue, SpanRecord, is_span_id, is_trace_id
 
-__all__ = ["DecodedBatch", "decode_json", "decode_protobuf", "decode_request"]
+__all__ = ["BatchTooLargeError", "DecodedBatch", "decode_json", "decode_protobuf", "decode_request"]
+
+
+class BatchTooLargeError(InputError):
+    """A request carries more spans than the receiver takes in one request."""
+
+
+def _check_count(count: int, max_spans: int | None) -> None:
+    if max_spans is not None and count > max_spans:
+        raise BatchTooLargeError(
+            f"the request carries {count} spans, over the limit of {max_spans} per request; export in smaller batches"
+        )
+
 
 _STATUS = {0: "unset", 1: "ok", 2: "error"}
 _JSON_STATUS = {"STATUS_CODE_UNSET": "unset", "STATUS_CODE_OK": "ok", "STATUS_CODE_ERROR": "error"}
@@ -111,12 +123,14 @@ def decode_request(request: ExportTraceServiceRequest) -> DecodedBatch:
     return batch
 
 
-def decode_protobuf(body: bytes) -> DecodedBatch:
-    """Decode an ``ExportTraceServiceRequest`` in protobuf encoding."""
+def decode_protobuf(body: bytes, *, max_spans: int | None = None) -> DecodedBatch:
+    """Decode an ``ExportTraceServiceRequest`` in protobuf encoding; :class:`BatchTooLargeError` over
+    ``max_spans`` spans (counted before any is converted)."""
     try:
         request = ExportTraceServiceRequest.FromString(body)
     except (DecodeError, ValueError, RecursionError) as error:
         raise InputError(f"body is not a valid OTLP protobuf ExportTraceServiceRequest ({error})") from None
+    _check_count(sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans), max_spans)
     return decode_request(request)
 
 
@@ -247,10 +261,20 @@ def decode_json_document(document: object) -> DecodedBatch:
     return batch
 
 
-def decode_json(body: bytes) -> DecodedBatch:
-    """Decode an OTLP/JSON body; invalid UTF-8 is replaced rather than rejected."""
+def decode_json(body: bytes, *, max_spans: int | None = None) -> DecodedBatch:
+    """Decode an OTLP/JSON body; invalid UTF-8 is replaced rather than rejected; :class:`BatchTooLargeError` over
+    ``max_spans`` spans (counted before any is converted)."""
     try:
         document = json.loads(body.decode("utf-8", errors="replace"))
     except (ValueError, RecursionError) as error:
         raise InputError(f"body is not valid JSON ({error})") from None
+    if isinstance(document, Mapping):
+        _check_count(
+            sum(
+                len(list(_list(scope, "spans")))
+                for resource in _list(document, "resourceSpans", "resource_spans")
+                for scope in _list(resource, "scopeSpans", "scope_spans", "instrumentationLibrarySpans")
+            ),
+            max_spans,
+        )
     return decode_json_document(document)

@@ -1,9 +1,15 @@
 """An OTLP receiver for agents in other processes: OTLP/HTTP (protobuf and JSON, gzip and deflate) and OTLP/gRPC.
 
 Both transports decode into :class:`SpanRecord` s and feed one :class:`TraceCollector`, so traces are assembled
-exactly as in process. Bad input never crashes it: 400 with a message for undecodable bodies, 411 without a
-length, 413 over the size limits (before and after decompression), 415 for other content types or encodings,
-and OTLP ``partial_success`` when some spans of a batch are rejected.
+exactly as in process. Bad input never crashes it: 400 with a message for undecodable, truncated or ambiguous
+bodies (gRPC: INVALID_ARGUMENT), 411 without a length, 413 over the size or span-count limits (before and after
+decompression), 415 for other content types or encodings, and OTLP ``partial_success`` when some spans of a batch
+are rejected.
+
+Nothing acknowledged is dropped: a batch is admitted whole or refused. When the bytes held or the queue are at
+their bounds the answer is 429 (gRPC: RESOURCE_EXHAUSTED), over ``max_concurrent_requests`` or while shutting down
+503 (gRPC: UNAVAILABLE), each with ``Retry-After``; OTLP exporters retry those. ``shutdown`` stops admitting
+first, then assembles and hands over everything admitted.
 """
 
 from __future__ import annotations
@@ -21,13 +27,13 @@ from typing import Any
 
 import grpc
 from google.rpc import status_pb2
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from reflect_otel.assembly import AssemblyLimits
-from reflect_otel.collectors.otlp import DecodedBatch, decode_json, decode_protobuf, decode_request
+from reflect_otel.collectors.otlp import BatchTooLargeError, DecodedBatch, decode_json, decode_protobuf
 from reflect_otel.collectors.trace_collector import BufferLimits, TraceCollector, TraceSink
 from reflect_otel.errors import ConfigError, InputError
-from reflect_otel.spans import SpanRecord
+from reflect_otel.spans import SpanRecord, approx_bytes
 
 __all__ = ["OTLPReceiver", "ReceiverLimits", "parse_endpoint"]
 
@@ -47,6 +53,12 @@ class ReceiverLimits:
     """Largest body after decompression; a gzip bomb stops here."""
     read_timeout_s: float = 30.0
     """How long a client may take to send its body."""
+    max_spans_per_request: int = 100_000
+    """Most spans one request may carry (a small compressed body can hold millions of tiny spans)."""
+    max_concurrent_requests: int = 16
+    """Requests handled at once per transport; more get 503 / RESOURCE_EXHAUSTED at once."""
+    retry_after_s: int = 1
+    """The ``Retry-After`` a refused sender is given."""
 
 
 def parse_endpoint(text: str, *, default_port: int) -> tuple[str, int]:
@@ -72,7 +84,7 @@ def _is_loopback(host: str) -> bool:
 def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
     if encoding in ("", "identity"):
         return body
-    if encoding == "gzip":
+    if encoding in ("gzip", "x-gzip"):
         decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
     elif encoding == "deflate":  # zlib-wrapped per the HTTP spec; raw deflate is common enough to accept too
         decompressor = zlib.decompressobj(zlib.MAX_WBITS if body[:1] == b"\x78" else -zlib.MAX_WBITS)
@@ -84,14 +96,25 @@ def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
         raise _HTTPError(400, f"body is not valid {encoding} data ({error})") from None
     if len(out) > limit or decompressor.unconsumed_tail:
         raise _HTTPError(413, f"decompressed body is over the {limit}-byte limit")
+    if not decompressor.eof:
+        raise _HTTPError(400, f"the {encoding} body is truncated (its stream does not end)")
     return out
 
 
 class _HTTPError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, *, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.retry_after_s = retry_after_s
+
+
+class _Refused(Exception):
+    """A valid batch the receiver cannot take now; the sender should retry."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.busy = reason == "full"
 
 
 class OTLPReceiver:
@@ -131,7 +154,10 @@ class OTLPReceiver:
         self._lock = threading.Lock()
         self.requests_ok = 0
         self.requests_rejected = 0
+        self.requests_refused = 0
+        """Valid requests refused for now (429/503, RESOURCE_EXHAUSTED/UNAVAILABLE); their senders retry."""
         self.spans_rejected = 0
+        self._http_slots = threading.BoundedSemaphore(self.limits.max_concurrent_requests)
         self._http_server = self._make_http_server(http) if http is not None else None
         self._http_thread: threading.Thread | None = None
         self._grpc_server: grpc.Server | None = None
@@ -143,10 +169,9 @@ class OTLPReceiver:
                     ("grpc.max_receive_message_length", self.limits.max_decompressed_bytes),
                     ("grpc.so_reuseport", 0),  # a second receiver on the same port must fail, not share the traffic
                 ],
+                maximum_concurrent_rpcs=self.limits.max_concurrent_requests,  # beyond: RESOURCE_EXHAUSTED
             )
-            trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
-                _TraceService(self), self._grpc_server
-            )
+            self._grpc_server.add_generic_rpc_handlers((_trace_service_handler(self),))
             host, port = grpc_endpoint
             try:
                 self.grpc_port = self._grpc_server.add_insecure_port(
@@ -172,7 +197,9 @@ class OTLPReceiver:
         return self
 
     def shutdown(self, timeout_s: float = 30.0) -> bool:
-        """Stop listening, then assemble and hand over everything held."""
+        """Stop admitting (requests still in flight get 503 / UNAVAILABLE), stop listening, then assemble and hand
+        over everything admitted."""
+        self._collector.stop_admitting()
         if self._http_server is not None:
             self._http_server.shutdown()
             self._http_server.server_close()
@@ -188,13 +215,19 @@ class OTLPReceiver:
             own = {
                 "requests_ok": self.requests_ok,
                 "requests_rejected": self.requests_rejected,
+                "requests_refused": self.requests_refused,
                 "spans_rejected": self.spans_rejected,
             }
         return own | self._collector.stats().as_dict()
 
     # -- shared by both transports ---------------------------------------------------------------------------
     def accept(self, batch: DecodedBatch) -> trace_service_pb2.ExportTraceServiceResponse:
-        self._collector.submit_many(batch.spans)
+        """Admit ``batch`` whole, or raise :class:`_Refused` (nothing of it kept) for the sender to retry."""
+        admitted = self._collector.offer(batch.spans, [approx_bytes(s) for s in batch.spans])
+        if admitted != "ok":
+            with self._lock:
+                self.requests_refused += 1
+            raise _Refused(admitted)
         with self._lock:
             self.requests_ok += 1
             self.spans_rejected += batch.rejected
@@ -243,27 +276,54 @@ class _OTLPHTTPHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        receiver = self.receiver
+        retry = receiver.limits.retry_after_s
+        if not receiver._http_slots.acquire(blocking=False):
+            self.close_connection = True  # the body is left unread
+            with receiver._lock:
+                receiver.requests_refused += 1
+            self._send_error(_HTTPError(503, "too many requests at once; retry", retry_after_s=retry), content_type)
+            return
         try:
-            if self.path.split("?")[0] != _TRACES_PATH:
-                raise _HTTPError(404, f"no such endpoint {self.path!r}; OTLP traces go to {_TRACES_PATH}")
-            if content_type not in (_PROTOBUF, _JSON):
-                raise _HTTPError(415, f"Content-Type {content_type!r} is not supported; use {_PROTOBUF} or {_JSON}")
-            body = self._read_body()
-            encoding = (self.headers.get("Content-Encoding") or "").strip().lower()
-            body = _decompress(body, encoding, self.receiver.limits.max_decompressed_bytes)
-            try:
-                batch = decode_protobuf(body) if content_type == _PROTOBUF else decode_json(body)
-            except InputError as error:
-                raise _HTTPError(400, str(error)) from None
-            response = self.receiver.accept(batch)
+            response = self._export(content_type)
         except _HTTPError as error:
-            self.receiver.count_rejected_request()
+            receiver.count_rejected_request()
             self._send_error(error, content_type)
             return
+        except _Refused as refused:
+            if not refused.busy:
+                self.close_connection = True
+            status, text = (429, "the receiver is full") if refused.busy else (503, "the receiver is shutting down")
+            self._send_error(_HTTPError(status, f"{text}; retry", retry_after_s=retry), content_type)
+            return
+        finally:
+            receiver._http_slots.release()
         payload = _response_json(response) if content_type == _JSON else response.SerializeToString()
         self._send(200, content_type, payload)
 
+    def _export(self, content_type: str) -> trace_service_pb2.ExportTraceServiceResponse:
+        if self.path.split("?")[0] != _TRACES_PATH:
+            raise _HTTPError(404, f"no such endpoint {self.path!r}; OTLP traces go to {_TRACES_PATH}")
+        if content_type not in (_PROTOBUF, _JSON):
+            raise _HTTPError(415, f"Content-Type {content_type!r} is not supported; use {_PROTOBUF} or {_JSON}")
+        body = self._read_body()
+        encoding = (self.headers.get("Content-Encoding") or "").strip().lower()
+        limits = self.receiver.limits
+        body = _decompress(body, encoding, limits.max_decompressed_bytes)
+        decode = decode_protobuf if content_type == _PROTOBUF else decode_json
+        try:
+            batch = decode(body, max_spans=limits.max_spans_per_request)
+        except BatchTooLargeError as error:
+            raise _HTTPError(413, str(error)) from None
+        except InputError as error:
+            raise _HTTPError(400, str(error)) from None
+        return self.receiver.accept(batch)
+
     def _read_body(self) -> bytes:
+        lengths = self.headers.get_all("Content-Length") or []
+        if len(lengths) > 1:
+            self.close_connection = True  # request smuggling looks like this: never guess which one is meant
+            raise _HTTPError(400, "send exactly one Content-Length header")
         length_header = self.headers.get("Content-Length")
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked" or length_header is None:
             self.close_connection = True
@@ -289,22 +349,26 @@ class _OTLPHTTPHandler(BaseHTTPRequestHandler):
 
     def _send_error(self, error: _HTTPError, content_type: str) -> None:
         status = status_pb2.Status(code=_GRPC_CODE_FOR_HTTP.get(error.status, 3), message=error.message)
+        retry = error.retry_after_s
         if content_type == _PROTOBUF:
-            self._send(error.status, _PROTOBUF, status.SerializeToString())
+            self._send(error.status, _PROTOBUF, status.SerializeToString(), retry_after_s=retry)
         else:
-            self._send(error.status, _JSON, json.dumps({"code": status.code, "message": error.message}).encode())
+            body = json.dumps({"code": status.code, "message": error.message}).encode()
+            self._send(error.status, _JSON, body, retry_after_s=retry)
 
-    def _send(self, status: int, content_type: str, payload: bytes) -> None:
+    def _send(self, status: int, content_type: str, payload: bytes, *, retry_after_s: int | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
+        if retry_after_s is not None:
+            self.send_header("Retry-After", str(retry_after_s))
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(payload)
 
 
-_GRPC_CODE_FOR_HTTP = {400: 3, 404: 5, 411: 3, 413: 8, 415: 3}
+_GRPC_CODE_FOR_HTTP = {400: 3, 404: 5, 411: 3, 413: 8, 415: 3, 429: 8, 503: 14}
 
 
 def _response_json(response: trace_service_pb2.ExportTraceServiceResponse) -> bytes:
@@ -316,16 +380,39 @@ def _response_json(response: trace_service_pb2.ExportTraceServiceResponse) -> by
     ).encode()
 
 
-class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, receiver: OTLPReceiver) -> None:
-        self._receiver = receiver
+_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
-    def Export(
-        self, request: trace_service_pb2.ExportTraceServiceRequest, context: grpc.ServicerContext
-    ) -> trace_service_pb2.ExportTraceServiceResponse:
+
+def _trace_service_handler(receiver: OTLPReceiver) -> grpc.GenericRpcHandler:
+    """``TraceService/Export`` taking the raw request bytes, so that a body that is not an
+    ``ExportTraceServiceRequest`` is answered INVALID_ARGUMENT by us rather than INTERNAL by grpc's deserializer."""
+
+    def export(body: bytes, context: grpc.ServicerContext) -> trace_service_pb2.ExportTraceServiceResponse:
+        limits = receiver.limits
         try:
-            batch = decode_request(request)
+            batch = decode_protobuf(body, max_spans=limits.max_spans_per_request)
+        except InputError as error:
+            receiver.count_rejected_request()
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except Exception as error:  # a bug in decoding must reach the client as an error, not kill the server
-            self._receiver.count_rejected_request()
+            _log.exception("decoding an OTLP/gRPC request failed")
+            receiver.count_rejected_request()
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"could not decode the request ({error})")
-        return self._receiver.accept(batch)
+        try:
+            return receiver.accept(batch)
+        except _Refused as refused:
+            code = grpc.StatusCode.RESOURCE_EXHAUSTED if refused.busy else grpc.StatusCode.UNAVAILABLE
+            context.set_trailing_metadata((("retry-after", str(limits.retry_after_s)),))
+            context.abort(code, "the receiver is full; retry" if refused.busy else "the receiver is shutting down")
+            raise AssertionError("unreachable: grpc's abort() raises") from None
+
+    return grpc.method_handlers_generic_handler(
+        _SERVICE,
+        {
+            "Export": grpc.unary_unary_rpc_method_handler(
+                export,
+                request_deserializer=None,  # raw bytes
+                response_serializer=trace_service_pb2.ExportTraceServiceResponse.SerializeToString,
+            )
+        },
+    )

@@ -10,17 +10,17 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from reflect_otel.assembly import AssemblyLimits, assemble_trace
 from reflect_otel.errors import ConfigError
 from reflect_otel.semconv import ReflectAttributes
-from reflect_otel.spans import SpanRecord
+from reflect_otel.spans import SpanRecord, approx_bytes
 from reflect_otel.trace import StructuredTrace, TraceWarning, WarningCode
 
-__all__ = ["BufferLimits", "CollectorStats", "TraceCollector", "TraceSink"]
+__all__ = ["Admission", "BufferLimits", "CollectorStats", "TraceCollector", "TraceSink"]
 
 _log = logging.getLogger("reflect_otel.collectors")
 
@@ -28,6 +28,7 @@ TraceSink = Callable[[StructuredTrace], None]
 """Receives each assembled trace on the collector's worker thread; exceptions are caught and counted."""
 
 ItemT = TypeVar("ItemT")
+Admission = Literal["ok", "full", "stopping"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +41,26 @@ class BufferLimits:
     """Traces being gathered at once; spans of further traces are dropped and counted."""
     max_spans_per_trace: int = 20_000
     """Spans kept for one trace; further spans are dropped, counted and noted on the trace."""
+    max_bytes_per_trace: int = 32 * 1024 * 1024
+    """Bytes (:func:`~reflect_otel.spans.approx_bytes`) kept for one trace; further spans are dropped, counted and
+    noted on the trace."""
+    max_buffered_bytes: int = 256 * 1024 * 1024
+    """Bytes held in the queue and the traces being gathered. Beyond it, :meth:`TraceCollector.offer` refuses a
+    batch (the receiver answers 429 / RESOURCE_EXHAUSTED, so the sender retries) and spans of new traces from
+    :meth:`TraceCollector.submit` are dropped and counted."""
     grace_s: float = 0.25
     """How long after its root ends a trace waits for late children."""
     ttl_s: float = 300.0
     """How long a trace whose root never ends is kept before it is assembled as incomplete."""
 
     def __post_init__(self) -> None:
-        for name in ("max_queue_size", "max_traces", "max_spans_per_trace"):
+        for name in (
+            "max_queue_size",
+            "max_traces",
+            "max_spans_per_trace",
+            "max_bytes_per_trace",
+            "max_buffered_bytes",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"BufferLimits.{name} must be at least 1, got {getattr(self, name)}")
         if self.grace_s < 0 or self.ttl_s <= 0:
@@ -61,6 +75,10 @@ class CollectorStats:
     spans_dropped_queue_full: int = 0
     spans_dropped_trace_limit: int = 0
     spans_dropped_span_limit: int = 0
+    spans_dropped_memory_limit: int = 0
+    """Spans of new traces dropped because the buffered bytes were at ``max_buffered_bytes``."""
+    spans_dropped_at_shutdown: int = 0
+    """Spans submitted while the collector shut down (in process only; the receiver refuses them instead)."""
     spans_dropped_late: int = 0
     spans_dropped_invalid: int = 0
     spans_in_traces: int = 0
@@ -73,6 +91,7 @@ class CollectorStats:
     sink_errors: int = 0
     peak_queue_depth: int = 0
     peak_buffered_spans: int = 0
+    peak_buffered_bytes: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -84,6 +103,7 @@ class _Gathering:
     first_seen: float = 0.0
     root_ended_at: float | None = None
     dropped: int = 0
+    bytes: int = 0
 
 
 class _TraceBuffer:
@@ -95,9 +115,11 @@ class _TraceBuffer:
         self.traces: OrderedDict[str, _Gathering] = OrderedDict()
         self.completed: OrderedDict[str, None] = OrderedDict()  # recent trace ids, to recognise late spans
         self.buffered = 0
+        self.bytes = 0
+        """Bytes of the spans buffered (read by producers without a lock: an int read is atomic)."""
 
-    def add(self, span: SpanRecord, now: float) -> bool:
-        """Buffer ``span``; True when it ended a root (a trace may now be complete)."""
+    def add(self, span: SpanRecord, size: int, now: float) -> bool:
+        """Buffer ``span`` of ``size`` bytes; True when it ended a root (a trace may now be complete)."""
         gathering = self.traces.get(span.trace_id)
         if gathering is None:
             if span.trace_id in self.completed:
@@ -106,14 +128,23 @@ class _TraceBuffer:
             if len(self.traces) >= self.limits.max_traces:
                 self.stats.spans_dropped_trace_limit += 1
                 return False
+            if self.bytes + size > self.limits.max_buffered_bytes:
+                self.stats.spans_dropped_memory_limit += 1
+                return False
             gathering = self.traces[span.trace_id] = _Gathering(first_seen=now)
-        if len(gathering.spans) >= self.limits.max_spans_per_trace:
+        if (
+            len(gathering.spans) >= self.limits.max_spans_per_trace
+            or gathering.bytes + size > self.limits.max_bytes_per_trace
+        ):
             gathering.dropped += 1
             self.stats.spans_dropped_span_limit += 1
             return False
         gathering.spans.append(span)
+        gathering.bytes += size
         self.buffered += 1
+        self.bytes += size
         self.stats.peak_buffered_spans = max(self.stats.peak_buffered_spans, self.buffered)
+        self.stats.peak_buffered_bytes = max(self.stats.peak_buffered_bytes, self.bytes)
         if span.is_local_root and gathering.root_ended_at is None:
             gathering.root_ended_at = now
             return True
@@ -133,6 +164,7 @@ class _TraceBuffer:
         for trace_id, gathering, _ in ready:
             del self.traces[trace_id]
             self.buffered -= len(gathering.spans)
+            self.bytes -= gathering.bytes
             self.completed[trace_id] = None
         while len(self.completed) > 4 * self.limits.max_traces:
             self.completed.popitem(last=False)
@@ -142,9 +174,13 @@ class _TraceBuffer:
 class TraceCollector(Generic[ItemT]):
     """Queue -> worker thread -> per-trace buffer -> assembly -> sink.
 
-    ``submit`` is O(1), never blocks and never raises: it appends to a bounded deque (``deque.append`` is atomic)
-    or counts a drop. Conversion of submitted items to :class:`SpanRecord` (``convert``) happens on the worker, so
-    the producer's hot path does no work beyond the append.
+    ``submit`` (the in-process hot path) is O(1), never blocks and never raises: it appends to a bounded deque
+    (``deque.append`` is atomic) or counts a drop. Conversion of submitted items to :class:`SpanRecord`
+    (``convert``) happens on the worker, so the producer's hot path does no work beyond the append.
+
+    ``offer`` (the receiver's path) takes a whole batch or none of it: it refuses when the collector is stopping or
+    the batch would pass the queue's span or byte bounds, so a sender is told to retry instead of being
+    acknowledged and then dropped. ``shutdown`` first stops admitting, then assembles everything admitted.
     """
 
     def __init__(
@@ -163,12 +199,17 @@ class TraceCollector(Generic[ItemT]):
         self._limits = limits or BufferLimits()
         self._assembly_limits = assembly_limits
         self._tick_s = tick_s
-        self._queue: deque[ItemT] = deque()
+        self._queue: deque[tuple[ItemT, int]] = deque()
+        self._queued_bytes = 0
         self._stats = CollectorStats()
         self._drop_lock = threading.Lock()
+        self._admit_lock = threading.Lock()
         self._wake = threading.Event()
         self._flush_requests: deque[tuple[threading.Event, bool]] = deque()
         self._stopping = False
+        """Set first at shutdown: nothing more is admitted."""
+        self._exiting = False
+        """Set once the shutdown flush is done: the worker may stop."""
         self._buffer = _TraceBuffer(self._limits, self._stats)
         self._worker = threading.Thread(target=self._run, name=f"reflect-otel-{collector_name}", daemon=True)
         self._worker.start()
@@ -178,14 +219,35 @@ class TraceCollector(Generic[ItemT]):
         """Queue one item for the worker, or count it dropped when the queue is full or the collector stopped."""
         if self._stopping or len(self._queue) >= self._limits.max_queue_size:
             with self._drop_lock:
-                self._stats.spans_dropped_queue_full += 1
+                if self._stopping:
+                    self._stats.spans_dropped_at_shutdown += 1
+                else:
+                    self._stats.spans_dropped_queue_full += 1
             return
-        self._queue.append(item)
+        self._queue.append((item, 0))  # its size is counted once converted, on the worker
 
     def submit_many(self, items: Iterable[ItemT]) -> None:
         for item in items:
             self.submit(item)
         self._wake.set()
+
+    def offer(self, items: Sequence[ItemT], sizes: Sequence[int]) -> Admission:
+        """Queue all of ``items`` (``sizes`` in bytes, one per item) or none: ``"stopping"`` once shutdown has
+        begun, ``"full"`` when the queue's spans or the bytes held (queued and buffered) would pass their bounds.
+        A refused batch is not counted as dropped: the caller answers so that the sender retries."""
+        total = sum(sizes)
+        with self._admit_lock:
+            if self._stopping:
+                return "stopping"
+            held = self._queued_bytes + self._buffer.bytes
+            if len(self._queue) + len(items) > self._limits.max_queue_size or (
+                held > 0 and held + total > self._limits.max_buffered_bytes
+            ):
+                return "full"
+            self._queue.extend(zip(items, sizes, strict=True))
+            self._queued_bytes += total
+        self._wake.set()
+        return "ok"
 
     def stats(self) -> CollectorStats:
         """A snapshot of the counters."""
@@ -196,14 +258,26 @@ class TraceCollector(Generic[ItemT]):
         """Process everything queued so far and assemble every trace whose root has ended. True when done in time."""
         return self._request(ignore_grace_only=True, timeout_s=timeout_s)
 
+    def stop_admitting(self) -> None:
+        """Refuse every later :meth:`offer` (``"stopping"``) and drop later :meth:`submit` s (counted); what was
+        admitted is still assembled by :meth:`shutdown`."""
+        with self._admit_lock:  # after this no offer() is admitted, so the shutdown flush sees every admitted span
+            self._stopping = True
+
     def shutdown(self, timeout_s: float = 30.0) -> bool:
-        """Stop accepting spans, assemble everything held (incomplete traces marked so), stop the worker."""
-        if self._stopping:
+        """Stop accepting spans, assemble everything admitted (incomplete traces marked so), stop the worker."""
+        if self._exiting:
             return True
+        self.stop_admitting()
         done = self._request(ignore_grace_only=False, timeout_s=timeout_s)
-        self._stopping = True
+        self._exiting = True
         self._wake.set()
         self._worker.join(timeout=max(0.0, timeout_s))
+        left = len(self._queue)  # submit() raced the flush: counted, never silently lost
+        if left:
+            self._queue.clear()
+            with self._drop_lock:
+                self._stats.spans_dropped_at_shutdown += left
         return done and not self._worker.is_alive()
 
     def _request(self, *, ignore_grace_only: bool, timeout_s: float) -> bool:
@@ -229,7 +303,7 @@ class TraceCollector(Generic[ItemT]):
                 self._emit(self._buffer.pop_ready(time.monotonic()))
             except Exception:  # a bug here must not kill the worker and silently stop collection
                 _log.exception("reflect-otel collector worker error; continuing")
-            if self._stopping and not self._queue and not self._flush_requests:
+            if self._exiting and not self._queue and not self._flush_requests:
                 return
 
     def _drain(self) -> None:
@@ -238,8 +312,12 @@ class TraceCollector(Generic[ItemT]):
         if depth > self._stats.peak_queue_depth:
             self._stats.peak_queue_depth = depth
         now = time.monotonic()
-        while queue:
-            item = queue.popleft()
+        taken_bytes = 0
+        with self._admit_lock:  # a count taken under offer()'s lock never ends inside a batch being offered
+            count = len(queue)
+        for _ in range(count):
+            item, size = queue.popleft()
+            taken_bytes += size
             self._stats.spans_taken += 1
             try:
                 record = self._convert(item)
@@ -248,7 +326,10 @@ class TraceCollector(Generic[ItemT]):
             if record is None:
                 self._stats.spans_dropped_invalid += 1
                 continue
-            self._buffer.add(record, now)
+            self._buffer.add(record, size or approx_bytes(record), now)
+        if taken_bytes:
+            with self._admit_lock:
+                self._queued_bytes -= taken_bytes
 
     def _emit(self, ready: list[tuple[str, _Gathering, bool]]) -> None:
         for trace_id, gathering, complete in ready:
@@ -260,8 +341,9 @@ class TraceCollector(Generic[ItemT]):
                 warnings.append(
                     TraceWarning(
                         code=WarningCode.DROPPED_SPANS,
-                        message=f"{gathering.dropped} span(s) over the per-trace limit of "
-                        f"{self._limits.max_spans_per_trace} were dropped; raise max_spans_per_trace",
+                        message=f"{gathering.dropped} span(s) over the per-trace limits of "
+                        f"{self._limits.max_spans_per_trace} spans and {self._limits.max_bytes_per_trace} bytes were "
+                        "dropped; raise BufferLimits.max_spans_per_trace or max_bytes_per_trace",
                     )
                 )
             if not complete:

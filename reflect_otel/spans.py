@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
-__all__ = ["AttributeValue", "SpanRecord", "is_span_id", "is_trace_id", "span_record_from_readable"]
+__all__ = [
+    "AttributeValue",
+    "SpanRecord",
+    "approx_bytes",
+    "is_span_id",
+    "is_trace_id",
+    "span_record_from_readable",
+]
 
 AttributeValue = str | bool | int | float | Sequence[str] | Sequence[bool] | Sequence[int] | Sequence[float]
 
@@ -80,3 +87,20 @@ def span_record_from_readable(span: ReadableSpan) -> SpanRecord | None:
         dropped_attributes=span.dropped_attributes,
         scope=scope.name if scope is not None else None,
     )
+
+
+_SPAN_OVERHEAD_BYTES = 200
+"""What a span costs besides its text: ids, times, the record and its dict (measured order of magnitude)."""
+
+
+def approx_bytes(span: SpanRecord) -> int:
+    """The memory a span holds, approximately: its text lengths plus a fixed overhead. Collectors bound memory by
+    this, so a few spans with huge attributes count as much as many small ones."""
+    size = _SPAN_OVERHEAD_BYTES + len(span.name) + len(span.status_message or "")
+    for key, value in span.attributes.items():
+        size += len(key) + 16
+        if isinstance(value, str):
+            size += len(value)
+        elif isinstance(value, list | tuple):
+            size += sum(len(v) if isinstance(v, str) else 8 for v in value)
+    return size

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from reflect_otel.errors import InputError
 from reflect_otel.trace import StructuredTrace
 
-__all__ = ["TraceRow", "TraceWriter", "read_trace_rows", "read_traces"]
+__all__ = ["TraceRow", "TraceWriter", "each_trace_row", "read_trace_rows", "read_traces"]
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 
@@ -67,28 +67,41 @@ def read_trace_rows(path: str | Path, *, extra_fields: tuple[str, ...] = ()) -> 
 
     Raises :class:`InputError` naming the line of the first invalid trace.
     """
+    for row in each_trace_row(path, extra_fields=extra_fields):
+        if isinstance(row, InputError):
+            raise row
+        yield row
+
+
+def each_trace_row(path: str | Path, *, extra_fields: tuple[str, ...] = ()) -> Iterator[TraceRow | InputError]:
+    """Every line of a JSONL file of traces, as a :class:`TraceRow` or the :class:`InputError` (naming file and
+    line) that says why the line is not one, so a reader can keep the good lines around a bad one (a line torn by
+    a crash mid-write, for instance). Raises :class:`InputError` only when the file cannot be read."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such file; write one with 'reflect-otel collect' or 'reflect-otel import'")
     with path.open("rb") as file:
         for number, raw in enumerate(file, start=1):
             if len(raw) > MAX_LINE_BYTES:
-                raise InputError(f"{path}:{number}: line is over {MAX_LINE_BYTES} bytes")
+                yield InputError(f"{path}:{number}: line is over {MAX_LINE_BYTES} bytes")
+                continue
             if not raw.strip():
                 continue
             try:
                 data = json.loads(raw)
             except ValueError as error:
-                raise InputError(f"{path}:{number}: not valid JSON ({error})") from None
+                yield InputError(f"{path}:{number}: not valid JSON ({error})")
+                continue
             if not isinstance(data, dict):
-                raise InputError(f"{path}:{number}: expected a JSON object")
+                yield InputError(f"{path}:{number}: expected a JSON object")
+                continue
             extras = {name: data.pop(name) for name in extra_fields if name in data}
             try:
                 yield TraceRow(StructuredTrace.model_validate(data), extras)
             except ValidationError as error:
                 first = error.errors()[0]
                 where = ".".join(str(p) for p in first["loc"])
-                raise InputError(f"{path}:{number}: not a StructuredTrace ({where}: {first['msg']})") from None
+                yield InputError(f"{path}:{number}: not a StructuredTrace ({where}: {first['msg']})")
 
 
 def read_traces(path: str | Path) -> Iterator[StructuredTrace]:

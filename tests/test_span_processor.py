@@ -74,7 +74,7 @@ def test_on_end_never_raises_and_bad_spans_are_counted() -> None:
     assert processor.stats().spans_dropped_invalid == 2
     processor.shutdown()
     processor.on_end(None)  # after shutdown: dropped and counted, not raised
-    assert processor.stats().spans_dropped_queue_full == 1
+    assert processor.stats().spans_dropped_at_shutdown == 1
 
 
 def test_failing_sink_is_counted_and_collection_goes_on() -> None:

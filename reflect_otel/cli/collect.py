@@ -14,10 +14,10 @@ from reflect_otel.collectors.files import DEFAULT_MAX_FILE_BYTES, ImportReport, 
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits, parse_endpoint
 from reflect_otel.collectors.trace_collector import BufferLimits
 from reflect_otel.demo.examples import example_path
-from reflect_otel.errors import ConfigError
+from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.store import AttributionStore, open_store
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.tracefile import TraceWriter
+from reflect_otel.tracefile import TraceWriter, each_trace_row
 
 __all__ = ["add_collect_command", "add_import_command"]
 
@@ -31,13 +31,23 @@ def add_collect_command(subparsers: argparse._SubParsersAction[argparse.Argument
         description=(
             "Run an OTLP receiver (HTTP protobuf/JSON on /v1/traces, and gRPC) that rebuilds each finished agent "
             "run into a StructuredTrace and appends it to --out. Point the agent's exporter at it, e.g. "
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://127.0.0.1:4318/v1/traces. Stop with Ctrl-C: traces still "
-            "being gathered are written before it exits."
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://127.0.0.1:4318/v1/traces. Stop with Ctrl-C or SIGTERM: "
+            "traces still being gathered are written before it exits, and requests that arrive meanwhile are told "
+            "to retry (503). The --out file is the source of truth: each trace is appended and flushed before it "
+            "goes to the store, so after a crash (kill -9) the store may lack the last traces of the file; "
+            "'collect --reingest FILE' brings it up to date (re-writing a trace changes nothing). A crash loses "
+            "the traces still being gathered in memory, acknowledged or not."
         ),
+    )
+    parser.add_argument(
+        "--reingest",
+        type=Path,
+        metavar="FILE",
+        help="instead of listening, write every trace of FILE (a --out file) to the store and exit",
     )
     parser.add_argument("--http", default="127.0.0.1:4318", help="HTTP HOST:PORT, or 'off' (default 127.0.0.1:4318)")
     parser.add_argument("--grpc", default="off", help="gRPC HOST:PORT, e.g. 127.0.0.1:4317, or 'off' (default off)")
-    parser.add_argument("--out", "-o", required=True, type=Path, help="JSONL file the traces are appended to")
+    parser.add_argument("--out", "-o", type=Path, help="JSONL file the traces are appended to (required to listen)")
     parser.add_argument("--allow-remote", action="store_true", help="allow listening on a non-loopback address")
     parser.add_argument("--max-body-bytes", type=int, default=ReceiverLimits().max_body_bytes, help="request limit")
     parser.add_argument("--grace", type=float, default=BufferLimits().grace_s, help="seconds to wait for late spans")
@@ -50,7 +60,36 @@ def add_collect_command(subparsers: argparse._SubParsersAction[argparse.Argument
     parser.set_defaults(handler=_collect)
 
 
+def _reingest(path: Path, store_path: str | None) -> int:
+    """Every trace of ``path`` into the store; bad lines (a line torn by a crash) are named and skipped."""
+    store = open_store(store_path)
+    written = bad = 0
+    try:
+        for row in each_trace_row(path):
+            if isinstance(row, InputError):
+                bad += 1
+                print(f"skipped: {row}", file=sys.stderr)
+                continue
+            store.write_trace(row.trace)
+            written += 1
+            if written % 1_000 == 0:
+                print(f"reingest: {written} traces", file=sys.stderr)
+        flushed = store.flush(600)
+    finally:
+        store.close()
+    print(f"reingest: {written} trace(s) from {path} written to the store; {bad} line(s) skipped", file=sys.stderr)
+    if not flushed:
+        raise InputError("the store did not finish writing within 10 minutes; run --reingest again")
+    return 1 if bad else 0
+
+
 def _collect(args: argparse.Namespace) -> int:
+    if args.reingest is not None:
+        if args.no_store:
+            raise ConfigError("--reingest writes to the store; drop --no-store")
+        return _reingest(args.reingest, args.store)
+    if args.out is None:
+        raise ConfigError("collect needs --out FILE, the JSONL file the traces are appended to")
     http = None if args.http == "off" else parse_endpoint(args.http, default_port=4318)
     grpc_endpoint = None if args.grpc == "off" else parse_endpoint(args.grpc, default_port=4317)
     if args.max_body_bytes < 1:
