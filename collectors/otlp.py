@@ -17,6 +17,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from reflect_otel._values import utf8_text
 from reflect_otel.errors import InputError
 from reflect_otel.spans import AttributeValue, SpanRecord, is_span_id, is_trace_id
 
@@ -143,13 +144,8 @@ _INT64 = (-(2**63), 2**63 - 1)
 
 
 def _text(value: object) -> str:
-    """A string as stored: JSON may carry lone surrogates (``"\\ud800"``), which no UTF-8 writer accepts."""
-    text = str(value)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", "replace").decode("utf-8")
-    return text
+    """A string as stored (see :func:`reflect_otel._values.utf8_text`)."""
+    return utf8_text(str(value))
 
 
 def _json_value(value: object) -> AttributeValue | None:

@@ -14,12 +14,14 @@ first, then assembles and hands over everything admitted.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import logging
 import socket
 import threading
 import zlib
+from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -57,6 +59,10 @@ class ReceiverLimits:
     """Most spans one request may carry (a small compressed body can hold millions of tiny spans)."""
     max_concurrent_requests: int = 16
     """Requests handled at once per transport; more get 503 / RESOURCE_EXHAUSTED at once."""
+    max_inflight_bytes: int = 128 * 1024 * 1024
+    """Decompressed bytes of the requests being decoded at once (both transports); a request that would pass it
+    gets 429 / RESOURCE_EXHAUSTED. One request is always let through, so a body under ``max_decompressed_bytes``
+    is never refused for ever."""
     retry_after_s: int = 1
     """The ``Retry-After`` a refused sender is given."""
 
@@ -158,6 +164,7 @@ class OTLPReceiver:
         """Valid requests refused for now (429/503, RESOURCE_EXHAUSTED/UNAVAILABLE); their senders retry."""
         self.spans_rejected = 0
         self._http_slots = threading.BoundedSemaphore(self.limits.max_concurrent_requests)
+        self._inflight_bytes = 0
         self._http_server = self._make_http_server(http) if http is not None else None
         self._http_thread: threading.Thread | None = None
         self._grpc_server: grpc.Server | None = None
@@ -237,6 +244,22 @@ class OTLPReceiver:
             response.partial_success.error_message = batch.error_message
         return response
 
+    @contextlib.contextmanager
+    def decoding(self, size: int) -> Iterator[None]:
+        """Reserve ``size`` decompressed bytes while a request is decoded and admitted; :class:`_Refused`
+        (``"full"``) when that would pass ``max_inflight_bytes`` while others are being decoded."""
+        with self._lock:
+            over = self._inflight_bytes and self._inflight_bytes + size > self.limits.max_inflight_bytes
+            if over or not self._collector.has_room(size):  # refuse before decoding, the costly part
+                self.requests_refused += 1
+                raise _Refused("full")
+            self._inflight_bytes += size
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._inflight_bytes -= size
+
     def count_rejected_request(self) -> None:
         with self._lock:
             self.requests_rejected += 1
@@ -311,13 +334,14 @@ class _OTLPHTTPHandler(BaseHTTPRequestHandler):
         limits = self.receiver.limits
         body = _decompress(body, encoding, limits.max_decompressed_bytes)
         decode = decode_protobuf if content_type == _PROTOBUF else decode_json
-        try:
-            batch = decode(body, max_spans=limits.max_spans_per_request)
-        except BatchTooLargeError as error:
-            raise _HTTPError(413, str(error)) from None
-        except InputError as error:
-            raise _HTTPError(400, str(error)) from None
-        return self.receiver.accept(batch)
+        with self.receiver.decoding(len(body)):
+            try:
+                batch = decode(body, max_spans=limits.max_spans_per_request)
+            except BatchTooLargeError as error:
+                raise _HTTPError(413, str(error)) from None
+            except InputError as error:
+                raise _HTTPError(400, str(error)) from None
+            return self.receiver.accept(batch)
 
     def _read_body(self) -> bytes:
         lengths = self.headers.get_all("Content-Length") or []
@@ -390,16 +414,17 @@ def _trace_service_handler(receiver: OTLPReceiver) -> grpc.GenericRpcHandler:
     def export(body: bytes, context: grpc.ServicerContext) -> trace_service_pb2.ExportTraceServiceResponse:
         limits = receiver.limits
         try:
-            batch = decode_protobuf(body, max_spans=limits.max_spans_per_request)
-        except InputError as error:
-            receiver.count_rejected_request()
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
-        except Exception as error:  # a bug in decoding must reach the client as an error, not kill the server
-            _log.exception("decoding an OTLP/gRPC request failed")
-            receiver.count_rejected_request()
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"could not decode the request ({error})")
-        try:
-            return receiver.accept(batch)
+            with receiver.decoding(len(body)):
+                try:
+                    batch = decode_protobuf(body, max_spans=limits.max_spans_per_request)
+                except InputError as error:
+                    receiver.count_rejected_request()
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+                except Exception as error:  # a bug in decoding must reach the client as an error, not kill the server
+                    _log.exception("decoding an OTLP/gRPC request failed")
+                    receiver.count_rejected_request()
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"could not decode the request ({error})")
+                return receiver.accept(batch)
         except _Refused as refused:
             code = grpc.StatusCode.RESOURCE_EXHAUSTED if refused.busy else grpc.StatusCode.UNAVAILABLE
             context.set_trailing_metadata((("retry-after", str(limits.retry_after_s)),))

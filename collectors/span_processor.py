@@ -35,17 +35,15 @@ class ReflectSpanProcessor(SpanProcessor):
             assembly_limits=assembly_limits,
         )
         self._submit = self._collector.submit
-        self._wake = self._collector._wake.set
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
         try:
+            # no wake-up of the worker (an Event.set() takes a lock that a flood of threads contends for): it
+            # polls every tick_s (50 ms), well inside the grace period a finished trace waits anyway
             self._submit(span)
-            parent = span.parent
-            if parent is None or parent.is_remote:  # a root ended: let the worker start its grace period now
-                self._wake()
         except Exception:  # the agent's hot path never raises, whatever happens here
             return
 

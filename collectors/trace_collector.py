@@ -231,6 +231,11 @@ class TraceCollector(Generic[ItemT]):
             self.submit(item)
         self._wake.set()
 
+    def has_room(self, size: int) -> bool:
+        """Whether ``size`` more bytes would fit now (a hint before costly decoding; :meth:`offer` decides)."""
+        held = self._queued_bytes + self._buffer.bytes
+        return held == 0 or held + size <= self._limits.max_buffered_bytes
+
     def offer(self, items: Sequence[ItemT], sizes: Sequence[int]) -> Admission:
         """Queue all of ``items`` (``sizes`` in bytes, one per item) or none: ``"stopping"`` once shutdown has
         begun, ``"full"`` when the queue's spans or the bytes held (queued and buffered) would pass their bounds.

@@ -186,3 +186,23 @@ def truncate(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}…[truncated {len(text) - limit} chars]"
+
+
+def utf8_text(text: str) -> str:
+    """``text`` with lone surrogates (JSON may carry ``"\\ud800"``, which no UTF-8 writer accepts) replaced."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
+
+
+def utf8_clean(value: Any) -> Any:
+    """Parsed JSON with :func:`utf8_text` applied to every string, keys included."""
+    if isinstance(value, str):
+        return utf8_text(value)
+    if isinstance(value, dict):
+        return {utf8_text(k) if isinstance(k, str) else k: utf8_clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [utf8_clean(v) for v in value]
+    return value

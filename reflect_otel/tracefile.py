@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -12,10 +12,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from reflect_otel._values import utf8_clean
 from reflect_otel.errors import InputError
 from reflect_otel.trace import StructuredTrace
 
-__all__ = ["TraceRow", "TraceWriter", "each_trace_row", "read_trace_rows", "read_traces"]
+__all__ = ["TraceRow", "TraceWriter", "each_trace_row", "good_trace_rows", "read_trace_rows", "read_traces"]
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 
@@ -73,6 +74,18 @@ def read_trace_rows(path: str | Path, *, extra_fields: tuple[str, ...] = ()) -> 
         yield row
 
 
+def good_trace_rows(
+    path: str | Path, *, extra_fields: tuple[str, ...] = (), skipped: Callable[[InputError], None]
+) -> Iterator[TraceRow]:
+    """The valid rows of a JSONL file of traces; each bad line goes to ``skipped`` (for a one-line message naming
+    file and line) and the reading goes on."""
+    for row in each_trace_row(path, extra_fields=extra_fields):
+        if isinstance(row, InputError):
+            skipped(row)
+        else:
+            yield row
+
+
 def each_trace_row(path: str | Path, *, extra_fields: tuple[str, ...] = ()) -> Iterator[TraceRow | InputError]:
     """Every line of a JSONL file of traces, as a :class:`TraceRow` or the :class:`InputError` (naming file and
     line) that says why the line is not one, so a reader can keep the good lines around a bad one (a line torn by
@@ -92,6 +105,11 @@ def each_trace_row(path: str | Path, *, extra_fields: tuple[str, ...] = ()) -> I
             except ValueError as error:
                 yield InputError(f"{path}:{number}: not valid JSON ({error})")
                 continue
+            except RecursionError:
+                yield InputError(f"{path}:{number}: JSON nested too deeply")
+                continue
+            if b"\\u" in raw:  # only escapes can carry a lone surrogate
+                data = utf8_clean(data)
             if not isinstance(data, dict):
                 yield InputError(f"{path}:{number}: expected a JSON object")
                 continue

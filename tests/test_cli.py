@@ -72,7 +72,7 @@ def test_import_errors_name_the_problem(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["import", "-o", str(tmp_path / "o.jsonl")]) == 2
     assert "--example" in capsys.readouterr().err
     (tmp_path / "broken.jsonl").write_text('{"trace_id": 5}\n')
-    assert main(["show", str(tmp_path / "broken.jsonl")]) == 2
+    assert main(["show", str(tmp_path / "broken.jsonl")]) == 1
     assert "broken.jsonl:1: not a StructuredTrace" in capsys.readouterr().err
 
 

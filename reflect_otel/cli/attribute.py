@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from reflect_otel._values import utf8_text
 from reflect_otel.config import LLMConfig, ReflectConfig
 from reflect_otel.datasets import BBM_TASKS
 from reflect_otel.errors import ConfigError, InputError
@@ -17,7 +18,7 @@ from reflect_otel.replay import find_replay_adapter
 from reflect_otel.service import AttributionService
 from reflect_otel.store import open_exporter, open_store, store_path
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, read_trace_rows
+from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, good_trace_rows
 from reflect_otel.verifiers import BBMVerifier, OracleVerifier, SelfVerifier, Verifier
 
 __all__ = ["add_attribute_command"]
@@ -79,20 +80,31 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
 def _expected_answers(path: Path) -> dict[str, str]:
     if not path.is_file():
         raise InputError(f"{path}: no such file")
-    text = path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8", errors="replace")
     try:
         data: Any = json.loads(text)
-        rows = [{"trace_id": k, "expected_answer": v} for k, v in data.items()] if isinstance(data, dict) else data
-    except ValueError:
-        try:
-            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-        except ValueError as error:
-            raise InputError(f"{path}: neither a JSON object nor JSONL ({error})") from None
+    except (ValueError, RecursionError):
+        data = None
+    if isinstance(data, dict):  # one JSON object: {trace_id: expected_answer}
+        return {utf8_text(str(k)): utf8_text(str(v)) for k, v in data.items()}
     answers = {}
-    for row in rows:
+    for number, line in enumerate(text.splitlines(), start=1):  # JSONL: a bad line is named and skipped
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):
+            print(f"skipped: {path}:{number}: not valid JSON", file=sys.stderr)
+            continue
         if not isinstance(row, dict) or "trace_id" not in row or "expected_answer" not in row:
-            raise InputError(f"{path}: each entry needs trace_id and expected_answer")
-        answers[str(row["trace_id"])] = str(row["expected_answer"])
+            print(f"skipped: {path}:{number}: needs trace_id and expected_answer", file=sys.stderr)
+            continue
+        answers[utf8_text(str(row["trace_id"]))] = utf8_text(str(row["expected_answer"]))
+    if not answers:
+        raise InputError(
+            f"{path}: no expected answers (a JSON object of trace_id: answer, or JSONL rows of "
+            "{trace_id, expected_answer})"
+        )
     return answers
 
 
@@ -113,9 +125,15 @@ def _attribute(args: argparse.Namespace) -> int:
         include_expected_answer=False if args.withhold_expected else None,
     )
     answers = _expected_answers(args.expected_file) if args.expected_file else {}
-    rows = list(read_trace_rows(args.traces, extra_fields=(args.expected_field,)))[: args.limit]
+    bad_lines: list[InputError] = []
+
+    def skipped(error: InputError) -> None:
+        bad_lines.append(error)
+        print(f"skipped: {error}", file=sys.stderr)
+
+    rows = list(good_trace_rows(args.traces, extra_fields=(args.expected_field,), skipped=skipped))[: args.limit]
     if not rows:
-        raise InputError(f"{args.traces}: no traces")
+        raise InputError(f"{args.traces}: no valid traces")
     spec = method_spec(args.method)
     llm = llm_for(spec, LLMConfig.from_env())
     verifier: Verifier
@@ -175,6 +193,12 @@ def _attribute(args: argparse.Namespace) -> int:
     )
     if failed == len(rows):
         print(f"every attribution failed; the records in {args.out} say which stage and why", file=sys.stderr)
+        return 1
+    if bad_lines:
+        print(
+            f"exit 1: {len(bad_lines)} line(s) of {args.traces} were not traces and were skipped (see above)",
+            file=sys.stderr,
+        )
         return 1
     if export_failures:
         print(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from pydantic import ValidationError
 
 from reflect_otel.errors import InputError, ReflectError
 from reflect_otel.record import AttributionRecord
-from reflect_otel.tracefile import read_traces
+from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, good_trace_rows
 
 __all__ = ["add_show_command"]
 
@@ -50,7 +51,14 @@ def _read_records(path: str) -> dict[str, AttributionRecord]:
 def _show(args: argparse.Namespace) -> int:
     shown = 0
     records = _read_records(args.records) if args.records else {}
-    for trace in read_traces(args.traces):
+    bad: list[InputError] = []
+
+    def skipped(error: InputError) -> None:
+        bad.append(error)
+        print(f"reflect-otel show: skipped: {error}", file=sys.stderr)
+
+    for row in good_trace_rows(args.traces, extra_fields=(EXPECTED_ANSWER_FIELD,), skipped=skipped):
+        trace = row.trace
         if args.trace_id and trace.trace_id != args.trace_id:
             continue
         shown += 1
@@ -80,4 +88,4 @@ def _show(args: argparse.Namespace) -> int:
                 print(f"    note: {_cut(record.reason, args.width)}")
     if args.trace_id and not shown:
         raise ReflectError(f"no trace {args.trace_id} in {args.traces}")
-    return 0
+    return 1 if bad else 0
