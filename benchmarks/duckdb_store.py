@@ -58,7 +58,8 @@ def raw_bulk_insert(path: Path, traces: list[StructuredTrace]) -> float:
     """Seconds to insert the rows of ``traces`` (built beforehand, not timed) as one Arrow table per table."""
     writes = [trace_rows(t) for t in traces]
     tables = {
-        name: pa.Table.from_pylist([row for w in writes for row in w.tables[name]]) for name in ("traces", "steps")
+        name: pa.table({c: [v for w in writes for v in w.tables[name][c]] for c in writes[0].tables[name]})
+        for name in ("traces", "steps")
     }
     with duckdb.connect(str(path)) as db:
         migrate(db)

@@ -2,11 +2,16 @@
 
 Both get the same real, finished SDK spans; only the ``on_end`` calls are timed, in interleaved rounds.
 Target: ratio at most 1.5. Last line: ``span_processor_on_end_ratio=R``.
+
+``--flood-threads N`` instead times every root span's ``on_end`` while N threads end spans at once (the contention
+an agent server sees) and prints, per processor, how many took over 1 ms, the p99 and the max.
 """
 
 from __future__ import annotations
 
 import argparse
+import threading
+import time
 from collections.abc import Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -41,11 +46,58 @@ def finished_spans(count: int) -> list[ReadableSpan]:
     return spans
 
 
+def root_latencies(
+    processor: BatchSpanProcessor | ReflectSpanProcessor, spans: list[ReadableSpan], threads: int
+) -> list[int]:
+    """Nanoseconds of each root span's ``on_end`` while ``threads`` threads each end all of ``spans`` at once."""
+    latencies: list[int] = []
+    lock = threading.Lock()
+    start = threading.Barrier(threads)
+
+    def end_all() -> None:
+        own = []
+        start.wait()
+        for span in spans:
+            before = time.perf_counter_ns()
+            processor.on_end(span)
+            if span.parent is None:
+                own.append(time.perf_counter_ns() - before)
+        with lock:
+            latencies.extend(own)
+
+    workers = [threading.Thread(target=end_all) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    processor.shutdown()
+    return sorted(latencies)
+
+
+def flood(spans: list[ReadableSpan], threads: int) -> None:
+    queue = len(spans) * threads * 2
+    for name, processor in (
+        ("BatchSpanProcessor", BatchSpanProcessor(NoOpExporter(), max_queue_size=queue)),
+        ("ReflectSpanProcessor", ReflectSpanProcessor(lambda trace: None, limits=BufferLimits(max_queue_size=queue))),
+    ):
+        latencies = root_latencies(processor, spans, threads)
+        slow = sum(1 for ns in latencies if ns > 1_000_000)
+        p99 = latencies[int(len(latencies) * 0.99)] / 1e6
+        print(
+            f"{name:<21} {threads} threads: {slow:,} of {len(latencies):,} root on_end calls over 1 ms; "
+            f"p99 {p99:.3f} ms, max {latencies[-1] / 1e6:.1f} ms"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--spans", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--flood-threads", type=int, default=0)
     args = parser.parse_args()
+    if args.flood_threads:
+        flood(finished_spans(args.spans), args.flood_threads)
+        return
     spans = finished_spans(args.spans)
     batch = BatchSpanProcessor(NoOpExporter(), max_queue_size=len(spans) * 2, schedule_delay_millis=50)
     ours = ReflectSpanProcessor(lambda trace: None, limits=BufferLimits(max_queue_size=len(spans) * 2))

@@ -174,13 +174,28 @@ _KEYS = {
 }
 
 
+_PARENT = {"trace": "traces", "verdict": "verdicts", "record": "attributions"}
+"""The table holding one row per key of each kind of write; its other tables hold rows only beside that row."""
+
+Columns = dict[str, list[Any]]
+_REPLAY_COLUMNS = (
+    "trace_id", "method", "seq", "round", "rollback_point", "localized_step", "gate_retry", "sample", "faithful",
+    "violation_type", "flipped", "final_answer", "error",
+)  # fmt: skip
+_CALL_COLUMNS = (
+    "trace_id", "method", "seq", "stage", "model", "prompt_tokens", "cached_prompt_tokens", "completion_tokens",
+    "seconds", "attempts", "ok",
+)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class _Write:
-    """The rows one trace, verdict or record owns, by table; ``key`` identifies them (the same in every table)."""
+    """The rows one trace, verdict or record owns, as columns by table; ``key`` identifies them (the same in every
+    table)."""
 
     kind: str
     key: tuple[str, ...]
-    tables: dict[str, list[dict[str, Any]]]
+    tables: dict[str, Columns]
 
 
 class DuckDBStore:
@@ -288,15 +303,10 @@ class DuckDBStore:
             latest[(write.kind, write.key)] = write
         try:
             self._db.execute("BEGIN TRANSACTION")
-            for table, columns in _KEYS.items():
-                owners = [w for w in latest.values() if table in w.tables]
-                if not owners:
-                    continue
-                keys = pa.table({c: [w.key[i] for w in owners] for i, c in enumerate(columns)})
-                join = " AND ".join(f"{table}.{c} = _batch_keys.{c}" for c in columns)
-                with _registered(self._db, "_batch_keys", keys):
-                    self._db.execute(f"DELETE FROM {table} USING _batch_keys WHERE {join}")
-                _insert_rows(self._db, table, [row for w in owners for row in w.tables[table]])
+            for kind, parent in _PARENT.items():
+                owners = [w for w in latest.values() if w.kind == kind]
+                if owners:
+                    self._replace(parent, owners)
             self._db.execute("COMMIT")
         except Exception:
             with contextlib.suppress(duckdb.Error):  # nothing to roll back when BEGIN itself failed
@@ -309,6 +319,28 @@ class DuckDBStore:
             counter = _COUNTERS[write.kind]
             setattr(self.stats, counter, getattr(self.stats, counter) + 1)
         return True
+
+    def _replace(self, parent: str, owners: list[_Write]) -> None:
+        """Delete the rows of the keys of ``owners`` that are stored already (looked up in the parent table, one row
+        per key; a fresh ingest deletes nothing), then insert every table's columns."""
+        columns = _KEYS[parent]
+        keys = pa.table({c: [w.key[i] for w in owners] for i, c in enumerate(columns)})
+        with _registered(self._db, "_batch_keys", keys):
+            stored = self._db.execute(
+                f"SELECT {', '.join(columns)} FROM {parent} SEMI JOIN _batch_keys USING ({', '.join(columns)})"
+            ).fetchall()
+        if stored:
+            existing = pa.table({c: [row[i] for row in stored] for i, c in enumerate(columns)})
+            with _registered(self._db, "_batch_keys", existing):
+                for table in owners[0].tables:
+                    join = " AND ".join(f"{table}.{c} = _batch_keys.{c}" for c in columns)
+                    self._db.execute(f"DELETE FROM {table} USING _batch_keys WHERE {join}")
+        for table in owners[0].tables:
+            _insert_columns(self._db, table, [w.tables[table] for w in owners])
+
+
+def _as_columns(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> Columns:
+    return {name: [row[name] for row in rows] for name in names}
 
 
 def _trace_rows(trace: StructuredTrace) -> _Write:
@@ -328,27 +360,25 @@ def _trace_rows(trace: StructuredTrace) -> _Write:
         "metadata": json.dumps(trace.metadata),
         "trace_json": trace.model_dump_json(),
     }
-    steps = [
-        {
-            "trace_id": trace.trace_id,
-            "step_index": s.index,
-            "span_id": s.span_id,
-            "tool_span_id": s.tool_span_id,
-            "kind": s.kind.value,
-            "agent": s.agent,
-            "tool_name": s.tool_name,
-            "tool_args": json.dumps(s.tool_args, default=str),
-            "tool_result": s.tool_result,
-            "reasoning": s.reasoning,
-            "is_final_answer": s.is_final_answer,
-            "status": s.status.value,
-            "prompt_tokens": s.prompt_tokens,
-            "completion_tokens": s.completion_tokens,
-            "model_name": s.model_name,
-        }
-        for s in trace.steps
-    ]
-    return _Write("trace", (trace.trace_id,), {"traces": [parent], "steps": steps})
+    steps = trace.steps
+    columns: Columns = {
+        "trace_id": [trace.trace_id] * len(steps),
+        "step_index": [s.index for s in steps],
+        "span_id": [s.span_id for s in steps],
+        "tool_span_id": [s.tool_span_id for s in steps],
+        "kind": [s.kind.value for s in steps],
+        "agent": [s.agent for s in steps],
+        "tool_name": [s.tool_name for s in steps],
+        "tool_args": [json.dumps(s.tool_args, default=str) if s.tool_args else "{}" for s in steps],
+        "tool_result": [s.tool_result for s in steps],
+        "reasoning": [s.reasoning for s in steps],
+        "is_final_answer": [s.is_final_answer for s in steps],
+        "status": [s.status.value for s in steps],
+        "prompt_tokens": [s.prompt_tokens for s in steps],
+        "completion_tokens": [s.completion_tokens for s in steps],
+        "model_name": [s.model_name for s in steps],
+    }
+    return _Write("trace", (trace.trace_id,), {"traces": _as_columns([parent], list(parent)), "steps": columns})
 
 
 def _verdict_rows(trace_id: str, verdict: Verdict) -> _Write:
@@ -363,7 +393,7 @@ def _verdict_rows(trace_id: str, verdict: Verdict) -> _Write:
         "reasoning": verdict.reasoning,
         "created_at": datetime.now(UTC),
     }
-    return _Write("verdict", (trace_id, verdict.verifier), {"verdicts": [row]})
+    return _Write("verdict", (trace_id, verdict.verifier), {"verdicts": _as_columns([row], list(row))})
 
 
 def _record_rows(record: AttributionRecord) -> _Write:
@@ -420,17 +450,24 @@ def _record_rows(record: AttributionRecord) -> _Write:
         for seq, c in enumerate(record.llm_calls)
     ]
     return _Write(
-        "record", (record.trace_id, record.method), {"attributions": [parent], "replays": replays, "llm_calls": calls}
+        "record",
+        (record.trace_id, record.method),
+        {
+            "attributions": _as_columns([parent], list(parent)),
+            "replays": _as_columns(replays, _REPLAY_COLUMNS),
+            "llm_calls": _as_columns(calls, _CALL_COLUMNS),
+        },
     )
 
 
-def _insert_rows(db: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Rows (all with the same columns) in one INSERT from an Arrow table built column by column; DuckDB casts
-    each column to the table's type (a column of only NULLs included)."""
-    if not rows:
+def _insert_columns(db: duckdb.DuckDBPyConnection, table: str, parts: Sequence[Columns]) -> None:
+    """The columns of many writes (each with the same names) in one INSERT from one Arrow table; DuckDB casts each
+    column to the table's type (a column of only NULLs included)."""
+    columns = list(parts[0])
+    merged = {c: [value for part in parts for value in part[c]] for c in columns}
+    if not merged[columns[0]]:
         return
-    columns = list(rows[0])
-    batch = pa.table({c: pa.array([row[c] for row in rows]) for c in columns})
+    batch = pa.table({c: pa.array(values) for c, values in merged.items()})
     with _registered(db, "_batch_rows", batch):
         db.execute(f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(columns)} FROM _batch_rows")
 
