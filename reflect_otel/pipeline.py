@@ -268,7 +268,9 @@ class ReflectPipeline(MethodBase):
         None), and every attempt made."""
         cfg, plan, current = self.config, state.plan, state.current
         assert plan is not None, "plan first"
-        base_injection = prompts.repair_injection(plan, state.located.step_index)
+        located = state.located.step_index
+        failed = current.steps[located - 1] if 1 <= located <= len(current.steps) else None
+        base_injection = prompts.repair_injection(plan, located, failed, cfg.max_field_chars)
         injection = base_injection
         retries = cfg.gate_retries if cfg.gate is GateMode.HARD else 0
         point = step - 1  # the kept prefix

@@ -79,6 +79,8 @@ class ProxyVerifierConfig(BaseModel):
     chunk_size: int = Field(default=8, ge=3)
     chunk_overlap: int = Field(default=2, ge=0)
     max_field_chars: int = 500
+    use_evidence: bool = True
+    """Combine the evidence checks with the audit (off measures the audit alone)."""
     evidence_confidence: float = Field(default=0.9, ge=0, le=1)
     """The confidence reported for a run flagged by a critical evidence finding (a prior, not a measurement: the
     critical checks name failures that hold whatever the task)."""
@@ -243,7 +245,7 @@ class PlanAnchoredVerifier:
         steps = macro_steps(trace)
         if not steps:
             return Verdict(verifier=self.name, is_correct=None, confidence=0.0, label="UNCERTAIN", reasoning="no steps")
-        findings = find_evidence(trace)
+        findings = find_evidence(trace) if self.config.use_evidence else ()
         critical = [f for f in findings if f.severity is Severity.CRITICAL]
         if critical:
             named = "; ".join(f"step {f.step_index} {f.kind.value}: {f.evidence}" for f in critical[:3])

@@ -180,8 +180,8 @@ def run_live_eval(
                         f"{'corrected' if method_row['corrected'] else 'not corrected'} "
                         f"({method_row['llm_calls']} calls, {method_row['seconds']:.0f} s)"
                     )
-                row["trace"] = run.trace.model_dump(mode="json")
                 failed_runs += 1
+            row["trace"] = run.trace.model_dump(mode="json")  # right runs too: labelled data for the verifiers
             out.write(json.dumps(row) + "\n")
             out.flush()
             done[question.id] = row

@@ -138,12 +138,24 @@ def gate(ctx: PromptContext, steps: Sequence[Step], plan: RepairPlan, proposed: 
     )
 
 
-def repair_injection(plan: RepairPlan, error_step_index: int) -> str:
-    """The correction message put into the agent's context at the rollback point (not an LLM prompt)."""
+def repair_injection(
+    plan: RepairPlan, error_step_index: int, failed_step: Step | None = None, max_chars: int = 500
+) -> str:
+    """The correction message put into the agent's context at the rollback point (not an LLM prompt). With
+    ``failed_step``, it also shows what that step did and got back in the failed attempt: the replayed agent has
+    not seen it (its context ends before it), and an observation there (an error, an empty result listing the
+    values that do exist) is often what the correction needs."""
     forbidden = "\n".join(f"- {action}" for action in plan.forbidden_actions) or "- (nothing specific)"
+    seen = (
+        f"In that attempt, Step {error_step_index} was:\n"
+        f"{data_block('FAILED_STEP', format_step(failed_step, max_chars))}\n\n"
+        if failed_step is not None
+        else ""
+    )
     return (
         "IMPORTANT - CORRECTION CONTEXT:\n"
         f"Your previous attempt to answer this question failed at Step {error_step_index}.\n\n"
+        f"{seen}"
         f"Diagnosis: {plan.root_cause}\n\n"
         f"You MUST follow this correction:\n{plan.correction_instruction}\n\n"
         f"You MUST NOT:\n{forbidden}\n\n"
