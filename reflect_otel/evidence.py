@@ -168,7 +168,9 @@ def _numbers(text: str) -> list[float]:
 
 
 def _answered(trace: StructuredTrace) -> bool:
-    return bool((trace.final_answer or "").strip()) or any(s.is_final_answer for s in trace.steps)
+    return bool((trace.final_answer or "").strip()) or any(
+        s.is_final_answer and s.reasoning.strip() for s in trace.steps
+    )
 
 
 def _answer_step(trace: StructuredTrace) -> Step | None:

@@ -225,3 +225,34 @@ def test_observe_context_reaches_the_auditor_as_delimited_data(instrumented: Ins
     prompt = "\n".join(m.content for m in localize.messages)
     assert f"Populations table, for: {replay_agents.QUESTION}" in prompt
     assert prompt.index("CONTEXT") < prompt.index("Populations table")  # inside its data block
+
+
+def test_a_demo_agent_run_that_ends_without_an_answer_is_flagged_online_without_an_llm_call(
+    instrumented: Instrumented, tmp_path: Path
+) -> None:
+    """The proxy regime (no expected answer): the evidence checks flag the run before any audit is asked for."""
+    from reflect_otel.demo.table_agent import TableQAAgent
+    from reflect_otel.demo.wtq import load_questions
+
+    question = next(q for q in load_questions() if q.id == "nt-1")
+
+    def decide(request: ScriptedRequest) -> dict[str, Any]:
+        if request.stage != "agent":
+            raise LLMError("the auditor is down")  # the flag must not depend on it
+        if len(request.messages) <= 2:
+            return {"thought": "look at the table", "action": {"tool": "describe", "table": "t0"}}
+        return {"thought": "nothing to say", "action": {"tool": "final_answer", "answer": ""}}
+
+    llm = ScriptedLLM(respond=decide)
+    store = tmp_path / "flag.duckdb"
+    rt = reflect_otel.configure(store=str(store), llm=llm, tracer_provider=instrumented.provider, proxy=True)
+    try:
+        agent = TableQAAgent(question, llm, max_steps=3)
+        run = reflect_otel.observe()(lambda text: agent.answer(thread_id="no-answer"))
+        assert run(question.question) == ""
+        assert rt.drain(60)
+    finally:
+        reflect_otel.shutdown()
+    ((label, reasoning),) = _store_rows(store, "SELECT label, reasoning FROM verdicts")
+    assert label == "HIGH_ERROR_SIGNAL" and "no_final_answer" in reasoning
+    assert not [r for r in llm.requests if r.stage.startswith("proxy")]
