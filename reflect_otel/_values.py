@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,12 +15,30 @@ _TEXT_KEYS = (
     "task",
     "query",
     "input",
+    "user_msg",
+    "prompt",
+    "message",
     "answer",
     "final_answer",
+    "final_output",
+    "raw",
+    "response",
     "output",
     "content",
     "text",
     "result",
+    "description",
+)
+_MAX_DEPTH = 3
+_REPR = re.compile(r"^\s*[A-Z]\w*\((?P<body>.*)\)\s*$", re.DOTALL)
+"""A Python object's repr, as frameworks write events and results: ``StopEvent(result='...')``."""
+_REPR_FIELD = re.compile(
+    r"\b(?:"
+    + "|".join(
+        ("question", "query", "input", "user_msg", "answer", "raw", "response", "output", "content", "text", "result")
+    )
+    + r")=(?P<quote>['\"])(?P<text>(?:\\.|(?!(?P=quote)).)*)(?P=quote)",
+    re.DOTALL,
 )
 
 
@@ -83,7 +102,7 @@ def question_text(value: object) -> str:
     value itself."""
     parsed = parse_json(value)
     if parsed is None:
-        return value if isinstance(value, str) else ""
+        return _repr_text(value) if isinstance(value, str) else ""
     messages = _messages(parsed)
     if messages is not None:
         for message in messages:
@@ -99,7 +118,7 @@ def answer_text(value: object) -> str:
     first choice, a known text field, or the value itself."""
     parsed = parse_json(value)
     if parsed is None:
-        return value if isinstance(value, str) else ""
+        return _repr_text(value) if isinstance(value, str) else ""
     messages = _messages(parsed)
     if messages is not None:
         for message in reversed(messages):
@@ -115,13 +134,42 @@ def answer_text(value: object) -> str:
 
 
 def _known_text(parsed: Any) -> str:
+    found = _text_field(parsed, 0)
+    return found if found is not None else as_text(parsed)
+
+
+def _text_field(parsed: Any, depth: int) -> str | None:
+    """A known text field of a JSON object, looked for inside nested objects too (a workflow's ``init_state``, a
+    crew's task), breadth first so the outermost wins; None when there is none."""
     if isinstance(parsed, str):
-        return parsed
-    if isinstance(parsed, Mapping):
-        for key in _TEXT_KEYS:
-            if isinstance(parsed.get(key), str):
-                return str(parsed[key])
-    return as_text(parsed)
+        return _repr_text(parsed)
+    if not isinstance(parsed, Mapping) or depth > _MAX_DEPTH:
+        return None
+    for key in _TEXT_KEYS:
+        if isinstance(parsed.get(key), str) and parsed[key].strip():
+            return _repr_text(str(parsed[key]))
+    for key in (*_TEXT_KEYS, *parsed.keys()):
+        nested = parsed.get(key)
+        if isinstance(nested, Mapping):
+            found = _text_field(nested, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _repr_text(text: str) -> str:
+    """The text field of a Python repr (``StopEvent(result='The answer is 396.')`` -> ``The answer is 396.``);
+    any other text as it is."""
+    shape = _REPR.match(text)
+    if shape is None:
+        return text
+    field = _REPR_FIELD.search(shape["body"])
+    if field is None:
+        return text
+    try:
+        return str(json.loads('"' + field["text"].replace('"', '\\"').replace("\\'", "'") + '"'))
+    except ValueError:
+        return field["text"]
 
 
 def tool_message(value: object) -> tuple[str | None, str] | None:

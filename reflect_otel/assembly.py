@@ -72,6 +72,7 @@ _INPUT_LEN = len(INPUT_MESSAGES_PREFIX)
 _OUTPUT_LEN = len(OUTPUT_MESSAGES_PREFIX)
 _FINAL_ANSWER_TOOLS = frozenset({"final_answer", "finalanswer", "finalanswertool", "submit_final_answer"})
 _STATUS = {"ok": StepStatus.OK, "error": StepStatus.ERROR}
+_RAW_VALUE_CHARS = 2_000
 _MODEL_CALL_EVIDENCE = (
     SpanAttributes.OUTPUT_VALUE,
     SpanAttributes.LLM_TOKEN_COUNT_PROMPT,
@@ -165,6 +166,19 @@ def _has_gap(indexes: Iterable[int]) -> bool:
     """Missing indexes: the list must run on from 0, or from 1 (as some instrumentations number messages)."""
     ordered = sorted(indexes)
     return bool(ordered) and (ordered[0] > 1 or ordered != list(range(ordered[0], ordered[0] + len(ordered))))
+
+
+def _tool_name(name: str) -> str:
+    """A tool's name as its author wrote it: instrumentations that wrap a callable object name it ``X.__call__``."""
+    return name.removesuffix(".__call__")
+
+
+def _raw(value: object, extracted: str | None) -> str | None:
+    """The root's raw input or output value when the question or answer was extracted from it (JSON, a repr), cut
+    short; None when it is the text itself."""
+    if not isinstance(value, str) or value == extracted:
+        return None
+    return _values.truncate(value, _RAW_VALUE_CHARS)
 
 
 def _metadata(span: SpanRecord) -> Mapping[str, Any]:
@@ -423,7 +437,7 @@ class _Assembler:
         if not calls:
             self.drafts.append(_Draft(kind=StepKind.REASONING, **common, **tokens))
         for position, call in enumerate(calls):
-            name = call.get(ToolCallAttributes.TOOL_CALL_FUNCTION_NAME.removeprefix("tool_call."), "")
+            name = _tool_name(call.get(ToolCallAttributes.TOOL_CALL_FUNCTION_NAME.removeprefix("tool_call."), ""))
             call_id = call.get(ToolCallAttributes.TOOL_CALL_ID.removeprefix("tool_call.")) or None
             args = call.get(ToolCallAttributes.TOOL_CALL_FUNCTION_ARGUMENTS_JSON.removeprefix("tool_call."))
             draft = _Draft(
@@ -443,7 +457,7 @@ class _Assembler:
     def _add_tool(self, span: SpanRecord, agent: str | None) -> None:
         self.tool_span_count += 1
         attrs = span.attributes
-        name = str(attrs.get(SpanAttributes.TOOL_NAME) or span.name)
+        name = _tool_name(str(attrs.get(SpanAttributes.TOOL_NAME) or span.name))
         output = attrs.get(SpanAttributes.OUTPUT_VALUE)
         message = _values.tool_message(output)
         call_id = attrs.get(ToolCallAttributes.TOOL_CALL_ID) or (message[0] if message else None)
@@ -564,6 +578,10 @@ class _Assembler:
         ends = [s.end_ns for s in self.by_id.values() if s.end_ns is not None]
         root_agent = root if root.attributes.get(_KIND) == _AGENT else agent
         question = self._text(question or self.first_user_message)
+        raw = {
+            "raw_input": _raw(root.attributes.get(SpanAttributes.INPUT_VALUE), question),
+            "raw_output": _raw(root.attributes.get(SpanAttributes.OUTPUT_VALUE), answer),
+        }
         if self.redacted:
             kinds = ", ".join(kind for kind, _ in self.redactor.patterns)
             self._warn(
@@ -584,6 +602,7 @@ class _Assembler:
             warnings=tuple(self.warnings),
             start_time_ns=min(s.start_ns for s in self.by_id.values()),
             end_time_ns=max(ends) if ends else None,
+            metadata={k: self._text(v) for k, v in raw.items() if v},
         )
 
     def _source(self, root_metadata: Mapping[str, Any]) -> TraceSource:

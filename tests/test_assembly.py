@@ -219,3 +219,41 @@ def test_one_model_call_recorded_twice_is_one_step_but_a_repeated_call_is_two() 
     assert [s.span_id for s in assemble_trace([root, outer, inner]).steps] == [outer.span_id]
     again = llm("same words", parent=root.span_id, start=30, end=40)  # the agent said it again, later: a new call
     assert len(assemble_trace([root, outer, inner, again]).steps) == 2
+
+
+@pytest.mark.parametrize(
+    ("root_input", "root_output", "question", "answer"),
+    [
+        (  # a workflow's start event, nested in its initial state; its stop event as a repr
+            json.dumps({"init_state": {"start_event": {"user_msg": "What is 17*23+5?"}}}),
+            "StopEvent(result='The answer is 396.')",
+            "What is 17*23+5?",
+            "The answer is 396.",
+        ),
+        (  # a crew: the task's description; the output's raw text
+            json.dumps({"crew": {"agents": [{"role": "math"}]}, "task": {"description": "Compute 17*23+5"}}),
+            json.dumps({"raw": "396", "pydantic": None, "tasks_output": [{"raw": "396"}]}),
+            "Compute 17*23+5",
+            "396",
+        ),
+        ("What is 2+2?", "4", "What is 2+2?", "4"),  # plain text stays as it is
+    ],
+)
+def test_chain_and_agent_roots_holding_json_or_a_repr_give_the_question_and_answer_text(
+    root_input: str, root_output: str, question: str, answer: str
+) -> None:
+    root = span(
+        "CHAIN", name="workflow", start=0, end=10**12, **{"input.value": root_input, "output.value": root_output}
+    )
+    trace = assemble_trace([root, tool("add", "396", parent=root.span_id, start=1)])
+    assert (trace.question, trace.final_answer) == (question, answer)
+    raw = {"raw_input": root_input, "raw_output": root_output}
+    assert trace.metadata == {k: v for k, v in raw.items() if v not in (question, answer)}  # the raw value is kept
+
+
+def test_a_callable_objects_tool_name_loses_its_dunder_call() -> None:
+    root = agent_root("q", "42")
+    call = llm("", [("Calculator.__call__", '{"x": 1}', "c1")], parent=root.span_id, start=1)
+    result = tool("Calculator.__call__", "42", parent=root.span_id, start=2, **{"tool_call.id": "c1"})
+    trace = assemble_trace([root, call, result])
+    assert [s.tool_name for s in trace.steps] == ["Calculator"] and trace.steps[0].tool_result == "42"

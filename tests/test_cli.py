@@ -38,8 +38,9 @@ def test_import_example_then_show(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["import", "--example", "-o", str(out)]) == 0
     assert "imported 4 trace(s), 16 step(s)" in capsys.readouterr().err
     traces = list(read_traces(out))
-    (trace,) = [t for t in traces if not t.metadata]
-    bbm = [t for t in traces if t.metadata]
+    (trace,) = [t for t in traces if t.metadata.get("dataset") != "bbm"]
+    assert set(trace.metadata) == {"raw_input", "raw_output"}  # the LangGraph root's JSON state, text extracted
+    bbm = [t for t in traces if t.metadata.get("dataset") == "bbm"]
     assert [t.metadata for t in bbm] == [{"dataset": "bbm", "task": "multistep_arithmetic"}] * 3
     assert [s.tool_name for s in trace.steps] == ["lookup_population", "add", "lookup_population", None]
     assert trace.final_answer == agents.ANSWER
