@@ -51,6 +51,9 @@ class AttributionMetrics:
         meter: Meter = self._provider.get_meter("reflect_otel")
         self._seen = meter.create_counter(ReflectMetrics.TRACES_SEEN, description="Traces collected")
         self._flagged = meter.create_counter(ReflectMetrics.TRACES_FLAGGED, description="Traces flagged as failed")
+        self._uncertain = meter.create_counter(
+            ReflectMetrics.TRACES_UNCERTAIN, description="Traces the verifier could not judge"
+        )
         self._attributed = meter.create_counter(ReflectMetrics.TRACES_ATTRIBUTED, description="Traces attributed")
         self._verified = meter.create_counter(
             ReflectMetrics.TRACES_VERIFIED, description="Replay-verified attributions"
@@ -62,11 +65,13 @@ class AttributionMetrics:
             ReflectMetrics.LLM_TOKENS, unit="{token}", description="LLM tokens by stage"
         )
 
-    def trace_seen(self, trace: StructuredTrace, *, flagged: bool) -> None:
+    def trace_seen(self, trace: StructuredTrace, *, flagged: bool, uncertain: bool = False) -> None:
         labels = {"framework": trace.source.framework}
         self._seen.add(1, labels)
         if flagged:
             self._flagged.add(1, labels)
+        if uncertain:
+            self._uncertain.add(1, labels)
 
     def record_attributed(self, record: AttributionRecord) -> None:
         if record.status is AttributionStatus.SKIPPED:

@@ -128,6 +128,11 @@ class ReflectConfig(BaseModel):
     )
     injection_role: InjectionRole = InjectionRole.SYSTEM
     domain_context_label: str = Field(default="Task context", description="Heading of the domain-context slot.")
+    attribute_uncertain: bool = Field(
+        default=False,
+        description="Online: also attribute runs the verifier could not judge (UNCERTAIN: its audit failed or was "
+        "degenerate). They are counted (reflect.traces.uncertain) either way.",
+    )
     evidence_in_prompts: bool = Field(
         default=True,
         description="Show the evidence checks' findings (reflect_otel.evidence) to the auditor as a data block "
@@ -149,6 +154,7 @@ class ReflectConfig(BaseModel):
             "gate_retries": "REFLECT_GATE_RETRIES",
             "max_field_chars": "REFLECT_MAX_FIELD_CHARS",
             "evidence_in_prompts": "REFLECT_EVIDENCE_IN_PROMPTS",
+            "attribute_uncertain": "REFLECT_ATTRIBUTE_UNCERTAIN",
             "replay_concurrency": "REFLECT_REPLAY_CONCURRENCY",
         }
         values: dict[str, Any] = {key: env[var] for key, var in names.items() if env.get(var)}

@@ -206,6 +206,13 @@ def score_audit(audited: Sequence[AuditedStep], config: ProxyVerifierConfig) -> 
     return ProxyScores(round(error, 6), round(confidence, 6), label, tuple(deviations), round(total, 6))
 
 
+def _degenerate(audited: Sequence[AuditedStep]) -> bool:
+    """An audit that says the same thing of every step (three or more) in the same words has not looked at them."""
+    if len(audited) < 3:
+        return False
+    return len({(s.category, " ".join(s.rationale.lower().split())) for s in audited}) == 1
+
+
 class PlanAnchoredVerifier:
     """A :class:`~reflect_otel.verifiers.Verifier` for the proxy regime (no expected answer is used)."""
 
@@ -259,7 +266,16 @@ class PlanAnchoredVerifier:
             )
         try:
             anchors = self.anchors(trace.question)
-            scores = score_audit(self.audit(trace.question, anchors, steps, render_findings(findings)), self.config)
+            audited = self.audit(trace.question, anchors, steps, render_findings(findings))
+            if _degenerate(audited):
+                return Verdict(
+                    verifier=self.name,
+                    is_correct=None,
+                    confidence=0.0,
+                    label="UNCERTAIN",
+                    reasoning="degenerate audit: every macro-step got the same verdict and the same rationale",
+                )
+            scores = score_audit(audited, self.config)
         except LLMError as error:
             return Verdict(
                 verifier=self.name,

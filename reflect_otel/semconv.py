@@ -98,6 +98,8 @@ class ReflectMetrics:
 
     TRACES_SEEN = "reflect.traces.seen"
     TRACES_FLAGGED = "reflect.traces.flagged"
+    TRACES_UNCERTAIN = "reflect.traces.uncertain"
+    """Runs the verifier could not judge (UNCERTAIN): attributed only with ``attribute_uncertain``."""
     TRACES_ATTRIBUTED = "reflect.traces.attributed"
     TRACES_VERIFIED = "reflect.traces.verified"
     ATTRIBUTIONS_BY_ERROR_TYPE = "reflect.attributions"

@@ -36,7 +36,7 @@ ReplayFinder = Callable[[StructuredTrace, StructuredLLM], "ReplayAdapter | None"
 class AttributionMetrics(Protocol):
     """What the service counts (``reflect_otel.exporters.metrics.AttributionMetrics`` implements it)."""
 
-    def trace_seen(self, trace: StructuredTrace, *, flagged: bool) -> None: ...
+    def trace_seen(self, trace: StructuredTrace, *, flagged: bool, uncertain: bool = False) -> None: ...
 
     def record_attributed(self, record: AttributionRecord) -> None: ...
 
@@ -115,10 +115,11 @@ class AttributionService:
         flagged = True
         if self.triage:
             verdict = verifier.verify(trace, expected=expected)
-            flagged = verdict.is_correct is False
+            uncertain = verdict.is_correct is None
+            flagged = verdict.is_correct is False or (uncertain and self.config.attribute_uncertain)
             self._store(trace, verdict, None)
             if self.metrics is not None:
-                self.metrics.trace_seen(trace, flagged=flagged)
+                self.metrics.trace_seen(trace, flagged=flagged, uncertain=uncertain)
             if not flagged:
                 return Outcome(verdict, False, None)
         if self.budget is not None and self.budget.hour_is_spent:

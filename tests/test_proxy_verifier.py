@@ -161,7 +161,13 @@ def test_clean_audit_is_low_error_and_a_failing_llm_is_uncertain() -> None:
             ANCHORS,
             {
                 "steps": [
-                    {"macro_step": i, "category": "Aligned", "severity": "minor", "anchor": "none", "rationale": "ok"}
+                    {
+                        "macro_step": i,
+                        "category": "Aligned",
+                        "severity": "minor",
+                        "anchor": "none",
+                        "rationale": f"search {i} serves the plan",
+                    }
                     for i in range(1, 4)
                 ]
             },
@@ -221,3 +227,35 @@ def test_warning_findings_are_shown_to_the_audit_as_data() -> None:
     PlanAnchoredVerifier(llm).verify(trace, expected=None)
     evidence = llm.requests[1].text.split("<<<BEGIN EVIDENCE>>>", 1)[1].split("<<<END EVIDENCE>>>", 1)[0]
     assert "Step 1: [warning] empty_result" in evidence and "Step 2: [warning] unsupported_answer" in evidence
+
+
+def test_a_degenerate_audit_is_uncertain_and_online_attribution_of_uncertain_runs_is_a_setting(
+    tmp_path: Any,
+) -> None:
+    from reflect_otel.config import ReflectConfig
+    from reflect_otel.methods import METHODS
+    from reflect_otel.service import AttributionService
+    from reflect_otel.verifiers import OracleVerifier
+
+    same = {
+        "steps": [
+            {"macro_step": i, "category": "Aligned", "severity": "minor", "anchor": "none", "rationale": "Looks fine."}
+            for i in range(1, 4)
+        ]
+    }
+    verdict = PlanAnchoredVerifier(ScriptedLLM([ANCHORS, same])).verify(_long_trace(3), expected=None)
+    assert (verdict.label, verdict.is_correct) == ("UNCERTAIN", None) and "degenerate" in verdict.reasoning
+
+    def service(attribute_uncertain: bool) -> AttributionService:
+        return AttributionService(
+            ScriptedLLM([]),
+            METHODS["first-step"],
+            verifier=OracleVerifier(),
+            proxy=PlanAnchoredVerifier(ScriptedLLM([ANCHORS, same])),
+            config=ReflectConfig(attribute_uncertain=attribute_uncertain),
+            triage=True,
+        )
+
+    assert service(False).process(_long_trace(3)).record is None  # counted, not attributed
+    outcome = service(True).process(_long_trace(3))
+    assert outcome.flagged and outcome.record is not None and outcome.record.step_index == 1
