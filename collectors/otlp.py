@@ -19,7 +19,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from reflect_otel._values import utf8_text
 from reflect_otel.errors import InputError
-from reflect_otel.spans import AttributeValue, SpanRecord, is_span_id, is_trace_id
+from reflect_otel.spans import MAX_EVENTS_PER_SPAN, AttributeValue, SpanEvent, SpanRecord, is_span_id, is_trace_id
 
 __all__ = ["BatchTooLargeError", "DecodedBatch", "decode_json", "decode_protobuf", "decode_request"]
 
@@ -100,11 +100,11 @@ def decode_request(request: ExportTraceServiceRequest) -> DecodedBatch:
                 if parent is not None and not is_span_id(parent):
                     batch.reject(f"span {span_id} has an invalid parent span id")
                     continue
-                attributes: dict[str, AttributeValue] = {}
-                for kv in span.attributes:
-                    converted = _any_value(kv.value)
-                    if converted is not None:
-                        attributes[kv.key] = converted
+                attributes = _proto_attributes(span.attributes)
+                events = tuple(
+                    SpanEvent(event.name, _proto_attributes(event.attributes))
+                    for event in span.events[:MAX_EVENTS_PER_SPAN]
+                )
                 batch.spans.append(
                     SpanRecord(
                         trace_id=trace_id,
@@ -119,9 +119,19 @@ def decode_request(request: ExportTraceServiceRequest) -> DecodedBatch:
                         status_message=span.status.message or None,
                         dropped_attributes=span.dropped_attributes_count,
                         scope=scope,
+                        events=events,
                     )
                 )
     return batch
+
+
+def _proto_attributes(pairs: Iterable[Any]) -> dict[str, AttributeValue]:
+    attributes: dict[str, AttributeValue] = {}
+    for kv in pairs:
+        converted = _any_value(kv.value)
+        if converted is not None:
+            attributes[kv.key] = converted
+    return attributes
 
 
 def decode_protobuf(body: bytes, *, max_spans: int | None = None) -> DecodedBatch:
@@ -230,11 +240,11 @@ def decode_json_document(document: object) -> DecodedBatch:
                     batch.reject(f"span {span_id} has no valid startTimeUnixNano (a 64-bit count of ns since 1970)")
                     continue
                 end = _json_int(_get(span, "endTimeUnixNano", "end_time_unix_nano"))
-                attributes: dict[str, AttributeValue] = {}
-                for kv in _list(span, "attributes"):
-                    converted = _json_value(kv.get("value"))
-                    if converted is not None and isinstance(kv.get("key"), str):
-                        attributes[_text(kv["key"])] = converted
+                attributes = _json_attributes(span)
+                events = tuple(
+                    SpanEvent(_text(event.get("name", "")), _json_attributes(event))
+                    for event in list(_list(span, "events"))[:MAX_EVENTS_PER_SPAN]
+                )
                 status, message = _json_status(span.get("status"))
                 flags = _json_int(span.get("flags")) or 0
                 batch.spans.append(
@@ -252,9 +262,19 @@ def decode_json_document(document: object) -> DecodedBatch:
                         dropped_attributes=_json_int(_get(span, "droppedAttributesCount", "dropped_attributes_count"))
                         or 0,
                         scope=scope,
+                        events=events,
                     )
                 )
     return batch
+
+
+def _json_attributes(obj: Mapping[str, Any]) -> dict[str, AttributeValue]:
+    attributes: dict[str, AttributeValue] = {}
+    for kv in _list(obj, "attributes"):
+        converted = _json_value(kv.get("value"))
+        if converted is not None and isinstance(kv.get("key"), str):
+            attributes[_text(kv["key"])] = converted
+    return attributes
 
 
 def decode_json(body: bytes, *, max_spans: int | None = None) -> DecodedBatch:

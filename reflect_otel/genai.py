@@ -9,8 +9,13 @@ later (messages as parts-based JSON in ``gen_ai.input.messages``, ``gen_ai.outpu
 ``opentelemetry-semantic-conventions`` (v1.44 at the time of writing). The indexed ``gen_ai.prompt.N.*`` /
 ``gen_ai.completion.N.*`` attributes that OpenLLMetry writes are read too.
 
-Not read (yet): the event-based form of v1.36 and before (``gen_ai.user.message``, ``gen_ai.choice``, ... as
-events or log records), since a :class:`~reflect_otel.spans.SpanRecord` carries no events.
+The event-based form of v1.36 and before is read from span events: ``gen_ai.system.message``,
+``gen_ai.user.message``, ``gen_ai.assistant.message``, ``gen_ai.tool.message`` (inputs, in order) and
+``gen_ai.choice`` (outputs), their body as attributes (``content``, ``tool_calls``, ``id``, ``message``, or the whole
+body as JSON in ``gen_ai.event.content``); and the span events of v1.26-v1.28, ``gen_ai.content.prompt`` /
+``gen_ai.content.completion`` with the messages as JSON in ``gen_ai.prompt`` / ``gen_ai.completion``. Those
+events sent as log records (the Events API) never reach a trace collector: export them as span events, or use
+v1.37's attributes.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from reflect_otel.semconv import (
     SpanAttributes,
     ToolCallAttributes,
 )
-from reflect_otel.spans import AttributeValue, SpanRecord
+from reflect_otel.spans import AttributeValue, SpanEvent, SpanRecord
 
 __all__ = ["MAX_MESSAGES_JSON_CHARS", "as_openinference"]
 
@@ -42,6 +47,16 @@ _AGENT_OPERATIONS = frozenset({"invoke_agent", "invoke_workflow"})
 _TOOL_OPERATION = "execute_tool"
 _LEGACY_PROMPT = "gen_ai.prompt."
 _LEGACY_COMPLETION = "gen_ai.completion."
+_INPUT_EVENTS = {
+    "gen_ai.system.message": "system",
+    "gen_ai.user.message": "user",
+    "gen_ai.assistant.message": "assistant",
+    "gen_ai.tool.message": "tool",
+}
+_CHOICE_EVENT = "gen_ai.choice"
+_EVENT_BODY = "gen_ai.event.content"
+_PROMPT_EVENT, _PROMPT_ATTRIBUTE = "gen_ai.content.prompt", "gen_ai.prompt"
+_COMPLETION_EVENT, _COMPLETION_ATTRIBUTE = "gen_ai.content.completion", "gen_ai.completion"
 _KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
 
 
@@ -119,6 +134,70 @@ def _legacy_messages(attributes: Mapping[str, AttributeValue], prefix: str) -> l
     return [messages[i] for i in sorted(messages)]
 
 
+def _chat_message(message: Mapping[str, Any], role: str) -> dict[str, Any]:
+    """An OpenAI-style message (``content`` text or parts, ``tool_calls``, ``id`` / ``tool_call_id``) in the
+    parts-based form."""
+    parts: list[Mapping[str, Any]] = []
+    content = message.get("content")
+    if role == "tool":
+        parts.append(
+            {"type": "tool_call_response", "id": message.get("id") or message.get("tool_call_id"), "response": content}
+        )
+    elif content:
+        parts.append({"type": "text", "content": _values.as_text(content)})
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else []:
+        if isinstance(call, Mapping):
+            nested = call.get("function")
+            function: Mapping[str, Any] = nested if isinstance(nested, Mapping) else call
+            parts.append(
+                {
+                    "type": "tool_call",
+                    "id": call.get("id"),
+                    "name": function.get("name"),
+                    "arguments": function.get("arguments"),
+                }
+            )
+    return {"role": str(message.get("role") or role), "parts": parts}
+
+
+def _event_body(attributes: Mapping[str, AttributeValue]) -> Mapping[str, Any]:
+    body = _values.parse_json(attributes.get(_EVENT_BODY)) if _EVENT_BODY in attributes else None
+    if isinstance(body, Mapping):
+        return body
+    out: dict[str, Any] = dict(attributes)
+    for key in ("tool_calls", "message", "content"):
+        value = out.get(key)
+        parsed = _values.parse_json(value) if isinstance(value, str) and key != "content" else None
+        if parsed is not None:
+            out[key] = parsed
+    return out
+
+
+def _event_messages(events: tuple[SpanEvent, ...]) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """(inputs, outputs) from GenAI events of v1.36 and before, or the prompt/completion events of v1.26-v1.28."""
+    inputs: list[Mapping[str, Any]] = []
+    outputs: list[Mapping[str, Any]] = []
+    for event in events:
+        if event.name in _INPUT_EVENTS:
+            inputs.append(_chat_message(_event_body(event.attributes), _INPUT_EVENTS[event.name]))
+        elif event.name == _CHOICE_EVENT:
+            body = _event_body(event.attributes)
+            message = body.get("message")
+            outputs.append(_chat_message(message if isinstance(message, Mapping) else body, "assistant"))
+        elif event.name in (_PROMPT_EVENT, _COMPLETION_EVENT):
+            key = _PROMPT_ATTRIBUTE if event.name == _PROMPT_EVENT else _COMPLETION_ATTRIBUTE
+            role = "user" if event.name == _PROMPT_EVENT else "assistant"
+            target = inputs if event.name == _PROMPT_EVENT else outputs
+            target += [_chat_message(m, role) for m in _messages(event.attributes.get(key))]
+    return inputs, outputs
+
+
+def _has_genai_events(events: tuple[SpanEvent, ...]) -> bool:
+    names = {*_INPUT_EVENTS, _CHOICE_EVENT, _PROMPT_EVENT, _COMPLETION_EVENT}
+    return any(event.name in names for event in events)
+
+
 def _system_message(value: object) -> list[Mapping[str, Any]]:
     if isinstance(value, str) and value and len(value) <= MAX_MESSAGES_JSON_CHARS:
         parsed = _values.parse_json(value)
@@ -127,10 +206,18 @@ def _system_message(value: object) -> list[Mapping[str, Any]]:
     return []
 
 
-def _llm(attributes: Mapping[str, AttributeValue], out: dict[str, AttributeValue]) -> None:
-    inputs = _messages(attributes.get(gen_ai.GEN_AI_INPUT_MESSAGES)) or _legacy_messages(attributes, _LEGACY_PROMPT)
-    outputs = _messages(attributes.get(gen_ai.GEN_AI_OUTPUT_MESSAGES)) or _legacy_messages(
-        attributes, _LEGACY_COMPLETION
+def _llm(span: SpanRecord, out: dict[str, AttributeValue]) -> None:
+    attributes = span.attributes
+    event_inputs, event_outputs = _event_messages(span.events) if span.events else ([], [])
+    inputs = (
+        _messages(attributes.get(gen_ai.GEN_AI_INPUT_MESSAGES))
+        or _legacy_messages(attributes, _LEGACY_PROMPT)
+        or event_inputs
+    )
+    outputs = (
+        _messages(attributes.get(gen_ai.GEN_AI_OUTPUT_MESSAGES))
+        or _legacy_messages(attributes, _LEGACY_COMPLETION)
+        or event_outputs
     )
     raw_output = attributes.get(gen_ai.GEN_AI_OUTPUT_MESSAGES)
     if not outputs and isinstance(raw_output, str) and raw_output:  # unreadable: keep its text, never drop it
@@ -195,13 +282,15 @@ def as_openinference(span: SpanRecord) -> SpanRecord:
             return replace(span, attributes={**attributes, SpanAttributes.AGENT_NAME: str(name)})
         return span
     operation = attributes.get(gen_ai.GEN_AI_OPERATION_NAME)
-    legacy = operation is None and any(k.startswith((_LEGACY_PROMPT, _LEGACY_COMPLETION)) for k in attributes)
+    legacy = operation is None and (
+        any(k.startswith((_LEGACY_PROMPT, _LEGACY_COMPLETION)) for k in attributes) or _has_genai_events(span.events)
+    )
     if operation is None and not legacy:
         return span
     out: dict[str, AttributeValue] = {}
     if legacy or operation in _LLM_OPERATIONS:
         out[_KIND] = OpenInferenceSpanKindValues.LLM.value
-        _llm(attributes, out)
+        _llm(span, out)
     elif operation == _TOOL_OPERATION:
         out[_KIND] = OpenInferenceSpanKindValues.TOOL.value
         _tool(span, out)

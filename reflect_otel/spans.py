@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
 __all__ = [
+    "MAX_EVENTS_PER_SPAN",
     "AttributeValue",
+    "SpanEvent",
     "SpanRecord",
     "approx_bytes",
     "is_span_id",
@@ -42,6 +44,18 @@ def is_span_id(value: str) -> bool:
     return _SPAN_ID.fullmatch(value) is not None and value != _ZERO_SPAN
 
 
+MAX_EVENTS_PER_SPAN = 128
+"""Events kept per span (the SDK's default limit); later ones are dropped at decoding."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpanEvent:
+    """A span event: its name and attributes (GenAI conventions before v1.37 put messages there)."""
+
+    name: str
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+
+
 @dataclass(frozen=True, slots=True)
 class SpanRecord:
     """One finished span. Ids are lower-case hex; times are Unix nanoseconds; ``status`` is unset, ok or error."""
@@ -59,6 +73,7 @@ class SpanRecord:
     scope: str | None = None
     parent_is_remote: bool = False
     """True when the parent lives in another process: this span is then the local root of the trace."""
+    events: tuple[SpanEvent, ...] = ()
 
     @property
     def is_local_root(self) -> bool:
@@ -86,6 +101,10 @@ def span_record_from_readable(span: ReadableSpan) -> SpanRecord | None:
         status_message=span.status.description,
         dropped_attributes=span.dropped_attributes,
         scope=scope.name if scope is not None else None,
+        events=tuple(
+            SpanEvent(event.name, dict(event.attributes or {}))  # type: ignore[arg-type]  # OTel values are ours
+            for event in list(span.events or ())[:MAX_EVENTS_PER_SPAN]
+        ),
     )
 
 
@@ -97,7 +116,8 @@ def approx_bytes(span: SpanRecord) -> int:
     """The memory a span holds, approximately: its text lengths plus a fixed overhead. Collectors bound memory by
     this, so a few spans with huge attributes count as much as many small ones."""
     size = _SPAN_OVERHEAD_BYTES + len(span.name) + len(span.status_message or "")
-    for key, value in span.attributes.items():
+    attribute_maps = [span.attributes, *(event.attributes for event in span.events)]
+    for key, value in (item for attributes in attribute_maps for item in attributes.items()):
         size += len(key) + 16
         if isinstance(value, str):
             size += len(value)

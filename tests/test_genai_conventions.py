@@ -164,3 +164,60 @@ def test_system_instructions_reasoning_parts_and_bad_json_are_handled() -> None:
     assert trace.question == "2+2?"  # the user's message, not the system instructions
     assert trace.steps[0].reasoning == "Two and two.\n4"
     assert len(trace.steps) == 2 and trace.steps[1].reasoning == "[not json"  # unreadable output: kept as text
+
+
+def test_the_event_based_form_of_v1_36_and_before_is_read_from_span_events(tmp_path: Path) -> None:
+    """Real SDK spans whose messages are GenAI events (``gen_ai.user.message``, ``gen_ai.tool.message``,
+    ``gen_ai.choice``, bodies as attributes or as JSON in ``gen_ai.event.content``), through the span processor's
+    conversion and through an OTLP/JSON file."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from reflect_otel.spans import span_record_from_readable
+    from tests.frameworks.tracing import otlp_json
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("events")
+    call = {"id": "call_1", "type": "function", "function": {"name": "multiply", "arguments": '{"a": 17, "b": 23}'}}
+    with tracer.start_as_current_span("agent"):
+        with tracer.start_as_current_span("chat gpt", attributes={"gen_ai.system": "openai"}) as first:
+            first.add_event("gen_ai.user.message", {"content": "What is 17 times 23?"})
+            first.add_event(
+                "gen_ai.choice",
+                {
+                    "gen_ai.event.content": json.dumps(
+                        {"index": 0, "message": {"role": "assistant", "content": "Multiplying.", "tool_calls": [call]}}
+                    )
+                },
+            )
+        with tracer.start_as_current_span(
+            "multiply",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.call.id": "call_1",
+                "gen_ai.tool.call.result": "391",
+            },
+        ):
+            pass
+        with tracer.start_as_current_span("chat gpt", attributes={"gen_ai.operation.name": "chat"}) as second:
+            second.add_event("gen_ai.user.message", {"content": "What is 17 times 23?"})
+            second.add_event("gen_ai.assistant.message", {"tool_calls": json.dumps([call])})
+            second.add_event("gen_ai.tool.message", {"id": "call_1", "content": "391"})
+            second.add_event("gen_ai.choice", {"message": json.dumps({"role": "assistant", "content": "It is 391."})})
+    spans = exporter.get_finished_spans()
+    live = assemble_trace([r for r in map(span_record_from_readable, spans) if r is not None])
+    assert live.question == "What is 17 times 23?" and live.final_answer == "It is 391."
+    assert [(s.kind, s.tool_name, s.tool_args, s.tool_result, s.reasoning) for s in live.steps] == [
+        (StepKind.TOOL_CALL, "multiply", {"a": 17, "b": 23}, "391", "Multiplying."),
+        (StepKind.FINAL_ANSWER, None, {}, None, "It is 391."),
+    ]
+    from reflect_otel.collectors.files import import_files
+
+    path = tmp_path / "events.json"
+    path.write_text(json.dumps(otlp_json(list(spans))), encoding="utf-8")
+    imported: list[StructuredTrace] = []
+    import_files([path], lambda trace, _meta: imported.append(trace))
+    assert [(t.steps, t.question, t.final_answer) for t in imported] == [(live.steps, live.question, live.final_answer)]
