@@ -80,6 +80,7 @@ _MODEL_CALL_EVIDENCE = (
 )
 _CONTENTS = MessageAttributes.MESSAGE_CONTENTS.removeprefix("message.") + "."  # "contents."
 _CONTENT_TEXT = "." + MessageContentAttributes.MESSAGE_CONTENT_TEXT  # ".message_content.text"
+_TOOL_CALL_ID_FIELD = MessageAttributes.MESSAGE_TOOL_CALL_ID.removeprefix("message.")  # "tool_call_id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +95,8 @@ class AssemblyLimits:
 class _Message:
     role: str = ""
     content: str = ""
+    tool_call_id: str | None = None
+    """On a tool message: the call it answers."""
     tool_calls: dict[int, dict[str, str]] | None = None
     parts: dict[int, str] | None = None
     """``message.contents.N.message_content.text``: the text parts of a multi-part message, by N."""
@@ -126,6 +129,8 @@ def _llm_messages(attributes: Mapping[str, Any]) -> tuple[dict[int, _Message], d
             message.role = str(value)
         elif field == "content":
             message.content = str(value)
+        elif field == _TOOL_CALL_ID_FIELD:
+            message.tool_call_id = str(value)
         elif field.startswith(_CONTENTS) and field.endswith(_CONTENT_TEXT):  # multi-part content: the text parts
             index = field[len(_CONTENTS) : -len(_CONTENT_TEXT)]
             if index.isdigit():
@@ -403,6 +408,19 @@ class _Assembler:
             "langgraph_node": str(node) if node else None,
         }
 
+    def _answer_from_tool_messages(self, inputs: Mapping[int, _Message]) -> None:
+        """A loop that runs its tools without tool spans still sends their results to the model: the next call's
+        tool messages answer the calls they name (a tool span, when there is one, has answered them already)."""
+        for _, message in sorted(inputs.items()):
+            if message.role != "tool" or not message.tool_call_id:
+                continue
+            draft = self.waiting_by_id.get(message.tool_call_id)
+            if draft is None or draft.has_result:
+                continue
+            draft.has_result = True
+            del self.waiting_by_id[message.tool_call_id]
+            draft.fields["tool_result"] = self._text(message.text)
+
     def _add_llm(self, span: SpanRecord, agent: str | None) -> bool:
         """Add the steps one LLM span decided; True when its message indexes have gaps."""
         attrs = span.attributes
@@ -411,6 +429,7 @@ class _Assembler:
         if not inputs and not outputs and not any(key in attrs for key in _MODEL_CALL_EVIDENCE):
             return False  # LLM-kind but no model call seen (a framework's preparation step): not a decision
         self.llm_span_count += 1
+        self._answer_from_tool_messages(inputs)
         if not self.first_user_message:
             user = next((m for _, m in sorted(inputs.items()) if m.role in ("user", "human") and m.text), None)
             if user is not None:

@@ -31,6 +31,7 @@ from reflect_otel import _values
 from reflect_otel.semconv import (
     INPUT_MESSAGES_PREFIX,
     OUTPUT_MESSAGES_PREFIX,
+    MessageAttributes,
     OpenInferenceSpanKindValues,
     SpanAttributes,
     ToolCallAttributes,
@@ -58,6 +59,7 @@ _EVENT_BODY = "gen_ai.event.content"
 _PROMPT_EVENT, _PROMPT_ATTRIBUTE = "gen_ai.content.prompt", "gen_ai.prompt"
 _COMPLETION_EVENT, _COMPLETION_ATTRIBUTE = "gen_ai.content.completion", "gen_ai.completion"
 _KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
+_TOOL_CALL_ID_FIELD = MessageAttributes.MESSAGE_TOOL_CALL_ID.removeprefix("message.")  # under ...N.message.
 
 
 def _messages(value: object) -> list[Mapping[str, Any]]:
@@ -100,6 +102,9 @@ def _write_messages(out: dict[str, AttributeValue], prefix: str, messages: list[
         parts = _parts(message)
         out[base + "role"] = str(message.get("role") or "")
         out[base + "content"] = _text_of(parts)
+        answered = next((p.get("id") for p in parts if p.get("type") == "tool_call_response" and p.get("id")), None)
+        if answered:
+            out[base + _TOOL_CALL_ID_FIELD] = str(answered)
         calls = [p for p in parts if p.get("type") == "tool_call"]
         for position, call in enumerate(calls):
             at = f"{base}tool_calls.{position}.{call_prefix}"
@@ -124,6 +129,8 @@ def _legacy_messages(attributes: Mapping[str, AttributeValue], prefix: str) -> l
             message["role"] = value
         elif field == "content":
             message["parts"].insert(0, {"type": "text", "content": value})
+        elif field == "tool_call_id":
+            message["answers"] = value
         elif field.startswith("tool_calls."):
             call_index, _, call_field = field[len("tool_calls.") :].partition(".")
             if call_index.isdigit():
@@ -131,6 +138,10 @@ def _legacy_messages(attributes: Mapping[str, AttributeValue], prefix: str) -> l
     for message in messages.values():
         calls = message.pop("calls")
         message["parts"] += [calls[k] for k in sorted(calls)]
+        answers = message.pop("answers", None)
+        if answers and message.get("role") == "tool":  # a tool result: its text answers that call
+            text = next((p.get("content") for p in message["parts"] if p.get("type") == "text"), "")
+            message["parts"] = [{"type": "tool_call_response", "id": answers, "response": text}]
     return [messages[i] for i in sorted(messages)]
 
 

@@ -1,0 +1,48 @@
+"""OpenLLMetry's OpenAI instrumentation (``opentelemetry-instrumentation-openai``) on a plain tool loop whose tools
+have no spans, against a scripted OpenAI-compatible server: its spans carry the conversation as indexed
+``gen_ai.prompt.N.*`` / ``gen_ai.completion.N.*`` attributes and no OpenInference kind, the tool results only as
+the next call's tool messages. The run is rebuilt exactly, live and from an OTLP/JSON file of the same spans."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reflect_otel.collectors.files import import_files
+from reflect_otel.trace import StepKind, StructuredTrace
+from tests.frameworks.script import ANSWER, QUESTION
+
+pytestmark = pytest.mark.frameworks
+pytest.importorskip("opentelemetry.instrumentation.openai")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_openllmetry_openai_instrumentation(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.frameworks.openllmetry_app"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = json.loads(done.stdout)
+    assert run["answer"] == ANSWER
+    (trace,) = [StructuredTrace.model_validate(t) for t in run["traces"]]
+    assert (trace.question, trace.final_answer) == (QUESTION, ANSWER)
+    assert [(s.kind, s.tool_name, s.tool_args, s.tool_result, s.tool_call_id, s.reasoning) for s in trace.steps] == [
+        (StepKind.TOOL_CALL, "multiply", {"a": 17, "b": 23}, "391", "call_1", "I multiply first."),
+        (StepKind.TOOL_CALL, "add", {"a": 391, "b": 5}, "396", "call_2", "Now add 5."),
+        (StepKind.FINAL_ANSWER, None, {}, None, None, ANSWER),
+    ]
+    assert not trace.warnings, trace.warnings
+    path = tmp_path / "openllmetry.json"
+    path.write_text(json.dumps(run["otlp"]), encoding="utf-8")
+    imported: list[StructuredTrace] = []
+    import_files([path], lambda t, _meta: imported.append(t))
+    assert [(t.steps, t.question, t.final_answer) for t in imported] == [(trace.steps, trace.question, ANSWER)]
