@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import resource
+import statistics
 import tempfile
 import threading
 import time
@@ -147,6 +148,8 @@ def soak(folder: Path, seconds: float, traces_per_s: float, per_request: int) ->
         f"soak: {seconds:.0f} s at {traces_per_s:,.0f} traces/s, {sent:,} traces sent, {sink.count:,} stored; "
         f"RSS start {samples[0]:,.0f} MiB, peak {max(samples):,.0f} MiB, end {samples[-1]:,.0f} MiB"
     )
+    minutes = [f"{max(samples[i : i + 60]):,.0f}" for i in range(0, len(samples), 60)]
+    print(f"soak: peak RSS per minute (MiB): {', '.join(minutes)}")
 
 
 def _shifted(span: ReadableSpan, offset: int) -> ReadableSpan:
@@ -172,28 +175,33 @@ def main() -> None:
     parser.add_argument("--traces", type=int, default=3_000)
     parser.add_argument("--traces-per-request", type=int, default=50)
     parser.add_argument("--soak-seconds", type=float, default=0.0)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the medians are compared")
     args = parser.parse_args()
     receiver_only = batches(args.traces, args.traces_per_request, trace_offset=0)
-    whole_path = batches(args.traces, args.traces_per_request, trace_offset=1 << 64)
     spans = sum(len(b) for b in receiver_only)
+    alone_times: list[float] = []
+    whole_times: list[float] = []
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
-        alone = run_path(receiver_only, args.traces, Counting(), lambda: None)
-        writer = TraceWriter(folder / "out.jsonl")
-        store = DuckDBStore(folder / "store.duckdb")
+        for round_ in range(args.rounds):  # alternating, so drift on a noisy machine hits both alike
+            alone_times.append(run_path(receiver_only, args.traces, Counting(), lambda: None))
+            whole_path = batches(args.traces, args.traces_per_request, trace_offset=(round_ + 1) << 64)
+            writer = TraceWriter(folder / f"out{round_}.jsonl")
+            store = DuckDBStore(folder / f"store{round_}.duckdb")
 
-        def write(trace: StructuredTrace) -> None:
-            writer.write(trace)
-            store.write_trace(trace)
+            def write(trace: StructuredTrace, writer: TraceWriter = writer, store: DuckDBStore = store) -> None:
+                writer.write(trace)
+                store.write_trace(trace)
 
-        whole = run_path(whole_path, args.traces, Counting(write), lambda: store.flush(300))
-        writer.close()
-        stored = store.stats.traces
-        store.close()
-        assert stored == args.traces, (stored, args.traces)
+            whole_times.append(run_path(whole_path, args.traces, Counting(write), lambda s=store: s.flush(300)))
+            writer.close()
+            stored = store.stats.traces
+            store.close()
+            assert stored == args.traces, (stored, args.traces)
+        alone, whole = statistics.median(alone_times), statistics.median(whole_times)
         print(
             f"{args.traces:,} traces, {spans:,} spans ({spans // args.traces} per trace), "
-            f"{args.traces_per_request} traces per export"
+            f"{args.traces_per_request} traces per export; median of {args.rounds} interleaved rounds"
         )
         print(
             f"receiver only (exporter -> receiver -> assembly): {args.traces / alone:8,.0f} traces/s "

@@ -160,6 +160,9 @@ class StoreStats:
 
 
 _COUNTERS = {"trace": "traces", "verdict": "verdicts", "record": "records"}
+_MEMORY_LIMIT = "256MB"
+"""DuckDB's own cache for the writer (its default is 80% of the machine's RAM, which a long-running collector
+would fill with pages it never reads again); spills to disk beyond it."""
 _BATCH = 2_000
 _LINGER_S = 0.05
 """How long the writer waits for more writes after the first of a batch: long enough for a burst to share one
@@ -206,7 +209,7 @@ class DuckDBStore:
         if self.path.parent and not self.path.parent.exists():
             self.path.parent.mkdir(parents=True)
         try:
-            self._db = duckdb.connect(str(self.path))
+            self._db = duckdb.connect(str(self.path), config={"memory_limit": _MEMORY_LIMIT})
         except duckdb.IOException as error:
             raise InputError(
                 f"cannot open the store {self.path}: {str(error).splitlines()[0]} (is another reflect-otel "
