@@ -395,80 +395,63 @@ class DoVer(Baseline):
         )
 
 
-class FirstStep(Baseline):
+class _Pick(Baseline):
+    """A method that picks a step without an LLM: :meth:`_pick` says which (or None) and why; one record shape."""
+
+    needs_llm = False
+
+    def _pick(self, trace: StructuredTrace) -> tuple[int | None, str, str]:
+        """(step index or None, explanation, reason)."""
+        raise NotImplementedError
+
+    def _attribute(
+        self,
+        run: AttributionRun,
+        trace: StructuredTrace,
+        ctx: prompts.PromptContext,
+        expected: str | None,
+        replay: ReplayAdapter | None,
+    ) -> AttributionRecord:
+        step, explanation, reason = self._pick(trace)
+        return run.record(
+            status=AttributionStatus.UNVERIFIED,
+            mode=AttributionMode.LOCALIZATION_ONLY,
+            step_index=step,
+            explanation=explanation,
+            reason=reason,
+        )
+
+
+class FirstStep(_Pick):
     """A floor: always the first step."""
 
     method = "first-step"
-    needs_llm = False
 
-    def _attribute(
-        self,
-        run: AttributionRun,
-        trace: StructuredTrace,
-        ctx: prompts.PromptContext,
-        expected: str | None,
-        replay: ReplayAdapter | None,
-    ) -> AttributionRecord:
-        return run.record(
-            status=AttributionStatus.UNVERIFIED,
-            mode=AttributionMode.LOCALIZATION_ONLY,
-            step_index=1,
-            reason="position baseline",
-        )
+    def _pick(self, trace: StructuredTrace) -> tuple[int | None, str, str]:
+        return 1, "", "position baseline"
 
 
-class LastStep(Baseline):
+class LastStep(_Pick):
     """A floor: always the last step."""
 
     method = "last-step"
-    needs_llm = False
 
-    def _attribute(
-        self,
-        run: AttributionRun,
-        trace: StructuredTrace,
-        ctx: prompts.PromptContext,
-        expected: str | None,
-        replay: ReplayAdapter | None,
-    ) -> AttributionRecord:
-        return run.record(
-            status=AttributionStatus.UNVERIFIED,
-            mode=AttributionMode.LOCALIZATION_ONLY,
-            step_index=len(trace.steps),
-            reason="position baseline",
-        )
+    def _pick(self, trace: StructuredTrace) -> tuple[int | None, str, str]:
+        return len(trace.steps), "", "position baseline"
 
 
-class EvidenceFirst(Baseline):
+class EvidenceFirst(_Pick):
     """The step of the earliest decisive evidence finding (:func:`reflect_otel.evidence.decisive`); no step when
     the checks find nothing, which scores as a miss."""
 
     method = "evidence"
-    needs_llm = False
 
-    def _attribute(
-        self,
-        run: AttributionRun,
-        trace: StructuredTrace,
-        ctx: prompts.PromptContext,
-        expected: str | None,
-        replay: ReplayAdapter | None,
-    ) -> AttributionRecord:
+    def _pick(self, trace: StructuredTrace) -> tuple[int | None, str, str]:
         finding = evidence.decisive(evidence.find_evidence(trace))
         if finding is None:
-            return run.record(
-                status=AttributionStatus.UNVERIFIED,
-                mode=AttributionMode.LOCALIZATION_ONLY,
-                step_index=None,
-                reason="no evidence check found anything in this trace",
-            )
-        return run.record(
-            status=AttributionStatus.UNVERIFIED,
-            mode=AttributionMode.LOCALIZATION_ONLY,
-            step_index=finding.step_index,
-            explanation=f"{finding.kind.value}: {finding.evidence}",
-            reason=f"evidence check ({finding.severity.value}); no replay evidence",
-        )
+            return None, "", "no evidence check found anything in this trace"
+        explanation = f"{finding.kind.value}: {finding.evidence}"
+        return finding.step_index, explanation, f"evidence check ({finding.severity.value}); no replay evidence"
 
 
 BASELINES: dict[str, type[Baseline]] = {
