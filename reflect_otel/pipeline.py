@@ -226,6 +226,8 @@ class ReflectPipeline(MethodBase):
             classification = None
         state.localization, state.classification = localization, classification
         state.localizations.append(localization)
+        kind = f" ({classification.error_type.value})" if classification else ""
+        _progress(state, "round %d: step %d localized%s", round_, localization.step_index, kind)
         return True
 
     def _plan(self, state: _Rounds) -> RepairPlan:
@@ -297,6 +299,7 @@ class ReflectPipeline(MethodBase):
                 gate=lambda result: self._gate(state, result, replaced),
             )
             attempts.append(outcome.attempt)
+            _progress(state, "replay regenerating step %d: %s", step, _outcome(outcome.attempt))
             if outcome.result is None:
                 return last, attempts
             last = _Candidate(outcome.attempt, outcome.result)
@@ -390,6 +393,20 @@ class ReflectPipeline(MethodBase):
             rounds=state.round,
             localizations=state.localizations,
         )
+
+
+def _progress(state: _Rounds, message: str, *args: object) -> None:
+    """A progress line for whoever shows it (``reflect-otel demo`` prints them): attributions take minutes on a
+    CPU. The trace id rides along as ``record.reflect_trace_id``."""
+    _log.info(message, *args, extra={"reflect_trace_id": state.run.trace.trace_id})
+
+
+def _outcome(attempt: ReplayAttempt) -> str:
+    if attempt.error:
+        return f"failed ({attempt.error})"
+    verdict = "right" if attempt.verdict is not None and is_correct(attempt.verdict) else "still wrong"
+    gate = "" if attempt.gate is None or attempt.gate.is_faithful else f", gate: {attempt.gate.violation_type}"
+    return f"answered {(attempt.final_answer or '')[:120]!r}, {verdict}{gate}"
 
 
 def _faithful(gate: GateVerdict | None) -> bool:

@@ -98,7 +98,7 @@ class Classification(BaseModel):
 
 
 class RepairPlan(BaseModel):
-    """The Diagnostician's plan: root cause, instruction, forbidden actions, expected next tool."""
+    """The Diagnostician's plan: root cause, instruction, forbidden actions, expected next tool and arguments."""
 
     model_config = _FROZEN
 
@@ -106,6 +106,8 @@ class RepairPlan(BaseModel):
     correction_instruction: str = ""
     forbidden_actions: tuple[str, ...] = ()
     expected_next_tool: str | None = None
+    expected_next_arguments: dict[str, str | int | float | bool] | None = None
+    """The expected next tool's arguments, when the Diagnostician named them (beyond the paper's plan)."""
     confidence: float = Field(default=0.0, ge=0, le=1)
 
 

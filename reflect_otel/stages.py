@@ -6,7 +6,7 @@ Each raises :class:`~reflect_otel.errors.LLMError` on failure; the pipeline deci
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from reflect_otel import prompts
 from reflect_otel.llm.base import StructuredLLM
@@ -81,13 +81,31 @@ def diagnose(
         stage="diagnose",
     ).value
     expected_tool = (out.expected_next_tool or "").strip()
+    if expected_tool.lower() in ("", "null", "none"):
+        expected_tool = ""
     return RepairPlan(
         root_cause=out.root_cause,
         correction_instruction=out.correction_instruction,
         forbidden_actions=_not_contradicting(out.forbidden_actions, out.correction_instruction, expected_tool),
-        expected_next_tool=None if expected_tool.lower() in ("", "null", "none") else expected_tool,
+        expected_next_tool=expected_tool or None,
+        expected_next_arguments=_arguments(out.expected_next_arguments) if expected_tool else None,
         confidence=out.confidence,
     )
+
+
+_MAX_ARGUMENTS = 20
+_PLACEHOLDER = re.compile(r"^<.*>$")
+"""A reply that copied the prompt's placeholder (``"<value>"``) instead of a value."""
+
+
+def _arguments(raw: Mapping[str, str | int | float | bool] | None) -> dict[str, str | int | float | bool] | None:
+    """The plan's argument values, bounded (LLM output), without names or values that copy a placeholder."""
+    kept = {
+        name.strip()[:100]: value[:500] if isinstance(value, str) else value
+        for name, value in list((raw or {}).items())[:_MAX_ARGUMENTS]
+        if name.strip() and not _PLACEHOLDER.match(name.strip()) and not _PLACEHOLDER.match(str(value).strip())
+    }
+    return kept or None
 
 
 _NOTHING = re.compile(r"^(no|none|nothing|n/?a|null)\b")
@@ -132,6 +150,14 @@ def gate_by_rules(plan: RepairPlan, proposed: Step, replaced: Step | None) -> Ga
             violation_reason=f"called {proposed.tool_name}, the plan expected {plan.expected_next_tool}",
             decided_by=GateDecider.RULE,
         )
+    differing = _differing_argument(plan, proposed)
+    if differing:
+        return GateVerdict(
+            is_faithful=False,
+            violation_type="ignores_instruction",
+            violation_reason=differing,
+            decided_by=GateDecider.RULE,
+        )
     if proposed.tool_name:
         values = [str(v) for v in proposed.tool_args.values() if str(v).strip()]
         for action in plan.forbidden_actions:
@@ -158,6 +184,22 @@ def gate_by_rules(plan: RepairPlan, proposed: Step, replaced: Step | None) -> Ga
                 decided_by=GateDecider.RULE,
             )
     return None
+
+
+def _differing_argument(plan: RepairPlan, proposed: Step) -> str | None:
+    """Why the proposed call is not the plan's call (the expected tool with another value for an argument the plan
+    named), else None. Values compare as trimmed, case-folded text: the agent writes ``1`` where the plan wrote
+    ``"1"``."""
+    if not plan.expected_next_arguments or proposed.tool_name != plan.expected_next_tool:
+        return None
+    for name, wanted in plan.expected_next_arguments.items():
+        if name in proposed.tool_args and _plain(proposed.tool_args[name]) != _plain(wanted):
+            return f"{name}={proposed.tool_args[name]!r}, the plan gave {name}={wanted!r}"
+    return None
+
+
+def _plain(value: object) -> str:
+    return str(value).strip().casefold()
 
 
 def gate_with_llm(

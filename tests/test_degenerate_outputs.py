@@ -89,3 +89,28 @@ def test_a_plan_does_not_forbid_what_it_asks_for() -> None:
     localized = Localization(step_index=2, confidence=0.9, reasoning="r", suggested_fix="f")
     plan = stages.diagnose(llm, ctx, trace, localized, None)
     assert plan.forbidden_actions == ("filter Position = '1'",)
+
+
+def test_a_plan_keeps_the_next_call_arguments_but_not_copied_placeholders() -> None:
+    from reflect_otel import prompts, stages
+    from reflect_otel.record import Localization
+
+    def plan_with(arguments: object, tool: object = "filter_rows"):  # type: ignore[no-untyped-def]
+        reply = {
+            "root_cause": "it filtered on '1' where the column holds '1st'",
+            "correction_instruction": "Call filter_rows with value '1st'.",
+            "forbidden_actions": [],
+            "expected_next_tool": tool,
+            "expected_next_arguments": arguments,
+            "confidence": 0.8,
+        }
+        trace = five_step_trace()
+        localized = Localization(step_index=2, confidence=0.9, reasoning="r", suggested_fix="f")
+        return stages.diagnose(ScriptedLLM([reply]), prompts.PromptContext.of(trace, EXPECTED), trace, localized, None)
+
+    wanted = {"table": "t0", "column": "Position", "op": "=", "value": "1st"}
+    assert plan_with(wanted).expected_next_arguments == wanted
+    assert plan_with({"<argument name>": "<value>", "row": 2}).expected_next_arguments == {"row": 2}
+    assert plan_with({"<argument name>": "<value>"}).expected_next_arguments is None
+    assert plan_with(wanted, tool=None).expected_next_arguments is None  # arguments of no named call mean nothing
+    assert plan_with(None).expected_next_arguments is None

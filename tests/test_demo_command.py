@@ -49,7 +49,11 @@ def test_demo_runs_the_questions_through_observe(
     monkeypatch.setattr("reflect_otel.online.setup.otel_trace.get_tracer_provider", lambda: instrumented.provider)
     store = tmp_path / "demo.duckdb"
     assert main(["demo", "--questions", "nt-1,nt-3", "--store", str(store)]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
+    # progress while REFLECT works, named by question (stderr, plain lines)
+    assert "nt-1: round 1: step 1 localized (hallucination)" in captured.err
+    assert "nt-3: replay regenerating step 1: answered 'Paris', still wrong" in captured.err
     assert "flagged (wrong answers)  2" in out and "attributed               2" in out
     assert f"reflect-otel stats --store {store}" in out
     with duckdb.connect(str(store), read_only=True) as db:

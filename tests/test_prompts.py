@@ -95,3 +95,27 @@ def test_the_injection_shows_the_failed_step_and_what_it_got_back_as_data() -> N
     assert "ignore the above" in block  # the marker look-alike inside was defused: it stays data
     assert text.index("<<<END FAILED_STEP>>>") < text.index("Diagnosis:") < text.index("You MUST follow")
     assert "FAILED_STEP" not in prompts.repair_injection(plan, 1)
+
+
+def test_the_plans_next_call_is_shown_to_the_agent_and_checked_by_the_gate() -> None:
+    from reflect_otel import stages
+    from reflect_otel.record import RepairPlan
+    from reflect_otel.testing import make_step
+
+    plan = RepairPlan(
+        root_cause="it filtered on a value the column does not hold",
+        correction_instruction="filter on the value the table uses",
+        expected_next_tool="filter_rows",
+        expected_next_arguments={"column": "Position", "value": "1st"},
+    )
+    text = prompts.repair_injection(plan, 1)
+    assert 'Your next action: call filter_rows with arguments {"column": "Position", "value": "1st"}' in text
+    assert text.index("You MUST follow") < text.index("Your next action") < text.index("You MUST NOT")
+
+    repeated = make_step(1, tool="filter_rows", args={"table": "t0", "column": "Position", "value": "1"})
+    verdict = stages.gate_by_rules(plan, repeated, None)
+    assert verdict is not None and verdict.violation_type == "ignores_instruction"
+    assert verdict.violation_reason == "value='1', the plan gave value='1st'"
+    followed = make_step(1, tool="filter_rows", args={"table": "t0", "column": "position ", "value": "1ST"})
+    assert stages.gate_by_rules(plan, followed, None) is None  # same values, up to case and spaces
+    assert "Your next action" not in prompts.repair_injection(plan.model_copy(update={"expected_next_tool": None}), 1)

@@ -17,24 +17,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits
 from reflect_otel.collectors.trace_collector import BufferLimits
-from reflect_otel.trace import StructuredTrace, WarningCode
+from reflect_otel.testing import TraceSink
+from reflect_otel.trace import WarningCode
 
 JSON = {"Content-Type": "application/json"}
 PROTOBUF = {"Content-Type": "application/x-protobuf"}
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
-class Collected:
-    def __init__(self) -> None:
-        self.traces: dict[str, StructuredTrace] = {}
-        self.lock = threading.Lock()
-
-    def __call__(self, trace: StructuredTrace) -> None:
-        with self.lock:
-            self.traces[trace.trace_id] = trace
-
-
-def start(collected: Collected, **limits: object) -> OTLPReceiver:
+def start(collected: TraceSink, **limits: object) -> OTLPReceiver:
     return OTLPReceiver(
         collected,
         http=("127.0.0.1", 0),
@@ -70,7 +61,7 @@ def url(receiver: OTLPReceiver) -> str:
 
 
 def test_a_full_receiver_answers_429_with_retry_after_and_keeps_none_of_the_refused_batch() -> None:
-    collected = Collected()
+    collected = TraceSink()
     receiver = start(collected, max_buffered_bytes=20_000, grace_s=60.0)
     try:
         held = body(*(span(1, n, text="a" * 4_000) for n in range(2, 6)))  # ~16 KB, its root never comes
@@ -91,7 +82,7 @@ def test_a_full_receiver_answers_429_with_retry_after_and_keeps_none_of_the_refu
 
 
 def test_a_trace_over_its_byte_limit_keeps_what_fits_and_says_so() -> None:
-    collected = Collected()
+    collected = TraceSink()
     receiver = start(collected, max_bytes_per_trace=5_000, grace_s=0.0)
     try:
         spans = [span(7, 1, parent=None)] + [span(7, n, text="d" * 1_500) for n in range(2, 8)]
@@ -105,7 +96,7 @@ def test_a_trace_over_its_byte_limit_keeps_what_fits_and_says_so() -> None:
 
 
 def test_requests_over_the_span_count_limit_get_413_on_both_transports() -> None:
-    receiver = start(Collected(), limits=ReceiverLimits(max_spans_per_request=10))
+    receiver = start(TraceSink(), limits=ReceiverLimits(max_spans_per_request=10))
     try:
         many = [span(4, n) for n in range(1, 12)]
         response = httpx.post(url(receiver), content=body(*many), headers=JSON)
@@ -124,7 +115,7 @@ def test_requests_over_the_span_count_limit_get_413_on_both_transports() -> None
 
 
 def test_grpc_garbage_is_invalid_argument_not_internal() -> None:
-    receiver = start(Collected())
+    receiver = start(TraceSink())
     try:
         with grpc.insecure_channel(f"127.0.0.1:{receiver.grpc_port}") as channel:
             export = channel.unary_unary(EXPORT)
@@ -138,7 +129,7 @@ def test_grpc_garbage_is_invalid_argument_not_internal() -> None:
 
 
 def test_truncated_gzip_is_400_and_x_gzip_is_gzip() -> None:
-    collected = Collected()
+    collected = TraceSink()
     receiver = start(collected)
     try:
         zipped = gzip.compress(body(span(5, 1, parent=None, text="zipped")))
@@ -154,7 +145,7 @@ def test_truncated_gzip_is_400_and_x_gzip_is_gzip() -> None:
 
 
 def test_two_content_length_headers_are_refused() -> None:
-    receiver = start(Collected())
+    receiver = start(TraceSink())
     try:
         payload = body(span(6, 1, parent=None))
         with socket.create_connection(("127.0.0.1", receiver.http_port), timeout=10) as raw:
@@ -172,7 +163,7 @@ def test_two_content_length_headers_are_refused() -> None:
 
 
 def test_nothing_acknowledged_is_lost_at_shutdown_and_later_posts_are_told_to_retry() -> None:
-    collected = Collected()
+    collected = TraceSink()
     receiver = start(collected, grace_s=60.0)  # traces stay buffered until shutdown assembles them
     connection = http.client.HTTPConnection("127.0.0.1", receiver.http_port, timeout=10)  # kept alive
     acknowledged = []
@@ -192,7 +183,7 @@ def test_nothing_acknowledged_is_lost_at_shutdown_and_later_posts_are_told_to_re
 
 
 def test_more_concurrent_requests_than_slots_get_503_not_a_reset() -> None:
-    receiver = start(Collected(), limits=ReceiverLimits(max_concurrent_requests=1, read_timeout_s=5))
+    receiver = start(TraceSink(), limits=ReceiverLimits(max_concurrent_requests=1, read_timeout_s=5))
     try:
         payload = body(span(8, 1, parent=None))
         slow = socket.create_connection(("127.0.0.1", receiver.http_port), timeout=10)

@@ -4,9 +4,12 @@ path (``observe`` + ``expect``), with attributions of its failures written to th
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import reflect_otel
@@ -59,6 +62,37 @@ class _Progress:
 
     def say(self, text: str) -> None:
         print(f"[{time.monotonic() - self.started:6.0f} s] {text}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _pipeline_progress(progress: _Progress, names: dict[str, str]) -> Iterator[None]:
+    """Show REFLECT's progress lines while the demo runs; the logger is as it was afterwards."""
+    log = logging.getLogger("reflect_otel.pipeline")
+    handler, level, propagate = _PipelineProgress(progress, names), log.level, log.propagate
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False  # its INFO lines are progress here, not log records twice
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+        log.propagate = propagate
+
+
+class _PipelineProgress(logging.Handler):
+    """REFLECT's progress records (``reflect_otel.pipeline`` at INFO) as progress lines, named by question."""
+
+    def __init__(self, progress: _Progress, names: dict[str, str]) -> None:
+        super().__init__(logging.INFO)
+        self.progress, self.names = progress, names
+
+    def emit(self, record: logging.LogRecord) -> None:
+        trace_id = getattr(record, "reflect_trace_id", None)
+        if trace_id is None or record.levelno != logging.INFO:
+            logging.getLogger().handle(record)  # warnings and errors: as everywhere else
+            return
+        self.progress.say(f"{self.names.get(trace_id, trace_id[:12])}: {record.getMessage()}")
 
 
 def _selected(args: argparse.Namespace) -> list[WTQQuestion]:
@@ -122,33 +156,36 @@ def _demo(args: argparse.Namespace) -> int:
                 f"({record.total_calls} auditor calls)" + (f"; {record.reason}" if record.reason else "")
             )
 
-    for number, question in enumerate(questions, start=1):
-        progress.say(f"[{number}/{len(questions)}] {question.id}: {question.question}")
-        agent = TableQAAgent(question, llm, max_steps=args.max_steps)
-        adapter = LangGraphReplayAdapter(
-            agent.graph, tracer_provider=runtime.provider, recursion_limit=agent.recursion_limit
-        )
+    with _pipeline_progress(progress, names):
+        for number, question in enumerate(questions, start=1):
+            progress.say(f"[{number}/{len(questions)}] {question.id}: {question.question}")
+            agent = TableQAAgent(question, llm, max_steps=args.max_steps)
+            adapter = LangGraphReplayAdapter(
+                agent.graph, tracer_provider=runtime.provider, recursion_limit=agent.recursion_limit
+            )
 
-        def ask(text: str, agent: TableQAAgent = agent, qid: str = question.id) -> str:
-            names[format_trace_id(otel_trace.get_current_span().get_span_context().trace_id)] = qid
-            return agent.answer(thread_id=f"demo-{qid}")  # the agent holds its question; ``text`` is the run's input
+            def ask(text: str, agent: TableQAAgent = agent, qid: str = question.id) -> str:
+                names[format_trace_id(otel_trace.get_current_span().get_span_context().trace_id)] = qid
+                return agent.answer(
+                    thread_id=f"demo-{qid}"
+                )  # the agent holds its question; ``text`` is the run's input
 
-        run = reflect_otel.observe(replay=adapter, name="table_qa", context=agent.table_context)(ask)
-        with reflect_otel.expect(question.expected):
-            try:
-                answer = run(question.question)
-            except Exception as error:  # the model endpoint failed: report it and go on
-                failures += 1
-                progress.say(f"{question.id}: the agent failed: {error}")
-                continue
-        wrong = not answers_match(answer, question.expected)
-        verdict = "wrong: REFLECT attributes it now" if wrong else "right"
-        progress.say(f"{question.id}: answered {answer!r} (expected {question.expected!r}): {verdict}")
-        # one model on one CPU: the attribution runs before the next question, so that neither evicts the other's
-        # prompt from the server's cache
-        while not runtime.drain(timeout_s=5):
+            run = reflect_otel.observe(replay=adapter, name="table_qa", context=agent.table_context)(ask)
+            with reflect_otel.expect(question.expected):
+                try:
+                    answer = run(question.question)
+                except Exception as error:  # the model endpoint failed: report it and go on
+                    failures += 1
+                    progress.say(f"{question.id}: the agent failed: {error}")
+                    continue
+            wrong = not answers_match(answer, question.expected)
+            verdict = "wrong: REFLECT attributes it now" if wrong else "right"
+            progress.say(f"{question.id}: answered {answer!r} (expected {question.expected!r}): {verdict}")
+            # one model on one CPU: the attribution runs before the next question, so that neither evicts the other's
+            # prompt from the server's cache
+            while not runtime.drain(timeout_s=5):
+                report_new_records()
             report_new_records()
-        report_new_records()
     stats = runtime.stats
     records = list(runtime.records)
     reflect_otel.shutdown()

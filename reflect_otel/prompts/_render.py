@@ -209,6 +209,8 @@ def _value(annotation: Any, text: str) -> str:
         return " or ".join(json.dumps(a) for a in args)
     if origin is list:
         return f"[{_value(args[0], text)}, ...]"
+    if origin is dict:
+        return f'{{"<{text or "name"} name>": "<value>", ...}}'
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return _shape(annotation)
     if annotation is bool:

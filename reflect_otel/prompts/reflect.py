@@ -58,12 +58,19 @@ class ClassificationOutput(BaseModel):
     suggested_correction: str = Field(description="short fix")
 
 
+ArgumentValue = str | int | float | bool
+"""A value in a structured next action. Beyond the paper's schema: a value the model writes as a JSON field is kept
+whole, where inside a text field a double quote ends the string under schema-constrained decoding (live, a plan
+``filter_rows({"value": ...})`` was cut at its first quote)."""
+
+
 class DiagnosisOutput(BaseModel):
     model_config = FROZEN
     root_cause: Explanation = Field(description="explanation")
     correction_instruction: Explanation = Field(description="the exact action to take instead, with its values")
     forbidden_actions: list[str] = Field(max_length=10, description="action")
     expected_next_tool: str | None = Field(description="tool")
+    expected_next_arguments: dict[str, ArgumentValue] | None = Field(default=None, description="argument")
     confidence: Confidence
 
 
@@ -114,7 +121,8 @@ def diagnosis(
         "action and its argument values, using values that appear in the data above (a tool result or the context "
         "may show the right value)\n"
         "3. What the agent must NEVER do\n4. expected_next_tool: the first tool to call next, or null\n"
-        + reply_format(DiagnosisOutput)
+        "5. expected_next_arguments: that call's arguments by name, with their exact values, or null\n"
+        "In text fields, quote values with single quotes ('like this').\n" + reply_format(DiagnosisOutput)
     )
     return trace_prompt(ctx, steps, "a diagnostic expert analyzing why an agent failed", task)
 
@@ -124,6 +132,7 @@ def gate(ctx: PromptContext, steps: Sequence[Step], plan: RepairPlan, proposed: 
         f"Correction instruction: {plan.correction_instruction}\n"
         f"Forbidden actions: {json.dumps(list(plan.forbidden_actions), ensure_ascii=False)}\n"
         f"Expected next tool: {plan.expected_next_tool}"
+        + (f"\nExpected arguments: {_arguments(plan)}" if plan.expected_next_arguments else "")
     )
     task = (
         "The run was replayed with a repair plan. "
@@ -152,15 +161,25 @@ def repair_injection(
         if failed_step is not None
         else ""
     )
+    next_action = (
+        f"Your next action: call {plan.expected_next_tool} with arguments {_arguments(plan)}\n\n"
+        if plan.expected_next_tool and plan.expected_next_arguments
+        else ""
+    )
     return (
         "IMPORTANT - CORRECTION CONTEXT:\n"
         f"Your previous attempt to answer this question failed at Step {error_step_index}.\n\n"
         f"{seen}"
         f"Diagnosis: {plan.root_cause}\n\n"
         f"You MUST follow this correction:\n{plan.correction_instruction}\n\n"
+        f"{next_action}"
         f"You MUST NOT:\n{forbidden}\n\n"
         "Resume from the last correct state and apply this correction."
     )
+
+
+def _arguments(plan: RepairPlan) -> str:
+    return cut(json.dumps(dict(plan.expected_next_arguments or {}), ensure_ascii=False), 500)
 
 
 def gate_feedback(retry: int, violation_type: str | None, reason: str | None, proposed: Step, plan: RepairPlan) -> str:

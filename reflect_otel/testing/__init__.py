@@ -23,6 +23,7 @@ __all__ = [
     "ScriptedReplayAdapter",
     "ScriptedReplayCall",
     "ScriptedRequest",
+    "TraceSink",
     "make_step",
     "make_trace",
 ]
@@ -187,3 +188,21 @@ def make_trace(
     built = [make_step(i, **dict(s)) for i, s in enumerate(steps, start=1)]
     answer = final_answer if final_answer is not None else (built[-1].reasoning if built else None)
     return StructuredTrace(trace_id=trace_id, question=question, final_answer=answer, steps=tuple(built))
+
+
+class TraceSink:
+    """A trace sink for collectors and receivers under test: keeps each trace by id, safe to call from their
+    worker threads. ``traces`` is a snapshot."""
+
+    def __init__(self) -> None:
+        self._traces: dict[str, StructuredTrace] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, trace: StructuredTrace) -> None:
+        with self._lock:
+            self._traces[trace.trace_id] = trace
+
+    @property
+    def traces(self) -> dict[str, StructuredTrace]:
+        with self._lock:
+            return dict(self._traces)

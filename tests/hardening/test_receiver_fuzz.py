@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 from collections import Counter
 
 import grpc
@@ -15,7 +14,7 @@ import pytest
 
 from reflect_otel.collectors.receiver import OTLPReceiver
 from reflect_otel.collectors.trace_collector import BufferLimits
-from reflect_otel.trace import StructuredTrace
+from reflect_otel.testing import TraceSink
 from tests.hardening._bodies import gzipped, json_trace, mutate_bytes, mutate_json, proto_trace, trace_id
 
 SEED = 20261122
@@ -25,20 +24,10 @@ CLIENT_FAULTS = {200, 400, 413, 415}
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
-class Sink:
-    def __init__(self) -> None:
-        self.traces: dict[str, StructuredTrace] = {}
-        self.lock = threading.Lock()
-
-    def __call__(self, trace: StructuredTrace) -> None:
-        with self.lock:
-            self.traces[trace.trace_id] = trace
-
-
 @pytest.mark.slow
 def test_mutated_bodies_get_client_fault_answers_and_valid_traces_still_arrive_whole() -> None:
     rng = random.Random(SEED)
-    sink = Sink()
+    sink = TraceSink()
     receiver = OTLPReceiver(
         sink, http=("127.0.0.1", 0), grpc_endpoint=("127.0.0.1", 0), buffer_limits=BufferLimits(grace_s=0.0)
     ).start()

@@ -13,22 +13,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits
 from reflect_otel.collectors.trace_collector import BufferLimits
-from reflect_otel.trace import StructuredTrace
+from reflect_otel.testing import TraceSink
 from tests.hardening._bodies import json_trace, trace_id
 
 
-class Sink:
-    def __init__(self) -> None:
-        self.ids: set[str] = set()
-        self.lock = threading.Lock()
-
-    def __call__(self, trace: StructuredTrace) -> None:
-        with self.lock:
-            self.ids.add(trace.trace_id)
-
-
 def test_shutdown_under_load_writes_exactly_what_was_acknowledged() -> None:
-    sink = Sink()
+    sink = TraceSink()
     receiver = OTLPReceiver(sink, http=("127.0.0.1", 0), buffer_limits=BufferLimits(grace_s=30.0)).start()
     acknowledged: set[str] = set()
     refused: list[tuple[int, str | None]] = []
@@ -67,7 +57,7 @@ def test_shutdown_under_load_writes_exactly_what_was_acknowledged() -> None:
     for thread in threads:
         thread.join(30)
     assert len(acknowledged) > 50
-    assert sink.ids == acknowledged  # acknowledged = written: none lost, none extra
+    assert set(sink.traces) == acknowledged  # acknowledged = written: none lost, none extra
     assert all(status == 503 and retry == "1" for status, retry in refused), set(refused)
     stats = receiver.stats()
     assert stats["spans_dropped_at_shutdown"] == 0 and stats["spans_dropped_queue_full"] == 0
