@@ -1,7 +1,8 @@
-"""A scripted OpenAI-compatible chat-completions server on loopback, for running real agent frameworks with their
-real HTTP clients and instrumentation in tests. Each request is answered by ``turn(request_body)``, which returns
-the assistant's text and tool calls; the server wraps them as the chat-completions API does (non-streaming, and
-streaming as server-sent events when the request asks for ``stream``)."""
+"""A scripted OpenAI-compatible server on loopback, for running real agent frameworks with their real HTTP clients
+and instrumentation in tests. Each request is answered by ``turn(request_body)``, which returns the assistant's
+text and tool calls; the server wraps them as the chat-completions API does (non-streaming, and streaming as
+server-sent events when the request asks for ``stream``) or, at ``/responses``, as the Responses API does
+(non-streaming)."""
 
 from __future__ import annotations
 
@@ -52,13 +53,17 @@ class ScriptedOpenAIServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
-                if not self.path.rstrip("/").endswith("/chat/completions") or length > MAX_REQUEST_BYTES:
+                path = self.path.rstrip("/")
+                responses = path.endswith("/responses")
+                if not (responses or path.endswith("/chat/completions")) or length > MAX_REQUEST_BYTES:
                     self.send_error(404 if length <= MAX_REQUEST_BYTES else 413)
                     return
                 body = json.loads(self.rfile.read(length))
                 owner.requests.append(body)
                 turn = owner.turn(body)
-                if body.get("stream"):
+                if responses:
+                    self._reply(200, owner.response(turn))
+                elif body.get("stream"):
                     self._stream(turn)
                 else:
                     self._reply(200, owner.completion(turn))
@@ -130,3 +135,48 @@ class ScriptedOpenAIServer:
                 "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60},
             },
         ]
+
+    def response(self, turn: ScriptedTurn) -> dict[str, Any]:
+        """The turn as a Responses API ``response`` object: a message item for the text, a ``function_call`` item
+        per tool call."""
+        number = len(self.requests)
+        output: list[dict[str, Any]] = []
+        if turn.text:
+            output.append(
+                {
+                    "type": "message",
+                    "id": f"msg_{number}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": turn.text, "annotations": []}],
+                }
+            )
+        output += [
+            {
+                "type": "function_call",
+                "id": f"fc_{number}_{i}",
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": json.dumps(call.arguments),
+                "status": "completed",
+            }
+            for i, call in enumerate(turn.tool_calls)
+        ]
+        return {
+            "id": f"resp_{number}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": self.model,
+            "status": "completed",
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": {
+                "input_tokens": 50,
+                "output_tokens": 10,
+                "total_tokens": 60,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0},
+            },
+        }

@@ -1,6 +1,6 @@
-"""The OpenAI Agents SDK, its real OpenInference instrumentation, a chat-completions model on a scripted server on
-loopback: the run multiply(17, 23) -> add(391, 5) -> "The answer is 396." rebuilt exactly, alone and after a
-handoff (which is one step: the model's transfer call, answered by the handoff)."""
+"""The OpenAI Agents SDK, its real OpenInference instrumentation, a chat-completions or Responses model on a
+scripted server on loopback: the run multiply(17, 23) -> add(391, 5) -> "The answer is 396." rebuilt exactly, alone
+and after a handoff (which is one step: the model's transfer call, answered by the handoff)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,8 @@ def add(a: int, b: int) -> int:
 
 
 def _turn(body: dict[str, Any]) -> ScriptedTurn:
+    if "input" in body:  # the Responses API: the model's earlier calls come back as function_call items
+        return SCRIPT[sum(1 for item in body["input"] if item.get("type") == "function_call")]
     if "Route" in str(body["messages"][0].get("content")):
         return ScriptedTurn("", [ScriptedToolCall("transfer_to_calculator", {}, "call_handoff")])
     calculator_turns = sum(1 for m in body["messages"] if m.get("role") == "assistant" and not _is_handoff(m))
@@ -56,14 +58,17 @@ def traced() -> Iterator[Traced]:
         yield traced
 
 
-def _run(traced: Traced, *, handoff: bool) -> StructuredTrace:
+def _run(traced: Traced, *, handoff: bool, responses: bool = False) -> StructuredTrace:
     from openai import AsyncOpenAI
 
     provider, traces = traced.provider, traced.traces
     before = len(traces)
     with ScriptedOpenAIServer(_turn) as server:
-        model = agents.OpenAIChatCompletionsModel(
-            model="scripted-model", openai_client=AsyncOpenAI(base_url=server.base_url, api_key="test")
+        client = AsyncOpenAI(base_url=server.base_url, api_key="test")
+        model: Any = (
+            agents.OpenAIResponsesModel(model="scripted-model", openai_client=client)
+            if responses
+            else agents.OpenAIChatCompletionsModel(model="scripted-model", openai_client=client)
         )
         agent = agents.Agent(name="calculator", instructions="Compute.", tools=[multiply, add], model=model)
         if handoff:
@@ -83,6 +88,14 @@ def test_chat_completions_agent(traced: Traced, tmp_path: Path) -> None:
     assert (trace.question, trace.final_answer) == (QUESTION, ANSWER)
     assert _steps(trace) == CALCULATION
     assert not trace.warnings, trace.warnings
+    same_trace_from_otlp_file(traced, trace, tmp_path)
+
+
+def test_responses_agent(traced: Traced, tmp_path: Path) -> None:
+    trace = _run(traced, handoff=False, responses=True)
+    assert (trace.question, trace.final_answer) == (QUESTION, ANSWER)
+    assert _steps(trace) == CALCULATION
+    assert not trace.warnings, trace.warnings  # its messages start at index 1: no gap
     same_trace_from_otlp_file(traced, trace, tmp_path)
 
 
