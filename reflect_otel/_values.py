@@ -30,8 +30,9 @@ _TEXT_KEYS = (
     "description",
 )
 _MAX_DEPTH = 3
-_REPR = re.compile(r"^\s*[A-Z]\w*\((?P<body>.*)\)\s*$", re.DOTALL)
-"""A Python object's repr, as frameworks write events and results: ``StopEvent(result='...')``."""
+_REPR = re.compile(r"^\s*[A-Z]\w*\((?P<body>.*?)(?:\)\s*|\.\.\.)?$", re.DOTALL)
+"""A Python object's repr, as frameworks write events and results: ``StopEvent(result='...')``, also when the
+framework cut it short (``StopEvent(result=AgentOutput(... structured_resp...``)."""
 _REPR_FIELD = re.compile(
     r"\b(?:"
     + "|".join(
@@ -97,9 +98,10 @@ def _messages(value: Any) -> list[Any] | None:
     return None
 
 
-def question_text(value: object) -> str:
+def question_text(value: object, *, whole: bool = True) -> str:
     """The task a span's input value states: the first user message of a message list, a known text field, or the
-    value itself."""
+    value itself (with ``whole=False``, "" instead: a JSON object without a known field, such as a workflow's
+    state, names no question)."""
     parsed = parse_json(value)
     if parsed is None:
         return _repr_text(value) if isinstance(value, str) else ""
@@ -110,7 +112,8 @@ def question_text(value: object) -> str:
             if found and found[0] in _HUMAN_ROLES and found[1]:
                 return found[1]
         return ""
-    return _known_text(parsed)
+    found = _text_field(parsed, 0)
+    return found if found is not None else as_text(parsed) if whole else ""
 
 
 def answer_text(value: object) -> str:

@@ -73,11 +73,17 @@ _OUTPUT_LEN = len(OUTPUT_MESSAGES_PREFIX)
 _FINAL_ANSWER_TOOLS = frozenset({"final_answer", "finalanswer", "finalanswertool", "submit_final_answer"})
 _STATUS = {"ok": StepStatus.OK, "error": StepStatus.ERROR}
 _RAW_VALUE_CHARS = 2_000
-_MODEL_CALL_EVIDENCE = (
-    SpanAttributes.OUTPUT_VALUE,
-    SpanAttributes.LLM_TOKEN_COUNT_PROMPT,
-    SpanAttributes.LLM_TOKEN_COUNT_COMPLETION,
-)
+_TOKEN_COUNTS = (SpanAttributes.LLM_TOKEN_COUNT_PROMPT, SpanAttributes.LLM_TOKEN_COUNT_COMPLETION)
+
+
+def _called_a_model(attrs: Mapping[str, Any]) -> bool:
+    """An LLM-kind span without messages still called a model when it counted tokens or its output reads as a
+    reply; an output that is a prompt (a message list with no assistant reply, as a framework's preparation step
+    returns) does not."""
+    if any(key in attrs for key in _TOKEN_COUNTS):
+        return True
+    output = attrs.get(SpanAttributes.OUTPUT_VALUE)
+    return output is not None and bool(_values.answer_text(output).strip())
 _CONTENTS = MessageAttributes.MESSAGE_CONTENTS.removeprefix("message.") + "."  # "contents."
 _CONTENT_TEXT = "." + MessageContentAttributes.MESSAGE_CONTENT_TEXT  # ".message_content.text"
 _TOOL_CALL_ID_FIELD = MessageAttributes.MESSAGE_TOOL_CALL_ID.removeprefix("message.")  # "tool_call_id"
@@ -208,11 +214,12 @@ def _time_key(span: SpanRecord) -> tuple[int, int]:
 class _Draft:
     """A step under construction; becomes a frozen :class:`Step` at the end."""
 
-    __slots__ = ("fields", "has_result")
+    __slots__ = ("fields", "has_result", "result_is_object")
 
     def __init__(self, **fields: Any) -> None:
         self.fields = fields
         self.has_result = False
+        self.result_is_object = False  # answered by a tool span whose output is a JSON object (a result wrapper)
 
 
 class _Assembler:
@@ -224,6 +231,7 @@ class _Assembler:
         self.warnings: list[TraceWarning] = []
         self.drafts: list[_Draft] = []
         self.waiting_by_id: dict[str, _Draft] = {}
+        self.calls_by_id: dict[str, _Draft] = {}
         self.waiting_by_name: dict[str, deque[_Draft]] = defaultdict(deque)
         self.llm_span_count = 0
         self.tool_span_count = 0
@@ -410,23 +418,28 @@ class _Assembler:
 
     def _answer_from_tool_messages(self, inputs: Mapping[int, _Message]) -> None:
         """A loop that runs its tools without tool spans still sends their results to the model: the next call's
-        tool messages answer the calls they name (a tool span, when there is one, has answered them already)."""
+        tool messages answer the calls they name. A tool span has answered them already, and keeps its answer
+        unless it is a JSON object and the model was shown text: the observation is what the model saw, not the
+        framework's result wrapper (LlamaIndex's ``ToolOutput``)."""
         for _, message in sorted(inputs.items()):
             if message.role != "tool" or not message.tool_call_id:
                 continue
-            draft = self.waiting_by_id.get(message.tool_call_id)
-            if draft is None or draft.has_result:
+            draft = self.calls_by_id.get(message.tool_call_id)
+            if draft is None or (draft.has_result and not draft.result_is_object):
                 continue
-            draft.has_result = True
-            del self.waiting_by_id[message.tool_call_id]
-            draft.fields["tool_result"] = self._text(message.text)
+            text = self._text(message.text)
+            if draft.has_result and (not text.strip() or isinstance(_values.parse_json(text), Mapping)):
+                continue
+            draft.has_result, draft.result_is_object = True, False
+            self.waiting_by_id.pop(message.tool_call_id, None)
+            draft.fields["tool_result"] = text
 
     def _add_llm(self, span: SpanRecord, agent: str | None) -> bool:
         """Add the steps one LLM span decided; True when its message indexes have gaps."""
         attrs = span.attributes
         read = self.messages.pop(span.span_id, None)
         inputs, outputs = read if read is not None else _llm_messages(attrs)
-        if not inputs and not outputs and not any(key in attrs for key in _MODEL_CALL_EVIDENCE):
+        if not inputs and not outputs and not _called_a_model(attrs):
             return False  # LLM-kind but no model call seen (a framework's preparation step): not a decision
         self.llm_span_count += 1
         self._answer_from_tool_messages(inputs)
@@ -469,7 +482,7 @@ class _Assembler:
             )
             self.drafts.append(draft)
             if call_id:
-                self.waiting_by_id[call_id] = draft
+                self.waiting_by_id[call_id] = self.calls_by_id[call_id] = draft
             self.waiting_by_name[name].append(draft)
         return _has_gap(inputs) or _has_gap(outputs)
 
@@ -507,6 +520,7 @@ class _Assembler:
             self.drafts[-1].has_result = True
             return
         draft.has_result = True
+        draft.result_is_object = isinstance(_values.parse_json(output), Mapping) and not message
         fields = draft.fields
         if fields.get("tool_call_id"):
             self.waiting_by_id.pop(fields["tool_call_id"], None)
@@ -577,9 +591,14 @@ class _Assembler:
         root = self.root
         assert root is not None  # _dedupe guarantees at least one span
         agent = self._first_agent()
-        question = _values.question_text(root.attributes.get(SpanAttributes.INPUT_VALUE))
+        # the root's or agent's input when it states the task, else the model's first user message, else the
+        # root's input as it is (a workflow's state object names no question; the raw value stays in metadata)
+        question = _values.question_text(root.attributes.get(SpanAttributes.INPUT_VALUE), whole=False)
         if not question and agent is not None:
-            question = _values.question_text(agent.attributes.get(SpanAttributes.INPUT_VALUE))
+            question = _values.question_text(agent.attributes.get(SpanAttributes.INPUT_VALUE), whole=False)
+        question = question or self.first_user_message
+        if not question:
+            question = _values.question_text(root.attributes.get(SpanAttributes.INPUT_VALUE))
         answer: str | None = _values.answer_text(root.attributes.get(SpanAttributes.OUTPUT_VALUE))
         if not answer and agent is not None:
             answer = _values.answer_text(agent.attributes.get(SpanAttributes.OUTPUT_VALUE))
@@ -596,7 +615,7 @@ class _Assembler:
         thread = metadata.get(LangGraphMetadataKeys.THREAD_ID)
         ends = [s.end_ns for s in self.by_id.values() if s.end_ns is not None]
         root_agent = root if root.attributes.get(_KIND) == _AGENT else agent
-        question = self._text(question or self.first_user_message)
+        question = self._text(question)
         raw = {
             "raw_input": _raw(root.attributes.get(SpanAttributes.INPUT_VALUE), question),
             "raw_output": _raw(root.attributes.get(SpanAttributes.OUTPUT_VALUE), answer),
