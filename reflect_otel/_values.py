@@ -175,6 +175,18 @@ def _repr_text(text: str) -> str:
         return field["text"]
 
 
+def tool_result_text(value: object) -> object:
+    """A tool result as the model reads it: the text of a result object's content parts (MCP's ``CallToolResult``
+    ``content``, LlamaIndex's ``ToolOutput`` ``blocks``: lists of ``{"text": ...}`` parts), else ``value``."""
+    parsed = parse_json(value)
+    if isinstance(parsed, Mapping):
+        for key in ("content", "blocks"):
+            parts = parsed.get(key)
+            if isinstance(parts, list) and parts and all(isinstance(p, Mapping) and "text" in p for p in parts):
+                return as_text(parts)
+    return value
+
+
 def tool_message(value: object) -> tuple[str | None, str] | None:
     """(tool_call_id, content) when ``value`` is a serialised LangChain ``ToolMessage``; otherwise None."""
     parsed = parse_json(value)
@@ -193,10 +205,11 @@ def tool_message(value: object) -> tuple[str | None, str] | None:
 
 
 def _call_arguments(parsed: dict[str, Any]) -> dict[str, Any] | None:
-    """The arguments of a recorded Python call, ``{"args": [...], "kwargs": {...}}`` plus at most some flags of the
+    """The arguments of a recorded Python call, ``{"args": [...], "kwargs": {...}}`` (``args`` may be absent) plus at
+    most some flags of the
     wrapper (true/false), as instrumentations that wrap ``__call__`` write them: the keyword arguments, with the
     positional ones under ``args`` when there are any. None for any other object."""
-    args, kwargs = parsed.get("args"), parsed.get("kwargs")
+    args, kwargs = parsed.get("args", []), parsed.get("kwargs")
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         return None
     if any(not isinstance(v, bool | None) for k, v in parsed.items() if k not in ("args", "kwargs")):

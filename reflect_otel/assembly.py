@@ -25,6 +25,7 @@ OpenAI client via openinference-instrumentation-openai, smolagents in TRAIL):
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -84,6 +85,8 @@ def _called_a_model(attrs: Mapping[str, Any]) -> bool:
         return True
     output = attrs.get(SpanAttributes.OUTPUT_VALUE)
     return output is not None and bool(_values.answer_text(output).strip())
+
+
 _CONTENTS = MessageAttributes.MESSAGE_CONTENTS.removeprefix("message.") + "."  # "contents."
 _CONTENT_TEXT = "." + MessageContentAttributes.MESSAGE_CONTENT_TEXT  # ".message_content.text"
 _TOOL_CALL_ID_FIELD = MessageAttributes.MESSAGE_TOOL_CALL_ID.removeprefix("message.")  # "tool_call_id"
@@ -493,7 +496,7 @@ class _Assembler:
         output = attrs.get(SpanAttributes.OUTPUT_VALUE)
         message = _values.tool_message(output)
         call_id = attrs.get(ToolCallAttributes.TOOL_CALL_ID) or (message[0] if message else None)
-        result = self._text(message[1] if message else output)
+        result = self._text(message[1] if message else _values.tool_result_text(output))
         draft = self.waiting_by_id.pop(str(call_id), None) if call_id else None
         if draft is None:
             waiting = self.waiting_by_name.get(name)
@@ -501,6 +504,8 @@ class _Assembler:
                 candidate = waiting.popleft()
                 if not candidate.has_result:
                     draft = candidate
+        if draft is None and not call_id:
+            draft = self._written_call(name, attrs.get(SpanAttributes.INPUT_VALUE))
         if draft is None and not call_id and SpanAttributes.TOOL_NAME not in attrs:
             draft = self._oldest_unanswered()  # an anonymous action (a handoff) answers the call that asked for it
         common = self._common(span, agent)
@@ -520,7 +525,7 @@ class _Assembler:
             self.drafts[-1].has_result = True
             return
         draft.has_result = True
-        draft.result_is_object = isinstance(_values.parse_json(output), Mapping) and not message
+        draft.result_is_object = isinstance(_values.parse_json(result), Mapping)
         fields = draft.fields
         if fields.get("tool_call_id"):
             self.waiting_by_id.pop(fields["tool_call_id"], None)
@@ -534,6 +539,18 @@ class _Assembler:
                 common["langgraph_step"],
                 common["langgraph_node"],
             )
+
+    def _written_call(self, name: str, arguments: object) -> _Draft | None:
+        """The reply that asked for this tool in its text (a ReAct agent writes ``Action: multiply``, the framework
+        parses it and runs the tool): the last step, when it is a model's reply without tool calls that names the
+        tool. It becomes the tool call, its text the reasoning."""
+        last = self.drafts[-1] if self.drafts else None
+        if last is None or last.fields["kind"] is not StepKind.REASONING or not name:
+            return None
+        if not re.search(rf"\b{re.escape(name)}\b", str(last.fields.get("reasoning") or "")):
+            return None
+        last.fields |= {"kind": StepKind.TOOL_CALL, "tool_name": name, "tool_args": self._args(arguments)}
+        return last
 
     def _oldest_unanswered(self) -> _Draft | None:
         for draft in self.drafts:

@@ -53,15 +53,37 @@ def test_tool_without_call_id_answers_oldest_call_of_same_name() -> None:
     assert [(s.tool_args["q"], s.tool_result) for s in trace.steps] == [("one", "r0"), ("two", "r1")]
 
 
-def test_tools_invoked_from_code_are_steps_in_time_order() -> None:
+def test_a_reply_that_writes_a_tool_call_is_that_call() -> None:
+    """ReAct and code agents: the model writes the call in its text, the framework runs the tool."""
     root = agent_root("q", "42")
     code = llm("Thought: compute.\nCode: x = calc(6, 7)", parent=root.span_id, start=1)
     calc = tool("calc", "42", parent=code.span_id, start=2, **{"input.value": '{"a": 6, "b": 7}'})
     answer = llm("The answer is 42", parent=root.span_id, start=3)
     trace = assemble_trace([root, answer, calc, code])
+    assert [s.kind for s in trace.steps] == [StepKind.TOOL_CALL, StepKind.FINAL_ANSWER]
+    step = trace.steps[0]
+    assert (step.span_id, step.tool_span_id) == (code.span_id, calc.span_id)
+    assert (step.tool_name, step.tool_args, step.tool_result) == ("calc", {"a": 6, "b": 7}, "42")
+    assert step.reasoning == "Thought: compute.\nCode: x = calc(6, 7)"
+
+
+def test_tools_invoked_from_code_are_steps_in_time_order() -> None:
+    root = agent_root("q", "42")
+    plan = llm("Thought: I will compute it.", parent=root.span_id, start=1)  # names no tool
+    calc = tool("calc", "42", parent=root.span_id, start=2, **{"input.value": '{"a": 6, "b": 7}'})
+    answer = llm("The answer is 42", parent=root.span_id, start=3)
+    trace = assemble_trace([root, answer, calc, plan])
     assert [s.kind for s in trace.steps] == [StepKind.REASONING, StepKind.TOOL_CALL, StepKind.FINAL_ANSWER]
     assert trace.steps[1].span_id == trace.steps[1].tool_span_id == calc.span_id
     assert trace.steps[1].tool_args == {"a": 6, "b": 7}
+
+
+def test_a_tool_result_object_reads_as_its_text_parts() -> None:
+    root = agent_root("q", "42")
+    decide = llm("calc", [("calc", '{"a": 6}', "c1")], parent=root.span_id, start=1)
+    wrapped = '{"content": [{"type": "text", "text": "42"}], "isError": false}'  # MCP's CallToolResult
+    trace = assemble_trace([root, decide, tool("calc", wrapped, parent=root.span_id, start=2)])
+    assert trace.steps[0].tool_result == "42"
 
 
 def test_final_answer_tool_is_the_final_step() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from typing import Any
 
 
@@ -20,8 +21,16 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-def main() -> None:
-    from llama_index.core.agent.workflow import FunctionAgent
+REACT = [
+    'Thought: I multiply first.\nAction: multiply\nAction Input: {"a": 17, "b": 23}',
+    'Thought: Now add 5.\nAction: add\nAction Input: {"a": 391, "b": 5}',
+    "Thought: I can answer without using any more tools.\nAnswer: The answer is 396.",
+]
+"""The same run as a ReAct agent writes it: tool calls in the reply's text, parsed by the framework."""
+
+
+def main(kind: str) -> None:
+    from llama_index.core.agent.workflow import FunctionAgent, ReActAgent
     from llama_index.llms.openai import OpenAI
     from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 
@@ -31,6 +40,8 @@ def main() -> None:
     from tests.frameworks.tracing import Traced
 
     def turn(body: dict[str, Any]) -> ScriptedTurn:
+        if kind == "react":
+            return ScriptedTurn(REACT[assistant_turns(body)])
         return SCRIPT[assistant_turns(body)]
 
     traced = Traced()
@@ -38,7 +49,11 @@ def main() -> None:
     with ScriptedOpenAIServer(turn) as server:
         # a model name LlamaIndex knows (it looks up the context window); the scripted server answers for any
         llm = OpenAI(model="gpt-4o-mini", api_base=server.base_url, api_key="test", max_retries=0)
-        agent = FunctionAgent(tools=[multiply, add], llm=llm, system_prompt="Compute.")
+        agent: Any = (
+            ReActAgent(tools=[multiply, add], llm=llm, system_prompt="Compute.")
+            if kind == "react"
+            else FunctionAgent(tools=[multiply, add], llm=llm, system_prompt="Compute.")
+        )
 
         async def run() -> str:
             return str(await agent.run(user_msg=QUESTION))
@@ -57,4 +72,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1] if len(sys.argv) > 1 else "function")

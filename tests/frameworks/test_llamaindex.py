@@ -1,4 +1,4 @@
-"""LlamaIndex's FunctionAgent with its real OpenInference instrumentation against a scripted server on loopback.
+"""LlamaIndex's FunctionAgent and ReActAgent with their real OpenInference instrumentation against a scripted server on loopback.
 LlamaIndex needs ``openai<3`` where the other frameworks need ``openai>=3``, so the agent runs in an environment of
 its own, built once with the ``llamaindex`` extra (under ``.test-envs/``, or ``REFLECT_TEST_ENVS``; rebuilt when
 ``pyproject.toml`` changes). The run is rebuilt exactly, live and from an OTLP/JSON file of the same spans: the
@@ -47,9 +47,9 @@ def _llamaindex_python() -> Path:
     return python
 
 
-def test_llamaindex_function_agent(tmp_path: Path) -> None:
+def _run(kind: str, tmp_path: Path) -> StructuredTrace:
     done = subprocess.run(
-        [str(_llamaindex_python()), "-m", "tests.frameworks.llamaindex_app"],
+        [str(_llamaindex_python()), "-m", "tests.frameworks.llamaindex_app", kind],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -61,15 +61,32 @@ def test_llamaindex_function_agent(tmp_path: Path) -> None:
     assert run["answer"] == ANSWER
     (trace,) = [StructuredTrace.model_validate(t) for t in run["traces"]]
     assert (trace.question, trace.final_answer) == (QUESTION, ANSWER)
+    assert not trace.warnings, trace.warnings
+    assert trace.metadata["raw_input"].startswith('{"init_state"')  # the root's own value is kept
+    path = tmp_path / f"llamaindex-{kind}.json"
+    path.write_text(json.dumps(run["otlp"]), encoding="utf-8")
+    imported: list[StructuredTrace] = []
+    import_files([path], lambda t, _meta: imported.append(t))
+    assert [(t.steps, t.question, t.final_answer) for t in imported] == [(trace.steps, trace.question, ANSWER)]
+    return trace
+
+
+def test_llamaindex_function_agent(tmp_path: Path) -> None:
+    trace = _run("function", tmp_path)
     assert [(s.kind, s.tool_name, s.tool_args, s.tool_result, s.tool_call_id, s.reasoning) for s in trace.steps] == [
         (StepKind.TOOL_CALL, "multiply", {"a": 17, "b": 23}, "391", "call_1", "I multiply first."),
         (StepKind.TOOL_CALL, "add", {"a": 391, "b": 5}, "396", "call_2", "Now add 5."),
         (StepKind.FINAL_ANSWER, None, {}, None, None, ANSWER),
     ]
-    assert not trace.warnings, trace.warnings
-    assert trace.metadata["raw_input"].startswith('{"init_state"')  # the root's own value is kept
-    path = tmp_path / "llamaindex.json"
-    path.write_text(json.dumps(run["otlp"]), encoding="utf-8")
-    imported: list[StructuredTrace] = []
-    import_files([path], lambda t, _meta: imported.append(t))
-    assert [(t.steps, t.question, t.final_answer) for t in imported] == [(trace.steps, trace.question, ANSWER)]
+
+
+def test_llamaindex_react_agent(tmp_path: Path) -> None:
+    """The model writes its calls as text (``Action: multiply``); the reply that wrote one is that tool call."""
+    from tests.frameworks.llamaindex_app import REACT
+
+    trace = _run("react", tmp_path)
+    assert [(s.kind, s.tool_name, s.tool_args, s.tool_result, s.reasoning) for s in trace.steps] == [
+        (StepKind.TOOL_CALL, "multiply", {"a": 17, "b": 23}, "391", REACT[0]),
+        (StepKind.TOOL_CALL, "add", {"a": 391, "b": 5}, "396", REACT[1]),
+        (StepKind.FINAL_ANSWER, None, {}, None, REACT[2]),
+    ]

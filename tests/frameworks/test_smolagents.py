@@ -88,12 +88,11 @@ def test_code_agent(traced: Traced, tmp_path: Path) -> None:
         code_block_tags="markdown",
     )
     assert (trace.question, trace.final_answer, trace.source.framework) == (QUESTION, ANSWER, "smolagents")
-    # the code it wrote is the reasoning of its decision; the tools that code called are actions of their own
+    # a reply whose code names a tool is the decision to call it (its code is the reasoning), as a ReAct agent's
+    # written "Action:" is; a further tool the same code called is an action of its own
     assert [(s.kind, s.tool_name, s.tool_args, s.tool_result, s.reasoning) for s in trace.steps] == [
-        (StepKind.REASONING, None, {}, None, first),
-        (StepKind.TOOL_CALL, "multiply", {"a": 17, "b": 23}, "391", ""),
-        (StepKind.REASONING, None, {}, None, second),
-        (StepKind.TOOL_CALL, "add", {"a": 391, "b": 5}, "396", ""),
+        (StepKind.TOOL_CALL, "multiply", {"a": 17, "b": 23}, "391", first),
+        (StepKind.TOOL_CALL, "add", {"a": 391, "b": 5}, "396", second),
         (StepKind.FINAL_ANSWER, "final_answer", {"args": [ANSWER]}, ANSWER, ""),
     ]
     assert not trace.warnings, trace.warnings
