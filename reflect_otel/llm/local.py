@@ -52,6 +52,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+_TIED = """
+import os, runpy, sys, threading, time
+parent, module = int(sys.argv[1]), sys.argv[2]
+def watch():
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os._exit(0)
+threading.Thread(target=watch, daemon=True).start()
+sys.argv = [module, *sys.argv[3:]]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
+def tied_to_this_process(module: str, *args: str) -> list[str]:
+    """The command that runs ``python -m module args`` and ends it when this process is gone: a server we start
+    must not outlive us (killed by a timeout or kill -9, the parent never runs ``stop``, and an orphaned llama.cpp
+    server kept both cores busy). The child polls its parent id, which changes when it is orphaned."""
+    return [sys.executable, "-c", _TIED, str(os.getpid()), module, *args]
+
+
 def wait_until_serving(process: subprocess.Popen[bytes], base_url: str, timeout_s: float) -> bool:
     """True once ``GET {base_url}/models`` answers 200; False when the process exits or time runs out."""
     deadline = time.monotonic() + timeout_s
@@ -98,9 +118,7 @@ class LocalLlamaServer:
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.request_lock = threading.Lock()
         self._log_file = tempfile.NamedTemporaryFile(prefix="reflect-llama-", suffix=".log", delete=False)  # noqa: SIM115
-        command = [
-            sys.executable,
-            "-m",
+        command = tied_to_this_process(
             "llama_cpp.server",
             "--model",
             str(model.path),
@@ -124,7 +142,7 @@ class LocalLlamaServer:
             str(cache_budget_bytes // _UNCOUNTED_RATIO),
             "--verbose",
             "true",
-        ]
+        )
         self._process = subprocess.Popen(command, stdout=self._log_file, stderr=subprocess.STDOUT)
         atexit.register(self.stop)
         self._wait_ready(startup_timeout_s)

@@ -1,0 +1,51 @@
+"""A server reflect-otel starts (the local llama.cpp server) ends with the process that started it, also when that
+process is killed and never runs its cleanup: an orphaned model server keeps every core busy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STARTER = """
+import subprocess, sys
+from reflect_otel.llm.local import tied_to_this_process
+child = subprocess.Popen(tied_to_this_process("http.server", "0", "--bind", "127.0.0.1"))
+print(child.pid, flush=True)
+child.wait()
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")  # a zombie has ended; its new parent may not reap it at once
+
+
+def test_a_tied_server_ends_when_its_starter_is_killed() -> None:
+    starter = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE, text=True)
+    assert starter.stdout is not None
+    server = int(starter.stdout.readline())
+    time.sleep(1.0)
+    assert _running(server), "the server should run while its starter does"
+    starter.kill()  # kill -9: no atexit, no stop()
+    starter.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while _running(server) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _running(server), "the server outlived the process that started it"
+
+
+def test_the_tied_command_runs_the_module_with_its_arguments(tmp_path: Path) -> None:
+    from reflect_otel.llm.local import tied_to_this_process
+
+    source = tmp_path / "in.json"
+    source.write_text('{"a": [1, 2]}')
+    done = subprocess.run(
+        tied_to_this_process("json.tool", "--compact", str(source)), capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == '{"a":[1,2]}'
