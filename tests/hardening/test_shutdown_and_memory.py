@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import http.client
-import json
 import threading
 import time
 
@@ -14,48 +12,19 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits
 from reflect_otel.collectors.trace_collector import BufferLimits
 from reflect_otel.testing import TraceSink
-from tests.hardening._bodies import json_trace, trace_id
+from tests.hardening._bodies import trace_id
+from tests.hardening._load import SteadyLoad
 
 
 def test_shutdown_under_load_writes_exactly_what_was_acknowledged() -> None:
     sink = TraceSink()
     receiver = OTLPReceiver(sink, http=("127.0.0.1", 0), buffer_limits=BufferLimits(grace_s=30.0)).start()
-    acknowledged: set[str] = set()
-    refused: list[tuple[int, str | None]] = []
-    lock = threading.Lock()
-    stop = threading.Event()
-
-    def sender(worker: int) -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", receiver.http_port, timeout=30)
-        number = worker * 1_000_000
-        while not stop.is_set():
-            number += 1
-            try:
-                connection.request(
-                    "POST", "/v1/traces", json.dumps(json_trace(number)), {"Content-Type": "application/json"}
-                )
-                response = connection.getresponse()
-                response.read()
-            except (OSError, http.client.HTTPException):
-                connection.close()  # the receiver closed the connection after its answer; reconnect
-                connection = http.client.HTTPConnection("127.0.0.1", receiver.http_port, timeout=30)
-                continue
-            with lock:
-                if response.status == 200:
-                    acknowledged.add(trace_id(number))
-                else:
-                    refused.append((response.status, response.getheader("Retry-After")))
-        connection.close()
-
-    threads = [threading.Thread(target=sender, args=(w + 1,)) for w in range(4)]
-    for thread in threads:
-        thread.start()
+    load = SteadyLoad(receiver.http_port).start()
     time.sleep(1.0)
     assert receiver.shutdown(30)  # mid-stream
     time.sleep(0.3)  # keep-alive handler threads are still answering
-    stop.set()
-    for thread in threads:
-        thread.join(30)
+    load.stop()
+    acknowledged, refused = load.acknowledged, load.refused
     assert len(acknowledged) > 50
     assert set(sink.traces) == acknowledged  # acknowledged = written: none lost, none extra
     assert all(status == 503 and retry == "1" for status, retry in refused), set(refused)
