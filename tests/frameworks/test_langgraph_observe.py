@@ -4,29 +4,16 @@ instrumentations that do not nest, and reflect-otel still rebuilds one step per 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
+from tests.frameworks.tracing import run_app
+
 pytestmark = pytest.mark.frameworks
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_observe_in_an_instrumented_langgraph_app_gives_one_step_per_decision() -> None:
     pytest.importorskip("langchain_openai")
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.frameworks.langgraph_app"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    run = json.loads(done.stdout)
+    run = run_app("tests.frameworks.langgraph_app")
     assert run["answer"] == "The answer is 396."  # the application's result, untouched
     assert sorted(run["llm_spans"]) == ["ChatCompletion"] * 3 + ["ChatOpenAI"] * 3  # each call twice
     steps = [

@@ -21,9 +21,9 @@ import pytest
 from reflect_otel.collectors.files import import_files
 from reflect_otel.trace import StepKind, StructuredTrace
 from tests.frameworks.script import ANSWER, QUESTION
+from tests.frameworks.tracing import ROOT, run_app
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _llamaindex_python() -> Path:
@@ -48,16 +48,7 @@ def _llamaindex_python() -> Path:
 
 
 def _run(kind: str, tmp_path: Path) -> StructuredTrace:
-    done = subprocess.run(
-        [str(_llamaindex_python()), "-m", "tests.frameworks.llamaindex_app", kind],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    run = json.loads(done.stdout)
+    run = run_app("tests.frameworks.llamaindex_app", kind, python=_llamaindex_python())
     assert run["answer"] == ANSWER
     (trace,) = [StructuredTrace.model_validate(t) for t in run["traces"]]
     assert (trace.question, trace.final_answer) == (QUESTION, ANSWER)

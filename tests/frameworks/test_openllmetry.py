@@ -6,8 +6,6 @@ the next call's tool messages. The run is rebuilt exactly, live and from an OTLP
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,23 +13,14 @@ import pytest
 from reflect_otel.collectors.files import import_files
 from reflect_otel.trace import StepKind, StructuredTrace
 from tests.frameworks.script import ANSWER, QUESTION
+from tests.frameworks.tracing import run_app
 
 pytestmark = pytest.mark.frameworks
 pytest.importorskip("opentelemetry.instrumentation.openai")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_openllmetry_openai_instrumentation(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.frameworks.openllmetry_app"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    run = json.loads(done.stdout)
+    run = run_app("tests.frameworks.openllmetry_app", timeout_s=120)
     assert run["answer"] == ANSWER
     (trace,) = [StructuredTrace.model_validate(t) for t in run["traces"]]
     assert (trace.question, trace.final_answer) == (QUESTION, ANSWER)

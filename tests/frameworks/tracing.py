@@ -5,6 +5,8 @@ same trace."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -66,3 +68,16 @@ def same_trace_from_otlp_file(traced: Traced, trace: StructuredTrace, folder: Pa
         trace.agent,
     )
     return again
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_app(module: str, *args: str, python: str | Path = sys.executable, timeout_s: float = 300) -> Any:
+    """Run ``python -m module args`` from the repository root (an app that needs a process or an environment of its
+    own) and return the JSON it prints; a failed run fails the test with its stderr."""
+    done = subprocess.run(
+        [str(python), "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
