@@ -112,8 +112,8 @@ def question_text(value: object, *, whole: bool = True) -> str:
             if found and found[0] in _HUMAN_ROLES and found[1]:
                 return found[1]
         return ""
-    found = _text_field(parsed, 0)
-    return found if found is not None else as_text(parsed) if whole else ""
+    text = _text_field(parsed, 0)
+    return text if text is not None else as_text(parsed) if whole else ""
 
 
 def answer_text(value: object) -> str:
