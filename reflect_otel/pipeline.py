@@ -231,15 +231,18 @@ class ReflectPipeline(MethodBase):
         return True
 
     def _plan(self, state: _Rounds) -> RepairPlan:
-        if not self.config.use_diagnostician:
-            return stages.null_plan(state.located, state.classification)
-        try:
-            return stages.diagnose(
-                state.run.llm, self._context(state), state.current, state.located, state.classification
-            )
-        except LLMError as error:
-            state.run.error("diagnose", error, state.round)
-            return stages.null_plan(state.located, state.classification)
+        plan = stages.null_plan(state.located, state.classification)
+        if self.config.use_diagnostician:
+            try:
+                plan = stages.diagnose(
+                    state.run.llm, self._context(state), state.current, state.located, state.classification
+                )
+            except LLMError as error:
+                state.run.error("diagnose", error, state.round)
+        hidden = stages.without_answer(plan, state.expected)
+        if hidden != plan:
+            _progress(state, "round %d: the plan stated the expected answer; the replay is not shown it", state.round)
+        return hidden
 
     def _try_point(self, state: _Rounds, step: int) -> _Tried:
         """``replay_samples`` replays that regenerate ``step``: the first that counts as a flip, else the last that

@@ -126,6 +126,37 @@ def _not_contradicting(forbidden: Sequence[str], instruction: str, expected_tool
     return tuple(kept)
 
 
+_HIDDEN_ANSWER = "[the answer]"
+_MIN_HIDDEN_CHARS = 2
+
+
+def without_answer(plan: RepairPlan, expected: str | None) -> RepairPlan:
+    """The plan with the expected answer taken out of everything the replayed agent reads. In the oracle regime the
+    auditor sees the answer, and a correction that states it ("answer KM-45 Series") flips a replay from any step:
+    the flip would prove nothing about the step. Each alternative (``a|b``) is replaced where it stands as a whole
+    word, case-insensitively; one-character answers are left (a ``2`` cannot be told from a step number or a value
+    in the data)."""
+    answers = [a.strip() for a in (expected or "").split("|") if len(a.strip()) >= _MIN_HIDDEN_CHARS]
+    if not answers:
+        return plan
+    pattern = re.compile("|".join(rf"(?<!\w){re.escape(a)}(?!\w)" for a in answers), re.IGNORECASE)
+
+    def hide(text: str) -> str:
+        return pattern.sub(_HIDDEN_ANSWER, text)
+
+    arguments = plan.expected_next_arguments
+    return plan.model_copy(
+        update={
+            "root_cause": hide(plan.root_cause),
+            "correction_instruction": hide(plan.correction_instruction),
+            "forbidden_actions": tuple(hide(a) for a in plan.forbidden_actions),
+            "expected_next_arguments": (
+                {k: hide(v) if isinstance(v, str) else v for k, v in arguments.items()} if arguments else arguments
+            ),
+        }
+    )
+
+
 def null_plan(localization: Localization, classification: Classification | None) -> RepairPlan:
     """The plan without a Diagnostician (ablation, or when diagnosis failed): the localizer's own suggestion."""
     suggestion = classification.suggested_correction if classification else ""

@@ -239,3 +239,33 @@ def test_concurrent_replays_attribute_the_same_step_as_sequential_ones() -> None
     assert sorted(c.rollback_point for c in adapter.calls) == [0, 1, 2]  # the third ran too; its result is dropped
     sequential = run(auditor(localize=[3]), agent(lambda kept, _: "42" if kept <= 1 else "41"), rollback_points=3)
     assert (sequential.step_index, [a.rollback_point for a in sequential.replays]) == (2, [2, 1])
+
+
+def test_a_plan_that_states_the_expected_answer_is_not_shown_it() -> None:
+    """A correction that says the answer would flip a replay from any step and prove nothing about the step."""
+    plan = {
+        "root_cause": f"it added; the answer is {EXPECTED}",
+        "correction_instruction": f"Answer {EXPECTED} by multiplying 6 and 7 (not {EXPECTED}0)",
+        "forbidden_actions": [],
+        "expected_next_tool": "final_answer",
+        "expected_next_arguments": {"answer": EXPECTED},
+        "confidence": 0.9,
+    }
+    adapter = agent(lambda kept, _: "41")
+    record = run(auditor(localize=[3], plan=plan), adapter)
+    # what the plan says: after the failed step's own record (data the agent saw) and before any gate feedback
+    shown = "\n".join(c.injection.split("<<<END FAILED_STEP>>>")[-1].split("GATE RETRY")[0] for c in adapter.calls)
+    assert adapter.calls and EXPECTED not in shown.replace(f"{EXPECTED}0", "")  # a longer number that contains it is not it
+    assert "Answer [the answer] by multiplying 6 and 7" in shown and '{"answer": "[the answer]"}' in shown
+    assert "the answer is [the answer]" in shown and f"(not {EXPECTED}0)" in shown
+    assert record.status is AttributionStatus.UNVERIFIED
+
+
+def test_an_answer_too_short_to_tell_from_data_is_left_in_the_plan() -> None:
+    from reflect_otel import stages
+    from reflect_otel.record import RepairPlan
+
+    plan = RepairPlan(correction_instruction="filter Silver = 2, then look up row 2")
+    assert stages.without_answer(plan, "2") == plan
+    hidden = stages.without_answer(plan.model_copy(update={"root_cause": "Kenya|Spain were missed"}), "Kenya|Spain")
+    assert hidden.root_cause == "[the answer]|[the answer] were missed"

@@ -122,7 +122,8 @@ def diagnosis(
         "may show the right value)\n"
         "3. What the agent must NEVER do\n4. expected_next_tool: the first tool to call next, or null\n"
         "5. expected_next_arguments: that call's arguments by name, with their exact values, or null\n"
-        "In text fields, quote values with single quotes ('like this').\n" + reply_format(DiagnosisOutput)
+        "In text fields, quote values with single quotes ('like this'). Never state the expected answer: say "
+        "what the agent must do to find it.\n" + reply_format(DiagnosisOutput)
     )
     return trace_prompt(ctx, steps, "a diagnostic expert analyzing why an agent failed", task)
 
