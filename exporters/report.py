@@ -60,13 +60,17 @@ def _steps(steps: Sequence[Step], decisive: int | None) -> str:
     return '<ul class="timeline">' + "".join(_step(s, s.index == decisive) for s in steps) + "</ul>"
 
 
+def _kept(rollback_point: int) -> str:
+    return f"steps 1..{rollback_point} kept" if rollback_point > 0 else "no step kept"
+
+
 def _diagnosis(record: AttributionRecord, kind: str) -> str:
     """The finding in one paragraph, before the evidence."""
     if record.status is AttributionStatus.VERIFIED and record.intervention is not None:
         kept = record.intervention.rollback_point
         text = (
             f"<b>Step {_e(record.step_index)} caused the wrong answer</b> ({_e(kind)}). The agent answered "
-            f"<b>{_e(record.original_answer)}</b>. Replayed with steps 1..{kept} kept and step {_e(record.step_index)} "
+            f"<b>{_e(record.original_answer)}</b>. Replayed with {_kept(kept)} and step {_e(record.step_index)} "
             f"redone as the correction below says, it answered <b>{_e(record.corrected_answer)}</b>, which verifies "
             "as correct: that replay is the evidence."
         )
@@ -78,6 +82,28 @@ def _diagnosis(record: AttributionRecord, kind: str) -> str:
     else:
         text = f"No step could be attributed: {_e(record.reason)}."
     return f'<h2>Diagnosis</h2><div class="card"><p>{text}</p></div>'
+
+
+def _replays_tried(record: AttributionRecord) -> str:
+    """Each replay of an attribution that did not verify: where it restarted, what it was told, what the agent did
+    and answered (folded; no script needed)."""
+    items = []
+    for attempt in record.replays:
+        if attempt.error:
+            outcome = f"failed: {_e(attempt.error)}"
+        else:
+            verdict = "right" if attempt.flipped else "still wrong"
+            outcome = f"answered <b>{_e(attempt.final_answer)}</b> ({verdict})"
+        gate = attempt.gate
+        if gate is not None and not gate.is_faithful:
+            outcome += f"; gate: {_e(gate.violation_type)} ({_e(gate.decided_by.value)})"
+        items.append(
+            f"<details><summary>Round {attempt.round}: {_kept(attempt.rollback_point)}, step "
+            f"{attempt.rollback_point + 1} redone &rarr; {outcome}</summary>"
+            f"<p><b>Injected correction</b></p><pre>{_e(attempt.injection)}</pre>"
+            f"<p><b>What the agent did</b></p>{_steps(attempt.continuation, None)}</details>"
+        )
+    return f'<h2>Replays tried</h2><div class="card">{"".join(items)}</div>' if items else ""
 
 
 def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> str:
@@ -126,6 +152,8 @@ def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> s
         )
     else:
         body.append(_steps(trace.steps, decisive))
+        if record is not None:
+            body.append(_replays_tried(record))
     if record is not None and record.cost:
         rows = "".join(
             f"<tr><td>{_e(c.stage)}</td><td>{c.calls}</td><td>{c.prompt_tokens}</td>"

@@ -255,7 +255,9 @@ def test_a_plan_that_states_the_expected_answer_is_not_shown_it() -> None:
     record = run(auditor(localize=[3], plan=plan), adapter)
     # what the plan says: after the failed step's own record (data the agent saw) and before any gate feedback
     shown = "\n".join(c.injection.split("<<<END FAILED_STEP>>>")[-1].split("GATE RETRY")[0] for c in adapter.calls)
-    assert adapter.calls and EXPECTED not in shown.replace(f"{EXPECTED}0", "")  # a longer number that contains it is not it
+    assert adapter.calls and EXPECTED not in shown.replace(
+        f"{EXPECTED}0", ""
+    )  # a longer number that contains it is not it
     assert "Answer [the answer] by multiplying 6 and 7" in shown and '{"answer": "[the answer]"}' in shown
     assert "the answer is [the answer]" in shown and f"(not {EXPECTED}0)" in shown
     assert record.status is AttributionStatus.UNVERIFIED

@@ -73,3 +73,23 @@ def test_report_command_and_chromium_screenshot(tmp_path: Path, capsys: pytest.C
         timeout=120,
     )
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+def test_an_unverified_report_shows_each_replay_tried() -> None:
+    from reflect_otel.config import ReflectConfig
+    from reflect_otel.pipeline import ReflectPipeline
+    from reflect_otel.testing.examples import EXPECTED, scripted_agent, scripted_auditor
+    from reflect_otel.verifiers import OracleVerifier
+
+    trace = five_step_trace()
+    pipeline = ReflectPipeline(scripted_auditor(localize=[3]), verifier=OracleVerifier(), config=ReflectConfig())
+    record = pipeline.attribute(trace, expected=EXPECTED, replay=scripted_agent(lambda kept, _: "<b>41</b>"))
+    assert record.status.value == "unverified" and len(record.replays) >= 2
+    page = render_report(trace, record)
+    assert "<h2>Replays tried</h2>" in page and "Corrected continuation" not in page
+    assert (
+        "steps 1..2 kept, step 3 redone &rarr; answered <b>The answer is &lt;b&gt;41&lt;/b&gt;</b> (still wrong)"
+        in page
+    )
+    assert page.count("<details>") == len(record.replays)
+    assert page.count("IMPORTANT - CORRECTION CONTEXT") == len(record.replays)
