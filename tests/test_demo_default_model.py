@@ -1,7 +1,8 @@
 """The README's main job, end to end, with the default local model: ``reflect-otel demo`` runs the table-QA agent
 on its questions with Qwen2.5-Coder-1.5B-Instruct on llama.cpp (no recorded output); every wrong answer is
-attributed by REFLECT with real replays of the LangGraph agent, stored, and reported. About ten minutes on 2 cores;
-CI runs it. (Whether a replay flips an answer is what the demo measures; issue 10 tracks making one flip.)"""
+attributed by REFLECT with real replays of the LangGraph agent, stored, and reported. 13 minutes on 2 cores with
+nothing else running (2026-11-22); CI runs it. (Whether a replay flips an answer is what the demo measures; issue 10
+tracks making one flip.)"""
 
 from __future__ import annotations
 
