@@ -77,6 +77,11 @@ _RAW_VALUE_CHARS = 2_000
 _TOKEN_COUNTS = (SpanAttributes.LLM_TOKEN_COUNT_PROMPT, SpanAttributes.LLM_TOKEN_COUNT_COMPLETION)
 
 
+def _is_object(value: object) -> bool:
+    """A tool result that is a JSON object: a framework's result wrapper, or the tool's own data."""
+    return isinstance(_values.parse_json(value), Mapping)
+
+
 def _called_a_model(attrs: Mapping[str, Any]) -> bool:
     """An LLM-kind span without messages still called a model when it counted tokens or its output reads as a
     reply; an output that is a prompt (a message list with no assistant reply, as a framework's preparation step
@@ -217,12 +222,11 @@ def _time_key(span: SpanRecord) -> tuple[int, int]:
 class _Draft:
     """A step under construction; becomes a frozen :class:`Step` at the end."""
 
-    __slots__ = ("fields", "has_result", "result_is_object")
+    __slots__ = ("fields", "has_result")
 
     def __init__(self, **fields: Any) -> None:
         self.fields = fields
         self.has_result = False
-        self.result_is_object = False  # answered by a tool span whose output is a JSON object (a result wrapper)
 
 
 class _Assembler:
@@ -428,12 +432,13 @@ class _Assembler:
             if message.role != "tool" or not message.tool_call_id:
                 continue
             draft = self.calls_by_id.get(message.tool_call_id)
-            if draft is None or (draft.has_result and not draft.result_is_object):
+            answered = draft is not None and draft.has_result
+            if draft is None or (answered and not _is_object(draft.fields.get("tool_result"))):
                 continue
             text = self._text(message.text)
-            if draft.has_result and (not text.strip() or isinstance(_values.parse_json(text), Mapping)):
+            if answered and (not text.strip() or _is_object(text)):
                 continue
-            draft.has_result, draft.result_is_object = True, False
+            draft.has_result = True
             self.waiting_by_id.pop(message.tool_call_id, None)
             draft.fields["tool_result"] = text
 
@@ -525,7 +530,6 @@ class _Assembler:
             self.drafts[-1].has_result = True
             return
         draft.has_result = True
-        draft.result_is_object = isinstance(_values.parse_json(result), Mapping)
         fields = draft.fields
         if fields.get("tool_call_id"):
             self.waiting_by_id.pop(fields["tool_call_id"], None)
