@@ -56,7 +56,7 @@ def _env(names: tuple[str, ...], environ: Mapping[str, str]) -> str | None:
 
 
 class LLMConfig(BaseModel):
-    """Where the auditor LLM is. With no endpoint configured, the local SmolLM2 server is used."""
+    """Where the auditor LLM is. With no endpoint configured, the local llama.cpp server runs ``REFLECT_LOCAL_MODEL``."""
 
     model_config = _FROZEN
 

@@ -33,7 +33,7 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
         description=(
             "Attribute each trace of a JSONL file (from 'collect' or 'import') and write one AttributionRecord per "
             "line to -o. The LLM is REFLECT_LLM_BASE_URL/REFLECT_LLM_MODEL/REFLECT_LLM_API_KEY (or OPENAI_*), else "
-            "the local SmolLM2 server. Traces an installed replay adapter can re-run get replay-verified "
+            "the local llama.cpp server with REFLECT_LOCAL_MODEL (by default Qwen2.5-Coder-1.5B-Instruct). Traces an installed replay adapter can re-run get replay-verified "
             "attributions; the others are localization-only, and each record says so."
         ),
     )
