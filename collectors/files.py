@@ -111,6 +111,8 @@ def import_files(
                 for document in documents:
                     batch = decode_json_document(document)
                     report.spans_rejected += batch.rejected
+                    if batch.rejected:  # the rest of the file is kept; a dropped span is still a failure to show
+                        report.failures.append(f"{path}: {batch.rejected} span(s) rejected: {batch.error_message}")
                     for span in batch.spans:
                         otlp_spans[span.trace_id].append(span)
             report.files_read += 1

@@ -223,7 +223,7 @@ def decode_json_document(document: object) -> DecodedBatch:
     for resource_spans in _list(document, "resourceSpans", "resource_spans"):
         for scope_spans in _list(resource_spans, "scopeSpans", "scope_spans", "instrumentationLibrarySpans"):
             scope_obj = scope_spans.get("scope") or scope_spans.get("instrumentationLibrary") or {}
-            scope = str(scope_obj.get("name") or "") or None if isinstance(scope_obj, Mapping) else None
+            scope = _text(scope_obj.get("name") or "") or None if isinstance(scope_obj, Mapping) else None
             for span in _list(scope_spans, "spans"):
                 trace_id = str(_get(span, "traceId", "trace_id") or "").lower()
                 span_id = str(_get(span, "spanId", "span_id") or "").lower()

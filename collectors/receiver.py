@@ -21,7 +21,7 @@ import logging
 import socket
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -61,8 +61,9 @@ class ReceiverLimits:
     """Requests handled at once per transport; more get 503 / RESOURCE_EXHAUSTED at once."""
     max_inflight_bytes: int = 128 * 1024 * 1024
     """Decompressed bytes of the requests being decoded at once (both transports); a request that would pass it
-    gets 429 / RESOURCE_EXHAUSTED. One request is always let through, so a body under ``max_decompressed_bytes``
-    is never refused for ever."""
+    gets 429 / RESOURCE_EXHAUSTED. Compressed bodies are counted while they inflate, a megabyte ahead, so concurrent
+    gzip bombs are refused before they are held. One request is always let through, so a body under
+    ``max_decompressed_bytes`` is never refused for ever."""
     retry_after_s: int = 1
     """The ``Retry-After`` a refused sender is given."""
 
@@ -87,8 +88,15 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
+_DECOMPRESS_CHUNK = 1024 * 1024
+"""Bytes decompressed between two reservations: what one request may hold beyond ``max_inflight_bytes``."""
+
+
+def _decompress(body: bytes, encoding: str, limit: int, reserve: Callable[[int], None]) -> bytes:
+    """``body`` decoded per ``encoding``, at most ``limit`` bytes; ``reserve(n)`` is called with the bytes about to
+    be held before each chunk is inflated, so that concurrent bombs are refused while decompressing, not after."""
     if encoding in ("", "identity"):
+        reserve(len(body))
         return body
     if encoding in ("gzip", "x-gzip"):
         decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)
@@ -96,14 +104,26 @@ def _decompress(body: bytes, encoding: str, limit: int) -> bytes:
         decompressor = zlib.decompressobj(zlib.MAX_WBITS if body[:1] == b"\x78" else -zlib.MAX_WBITS)
     else:
         raise _HTTPError(415, f"Content-Encoding {encoding!r} is not supported; use gzip, deflate or none")
+    chunks: list[bytes] = []
+    held = 0
+    pending = body
     try:
-        out = decompressor.decompress(body, limit + 1)
+        while not decompressor.eof and held <= limit:
+            reserve(held + _DECOMPRESS_CHUNK)
+            chunk = decompressor.decompress(pending, min(_DECOMPRESS_CHUNK, limit + 1 - held))
+            pending = decompressor.unconsumed_tail
+            chunks.append(chunk)
+            held += len(chunk)
+            if not chunk and not pending:
+                break  # the input is used up and nothing more comes out: a truncated stream
     except zlib.error as error:
         raise _HTTPError(400, f"body is not valid {encoding} data ({error})") from None
-    if len(out) > limit or decompressor.unconsumed_tail:
+    if held > limit:
         raise _HTTPError(413, f"decompressed body is over the {limit}-byte limit")
     if not decompressor.eof:
         raise _HTTPError(400, f"the {encoding} body is truncated (its stream does not end)")
+    out = b"".join(chunks)
+    reserve(len(out))
     return out
 
 
@@ -245,20 +265,30 @@ class OTLPReceiver:
         return response
 
     @contextlib.contextmanager
-    def decoding(self, size: int) -> Iterator[None]:
-        """Reserve ``size`` decompressed bytes while a request is decoded and admitted; :class:`_Refused`
-        (``"full"``) when that would pass ``max_inflight_bytes`` while others are being decoded."""
-        with self._lock:
-            over = self._inflight_bytes and self._inflight_bytes + size > self.limits.max_inflight_bytes
-            if over or not self._collector.has_room(size):  # refuse before decoding, the costly part
-                self.requests_refused += 1
-                raise _Refused("full")
-            self._inflight_bytes += size
+    def decoding(self) -> Iterator[Callable[[int], None]]:
+        """Hold decompressed bytes in flight while a request is decompressed, decoded and admitted. Yields
+        ``reserve(n)``, which grows (or shrinks) the request's hold to ``n`` bytes, raising :class:`_Refused`
+        (``"full"``) when that would pass ``max_inflight_bytes`` while other requests hold bytes too (one request
+        alone is always let through), or when the collector has no room for it."""
+        held = 0
+
+        def reserve(size: int) -> None:
+            nonlocal held
+            with self._lock:
+                others = self._inflight_bytes - held
+                if size > held and (
+                    (others and others + size > self.limits.max_inflight_bytes) or not self._collector.has_room(size)
+                ):
+                    self.requests_refused += 1
+                    raise _Refused("full")
+                self._inflight_bytes += size - held
+                held = size
+
         try:
-            yield
+            yield reserve
         finally:
             with self._lock:
-                self._inflight_bytes -= size
+                self._inflight_bytes -= held
 
     def count_rejected_request(self) -> None:
         with self._lock:
@@ -332,9 +362,9 @@ class _OTLPHTTPHandler(BaseHTTPRequestHandler):
         body = self._read_body()
         encoding = (self.headers.get("Content-Encoding") or "").strip().lower()
         limits = self.receiver.limits
-        body = _decompress(body, encoding, limits.max_decompressed_bytes)
         decode = decode_protobuf if content_type == _PROTOBUF else decode_json
-        with self.receiver.decoding(len(body)):
+        with self.receiver.decoding() as reserve:
+            body = _decompress(body, encoding, limits.max_decompressed_bytes, reserve)
             try:
                 batch = decode(body, max_spans=limits.max_spans_per_request)
             except BatchTooLargeError as error:
@@ -414,7 +444,8 @@ def _trace_service_handler(receiver: OTLPReceiver) -> grpc.GenericRpcHandler:
     def export(body: bytes, context: grpc.ServicerContext) -> trace_service_pb2.ExportTraceServiceResponse:
         limits = receiver.limits
         try:
-            with receiver.decoding(len(body)):
+            with receiver.decoding() as reserve:
+                reserve(len(body))
                 try:
                     batch = decode_protobuf(body, max_spans=limits.max_spans_per_request)
                 except InputError as error:

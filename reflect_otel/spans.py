@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from reflect_otel._values import utf8_text
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
 
@@ -93,19 +95,37 @@ def span_record_from_readable(span: ReadableSpan) -> SpanRecord | None:
         span_id=format(context.span_id, "016x"),
         parent_id=format(parent.span_id, "016x") if parent is not None else None,
         parent_is_remote=bool(parent is not None and parent.is_remote),
-        name=span.name or "",
+        name=_utf8(span.name or ""),
         start_ns=span.start_time or 0,
         end_ns=span.end_time,
-        attributes=dict(span.attributes or {}),  # type: ignore[arg-type]  # OTel values are our AttributeValue
+        attributes=_utf8_attributes(span.attributes or {}),  # type: ignore[arg-type]  # OTel values are ours
         status=span.status.status_code.name.lower(),
-        status_message=span.status.description,
+        status_message=_utf8(span.status.description) if span.status.description else None,
         dropped_attributes=span.dropped_attributes,
-        scope=scope.name if scope is not None else None,
+        scope=_utf8(scope.name) if scope is not None else None,
         events=tuple(
-            SpanEvent(event.name, dict(event.attributes or {}))  # type: ignore[arg-type]  # OTel values are ours
+            SpanEvent(_utf8(event.name), _utf8_attributes(event.attributes or {}))  # type: ignore[arg-type]
             for event in list(span.events or ())[:MAX_EVENTS_PER_SPAN]
         ),
     )
+
+
+# An application's Python strings may hold lone surrogates ("\ud800"), which the SDK keeps and no UTF-8 writer
+# (the JSONL file, DuckDB) accepts: a trace holding one would be lost at its sink. The checks run on the
+# collector's worker thread, never in on_end; ASCII text, nearly all of it, costs one isascii() call.
+def _utf8(text: str) -> str:
+    return text if text.isascii() else utf8_text(text)
+
+
+def _utf8_attributes(attributes: Mapping[str, AttributeValue]) -> dict[str, AttributeValue]:
+    return {
+        _utf8(key): _utf8(value)
+        if isinstance(value, str)
+        else tuple(_utf8(v) if isinstance(v, str) else v for v in value)
+        if isinstance(value, (list, tuple))
+        else value
+        for key, value in attributes.items()
+    }
 
 
 _SPAN_OVERHEAD_BYTES = 200

@@ -20,6 +20,7 @@ from opentelemetry.trace import format_trace_id
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits
 from reflect_otel.collectors.trace_collector import BufferLimits
 from reflect_otel.errors import ConfigError
+from reflect_otel.testing.otlp_bodies import json_request, json_span
 from reflect_otel.trace import StructuredTrace, WarningCode
 from tests import agents
 from tests.conftest import Instrumented
@@ -120,32 +121,11 @@ def test_children_before_parents_across_requests(running: Running, instrumented:
 TRACE = "5b8efff798038103d269b633813fc60c"
 
 
-def _json_span(span_id: str, parent: str | None, kind: str, start: int, **attrs: str) -> dict[str, object]:
-    attributes = [{"key": "openinference.span.kind", "value": {"stringValue": kind}}]
-    attributes += [{"key": k.replace("__", "."), "value": {"stringValue": v}} for k, v in attrs.items()]
-    span: dict[str, object] = {
-        "traceId": TRACE,
-        "spanId": span_id,
-        "name": kind.lower(),
-        "startTimeUnixNano": str(start),
-        "endTimeUnixNano": str(start + 10),
-        "attributes": attributes,
-        "status": {"code": 1},
-    }
-    if parent:
-        span["parentSpanId"] = parent
-    return span
-
-
-def _request(*spans: dict[str, object]) -> dict[str, object]:
-    return {"resourceSpans": [{"scopeSpans": [{"scope": {"name": "hand"}, "spans": list(spans)}]}]}
-
-
 def test_hand_made_json_with_partial_success(running: Running) -> None:
-    root = _json_span("a" * 16, None, "AGENT", 100, input__value="What is 2+2?", output__value="4")
-    model = _json_span("b" * 16, "a" * 16, "LLM", 110, llm__output_messages__0__message__content="4")
-    bad_id = _json_span("zz", "a" * 16, "LLM", 120)
-    response = httpx.post(running.url, content=json.dumps(_request(model, bad_id, root)), headers=JSON)
+    root = json_span(TRACE, "a" * 16, None, "AGENT", 100, input__value="What is 2+2?", output__value="4")
+    model = json_span(TRACE, "b" * 16, "a" * 16, "LLM", 110, llm__output_messages__0__message__content="4")
+    bad_id = json_span(TRACE, "zz", "a" * 16, "LLM", 120)
+    response = httpx.post(running.url, content=json.dumps(json_request(model, bad_id, root)), headers=JSON)
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
     partial = response.json()["partialSuccess"]
@@ -157,8 +137,8 @@ def test_hand_made_json_with_partial_success(running: Running) -> None:
 
 
 def test_non_utf8_json_is_replaced_and_protobuf_is_rejected(running: Running) -> None:
-    root = _json_span("c" * 16, None, "AGENT", 1, input__value="QUESTION")
-    body = json.dumps(_request(root)).replace("QUESTION", "caf\udce9").encode("utf-8", "surrogateescape")
+    root = json_span(TRACE, "c" * 16, None, "AGENT", 1, input__value="QUESTION")
+    body = json.dumps(json_request(root)).replace("QUESTION", "caf\udce9").encode("utf-8", "surrogateescape")
     assert httpx.post(running.url, content=body, headers=JSON).status_code == 200
     assert running.flushed()[TRACE].question == "caf\ufffd"
     # protobuf string fields must be UTF-8: such a body is undecodable as a whole
@@ -176,8 +156,8 @@ def test_bad_requests_get_clear_statuses() -> None:
     try:
         url = running.url
         full = encode_spans([]).SerializeToString()
-        root = _json_span("f" * 16, None, "AGENT", 1)
-        body = json.dumps(_request(root)).encode()
+        root = json_span(TRACE, "f" * 16, None, "AGENT", 1)
+        body = json.dumps(json_request(root)).encode()
         proto_request = _proto_with_spans(3)
         cases = [
             (httpx.post(url, content=body, headers={"Content-Type": "text/plain"}), 415, "Content-Type"),
@@ -223,7 +203,7 @@ def _proto_with_spans(count: int) -> bytes:
 
 
 def test_deflate_and_raw_deflate_bodies(running: Running) -> None:
-    body = json.dumps(_request(_json_span("9" * 16, None, "AGENT", 1, input__value="zipped"))).encode()
+    body = json.dumps(json_request(json_span(TRACE, "9" * 16, None, "AGENT", 1, input__value="zipped"))).encode()
     for data in (zlib.compress(body), zlib.compress(body)[2:-4]):
         response = httpx.post(running.url, content=data, headers=JSON | {"Content-Encoding": "deflate"})
         assert response.status_code == 200
@@ -257,8 +237,8 @@ def test_parent_never_arrives_and_duplicates() -> None:
     running = _start(buffer_limits=BufferLimits(grace_s=0.0, ttl_s=0.2))
     try:
         # no root ever arrives: assembled when the TTL passes, marked incomplete and with orphans noted
-        lost = _json_span("4" * 16, "5" * 16, "LLM", 1, llm__output_messages__0__message__content="alone")
-        body = json.dumps(_request(lost, lost)).encode()
+        lost = json_span(TRACE, "4" * 16, "5" * 16, "LLM", 1, llm__output_messages__0__message__content="alone")
+        body = json.dumps(json_request(lost, lost)).encode()
         assert httpx.post(running.url, content=body, headers=JSON).status_code == 200
         import time
 
@@ -281,52 +261,3 @@ def test_parent_never_arrives_and_duplicates() -> None:
 def test_refuses_non_loopback_without_opt_in() -> None:
     with pytest.raises(ConfigError, match="no authentication"):
         OTLPReceiver(lambda t: None, http=("0.0.0.0", 0))
-
-
-def test_non_finite_numbers_huge_times_and_lone_surrogates_get_an_answer_and_keep_the_trace(running: Running) -> None:
-    """Python's JSON reads Infinity, NaN and lone surrogates; none may stop the request or lose the trace."""
-    root = _json_span("a" * 16, None, "AGENT", 100, input__value="QUESTION", output__value="4")
-    root["endTimeUnixNano"] = "1e27"  # past int64: the root is kept, its end unknown
-    model = _json_span("b" * 16, "a" * 16, "LLM", 110, llm__output_messages__0__message__content="4")
-    model["attributes"] += [  # type: ignore[operator]
-        {"key": "llm.token_count.prompt", "value": {"intValue": "1180591620717411303424"}},  # 2^70
-        {"key": "score", "value": {"doubleValue": "NaN"}},
-    ]
-    negative = _json_span("c" * 16, "a" * 16, "LLM", 120)
-    negative["startTimeUnixNano"] = "-5"
-    body = json.dumps(_request(root, model, negative)).replace('"110"', "Infinity", 0)
-    body = body.replace('"endTimeUnixNano": "120"', '"endTimeUnixNano": Infinity').replace("QUESTION", "\\ud800?")
-    response = httpx.post(running.url, content=body, headers=JSON)
-    assert response.status_code == 200
-    partial = response.json()["partialSuccess"]
-    assert partial["rejectedSpans"] == "1" and "startTimeUnixNano" in partial["errorMessage"]  # the negative start
-    trace = running.flushed()[TRACE]
-    assert trace.question == "??" and [s.reasoning for s in trace.steps] == ["4"]
-    assert trace.steps[0].prompt_tokens is None  # out of range: dropped, not stored as a 70-bit number
-    json.dumps(trace.model_dump(mode="json"), allow_nan=False)  # and it can be written anywhere
-
-
-def test_a_second_receiver_on_the_same_ports_fails_clearly(running: Running) -> None:
-    """gRPC must not share a port (SO_REUSEPORT would split the traffic between two collectors silently)."""
-    with pytest.raises(ConfigError, match="is the port in use"):
-        OTLPReceiver(lambda trace: None, http=None, grpc_endpoint=("127.0.0.1", running.receiver.grpc_port))
-    with pytest.raises(ConfigError, match="could not listen"):
-        OTLPReceiver(lambda trace: None, http=("127.0.0.1", running.receiver.http_port))
-
-
-def test_two_hundred_concurrent_posts_are_all_answered(running: Running) -> None:
-    from concurrent.futures import ThreadPoolExecutor
-
-    body = json.dumps(_request(_json_span("a" * 16, None, "AGENT", 100, input__value="q"))).encode()
-
-    def post(_: int) -> tuple[int, str | None]:
-        response = httpx.post(running.url, content=body, headers=JSON, timeout=30)
-        return response.status_code, response.headers.get("retry-after")
-
-    with ThreadPoolExecutor(max_workers=200) as pool:
-        answers = list(pool.map(post, range(200)))
-    # none reset by a full listen backlog: each is taken, or told to retry when over the concurrent-request slots
-    assert all(answer in ((200, None), (503, "1")) for answer in answers), set(answers)
-    refused = sum(1 for status, _ in answers if status == 503)
-    assert running.receiver.stats()["requests_refused"] == refused
-    assert running.receiver.stats()["requests_ok"] == 200 - refused

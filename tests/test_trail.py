@@ -87,31 +87,3 @@ def test_trailing_comma_and_bad_ids_are_handled(tmp_path: Path) -> None:
         read_trail_file(bad, max_bytes=10_000)
     with pytest.raises(InputError, match="byte limit"):
         read_trail_file(good, max_bytes=10)
-
-
-def test_parent_ids_that_form_a_cycle_end_the_import(tmp_path: Path) -> None:
-    """Three LLM spans whose parent ids run in a circle beside a root, and an annotation on the root (no step): the
-    import ends (searching the circle for the root used to loop forever) and the label is kept, unmapped."""
-    import json
-
-    traces, annotations = tmp_path / "traces", tmp_path / "annotations"
-    traces.mkdir()
-    annotations.mkdir()
-    ids = [c * 16 for c in "abcd"]
-
-    def node(i: int) -> dict[str, object]:
-        attributes = {"openinference.span.kind": "LLM", "llm.output_messages.0.message.content": f"thought {i}"}
-        return {
-            "span_id": ids[i],
-            "parent_span_id": "None" if i == 0 else ids[i % 3 + 1],  # b -> c -> d -> b
-            "timestamp": f"2025-01-01T00:00:0{i}Z",
-            "span_name": "llm" if i else "chain",
-            "span_attributes": attributes if i else {"openinference.span.kind": "CHAIN"},
-            "child_spans": [],
-        }
-
-    path = traces / ("e" * 32 + ".json")
-    path.write_text(json.dumps({"trace_id": "e" * 32, "spans": [node(i) for i in range(4)]}))
-    (annotations / path.name).write_text(json.dumps({"errors": [{"category": "Goal deviation", "location": ids[0]}]}))
-    imported = read_trail_file(path, max_bytes=100_000)
-    assert len(imported.trace.steps) == 3 and imported.labels_total == 1 and imported.labels_mapped == 0

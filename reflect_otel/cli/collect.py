@@ -17,7 +17,7 @@ from reflect_otel.demo.examples import example_path
 from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.store import AttributionStore, open_store
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.tracefile import TraceWriter, each_trace_row
+from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, TraceWriter, each_trace_row
 
 __all__ = ["add_collect_command", "add_import_command"]
 
@@ -61,11 +61,12 @@ def add_collect_command(subparsers: argparse._SubParsersAction[argparse.Argument
 
 
 def _reingest(path: Path, store_path: str | None) -> int:
-    """Every trace of ``path`` into the store; bad lines (a line torn by a crash) are named and skipped."""
+    """Every trace of ``path`` (a --out file, or an ``import`` output, whose lines carry expected answers) into the
+    store; bad lines (a line torn by a crash) are named and skipped."""
     store = open_store(store_path)
     written = bad = 0
     try:
-        for row in each_trace_row(path):
+        for row in each_trace_row(path, extra_fields=(EXPECTED_ANSWER_FIELD,)):
             if isinstance(row, InputError):
                 bad += 1
                 print(f"skipped: {row}", file=sys.stderr)
@@ -212,7 +213,5 @@ def _print_report(report: ImportReport, out: Any) -> None:
         )
     if report.files_skipped:
         print(f"skipped {report.files_skipped} file(s) that hold no traces (annotations, other JSON)", file=sys.stderr)
-    if report.spans_rejected:
-        print(f"rejected {report.spans_rejected} span(s) with invalid ids or times", file=sys.stderr)
     for failure in report.failures:
         print(f"failed: {failure}", file=sys.stderr)

@@ -4,11 +4,13 @@ inputs beside it kept, exit 1; and ``sql`` confined to the store (no file read o
 from __future__ import annotations
 
 import json
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
 
 from reflect_otel.cli import main
+from reflect_otel.datasets.trail import read_trail_file
 from reflect_otel.exporters.duckdb_store import DuckDBStore
 from reflect_otel.testing.examples import five_step_trace, verified_attribution
 
@@ -105,3 +107,50 @@ def test_sql_reads_only_the_store(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.duckdb", "secret.txt"]
     assert main(["sql", "SELECT count(*) AS n FROM traces", "--store", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == [{"n": 1}]
+
+
+def test_import_keeps_the_good_files_and_lines_beside_bad_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A good OTLP file, a JSONL file with one bad line among good ones, and a file whose numbers Python's JSON
+    reads as Infinity: every good trace is written, each problem is one line naming its file (and line), exit 1."""
+    examples = Path(str(files("reflect_otel.demo"))) / "data" / "examples"
+    example = examples / "langgraph_agent.otlp.json"
+    good = tmp_path / "good.json"
+    good.write_text(example.read_text())
+    rows = (examples / "bbm" / "multistep_arithmetic.jsonl").read_text().splitlines()[:2]
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(f"{rows[0]}\n{{oops\n{rows[1]}\n")
+    infinite = tmp_path / "infinite.json"
+    infinite.write_text(example.read_text().replace('"startTimeUnixNano": "', '"startTimeUnixNano": Infinity, "x": "'))
+    out = tmp_path / "o.jsonl"
+    assert main(["import", str(good), str(mixed), str(infinite), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "mixed.jsonl:2: not valid JSON" in err
+    assert len(out.read_text().splitlines()) == 3  # the OTLP trace and the two good BIG-Bench-Mistake rows
+
+
+def test_parent_ids_that_form_a_cycle_end_the_import(tmp_path: Path) -> None:
+    """Three LLM spans whose parent ids run in a circle beside a root, and an annotation on the root (no step): the
+    import ends (searching the circle for the root used to loop forever) and the label is kept, unmapped."""
+    traces, annotations = tmp_path / "traces", tmp_path / "annotations"
+    traces.mkdir()
+    annotations.mkdir()
+    ids = [c * 16 for c in "abcd"]
+
+    def node(i: int) -> dict[str, object]:
+        attributes = {"openinference.span.kind": "LLM", "llm.output_messages.0.message.content": f"thought {i}"}
+        return {
+            "span_id": ids[i],
+            "parent_span_id": "None" if i == 0 else ids[i % 3 + 1],  # b -> c -> d -> b
+            "timestamp": f"2025-01-01T00:00:0{i}Z",
+            "span_name": "llm" if i else "chain",
+            "span_attributes": attributes if i else {"openinference.span.kind": "CHAIN"},
+            "child_spans": [],
+        }
+
+    path = traces / ("e" * 32 + ".json")
+    path.write_text(json.dumps({"trace_id": "e" * 32, "spans": [node(i) for i in range(4)]}))
+    (annotations / path.name).write_text(json.dumps({"errors": [{"category": "Goal deviation", "location": ids[0]}]}))
+    imported = read_trail_file(path, max_bytes=100_000)
+    assert len(imported.trace.steps) == 3 and imported.labels_total == 1 and imported.labels_mapped == 0

@@ -15,7 +15,7 @@ from pathlib import Path
 import duckdb
 
 from reflect_otel.llm.local import free_port
-from tests.hardening._load import SteadyLoad
+from reflect_otel.testing.otlp_load import SteadyLoad
 
 
 def _wait_listening(port: int, process: subprocess.Popen[str]) -> None:

@@ -15,7 +15,7 @@ import pytest
 from reflect_otel.collectors.receiver import OTLPReceiver
 from reflect_otel.collectors.trace_collector import BufferLimits
 from reflect_otel.testing import TraceSink
-from tests.hardening._bodies import gzipped, json_trace, mutate_bytes, mutate_json, proto_trace, trace_id
+from reflect_otel.testing.otlp_bodies import gzipped, json_trace, mutate_bytes, mutate_json, proto_trace, trace_id
 
 SEED = 20261122
 HTTP_BODIES = 1_500

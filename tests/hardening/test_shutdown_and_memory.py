@@ -12,8 +12,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits
 from reflect_otel.collectors.trace_collector import BufferLimits
 from reflect_otel.testing import TraceSink
-from tests.hardening._bodies import trace_id
-from tests.hardening._load import SteadyLoad
+from reflect_otel.testing.otlp_bodies import trace_id
+from reflect_otel.testing.otlp_load import SteadyLoad
 
 
 def test_shutdown_under_load_writes_exactly_what_was_acknowledged() -> None:

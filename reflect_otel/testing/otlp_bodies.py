@@ -116,3 +116,27 @@ def mutate_json(rng: random.Random, number: int) -> bytes:
 
 def gzipped(data: bytes) -> bytes:
     return gzip.compress(data, compresslevel=1)
+
+
+def json_span(trace: str, span_id: str, parent: str | None, kind: str, start: int, **attrs: str) -> dict[str, object]:
+    """One hand-made OTLP/JSON span of OpenInference ``kind``, ending 10 ns after ``start``; ``attrs`` are string
+    attributes whose ``__`` stands for a dot (``input__value`` is ``input.value``)."""
+    attributes = [{"key": "openinference.span.kind", "value": {"stringValue": kind}}]
+    attributes += [{"key": k.replace("__", "."), "value": {"stringValue": v}} for k, v in attrs.items()]
+    span: dict[str, object] = {
+        "traceId": trace,
+        "spanId": span_id,
+        "name": kind.lower(),
+        "startTimeUnixNano": str(start),
+        "endTimeUnixNano": str(start + 10),
+        "attributes": attributes,
+        "status": {"code": 1},
+    }
+    if parent:
+        span["parentSpanId"] = parent
+    return span
+
+
+def json_request(*spans: dict[str, object]) -> dict[str, object]:
+    """An OTLP/JSON export request holding ``spans`` in one scope."""
+    return {"resourceSpans": [{"scopeSpans": [{"scope": {"name": "hand"}, "spans": list(spans)}]}]}

@@ -9,6 +9,7 @@ import http.client
 import json
 import socket
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import httpx
@@ -17,6 +18,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits
 from reflect_otel.collectors.trace_collector import BufferLimits
+from reflect_otel.errors import ConfigError
 from reflect_otel.testing import TraceSink
 from reflect_otel.trace import WarningCode
 
@@ -199,3 +201,35 @@ def test_more_concurrent_requests_than_slots_get_503_not_a_reset() -> None:
         slow.close()
     finally:
         receiver.shutdown(10)
+
+
+def test_a_second_receiver_on_the_same_ports_fails_clearly() -> None:
+    """gRPC must not share a port (SO_REUSEPORT would split the traffic between two collectors silently)."""
+    first = start(TraceSink())
+    try:
+        with pytest.raises(ConfigError, match="is the port in use"):
+            OTLPReceiver(lambda trace: None, http=None, grpc_endpoint=("127.0.0.1", first.grpc_port))
+        with pytest.raises(ConfigError, match="could not listen"):
+            OTLPReceiver(lambda trace: None, http=("127.0.0.1", first.http_port))
+    finally:
+        first.shutdown(10)
+
+
+def test_two_hundred_concurrent_posts_are_all_answered() -> None:
+    receiver = start(TraceSink(), grace_s=0.0)
+    payload = body(span(7, 1, parent=None))
+
+    def post(_: int) -> tuple[int, str | None]:
+        response = httpx.post(url(receiver), content=payload, headers=JSON, timeout=30)
+        return response.status_code, response.headers.get("retry-after")
+
+    try:
+        with ThreadPoolExecutor(max_workers=200) as pool:
+            answers = list(pool.map(post, range(200)))
+    finally:
+        receiver.shutdown(10)
+    # none reset by a full listen backlog: each is taken, or told to retry when over the concurrent-request slots
+    assert all(answer in ((200, None), (503, "1")) for answer in answers), set(answers)
+    refused = sum(1 for status, _ in answers if status == 503)
+    assert receiver.stats()["requests_refused"] == refused
+    assert receiver.stats()["requests_ok"] == 200 - refused

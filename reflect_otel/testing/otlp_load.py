@@ -6,7 +6,7 @@ import http.client
 import json
 import threading
 
-from tests.hardening._bodies import json_trace, trace_id
+from reflect_otel.testing.otlp_bodies import json_trace, trace_id
 
 
 class SteadyLoad:
