@@ -7,6 +7,10 @@ data, seeded sample); ``--live RESULTS`` takes the demo agent's runs recorded by
 (``results.jsonl``: each run's trace and whether its answer was right). The proxy verifiers call the configured
 model (the local server by default); a run whose verifier call failed is counted as failed, never scored.
 
+For the proxy verifiers it also prints how often verdicts on each basis were right (the counts a
+:class:`~reflect_otel.proxy_verifier.ConfidenceCalibration` holds); ``--calibration-out FILE`` writes those of the
+last proxy verifier run as one, for ``REFLECT_PROXY_CALIBRATION``.
+
     python -m benchmarks.flagging --bbm ../shared/data --per-class 10 --verifiers evidence,proxy,both
 """
 
@@ -18,14 +22,16 @@ import math
 import random
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 from reflect_otel.datasets.bbm import read_bbm
 from reflect_otel.evidence import Severity, find_evidence
 from reflect_otel.llm.factory import make_llm
-from reflect_otel.proxy_verifier import PlanAnchoredVerifier, ProxyVerifierConfig
+from reflect_otel.proxy_verifier import BASES, ConfidenceCalibration, PlanAnchoredVerifier, ProxyVerifierConfig
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verifiers import BBMVerifier
 
@@ -70,14 +76,27 @@ def evidence_flag(trace: StructuredTrace) -> bool:
     return any(f.severity is Severity.CRITICAL for f in find_evidence(trace))
 
 
-def proxy_flag(verifier: PlanAnchoredVerifier) -> Flagger:
-    def flag(trace: StructuredTrace) -> bool | None:
-        verdict = verifier.verify(trace, expected=None)
+class ProxyFlagger:
+    """A :data:`Flagger` over the proxy verifier that also counts, per verdict basis, the verdicts that were right."""
+
+    def __init__(self, verifier: PlanAnchoredVerifier) -> None:
+        self.verifier = verifier
+        self.right: Counter[str] = Counter()
+        self.judged: Counter[str] = Counter()
+        self.wrong_now = False
+
+    def __call__(self, trace: StructuredTrace) -> bool | None:
+        verdict, basis = self.verifier.judge(trace)
         if verdict.label == "UNCERTAIN" and "failed" in verdict.reasoning:
             return None
+        if basis is not None:
+            self.judged[basis] += 1
+            self.right[basis] += verdict.is_correct is (not self.wrong_now)
         return verdict.label == "HIGH_ERROR_SIGNAL"
 
-    return flag
+    def calibration(self, source: str) -> ConfidenceCalibration:
+        counts = {b: (self.right[b], self.judged[b]) for b in BASES if self.judged[b]}
+        return ConfidenceCalibration(model=self.verifier.llm.model_name, counts=counts, source=source)
 
 
 def share(hits: int, total: int) -> str:
@@ -91,6 +110,8 @@ def score(name: str, runs: Iterable[Labelled], flag: Flagger) -> str:
     flagged_wrong = flagged_right = missed = failed = uncertain_right = 0
     started = time.perf_counter()
     for run in runs:
+        if isinstance(flag, ProxyFlagger):
+            flag.wrong_now = run.wrong  # what a verdict must say to be right
         outcome = flag(run.trace)
         if outcome is None:
             failed += 1
@@ -118,6 +139,7 @@ def main() -> None:
     parser.add_argument("--per-class", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--verifiers", default="evidence,proxy,both")
+    parser.add_argument("--calibration-out", type=Path, help="write the last proxy verifier's calibration here")
     args = parser.parse_args()
     if (args.bbm is None) == (args.live is None):
         parser.error("give exactly one of --bbm DATA and --live RESULTS")
@@ -128,6 +150,8 @@ def main() -> None:
     print("|---|---|---|---|---|")
     names = [n.strip() for n in args.verifiers.split(",") if n.strip()]
     llm = make_llm() if {"proxy", "both"} & set(names) else None
+    calibrations: list[tuple[str, ConfidenceCalibration]] = []
+    data = f"--bbm {args.bbm} --per-class {args.per_class} --seed {args.seed}" if args.bbm else f"--live {args.live}"
     for name in names:
         if name == "evidence":
             print(score("evidence checks alone", runs, evidence_flag), flush=True)
@@ -135,9 +159,21 @@ def main() -> None:
             assert llm is not None
             config = ProxyVerifierConfig(use_evidence=name == "both")
             label = "proxy verifier alone" if name == "proxy" else "proxy + evidence (default)"
-            print(score(label, runs, proxy_flag(PlanAnchoredVerifier(llm, config=config))), flush=True)
+            flagger = ProxyFlagger(PlanAnchoredVerifier(llm, config=config))
+            print(score(label, runs, flagger), flush=True)
+            source = (
+                f"{len(runs)} labelled runs, {date.today()}: python -m benchmarks.flagging {data} --verifiers {name}"
+            )
+            calibrations.append((label, flagger.calibration(source)))
         else:
             parser.error(f"unknown verifier {name!r}; choose from evidence, proxy, both")
+    for label, calibration in calibrations:
+        print(f"\n{label}, verdicts right per basis (model {calibration.model}):")
+        for basis, (right, judged) in calibration.counts.items():
+            print(f"- {basis}: {right}/{judged}, calibrated confidence {(right + 1) / (judged + 2):.2f}")
+    if args.calibration_out and calibrations:
+        args.calibration_out.write_text(calibrations[-1][1].model_dump_json(indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.calibration_out} (use it with REFLECT_PROXY_CALIBRATION={args.calibration_out})")
 
 
 if __name__ == "__main__":

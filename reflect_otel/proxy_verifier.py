@@ -14,17 +14,25 @@
 5. Scores: the error signal ``E = sigmoid(scale * (S - offset))`` of the severity-weighted deviation sum ``S``
    (resolved deviations weigh 30%); the confidence ``C`` starts at 1 and is penalised for ambiguity. Labels:
    ``HIGH_ERROR_SIGNAL`` (C >= 0.3 and E >= 0.5), ``LOW_ERROR_SIGNAL`` (C >= 0.3, E < 0.5), ``UNCERTAIN`` (C < 0.3).
+6. Reported confidence: ``C`` says how ambiguous the audit was, not how often such a verdict is right. The verdict
+   reports ``min(C, p)``, where ``p`` is how often verdicts on the same basis (:data:`BASES`) were right on labelled
+   runs with the same auditor model (:class:`ConfidenceCalibration`, Laplace-smoothed); a basis or model never
+   measured reports :data:`UNMEASURED_CONFIDENCE`, so an audit that found nothing is never "sure" by default.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from reflect_otel.errors import LLMError
+from reflect_otel.errors import ConfigError, LLMError
 from reflect_otel.evidence import Severity, find_evidence, render_findings
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.prompts import format_step
@@ -33,16 +41,22 @@ from reflect_otel.trace import Step, StepStatus, StructuredTrace
 from reflect_otel.verdict import Verdict
 
 __all__ = [
+    "BASES",
     "BENIGN",
+    "CALIBRATION_ENV",
     "DEVIATIONS",
+    "UNMEASURED_CONFIDENCE",
     "Anchors",
     "AuditOutput",
+    "Basis",
+    "ConfidenceCalibration",
     "MacroStep",
     "PlanAnchoredVerifier",
     "ProxyScores",
     "ProxyVerifierConfig",
     "macro_steps",
     "score_audit",
+    "verdict_basis",
 ]
 
 BENIGN = ("Housekeeping", "Aligned", "Valid_Alternative", "Recovery")
@@ -53,6 +67,59 @@ DEVIATIONS = (
     "Missed_Required_Subgoal",
     "Output_Drift",
 )
+
+
+Basis = Literal["critical_evidence", "audit_high", "audit_low_with_deviations", "audit_low_clean"]
+BASES: tuple[Basis, ...] = ("critical_evidence", "audit_high", "audit_low_with_deviations", "audit_low_clean")
+"""What a verdict rests on: a critical evidence finding; an audit whose deviations flag the run; an audit that
+found deviations too light to flag it; an audit that found none."""
+
+UNMEASURED_CONFIDENCE = 0.5
+"""The confidence of a verdict whose basis was never measured for the auditor model: a coin, not certainty."""
+
+CALIBRATION_ENV = "REFLECT_PROXY_CALIBRATION"
+"""A JSON file of :class:`ConfidenceCalibration` (``python -m benchmarks.flagging ... --calibration-out FILE``
+writes one from labelled runs), used instead of the one shipped."""
+
+
+class ConfidenceCalibration(BaseModel):
+    """How often verdicts on each basis were right on labelled runs, with one auditor model.
+
+    ``counts[basis] = (right, judged)``; the calibrated confidence is ``(right + 1) / (judged + 2)``. Counts apply
+    only when the auditor is ``model``: another model's verdicts are as good as that model, which was not measured.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = ""
+    counts: dict[Basis, tuple[int, int]] = Field(default_factory=dict)
+    source: str = ""
+    """What was measured: data, run count, date, command."""
+
+    def confidence(self, basis: Basis, model: str) -> float | None:
+        """The measured rate for ``basis`` with ``model`` (Laplace-smoothed); None when never measured."""
+        if not self.model or model != self.model:
+            return None
+        right, judged = self.counts.get(basis, (0, 0))
+        return (right + 1) / (judged + 2) if judged else None
+
+    @classmethod
+    def from_env(cls) -> ConfidenceCalibration:
+        """The file named by ``REFLECT_PROXY_CALIBRATION``, else the calibration shipped with the package."""
+        path = os.environ.get(CALIBRATION_ENV, "").strip()
+        if not path:
+            return SHIPPED_CALIBRATION
+        try:
+            return cls.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
+        except (OSError, ValueError) as error:
+            raise ConfigError(
+                f"{CALIBRATION_ENV}={path}: not a readable calibration ({error}); write one with "
+                "python -m benchmarks.flagging --calibration-out FILE, or unset the variable"
+            ) from None
+
+
+SHIPPED_CALIBRATION = ConfidenceCalibration()
+"""No measurement shipped yet: every audit verdict reports at most :data:`UNMEASURED_CONFIDENCE`."""
 
 
 class ProxyVerifierConfig(BaseModel):
@@ -82,8 +149,10 @@ class ProxyVerifierConfig(BaseModel):
     use_evidence: bool = True
     """Combine the evidence checks with the audit (off measures the audit alone)."""
     evidence_confidence: float = Field(default=0.9, ge=0, le=1)
-    """The confidence reported for a run flagged by a critical evidence finding (a prior, not a measurement: the
-    critical checks name failures that hold whatever the task)."""
+    """The confidence reported for a run flagged by a critical evidence finding when ``calibration`` has no
+    measurement of that basis (a prior: the critical checks name failures that hold whatever the task)."""
+    calibration: ConfidenceCalibration = Field(default_factory=ConfidenceCalibration.from_env)
+    """Measured rates per basis (see the module's step 6)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,21 +318,29 @@ class PlanAnchoredVerifier:
         return [verdicts[i] for i in sorted(verdicts)]
 
     def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
+        return self.judge(trace)[0]
+
+    def judge(self, trace: StructuredTrace) -> tuple[Verdict, Basis | None]:
+        """The verdict, and what it rests on (None when UNCERTAIN): the pair a calibration counts."""
         steps = macro_steps(trace)
         if not steps:
-            return Verdict(verifier=self.name, is_correct=None, confidence=0.0, label="UNCERTAIN", reasoning="no steps")
+            return Verdict(
+                verifier=self.name, is_correct=None, confidence=0.0, label="UNCERTAIN", reasoning="no steps"
+            ), None
         findings = find_evidence(trace) if self.config.use_evidence else ()
         critical = [f for f in findings if f.severity is Severity.CRITICAL]
         if critical:
             named = "; ".join(f"step {f.step_index} {f.kind.value}: {f.evidence}" for f in critical[:3])
-            return Verdict(
+            measured = self.config.calibration.confidence("critical_evidence", self.llm.model_name)
+            verdict = Verdict(
                 verifier=self.name,
                 is_correct=False,
-                confidence=self.config.evidence_confidence,
+                confidence=self.config.evidence_confidence if measured is None else measured,
                 score=1.0,
                 label="HIGH_ERROR_SIGNAL",
                 reasoning=f"critical evidence (no audit needed): {named}",
             )
+            return verdict, "critical_evidence"
         try:
             anchors = self.anchors(trace.question)
             audited = self.audit(trace.question, anchors, steps, render_findings(findings))
@@ -274,7 +351,7 @@ class PlanAnchoredVerifier:
                     confidence=0.0,
                     label="UNCERTAIN",
                     reasoning="degenerate audit: every macro-step got the same verdict and the same rationale",
-                )
+                ), None
             scores = score_audit(audited, self.config)
         except LLMError as error:
             return Verdict(
@@ -283,7 +360,7 @@ class PlanAnchoredVerifier:
                 confidence=0.0,
                 label="UNCERTAIN",
                 reasoning=f"the proxy verifier failed: {error}",
-            )
+            ), None
         is_correct = {"HIGH_ERROR_SIGNAL": False, "LOW_ERROR_SIGNAL": True}.get(scores.label)
         described = "; ".join(
             f"{d.category} at macro-step {d.first_step}"
@@ -291,11 +368,30 @@ class PlanAnchoredVerifier:
             + (" (resolved)" if d.resolved else "")
             for d in scores.deviations
         )
-        return Verdict(
+        basis = verdict_basis(scores)
+        measured = self.config.calibration.confidence(basis, self.llm.model_name) if basis else None
+        confidence = min(scores.confidence, UNMEASURED_CONFIDENCE if measured is None else measured)
+        verdict = Verdict(
             verifier=self.name,
             is_correct=is_correct,
-            confidence=scores.confidence,
+            confidence=confidence if basis else scores.confidence,
             score=scores.error_signal,
             label=scores.label,
-            reasoning=f"E={scores.error_signal:.3f} C={scores.confidence:.2f}; " + (described or "no deviations"),
+            reasoning=f"E={scores.error_signal:.3f} C={scores.confidence:.2f} "
+            + (
+                f"({basis}: {'measured' if measured is not None else 'not calibrated'} {confidence:.2f}); "
+                if basis
+                else "; "
+            )
+            + (described or "no deviations"),
         )
+        return verdict, basis
+
+
+def verdict_basis(scores: ProxyScores) -> Basis | None:
+    """What an audit's verdict rests on; None for UNCERTAIN (no verdict to calibrate)."""
+    if scores.label == "HIGH_ERROR_SIGNAL":
+        return "audit_high"
+    if scores.label == "LOW_ERROR_SIGNAL":
+        return "audit_low_with_deviations" if scores.deviations else "audit_low_clean"
+    return None

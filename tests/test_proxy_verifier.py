@@ -4,12 +4,17 @@ recovery handling, with a scripted auditor."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from reflect_otel.errors import ConfigError
 from reflect_otel.proxy_verifier import (
+    CALIBRATION_ENV,
+    UNMEASURED_CONFIDENCE,
     AuditedStep,
+    ConfidenceCalibration,
     PlanAnchoredVerifier,
     ProxyVerifierConfig,
     chunks,
@@ -259,3 +264,48 @@ def test_a_degenerate_audit_is_uncertain_and_online_attribution_of_uncertain_run
     assert service(False).process(_long_trace(3)).record is None  # counted, not attributed
     outcome = service(True).process(_long_trace(3))
     assert outcome.flagged and outcome.record is not None and outcome.record.step_index == 1
+
+
+def _clean_audit_llm(model_name: str = "scripted-llm") -> ScriptedLLM:
+    steps = [
+        {"macro_step": i, "category": "Aligned", "severity": "minor", "anchor": "none", "rationale": f"step {i} fits"}
+        for i in range(1, 4)
+    ]
+    return ScriptedLLM([ANCHORS, {"steps": steps}], model_name=model_name)
+
+
+def test_an_audit_that_found_nothing_is_not_sure_unless_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Structural confidence 1.0 is how unambiguous the audit was; the verdict reports how often such verdicts were
+    right with this auditor model, and a coin when that was never measured."""
+    monkeypatch.delenv(CALIBRATION_ENV, raising=False)
+    verdict = PlanAnchoredVerifier(_clean_audit_llm()).verify(_long_trace(3), expected=None)
+    assert verdict.label == "LOW_ERROR_SIGNAL" and verdict.confidence == UNMEASURED_CONFIDENCE
+    assert "audit_low_clean: not calibrated" in verdict.reasoning
+    measured = ConfidenceCalibration(model="scripted-llm", counts={"audit_low_clean": (3, 8)}, source="test")
+    config = ProxyVerifierConfig(calibration=measured)
+    verdict = PlanAnchoredVerifier(_clean_audit_llm(), config=config).verify(_long_trace(3), expected=None)
+    assert verdict.confidence == pytest.approx(4 / 10)  # (3 + 1) / (8 + 2)
+    verdict = PlanAnchoredVerifier(_clean_audit_llm("another-model"), config=config).verify(
+        _long_trace(3), expected=None
+    )
+    assert verdict.confidence == UNMEASURED_CONFIDENCE  # measured with another auditor: does not apply
+
+
+def test_critical_evidence_reports_its_measured_rate_or_else_its_prior() -> None:
+    loop = {"tool": "sort", "args": {"col": "Year"}, "result": "t2: 5 rows"}
+    trace = make_trace("Which year?", [loop, loop, loop], final_answer="")
+    prior = PlanAnchoredVerifier(ScriptedLLM([]), config=ProxyVerifierConfig(calibration=ConfidenceCalibration()))
+    assert prior.verify(trace, expected=None).confidence == 0.9
+    measured = ConfidenceCalibration(model="scripted-llm", counts={"critical_evidence": (9, 10)})
+    verifier = PlanAnchoredVerifier(ScriptedLLM([]), config=ProxyVerifierConfig(calibration=measured))
+    assert verifier.verify(trace, expected=None).confidence == pytest.approx(10 / 12)
+
+
+def test_a_calibration_file_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "calibration.json"
+    path.write_text(ConfidenceCalibration(model="m", counts={"audit_high": (1, 2)}).model_dump_json())
+    monkeypatch.setenv(CALIBRATION_ENV, str(path))
+    assert ProxyVerifierConfig().calibration.counts == {"audit_high": (1, 2)}
+    path.write_text("{not json")
+    with pytest.raises(ConfigError, match="--calibration-out"):
+        ProxyVerifierConfig()
