@@ -64,3 +64,10 @@ def test_demo_runs_the_questions_through_observe(
         assert db.execute("SELECT count(*) FROM attributions WHERE error_type = 'hallucination'").fetchone() == (2,)
         questions = [q for (q,) in db.execute("SELECT question FROM traces ORDER BY question").fetchall()]
     assert questions[1].startswith("in what city did piotr")  # the run's input is the question
+
+
+def test_bad_settings_are_refused_before_the_model_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--rounds", "0", "--gate-retries", "20"]) == 2
+    err = capsys.readouterr().err
+    assert "--rounds: Input should be greater than or equal to 1" in err and "--gate-retries" in err
+    assert "starting the model" not in err

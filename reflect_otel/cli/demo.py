@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 import reflect_otel
 from reflect_otel.config import GateMode, LLMConfig, ReflectConfig
 from reflect_otel.errors import ConfigError
@@ -51,6 +53,14 @@ def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument("--max-steps", type=int, default=6, help="tool calls an agent run may make (default 6)")
     parser.add_argument("--rounds", type=int, default=1, help="REFLECT diagnosis rounds D (default 1 for the demo)")
     parser.add_argument("--rollback-points", type=int, default=2, help="rollback points K (default 2 for the demo)")
+    parser.add_argument(
+        "--gate",
+        choices=[m.value for m in GateMode],
+        default=GateMode.SOFT.value,
+        help="faithfulness gate: soft records its verdict, hard retries an unfaithful replay with feedback and "
+        "counts only faithful flips (default soft for the demo)",
+    )
+    parser.add_argument("--gate-retries", type=int, default=1, help="R, hard-gate retries (default 1 for the demo)")
     parser.set_defaults(handler=_demo)
 
 
@@ -124,6 +134,16 @@ def _demo(args: argparse.Namespace) -> int:
     from reflect_otel.verifiers import answers_match
 
     questions = _selected(args)
+    try:  # before the model starts: a bad setting must not cost a model load
+        reflect_config = ReflectConfig(
+            rounds=args.rounds,
+            rollback_points=args.rollback_points,
+            gate=GateMode(args.gate),
+            gate_retries=args.gate_retries,
+        )
+    except ValidationError as error:
+        problems = "; ".join(f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}" for e in error.errors())
+        raise ConfigError(problems) from None
     phoenix = args.phoenix or os.environ.get("PHOENIX_COLLECTOR_ENDPOINT")
     if phoenix:
         os.environ["PHOENIX_COLLECTOR_ENDPOINT"] = phoenix
@@ -132,12 +152,13 @@ def _demo(args: argparse.Namespace) -> int:
     progress.say("starting the model (the first run assembles the local model once)")
     llm = make_llm(LLMConfig.from_env())
     progress.say(
-        f"model: {llm.model_name}; {len(questions)} question(s); REFLECT with D={args.rounds}, K={args.rollback_points}"
+        f"model: {llm.model_name}; {len(questions)} question(s); REFLECT with D={args.rounds}, K={args.rollback_points}, "
+        f"{args.gate} gate" + (f" (R={args.gate_retries})" if args.gate == GateMode.HARD.value else "")
     )
     runtime = reflect_otel.configure(
         store=args.store,
         llm=llm,
-        reflect_config=ReflectConfig(rounds=args.rounds, rollback_points=args.rollback_points, gate=GateMode.SOFT),
+        reflect_config=reflect_config,
         proxy=False,  # the answers are known: the oracle regime
         exporters=["phoenix"] if phoenix else (),
     )
