@@ -252,8 +252,10 @@ def probe_fuzz(folder: Path, scale: float) -> list[Row]:
         written, stored = running.written(), running.stored()
     http_row.lost = _whole(written, stored, after_http, 3)
     grpc_row.lost = _whole(written, stored, after_grpc, 3)
-    http_row.note += "; answers " + ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items(), key=str) if k != "grpc")
-    grpc_row.note = "lost counts the 20 valid traces sent after the fuzz"
+    answers = sorted(statuses.items(), key=str)
+    http_row.note += "; answers " + ", ".join(f"{k}: {v}" for k, v in answers if not str(k).startswith("grpc"))
+    grpc_row.note = "answers " + ", ".join(f"{k[5:]}: {v}" for k, v in answers if str(k).startswith("grpc"))
+    grpc_row.note += "; lost counts the 20 valid traces sent after the fuzz (on both rows)"
     return [http_row, grpc_row]
 
 

@@ -80,12 +80,12 @@ def proto_trace(number: int, *, steps: int = 3, text: str = "ok") -> bytes:
         span.start_time_unix_nano, span.end_time_unix_nano = 2000 + step * 100, 2050 + step * 100
         for key, value in (("openinference.span.kind", "TOOL"), ("tool.name", f"tool_{step}"), ("output.value", text)):
             span.attributes.add(key=key).value.string_value = value
-    return request.SerializeToString()
+    return bytes(request.SerializeToString())
 
 
-def mutate_bytes(rng: random.Random, data: bytes) -> bytes:
+def mutate_bytes(rng: random.Random, original: bytes) -> bytes:
     """One of: flip bytes, truncate, insert random bytes, duplicate a slice, zero a run."""
-    data = bytearray(data)
+    data = bytearray(original)
     kind = rng.randrange(5)
     if kind == 0:
         for _ in range(rng.randint(1, 8)):
