@@ -118,8 +118,15 @@ class ConfidenceCalibration(BaseModel):
             ) from None
 
 
-SHIPPED_CALIBRATION = ConfidenceCalibration()
-"""No measurement shipped yet: every audit verdict reports at most :data:`UNMEASURED_CONFIDENCE`."""
+SHIPPED_CALIBRATION = ConfidenceCalibration(
+    model="qwen2.5-coder-1.5b-instruct",
+    counts={"audit_low_clean": (2, 7)},
+    source="7 labelled runs of the demo agent with the default local model (5 wrong, 2 right), 2026-11-22: python -m "
+    "benchmarks.flagging --live benchmarks/results/wtq-live-qwen2.5-coder-1.5b/results.jsonl --verifiers both",
+)
+"""Measured for the default local model only: every audit found nothing, and 2 of those 7 verdicts were right, so
+such a verdict reports (2 + 1) / (7 + 2) = 0.33. Other models and bases report :data:`UNMEASURED_CONFIDENCE` until
+calibrated (``REFLECT_PROXY_CALIBRATION``)."""
 
 
 class ProxyVerifierConfig(BaseModel):

@@ -309,3 +309,15 @@ def test_a_calibration_file_from_the_environment(tmp_path: Path, monkeypatch: py
     path.write_text("{not json")
     with pytest.raises(ConfigError, match="--calibration-out"):
         ProxyVerifierConfig()
+
+
+def test_the_shipped_calibration_is_the_default_local_models_and_says_what_was_measured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(CALIBRATION_ENV, raising=False)
+    shipped = ProxyVerifierConfig().calibration
+    assert shipped.model == "qwen2.5-coder-1.5b-instruct" and "benchmarks.flagging" in shipped.source
+    clean = shipped.confidence("audit_low_clean", shipped.model)
+    assert clean is not None and clean < UNMEASURED_CONFIDENCE  # most runs this model called clean were wrong
+    verdict = PlanAnchoredVerifier(_clean_audit_llm(shipped.model)).verify(_long_trace(3), expected=None)
+    assert verdict.confidence == pytest.approx(clean) and "audit_low_clean: measured" in verdict.reasoning
