@@ -12,7 +12,6 @@ Last line: ``hardening_failures=N`` (every column but ``tried``, summed).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import random
 import signal
@@ -33,7 +32,6 @@ from pathlib import Path
 import duckdb
 import grpc
 import httpx
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits
 from reflect_otel.collectors.trace_collector import BufferLimits
@@ -41,13 +39,14 @@ from reflect_otel.llm.local import free_port
 from reflect_otel.testing.otlp_bodies import (
     WEIRD_JSON_VALUES,
     gzipped,
+    huge_spans_body,
     json_trace,
     mutate_bytes,
     mutate_json,
     proto_trace,
     trace_id,
 )
-from reflect_otel.testing.otlp_load import SteadyLoad
+from reflect_otel.testing.otlp_load import PeakRss, SteadyLoad
 
 SEED = 20261122
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -185,6 +184,11 @@ def _post(client: httpx.Client, url: str, body: bytes, headers: dict[str, str], 
         if fault:
             setattr(row, fault, getattr(row, fault) + 1)
     return response
+
+
+def _missing(ids: list[str] | set[str], written: dict[str, dict[str, object]], stored: dict[str, int]) -> int:
+    """How many of ``ids`` (acknowledged) are absent from the file or the store."""
+    return sum(1 for tid in ids if tid not in written or tid not in stored)
 
 
 def _whole(written: dict[str, dict[str, object]], stored: dict[str, int], ids: list[str], steps: int) -> int:
@@ -347,7 +351,7 @@ def probe_shutdown(folder: Path, runs: int) -> Row:
             _ended_badly(row, running)
             written, stored = running.written(), running.stored()
         row.tried += len(load.acknowledged)
-        row.lost += sum(1 for tid in load.acknowledged if tid not in written or tid not in stored)
+        row.lost += _missing(load.acknowledged, written, stored)
         refused |= {status for status, _ in load.refused}
         row.wrong_status += sum(1 for status, _ in load.refused if status != 503)
     row.note = f"tried = traces acknowledged over {runs} runs; refusals answered {sorted(refused) or 'none'}"
@@ -382,29 +386,6 @@ def probe_kill(folder: Path, runs: int) -> Row:
 
 
 # -- 2. memory ---------------------------------------------------------------------------------------------------
-def _rss_bytes() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def _huge_spans_body(trace: int, spans: int, attribute_bytes: int) -> bytes:
-    request = ExportTraceServiceRequest()
-    scope = request.resource_spans.add().scope_spans.add()
-    for n in range(spans):
-        span = scope.spans.add(
-            trace_id=bytes.fromhex(trace_id(trace)),
-            span_id=(n + 2).to_bytes(8, "big"),
-            parent_span_id=(1).to_bytes(8, "big"),  # the root is never sent: the trace stays buffered
-            name="tool",
-        )
-        span.start_time_unix_nano, span.end_time_unix_nano = 10 + n, 20 + n
-        span.attributes.add(key="output.value").value.string_value = chr(65 + n % 26) * attribute_bytes
-    return gzip.compress(request.SerializeToString(), compresslevel=1)
-
-
 def probe_memory(requests: int) -> Row:
     """The original flood (gzip requests of 60 spans with 1 MiB attributes, roots never sent, 8 at once) against a
     receiver in this process bounded to 64 MiB buffered and 64 MiB in flight: RSS growth is printed beside them."""
@@ -416,22 +397,11 @@ def probe_memory(requests: int) -> Row:
         limits=ReceiverLimits(max_inflight_bytes=bound),
         buffer_limits=BufferLimits(max_buffered_bytes=bound, max_bytes_per_trace=16 * 2**20, ttl_s=600),
     ).start()
-    bodies = [_huge_spans_body(600 + number, 60, 2**20) for number in range(requests)]  # before the first sample
-    start = peak = _rss_bytes()
-    sampling = True
-
-    def sample() -> None:
-        nonlocal peak
-        while sampling:
-            peak = max(peak, _rss_bytes())
-            time.sleep(0.005)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
+    bodies = [huge_spans_body(600 + number, 60, 2**20) for number in range(requests)]  # before the first sample
     url = f"http://127.0.0.1:{receiver.http_port}/v1/traces"
     answers: list[int] = []
     try:
-        with httpx.Client(timeout=TIMEOUT_S * 2) as client:
+        with PeakRss() as rss, httpx.Client(timeout=TIMEOUT_S * 2) as client:
 
             def post(body: bytes) -> None:
                 response = _post(client, url, body, PROTOBUF | {"Content-Encoding": "gzip"}, row)
@@ -443,11 +413,9 @@ def probe_memory(requests: int) -> Row:
             with ThreadPoolExecutor(max_workers=8) as pool:
                 list(pool.map(post, bodies))
     finally:
-        sampling = False
-        sampler.join()
         receiver.shutdown(60)
     row.note = (
-        f"RSS growth {(peak - start) / 2**20:.0f} MiB for {requests * 60} MiB of attributes sent "
+        f"RSS growth {rss.growth / 2**20:.0f} MiB for {requests * 60} MiB of attributes sent "
         f"(bounds {2 * bound / 2**20:.0f} MiB); answers 200: {answers.count(200)}, 429: {answers.count(429)}"
     )
     return row
@@ -693,7 +661,7 @@ def probe_contention(folder: Path, rounds: int) -> Row:
         running.stop()
         _ended_badly(row, running)
         written, stored = running.written(), running.stored()
-    row.lost = sum(1 for tid in acknowledged if tid not in written or tid not in stored)
+    row.lost = _missing(acknowledged, written, stored)
     row.note = "answers " + ", ".join(f"{k}: {v}" for k, v in sorted(answered.items()))
     return row
 
@@ -734,7 +702,7 @@ def probe_secrets(folder: Path) -> Row:
         file_text = running.out.read_text() if running.out.exists() else ""
         with duckdb.connect(str(running.store), read_only=True) as db:
             store_text = " ".join(str(r) for r in db.execute("SELECT trace_json FROM traces").fetchall())
-    row.lost = sum(1 for tid in acknowledged if tid not in written or tid not in stored)
+    row.lost = _missing(acknowledged, written, stored)
     row.other = sum(1 for _, value in SECRETS for text in (file_text, store_text) if value in text)
     row.note = f"other = secrets found verbatim ({len(SECRETS)} secrets x file and store)"
     return row

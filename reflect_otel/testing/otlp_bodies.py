@@ -1,4 +1,4 @@
-"""Valid OTLP bodies to mutate, and the mutations (seeded) that the fuzz and flood tests send."""
+"""Valid OTLP bodies to mutate, the mutations (seeded) that the fuzz and flood tests send, and flood bodies."""
 
 from __future__ import annotations
 
@@ -140,3 +140,20 @@ def json_span(trace: str, span_id: str, parent: str | None, kind: str, start: in
 def json_request(*spans: dict[str, object]) -> dict[str, object]:
     """An OTLP/JSON export request holding ``spans`` in one scope."""
     return {"resourceSpans": [{"scopeSpans": [{"scope": {"name": "hand"}, "spans": list(spans)}]}]}
+
+
+def huge_spans_body(trace: int, spans: int, attribute_bytes: int) -> bytes:
+    """A gzip protobuf request of ``spans`` children of a root that is never sent (the trace stays
+    buffered), each with an ``output.value`` of ``attribute_bytes``: what a memory flood sends."""
+    request = ExportTraceServiceRequest()
+    scope = request.resource_spans.add().scope_spans.add()
+    for n in range(spans):
+        span = scope.spans.add(
+            trace_id=bytes.fromhex(trace_id(trace)),
+            span_id=(n + 2).to_bytes(8, "big"),
+            parent_span_id=(1).to_bytes(8, "big"),
+            name="tool",
+        )
+        span.start_time_unix_nano, span.end_time_unix_nano = 10 + n, 20 + n
+        span.attributes.add(key="output.value").value.string_value = chr(65 + n % 26) * attribute_bytes
+    return gzip.compress(request.SerializeToString(), compresslevel=1)

@@ -55,3 +55,41 @@ class SteadyLoad:
                 else:
                     self.refused.append((response.status, response.getheader("Retry-After")))
         connection.close()
+
+
+def rss_bytes() -> int:
+    """This process's resident set size (Linux ``/proc``); 0 where it cannot be read."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class PeakRss:
+    """Samples :func:`rss_bytes` every 5 ms from ``with`` to its end; ``growth`` is peak minus start."""
+
+    def __init__(self) -> None:
+        self.start = self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> PeakRss:
+        self.start = self.peak = rss_bytes()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.start
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, rss_bytes())

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import gzip
 import threading
 import time
 
 import httpx
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits
 from reflect_otel.collectors.trace_collector import BufferLimits
 from reflect_otel.testing import TraceSink
-from reflect_otel.testing.otlp_bodies import trace_id
-from reflect_otel.testing.otlp_load import SteadyLoad
+from reflect_otel.testing.otlp_bodies import huge_spans_body
+from reflect_otel.testing.otlp_load import PeakRss, SteadyLoad
 
 
 def test_shutdown_under_load_writes_exactly_what_was_acknowledged() -> None:
@@ -32,29 +30,6 @@ def test_shutdown_under_load_writes_exactly_what_was_acknowledged() -> None:
     assert stats["spans_dropped_at_shutdown"] == 0 and stats["spans_dropped_queue_full"] == 0
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
-def _huge_spans_body(trace: int, spans: int, attribute_bytes: int) -> bytes:
-    request = ExportTraceServiceRequest()
-    scope = request.resource_spans.add().scope_spans.add()
-    for n in range(spans):
-        span = scope.spans.add(
-            trace_id=bytes.fromhex(trace_id(trace)),
-            span_id=(n + 2).to_bytes(8, "big"),
-            parent_span_id=(1).to_bytes(8, "big"),  # the root is never sent: the trace stays buffered
-            name="tool",
-        )
-        span.start_time_unix_nano, span.end_time_unix_nano = 10 + n, 20 + n
-        span.attributes.add(key="output.value").value.string_value = chr(65 + n % 26) * attribute_bytes
-    return gzip.compress(request.SerializeToString(), compresslevel=1)
-
-
 def test_a_flood_of_huge_spans_stays_under_the_configured_bytes() -> None:
     """120 gzip requests of 60 spans with 256 KiB attributes each (1.8 GiB once decompressed, roots never sent)
     from 8 threads: the receiver holds about its buffered and in-flight byte bounds, refusing the rest with 429.
@@ -70,19 +45,7 @@ def test_a_flood_of_huge_spans_stays_under_the_configured_bytes() -> None:
         buffer_limits=BufferLimits(max_buffered_bytes=buffered, max_bytes_per_trace=8 * 1024 * 1024, ttl_s=600),
     ).start()
     requests = 120
-    bodies = [_huge_spans_body(500 + i, 60, 256 * 1024) for i in range(requests)]
-    start = _rss_bytes()
-    peak = start
-    sampling = True
-
-    def sample() -> None:
-        nonlocal peak
-        while sampling:
-            peak = max(peak, _rss_bytes())
-            time.sleep(0.005)
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
+    bodies = [huge_spans_body(500 + i, 60, 256 * 1024) for i in range(requests)]
     url = f"http://127.0.0.1:{receiver.http_port}/v1/traces"
     headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
     statuses: list[int] = []
@@ -91,18 +54,17 @@ def test_a_flood_of_huge_spans_stays_under_the_configured_bytes() -> None:
         statuses.append(httpx.post(url, content=body, headers=headers, timeout=120).status_code)
 
     try:
-        for group in range(0, requests, 8):
-            posts = [threading.Thread(target=post, args=(b,)) for b in bodies[group : group + 8]]
-            for thread in posts:
-                thread.start()
-            for thread in posts:
-                thread.join(120)
-        assert receiver.force_flush(60)
+        with PeakRss() as rss:
+            for group in range(0, requests, 8):
+                posts = [threading.Thread(target=post, args=(b,)) for b in bodies[group : group + 8]]
+                for thread in posts:
+                    thread.start()
+                for thread in posts:
+                    thread.join(120)
+            assert receiver.force_flush(60)
     finally:
-        sampling = False
-        sampler.join()
         receiver.shutdown(60)
-    growth = peak - start
+    growth = rss.growth
     bound = 8 * (buffered + inflight + 60 * 256 * 1024)
     print(
         f"\nflood: statuses {sorted(set(statuses))}, RSS growth {growth / 2**20:.0f} MiB, bound {bound / 2**20:.0f} MiB"
