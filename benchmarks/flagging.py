@@ -68,12 +68,12 @@ def live_runs(results: Path) -> list[Labelled]:
     return runs
 
 
-Flagger = Callable[[StructuredTrace], bool | None]
+Flagger = Callable[[Labelled], bool | None]
 """True: HIGH_ERROR_SIGNAL; False: not flagged; None: the verifier failed (counted apart)."""
 
 
-def evidence_flag(trace: StructuredTrace) -> bool:
-    return any(f.severity is Severity.CRITICAL for f in find_evidence(trace))
+def evidence_flag(run: Labelled) -> bool:
+    return any(f.severity is Severity.CRITICAL for f in find_evidence(run.trace))
 
 
 class ProxyFlagger:
@@ -83,15 +83,14 @@ class ProxyFlagger:
         self.verifier = verifier
         self.right: Counter[str] = Counter()
         self.judged: Counter[str] = Counter()
-        self.wrong_now = False
 
-    def __call__(self, trace: StructuredTrace) -> bool | None:
-        verdict, basis = self.verifier.judge(trace)
+    def __call__(self, run: Labelled) -> bool | None:
+        verdict, basis = self.verifier.judge(run.trace)
         if verdict.label == "UNCERTAIN" and "failed" in verdict.reasoning:
             return None
         if basis is not None:
             self.judged[basis] += 1
-            self.right[basis] += verdict.is_correct is (not self.wrong_now)
+            self.right[basis] += verdict.is_correct is (not run.wrong)
         return verdict.label == "HIGH_ERROR_SIGNAL"
 
     def calibration(self, source: str) -> ConfidenceCalibration:
@@ -110,9 +109,7 @@ def score(name: str, runs: Iterable[Labelled], flag: Flagger) -> str:
     flagged_wrong = flagged_right = missed = failed = uncertain_right = 0
     started = time.perf_counter()
     for run in runs:
-        if isinstance(flag, ProxyFlagger):
-            flag.wrong_now = run.wrong  # what a verdict must say to be right
-        outcome = flag(run.trace)
+        outcome = flag(run)
         if outcome is None:
             failed += 1
         elif outcome and run.wrong:
