@@ -637,6 +637,14 @@ class _Assembler:
         ends = [s.end_ns for s in self.by_id.values() if s.end_ns is not None]
         root_agent = root if root.attributes.get(_KIND) == _AGENT else agent
         question = self._text(question)
+        if not question and steps:
+            self._warn(
+                WarningCode.NO_QUESTION,
+                "no question found: the root span has no input.value stating one and no LLM span recorded a user "
+                "message; instrument the model client as well (OpenInference's OpenAI or LiteLLM instrumentor, or "
+                "any emitter of gen_ai.input.messages) so the trace carries what the agent was asked",
+                root.span_id,
+            )
         raw = {
             "raw_input": _raw(root.attributes.get(SpanAttributes.INPUT_VALUE), question),
             "raw_output": _raw(root.attributes.get(SpanAttributes.OUTPUT_VALUE), answer),

@@ -118,6 +118,7 @@ class WarningCode(str, Enum):
     UNPARSEABLE_VALUE = "unparseable_value"
     UNMAPPED_LABELS = "unmapped_labels"
     NO_STEPS = "no_steps"
+    NO_QUESTION = "no_question"
     SECRETS_REDACTED = "secrets_redacted"
 
 

@@ -247,7 +247,13 @@ def test_parent_never_arrives_and_duplicates() -> None:
             time.sleep(0.05)
         trace = running.flushed()[TRACE]
         codes = {w.code for w in trace.warnings}
-        assert codes == {WarningCode.ROOT_NEVER_ENDED, WarningCode.ORPHAN_SPANS, WarningCode.DUPLICATE_SPANS}
+        # the one span that arrived recorded no user message: the question is missing too, and said so
+        assert codes == {
+            WarningCode.ROOT_NEVER_ENDED,
+            WarningCode.ORPHAN_SPANS,
+            WarningCode.DUPLICATE_SPANS,
+            WarningCode.NO_QUESTION,
+        }
         assert [s.reasoning for s in trace.steps] == ["alone"]
         assert running.receiver.stats()["traces_expired"] == 1
         # a span of that trace arriving afterwards is counted late, not turned into a second partial trace

@@ -114,5 +114,5 @@ def test_unfinished_trace_is_written_at_shutdown_marked_incomplete() -> None:
     assert processor.force_flush(5_000) and got == []  # flush does not cut a running trace short
     provider.shutdown()
     (trace,) = got
-    assert [w.code.value for w in trace.warnings] == ["root_never_ended", "orphan_spans"]
+    assert [w.code.value for w in trace.warnings] == ["root_never_ended", "orphan_spans", "no_question"]
     assert processor.stats().traces_incomplete_at_shutdown == 1

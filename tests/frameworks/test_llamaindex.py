@@ -1,64 +1,31 @@
 """LlamaIndex's FunctionAgent and ReActAgent with their real OpenInference instrumentation against a scripted server on loopback.
-LlamaIndex needs ``openai<3`` where the other frameworks need ``openai>=3``, so the agent runs in an environment of
-its own, built once with the ``llamaindex`` extra (under ``.test-envs/``, or ``REFLECT_TEST_ENVS``; rebuilt when
-``pyproject.toml`` changes). The run is rebuilt exactly, live and from an OTLP/JSON file of the same spans: the
+LlamaIndex needs ``openai<3`` where most other frameworks need ``openai>=3``, so the agent runs in an environment of
+its own (:func:`~tests.frameworks.tracing.own_environment`). The run is rebuilt exactly, live and from an OTLP/JSON file of the same spans: the
 framework's preparation step (an LLM-kind span that calls no model) is no step, tool results are what the model
 was shown (not the ``ToolOutput`` wrapper), the question is the user's message (not the workflow's state) and the
 answer the text inside the ``StopEvent`` repr."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from reflect_otel.collectors.files import import_files
 from reflect_otel.trace import StepKind, StructuredTrace
 from tests.frameworks.script import ANSWER, QUESTION
-from tests.frameworks.tracing import ROOT, run_app
+from tests.frameworks.tracing import own_environment, run_app, same_trace_from_otlp_json
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.slow]
 
 
-def _llamaindex_python() -> Path:
-    env = Path(os.environ.get("REFLECT_TEST_ENVS") or ROOT / ".test-envs") / "llamaindex"
-    python = env / "bin" / "python"
-    stamp = env / "built-from.sha256"
-    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
-        return python
-    shutil.rmtree(env, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)
-    installed = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[llamaindex]"],
-        capture_output=True,
-        text=True,
-        timeout=1_200,
-        check=False,
-    )
-    assert installed.returncode == 0, f"installing the llamaindex extra failed:\n{installed.stderr[-3000:]}"
-    stamp.write_text(wanted)
-    return python
-
-
 def _run(kind: str, tmp_path: Path) -> StructuredTrace:
-    run = run_app("tests.frameworks.llamaindex_app", kind, python=_llamaindex_python())
+    run = run_app("tests.frameworks.llamaindex_app", kind, python=own_environment())
     assert run["answer"] == ANSWER
     (trace,) = [StructuredTrace.model_validate(t) for t in run["traces"]]
     assert (trace.question, trace.final_answer) == (QUESTION, ANSWER)
     assert not trace.warnings, trace.warnings
     assert trace.metadata["raw_input"].startswith('{"init_state"')  # the root's own value is kept
-    path = tmp_path / f"llamaindex-{kind}.json"
-    path.write_text(json.dumps(run["otlp"]), encoding="utf-8")
-    imported: list[StructuredTrace] = []
-    import_files([path], lambda t, _meta: imported.append(t))
-    assert [(t.steps, t.question, t.final_answer) for t in imported] == [(trace.steps, trace.question, ANSWER)]
+    same_trace_from_otlp_json(run["otlp"], trace, tmp_path)
     return trace
 
 
