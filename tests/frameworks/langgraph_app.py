@@ -2,7 +2,7 @@
 loopback) with its own tracer provider and OpenInference's LangChain instrumentation, then adds reflect-otel's
 ``observe``, which turns on the OpenAI client's instrumentation too: each model call is then recorded twice (the
 chat model's span and the client's span, which LangChain does not nest under it). Prints the run as reflect-otel
-rebuilt it and the names of the LLM spans in it, as JSON. A separate process because instrumentors patch
+rebuilt it, the names of the LLM spans in it and its spans as OTLP/JSON. A separate process because instrumentors patch
 libraries globally."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def main() -> None:
     from reflect_otel.collectors.span_processor import ReflectSpanProcessor
     from reflect_otel.testing import ScriptedLLM
     from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedTurn
+    from tests.agents import otlp_json
     from tests.frameworks.script import ANSWER, QUESTION, SCRIPT, assistant_turns
 
     @tool
@@ -71,7 +72,11 @@ def main() -> None:
         for s in exporter.get_finished_spans()
         if format(s.context.trace_id, "032x") == trace.trace_id and s.attributes.get("openinference.span.kind") == "LLM"
     ]
-    json.dump({"answer": answer, "trace": trace.model_dump(mode="json"), "llm_spans": llm_spans}, sys.stdout)
+    spans = [s for s in exporter.get_finished_spans() if format(s.context.trace_id, "032x") == trace.trace_id]
+    json.dump(
+        {"answer": answer, "trace": trace.model_dump(mode="json"), "llm_spans": llm_spans, "otlp": otlp_json(spans)},
+        sys.stdout,
+    )
 
 
 if __name__ == "__main__":

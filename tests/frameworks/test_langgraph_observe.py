@@ -4,14 +4,17 @@ instrumentations that do not nest, and reflect-otel still rebuilds one step per 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.frameworks.tracing import run_app
+from reflect_otel.trace import StructuredTrace
+from tests.frameworks.tracing import run_app, same_trace_from_otlp_json
 
 pytestmark = pytest.mark.frameworks
 
 
-def test_observe_in_an_instrumented_langgraph_app_gives_one_step_per_decision() -> None:
+def test_observe_in_an_instrumented_langgraph_app_gives_one_step_per_decision(tmp_path: Path) -> None:
     pytest.importorskip("langchain_openai")
     run = run_app("tests.frameworks.langgraph_app")
     assert run["answer"] == "The answer is 396."  # the application's result, untouched
@@ -25,3 +28,4 @@ def test_observe_in_an_instrumented_langgraph_app_gives_one_step_per_decision() 
         ("final_answer", None, {}, None, "The answer is 396."),
     ]
     assert run["trace"]["question"] == "What is 17 times 23, plus 5?" and not run["trace"]["warnings"]
+    same_trace_from_otlp_json(run["otlp"], StructuredTrace.model_validate(run["trace"]), tmp_path)

@@ -1,19 +1,17 @@
 """OpenLLMetry's OpenAI instrumentation (``opentelemetry-instrumentation-openai``) on a plain tool loop whose tools
 have no spans, against a scripted OpenAI-compatible server: its spans carry the conversation as indexed
 ``gen_ai.prompt.N.*`` / ``gen_ai.completion.N.*`` attributes and no OpenInference kind, the tool results only as
-the next call's tool messages. The run is rebuilt exactly, live and from an OTLP/JSON file of the same spans."""
+the next call's tool messages. The run is rebuilt exactly, live and from the same spans as OTLP/JSON (imported and received)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from reflect_otel.collectors.files import import_files
 from reflect_otel.trace import StepKind, StructuredTrace
 from tests.frameworks.script import ANSWER, QUESTION
-from tests.frameworks.tracing import run_app
+from tests.frameworks.tracing import run_app, same_trace_from_otlp_json
 
 pytestmark = pytest.mark.frameworks
 pytest.importorskip("opentelemetry.instrumentation.openai")
@@ -30,8 +28,4 @@ def test_openllmetry_openai_instrumentation(tmp_path: Path) -> None:
         (StepKind.FINAL_ANSWER, None, {}, None, None, ANSWER),
     ]
     assert not trace.warnings, trace.warnings
-    path = tmp_path / "openllmetry.json"
-    path.write_text(json.dumps(run["otlp"]), encoding="utf-8")
-    imported: list[StructuredTrace] = []
-    import_files([path], lambda t, _meta: imported.append(t))
-    assert [(t.steps, t.question, t.final_answer) for t in imported] == [(trace.steps, trace.question, ANSWER)]
+    same_trace_from_otlp_json(run["otlp"], trace, tmp_path)
