@@ -1,6 +1,6 @@
 """The table-QA demo agent: a LangGraph ReAct graph whose tools query a WikiTableQuestions table in DuckDB.
 
-The model is any OpenAI-compatible endpoint behind a :class:`~reflect_otel.llm.StructuredLLM` (the local SmolLM2
+The model is any OpenAI-compatible endpoint behind a :class:`~reflect_otel.llm.StructuredLLM` (the local llama.cpp
 server included): :class:`StructuredToolChatModel` asks it for one JSON decision per turn, constrained to the
 tools' schema, and returns it as a LangChain tool call, so the OpenInference LangChain instrumentation records
 ordinary LLM and TOOL spans. Install with ``pip install 'reflect-otel[langgraph]'``.

@@ -17,7 +17,7 @@ __all__ = ["LazyLLM", "NoModel", "make_llm"]
 
 def make_llm(config: LLMConfig | None = None, *, backend: str | None = None) -> StructuredLLM:
     """The backend named by ``backend`` or ``REFLECT_LLM_BACKEND``; by default ``openai`` when an endpoint is
-    configured, else ``local`` (the SmolLM2 server)."""
+    configured, else ``local`` (the llama.cpp server with the default local model)."""
     config = config or LLMConfig.from_env()
     name = backend or os.environ.get("REFLECT_LLM_BACKEND") or ("openai" if config.is_configured else "local")
     llm: StructuredLLM = plugins.load(plugins.LLM_BACKENDS, name)(config)
