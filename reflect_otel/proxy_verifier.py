@@ -17,7 +17,9 @@
 6. Reported confidence: ``C`` says how ambiguous the audit was, not how often such a verdict is right. The verdict
    reports ``min(C, p)``, where ``p`` is how often verdicts on the same basis (:data:`BASES`) were right on labelled
    runs with the same auditor model (:class:`ConfidenceCalibration`, Laplace-smoothed); a basis or model never
-   measured reports :data:`UNMEASURED_CONFIDENCE`, so an audit that found nothing is never "sure" by default.
+   measured reports :data:`UNMEASURED_CONFIDENCE`, so an audit that found nothing is never "sure" by default. A run
+   flagged by critical evidence (no audit) reports its measured rate, else the configured prior
+   ``evidence_confidence``.
 """
 
 from __future__ import annotations
@@ -125,8 +127,9 @@ SHIPPED_CALIBRATION = ConfidenceCalibration(
     "benchmarks.flagging --live benchmarks/results/wtq-live-qwen2.5-coder-1.5b/results.jsonl --verifiers both",
 )
 """Measured for the default local model only: every audit found nothing, and 2 of those 7 verdicts were right, so
-such a verdict reports (2 + 1) / (7 + 2) = 0.33. Other models and bases report :data:`UNMEASURED_CONFIDENCE` until
-calibrated (``REFLECT_PROXY_CALIBRATION``)."""
+such a verdict reports (2 + 1) / (7 + 2) = 0.33. Until calibrated (``REFLECT_PROXY_CALIBRATION``), other models and
+the other audit bases report :data:`UNMEASURED_CONFIDENCE`, and a run flagged by critical evidence reports the
+configured prior ``ProxyVerifierConfig.evidence_confidence``."""
 
 
 class ProxyVerifierConfig(BaseModel):
