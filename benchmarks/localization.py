@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from reflect_otel import prompts, stages
+from reflect_otel._run import AttributionRun
 from reflect_otel.baselines import BASELINES
 from reflect_otel.config import ReflectConfig
 from reflect_otel.errors import LLMError
 from reflect_otel.evaluation.loaders import BENCHMARKS, EvalItem, load_benchmark
 from reflect_otel.evaluation.metrics import Prediction, compute_metrics, mean_se
-from reflect_otel.evidence import find_evidence, render_findings
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.factory import NoModel, make_llm
 from reflect_otel.verifiers import BBMVerifier, OracleVerifier
@@ -38,16 +38,16 @@ FREE = ("evidence", "first-step", "last-step")
 METHODS = (*FREE, "aao", "localize", "localize-no-evidence")
 
 
-def _context(item: EvalItem, config: ReflectConfig, evidence: str) -> prompts.PromptContext:
-    return prompts.PromptContext.of(
+def _context(item: EvalItem, config: ReflectConfig, *, evidence: bool) -> prompts.PromptContext:
+    """The prompts' context as an attribution builds it, with the evidence checks' findings or without."""
+    settings = config.model_copy(update={"evidence_in_prompts": evidence})
+    run = AttributionRun("localize", NoModel(), item.trace, {})
+    return run.prompt_context(
         item.trace,
         item.expected,
-        include_expected=config.include_expected_answer,
+        include_expected=settings.include_expected_answer,
         domain_context=item.domain_context,
-        domain_context_label=config.domain_context_label,
-        max_chars=config.max_field_chars,
-        layout=config.prompt_layout,
-        evidence=evidence,
+        config=settings,
     )
 
 
@@ -67,11 +67,10 @@ def predictions(item: EvalItem, llm: StructuredLLM, config: ReflectConfig) -> di
     for name in FREE:
         method = BASELINES[name](NoModel(), verifier=verifier, config=config)
         out[name] = _timed(lambda m=method: m.attribute(item.trace, expected=item.expected).step_index)
-    findings = render_findings(find_evidence(item.trace))
-    with_evidence = _context(item, config, findings)
+    with_evidence = _context(item, config, evidence=True)
     out["localize"] = _timed(lambda: stages.localize(llm, with_evidence, item.trace).step_index)
-    if findings:
-        without = _context(item, config, "")
+    if with_evidence.evidence:
+        without = _context(item, config, evidence=False)
         out["localize-no-evidence"] = _timed(lambda: stages.localize(llm, without, item.trace).step_index)
     else:
         out["localize-no-evidence"] = out["localize"] | {"same_prompt": True}

@@ -5,7 +5,6 @@ loopback. Prints the run as reflect-otel rebuilt it, the raw spans as OTLP/JSON 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
@@ -22,8 +21,7 @@ def main(kind: str) -> None:
     from openinference.instrumentation.openai import OpenAIInstrumentor
 
     from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedTurn
-    from tests.agents import otlp_json
-    from tests.frameworks.script import QUESTION, SCRIPT
+    from tests.frameworks.script import QUESTION, SCRIPT, assistant_turns
     from tests.frameworks.tracing import Traced
 
     @tool("multiply")
@@ -37,8 +35,7 @@ def main(kind: str) -> None:
         return a + b
 
     def turn(body: dict[str, Any]) -> ScriptedTurn:
-        # CrewAI sends the tool results back as tool messages after each assistant turn
-        return SCRIPT[sum(1 for m in body["messages"] if m.get("role") == "assistant")]
+        return SCRIPT[assistant_turns(body)]
 
     traced = Traced()
     CrewAIInstrumentor().instrument(tracer_provider=traced.provider)
@@ -50,17 +47,7 @@ def main(kind: str) -> None:
         task = Task(description=QUESTION, expected_output="The number.", agent=agent)
         output = Crew(agents=[agent], tasks=[task]).kickoff()
         requests = list(server.requests)
-    traced.provider.force_flush()
-    print(
-        json.dumps(
-            {
-                "answer": output.raw,
-                "traces": [t.model_dump(mode="json") for t in traced.traces],
-                "otlp": otlp_json(list(traced.exporter.get_finished_spans())),
-                "requests": requests,
-            }
-        )
-    )
+    traced.print_run(output.raw, requests=requests)
 
 
 if __name__ == "__main__":

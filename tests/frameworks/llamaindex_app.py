@@ -6,7 +6,6 @@ the raw spans as OTLP/JSON."""
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from typing import Any
 
@@ -35,7 +34,6 @@ def main(kind: str) -> None:
     from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 
     from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedTurn
-    from tests.agents import otlp_json
     from tests.frameworks.script import QUESTION, SCRIPT, assistant_turns
     from tests.frameworks.tracing import Traced
 
@@ -59,16 +57,7 @@ def main(kind: str) -> None:
             return str(await agent.run(user_msg=QUESTION))
 
         answer = asyncio.run(run())
-    traced.provider.force_flush()
-    print(
-        json.dumps(
-            {
-                "answer": answer,
-                "traces": [t.model_dump(mode="json") for t in traced.traces],
-                "otlp": otlp_json(list(traced.exporter.get_finished_spans())),
-            }
-        )
-    )
+    traced.print_run(answer)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ def main() -> None:
     from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 
     from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedTurn
-    from tests.agents import otlp_json
     from tests.frameworks.script import QUESTION, SCRIPT, assistant_turns
     from tests.frameworks.tracing import Traced
 
@@ -56,16 +55,7 @@ def main() -> None:
                 for call in message.tool_calls:
                     result = IMPLEMENTATIONS[call.function.name](**json.loads(call.function.arguments))
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": str(result)})
-    traced.provider.force_flush()
-    print(
-        json.dumps(
-            {
-                "answer": message.content,
-                "traces": [t.model_dump(mode="json") for t in traced.traces],
-                "otlp": otlp_json(list(traced.exporter.get_finished_spans())),
-            }
-        )
-    )
+    traced.print_run(message.content)
 
 
 if __name__ == "__main__":

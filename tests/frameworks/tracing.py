@@ -44,6 +44,17 @@ class Traced:
         self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
         self.provider.add_span_processor(ReflectSpanProcessor(self.traces.append))
 
+    def print_run(self, answer: str | None, **extra: Any) -> None:
+        """For an app run in a process of its own (:func:`run_app`): flush, then print the application's answer, the
+        traces reflect-otel rebuilt, the raw spans as OTLP/JSON and ``extra``, as one JSON object."""
+        self.provider.force_flush()
+        run = {
+            "answer": answer,
+            "traces": [t.model_dump(mode="json") for t in self.traces],
+            "otlp": otlp_json(list(self.exporter.get_finished_spans())),
+        }
+        print(json.dumps(run | extra))
+
 
 @contextmanager
 def instrumented_by(instrumentor: Any) -> Iterator[Traced]:
