@@ -10,6 +10,7 @@ Last line: ``collector_path_share=N`` (end-to-end spans/s over receiver-only spa
 from __future__ import annotations
 
 import argparse
+import ctypes
 import resource
 import statistics
 import tempfile
@@ -17,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from xml.etree import ElementTree
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -106,8 +108,35 @@ def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def malloc_mib() -> tuple[float, float] | None:
+    """glibc's heap over all its arenas (in use, free but kept) in MiB, from ``malloc_info(3)``; None where that
+    is not available. (``mallinfo2`` would count the main arena only, and DuckDB's writer thread allocates from an
+    arena of its own.) Free bytes that grow while in-use bytes stay flat mean fragmentation, not live data."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.fopen.restype = ctypes.c_void_p
+        libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        libc.fclose.argtypes = [ctypes.c_void_p]
+        libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        with tempfile.NamedTemporaryFile() as report:
+            stream = libc.fopen(report.name.encode(), b"w")
+            if not stream:
+                return None
+            libc.malloc_info(0, stream)
+            libc.fclose(stream)
+            totals = ElementTree.parse(report.name).getroot()  # glibc's own XML, not external input
+    except (AttributeError, OSError, ElementTree.ParseError):
+        return None
+    sizes = {(e.tag, e.get("type")): int(e.get("size") or 0) for e in totals if e.tag in ("total", "system")}
+    free = sizes.get(("total", "fast"), 0) + sizes.get(("total", "rest"), 0)
+    in_use = sizes.get(("system", "current"), 0) - free + sizes.get(("total", "mmap"), 0)
+    return in_use / 2**20, free / 2**20
+
+
 def soak(folder: Path, seconds: float, traces_per_s: float, per_request: int) -> None:
-    """The whole path at ``traces_per_s`` for ``seconds``, RSS sampled every second."""
+    """The whole path at ``traces_per_s`` for ``seconds``; RSS sampled every second, and each minute a line with
+    what was sent and stored, the store's backlog and glibc's heap, so that a rise can be told apart as backlog,
+    live data or fragmentation."""
     requests = batches(per_request, per_request, trace_offset=0)[0]
     writer = TraceWriter(folder / "soak.jsonl")
     store = DuckDBStore(folder / "soak.duckdb")
@@ -123,6 +152,19 @@ def soak(folder: Path, seconds: float, traces_per_s: float, per_request: int) ->
     sent = 0
     start = time.monotonic()
     next_sample = start + 1
+
+    def minute_line() -> None:
+        heap = malloc_mib()
+        duckdb_mib = store.memory_bytes() / 2**20
+        held = f"heap in use {heap[0]:,.0f} MiB, free {heap[1]:,.0f} MiB" if heap else "heap: no mallinfo2"
+        print(
+            f"soak: {time.monotonic() - start:4.0f} s: RSS {samples[-1]:,.0f} MiB (peak this minute "
+            f"{max(samples[-60:]):,.0f}); sent {sent:,}, assembled {sink.count:,}, stored {store.stats.traces:,}, "
+            f"store queue {store.backlog:,}; DuckDB {duckdb_mib:,.0f} MiB, RSS less DuckDB {samples[-1] - duckdb_mib:,.0f} "
+            f"MiB; {held}",
+            flush=True,
+        )
+
     try:
         while time.monotonic() - start < seconds:
             offset = (sent // per_request + 1) << 40  # fresh trace ids for every request
@@ -135,10 +177,13 @@ def soak(folder: Path, seconds: float, traces_per_s: float, per_request: int) ->
             if time.monotonic() >= next_sample:
                 samples.append(rss_mib())
                 next_sample += 1
+                if len(samples) % 60 == 1:
+                    minute_line()
         receiver.force_flush(300)
         sink.wait_for(sent, 300)
         store.flush(300)
         samples.append(rss_mib())
+        minute_line()
     finally:
         exporter.shutdown()
         receiver.shutdown()
@@ -212,6 +257,8 @@ def main() -> None:
             f"whole path (... -> JSONL + DuckDB store):         {args.traces / whole:8,.0f} traces/s "
             f"{spans / whole:10,.0f} spans/s ({share:.0%} of receiver only)"
         )
+        rounds = ", ".join(f"{a / w:.0%}" for a, w in zip(alone_times, whole_times, strict=True))
+        print(f"per round (whole path against that round's receiver-only run): {rounds}")
         print(f"target: >= 80% of receiver only -> {'met' if share >= 0.8 else 'NOT met'}")
         if args.soak_seconds > 0:
             soak(folder, args.soak_seconds, args.traces / whole, args.traces_per_request)
