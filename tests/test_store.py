@@ -14,7 +14,14 @@ import duckdb
 import pytest
 
 from reflect_otel.cli import main
-from reflect_otel.exporters.duckdb_store import SCHEMA_VERSION, DuckDBStore
+from reflect_otel.exporters.duckdb_store import (
+    SCHEMA_VERSION,
+    DuckDBStore,
+    _arrow_types,
+    _record_rows,
+    _trace_rows,
+    _verdict_rows,
+)
 from reflect_otel.record import AttributionRecord
 from reflect_otel.testing.examples import five_step_trace, verified_attribution
 
@@ -55,6 +62,21 @@ def test_writes_are_idempotent(tmp_path: Path) -> None:
     }
     _fill(tmp_path / "s.duckdb")  # reopening and re-writing changes nothing either
     assert _counts(tmp_path / "s.duckdb") == counts
+
+
+def test_every_column_written_has_an_arrow_type_from_the_file(tmp_path: Path) -> None:
+    """The writer builds typed Arrow arrays from the file's column types (inference is slow, see ``_arrow_types``):
+    a column the writes carry that the file's types miss would fall back to inference unnoticed."""
+    record = _record()
+    assert record.original_verdict is not None
+    writes = [_trace_rows(five_step_trace()), _verdict_rows(record.trace_id, record.original_verdict)]
+    writes.append(_record_rows(record))
+    DuckDBStore(tmp_path / "s.duckdb").close()
+    with duckdb.connect(str(tmp_path / "s.duckdb")) as db:
+        types = _arrow_types(db)
+    for write in writes:
+        for table, columns in write.tables.items():
+            assert set(columns) <= set(types[table]), (table, set(columns) - set(types[table]))
 
 
 def test_views_compute_the_statistics(tmp_path: Path) -> None:
