@@ -156,7 +156,7 @@ def soak(folder: Path, seconds: float, traces_per_s: float, per_request: int) ->
     def minute_line() -> None:
         heap = malloc_mib()
         duckdb_mib = store.memory_bytes() / 2**20
-        held = f"heap in use {heap[0]:,.0f} MiB, free {heap[1]:,.0f} MiB" if heap else "heap: no mallinfo2"
+        held = f"heap in use {heap[0]:,.0f} MiB, free {heap[1]:,.0f} MiB" if heap else "heap: malloc_info not available"
         print(
             f"soak: {time.monotonic() - start:4.0f} s: RSS {samples[-1]:,.0f} MiB (peak this minute "
             f"{max(samples[-60:]):,.0f}); sent {sent:,}, assembled {sink.count:,}, stored {store.stats.traces:,}, "

@@ -374,13 +374,13 @@ class DuckDBStore:
         per key; a fresh ingest deletes nothing), then insert every table's columns."""
         columns = _KEYS[parent]
         types = self._arrow_types[parent]
-        keys = pa.table({c: pa.array([w.key[i] for w in owners], types.get(c)) for i, c in enumerate(columns)})
+        keys = _typed_table({c: [w.key[i] for w in owners] for i, c in enumerate(columns)}, types)
         with _registered(self._db, "_batch_keys", keys):
             stored = self._db.execute(
                 f"SELECT {', '.join(columns)} FROM {parent} SEMI JOIN _batch_keys USING ({', '.join(columns)})"
             ).fetchall()
         if stored:
-            existing = pa.table({c: pa.array([row[i] for row in stored], types.get(c)) for i, c in enumerate(columns)})
+            existing = _typed_table({c: [row[i] for row in stored] for i, c in enumerate(columns)}, types)
             with _registered(self._db, "_batch_keys", existing):
                 for table in owners[0].tables:
                     join = " AND ".join(f"{table}.{c} = _batch_keys.{c}" for c in columns)
@@ -519,9 +519,15 @@ def _insert_columns(
     merged = {c: [value for part in parts for value in part[c]] for c in columns}
     if not merged[columns[0]]:
         return
-    batch = pa.table({c: pa.array(values, types.get(c)) for c, values in merged.items()})
+    batch = _typed_table(merged, types)
     with _registered(db, "_batch_rows", batch):
         db.execute(f"INSERT INTO {table} ({', '.join(columns)}) SELECT {', '.join(columns)} FROM _batch_rows")
+
+
+def _typed_table(columns: Columns, types: Mapping[str, pa.DataType]) -> pa.Table:
+    """``columns`` as an Arrow table, each column of its type in ``types`` (see :func:`_arrow_types` for why);
+    a column without one is inferred."""
+    return pa.table({c: pa.array(values, types.get(c)) for c, values in columns.items()})
 
 
 @contextlib.contextmanager
