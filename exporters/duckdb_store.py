@@ -108,12 +108,26 @@ VIEWS: dict[str, str] = {
                sum(completion_tokens) AS completion_tokens, round(sum(seconds), 3) AS seconds,
                round(avg(prompt_tokens + completion_tokens), 1) AS tokens_per_call
         FROM llm_calls GROUP BY ALL ORDER BY calls DESC""",
+    "verified_by_source": """
+        SELECT method, verified_by_source AS source, verified_by_kind AS kind, count(*) AS verified
+        FROM attributions WHERE status = 'verified' GROUP BY ALL ORDER BY method, verified DESC""",
 }
 
 # v2: prompt tokens the endpoint served from its cache, per call (NULL where the endpoint does not say)
 _SCHEMA_V2 = "ALTER TABLE llm_calls ADD COLUMN cached_prompt_tokens INTEGER"
 
-_MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2]
+# v3: what proved an attribution (the verifying correction's source and kind), and the correction each replay tested
+_SCHEMA_V3 = """
+ALTER TABLE attributions ADD COLUMN verified_by_source VARCHAR;
+ALTER TABLE attributions ADD COLUMN verified_by_kind VARCHAR;
+ALTER TABLE replays ADD COLUMN correction_source VARCHAR;
+ALTER TABLE replays ADD COLUMN correction_kind VARCHAR;
+ALTER TABLE replays ADD COLUMN replaced_step INTEGER;
+ALTER TABLE replays ADD COLUMN original_call VARCHAR;
+ALTER TABLE replays ADD COLUMN replacement_call VARCHAR
+"""
+
+_MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 
@@ -209,7 +223,8 @@ _PARENT = {"trace": "traces", "verdict": "verdicts", "record": "attributions"}
 Columns = dict[str, list[Any]]
 _REPLAY_COLUMNS = (
     "trace_id", "method", "seq", "round", "rollback_point", "localized_step", "gate_retry", "sample", "faithful",
-    "violation_type", "flipped", "final_answer", "error",
+    "violation_type", "flipped", "final_answer", "error", "correction_source", "correction_kind", "replaced_step",
+    "original_call", "replacement_call",
 )  # fmt: skip
 _CALL_COLUMNS = (
     "trace_id", "method", "seq", "stage", "model", "prompt_tokens", "cached_prompt_tokens", "completion_tokens",
@@ -448,6 +463,7 @@ def _verdict_rows(trace_id: str, verdict: Verdict) -> _Write:
 
 def _record_rows(record: AttributionRecord) -> _Write:
     key: dict[str, Any] = {"trace_id": record.trace_id, "method": record.method}
+    verified_by = record.verified_by
     parent = key | {
         "status": record.status.value,
         "mode": record.mode.value,
@@ -466,6 +482,8 @@ def _record_rows(record: AttributionRecord) -> _Write:
         "seconds": sum(c.seconds for c in record.cost),
         "created_at": record.created_at,
         "record_json": record.model_dump_json(),
+        "verified_by_source": verified_by.source if verified_by else None,
+        "verified_by_kind": verified_by.kind.value if verified_by else None,
     }
     replays = [
         key
@@ -481,6 +499,13 @@ def _record_rows(record: AttributionRecord) -> _Write:
             "flipped": a.flipped,
             "final_answer": a.final_answer,
             "error": a.error,
+            "correction_source": a.correction.source if a.correction else None,
+            "correction_kind": a.correction.kind.value if a.correction else None,
+            "replaced_step": a.rollback_point + 1 if a.correction else None,
+            "original_call": a.correction.original.render() if a.correction and a.correction.original else None,
+            "replacement_call": a.correction.replacement.render()
+            if a.correction and a.correction.replacement
+            else None,
         }
         for seq, a in enumerate(record.replays)
     ]

@@ -8,7 +8,7 @@ import html
 import json
 from collections.abc import Sequence
 
-from reflect_otel.record import AttributionRecord, AttributionStatus
+from reflect_otel.record import AttributionRecord, AttributionStatus, Correction, InterventionKind
 from reflect_otel.trace import Step, StructuredTrace
 
 __all__ = ["render_report"]
@@ -68,11 +68,12 @@ def _diagnosis(record: AttributionRecord, kind: str) -> str:
     """The finding in one paragraph, before the evidence."""
     if record.status is AttributionStatus.VERIFIED and record.intervention is not None:
         kept = record.intervention.rollback_point
+        proof = _proof(record.intervention.correction)
         text = (
             f"<b>Step {_e(record.step_index)} caused the wrong answer</b> ({_e(kind)}). The agent answered "
             f"<b>{_e(record.original_answer)}</b>. Replayed with {_kept(kept)} and step {_e(record.step_index)} "
             f"redone as the correction below says, it answered <b>{_e(record.corrected_answer)}</b>, which verifies "
-            "as correct: that replay is the evidence."
+            f"as correct: that replay is the evidence.{proof}"
         )
     elif record.step_index is not None:
         text = (
@@ -82,6 +83,43 @@ def _diagnosis(record: AttributionRecord, kind: str) -> str:
     else:
         text = f"No step could be attributed: {_e(record.reason)}."
     return f'<h2>Diagnosis</h2><div class="card"><p>{text}</p></div>'
+
+
+def _call(correction: Correction) -> str:
+    original = correction.original.render() if correction.original else ""
+    if correction.kind is InterventionKind.GUIDANCE:
+        return f"<pre>{_e(original[:600])}</pre><p class='meta'>guidance: {_e(correction.finding[:600])}</p>"
+    replacement = correction.replacement.render() if correction.replacement else ""
+    return f"<pre>{_e(original[:600])}</pre><pre>&rArr; {_e(replacement[:600])}</pre>"
+
+
+def _proof(correction: Correction | None) -> str:
+    """What proved it: the correction's source and kind, and the call it replaced with which."""
+    if correction is None:
+        return ""
+    how = "executed in place of the step" if correction.kind is InterventionKind.ACTION else "injected as guidance"
+    return (
+        f"</p><p><b>What proved it:</b> a correction from <b>{_e(correction.source)}</b>, {how}"
+        f"{' (' + _e(correction.finding[:300]) + ')' if correction.kind is InterventionKind.ACTION else ''}:"
+        f"{_call(correction)}"
+    )
+
+
+def _corrections(record: AttributionRecord) -> str:
+    """Every correction considered: source, kind, the step and call it replaced, replays, and the outcome."""
+    if not record.corrections:
+        return ""
+    rows = []
+    for c in record.corrections:
+        outcome = f"refused: {_e(c.refused)}" if c.refused else ("flipped" if c.flipped else "did not flip")
+        rows.append(
+            f"<tr><td>{_e(c.source)}</td><td>{_e(c.kind.value)}</td><td>{c.step_index}</td><td>{_call(c)}</td>"
+            f"<td>{c.replays}</td><td>{outcome}</td></tr>"
+        )
+    return (
+        "<h2>Corrections tried</h2><table><tr><th>source</th><th>kind</th><th>step</th><th>original &rArr; "
+        f"replacement</th><th>replays</th><th>outcome</th></tr>{''.join(rows)}</table>"
+    )
 
 
 def _replays_tried(record: AttributionRecord) -> str:
@@ -97,11 +135,15 @@ def _replays_tried(record: AttributionRecord) -> str:
         gate = attempt.gate
         if gate is not None and not gate.is_faithful:
             outcome += f"; gate: {_e(gate.violation_type)} ({_e(gate.decided_by.value)})"
+        correction = attempt.correction
+        if correction is not None and correction.kind is InterventionKind.ACTION and correction.replacement:
+            given = f"<p><b>Executed instead ({_e(correction.source)})</b></p><pre>{_e(correction.replacement.render())}</pre>"
+        else:
+            given = f"<p><b>Injected correction</b></p><pre>{_e(attempt.injection)}</pre>"
         items.append(
             f"<details><summary>Round {attempt.round}: {_kept(attempt.rollback_point)}, step "
             f"{attempt.rollback_point + 1} redone &rarr; {outcome}</summary>"
-            f"<p><b>Injected correction</b></p><pre>{_e(attempt.injection)}</pre>"
-            f"<p><b>What the agent did</b></p>{_steps(attempt.continuation, None)}</details>"
+            f"{given}<p><b>What the agent did</b></p>{_steps(attempt.continuation, None)}</details>"
         )
     return f'<h2>Replays tried</h2><div class="card">{"".join(items)}</div>' if items else ""
 
@@ -132,11 +174,13 @@ def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> s
         if record.reason:
             body.append(f"<p><b>Note:</b> {_e(record.reason)}</p>")
         body.append("</div>")
-        if record.intervention is not None:
+        intervention = record.intervention
+        if intervention is not None and intervention.injection:
             body.append(
-                f"<h2>Injected correction (after step {record.intervention.rollback_point})</h2>"
-                f'<div class="card"><pre>{_e(record.intervention.injection)}</pre></div>'
+                f"<h2>Injected correction (after step {intervention.rollback_point})</h2>"
+                f'<div class="card"><pre>{_e(intervention.injection)}</pre></div>'
             )
+        body.append(_corrections(record))
     body.append("<h2>Steps</h2>")
     flipped = next((a for a in record.replays if a.flipped), None) if record else None
     if record is not None and record.status is AttributionStatus.VERIFIED and flipped is not None:
@@ -147,8 +191,10 @@ def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> s
         )
         body.append(_steps(trace.steps[:point], decisive))
         body.append(
-            f'<div class="cols"><div><h2>Original continuation</h2>{_steps(trace.steps[point:], decisive)}</div>'
-            f"<div><h2>Corrected continuation</h2>{_steps(flipped.continuation, None)}</div></div>"
+            f'<div class="cols"><div><h2>Original continuation</h2>{_steps(trace.steps[point:], decisive)}'
+            f"<p><b>Answer:</b> {_e(record.original_answer)}</p></div>"
+            f"<div><h2>Corrected continuation</h2>{_steps(flipped.continuation, None)}"
+            f"<p><b>Answer:</b> {_e(flipped.final_answer)}</p></div></div>"
         )
     else:
         body.append(_steps(trace.steps, decisive))

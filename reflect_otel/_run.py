@@ -17,6 +17,7 @@ from reflect_otel.record import (
     AttributionMode,
     AttributionRecord,
     AttributionStatus,
+    Correction,
     ErrorType,
     FlipRate,
     GateVerdict,
@@ -28,7 +29,7 @@ from reflect_otel.record import (
     StageError,
 )
 from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult
-from reflect_otel.trace import StructuredTrace
+from reflect_otel.trace import StepAction, StructuredTrace
 from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import Verifier
 
@@ -86,6 +87,7 @@ class AttributionRun:
         root_cause: str = "",
         intervention: Intervention | None = None,
         replays: Sequence[ReplayAttempt] = (),
+        corrections: Sequence[Correction] = (),
         flip_rates: Sequence[FlipRate] = (),
         corrected_answer: str | None = None,
         original_verdict: Verdict | None = None,
@@ -111,6 +113,7 @@ class AttributionRun:
             root_cause=root_cause,
             intervention=intervention,
             replays=tuple(replays),
+            corrections=tuple(corrections),
             flip_rates=tuple(flip_rates),
             original_answer=self.trace.final_answer,
             corrected_answer=corrected_answer,
@@ -182,15 +185,26 @@ def replay_and_verify(
     verifier: Verifier,
     expected: str | None,
     injection_role: InjectionRole,
+    action: StepAction | None = None,
     gate: Callable[[ReplayResult], GateVerdict | None] | None = None,
 ) -> ReplayOutcome:
-    """Replay ``trace`` as ``planned`` (its rollback point, injection, round, sample and retry), gate the
-    continuation (when ``gate`` is given) and verify the new answer. A failed replay is recorded in the attempt and
-    in the run's errors, never raised: an adapter, or the agent it runs, may fail in any way."""
+    """Replay ``trace`` as ``planned`` (its rollback point, injection, round, sample and retry; ``action`` executed
+    as the first regenerated step when given), gate the continuation (when ``gate`` is given) and verify the new
+    answer. A failed replay is recorded in the attempt and in the run's errors, never raised: an adapter, or the
+    agent it runs, may fail in any way."""
     try:
-        result = replay.replay(
-            trace, rollback_point=planned.rollback_point, injection=planned.injection, injection_role=injection_role
-        )
+        if action is None:  # adapters written before actions existed keep working for guidance
+            result = replay.replay(
+                trace, rollback_point=planned.rollback_point, injection=planned.injection, injection_role=injection_role
+            )
+        else:
+            result = replay.replay(
+                trace,
+                rollback_point=planned.rollback_point,
+                injection=planned.injection,
+                injection_role=injection_role,
+                action=action,
+            )
     except Exception as error:
         run.error("replay", error, planned.round)
         return ReplayOutcome(planned.model_copy(update={"error": str(error)[:2000]}), None)

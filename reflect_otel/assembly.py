@@ -46,12 +46,14 @@ from reflect_otel.semconv import (
     ToolCallAttributes,
 )
 from reflect_otel.spans import SpanRecord
+from reflect_otel.tool_definitions import MAX_TOOLS, read_tool_definitions
 from reflect_otel.trace import (
     ReplayMetadata,
     Step,
     StepKind,
     StepStatus,
     StructuredTrace,
+    ToolDefinition,
     TraceSource,
     TraceWarning,
     WarningCode,
@@ -243,6 +245,8 @@ class _Assembler:
         self.llm_span_count = 0
         self.tool_span_count = 0
         self.first_user_message = ""
+        self.tools: dict[str, ToolDefinition] = {}
+        """The agent's tools as its LLM spans recorded them, by name, first definition kept."""
         self.first_metadata: Mapping[str, Any] = {}
         self.nested_llm_spans: set[str] = set()
         self.messages: dict[str, tuple[dict[int, _Message], dict[int, _Message]]] = {}
@@ -450,6 +454,7 @@ class _Assembler:
         if not inputs and not outputs and not _called_a_model(attrs):
             return False  # LLM-kind but no model call seen (a framework's preparation step): not a decision
         self.llm_span_count += 1
+        self._add_tools(attrs)
         self._answer_from_tool_messages(inputs)
         if not self.first_user_message:
             user = next((m for _, m in sorted(inputs.items()) if m.role in ("user", "human") and m.text), None)
@@ -493,6 +498,12 @@ class _Assembler:
                 self.waiting_by_id[call_id] = self.calls_by_id[call_id] = draft
             self.waiting_by_name[name].append(draft)
         return _has_gap(inputs) or _has_gap(outputs)
+
+    def _add_tools(self, attrs: Mapping[str, Any]) -> None:
+        for definition in read_tool_definitions(attrs):
+            if definition.name not in self.tools and len(self.tools) < MAX_TOOLS:
+                cleaned = definition.model_copy(update={"description": self._clean(definition.description)})
+                self.tools[definition.name] = cleaned
 
     def _add_tool(self, span: SpanRecord, agent: str | None) -> None:
         self.tool_span_count += 1
@@ -670,6 +681,7 @@ class _Assembler:
             start_time_ns=min(s.start_ns for s in self.by_id.values()),
             end_time_ns=max(ends) if ends else None,
             metadata={k: self._text(v) for k, v in raw.items() if v},
+            tools=tuple(self.tools.values()),
         )
 
     def _source(self, root_metadata: Mapping[str, Any]) -> TraceSource:

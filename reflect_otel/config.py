@@ -121,6 +121,19 @@ class ReflectConfig(BaseModel):
         "queues. The attributed step is the same either way: the nearest point that flips, in window order.",
     )
     use_diagnostician: bool = Field(default=True, description="Ablation: off gives a null repair plan.")
+    actions: bool = Field(
+        default=True,
+        description="Concrete corrections: the diagnosis writes the corrected step (a call of one of the agent's "
+        "tools), evidence rules propose others, and each is replayed as an action; off tries the paper's guidance "
+        "text only.",
+    )
+    max_corrections: int = Field(
+        default=3,
+        ge=0,
+        le=10,
+        description="M: concrete corrections (actions) replayed per round, the auditor's first, then the evidence "
+        "rules'; each costs one replay. Guidance is tried after them at the K rollback points.",
+    )
     relocalize: bool = Field(default=True, description="Ablation: off keeps the first localization every round.")
     max_field_chars: int = Field(default=500, ge=50, description="Trace fields are cut to this many characters.")
     include_expected_answer: bool = Field(
@@ -156,6 +169,8 @@ class ReflectConfig(BaseModel):
             "evidence_in_prompts": "REFLECT_EVIDENCE_IN_PROMPTS",
             "attribute_uncertain": "REFLECT_ATTRIBUTE_UNCERTAIN",
             "replay_concurrency": "REFLECT_REPLAY_CONCURRENCY",
+            "actions": "REFLECT_ACTIONS",
+            "max_corrections": "REFLECT_MAX_CORRECTIONS",
         }
         values: dict[str, Any] = {key: env[var] for key, var in names.items() if env.get(var)}
         values.update({k: v for k, v in explicit.items() if v is not None})

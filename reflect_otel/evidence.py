@@ -36,7 +36,10 @@ __all__ = [
     "FindingKind",
     "Severity",
     "decisive",
+    "empty_call",
+    "failed_call",
     "find_evidence",
+    "question_constraints",
     "render_findings",
 ]
 
@@ -155,6 +158,21 @@ def _empty(step: Step) -> bool:
         return False
     result = step.tool_result.strip()
     return result.lower() in _EMPTY_VALUES or bool(_EMPTY_TEXT.search(result[:300]))
+
+
+def failed_call(step: Step) -> bool:
+    """A tool call whose status is an error or whose result reads as one."""
+    return _is_call(step) and _failed(step)
+
+
+def empty_call(step: Step) -> bool:
+    """A tool call that succeeded and returned nothing (``[]``, ``null``, ``0 rows``, ``no results found``)."""
+    return _is_call(step) and not _failed(step) and _empty(step)
+
+
+def question_constraints(question: str) -> list[str]:
+    """The values a question names: quoted phrases, numbers of two digits or more, capitalised names."""
+    return _constraints(question)
 
 
 def _numbers(text: str) -> list[float]:

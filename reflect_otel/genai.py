@@ -34,6 +34,7 @@ from reflect_otel.semconv import (
     MessageAttributes,
     OpenInferenceSpanKindValues,
     SpanAttributes,
+    ToolAttributes,
     ToolCallAttributes,
 )
 from reflect_otel.spans import AttributeValue, SpanEvent, SpanRecord
@@ -46,6 +47,8 @@ MAX_MESSAGES_JSON_CHARS = 4 * 1024 * 1024
 _LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 _AGENT_OPERATIONS = frozenset({"invoke_agent", "invoke_workflow"})
 _TOOL_OPERATION = "execute_tool"
+_TOOL_DEFINITIONS = getattr(gen_ai, "GEN_AI_TOOL_DEFINITIONS", "gen_ai.tool.definitions")
+"""Added to the conventions in v1.37; older ``opentelemetry-semantic-conventions`` packages lack the constant."""
 _LEGACY_PROMPT = "gen_ai.prompt."
 _LEGACY_COMPLETION = "gen_ai.completion."
 _INPUT_EVENTS = {
@@ -233,6 +236,7 @@ def _llm(span: SpanRecord, out: dict[str, AttributeValue]) -> None:
     raw_output = attributes.get(gen_ai.GEN_AI_OUTPUT_MESSAGES)
     if not outputs and isinstance(raw_output, str) and raw_output:  # unreadable: keep its text, never drop it
         out[SpanAttributes.OUTPUT_VALUE] = raw_output[:MAX_MESSAGES_JSON_CHARS]
+    _write_tools(out, attributes.get(_TOOL_DEFINITIONS))
     inputs = _system_message(attributes.get(gen_ai.GEN_AI_SYSTEM_INSTRUCTIONS)) + inputs
     _write_messages(out, INPUT_MESSAGES_PREFIX, inputs)
     _write_messages(out, OUTPUT_MESSAGES_PREFIX, outputs)
@@ -249,6 +253,18 @@ def _llm(span: SpanRecord, out: dict[str, AttributeValue]) -> None:
         count = next((_values.to_int(attributes[k]) for k in theirs if k in attributes), None)
         if count is not None:
             out[ours] = count
+
+
+def _write_tools(out: dict[str, AttributeValue], value: object) -> None:
+    """``gen_ai.tool.definitions`` (a JSON array of tool objects) as OpenInference's ``llm.tools.N.tool.json_schema``,
+    each tool's JSON as it is (read by shape in :mod:`reflect_otel.tool_definitions`)."""
+    text = value if isinstance(value, str) and len(value) <= MAX_MESSAGES_JSON_CHARS else None
+    tools = _values.parse_json(text) if text is not None else None
+    if not isinstance(tools, list):
+        return
+    for index, tool in enumerate(tools):
+        if isinstance(tool, Mapping):
+            out[f"{SpanAttributes.LLM_TOOLS}.{index}.{ToolAttributes.TOOL_JSON_SCHEMA}"] = json.dumps(tool)
 
 
 def _last_text(messages: list[Mapping[str, Any]], role: str | None) -> str:

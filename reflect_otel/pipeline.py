@@ -1,11 +1,18 @@
 """REFLECT (the paper's Algorithm 1): diagnose, test by targeted replay, verify and re-localize.
 
 Given a failed trace: localize the earliest decisive error step i, classify it, then for up to D rounds build a
-repair plan and, for each candidate step p in {i, i-1, ..., max(i-K+1, 1)}, replay the agent with the prefix before
-p kept (steps 1..p-1, the paper's tau_<p) and the plan injected where step p was, gate the regenerated step p against
-the plan, and verify. The first replay that verifies as correct makes its step p the attributed step (status
-``verified``): the kept prefix was not at fault, and redoing step p as planned fixed the run. The two continuations
-then sharpen the explanation.
+repair plan and test its corrections, cheapest first, stopping at the first that verifies:
+
+- *actions* (up to M): the auditor's corrected step (a call of one of the agent's own tools) and the corrections
+  the evidence rules read from the trace (:mod:`reflect_otel.corrections`), each executed by the replay adapter in
+  place of the step it names, p, with steps 1..p-1 kept; faithful by construction (checked);
+- *guidance* (the paper's): for each candidate step p in {i, i-1, ..., max(i-K+1, 1)}, replay with the prefix
+  before p kept (steps 1..p-1, the paper's tau_<p) and the plan injected where step p was, gate the regenerated
+  step p against the plan.
+
+The first replay that verifies as correct makes its step p the attributed step (status ``verified``): the kept
+prefix was not at fault, and redoing step p as corrected fixed the run. The two continuations then sharpen the
+explanation.
 Otherwise the best candidate replay is re-localized and the next round starts. After D rounds the last
 localization is returned, marked ``unverified``. A stage error is recorded and the best record reached is
 returned: :meth:`ReflectPipeline.attribute` never raises.
@@ -19,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from reflect_otel import prompts, stages
+from reflect_otel import corrections, prompts, stages
 from reflect_otel._run import AttributionRun, MethodBase, ReplayOutcome, is_correct, replay_and_verify
 from reflect_otel.config import GateMode
 from reflect_otel.errors import LLMError
@@ -28,16 +35,19 @@ from reflect_otel.record import (
     AttributionRecord,
     AttributionStatus,
     Classification,
+    Correction,
     FlipRate,
     GateDecider,
     GateVerdict,
     Intervention,
+    InterventionKind,
     Localization,
     RepairPlan,
     ReplayAttempt,
 )
 from reflect_otel.replay import ReplayAdapter, ReplayResult
-from reflect_otel.trace import Step, StructuredTrace
+from reflect_otel.tool_definitions import available_tools
+from reflect_otel.trace import Step, StepAction, StructuredTrace
 from reflect_otel.verdict import Verdict
 
 __all__ = ["ReflectPipeline", "rollback_points"]
@@ -108,6 +118,10 @@ class _Rounds:
     localizations: list[Localization] = field(default_factory=list)
     attempts: list[ReplayAttempt] = field(default_factory=list)
     flip_rates: list[FlipRate] = field(default_factory=list)
+    candidates: list[Correction] = field(default_factory=list)
+    """The evidence rules' corrections for the current trace (shown to the diagnosis, then tried)."""
+    corrections: list[Correction] = field(default_factory=list)
+    """Every correction considered so far, with its replays and whether it flipped."""
 
     def __post_init__(self) -> None:
         self.current = self.run.trace
@@ -179,16 +193,9 @@ class ReflectPipeline(MethodBase):
             state.round = round_
             state.plan = self._plan(state)
             candidates: list[_Candidate] = []
-            points = rollback_points(state.located.step_index, cfg.rollback_points)
-            for tried in _in_order(lambda p: self._try_point(state, p), points, cfg.replay_concurrency):
-                state.attempts += tried.attempts
-                if tried.flip_rate is not None:
-                    state.flip_rates.append(tried.flip_rate)
-                found = tried.candidate
-                if found is None:
-                    continue
-                candidates.append(found)
-                if self._counts(found):
+            for correction in self._round_corrections(state):
+                found = self._test(state, correction, candidates)
+                if found is not None:
                     return self._verified(state, found)
             if not cfg.relocalize or round_ == cfg.rounds:
                 continue  # after the last round a new localization would name a step of a replay, not of the run
@@ -231,11 +238,22 @@ class ReflectPipeline(MethodBase):
         return True
 
     def _plan(self, state: _Rounds) -> RepairPlan:
+        cfg = self.config
+        state.candidates = (
+            corrections.evidence_corrections(state.current, near=state.located.step_index) if cfg.actions else []
+        )
         plan = stages.null_plan(state.located, state.classification)
-        if self.config.use_diagnostician:
+        if cfg.use_diagnostician:
             try:
                 plan = stages.diagnose(
-                    state.run.llm, self._context(state), state.current, state.located, state.classification
+                    state.run.llm,
+                    self._context(state),
+                    state.current,
+                    state.located,
+                    state.classification,
+                    tools=available_tools(state.current) if cfg.actions else (),
+                    candidates=state.candidates[: cfg.max_corrections],
+                    corrected_step=cfg.actions,
                 )
             except LLMError as error:
                 state.run.error("diagnose", error, state.round)
@@ -244,13 +262,79 @@ class ReflectPipeline(MethodBase):
             _progress(state, "round %d: the plan stated the expected answer; the replay is not shown it", state.round)
         return hidden
 
-    def _try_point(self, state: _Rounds, step: int) -> _Tried:
-        """``replay_samples`` replays that regenerate ``step``: the first that counts as a flip, else the last that
-        ran. With several samples, all run (concurrently up to ``replay_concurrency``), and the flip rate is kept.
-        Reads the round's state, never writes it."""
+    def _round_corrections(self, state: _Rounds) -> list[Correction]:
+        """This round's corrections in the order to try them: the auditor's action, the evidence rules' actions
+        (at most M actions in all), then the plan as guidance; deduplicated, and those that would prove nothing
+        refused (kept in the record with the reason, never tried)."""
+        plan, located = state.plan, state.located.step_index
+        assert plan is not None, "plan first"
+        steps = state.current.steps
+        original = StepAction.of_step(steps[located - 1]) if 1 <= located <= len(steps) else None
+        proposed: list[Correction] = []
+        if plan.corrected_step is not None and self.config.actions:
+            proposed.append(
+                Correction(
+                    source="llm",
+                    kind=InterventionKind.ACTION,
+                    step_index=located,
+                    original=original,
+                    replacement=plan.corrected_step,
+                    finding="the auditor's corrected step",
+                )
+            )
+        proposed += state.candidates
+        proposed.append(
+            Correction(
+                source="llm" if self.config.use_diagnostician else "localizer",
+                kind=InterventionKind.GUIDANCE,
+                step_index=located,
+                original=original,
+                finding=plan.correction_instruction,
+            )
+        )
+        ordered = corrections.ordered(proposed, state.current, state.expected, self.config.max_corrections)
+        for correction in ordered:
+            if correction.refused:
+                _progress(state, "round %d: not trying %s: %s", state.round, _describe(correction), correction.refused)
+        state.corrections += ordered
+        return [c for c in ordered if c.refused is None]
+
+    def _test(self, state: _Rounds, correction: Correction, candidates: list[_Candidate]) -> _Candidate | None:
+        """Replay ``correction`` (an action at its step; guidance at the K rollback points) until one replay counts
+        as a flip, which it returns; every replay that ran joins ``candidates``, every attempt the state."""
+        cfg = self.config
+        _progress(state, "round %d: trying %s", state.round, _describe(correction))
+        is_action = correction.kind is InterventionKind.ACTION
+        points = [correction.step_index] if is_action else rollback_points(correction.step_index, cfg.rollback_points)
+        position = next(i for i, c in enumerate(state.corrections) if c is correction)
+        flipped: _Candidate | None = None
+        replays = 0
+        for tried in _in_order(lambda p: self._try_point(state, p, correction), points, cfg.replay_concurrency):
+            state.attempts += tried.attempts
+            replays += len(tried.attempts)
+            if tried.flip_rate is not None:
+                state.flip_rates.append(tried.flip_rate)
+            if tried.candidate is None:
+                continue
+            candidates.append(tried.candidate)
+            if self._counts(tried.candidate):
+                flipped = tried.candidate
+                break
+        state.corrections[position] = correction.model_copy(update={"replays": replays, "flipped": flipped is not None})
+        if flipped is None:
+            return None
+        attempt = flipped.attempt.model_copy(update={"correction": state.corrections[position]})
+        return _Candidate(attempt, flipped.result)
+
+    def _try_point(self, state: _Rounds, step: int, correction: Correction) -> _Tried:
+        """``replay_samples`` replays that regenerate ``step`` with ``correction``: the first that counts as a flip,
+        else the last that ran. With several samples, all run (concurrently up to ``replay_concurrency``), and the
+        flip rate is kept. Reads the round's state, never writes it."""
         samples = self.config.replay_samples
         outcomes = list(
-            _in_order(lambda s: self._try_sample(state, step, s), range(samples), self.config.replay_concurrency)
+            _in_order(
+                lambda s: self._try_sample(state, step, s, correction), range(samples), self.config.replay_concurrency
+            )
         )
         attempts = [attempt for _, tried in outcomes for attempt in tried]
         ran = [candidate for candidate, _ in outcomes if candidate is not None]
@@ -268,16 +352,21 @@ class ReflectPipeline(MethodBase):
             self.config.gate is not GateMode.HARD or _faithful(candidate.attempt.gate)
         )
 
-    def _try_sample(self, state: _Rounds, step: int, sample: int) -> tuple[_Candidate | None, list[ReplayAttempt]]:
-        """Replay regenerating ``step`` (hard gate: up to R retries with feedback): the last attempt that ran (or
-        None), and every attempt made."""
+    def _try_sample(
+        self, state: _Rounds, step: int, sample: int, correction: Correction
+    ) -> tuple[_Candidate | None, list[ReplayAttempt]]:
+        """Replay regenerating ``step`` with ``correction`` (guidance under a hard gate: up to R retries with
+        feedback): the last attempt that ran (or None), and every attempt made."""
         cfg, plan, current = self.config, state.plan, state.current
         assert plan is not None, "plan first"
         located = state.located.step_index
+        action = correction.replacement if correction.kind is InterventionKind.ACTION else None
         failed = current.steps[located - 1] if 1 <= located <= len(current.steps) else None
-        base_injection = prompts.repair_injection(plan, located, failed, cfg.max_field_chars)
+        base_injection = (
+            "" if action is not None else prompts.repair_injection(plan, located, failed, cfg.max_field_chars)
+        )
         injection = base_injection
-        retries = cfg.gate_retries if cfg.gate is GateMode.HARD else 0
+        retries = cfg.gate_retries if cfg.gate is GateMode.HARD and action is None else 0
         point = step - 1  # the kept prefix
         replaced = current.steps[point]  # the original step the replay regenerates
         last: _Candidate | None = None
@@ -290,6 +379,7 @@ class ReflectPipeline(MethodBase):
                 sample=sample,
                 localized_step=state.located.step_index,
                 injection=injection,
+                correction=correction,
             )
             outcome: ReplayOutcome = replay_and_verify(
                 state.run,
@@ -299,7 +389,12 @@ class ReflectPipeline(MethodBase):
                 verifier=self.verifier,
                 expected=state.expected,
                 injection_role=cfg.injection_role,
-                gate=lambda result: self._gate(state, result, replaced),
+                action=action,
+                gate=(
+                    (lambda result: _gate_action(result, action))
+                    if action is not None
+                    else (lambda result: self._gate(state, result, replaced))
+                ),
             )
             attempts.append(outcome.attempt)
             _progress(state, "replay regenerating step %d: %s", step, _outcome(outcome.attempt))
@@ -370,8 +465,11 @@ class ReflectPipeline(MethodBase):
             confidence=localization.confidence,
             explanation=explanation,
             root_cause=plan.root_cause,
-            intervention=Intervention(plan=plan, injection=found.attempt.injection, rollback_point=kept),
+            intervention=Intervention(
+                plan=plan, injection=found.attempt.injection, rollback_point=kept, correction=found.attempt.correction
+            ),
             replays=state.attempts,
+            corrections=state.corrections,
             flip_rates=state.flip_rates,
             corrected_answer=found.result.final_answer,
             original_verdict=state.original_verdict,
@@ -391,6 +489,7 @@ class ReflectPipeline(MethodBase):
             explanation=classification.explanation if classification else localization.reasoning,
             root_cause=state.plan.root_cause if state.plan else "",
             replays=state.attempts,
+            corrections=state.corrections,
             flip_rates=state.flip_rates,
             original_verdict=state.original_verdict,
             rounds=state.round,
@@ -402,6 +501,32 @@ def _progress(state: _Rounds, message: str, *args: object) -> None:
     """A progress line for whoever shows it (``reflect-otel demo`` prints them): attributions take minutes on a
     CPU. The trace id rides along as ``record.reflect_trace_id``."""
     _log.info(message, *args, extra={"reflect_trace_id": state.run.trace.trace_id})
+
+
+def _describe(correction: Correction) -> str:
+    if correction.kind is InterventionKind.GUIDANCE:
+        return f"guidance ({correction.source}) around step {correction.step_index}"
+    replacement = correction.replacement.render() if correction.replacement else ""
+    return f"action ({correction.source}) at step {correction.step_index}: {replacement[:160]}"
+
+
+def _gate_action(result: ReplayResult, action: StepAction) -> GateVerdict:
+    """An action replay is faithful by construction when the adapter did execute the action as the first
+    regenerated step; checked, since an adapter is someone else's code."""
+    first = result.continuation[0] if result.continuation else None
+    done = first is not None and (
+        (first.tool_name, first.tool_args) == (action.tool_name, action.arguments)
+        if action.tool_name is not None
+        else first.reasoning.strip() == action.text.strip()
+    )
+    if done:
+        return GateVerdict(is_faithful=True, decided_by=GateDecider.ACTION)
+    return GateVerdict(
+        is_faithful=False,
+        violation_type="ignores_instruction",
+        violation_reason="the replay's first regenerated step is not the action the adapter was given",
+        decided_by=GateDecider.ACTION,
+    )
 
 
 def _outcome(attempt: ReplayAttempt) -> str:

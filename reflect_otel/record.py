@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from reflect_otel.trace import Step
+from reflect_otel.trace import Step, StepAction
 from reflect_otel.verdict import Verdict
 
 __all__ = [
@@ -16,11 +16,13 @@ __all__ = [
     "AttributionRecord",
     "AttributionStatus",
     "Classification",
+    "Correction",
     "ErrorType",
     "FlipRate",
     "GateDecider",
     "GateVerdict",
     "Intervention",
+    "InterventionKind",
     "LLMCall",
     "Localization",
     "RepairPlan",
@@ -77,6 +79,43 @@ class GateDecider(str, Enum):
     """The LLM gate."""
     SKIPPED = "skipped"
     """No check ran: the gate is off, nothing was regenerated, or the LLM gate failed (see the reason)."""
+    ACTION = "action"
+    """An action replay: the adapter executed the correction itself as the regenerated step (checked to be so)."""
+
+
+class InterventionKind(str, Enum):
+    """How a correction reaches the replayed agent."""
+
+    GUIDANCE = "guidance"
+    """The paper's injected message: the plan in words, and the agent regenerates the step itself."""
+    ACTION = "action"
+    """A concrete step executed in place of the original one (a corrected call, a replacement thought)."""
+
+
+class Correction(BaseModel):
+    """One correction REFLECT considered: where it came from, how it was applied, and what it replaced.
+
+    ``source`` is ``llm`` (the auditor's diagnosis) or ``evidence:<rule>`` (computed from the trace, no LLM; see
+    :mod:`reflect_otel.corrections`). An action replaces step ``step_index`` (the replay keeps steps before it);
+    guidance is injected at the paper's rollback points around the localized step ``step_index``."""
+
+    model_config = _FROZEN
+
+    source: str
+    kind: InterventionKind
+    step_index: int = Field(ge=1)
+    original: StepAction | None = Field(default=None, description="What the replaced step did.")
+    replacement: StepAction | None = Field(default=None, description="The action executed instead (action only).")
+    finding: str = Field(default="", description="What in the trace the correction came from.")
+    refused: str | None = Field(default=None, description="Why it was never tried (it would prove nothing).")
+    flipped: bool = False
+    replays: int = 0
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        """Two corrections with the same key are the same test (deduplication)."""
+        replacement = self.replacement.render() if self.replacement else None
+        return (self.kind, self.step_index if self.kind is InterventionKind.ACTION else None, replacement)
 
 
 class Localization(BaseModel):
@@ -109,6 +148,8 @@ class RepairPlan(BaseModel):
     expected_next_arguments: dict[str, str | int | float | bool] | None = None
     """The expected next tool's arguments, when the Diagnostician named them (beyond the paper's plan)."""
     confidence: float = Field(default=0.0, ge=0, le=1)
+    corrected_step: StepAction | None = None
+    """The erroneous step as the Diagnostician rewrote it: a call of one of the agent's tools, or a thought."""
 
 
 class GateVerdict(BaseModel):
@@ -131,6 +172,7 @@ class ReplayAttempt(BaseModel):
     sample: int = Field(default=0, description="Which of the repeated continuations at this point (0-based).")
     localized_step: int | None = Field(default=None, description="The step localized in this round.")
     injection: str
+    correction: Correction | None = Field(default=None, description="The correction this replay tested.")
     gate: GateVerdict | None = None
     verdict: Verdict | None = None
     flipped: bool = False
@@ -158,11 +200,14 @@ class FlipRate(BaseModel):
 
 
 class Intervention(BaseModel):
+    """What flipped the run: the plan, the text injected (empty for an action) and the correction applied."""
+
     model_config = _FROZEN
 
     plan: RepairPlan
     injection: str
     rollback_point: int
+    correction: Correction | None = None
 
 
 class LLMCall(BaseModel):
@@ -221,6 +266,9 @@ class AttributionRecord(BaseModel):
     root_cause: str = ""
     intervention: Intervention | None = None
     replays: tuple[ReplayAttempt, ...] = ()
+    corrections: tuple[Correction, ...] = Field(
+        default=(), description="Every correction considered, in the order tried; refused ones say why."
+    )
     flip_rates: tuple[FlipRate, ...] = Field(default=(), description="Per rollback point, when replay_samples > 1.")
     original_answer: str | None = None
     corrected_answer: str | None = None
@@ -232,6 +280,13 @@ class AttributionRecord(BaseModel):
     errors: tuple[StageError, ...] = ()
     config: dict[str, Any] = Field(default_factory=dict)
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+    @property
+    def verified_by(self) -> Correction | None:
+        """The correction whose replay verified the attribution, if any."""
+        if self.status is not AttributionStatus.VERIFIED or self.intervention is None:
+            return None
+        return self.intervention.correction
 
     @property
     def total_tokens(self) -> int:

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 from reflect_otel import plugins
 from reflect_otel.errors import ReplayError
-from reflect_otel.trace import Step, StructuredTrace
+from reflect_otel.trace import Step, StepAction, StructuredTrace
 
 __all__ = ["InjectionRole", "ReplayAdapter", "ReplayResult", "check_rollback_point", "find_replay_adapter"]
 
@@ -50,11 +50,22 @@ class ReplayAdapter(Protocol):
     """Re-runs an agent from a preserved prefix with a correction injected.
 
     ``replay(trace, rollback_point=p, injection=text)`` keeps the original steps ``1..p`` exactly (``p = 0`` keeps
-    none), puts ``injection`` into the agent's context as a message of ``injection_role``, and lets the agent
-    continue with the same tools and model. Tools of the prefix are never executed again. Raises
-    :class:`~reflect_otel.errors.ReplayError` when ``p`` is out of range, falls inside one LLM turn with parallel
-    tool calls (keeping only some results would leave calls unanswered), or the agent fails. May be called from a
-    worker thread; calls for different traces may run concurrently.
+    none), puts ``injection`` into the agent's context as a message of ``injection_role`` (a *guidance*
+    intervention, the paper's), and lets the agent continue with the same tools and model. Tools of the prefix are
+    never executed again.
+
+    ``replay(trace, rollback_point=p, injection="", action=a)`` is an *action* intervention: after the kept steps
+    (and the injection, when not empty) the adapter executes ``a`` as step ``p + 1`` itself, for real in the
+    replayed run (a call of one of the agent's tools through the agent's own tool executor, or for a chain of
+    thought a replacement thought), never answered from the trace, records it as the first regenerated step, and
+    lets the agent continue from its result. An irreversible tool is refused as in any continuation.
+    ``prefix_verified`` then means the first new model call received the prefix, the injection, the action and its
+    result.
+
+    Raises :class:`~reflect_otel.errors.ReplayError` when ``p`` is out of range, falls inside one LLM turn with
+    parallel tool calls (keeping only some results would leave calls unanswered), the action is of a kind the
+    adapter cannot execute, or the agent fails. May be called from a worker thread; calls for different traces may
+    run concurrently.
     """
 
     def replay(
@@ -64,6 +75,7 @@ class ReplayAdapter(Protocol):
         rollback_point: int,
         injection: str,
         injection_role: InjectionRole = InjectionRole.SYSTEM,
+        action: StepAction | None = None,
     ) -> ReplayResult: ...
 
 

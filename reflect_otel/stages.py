@@ -8,10 +8,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 
+from pydantic import BaseModel
+
 from reflect_otel import prompts
+from reflect_otel.corrections import answer_pattern
 from reflect_otel.llm.base import StructuredLLM
-from reflect_otel.record import Classification, GateDecider, GateVerdict, Localization, RepairPlan
-from reflect_otel.trace import Step, StructuredTrace
+from reflect_otel.prompts._tool_calls import arguments_of
+from reflect_otel.record import Classification, Correction, GateDecider, GateVerdict, Localization, RepairPlan
+from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace, ToolDefinition
 
 __all__ = [
     "classify",
@@ -67,30 +71,85 @@ def diagnose(
     trace: StructuredTrace,
     localization: Localization,
     classification: Classification | None,
+    *,
+    tools: Sequence[ToolDefinition] = (),
+    candidates: Sequence[Correction] = (),
+    corrected_step: bool = True,
 ) -> RepairPlan:
-    out = llm.complete(
-        prompts.diagnosis(
-            ctx,
-            trace.steps,
-            localization.step_index,
-            classification.error_type.value if classification else "unknown",
-            classification.explanation if classification else localization.reasoning,
-            classification.suggested_correction if classification else localization.suggested_fix,
-        ),
-        prompts.DiagnosisOutput,
-        stage="diagnose",
-    ).value
-    expected_tool = (out.expected_next_tool or "").strip()
+    """The repair plan. With ``corrected_step`` it includes the erroneous step rewritten: a call of one of
+    ``tools`` (under a schema that admits no other tool), or for a chain of thought a thought; without, or when the
+    agent has neither, the paper's plan. ``candidates`` are shown to the auditor as options."""
+    index = localization.step_index
+    output = (
+        prompts.diagnosis_output(tools, chain_of_thought=not tools and _chain_of_thought(trace))
+        if corrected_step
+        else prompts.DiagnosisOutput
+    )
+    original = trace.steps[index - 1] if 1 <= index <= len(trace.steps) else None
+    messages = prompts.diagnosis(
+        ctx,
+        trace.steps,
+        index,
+        classification.error_type.value if classification else "unknown",
+        classification.explanation if classification else localization.reasoning,
+        classification.suggested_correction if classification else localization.suggested_fix,
+        output,
+        [f"Step {c.step_index}: {c.replacement.render()}  (from: {c.finding})" for c in candidates if c.replacement],
+    )
+    out = llm.complete(messages, output, stage="diagnose", check=_changes_step(original)).value
+    corrected = _corrected_step(out)
+    legacy = out if isinstance(out, prompts.DiagnosisOutput) else None
+    expected_tool = (
+        (legacy.expected_next_tool or "").strip() if legacy else (corrected.tool_name or "" if corrected else "")
+    )
     if expected_tool.lower() in ("", "null", "none"):
         expected_tool = ""
+    if legacy is not None:
+        arguments = _arguments(legacy.expected_next_arguments) if expected_tool else None
+    else:
+        arguments = _arguments(_scalars(corrected.arguments)) if corrected is not None and expected_tool else None
+    instruction: str = getattr(out, "correction_instruction", "")
     return RepairPlan(
-        root_cause=out.root_cause,
-        correction_instruction=out.correction_instruction,
-        forbidden_actions=_not_contradicting(out.forbidden_actions, out.correction_instruction, expected_tool),
+        root_cause=getattr(out, "root_cause", ""),
+        correction_instruction=instruction,
+        forbidden_actions=_not_contradicting(getattr(out, "forbidden_actions", []), instruction, expected_tool),
         expected_next_tool=expected_tool or None,
-        expected_next_arguments=_arguments(out.expected_next_arguments) if expected_tool else None,
-        confidence=out.confidence,
+        expected_next_arguments=arguments,
+        confidence=getattr(out, "confidence", 0.0),
+        corrected_step=corrected,
     )
+
+
+def _chain_of_thought(trace: StructuredTrace) -> bool:
+    return bool(trace.steps) and all(
+        s.tool_name is None and s.kind in (StepKind.REASONING, StepKind.FINAL_ANSWER) for s in trace.steps
+    )
+
+
+def _corrected_step(out: BaseModel) -> StepAction | None:
+    call = getattr(out, "corrected_call", None)
+    if isinstance(call, BaseModel):
+        return StepAction(tool_name=str(call.tool), arguments=arguments_of(call))
+    thought = getattr(out, "corrected_thought", None)
+    if isinstance(thought, str) and thought.strip():
+        return StepAction(text=thought.strip())
+    return None
+
+
+def _changes_step(original: Step | None) -> Callable[[BaseModel], str | None]:
+    """A diagnosis whose corrected step is the erroneous step itself corrects nothing: sent back once."""
+
+    def check(out: BaseModel) -> str | None:
+        corrected = _corrected_step(out)
+        if original is None or corrected is None or corrected != StepAction.of_step(original):
+            return None
+        return f"the corrected step repeats step {original.index} as it was; give the step that fixes it"
+
+    return check
+
+
+def _scalars(arguments: Mapping[str, object]) -> dict[str, str | int | float | bool]:
+    return {k: v for k, v in arguments.items() if isinstance(v, str | int | float | bool)}
 
 
 _MAX_ARGUMENTS = 20
@@ -136,10 +195,9 @@ def without_answer(plan: RepairPlan, expected: str | None) -> RepairPlan:
     the flip would prove nothing about the step. Each alternative (``a|b``) is replaced where it stands as a whole
     word, case-insensitively; one-character answers are left (a ``2`` cannot be told from a step number or a value
     in the data)."""
-    answers = [a.strip() for a in (expected or "").split("|") if len(a.strip()) >= _MIN_HIDDEN_CHARS]
-    if not answers:
+    pattern = answer_pattern(expected, min_chars=_MIN_HIDDEN_CHARS)
+    if pattern is None:
         return plan
-    pattern = re.compile("|".join(rf"(?<!\w){re.escape(a)}(?!\w)" for a in answers), re.IGNORECASE)
 
     def hide(text: str) -> str:
         return pattern.sub(_HIDDEN_ANSWER, text)

@@ -6,6 +6,7 @@ trace captured by a collector today can be attributed tomorrow by another proces
 
 from __future__ import annotations
 
+import json
 from enum import Enum
 from typing import Any
 
@@ -15,9 +16,11 @@ __all__ = [
     "ErrorLabel",
     "ReplayMetadata",
     "Step",
+    "StepAction",
     "StepKind",
     "StepStatus",
     "StructuredTrace",
+    "ToolDefinition",
     "TraceSource",
     "TraceWarning",
     "WarningCode",
@@ -85,6 +88,45 @@ class Step(BaseModel):
     def span_ids(self) -> tuple[str, ...]:
         """Every span id that denotes this step."""
         return (self.span_id,) if self.tool_span_id is None else (self.span_id, self.tool_span_id)
+
+
+class ToolDefinition(BaseModel):
+    """A tool the agent had, as its instrumentation recorded it (OpenInference ``llm.tools``, OTel GenAI
+    ``gen_ai.tool.definitions``, or the ``tools`` of a recorded model request); or, when none was recorded, a tool
+    seen called on the trace (``recorded`` False, its schema read from the arguments it was called with)."""
+
+    model_config = _FROZEN
+
+    name: str = Field(min_length=1, max_length=200)
+    description: str = ""
+    parameters: dict[str, Any] = Field(
+        default_factory=dict, description="The JSON schema of the tool's arguments (an object schema)."
+    )
+    recorded: bool = Field(default=True, description="False when inferred from calls seen on the trace.")
+
+
+class StepAction(BaseModel):
+    """A concrete step to take in place of an original one: a call of one of the agent's tools with its arguments,
+    or, for a chain of thought (``tool_name`` None), a replacement thought in ``text``."""
+
+    model_config = _FROZEN
+
+    tool_name: str | None = None
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    text: str = ""
+
+    @classmethod
+    def of_step(cls, step: Step) -> StepAction:
+        """What ``step`` did, as an action."""
+        if step.tool_name:
+            return cls(tool_name=step.tool_name, arguments=dict(step.tool_args))
+        return cls(text=step.reasoning)
+
+    def render(self) -> str:
+        """``tool({"arg": value})``, or the thought."""
+        if self.tool_name is None:
+            return self.text
+        return f"{self.tool_name}({json.dumps(self.arguments, ensure_ascii=False, sort_keys=True, default=str)})"
 
 
 class TraceSource(BaseModel):
@@ -164,6 +206,9 @@ class StructuredTrace(BaseModel):
     start_time_ns: int | None = None
     end_time_ns: int | None = None
     metadata: dict[str, str] = Field(default_factory=dict, description="From the importer: dataset, task, ...")
+    tools: tuple[ToolDefinition, ...] = Field(
+        default=(), description="The tools the agent had, as recorded by its instrumentation (see ToolDefinition)."
+    )
 
     @field_validator("steps")
     @classmethod

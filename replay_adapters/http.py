@@ -15,6 +15,11 @@ context as a message of ``injection_role``, continues, and answers ``200`` with 
 plus an optional ``"adapter_info": {string: string}``. Any other status, with ``{"error": "..."}``, is a failed
 replay. ``prefix_verified`` is the agent's word that its first new model call received exactly the prefix plus
 the injection. :func:`replay_handler` serves this protocol for a Python agent with any other adapter.
+
+Version 2 (``"protocol": "reflect-otel.replay.v2"``) adds an optional ``"action"``: ``{"tool_name": "...",
+"arguments": {...}}`` (or ``{"text": "..."}`` for a chain of thought), which the agent executes for real as step
+``rollback_point + 1`` before continuing (the replay contract's action intervention). The adapter sends version 1
+for guidance, so agents that serve only version 1 keep working; :func:`replay_handler` serves both.
 """
 
 from __future__ import annotations
@@ -31,11 +36,12 @@ from reflect_otel.collectors.otlp import decode_json_document
 from reflect_otel.errors import InputError, ReplayError
 from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult, check_rollback_point
 from reflect_otel.replay_adapters._stitch import stitch
-from reflect_otel.trace import StructuredTrace
+from reflect_otel.trace import StepAction, StructuredTrace
 
-__all__ = ["PROTOCOL", "HTTPReplayAdapter", "replay_handler"]
+__all__ = ["PROTOCOL", "PROTOCOL_V2", "HTTPReplayAdapter", "replay_handler"]
 
 PROTOCOL = "reflect-otel.replay.v1"
+PROTOCOL_V2 = "reflect-otel.replay.v2"
 
 
 class HTTPReplayAdapter:
@@ -61,15 +67,18 @@ class HTTPReplayAdapter:
         rollback_point: int,
         injection: str,
         injection_role: InjectionRole = InjectionRole.SYSTEM,
+        action: StepAction | None = None,
     ) -> ReplayResult:
         check_rollback_point(trace, rollback_point)
-        body = {
-            "protocol": PROTOCOL,
+        body: dict[str, Any] = {
+            "protocol": PROTOCOL if action is None else PROTOCOL_V2,
             "trace": trace.model_dump(mode="json"),
             "rollback_point": rollback_point,
             "injection": injection,
             "injection_role": InjectionRole(injection_role).value,
         }
+        if action is not None:
+            body["action"] = action.model_dump(mode="json")
         try:
             response = self._client.post(self.url, json=body)
         except httpx.HTTPError as error:
@@ -130,14 +139,18 @@ def replay_handler(adapter: ReplayAdapter, body: bytes) -> tuple[int, bytes]:
     """Serve one protocol request with ``adapter``: (status, JSON body). For the agent's side of the wire."""
     try:
         request = json.loads(body)
-        if not isinstance(request, dict) or request.get("protocol") != PROTOCOL:
-            raise ValueError(f"expected a {PROTOCOL} request")
+        if not isinstance(request, dict) or request.get("protocol") not in (PROTOCOL, PROTOCOL_V2):
+            raise ValueError(f"expected a {PROTOCOL} or {PROTOCOL_V2} request")
+        if "action" in request and request["protocol"] != PROTOCOL_V2:
+            raise ValueError(f"an action needs {PROTOCOL_V2}")
         trace = StructuredTrace.model_validate(request["trace"])
+        action = StepAction.model_validate(request["action"]) if request.get("action") is not None else None
         result = adapter.replay(
             trace,
             rollback_point=int(request["rollback_point"]),
             injection=str(request.get("injection", "")),
             injection_role=InjectionRole(request.get("injection_role", "system")),
+            action=action,
         )
     except (ValueError, KeyError, TypeError, ValidationError) as error:
         return 400, json.dumps({"error": f"bad replay request: {error}"}).encode()

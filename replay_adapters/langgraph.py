@@ -6,6 +6,9 @@ copied into a new thread with ``update_state(..., as_node=<node of step p>)`` to
 graph resumes with ``invoke(None, config)``. Without checkpoints (no checkpointer, another process, or
 ``durability="exit"``), the new thread is seeded from the messages the model saw right after step p (the LLM
 span's recorded input). Rolling back to 0 invokes the graph on the run's first input plus the injection.
+An action (a corrected tool call) is written into the new thread as the model node's decision
+(``update_state(..., as_node=<model node>)`` with an ``AIMessage`` carrying the call), so the graph's own tools node
+executes it for real and the model continues from its result.
 
 Known limits: a graph whose model node adds its own system prompt is seeded from spans with that prompt in the
 messages; a subgraph's checkpoints are not forked (replay the inner graph on its own); chat formatters that
@@ -28,12 +31,12 @@ from reflect_otel.replay_adapters._guard import ToolGuard
 from reflect_otel.replay_adapters._stitch import stitch
 from reflect_otel.semconv import INPUT_MESSAGES_PREFIX, OpenInferenceSpanKindValues, SpanAttributes
 from reflect_otel.spans import SpanRecord
-from reflect_otel.trace import StructuredTrace
+from reflect_otel.trace import StepAction, StructuredTrace
 
 try:
     from langchain_core._api import suppress_langchain_beta_warning
     from langchain_core.load import load as lc_load
-    from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, SystemMessage
+    from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, SystemMessage
     from langgraph.errors import GraphRecursionError
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise MissingDependencyError("langgraph", "langgraph") from error
@@ -43,6 +46,13 @@ __all__ = ["LangGraphReplayAdapter"]
 
 def _injection_message(text: str, role: InjectionRole) -> BaseMessage:
     return HumanMessage(text) if role == InjectionRole.USER else SystemMessage(text)
+
+
+def _action_message(action: StepAction) -> AIMessage:
+    if action.tool_name is None:
+        raise ReplayError("a LangGraph replay executes tool calls; a replacement thought is not a call")
+    call = {"name": action.tool_name, "args": dict(action.arguments), "id": f"call_reflect_{uuid.uuid4().hex[:12]}"}
+    return AIMessage(content="", tool_calls=[call])
 
 
 def _first_llm_contents(records: list[SpanRecord]) -> list[str] | None:
@@ -146,8 +156,10 @@ class LangGraphReplayAdapter:
         rollback_point: int,
         injection: str,
         injection_role: InjectionRole = InjectionRole.SYSTEM,
+        action: StepAction | None = None,
     ) -> ReplayResult:
         check_rollback_point(trace, rollback_point)
+        decided = _action_message(action) if action is not None else None
         forked = self._checkpoint_after(trace, rollback_point)
         if forked is not None:
             values, source = forked
@@ -157,12 +169,17 @@ class LangGraphReplayAdapter:
             messages = self._messages_from_spans(trace, rollback_point)
         if injection:
             messages.append(_injection_message(injection, injection_role))
+        if decided is not None:
+            messages.append(decided)
         thread = f"reflect-replay-{uuid.uuid4().hex}"
         config: dict[str, Any] = {"configurable": {"thread_id": thread}, "recursion_limit": self.recursion_limit}
         unfinished = False
         with captured(self._provider, "reflect.replay.langgraph") as run:
             try:
-                if rollback_point == 0:
+                if decided is not None:  # the model node "decided" the action; the tools node runs it
+                    self.graph.update_state(config, {**values, "messages": messages}, as_node=self.model_node)
+                    self._run(None, config)
+                elif rollback_point == 0:
                     self._run({**values, "messages": messages}, config)
                 else:
                     node = trace.steps[rollback_point - 1].langgraph_node or self.tools_node
@@ -182,11 +199,13 @@ class LangGraphReplayAdapter:
         seen = _first_llm_contents(run.records)
         expected = [_values.as_text(m.content) for m in messages]
         replayed = stitch(trace, rollback_point, run.trace.steps, trace_id=run.trace_id, final_answer=final)
+        # after an action the first model call also sees the action's result: the prefix must lead its messages
+        verified = seen == expected if decided is None else seen is not None and seen[: len(expected)] == expected
         return ReplayResult(
             trace=replayed,
             rollback_point=rollback_point,
             final_answer=final,
-            prefix_verified=seen == expected,
+            prefix_verified=verified,
             adapter_info={
                 "adapter": "langgraph",
                 "thread_id": thread,

@@ -7,12 +7,17 @@ are captured and stitched after the kept steps.
 
 ``resume(messages, guard)`` must call ``guard(tool_name, arguments)`` before running each tool: the guard stops a
 continuation that would call an irreversible tool (unless allowed), so a replay never repeats a side effect.
+
+An action (a corrected tool call) needs ``execute_tool(name, arguments) -> result``, the loop's own tool executor:
+the adapter runs the call through it under a TOOL span (after the guard), appends the assistant's call and the
+tool's result to the messages, and resumes the loop from there.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import uuid
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -24,14 +29,16 @@ from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_poin
 from reflect_otel.replay_adapters._capture import captured
 from reflect_otel.replay_adapters._guard import IrreversibleToolError, ToolGuard
 from reflect_otel.replay_adapters._stitch import stitch
-from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes
+from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes, ToolCallAttributes
 from reflect_otel.spans import SpanRecord
-from reflect_otel.trace import StructuredTrace
+from reflect_otel.trace import StepAction, StructuredTrace
 
-__all__ = ["IrreversibleToolError", "OpenAIToolLoopReplayAdapter", "ResumeLoop"]
+__all__ = ["ExecuteTool", "IrreversibleToolError", "OpenAIToolLoopReplayAdapter", "ResumeLoop"]
 
 ResumeLoop = Callable[[list[dict[str, Any]], Callable[[str, Any], None]], str]
 """``resume(messages, guard) -> final answer``: continue the tool loop from ``messages``."""
+ExecuteTool = Callable[[str, dict[str, Any]], Any]
+"""``execute_tool(name, arguments) -> result``: run one of the loop's tools (its result is sent as text)."""
 
 
 def _first_llm_request(records: list[SpanRecord]) -> Any:
@@ -54,10 +61,12 @@ class OpenAIToolLoopReplayAdapter:
         tracer_provider: TracerProvider,
         irreversible_tools: Collection[str] = (),
         allow_irreversible: bool = False,
+        execute_tool: ExecuteTool | None = None,
     ) -> None:
         self._resume = resume
         self._provider = tracer_provider
         self._guard = ToolGuard(irreversible_tools, allow=allow_irreversible)
+        self._execute_tool = execute_tool
 
     @staticmethod
     def request_after(trace: StructuredTrace, rollback_point: int) -> dict[str, Any]:
@@ -80,13 +89,21 @@ class OpenAIToolLoopReplayAdapter:
         rollback_point: int,
         injection: str,
         injection_role: InjectionRole = InjectionRole.SYSTEM,
+        action: StepAction | None = None,
     ) -> ReplayResult:
         check_rollback_point(trace, rollback_point)
+        if action is not None and (action.tool_name is None or self._execute_tool is None):
+            raise ReplayError(
+                "an action replay of an OpenAI tool loop needs a tool call and the loop's tool executor: pass "
+                "execute_tool=... to OpenAIToolLoopReplayAdapter"
+            )
         messages = list(self.request_after(trace, rollback_point)["messages"])
         if injection:
             messages.append({"role": InjectionRole(injection_role).value, "content": injection})
         with captured(self._provider, "reflect.replay.openai_loop") as run:
             try:
+                if action is not None:
+                    messages += self._execute(action)
                 answer = self._resume(copy.deepcopy(messages), self._guard)
             except IrreversibleToolError:
                 raise
@@ -104,6 +121,31 @@ class OpenAIToolLoopReplayAdapter:
             prefix_verified=prefix_verified,
             adapter_info={"adapter": "openai_loop", "replay_trace_id": run.trace_id},
         )
+
+    def _execute(self, action: StepAction) -> list[dict[str, Any]]:
+        """Run ``action`` through the loop's executor under a TOOL span: the assistant's call and the tool's
+        answer, as the loop would have appended them."""
+        assert action.tool_name is not None and self._execute_tool is not None
+        self._guard(action.tool_name, action.arguments)
+        call_id = f"call_reflect_{uuid.uuid4().hex[:12]}"
+        arguments = json.dumps(action.arguments, ensure_ascii=False)
+        tracer = self._provider.get_tracer("reflect.replay.openai_loop")
+        with tracer.start_as_current_span(
+            action.tool_name,
+            attributes={
+                SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.TOOL.value,
+                SpanAttributes.TOOL_NAME: action.tool_name,
+                ToolCallAttributes.TOOL_CALL_ID: call_id,
+                SpanAttributes.INPUT_VALUE: arguments,
+            },
+        ) as span:
+            result = _values.as_text(self._execute_tool(action.tool_name, dict(action.arguments)))
+            span.set_attribute(SpanAttributes.OUTPUT_VALUE, result)
+        call = {"id": call_id, "type": "function", "function": {"name": action.tool_name, "arguments": arguments}}
+        return [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call_id, "content": result},
+        ]
 
 
 def _canonical(messages: Any) -> str:

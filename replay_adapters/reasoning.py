@@ -1,5 +1,6 @@
 """Chain-of-thought replay (BIG-Bench Mistake style): keep reasoning steps 1..p, add the correction, and let the
-model continue; one new step per line of reasoning, then the answer."""
+model continue; one new step per line of reasoning, then the answer. An action is a replacement thought: it is
+written as step p+1, after the kept steps, and the model continues after it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from reflect_otel.errors import LLMError, ReplayError
 from reflect_otel.llm.base import ChatMessage, StructuredLLM
 from reflect_otel.prompts import CHAIN_OF_THOUGHT_PROMPT, ReasoningContinuation
 from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_point
-from reflect_otel.trace import Step, StepKind, StructuredTrace
+from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
 
 __all__ = ["ReasoningReplayAdapter", "is_chain_of_thought"]
 
@@ -39,11 +40,15 @@ class ReasoningReplayAdapter:
         rollback_point: int,
         injection: str,
         injection_role: InjectionRole = InjectionRole.SYSTEM,
+        action: StepAction | None = None,
     ) -> ReplayResult:
         check_rollback_point(trace, rollback_point)
         if not is_chain_of_thought(trace):
             raise ReplayError("ReasoningReplayAdapter replays chain-of-thought traces only (this one calls tools)")
+        if action is not None and (action.tool_name is not None or not action.text.strip()):
+            raise ReplayError("a chain-of-thought replay takes a replacement thought as its action, not a tool call")
         kept = trace.steps[:rollback_point]
+        thought = [action.text.strip()] if action is not None else []
         question = trace.question + (f"\n\nTask: {self.task_context}" if self.task_context else "")
         messages = [
             ChatMessage(role="system", content=CHAIN_OF_THOUGHT_PROMPT),
@@ -53,16 +58,20 @@ class ReasoningReplayAdapter:
             messages.append(ChatMessage(role="assistant", content="\n".join(s.reasoning for s in kept)))
         if injection:
             messages.append(ChatMessage(role=InjectionRole(injection_role).value, content=injection))
+        if thought and messages[-1].role == "assistant":  # the replacement thought continues the kept ones
+            messages[-1] = ChatMessage(role="assistant", content=f"{messages[-1].content}\n{thought[0]}")
+        elif thought:
+            messages.append(ChatMessage(role="assistant", content=thought[0]))
         messages.append(ChatMessage(role="user", content="Continue the reasoning from here, then give the answer."))
         prefix_verified = all(s.reasoning in messages[2].content for s in kept) if kept else True
         try:
             out = self.llm.complete(messages, ReasoningContinuation, stage="agent_replay").value
         except LLMError as error:
             raise ReplayError(f"the reasoning model failed: {error}") from None
-        lines = [line.strip() for text in out.steps for line in text.splitlines() if line.strip()]
+        lines = [*thought, *(line.strip() for text in out.steps for line in text.splitlines() if line.strip())]
         answer_line = f"So the answer is {out.answer.strip()}"
         lines.append(answer_line)
-        replay_id = hashlib.sha256(f"{trace.trace_id}:{rollback_point}:{injection}".encode()).hexdigest()
+        replay_id = hashlib.sha256(f"{trace.trace_id}:{rollback_point}:{injection}:{thought}".encode()).hexdigest()
         new_steps = [
             Step(
                 index=rollback_point + i,

@@ -17,7 +17,9 @@ from reflect_otel.verifiers import OracleVerifier
 
 
 def run(llm: ScriptedLLM, adapter: ScriptedReplayAdapter | None, **config: Any) -> AttributionRecord:
-    pipeline = ReflectPipeline(llm, verifier=OracleVerifier(), config=ReflectConfig(**config))
+    """The paper's Algorithm 1 (guidance only) unless a test turns actions on; tests/test_corrections.py covers
+    actions."""
+    pipeline = ReflectPipeline(llm, verifier=OracleVerifier(), config=ReflectConfig(**{"actions": False, **config}))
     return pipeline.attribute(five_step_trace(), expected=EXPECTED, replay=adapter)
 
 

@@ -23,6 +23,7 @@ try:
     from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
     from langchain_core.tools import StructuredTool
+    from langchain_core.utils.function_calling import convert_to_openai_tool
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.errors import GraphRecursionError
     from langgraph.graph import START, MessagesState, StateGraph
@@ -178,8 +179,10 @@ class StructuredToolChatModel(BaseChatModel):
     def _identifying_params(self) -> dict[str, Any]:
         return {"model_name": getattr(self.llm, "model_name", "unknown")}
 
-    def bind_tools(self, tools: Any, **kwargs: Any) -> StructuredToolChatModel:
-        return self  # the decision schema already lists the tools
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        """The decision schema already lists the tools; binding them still passes their definitions with every
+        call, so the instrumentation records them on the LLM span as any tool-calling model's would."""
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools])
 
     def _decide(self, conversation: list[ChatMessage], final: bool) -> TableDecision | FinalDecision:
         return self._ask(conversation, FinalDecision) if final else self._ask(conversation, TableDecision)
@@ -248,7 +251,8 @@ class TableQAAgent:
             llm=llm, system_prompt=_SYSTEM.format(table=ws.describe("t0")), max_steps=max_steps
         )
         graph = StateGraph(MessagesState)
-        graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+        bound = model.bind_tools(tools)
+        graph.add_node("agent", lambda state: {"messages": [bound.invoke(state["messages"])]})
         graph.add_node("tools", ToolNode(tools))
         graph.add_edge(START, "agent")
         graph.add_conditional_edges("agent", tools_condition)

@@ -184,7 +184,20 @@ def reply_format(model: type[BaseModel]) -> str:
 
 
 def _shape(model: type[BaseModel]) -> str:
-    return "{" + ", ".join(f'"{name}": {_placeholder(info)}' for name, info in model.model_fields.items()) + "}"
+    return (
+        "{"
+        + ", ".join(f'"{info.alias or name}": {_placeholder(info)}' for name, info in model.model_fields.items())
+        + "}"
+    )
+
+
+def _tool_name_of(model: object) -> str | None:
+    """The fixed ``tool`` of a model of one tool call (see :mod:`reflect_otel.prompts._tool_calls`), else None."""
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return None
+    field = model.model_fields.get("tool")
+    choices = get_args(field.annotation) if field is not None and get_origin(field.annotation) is Literal else ()
+    return str(choices[0]) if len(choices) == 1 else None
 
 
 def _is_unit_interval(info: FieldInfo) -> bool:
@@ -201,6 +214,14 @@ def _placeholder(info: FieldInfo) -> str:
 
 def _value(annotation: Any, text: str) -> str:
     origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _value(args[0], text)
+    if origin in (Union, types.UnionType) and type(None) not in args:
+        names = [_tool_name_of(a) for a in args]
+        if all(names):  # calls of several tools: one line, not every tool's shape (the schema gives those)
+            choices = " | ".join(n for n in names if n)
+            return '{"tool": "<one of: ' + choices + '>", "arguments": {<the arguments of that tool>}}'
+        return " or ".join(_value(a, text) for a in args)
     if origin in (Union, types.UnionType) and type(None) in args:
         (inner,) = [a for a in args if a is not type(None)]
         shown = _value(inner, text)

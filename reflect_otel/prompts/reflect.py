@@ -4,10 +4,10 @@ into the agent's context at a rollback point (the repair injection and the gate'
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from reflect_otel.llm.base import ChatMessage
 from reflect_otel.prompts._render import (
@@ -22,8 +22,9 @@ from reflect_otel.prompts._render import (
     reply_format,
     trace_prompt,
 )
+from reflect_otel.prompts._tool_calls import call_union
 from reflect_otel.record import ErrorType, RepairPlan
-from reflect_otel.trace import Step
+from reflect_otel.trace import Step, ToolDefinition
 
 __all__ = [
     "ClassificationOutput",
@@ -34,6 +35,7 @@ __all__ = [
     "ViolationType",
     "classification",
     "diagnosis",
+    "diagnosis_output",
     "gate",
     "gate_feedback",
     "localization",
@@ -74,6 +76,45 @@ class DiagnosisOutput(BaseModel):
     confidence: Confidence
 
 
+_CALL_DESCRIPTION = "the corrected step: the call the agent should have made at the erroneous step, or null"
+_THOUGHT_DESCRIPTION = "the erroneous step rewritten correctly, as one reasoning step"
+
+
+def _also_required(name: str) -> Callable[[dict[str, Any]], None]:
+    def extra(schema: dict[str, Any]) -> None:
+        schema["required"] = [*schema.get("required", []), name]
+
+    return extra
+
+
+def diagnosis_output(tools: Sequence[ToolDefinition], *, chain_of_thought: bool = False) -> type[BaseModel]:
+    """The diagnosis's output shape for a trace: :class:`DiagnosisOutput` (the paper's plan) when the agent has
+    neither tools nor a chain of thought to correct; else the plan with the corrected step in place of the expected
+    next tool and arguments: ``corrected_call``, a call of one of ``tools`` (its tool an enum of their names, its
+    arguments that tool's schema), or ``corrected_thought`` for a chain of thought."""
+    if not tools and not chain_of_thought:
+        return DiagnosisOutput
+    name = "corrected_call" if tools else "corrected_thought"
+    corrected: dict[str, Any] = (
+        {name: (Optional[call_union(tools)], Field(default=None, description=_CALL_DESCRIPTION))}  # noqa: UP045
+        if tools
+        else {name: (str | None, Field(default=None, max_length=600, description=_THOUGHT_DESCRIPTION))}
+    )
+    fields = DiagnosisOutput.model_fields
+    model: type[BaseModel] = create_model(
+        "DiagnosisWithCorrectedStep" if tools else "DiagnosisWithCorrectedThought",
+        # required in the schema, so constrained decoding always writes it (null when there is none); a reply
+        # that leaves it out still parses, as a plan without a corrected step
+        __config__=ConfigDict(frozen=True, json_schema_extra=_also_required(name)),
+        root_cause=(fields["root_cause"].annotation, fields["root_cause"]),
+        correction_instruction=(fields["correction_instruction"].annotation, fields["correction_instruction"]),
+        **corrected,
+        forbidden_actions=(fields["forbidden_actions"].annotation, fields["forbidden_actions"]),
+        confidence=(fields["confidence"].annotation, fields["confidence"]),
+    )
+    return model
+
+
 ViolationType = Literal["repeats_original_error", "ignores_instruction", "uses_forbidden_action", "unrelated_drift"]
 
 
@@ -110,6 +151,48 @@ def classification(ctx: PromptContext, steps: Sequence[Step], error_index: int) 
 
 
 def diagnosis(
+    ctx: PromptContext,
+    steps: Sequence[Step],
+    error_index: int,
+    error_type: str,
+    explanation: str,
+    correction: str,
+    output: type[BaseModel] = DiagnosisOutput,
+    candidates: Sequence[str] = (),
+) -> list[ChatMessage]:
+    """The diagnosis prompt for ``output`` (see :func:`diagnosis_output`). ``candidates`` are corrections computed
+    from the trace (one line each), shown as data the auditor may choose from."""
+    if output is DiagnosisOutput:
+        return _paper_diagnosis(ctx, steps, error_index, error_type, explanation, correction)
+    what = (
+        "corrected_call: the call to make instead of step "
+        if "corrected_call" in output.model_fields
+        else "corrected_thought: step "
+    )
+    listed = cut("\n".join(candidates), ctx.max_chars * 4)
+    options = (
+        "Corrections computed from the trace (each replaces the step it names; a result or an error there shows the "
+        f"value):\n{data_block('CANDIDATE_CORRECTIONS', listed)}\n\n"
+        if candidates
+        else ""
+    )
+    task = (
+        f"Step {error_index} is the erroneous step: the steps before it are correct, the steps after it are its "
+        f"cascade.\nError classification: {error_type}\n"
+        f"Classification explanation:\n{data_block('CLASSIFICATION', cut(explanation, ctx.max_chars))}\n"
+        f"Previously suggested correction:\n{data_block('SUGGESTION', cut(correction, ctx.max_chars))}\n\n"
+        f"{options}"
+        "Produce a repair plan:\n1. ROOT CAUSE: why the agent chose wrongly\n2. What EXACTLY to do instead\n"
+        f"3. {what}{error_index} as it should have been, with concrete values taken from the data above (a tool "
+        "result, an error message or the context often shows the right value); a candidate above when one is right\n"
+        "4. What the agent must NEVER do\n"
+        "In text fields, quote values with single quotes ('like this'). Never state the expected answer: say "
+        "what the agent must do to find it.\n" + reply_format(output)
+    )
+    return trace_prompt(ctx, steps, "a diagnostic expert analyzing why an agent failed", task)
+
+
+def _paper_diagnosis(
     ctx: PromptContext, steps: Sequence[Step], error_index: int, error_type: str, explanation: str, correction: str
 ) -> list[ChatMessage]:
     task = (
