@@ -34,6 +34,7 @@ ANNOTATION_NAME = "decisive_error"
 
 def record_attributes(record: AttributionRecord) -> dict[str, str | int | float | bool]:
     """The span attributes of a record (None values left out, as OTel requires)."""
+    verified_by = record.verified_by
     values: dict[str, str | int | float | bool | None] = {
         SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.EVALUATOR.value,
         ReflectAttributes.TRACE_ID: record.trace_id,
@@ -46,6 +47,11 @@ def record_attributes(record: AttributionRecord) -> dict[str, str | int | float 
         ReflectAttributes.ROLLBACK_POINT: record.intervention.rollback_point if record.intervention else None,
         ReflectAttributes.CONFIDENCE: record.confidence,
         ReflectAttributes.CORRECTED_ANSWER: record.corrected_answer,
+        ReflectAttributes.VERIFIED_BY_SOURCE: verified_by.source if verified_by else None,
+        ReflectAttributes.VERIFIED_BY_KIND: verified_by.kind.value if verified_by else None,
+        ReflectAttributes.REPLACEMENT_CALL: (
+            verified_by.replacement.render()[:1000] if verified_by and verified_by.replacement else None
+        ),
         SpanAttributes.INPUT_VALUE: record.trace_id,
         SpanAttributes.OUTPUT_VALUE: record.explanation[:4000] or None,
         AnnotationAttributes.ANNOTATION_NAME: ANNOTATION_NAME,

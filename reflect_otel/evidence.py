@@ -148,9 +148,30 @@ def _is_call(step: Step) -> bool:
     return step.kind is StepKind.TOOL_CALL and bool(step.tool_name)
 
 
+_ERROR_KEYS = frozenset({"error", "errors", "exception"})
+_ERROR_OBJECT_KEYS = _ERROR_KEYS | {"message", "code", "status", "detail", "details", "type", "hint"}
+
+
+def _error_object(result: str) -> bool:
+    """A JSON object whose only business is an error: an error key, and no keys but an error's."""
+    text = result.strip()
+    if not (text.startswith("{") and text.endswith("}")) or len(text) > 20_000:
+        return False
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and bool(_ERROR_KEYS & parsed.keys()) and parsed.keys() <= _ERROR_OBJECT_KEYS
+
+
 def _failed(step: Step) -> bool:
     result = step.tool_result or ""
-    return step.status is StepStatus.ERROR or bool(_ERROR_START.match(result)) or bool(_ERROR_ANYWHERE.search(result))
+    return (
+        step.status is StepStatus.ERROR
+        or bool(_ERROR_START.match(result))
+        or bool(_ERROR_ANYWHERE.search(result))
+        or _error_object(result)
+    )
 
 
 def _empty(step: Step) -> bool:

@@ -323,7 +323,10 @@ class ReflectPipeline(MethodBase):
         state.corrections[position] = correction.model_copy(update={"replays": replays, "flipped": flipped is not None})
         if flipped is None:
             return None
-        attempt = flipped.attempt.model_copy(update={"correction": state.corrections[position]})
+        tested = flipped.attempt.correction or correction
+        attempt = flipped.attempt.model_copy(
+            update={"correction": tested.model_copy(update={"replays": replays, "flipped": True})}
+        )
         return _Candidate(attempt, flipped.result)
 
     def _try_point(self, state: _Rounds, step: int, correction: Correction) -> _Tried:
@@ -379,7 +382,9 @@ class ReflectPipeline(MethodBase):
                 sample=sample,
                 localized_step=state.located.step_index,
                 injection=injection,
-                correction=correction,
+                correction=correction
+                if action is not None  # guidance regenerates ``step``, not always the localized one
+                else correction.model_copy(update={"step_index": step, "original": StepAction.of_step(replaced)}),
             )
             outcome: ReplayOutcome = replay_and_verify(
                 state.run,

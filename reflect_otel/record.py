@@ -97,7 +97,8 @@ class Correction(BaseModel):
 
     ``source`` is ``llm`` (the auditor's diagnosis) or ``evidence:<rule>`` (computed from the trace, no LLM; see
     :mod:`reflect_otel.corrections`). An action replaces step ``step_index`` (the replay keeps steps before it);
-    guidance is injected at the paper's rollback points around the localized step ``step_index``."""
+    guidance is injected at the paper's rollback points around the localized step ``step_index`` (on a replay
+    attempt, a guidance correction names the step that replay regenerated, and ``original`` is that step)."""
 
     model_config = _FROZEN
 

@@ -78,6 +78,12 @@ class ReflectAttributes:
     """replay, or localization_only."""
     CORRECTED_ANSWER = "reflect.attribution.corrected_answer"
     """The answer of the replay that flipped the outcome."""
+    VERIFIED_BY_SOURCE = "reflect.attribution.verified_by.source"
+    """Where the correction that verified the attribution came from: ``llm`` or ``evidence:<rule>``."""
+    VERIFIED_BY_KIND = "reflect.attribution.verified_by.kind"
+    """How it was applied: ``action`` (executed in place of the step) or ``guidance`` (injected text)."""
+    REPLACEMENT_CALL = "reflect.attribution.replacement_call"
+    """The call executed in place of the decisive step by the verifying action replay (``tool({...})``)."""
     REPLAY = "reflect.replay"
     """True on the root span of a replay run that reflect-otel made: our collectors skip such traces (they are
     evidence inside an attribution record, not runs of the application), and other backends can filter on it."""

@@ -96,8 +96,10 @@ def diagnose(
         output,
         [f"Step {c.step_index}: {c.replacement.render()}  (from: {c.finding})" for c in candidates if c.replacement],
     )
-    out = llm.complete(messages, output, stage="diagnose", check=_changes_step(original)).value
+    out = llm.complete(messages, output, stage="diagnose").value
     corrected = _corrected_step(out)
+    if original is not None and corrected == StepAction.of_step(original):
+        corrected = None  # repeats the erroneous step: nothing to test (a retry costs a call and rarely fixes it)
     legacy = out if isinstance(out, prompts.DiagnosisOutput) else None
     expected_tool = (
         (legacy.expected_next_tool or "").strip() if legacy else (corrected.tool_name or "" if corrected else "")
@@ -134,18 +136,6 @@ def _corrected_step(out: BaseModel) -> StepAction | None:
     if isinstance(thought, str) and thought.strip():
         return StepAction(text=thought.strip())
     return None
-
-
-def _changes_step(original: Step | None) -> Callable[[BaseModel], str | None]:
-    """A diagnosis whose corrected step is the erroneous step itself corrects nothing: sent back once."""
-
-    def check(out: BaseModel) -> str | None:
-        corrected = _corrected_step(out)
-        if original is None or corrected is None or corrected != StepAction.of_step(original):
-            return None
-        return f"the corrected step repeats step {original.index} as it was; give the step that fixes it"
-
-    return check
 
 
 def _scalars(arguments: Mapping[str, object]) -> dict[str, str | int | float | bool]:

@@ -55,6 +55,15 @@ def _action_message(action: StepAction) -> AIMessage:
     return AIMessage(content="", tool_calls=[call])
 
 
+def _with_action_arguments(trace: StructuredTrace, rollback_point: int, action: StepAction) -> StructuredTrace:
+    """The action's step with the arguments it was called with: no LLM span decided it, and a LangChain TOOL
+    span's ``input.value`` is lossy (a one-argument tool records the bare value)."""
+    steps = list(trace.steps)
+    if len(steps) > rollback_point and steps[rollback_point].tool_name == action.tool_name:
+        steps[rollback_point] = steps[rollback_point].model_copy(update={"tool_args": dict(action.arguments)})
+    return trace.model_copy(update={"steps": tuple(steps)})
+
+
 def _first_llm_contents(records: list[SpanRecord]) -> list[str] | None:
     llm = OpenInferenceSpanKindValues.LLM.value
     first = min(
@@ -199,8 +208,15 @@ class LangGraphReplayAdapter:
         seen = _first_llm_contents(run.records)
         expected = [_values.as_text(m.content) for m in messages]
         replayed = stitch(trace, rollback_point, run.trace.steps, trace_id=run.trace_id, final_answer=final)
+        if action is not None:
+            replayed = _with_action_arguments(replayed, rollback_point, action)
         # after an action the first model call also sees the action's result: the prefix must lead its messages
-        verified = seen == expected if decided is None else seen is not None and seen[: len(expected)] == expected
+        # (the action's message has no text, and instrumentations record no content for it)
+        if decided is None:
+            verified = seen == expected
+        else:
+            texts = [text for text in expected if text]
+            verified = seen is not None and seen[: len(texts)] == texts and len(seen) > len(texts)
         return ReplayResult(
             trace=replayed,
             rollback_point=rollback_point,

@@ -11,8 +11,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from reflect_otel.trace import StepAction
+
 QUESTION = "What is the population of Paris plus 1000?"
 FIX = "use the city Paris"
+ACTION = StepAction(tool_name="lookup_population", arguments={"city": "Paris"})
+"""The corrected call: executed in place of any step, the agent continues from Paris's population."""
+ACTION_RESULT = "Paris: 2100000"
 CORRECT = "The answer is 2101000"
 WRONG = "The answer is 517000"
 POPULATION = {"Paris": 2_100_000, "Lyon": 516_000, "Rome": 2_800_000}
@@ -160,6 +165,12 @@ TOOLS = [
         },
     },
 ]
+
+
+def execute_tool(name: str, arguments: dict[str, Any]) -> str:
+    """The loop's tool executor (what an action replay calls)."""
+    functions = {"lookup_population": lookup_population, "add": add}
+    return str(functions[name](**arguments))
 
 
 def tool_loop(client: Any, tracer: Any, messages: list[dict[str, Any]], guard: Any = None) -> str:

@@ -43,6 +43,8 @@ def test_record_becomes_an_evaluator_span_inside_the_judged_trace() -> None:
         ReflectAttributes.ROLLBACK_POINT: 1,  # step 1 kept, step 2 regenerated
         ReflectAttributes.CONFIDENCE: 0.8,
         ReflectAttributes.CORRECTED_ANSWER: "The answer is 42",
+        ReflectAttributes.VERIFIED_BY_SOURCE: "llm",  # the auditor's plan, injected as guidance
+        ReflectAttributes.VERIFIED_BY_KIND: "guidance",
         SpanAttributes.INPUT_VALUE: record.trace_id,
         SpanAttributes.OUTPUT_VALUE: record.explanation,
         AnnotationAttributes.ANNOTATION_NAME: ANNOTATION_NAME,

@@ -12,7 +12,7 @@ from reflect_otel.errors import ReplayError
 from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 from reflect_otel.replay_adapters.openai_loop import IrreversibleToolError, OpenAIToolLoopReplayAdapter
 from reflect_otel.testing.conformance import ConformanceCase, allowed_points, run_conformance
-from reflect_otel.trace import StructuredTrace
+from reflect_otel.trace import StepAction, StructuredTrace
 from tests import replay_agents
 from tests.conftest import Instrumented
 
@@ -34,7 +34,15 @@ def langgraph_case(instrumented: Instrumented) -> ConformanceCase:
     graph = replay_agents.build_graph(requests)
     trace = _record(instrumented, lambda: replay_agents.run_graph(graph, "user-thread"))
     adapter = LangGraphReplayAdapter(graph, tracer_provider=instrumented.provider)
-    return ConformanceCase(adapter, trace, replay_agents.FIX, _is_correct, lambda: requests)
+    return ConformanceCase(
+        adapter,
+        trace,
+        replay_agents.FIX,
+        _is_correct,
+        lambda: requests,
+        action=replay_agents.ACTION,
+        action_result=replay_agents.ACTION_RESULT,
+    )
 
 
 @pytest.fixture
@@ -46,8 +54,17 @@ def openai_case(instrumented: Instrumented) -> ConformanceCase:
     adapter = OpenAIToolLoopReplayAdapter(
         lambda messages, guard: replay_agents.tool_loop(client, tracer, messages, guard),
         tracer_provider=instrumented.provider,
+        execute_tool=replay_agents.execute_tool,
     )
-    return ConformanceCase(adapter, trace, replay_agents.FIX, _is_correct, lambda: requests)
+    return ConformanceCase(
+        adapter,
+        trace,
+        replay_agents.FIX,
+        _is_correct,
+        lambda: requests,
+        action=replay_agents.ACTION,
+        action_result=replay_agents.ACTION_RESULT,
+    )
 
 
 def test_recorded_buggy_runs_have_the_expected_shape(
@@ -165,7 +182,15 @@ def test_http_adapter_conformance_against_a_real_server(openai_case: Conformance
     server = _Server(lambda body: replay_handler(openai_case.adapter, body))
     try:
         adapter = HTTPReplayAdapter(server.url, timeout_s=30)
-        case = ConformanceCase(adapter, openai_case.trace, openai_case.fix, _is_correct, openai_case.model_requests)
+        case = ConformanceCase(
+            adapter,
+            openai_case.trace,
+            openai_case.fix,
+            _is_correct,
+            openai_case.model_requests,
+            action=openai_case.action,
+            action_result=openai_case.action_result,
+        )
         results = run_conformance(case)
         assert {r.adapter_info["adapter"] for r in results} == {"openai_loop"}  # the agent side's adapter info
         assert all(r.adapter_info["url"] == server.url for r in results)
@@ -281,6 +306,7 @@ def _cot_case(llm: Any) -> ConformanceCase:
         "CORRECTION: multiply before adding: 3 * 4 = 12, then 2 + 12 = 14.",
         lambda answer: answer is not None and answer.strip().endswith("14"),
         lambda: [r.text for r in llm.requests] if hasattr(llm, "requests") else [],
+        action=StepAction(text="Multiply before adding: 3 * 4 = 12."),
     )
 
 
@@ -288,7 +314,7 @@ def test_reasoning_adapter_conformance_with_scripted_model() -> None:
     from reflect_otel.testing import ScriptedLLM, ScriptedRequest
 
     def respond(request: ScriptedRequest) -> dict[str, Any]:
-        fixed = "multiply before adding" in request.text
+        fixed = "multiply before adding" in request.text.lower()
         return {
             "steps": ["3 * 4 = 12.", "2 + 12 = 14."] if fixed else ["2 + 3 = 5.", "5 * 4 = 20."],
             "answer": "14" if fixed else "20",
@@ -296,7 +322,8 @@ def test_reasoning_adapter_conformance_with_scripted_model() -> None:
 
     case = _cot_case(ScriptedLLM(respond=respond))
     results = run_conformance(case)
-    assert [r.continuation[-1].reasoning for r in results] == ["So the answer is 14"] * 3
+    assert [r.continuation[-1].reasoning for r in results] == ["So the answer is 14"] * 6  # 3 guidance, 3 actions
+    assert [r.continuation[0].reasoning for r in results[3:]] == ["Multiply before adding: 3 * 4 = 12."] * 3
     kept = case.model_requests()[-1]
     assert "First add 2 and 3 to get 5.\nThen 5 * 4 = 20." in kept  # the prefix went to the model verbatim
 

@@ -102,6 +102,14 @@ def test_views_compute_the_statistics(tmp_path: Path) -> None:
         stages = dict(db.execute("SELECT stage, calls FROM cost_per_stage").fetchall())
         assert stages == {c.stage: c.calls for c in record.cost}
         assert db.execute("SELECT tokens FROM cost_per_trace").fetchone() == (record.total_tokens,)
+        # what proved it: the auditor's plan as guidance, on the replay that regenerated step 2
+        assert db.execute("SELECT method, source, kind, verified FROM verified_by_source").fetchall() == [
+            ("reflect", "llm", "guidance", 1)
+        ]
+        assert db.execute(
+            "SELECT replaced_step, correction_source, correction_kind, original_call, replacement_call FROM replays "
+            "WHERE flipped"
+        ).fetchall() == [(2, "llm", "guidance", 'read({"x": 7})', None)]
 
 
 def test_invalid_input_is_rejected_and_counted(tmp_path: Path) -> None:

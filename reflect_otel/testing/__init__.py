@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from reflect_otel.errors import LLMError, ReplayError
 from reflect_otel.llm.base import ChatMessage, Check, Completion, LLMUsage, OutputT, complete_with_repair
 from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_point
-from reflect_otel.trace import Step, StepKind, StructuredTrace
+from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
 
 __all__ = [
     "ScriptedLLM",
@@ -110,6 +110,7 @@ class ScriptedReplayCall:
     rollback_point: int
     injection: str
     injection_role: InjectionRole
+    action: StepAction | None = None
 
 
 Continuation = Callable[[StructuredTrace, int, str], Sequence[Step | Mapping[str, Any]]]
@@ -117,10 +118,13 @@ Continuation = Callable[[StructuredTrace, int, str], Sequence[Step | Mapping[str
 
 class ScriptedReplayAdapter:
     """A :class:`~reflect_otel.replay.ReplayAdapter` double: ``continue_with(trace, rollback_point, injection)``
-    returns the new steps after the kept prefix (the last one's text or tool answer is the final answer)."""
+    returns the new steps after the kept prefix (the last one's text or tool answer is the final answer). An action
+    is executed by ``tools[name](**arguments)`` (a replacement thought needs no tool), appended as the first new
+    step, and ``continue_with`` is called with the trace up to and including it."""
 
-    def __init__(self, continue_with: Continuation) -> None:
+    def __init__(self, continue_with: Continuation, *, tools: Mapping[str, Callable[..., Any]] | None = None) -> None:
         self._continue = continue_with
+        self._tools = dict(tools or {})
         self.calls: list[ScriptedReplayCall] = []
 
     def replay(
@@ -130,13 +134,18 @@ class ScriptedReplayAdapter:
         rollback_point: int,
         injection: str,
         injection_role: InjectionRole = InjectionRole.SYSTEM,
+        action: StepAction | None = None,
     ) -> ReplayResult:
         check_rollback_point(trace, rollback_point)
-        self.calls.append(ScriptedReplayCall(rollback_point, injection, InjectionRole(injection_role)))
-        new = self._continue(trace, rollback_point, injection)
+        self.calls.append(ScriptedReplayCall(rollback_point, injection, InjectionRole(injection_role), action))
+        executed = [self._execute(action)] if action is not None else []
+        kept = list(trace.steps[:rollback_point])
+        so_far = trace.model_copy(
+            update={"steps": (*kept, *(_as_step(s, index=len(kept) + 1, trace_id="a") for s in executed))}
+        )
+        new = [*executed, *self._continue(so_far, rollback_point + len(executed), injection)]
         if not new:
             raise ReplayError("the scripted agent produced no steps")
-        kept = list(trace.steps[:rollback_point])
         steps = kept + [_as_step(s, index=len(kept) + i, trace_id=trace.trace_id) for i, s in enumerate(new, start=1)]
         last = steps[-1]
         answer = last.tool_args.get("answer") if last.tool_name == "final_answer" else last.reasoning
@@ -154,6 +163,14 @@ class ScriptedReplayAdapter:
             prefix_verified=True,
             adapter_info={"adapter": "scripted"},
         )
+
+    def _execute(self, action: StepAction) -> dict[str, Any]:
+        if action.tool_name is None:
+            return {"reasoning": action.text}
+        if action.tool_name not in self._tools:
+            raise ReplayError(f"the scripted agent has no tool {action.tool_name!r}")
+        result = self._tools[action.tool_name](**action.arguments)
+        return {"tool": action.tool_name, "args": dict(action.arguments), "result": str(result)}
 
 
 def _as_step(value: Step | Mapping[str, Any], *, index: int, trace_id: str) -> Step:

@@ -1,0 +1,389 @@
+"""Concrete corrections: the agent's tools on the trace, the diagnosis's corrected call (an enum of those tools),
+the evidence rules (each with traces where it must stay silent), the refusals, and REFLECT trying actions."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from reflect_otel import corrections
+from reflect_otel.assembly import assemble_trace
+from reflect_otel.config import GateMode, ReflectConfig
+from reflect_otel.errors import LLMError
+from reflect_otel.pipeline import ReflectPipeline
+from reflect_otel.prompts import PromptContext, diagnosis_output
+from reflect_otel.record import AttributionStatus, Correction, GateDecider, InterventionKind, Localization
+from reflect_otel.spans import SpanRecord
+from reflect_otel.stages import diagnose
+from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
+from reflect_otel.tool_definitions import available_tools, read_tool_definitions, tool_definition
+from reflect_otel.trace import StepAction, StructuredTrace, ToolDefinition
+from reflect_otel.verifiers import OracleVerifier
+
+NO_ROWS = (
+    "t1: 0 rows; columns: Year, Venue, Position\n"
+    "(no row matched; values of Position in t0 include: '2nd', '1st', '3rd', '5th', '10th', ...)"
+)
+TABLE_TOOLS = (
+    ToolDefinition(
+        name="filter_rows",
+        description="Rows where column op value",
+        parameters={
+            "type": "object",
+            "properties": {
+                "table": {"type": "string"},
+                "column": {"type": "string"},
+                "op": {"type": "string", "enum": ["=", "!=", "contains"]},
+                "value": {"type": "string"},
+            },
+            "required": ["table", "column", "op", "value"],
+        },
+    ),
+    ToolDefinition(
+        name="lookup",
+        parameters={
+            "type": "object",
+            "properties": {"table": {"type": "string"}, "column": {"type": "string"}, "row": {"type": "integer"}},
+            "required": ["table", "column"],
+        },
+    ),
+)
+
+
+def filter_trace(result: str = NO_ROWS, *, question: str = "Where was the last 1st place?") -> StructuredTrace:
+    return make_trace(
+        question,
+        [
+            {
+                "tool": "filter_rows",
+                "args": {"table": "t0", "column": "Position", "op": "=", "value": "1"},
+                "result": result,
+            },
+            {"reasoning": "No 1st place finishes found.", "is_final_answer": True},
+        ],
+        final_answer="No 1st place finishes found.",
+    )
+
+
+# -- the agent's tools on the trace -----------------------------------------------------------------------------
+def test_tool_definitions_are_read_in_every_recorded_shape() -> None:
+    openai_chat = {
+        "type": "function",
+        "function": {"name": "add", "description": "Add", "parameters": {"type": "object"}},
+    }
+    responses = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
+    anthropic = {"name": "search", "description": "Search", "input_schema": {"type": "object"}}
+    assert [tool_definition(t).name for t in (openai_chat, responses, anthropic)] == ["add", "lookup", "search"]  # type: ignore[union-attr]
+    assert tool_definition(json.dumps(anthropic)).parameters == {"type": "object"}  # type: ignore[union-attr]
+    assert tool_definition({"description": "no name"}) is None
+    assert tool_definition("not json") is None
+    huge = {"name": "big", "parameters": {"type": "object", "description": "x" * 20_000}}
+    assert tool_definition(huge).parameters == {}  # type: ignore[union-attr]  # over the byte bound: an open schema
+    attributes = {
+        "llm.tools.1.tool.json_schema": json.dumps(responses),
+        "llm.tools.0.tool.json_schema": json.dumps(openai_chat),
+        "input.value": json.dumps({"messages": [], "tools": [openai_chat, anthropic]}),
+    }
+    assert [d.name for d in read_tool_definitions(attributes)] == ["add", "lookup", "search"]  # order, no repeats
+
+
+def _llm_span(attributes: dict[str, Any]) -> SpanRecord:
+    return SpanRecord(
+        trace_id="a" * 32,
+        span_id="b" * 16,
+        parent_id=None,
+        name="chat",
+        start_ns=1,
+        end_ns=2,
+        attributes=attributes,
+    )
+
+
+def test_genai_tool_definitions_reach_the_trace() -> None:
+    definitions = [
+        {"type": "function", "name": "get_weather", "description": "Weather", "parameters": {"type": "object"}}
+    ]
+    trace = assemble_trace(
+        [
+            _llm_span(
+                {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.tool.definitions": json.dumps(definitions),
+                    "gen_ai.input.messages": json.dumps(
+                        [{"role": "user", "parts": [{"type": "text", "content": "hi"}]}]
+                    ),
+                    "gen_ai.output.messages": json.dumps(
+                        [{"role": "assistant", "parts": [{"type": "text", "content": "hello"}]}]
+                    ),
+                }
+            )
+        ]
+    )
+    assert trace.tools == (ToolDefinition(name="get_weather", description="Weather", parameters={"type": "object"}),)
+    assert StructuredTrace.model_validate_json(trace.model_dump_json()).tools == trace.tools  # stored with the trace
+
+
+def test_without_recorded_tools_the_tools_seen_called_are_available() -> None:
+    tools = available_tools(filter_trace())
+    assert [(t.name, t.recorded) for t in tools] == [("filter_rows", False)]
+    assert tools[0].parameters["properties"] == {
+        "table": {"type": "string"},
+        "column": {"type": "string"},
+        "op": {"type": "string"},
+        "value": {"type": "string"},
+    }
+
+
+# -- the corrected call ------------------------------------------------------------------------------------------
+def _diagnosis(call: object) -> dict[str, Any]:
+    return {
+        "root_cause": "filtered on '1', the column writes '1st'",
+        "correction_instruction": "filter on '1st'",
+        "corrected_call": call,
+        "forbidden_actions": [],
+        "confidence": 0.8,
+    }
+
+
+GOOD_CALL = {"tool": "filter_rows", "arguments": {"table": "t0", "column": "Position", "op": "=", "value": "1st"}}
+
+
+def _diagnose(llm: ScriptedLLM, trace: StructuredTrace) -> Any:
+    ctx = PromptContext.of(trace, "Bangkok")
+    return diagnose(llm, ctx, trace, Localization(step_index=1, confidence=0.5), None, tools=TABLE_TOOLS)
+
+
+def test_the_corrected_call_is_one_of_the_agents_tools_by_schema() -> None:
+    schema = diagnosis_output(TABLE_TOOLS).model_json_schema()
+    tools = sorted(d["properties"]["tool"]["const"] for name, d in schema["$defs"].items() if name.startswith("Call"))
+    assert tools == ["filter_rows", "lookup"]  # the decoder can write no other name
+    assert "corrected_call" in schema["required"]
+    filter_arguments = schema["$defs"]["Arguments0"]
+    assert filter_arguments["additionalProperties"] is False
+    assert filter_arguments["properties"]["op"]["enum"] == ["=", "!=", "contains"]
+
+
+def test_a_call_of_a_tool_the_agent_lacks_is_rejected_and_sent_back() -> None:
+    unknown = {"tool": "drop_table", "arguments": {"table": "t0"}}
+    llm = ScriptedLLM(by_stage={"diagnose": [_diagnosis(unknown), _diagnosis(GOOD_CALL)]})
+    plan = _diagnose(llm, filter_trace())
+    assert plan.corrected_step == StepAction(tool_name="filter_rows", arguments=GOOD_CALL["arguments"])
+    assert plan.expected_next_tool == "filter_rows" and plan.expected_next_arguments == GOOD_CALL["arguments"]
+    assert len(llm.requests) == 2 and "drop_table" in llm.requests[1].text  # the repair retry showed the reply
+    wrong_argument = {
+        "tool": "filter_rows",
+        "arguments": {"table": "t0", "column": "Position", "op": "~", "value": "1"},
+    }
+    with pytest.raises(LLMError):
+        _diagnose(ScriptedLLM(by_stage={"diagnose": [_diagnosis(unknown), _diagnosis(wrong_argument)]}), filter_trace())
+
+
+def test_a_corrected_call_that_repeats_the_step_is_no_correction() -> None:
+    same = {"tool": "filter_rows", "arguments": {"table": "t0", "column": "Position", "op": "=", "value": "1"}}
+    llm = ScriptedLLM(by_stage={"diagnose": [_diagnosis(same)]})
+    plan = _diagnose(llm, filter_trace())
+    assert plan.corrected_step is None and plan.root_cause  # the plan is kept, the non-correction dropped
+    assert len(llm.requests) == 1  # no retry spent on it
+
+
+# -- evidence rules ----------------------------------------------------------------------------------------------
+def _replacements(trace: StructuredTrace) -> list[tuple[str, int, dict[str, Any]]]:
+    return [
+        (c.source, c.step_index, c.replacement.arguments)  # type: ignore[union-attr]
+        for c in corrections.evidence_corrections(trace)
+    ]
+
+
+def test_an_empty_result_that_lists_values_proposes_the_nearest_value() -> None:
+    (found,) = corrections.evidence_corrections(filter_trace())
+    assert found.source == "evidence:listed_values" and found.kind is InterventionKind.ACTION
+    assert found.replacement == StepAction(
+        tool_name="filter_rows", arguments={"table": "t0", "column": "Position", "op": "=", "value": "1st"}
+    )
+    assert found.original == StepAction(
+        tool_name="filter_rows", arguments={"table": "t0", "column": "Position", "op": "=", "value": "1"}
+    )
+    assert "'1st'" in found.finding and "returned nothing" in found.finding
+
+
+@pytest.mark.parametrize(
+    ("error", "argument", "value"),
+    [
+        ("error: no column 'Destination City' in t0; columns are: Rank, City, Passengers", "column", "City"),
+        ("error: op must be one of =, !=, contains, starts_with", "op", "contains"),
+        ("{\"error\": \"unknown city 'Pari'. Did you mean 'Paris'?\"}", "city", "Paris"),
+    ],
+)
+def test_an_error_that_names_the_valid_options_proposes_the_nearest(error: str, argument: str, value: str) -> None:
+    args = {"table": "t0", "column": "Destination City", "op": "contain", "city": "Pari"}
+    trace = make_trace(
+        "q?", [{"tool": "query", "args": args, "result": error}, {"reasoning": "?", "is_final_answer": True}]
+    )
+    assert _replacements(trace) == [("evidence:valid_options", 1, {**args, argument: value})]
+
+
+def test_a_question_value_no_call_used_replaces_the_one_like_it() -> None:
+    trace = make_trace(
+        'How many passengers flew to "Los Angeles"?',
+        [
+            {"tool": "search", "args": {"city": "Los Angles"}, "result": "[]"},
+            {"reasoning": "none", "is_final_answer": True},
+        ],
+    )
+    assert _replacements(trace) == [("evidence:question_value", 1, {"city": "Los Angeles"})]
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        "t1: 3 rows; values of Position in t0 include: '2nd', '1st'",  # not empty: nothing to correct
+        "t1: 0 rows",  # empty, but nothing listed
+        "t1: 0 rows (no row matched; values of Position in t0 include: 'winner', 'runner-up')",  # nothing near '1'
+        "t1: 0 rows (no row matched; values of Position in t0 include: '1', '2')",  # the value is listed
+    ],
+)
+def test_the_rules_stay_silent_without_a_concrete_fix(result: str) -> None:
+    assert corrections.evidence_corrections(filter_trace(result)) == []
+
+
+def test_rules_stay_silent_on_a_chain_of_thought() -> None:
+    trace = make_trace(
+        "2+3*4?", [{"reasoning": "2+3=5, values are one of 5, 6"}, {"reasoning": "20", "is_final_answer": True}]
+    )
+    assert corrections.evidence_corrections(trace) == []
+
+
+# -- refusals ----------------------------------------------------------------------------------------------------
+def _action(step: int, replacement: StepAction) -> Correction:
+    return Correction(source="llm", kind=InterventionKind.ACTION, step_index=step, replacement=replacement)
+
+
+def test_corrections_that_would_prove_nothing_are_refused() -> None:
+    trace = filter_trace()
+    final = StepAction(tool_name="final_answer", arguments={"answer": "Bangkok"})
+    carries = StepAction(
+        tool_name="filter_rows", arguments={"table": "t0", "column": "City", "op": "=", "value": "bangkok"}
+    )
+    same = StepAction.of_step(trace.steps[0])
+    good = StepAction(
+        tool_name="filter_rows", arguments={"table": "t0", "column": "Position", "op": "=", "value": "1st"}
+    )
+    assert "final answer" in (corrections.refusal(_action(1, final), trace, "Bangkok") or "")
+    assert "expected answer" in (corrections.refusal(_action(1, carries), trace, "Bangkok|Thailand") or "")
+    assert "repeats the original" in (corrections.refusal(_action(1, same), trace, "Bangkok") or "")
+    assert "final answer step" in (corrections.refusal(_action(2, good), trace, "Bangkok") or "")
+    assert corrections.refusal(_action(1, good), trace, "Bangkok") is None
+    assert corrections.refusal(_action(1, carries), trace, None) is None  # the proxy regime knows no answer
+
+
+def test_ordered_deduplicates_keeps_refused_and_caps_actions() -> None:
+    trace = filter_trace()
+    good = StepAction(
+        tool_name="filter_rows", arguments={"table": "t0", "column": "Position", "op": "=", "value": "1st"}
+    )
+    other = StepAction(tool_name="lookup", arguments={"table": "t0", "column": "City", "row": 1})
+    final = StepAction(tool_name="final_answer", arguments={"answer": "x"})
+    guidance = Correction(source="llm", kind=InterventionKind.GUIDANCE, step_index=1)
+    proposed = [_action(1, good), _action(1, good), _action(1, final), _action(1, other), guidance]
+    ordered = corrections.ordered(proposed, trace, "Bangkok", limit=1)
+    assert [(c.replacement.tool_name if c.replacement else None, c.refused is None) for c in ordered] == [
+        ("filter_rows", True),
+        ("final_answer", False),
+        (None, True),
+    ]
+
+
+# -- REFLECT with actions ------------------------------------------------------------------------------------------
+def _auditor(call: object) -> ScriptedLLM:
+    def respond(request: ScriptedRequest) -> Any:
+        return {
+            "localize": {
+                "error_step": 1,
+                "confidence": 0.7,
+                "reasoning": "bad filter",
+                "what_should_have_been_done": "1st",
+            },
+            "classify": {
+                "error_type": "tool_error",
+                "confidence": 0.6,
+                "explanation": "the filter matched nothing",
+                "suggested_correction": "check the values",
+            },
+            "diagnose": _diagnosis(call),
+            "gate": {"is_faithful": True, "violation_reason": None, "violation_type": None},
+            "explain": {"reasoning": "1st matched", "error_type": "tool_error", "explanation": "wrong value"},
+        }[request.stage]
+
+    return ScriptedLLM(respond=respond)
+
+
+def _table_agent() -> ScriptedReplayAdapter:
+    """Answers right only when the filter on '1st' ran; the action is executed by its own filter tool."""
+
+    def filter_rows(table: str, column: str, op: str, value: str) -> str:
+        return "t2: 1 rows; Bangkok" if value == "1st" else NO_ROWS
+
+    def continue_with(trace: StructuredTrace, point: int, injection: str) -> list[dict[str, Any]]:
+        ran = any(s.tool_args.get("value") == "1st" and s.tool_result for s in trace.steps[:point])
+        return [{"reasoning": "Bangkok" if ran else "No 1st place finishes found.", "is_final_answer": True}]
+
+    def lookup(table: str, column: str, row: int = 1) -> str:
+        return "Doha"
+
+    return ScriptedReplayAdapter(continue_with, tools={"filter_rows": filter_rows, "lookup": lookup})
+
+
+def _attribute(llm: ScriptedLLM, agent: ScriptedReplayAdapter, **config: Any) -> Any:
+    pipeline = ReflectPipeline(
+        llm, verifier=OracleVerifier(), config=ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.HARD, **config)
+    )
+    trace = filter_trace().model_copy(update={"tools": TABLE_TOOLS})  # as the agent's instrumentation recorded them
+    return pipeline.attribute(trace, expected="Bangkok", replay=agent)
+
+
+def test_the_auditors_action_is_executed_and_verifies() -> None:
+    agent = _table_agent()
+    record = _attribute(_auditor(GOOD_CALL), agent)
+    assert record.status is AttributionStatus.VERIFIED and record.step_index == 1
+    (call,) = agent.calls
+    assert call.action == StepAction(tool_name="filter_rows", arguments=GOOD_CALL["arguments"]) and call.injection == ""
+    (attempt,) = record.replays
+    assert attempt.gate is not None and attempt.gate.decided_by is GateDecider.ACTION and attempt.gate.is_faithful
+    assert attempt.continuation[0].tool_result == "t2: 1 rows; Bangkok"  # executed by the agent's tool
+    assert record.verified_by is not None and (record.verified_by.source, record.verified_by.kind) == ("llm", "action")
+    assert record.intervention is not None and record.intervention.correction == record.verified_by
+    # the evidence rule proposed the same call: tried once, under the auditor's name
+    assert [(c.source, c.kind.value, c.flipped, c.replays) for c in record.corrections] == [
+        ("llm", "action", True, 1),
+        ("llm", "guidance", False, 0),
+    ]
+
+
+def test_evidence_is_tried_when_the_auditors_own_correction_fails() -> None:
+    agent = _table_agent()
+    useless = {"tool": "lookup", "arguments": {"table": "t0", "column": "City", "row": 1}}
+    record = _attribute(_auditor(useless), agent)
+    assert record.status is AttributionStatus.VERIFIED
+    assert [c.action.tool_name for c in agent.calls] == ["lookup", "filter_rows"]  # type: ignore[union-attr]
+    assert record.verified_by is not None and record.verified_by.source == "evidence:listed_values"
+    assert [(c.source, c.flipped) for c in record.corrections][:2] == [("llm", False), ("evidence:listed_values", True)]
+    assert "its result lists '2nd', '1st'" in record.verified_by.finding
+
+
+def test_without_actions_only_the_papers_guidance_is_tried() -> None:
+    agent = _table_agent()
+    record = _attribute(_auditor(GOOD_CALL), agent, actions=False)
+    assert record.status is AttributionStatus.UNVERIFIED
+    assert all(c.action is None and c.injection for c in agent.calls) and len(agent.calls) == 1  # K: step 1 only
+    assert [c.kind.value for c in record.corrections] == ["guidance"]
+
+
+def test_an_answer_carrying_call_is_never_replayed() -> None:
+    agent = _table_agent()
+    carrying = {"tool": "filter_rows", "arguments": {"table": "t0", "column": "City", "op": "=", "value": "Bangkok"}}
+    record = _attribute(_auditor(carrying), agent, max_corrections=1)
+    assert all(c.action is None or c.action.arguments.get("value") != "Bangkok" for c in agent.calls)
+    refused = [c for c in record.corrections if c.refused]
+    assert [c.source for c in refused] == ["llm"] and "expected answer" in (refused[0].refused or "")
