@@ -59,6 +59,13 @@ def _reflect_proxy(llm: StructuredLLM, verifier: Verifier, config: ReflectConfig
     return ReflectPipeline(llm, verifier=PlanAnchoredVerifier(llm), config=withheld)
 
 
+def _reflect_guidance(llm: StructuredLLM, verifier: Verifier, config: ReflectConfig) -> Attributor:
+    """The paper's REFLECT as written: its plan injected as guidance, no concrete corrections (what they add)."""
+    pipeline = ReflectPipeline(llm, verifier=verifier, config=config.model_copy(update={"actions": False}))
+    pipeline.method = "reflect-guidance"
+    return pipeline
+
+
 def _baseline(name: str) -> Callable[[StructuredLLM, Verifier, ReflectConfig], Attributor]:
     def build(llm: StructuredLLM, verifier: Verifier, config: ReflectConfig) -> Attributor:
         return BASELINES[name](llm, verifier=verifier, config=config)
@@ -71,6 +78,7 @@ METHODS: dict[str, MethodSpec] = {
     for spec in (
         MethodSpec("reflect", lambda llm, verifier, config: ReflectPipeline(llm, verifier=verifier, config=config)),
         MethodSpec("reflect-proxy", _reflect_proxy, withholds_expected=True),
+        MethodSpec("reflect-guidance", _reflect_guidance),
         *(
             MethodSpec(name, _baseline(name), needs_llm=cls.needs_llm, withholds_expected=False)
             for name, cls in BASELINES.items()

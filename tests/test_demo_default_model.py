@@ -1,8 +1,8 @@
 """The README's main job, end to end, with the default local model: ``reflect-otel demo`` runs the table-QA agent
 on its questions with Qwen2.5-Coder-1.5B-Instruct on llama.cpp (no recorded output); every wrong answer is
-attributed by REFLECT with real replays of the LangGraph agent, stored, and reported. 13 minutes on 2 cores with
-nothing else running (2026-11-22); CI runs it. (Whether a replay flips an answer is what the demo measures; issue 10
-tracks making one flip.)"""
+attributed by REFLECT with real replays of the LangGraph agent, stored, and reported, and at least one attribution
+is verified: a correction executed in place of the decisive step flipped the answer (on nt-1, the filter on '1'
+replaced by the filter on '1st' that its own empty result lists)."""
 
 from __future__ import annotations
 
@@ -86,8 +86,16 @@ def test_the_demo_attributes_its_wrong_answers_with_replays_with_the_default_mod
             "FROM attributions a LEFT JOIN replays r USING (trace_id, method)"
         ).fetchone()
         models = db.execute("SELECT DISTINCT model FROM llm_calls").fetchall()
+        verified = db.execute(
+            "SELECT a.trace_id, a.verified_by_source, a.verified_by_kind, r.replacement_call, r.final_answer "
+            "FROM attributions a JOIN replays r USING (trace_id, method) WHERE a.status = 'verified' AND r.flipped"
+        ).fetchall()
     assert attributions == wrong and with_replays >= 1 and replays_run >= 1  # the agent really was re-run
     assert models == [("qwen2.5-coder-1.5b-instruct",)]  # the model served is the model reported
+    assert int(summary["verified by replay"]) >= 1 and verified, result.stdout  # proved by a replay that flipped
+    for _, source, kind, replacement, answer in verified:
+        assert source and kind in ("action", "guidance") and answer
+        assert kind == "guidance" or replacement  # an action names the call it executed
     html = tmp_path / "report.html"
     shown = subprocess.run(
         [sys.executable, "-m", "reflect_otel", "report", report.group(1), "-o", str(html), "--store", str(store)],

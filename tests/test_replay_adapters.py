@@ -384,3 +384,45 @@ def test_langgraph_replay_that_hits_the_recursion_limit_is_an_unfinished_run(lan
     result = adapter.replay(langgraph_case.trace, rollback_point=1, injection=replay_agents.FIX)
     assert result.final_answer is None and result.adapter_info["stopped"] == "recursion limit"
     assert result.trace.steps[:1] == langgraph_case.trace.steps[:1] and len(result.continuation) >= 1
+
+
+def test_http_protocol_v1_is_still_served_and_only_v2_takes_an_action(openai_case: ConformanceCase) -> None:
+    import json
+
+    from reflect_otel.replay_adapters.http import PROTOCOL, PROTOCOL_V2, replay_handler
+
+    v1 = {
+        "protocol": PROTOCOL,
+        "trace": openai_case.trace.model_dump(mode="json"),
+        "rollback_point": 1,
+        "injection": replay_agents.FIX,
+    }
+    status, body = replay_handler(openai_case.adapter, json.dumps(v1).encode())
+    assert status == 200 and json.loads(body)["final_answer"] == replay_agents.CORRECT
+    action = replay_agents.ACTION.model_dump(mode="json")
+    status, body = replay_handler(openai_case.adapter, json.dumps({**v1, "action": action}).encode())
+    assert status == 400 and f"an action needs {PROTOCOL_V2}" in json.loads(body)["error"]
+    v2 = {**v1, "protocol": PROTOCOL_V2, "injection": "", "action": action}
+    status, body = replay_handler(openai_case.adapter, json.dumps(v2).encode())
+    answer = json.loads(body)
+    assert status == 200 and answer["final_answer"] == replay_agents.CORRECT
+    assert answer["trace"]["steps"][1]["tool_args"] == {"city": "Paris"}  # the action, executed as step 2
+
+
+def test_an_action_needs_the_loops_tool_executor(instrumented: Instrumented, openai_case: ConformanceCase) -> None:
+    client = replay_agents.openai_client()
+    tracer = instrumented.provider.get_tracer("tests.replay_loop")
+    without = OpenAIToolLoopReplayAdapter(
+        lambda messages, guard: replay_agents.tool_loop(client, tracer, messages, guard),
+        tracer_provider=instrumented.provider,
+    )
+    with pytest.raises(ReplayError, match="pass execute_tool="):
+        without.replay(openai_case.trace, rollback_point=0, injection="", action=replay_agents.ACTION)
+    guarded = OpenAIToolLoopReplayAdapter(
+        lambda messages, guard: replay_agents.tool_loop(client, tracer, messages, guard),
+        tracer_provider=instrumented.provider,
+        execute_tool=replay_agents.execute_tool,
+        irreversible_tools={"lookup_population"},
+    )
+    with pytest.raises(IrreversibleToolError):  # an action is refused like any continuation's call
+        guarded.replay(openai_case.trace, rollback_point=0, injection="", action=replay_agents.ACTION)

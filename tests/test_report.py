@@ -93,3 +93,18 @@ def test_an_unverified_report_shows_each_replay_tried() -> None:
     )
     assert page.count("<details>") == len(record.replays)
     assert page.count("IMPORTANT - CORRECTION CONTEXT") == len(record.replays)
+
+
+def test_report_of_an_action_shows_what_proved_it() -> None:
+    from tests.test_corrections import GOOD_CALL, _attribute, _auditor, _table_agent, filter_trace
+
+    record = _attribute(_auditor(GOOD_CALL), _table_agent())
+    page = render_report(filter_trace(), record)
+    assert "What proved it:</b> a correction from <b>llm</b>, executed in place of the step" in page
+    original = "filter_rows({&quot;column&quot;: &quot;Position&quot;, &quot;op&quot;: &quot;=&quot;, "
+    assert f"<pre>{original}&quot;table&quot;: &quot;t0&quot;, &quot;value&quot;: &quot;1&quot;}})</pre>" in page
+    assert "&rArr; filter_rows(" in page and "&quot;value&quot;: &quot;1st&quot;" in page
+    assert "<h2>Corrections tried</h2>" in page and "<td>guidance</td>" in page
+    # both continuations, each with its answer
+    assert "<p><b>Answer:</b> No 1st place finishes found.</p>" in page and "<p><b>Answer:</b> Bangkok</p>" in page
+    assert "Injected correction" not in page  # an action injects no text

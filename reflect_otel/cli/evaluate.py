@@ -52,6 +52,10 @@ def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         "--max-steps", type=int, default=6, help=f"{LIVE}: tool calls an agent run may make (default 6, as the demo)"
     )
     parser.add_argument("--seed", type=int, help="shuffle the traces with this seed before --limit")
+    parser.add_argument(
+        "--exclude",
+        help=f"{LIVE}: comma-separated question ids never to run (e.g. the demo's, to measure on others)",
+    )
     parser.add_argument("--judge-explanations", action="store_true", help="LLM-judge explanation similarity")
     ablation = parser.add_argument_group("ablations (the paper's table, one flag per row)")
     ablation.add_argument("--no-diagnostician", action="store_true", help="a null repair plan")
@@ -129,7 +133,8 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
     check_methods(methods)  # before the model starts: that can take minutes
     llm = make_llm(LLMConfig.from_env())
     print(f"{LIVE}: model {llm.model_name}; methods {', '.join(methods)}", file=sys.stderr)
-    options = LiveOptions(methods, args.data, args.out, args.limit, args.seed, config)
+    exclude = tuple(q.strip() for q in (args.exclude or "").split(",") if q.strip())
+    options = LiveOptions(methods, args.data, args.out, args.limit, args.seed, config, exclude=exclude)
     run_agent = table_agent_runs(llm, instrumented_provider(), max_steps=args.max_steps)
     metrics = run_live_eval(options, llm, run_agent, progress=lambda text: print(text, file=sys.stderr, flush=True))
     print((args.out / "metrics.md").read_text())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,8 @@ class LiveOptions:
     """Stop after this many failed runs (all of them attributed by every method)."""
     seed: int | None = None
     config: ReflectConfig = field(default_factory=ReflectConfig)
+    exclude: tuple[str, ...] = ()
+    """Question ids never run (the demo's, when measuring on questions it was not tuned on)."""
 
 
 Progress = Callable[[str], None]
@@ -70,7 +73,7 @@ Progress = Callable[[str], None]
 
 def _questions(options: LiveOptions) -> list[WTQQuestion]:
     folder = options.data / "wtq" if (options.data / "wtq" / "questions.tsv").is_file() else options.data
-    questions = load_questions(data=folder)
+    questions = [q for q in load_questions(data=folder) if q.id not in options.exclude]
     if options.seed is not None:
         random.Random(options.seed).shuffle(questions)
     return questions
@@ -93,6 +96,9 @@ def _method_row(llm: StructuredLLM, method: str, config: ReflectConfig, run: Age
         "step": record.step_index,
         "corrected": any(a.flipped for a in record.replays),
         "corrected_answer": record.corrected_answer,
+        "verified_by": (
+            {"source": record.verified_by.source, "kind": record.verified_by.kind.value} if record.verified_by else None
+        ),
         "replays": len(record.replays),
         "llm_calls": record.total_calls,
         "tokens": record.total_tokens,
@@ -131,6 +137,7 @@ def run_live_eval(
                 "data": str(options.data),
                 "limit_failed_runs": options.limit,
                 "seed": options.seed,
+                "exclude": list(options.exclude),
                 "model": llm.model_name,
                 "reflect_config": options.config.model_dump(mode="json"),
             },
@@ -213,6 +220,11 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
             "llm_calls": mean_se([float(m["llm_calls"]) for m in scored]),
             "tokens": mean_se([float(m["tokens"]) for m in scored]),
             "seconds": mean_se([float(m["seconds"]) for m in scored]),
+            "verified_by": dict(
+                Counter(
+                    f"{m['verified_by']['source']} ({m['verified_by']['kind']})" for m in scored if m.get("verified_by")
+                )
+            ),
         }
     return out
 
@@ -239,4 +251,11 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str) -> str:
             f"{_cell(m['verified'], percent=True)} | {_cell(m['llm_calls'])} | {_cell(m['tokens'], digits=0)} | "
             f"{_cell(m['seconds'], digits=0)} |"
         )
+    sources = [
+        f"- {name}: " + ", ".join(f"{how} {count}" for how, count in m["verified_by"].items())
+        for name, m in metrics["methods"].items()
+        if m.get("verified_by")
+    ]
+    if sources:
+        lines += ["", "What verified each verified attribution (correction source and kind):", *sources]
     return "\n".join(lines) + "\n"
