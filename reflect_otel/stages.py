@@ -131,7 +131,7 @@ def _chain_of_thought(trace: StructuredTrace) -> bool:
 def _corrected_step(out: BaseModel) -> StepAction | None:
     call = getattr(out, "corrected_call", None)
     if isinstance(call, BaseModel):
-        return StepAction(tool_name=str(call.tool), arguments=arguments_of(call))
+        return StepAction(tool_name=str(getattr(call, "tool", "")), arguments=arguments_of(call))
     thought = getattr(out, "corrected_thought", None)
     if isinstance(thought, str) and thought.strip():
         return StepAction(text=thought.strip())

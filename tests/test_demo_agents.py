@@ -11,7 +11,7 @@ from opentelemetry.trace import format_trace_id
 from reflect_otel.demo.table_tools import TableWorkspace
 from reflect_otel.demo.wtq import load_questions, read_table, unescape
 from reflect_otel.testing import ScriptedLLM, ScriptedRequest
-from reflect_otel.trace import StepKind
+from reflect_otel.trace import StepAction, StepKind
 from reflect_otel.verifiers import OracleVerifier
 from tests.conftest import Instrumented
 
@@ -109,6 +109,13 @@ def test_table_agent_answers_correctly_with_correct_tool_calls(instrumented: Ins
     assert all(s.tool_result and not s.tool_result.startswith("error") for s in tool_steps)
     assert trace.steps[-1].is_final_answer and trace.question == question.question
     assert trace.replay.thread_id == f"wtq-{question_id}"
+    # the agent's tools, as the OpenInference LangChain instrumentation recorded them on its LLM spans
+    assert [t.name for t in trace.tools] == [
+        "describe", "filter_rows", "sort_rows", "group_aggregate", "select_columns", "count_rows", "lookup"
+    ]  # fmt: skip
+    filter_rows = trace.tools[1]
+    assert filter_rows.recorded and filter_rows.description.startswith("Rows of ``table`` where")
+    assert filter_rows.parameters["required"] == ["table", "column", "op", "value"]
 
 
 def test_table_agent_replays_with_a_correction(instrumented: Instrumented) -> None:
@@ -157,6 +164,16 @@ def test_table_agent_replays_with_a_correction(instrumented: Instrumented) -> No
     assert instrumented.processor.stats().traces_skipped_replays >= 1
     assert OracleVerifier().verify(result.trace, expected=question.expected).is_correct
     assert result.continuation[0].tool_args["descending"] is True
+    # the same fix as an action: the corrected sort executed by the graph's own tools node, the model continuing
+    action = StepAction(
+        tool_name="sort_rows", arguments={"table": "t1", "column": "Year", "descending": True, "limit": 1}
+    )
+    acted = adapter.replay(trace, rollback_point=1, injection="", action=action)
+    assert acted.prefix_verified and acted.trace.steps[:1] == trace.steps[:1]
+    first = acted.continuation[0]
+    assert (first.tool_name, first.tool_args) == ("sort_rows", action.arguments)
+    assert first.tool_result is not None and first.tool_result.startswith("t")  # a table the replay's tool made
+    assert OracleVerifier().verify(acted.trace, expected=question.expected).is_correct
 
 
 def test_cot_agent_traces_one_step_per_line_and_replays(instrumented: Instrumented) -> None:

@@ -34,7 +34,7 @@ def _python_type(schema: object, depth: int = 0) -> Any:
         return Any
     enum = schema.get("enum")
     if isinstance(enum, list) and enum and len(enum) <= _MAX_ENUM and all(isinstance(v, str | int) for v in enum):
-        return Literal[tuple(enum)]  # type: ignore[misc]
+        return Literal[tuple(enum)]
     kind = schema.get("type")
     if isinstance(kind, list):  # ["string", "null"]
         kinds = [k for k in kind if k != "null"]
@@ -92,10 +92,11 @@ def _arguments_model(tool: ToolDefinition, position: int) -> type[BaseModel]:
 
 
 def _call_model(tool: ToolDefinition, position: int) -> type[BaseModel]:
+    name: Any = Literal[tool.name]  # a type built at run time: one tool's name, the union's tag
     model: type[BaseModel] = create_model(
         f"Call{position}",
         __config__=ConfigDict(frozen=True, json_schema_extra=_untitled),
-        tool=(Literal[tool.name], Field(description=tool.description[:200] or None)),  # type: ignore[valid-type]
+        tool=(name, Field(description=tool.description[:200] or None)),
         arguments=(_arguments_model(tool, position), ...),
     )
     return model

@@ -100,17 +100,21 @@ def diagnosis_output(tools: Sequence[ToolDefinition], *, chain_of_thought: bool 
         if tools
         else {name: (str | None, Field(default=None, max_length=600, description=_THOUGHT_DESCRIPTION))}
     )
-    fields = DiagnosisOutput.model_fields
+    plan: dict[str, Any] = {
+        field: (info.annotation, info)
+        for field, info in DiagnosisOutput.model_fields.items()
+        if field in ("root_cause", "correction_instruction", "forbidden_actions", "confidence")
+    }
     model: type[BaseModel] = create_model(
         "DiagnosisWithCorrectedStep" if tools else "DiagnosisWithCorrectedThought",
         # required in the schema, so constrained decoding always writes it (null when there is none); a reply
         # that leaves it out still parses, as a plan without a corrected step
         __config__=ConfigDict(frozen=True, json_schema_extra=_also_required(name)),
-        root_cause=(fields["root_cause"].annotation, fields["root_cause"]),
-        correction_instruction=(fields["correction_instruction"].annotation, fields["correction_instruction"]),
+        root_cause=plan["root_cause"],
+        correction_instruction=plan["correction_instruction"],
         **corrected,
-        forbidden_actions=(fields["forbidden_actions"].annotation, fields["forbidden_actions"]),
-        confidence=(fields["confidence"].annotation, fields["confidence"]),
+        forbidden_actions=plan["forbidden_actions"],
+        confidence=plan["confidence"],
     )
     return model
 
