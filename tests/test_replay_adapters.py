@@ -3,6 +3,7 @@ loop (deterministic models whose bug a correction repairs), through the real Ope
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -28,12 +29,8 @@ def _record(instrumented: Instrumented, run: Any) -> StructuredTrace:
     return instrumented.assembled(trace_id)
 
 
-@pytest.fixture
-def langgraph_case(instrumented: Instrumented) -> ConformanceCase:
-    requests: list[str] = []
-    graph = replay_agents.build_graph(requests)
-    trace = _record(instrumented, lambda: replay_agents.run_graph(graph, "user-thread"))
-    adapter = LangGraphReplayAdapter(graph, tracer_provider=instrumented.provider)
+def _case(adapter: Any, trace: StructuredTrace, requests: list[str]) -> ConformanceCase:
+    """The replay agents' case: the FIX injection and the corrected lookup as the action both repair the run."""
     return ConformanceCase(
         adapter,
         trace,
@@ -43,6 +40,15 @@ def langgraph_case(instrumented: Instrumented) -> ConformanceCase:
         action=replay_agents.ACTION,
         action_result=replay_agents.ACTION_RESULT,
     )
+
+
+@pytest.fixture
+def langgraph_case(instrumented: Instrumented) -> ConformanceCase:
+    requests: list[str] = []
+    graph = replay_agents.build_graph(requests)
+    trace = _record(instrumented, lambda: replay_agents.run_graph(graph, "user-thread"))
+    adapter = LangGraphReplayAdapter(graph, tracer_provider=instrumented.provider)
+    return _case(adapter, trace, requests)
 
 
 @pytest.fixture
@@ -56,15 +62,7 @@ def openai_case(instrumented: Instrumented) -> ConformanceCase:
         tracer_provider=instrumented.provider,
         execute_tool=replay_agents.execute_tool,
     )
-    return ConformanceCase(
-        adapter,
-        trace,
-        replay_agents.FIX,
-        _is_correct,
-        lambda: requests,
-        action=replay_agents.ACTION,
-        action_result=replay_agents.ACTION_RESULT,
-    )
+    return _case(adapter, trace, requests)
 
 
 def test_recorded_buggy_runs_have_the_expected_shape(
@@ -182,16 +180,7 @@ def test_http_adapter_conformance_against_a_real_server(openai_case: Conformance
     server = _Server(lambda body: replay_handler(openai_case.adapter, body))
     try:
         adapter = HTTPReplayAdapter(server.url, timeout_s=30)
-        case = ConformanceCase(
-            adapter,
-            openai_case.trace,
-            openai_case.fix,
-            _is_correct,
-            openai_case.model_requests,
-            action=openai_case.action,
-            action_result=openai_case.action_result,
-        )
-        results = run_conformance(case)
+        results = run_conformance(dataclasses.replace(openai_case, adapter=adapter))
         assert {r.adapter_info["adapter"] for r in results} == {"openai_loop"}  # the agent side's adapter info
         assert all(r.adapter_info["url"] == server.url for r in results)
     finally:
