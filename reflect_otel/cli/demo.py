@@ -52,7 +52,19 @@ def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     )
     parser.add_argument("--max-steps", type=int, default=6, help="tool calls an agent run may make (default 6)")
     parser.add_argument("--rounds", type=int, default=1, help="REFLECT diagnosis rounds D (default 1 for the demo)")
-    parser.add_argument("--rollback-points", type=int, default=2, help="rollback points K (default 2 for the demo)")
+    parser.add_argument(
+        "--rollback-points",
+        type=int,
+        default=1,
+        help="rollback points K for the guidance replays, tried after the concrete corrections (default 1 for the "
+        "demo: the localized step)",
+    )
+    parser.add_argument(
+        "--max-corrections",
+        type=int,
+        default=3,
+        help="M, concrete corrections (actions) replayed per round before the guidance (default 3)",
+    )
     parser.add_argument(
         "--gate",
         choices=[m.value for m in GateMode],
@@ -138,6 +150,7 @@ def _demo(args: argparse.Namespace) -> int:
         reflect_config = ReflectConfig(
             rounds=args.rounds,
             rollback_points=args.rollback_points,
+            max_corrections=args.max_corrections,
             gate=GateMode(args.gate),
             gate_retries=args.gate_retries,
         )
