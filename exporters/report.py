@@ -68,12 +68,17 @@ def _diagnosis(record: AttributionRecord, kind: str) -> str:
     """The finding in one paragraph, before the evidence."""
     if record.status is AttributionStatus.VERIFIED and record.intervention is not None:
         kept = record.intervention.rollback_point
-        proof = _proof(record.intervention.correction)
+        correction = record.intervention.correction
+        redone = (
+            "replaced by the call below"
+            if correction is not None and correction.kind is InterventionKind.ACTION
+            else "redone as the correction below says"
+        )
         text = (
             f"<b>Step {_e(record.step_index)} caused the wrong answer</b> ({_e(kind)}). The agent answered "
             f"<b>{_e(record.original_answer)}</b>. Replayed with {_kept(kept)} and step {_e(record.step_index)} "
-            f"redone as the correction below says, it answered <b>{_e(record.corrected_answer)}</b>, which verifies "
-            f"as correct: that replay is the evidence.{proof}"
+            f"{redone}, it answered <b>{_e(record.corrected_answer)}</b>, which verifies as correct: that replay is "
+            f"the evidence.{_proof(correction)}"
         )
     elif record.step_index is not None:
         text = (
@@ -111,7 +116,10 @@ def _corrections(record: AttributionRecord) -> str:
         return ""
     rows = []
     for c in record.corrections:
-        outcome = f"refused: {_e(c.refused)}" if c.refused else ("flipped" if c.flipped else "did not flip")
+        if c.refused:
+            outcome = f"refused: {_e(c.refused)}"
+        else:
+            outcome = "flipped" if c.flipped else ("did not flip" if c.replays else "not tried (stopped at a flip)")
         rows.append(
             f"<tr><td>{_e(c.source)}</td><td>{_e(c.kind.value)}</td><td>{c.step_index}</td><td>{_call(c)}</td>"
             f"<td>{c.replays}</td><td>{outcome}</td></tr>"
@@ -185,11 +193,13 @@ def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> s
     flipped = next((a for a in record.replays if a.flipped), None) if record else None
     if record is not None and record.status is AttributionStatus.VERIFIED and flipped is not None:
         point = flipped.rollback_point
+        kept_steps = f"Steps 1..{point} were kept; after them" if point else "No step was kept"
         body.append(
-            f'<p class="meta">Steps 1..{point} were kept; after them, the original run and the corrected '
-            f"replay (answer: {_e(record.corrected_answer)}).</p>"
+            f'<p class="meta">{kept_steps}: the original run and the corrected replay (answer: '
+            f"{_e(record.corrected_answer)}).</p>"
         )
-        body.append(_steps(trace.steps[:point], decisive))
+        if point:
+            body.append(_steps(trace.steps[:point], decisive))
         body.append(
             f'<div class="cols"><div><h2>Original continuation</h2>{_steps(trace.steps[point:], decisive)}'
             f"<p><b>Answer:</b> {_e(record.original_answer)}</p></div>"
