@@ -3,8 +3,7 @@ cost), the typed record constructor, and the one replay-and-verify step."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,50 +21,39 @@ from reflect_otel.record import (
     FlipRate,
     GateVerdict,
     Intervention,
-    LLMCall,
     Localization,
     ReplayAttempt,
-    StageCost,
     StageError,
+    stage_costs,
 )
 from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult
 from reflect_otel.trace import StepAction, StructuredTrace
 from reflect_otel.verdict import Verdict
-from reflect_otel.verifiers import Verifier
+from reflect_otel.verifiers import Verifier, bound_to
 
-__all__ = ["AttributionRun", "MethodBase", "ReplayOutcome", "is_correct", "replay_and_verify", "stage_costs"]
-
-
-def _known_sum(values: Iterable[int | None]) -> int | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
-
-
-def stage_costs(calls: tuple[LLMCall, ...]) -> tuple[StageCost, ...]:
-    grouped: dict[str, list[LLMCall]] = defaultdict(list)
-    for call in calls:
-        grouped[call.stage].append(call)
-    return tuple(
-        StageCost(
-            stage=stage,
-            calls=len(items),
-            prompt_tokens=sum(c.prompt_tokens for c in items),
-            completion_tokens=sum(c.completion_tokens for c in items),
-            cached_prompt_tokens=_known_sum(c.cached_prompt_tokens for c in items),
-            seconds=round(sum(c.seconds for c in items), 6),
-        )
-        for stage, items in grouped.items()
-    )
+__all__ = ["AttributionRun", "MethodBase", "ReplayOutcome", "is_correct", "replay_and_verify"]
 
 
 class AttributionRun:
-    """One attribution of one trace: its LLM (recording every call), the errors met, and the record at the end."""
+    """One attribution of one trace: its LLM (recording every call), its verifier (calling that LLM, so audits of
+    the original run and of every replay are recorded and budgeted too), the errors met, and the record at the end."""
 
-    def __init__(self, method: str, llm: StructuredLLM, trace: StructuredTrace, config: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        method: str,
+        llm: StructuredLLM,
+        trace: StructuredTrace,
+        config: dict[str, Any],
+        verifier: Verifier,
+        original_verdict: Verdict | None = None,
+    ) -> None:
         self.method = method
         self.trace = trace
+        self.original_verdict = original_verdict
+        """The run's verdict when the caller judged it already (triage); the record's default."""
         self.log = CallLog()
         self.llm = RecordingLLM(llm, self.log)
+        self.verifier = bound_to(verifier, self.llm)
         self.errors: list[StageError] = []
         self.config = {"llm_model": llm.model_name, **config}
 
@@ -117,7 +105,7 @@ class AttributionRun:
             flip_rates=tuple(flip_rates),
             original_answer=self.trace.final_answer,
             corrected_answer=corrected_answer,
-            original_verdict=original_verdict,
+            original_verdict=original_verdict or self.original_verdict,
             rounds=rounds,
             localizations=tuple(localizations),
             cost=stage_costs(calls),
@@ -159,9 +147,9 @@ class MethodBase:
         self.verifier = verifier
         self.config = config or ReflectConfig()
 
-    def start(self, trace: StructuredTrace) -> AttributionRun:
+    def start(self, trace: StructuredTrace, verdict: Verdict | None = None) -> AttributionRun:
         settings = self.config.model_dump(mode="json") | {"verifier": self.verifier.name}
-        return AttributionRun(self.method, self.llm, trace, settings)
+        return AttributionRun(self.method, self.llm, trace, settings, self.verifier, verdict)
 
 
 def is_correct(verdict: Verdict | None) -> bool:
@@ -182,7 +170,6 @@ def replay_and_verify(
     trace: StructuredTrace,
     planned: ReplayAttempt,
     *,
-    verifier: Verifier,
     expected: str | None,
     injection_role: InjectionRole,
     action: StepAction | None = None,
@@ -190,7 +177,7 @@ def replay_and_verify(
 ) -> ReplayOutcome:
     """Replay ``trace`` as ``planned`` (its rollback point, injection, round, sample and retry; ``action`` executed
     as the first regenerated step when given), gate the continuation (when ``gate`` is given) and verify the new
-    answer. A failed replay is recorded in the attempt and in the run's errors, never raised: an adapter, or the
+    answer with the run's verifier. A failed replay is recorded in the attempt and in the run's errors, never raised: an adapter, or the
     agent it runs, may fail in any way."""
     try:
         if action is None:  # adapters written before actions existed keep working for guidance
@@ -209,7 +196,7 @@ def replay_and_verify(
         run.error("replay", error, planned.round)
         return ReplayOutcome(planned.model_copy(update={"error": str(error)[:2000]}), None)
     gate_verdict = gate(result) if gate is not None else None
-    verdict = verifier.verify(result.trace, expected=expected)
+    verdict = run.verifier.verify(result.trace, expected=expected)
     attempt = planned.model_copy(
         update={
             "gate": gate_verdict,

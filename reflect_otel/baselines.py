@@ -32,6 +32,7 @@ from reflect_otel.record import (
 )
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.trace import StructuredTrace
+from reflect_otel.verdict import Verdict
 
 __all__ = ["BASELINES", "Baseline", "binary_search_calls"]
 
@@ -57,8 +58,9 @@ class Baseline(MethodBase):
         expected: str | None = None,
         replay: ReplayAdapter | None = None,
         domain_context: str = "",
+        verdict: Verdict | None = None,
     ) -> AttributionRecord:
-        run = self.start(trace)
+        run = self.start(trace, verdict)
         if not trace.steps:
             return run.record(
                 status=AttributionStatus.SKIPPED,
@@ -124,7 +126,6 @@ class Baseline(MethodBase):
             replay,
             trace,
             planned,
-            verifier=self.verifier,
             expected=expected,
             injection_role=self.config.injection_role,
         )
@@ -273,12 +274,8 @@ class ICS(Baseline):
         attempts: list[ReplayAttempt] = []
         localization: Localization | None = None
         for round_ in range(1, self.config.rounds + 1):
-            ctx = prompts.PromptContext.of(
-                current,
-                expected,
-                include_expected=False,
-                max_chars=self.config.max_field_chars,
-                domain_context=ctx.domain_context,
+            ctx = run.prompt_context(  # built as for every method: evidence, layout and labels included
+                current, expected, include_expected=False, domain_context=ctx.domain_context, config=self.config
             )
             localization = stages.localize(run.llm, ctx, current)
             if replay is None:

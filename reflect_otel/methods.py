@@ -16,6 +16,7 @@ from reflect_otel.proxy_verifier import PlanAnchoredVerifier
 from reflect_otel.record import AttributionRecord
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.trace import StructuredTrace
+from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import Verifier
 
 __all__ = ["METHODS", "Attributor", "MethodSpec", "llm_for", "method_spec"]
@@ -27,7 +28,8 @@ class Attributor(Protocol):
     ``attribute`` returns an :class:`AttributionRecord` (status verified, unverified or skipped, with every LLM call
     and replay it made) and never raises: a failed stage is recorded in ``record.errors``. ``expected`` is the
     correct answer when known; ``replay`` re-runs the agent when given (otherwise the record is localization-only);
-    ``domain_context`` describes the task for the prompts. Not thread-safe: one attribution at a time per object.
+    ``domain_context`` describes the task for the prompts; ``verdict`` is the run's verdict when it was judged
+    already (online triage), so that it is not judged, and paid for, twice. Not thread-safe: one attribution at a time per object.
     """
 
     method: str
@@ -39,6 +41,7 @@ class Attributor(Protocol):
         expected: str | None = None,
         replay: ReplayAdapter | None = None,
         domain_context: str = "",
+        verdict: Verdict | None = None,
     ) -> AttributionRecord: ...
 
 

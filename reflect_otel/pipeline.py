@@ -148,8 +148,9 @@ class ReflectPipeline(MethodBase):
         expected: str | None = None,
         replay: ReplayAdapter | None = None,
         domain_context: str = "",
+        verdict: Verdict | None = None,
     ) -> AttributionRecord:
-        run = self.start(trace)
+        run = self.start(trace, verdict)
         state = _Rounds(run, expected, replay, domain_context)
         try:
             return self._attribute(state)
@@ -166,7 +167,7 @@ class ReflectPipeline(MethodBase):
     # -- the algorithm -----------------------------------------------------------------------------------------
     def _attribute(self, state: _Rounds) -> AttributionRecord:
         cfg, run, trace = self.config, state.run, state.run.trace
-        state.original_verdict = self.verifier.verify(trace, expected=state.expected)
+        state.original_verdict = run.original_verdict or run.verifier.verify(trace, expected=state.expected)
         if is_correct(state.original_verdict):
             return run.record(
                 status=AttributionStatus.SKIPPED,
@@ -391,7 +392,6 @@ class ReflectPipeline(MethodBase):
                 state.replay,  # type: ignore[arg-type]  # only called with a replay adapter
                 current,
                 planned,
-                verifier=self.verifier,
                 expected=state.expected,
                 injection_role=cfg.injection_role,
                 action=action,

@@ -301,6 +301,9 @@ class PlanAnchoredVerifier:
         self.llm = llm
         self.config = config or ProxyVerifierConfig()
 
+    def with_llm(self, llm: StructuredLLM) -> PlanAnchoredVerifier:
+        return PlanAnchoredVerifier(llm, config=self.config)
+
     def anchors(self, question: str) -> Anchors:
         messages = anchors_prompt(question, self.config.max_field_chars)
         return self.llm.complete(messages, Anchors, stage="proxy_anchors").value

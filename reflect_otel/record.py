@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
@@ -29,6 +31,7 @@ __all__ = [
     "ReplayAttempt",
     "StageCost",
     "StageError",
+    "stage_costs",
 ]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -289,6 +292,14 @@ class AttributionRecord(BaseModel):
             return None
         return self.intervention.correction
 
+    def with_calls_before(self, calls: Sequence[LLMCall]) -> AttributionRecord:
+        """This record with ``calls`` made for it before the method started (the triage verdict's), counted in
+        ``llm_calls`` and ``cost`` like the method's own."""
+        if not calls:
+            return self
+        merged = (*calls, *self.llm_calls)
+        return self.model_copy(update={"llm_calls": merged, "cost": stage_costs(merged)})
+
     @property
     def total_tokens(self) -> int:
         return sum(c.prompt_tokens + c.completion_tokens for c in self.cost)
@@ -308,3 +319,26 @@ class AttributionRecord(BaseModel):
         """No attribution because stages failed (see ``errors``): not a measurement of the method, and never scored
         as one."""
         return self.step_index is None and bool(self.errors) and self.status is not AttributionStatus.SKIPPED
+
+
+def _known_sum(values: Iterable[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def stage_costs(calls: Sequence[LLMCall]) -> tuple[StageCost, ...]:
+    """The cost of ``calls`` per stage, in the order the stages were first met."""
+    grouped: dict[str, list[LLMCall]] = defaultdict(list)
+    for call in calls:
+        grouped[call.stage].append(call)
+    return tuple(
+        StageCost(
+            stage=stage,
+            calls=len(items),
+            prompt_tokens=sum(c.prompt_tokens for c in items),
+            completion_tokens=sum(c.completion_tokens for c in items),
+            cached_prompt_tokens=_known_sum(c.cached_prompt_tokens for c in items),
+            seconds=round(sum(c.seconds for c in items), 6),
+        )
+        for stage, items in grouped.items()
+    )

@@ -17,13 +17,14 @@ from typing import Protocol
 from reflect_otel.config import ReflectConfig
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import BudgetedLLM, TokenBudget
+from reflect_otel.llm.recording import CallLog, RecordingLLM
 from reflect_otel.methods import MethodSpec
 from reflect_otel.record import AttributionMode, AttributionRecord, AttributionStatus
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.store import AttributionStore, RecordExporter
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
-from reflect_otel.verifiers import Verifier
+from reflect_otel.verifiers import Verifier, bound_to
 
 __all__ = ["AttributionMetrics", "AttributionService", "Outcome", "ReplayFinder"]
 
@@ -53,7 +54,7 @@ class Outcome:
     """None when the run was not flagged in triage."""
     budget_skipped: bool = False
     tokens: int = 0
-    """Tokens the attribution spent (counted by the budget, when there is one)."""
+    """Tokens spent on this trace, the triage verdict's included (counted by the budget, when there is one)."""
     export_failures: tuple[tuple[str, str], ...] = ()
     """(exporter name, message) for each export that failed."""
 
@@ -65,7 +66,9 @@ class AttributionService:
     plan-anchored verifier), else to ``verifier`` too. ``triage`` verifies every run first and attributes only the
     flagged ones (online mode); without it every trace given is attributed (the method itself skips a correct one
     where it checks). ``replay_finder`` supplies an adapter when the caller passes none. ``budget`` caps the tokens
-    per attribution and per hour: a flagged run met with a spent hourly budget is stored, not attributed.
+    per trace and per hour: a flagged run met with a spent hourly budget is stored, not attributed. Every model
+    call made for a trace (the triage audit, the method's stages, the audits of its replays) goes through that
+    budget and into the record's ``llm_calls`` and ``cost``, once.
     """
 
     def __init__(
@@ -110,29 +113,35 @@ class AttributionService:
         exporter meets; a store rejects bad content by counting it (see :class:`AttributionStore`)."""
         if self.method.withholds_expected:
             expected = None
+        # one budget for everything this trace costs: the triage audit, the method's calls, the audits of replays
+        llm: StructuredLLM = self.llm
+        budgeted = BudgetedLLM(self.llm, self.budget) if self.budget is not None else None
+        if budgeted is not None:
+            llm = budgeted
         verifier = self.verifier_for(expected)
         verdict: Verdict | None = None
+        triage_calls = CallLog()
         flagged = True
         if self.triage:
-            verdict = verifier.verify(trace, expected=expected)
+            verdict = bound_to(verifier, RecordingLLM(llm, triage_calls)).verify(trace, expected=expected)
             uncertain = verdict.is_correct is None
             flagged = verdict.is_correct is False or (uncertain and self.config.attribute_uncertain)
             self._store(trace, verdict, None)
             if self.metrics is not None:
                 self.metrics.trace_seen(trace, flagged=flagged, uncertain=uncertain)
             if not flagged:
-                return Outcome(verdict, False, None)
+                return Outcome(verdict, False, None, tokens=budgeted.used if budgeted is not None else 0)
         if self.budget is not None and self.budget.hour_is_spent:
             record = _budget_skip(trace, self.method.name, verdict, self.budget.per_hour)
-            return self._finish(trace, verdict, record, Outcome(verdict, flagged, record, budget_skipped=True))
-        llm: StructuredLLM = self.llm
-        budgeted = BudgetedLLM(self.llm, self.budget) if self.budget is not None else None
-        if budgeted is not None:
-            llm = budgeted
+            record = record.with_calls_before(triage_calls.calls)
+            outcome = Outcome(verdict, flagged, record, budget_skipped=True, tokens=record.total_tokens)
+            return self._finish(trace, verdict, record, outcome)
         if replay is None and self.replay_finder is not None:
             replay = self.replay_finder(trace, self.llm)
         attributor = self.method.build(llm, verifier, self.config)
-        record = attributor.attribute(trace, expected=expected, replay=replay, domain_context=domain_context)
+        record = attributor.attribute(
+            trace, expected=expected, replay=replay, domain_context=domain_context, verdict=verdict
+        ).with_calls_before(triage_calls.calls)
         tokens = budgeted.used if budgeted is not None else record.total_tokens
         first = verdict or record.original_verdict
         return self._finish(trace, first, record, Outcome(first, flagged, record, tokens=tokens))

@@ -25,6 +25,7 @@ __all__ = [
     "SelfVerifier",
     "Verifier",
     "answers_match",
+    "bound_to",
     "extract_answer",
     "extract_bbm_answer",
     "normalise_answer",
@@ -35,11 +36,24 @@ class Verifier(Protocol):
     """Judges a trace's final answer. ``expected`` is the ground truth when known (oracle regime), else None.
 
     Returns a :class:`Verdict` whose ``is_correct`` is None when it cannot tell; never raises for bad content.
+    A verifier that calls a model also implements ``with_llm(llm) -> Verifier``: the same verifier calling
+    ``llm`` instead, so that its calls are recorded in the attribution's cost and held to its token budget
+    (:func:`bound_to`). Without it, its calls escape both.
     """
 
     name: str
 
     def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict: ...
+
+
+def bound_to(verifier: Verifier, llm: StructuredLLM) -> Verifier:
+    """``verifier`` making its model calls through ``llm`` (see :class:`Verifier`); one that calls no model is
+    returned as it is."""
+    rebind = getattr(verifier, "with_llm", None)
+    if not callable(rebind):
+        return verifier
+    bound: Verifier = rebind(llm)
+    return bound
 
 
 # -- extraction and normalisation --------------------------------------------------------------------------------
@@ -187,6 +201,9 @@ class SelfVerifier:
         self.llm = llm
         self.max_chars = max_chars
         self.domain_context = domain_context
+
+    def with_llm(self, llm: StructuredLLM) -> SelfVerifier:
+        return SelfVerifier(llm, max_chars=self.max_chars, domain_context=self.domain_context)
 
     def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
         ctx = prompts.PromptContext.of(

@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from reflect_otel.errors import LLMError
-from reflect_otel.llm.base import ChatMessage, Check, Completion, OutputT, StructuredLLM
+from reflect_otel.llm.base import ChatMessage, Check, Completion, LLMOutputError, LLMUsage, OutputT, StructuredLLM
 
 __all__ = ["BudgetedLLM", "TokenBudget"]
 
@@ -54,8 +54,15 @@ class BudgetedLLM:
     ) -> Completion[OutputT]:
         if self.used >= self.limit:
             raise LLMError(f"the token budget for one trace ({self.limit}) is spent; raise max_tokens_per_trace")
-        completion = self.inner.complete(messages, output, stage=stage, check=check)
-        tokens = completion.usage.prompt_tokens + completion.usage.completion_tokens
+        try:
+            completion = self.inner.complete(messages, output, stage=stage, check=check)
+        except LLMOutputError as error:  # the replies were paid for even though none could be used
+            self._spend(error.usage)
+            raise
+        self._spend(completion.usage)
+        return completion
+
+    def _spend(self, usage: LLMUsage) -> None:
+        tokens = usage.prompt_tokens + usage.completion_tokens
         self.used += tokens
         self.budget.spend(tokens)
-        return completion

@@ -1,0 +1,155 @@
+"""Every model call made for a trace is counted once, in the record and in the token budget: the triage audit, the
+method's stages and the audits of its replays; and every method builds its prompt context the same way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from reflect_otel import stages
+from reflect_otel.config import ReflectConfig
+from reflect_otel.llm.budget import TokenBudget
+from reflect_otel.methods import METHODS
+from reflect_otel.prompts import PromptContext
+from reflect_otel.proxy_verifier import PlanAnchoredVerifier
+from reflect_otel.service import AttributionService
+from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
+from reflect_otel.trace import StructuredTrace
+from reflect_otel.verifiers import OracleVerifier, SelfVerifier
+
+ANCHORS = {
+    "hard": {"entities": ["rivers"], "filters": [], "target_property": "length", "operation": "compare",
+             "output_form": "a river name"},
+    "plans": [{"subgoals": ["find lengths", "compare"]}],
+}  # fmt: skip
+
+
+def failed_run() -> StructuredTrace:
+    steps = [{"tool": "search", "args": {"q": f"river {i}"}, "result": f"river {i} is long"} for i in (1, 2, 3)]
+    return make_trace("Which river is longest?", [*steps, {"reasoning": "Danube", "is_final_answer": True}])
+
+
+def auditor() -> ScriptedLLM:
+    """Anchors; an audit that calls the original run's steps a drift and a replay's aligned; a localization."""
+
+    def respond(request: ScriptedRequest) -> Any:
+        if request.stage == "proxy_anchors":
+            return ANCHORS
+        if request.stage == "proxy_audit":
+            shown = [int(line.split()[1]) for line in request.text.splitlines() if line.startswith("Macro-step ")]
+            replayed = "Nile" in request.text
+            category, severity = ("Aligned", "minor") if replayed else ("Output_Drift", "critical")
+            return {
+                "steps": [
+                    {"macro_step": i, "category": category, "severity": severity, "anchor": "hard",
+                     "rationale": f"step {i} checked"}
+                    for i in shown
+                ]
+            }  # fmt: skip
+        if request.stage == "localize":
+            return {"error_step": 2, "confidence": 0.5, "reasoning": "r", "what_should_have_been_done": "w"}
+        if request.stage == "verify":
+            return {"is_correct": "Nile" in request.text, "confidence": 0.9, "reasoning": "judged"}
+        raise AssertionError(request.stage)
+
+    return ScriptedLLM(respond=respond)
+
+
+def fixed_agent() -> ScriptedReplayAdapter:
+    return ScriptedReplayAdapter(lambda trace, point, injection: [{"reasoning": "Nile", "is_final_answer": True}])
+
+
+def test_online_the_triage_audit_and_every_replay_audit_are_in_the_record_and_the_budget() -> None:
+    llm = auditor()
+    budget = TokenBudget(per_trace=1_000_000, per_hour=10_000_000)
+    service = AttributionService(
+        llm,
+        METHODS["ics"],
+        verifier=OracleVerifier(),
+        proxy=PlanAnchoredVerifier(llm),
+        config=ReflectConfig(rounds=1),
+        budget=budget,
+        triage=True,
+    )
+    outcome = service.process(failed_run(), replay=fixed_agent())
+    record = outcome.record
+    assert outcome.flagged and record is not None and record.corrected_answer == "Nile"
+    asked = [r.stage for r in llm.requests]
+    # the original run is audited once (triage), not again by the method; the replay is audited once
+    assert asked == ["proxy_anchors", "proxy_audit", "localize", "proxy_anchors", "proxy_audit"]
+    assert [c.stage for c in record.llm_calls] == asked
+    assert {c.stage: c.calls for c in record.cost} == {"proxy_anchors": 2, "proxy_audit": 2, "localize": 1}
+    assert record.original_verdict is not None and record.original_verdict.verifier == "plan_anchored"
+    assert outcome.tokens == record.total_tokens == budget.spent_last_hour() > 0
+
+
+def test_a_run_triage_clears_still_spends_its_audit_from_the_hourly_budget() -> None:
+    llm = auditor()
+    budget = TokenBudget(per_trace=1_000_000, per_hour=10_000_000)
+    service = AttributionService(
+        llm, METHODS["ics"], verifier=OracleVerifier(), proxy=PlanAnchoredVerifier(llm), budget=budget, triage=True
+    )
+    cleared = failed_run().model_copy(update={"final_answer": "Nile"})
+    steps = [s.model_copy(update={"tool_result": "Nile " + (s.tool_result or "")}) for s in cleared.steps]
+    outcome = service.process(cleared.model_copy(update={"steps": tuple(steps)}))
+    assert not outcome.flagged and outcome.record is None
+    assert outcome.tokens == budget.spent_last_hour() > 0 and len(llm.requests) == 2
+
+
+def test_the_per_trace_budget_stops_the_audits_of_replays_too() -> None:
+    llm = auditor()
+    service = AttributionService(
+        llm,
+        METHODS["ics"],
+        verifier=OracleVerifier(),
+        proxy=PlanAnchoredVerifier(llm),
+        config=ReflectConfig(rounds=1),
+        budget=TokenBudget(per_trace=1, per_hour=10_000_000),  # spent by the first call
+        triage=True,
+    )
+    outcome = service.process(failed_run(), replay=fixed_agent())
+    assert [r.stage for r in llm.requests] == ["proxy_anchors"]  # the triage's first call spends it all
+    # the audit could not finish: uncertain, so stored and counted, not attributed
+    assert outcome.record is None and outcome.verdict is not None and outcome.verdict.is_correct is None
+    assert "token budget for one trace" in outcome.verdict.reasoning
+
+
+def test_attribute_with_a_model_verifier_counts_its_verdicts_on_replays() -> None:
+    """The ``attribute`` command's path: no triage; ``--verifier self`` judges every replay with the model."""
+    llm = auditor()
+    budget = TokenBudget(per_trace=1_000_000, per_hour=10_000_000)
+    service = AttributionService(
+        llm, METHODS["ics"], verifier=SelfVerifier(llm), config=ReflectConfig(rounds=1), budget=budget
+    )
+    outcome = service.process(failed_run(), expected="Nile", replay=fixed_agent())
+    record = outcome.record
+    assert record is not None and record.corrected_answer == "Nile"
+    assert [c.stage for c in record.llm_calls] == [r.stage for r in llm.requests] == ["localize", "verify"]
+    assert outcome.tokens == record.total_tokens == budget.spent_last_hour()
+
+
+@pytest.mark.parametrize("layout", ["shared_prefix", "per_stage"])
+def test_ics_and_reflect_build_the_same_prompt_context(layout: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, PromptContext] = {}
+    method = ""
+
+    def capture(llm: Any, ctx: PromptContext, trace: StructuredTrace) -> Any:
+        seen[method] = ctx
+        raise RuntimeError("captured")  # stop here: only the context is compared
+
+    monkeypatch.setattr(stages, "localize", capture)
+    config = ReflectConfig(
+        include_expected_answer=False,  # ICS never sees the answer; REFLECT under the same setting
+        evidence_in_prompts=True,
+        prompt_layout=layout,  # type: ignore[arg-type]
+        domain_context_label="About the table",
+    )
+    empty = {"tool": "filter_rows", "args": {"column": "Position", "value": "1"},
+             "result": "t1: 0 rows (no row matched; values of Position include: '1st', '2nd')"}  # fmt: skip
+    trace = make_trace("Who came first?", [empty, {"reasoning": "nobody", "is_final_answer": True}])
+    for method in ("reflect", "ics"):
+        attributor = METHODS[method].build(ScriptedLLM([]), OracleVerifier(), config)
+        attributor.attribute(trace, expected="Bangkok", replay=fixed_agent(), domain_context="a table of races")
+    assert seen["reflect"] == seen["ics"]
+    assert "values of Position" in seen["ics"].evidence and seen["ics"].domain_context_label == "About the table"
