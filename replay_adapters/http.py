@@ -79,24 +79,37 @@ class HTTPReplayAdapter:
         }
         if action is not None:
             body["action"] = action.model_dump(mode="json")
+        status, content = self._post(body)
         try:
-            response = self._client.post(self.url, json=body)
+            payload = json.loads(content)
+        except ValueError:
+            raise ReplayError(f"replay endpoint {self.url} answered {status} with a body that is not JSON") from None
+        if status != 200 or not isinstance(payload, dict):
+            message = payload.get("error") if isinstance(payload, dict) else None
+            shown = message or content[:300].decode("utf-8", "replace")
+            raise ReplayError(f"replay endpoint {self.url} answered {status}: {shown}")
+        return self._result(trace, rollback_point, payload)
+
+    def _post(self, body: dict[str, Any]) -> tuple[int, bytes]:
+        """The response's status and body, read as a stream that stops at ``max_response_bytes`` (decoded size, so
+        a compressed body cannot expand past it either)."""
+        limit = self.max_response_bytes
+        over = f"replay endpoint {self.url} answered more than {limit} bytes; refused (raise max_response_bytes)"
+        try:
+            with self._client.stream("POST", self.url, json=body) as response:
+                declared = response.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > limit:
+                    raise ReplayError(over)
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > limit:
+                        raise ReplayError(over)
+                    chunks.append(chunk)
+                return response.status_code, b"".join(chunks)
         except httpx.HTTPError as error:
             raise ReplayError(f"replay endpoint {self.url} unreachable: {error}") from None
-        if len(response.content) > self.max_response_bytes:
-            raise ReplayError(f"replay endpoint {self.url} answered {len(response.content)} bytes, over the limit")
-        try:
-            payload = response.json()
-        except ValueError:
-            raise ReplayError(
-                f"replay endpoint {self.url} answered {response.status_code} with a body that is not JSON"
-            ) from None
-        if response.status_code != 200 or not isinstance(payload, dict):
-            message = payload.get("error") if isinstance(payload, dict) else None
-            raise ReplayError(
-                f"replay endpoint {self.url} answered {response.status_code}: {message or response.text[:300]}"
-            )
-        return self._result(trace, rollback_point, payload)
 
     def _result(self, trace: StructuredTrace, rollback_point: int, payload: dict[str, Any]) -> ReplayResult:
         info = payload.get("adapter_info") or {}

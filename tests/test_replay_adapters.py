@@ -219,6 +219,55 @@ def test_http_adapter_failures_are_replay_errors(openai_case: ConformanceCase) -
         HTTPReplayAdapter("http://127.0.0.1:9/replay", timeout_s=2).replay(trace, rollback_point=1, injection="x")
 
 
+def test_http_adapter_refuses_a_response_over_its_limit_without_reading_it_whole(
+    openai_case: ConformanceCase,
+) -> None:
+    """An endless body (no length declared) is cut at the limit; a declared length over it is refused unread."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from reflect_otel.replay_adapters.http import HTTPReplayAdapter
+
+    written: list[int] = []
+    done = threading.Event()
+
+    class Flood(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            if self.path == "/declared":
+                self.send_header("Content-Length", str(10**9))
+            self.end_headers()
+            sent, chunk = 0, b"x" * 65536
+            try:
+                while sent < 256 * 1024 * 1024:  # 256 MiB, if nobody stops reading
+                    self.wfile.write(chunk)
+                    sent += len(chunk)
+            except OSError:
+                pass  # the client hung up: what it wanted to prove
+            finally:
+                written.append(sent)
+                done.set()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Flood)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        for path in ("/endless", "/declared"):
+            done.clear()
+            adapter = HTTPReplayAdapter(base + path, timeout_s=30, max_response_bytes=1024 * 1024)
+            with pytest.raises(ReplayError, match="more than 1048576 bytes; refused"):
+                adapter.replay(openai_case.trace, rollback_point=1, injection="x")
+            assert done.wait(30)
+            assert written[-1] < 64 * 1024 * 1024, written  # socket buffers hold some; far from the 256 MiB
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_http_adapter_assembles_an_otlp_continuation(openai_case: ConformanceCase) -> None:
     import json
 
