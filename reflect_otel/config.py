@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reflect_otel.errors import ConfigError
 from reflect_otel.replay import InjectionRole
 
-__all__ = ["GateMode", "LLMConfig", "ReflectConfig", "SchemaMode"]
+__all__ = ["LLM_VARIABLES", "REFLECT_VARIABLES", "GateMode", "LLMConfig", "ReflectConfig", "SchemaMode"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -60,11 +60,15 @@ class LLMConfig(BaseModel):
 
     model_config = _FROZEN
 
-    model: str | None = None
-    base_url: str | None = None
-    api_key: str | None = None
-    schema_mode: SchemaMode | None = Field(default=None, description="None: json_schema, falling back on refusal.")
-    timeout_s: float = Field(default=120.0, gt=0)
+    model: str | None = Field(default=None, description="The endpoint's model name (the local server's own).")
+    base_url: str | None = Field(default=None, description="An OpenAI-compatible endpoint; unset: the local server.")
+    api_key: str | None = Field(default=None, description="The endpoint's key; setting it alone means OpenAI.")
+    schema_mode: SchemaMode | None = Field(
+        default=None,
+        description="How structured output is asked: json_schema, json_object_schema or json_object; unset: "
+        "json_schema, falling back on refusal.",
+    )
+    timeout_s: float = Field(default=120.0, gt=0, description="Seconds one LLM request may take.")
     max_retries: int = Field(default=3, ge=0, le=10)
     temperature: float = Field(default=0.0, ge=0, le=2)
     max_output_tokens: int = Field(default=1024, ge=16)
@@ -78,16 +82,20 @@ class LLMConfig(BaseModel):
     def from_env(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> LLMConfig:
         """Explicit keyword arguments, then ``REFLECT_LLM_*``, then the standard ``OPENAI_*`` variables."""
         env = os.environ if environ is None else environ
-        values: dict[str, Any] = {
-            "model": _env(("REFLECT_LLM_MODEL", "OPENAI_MODEL"), env),
-            "base_url": _env(("REFLECT_LLM_BASE_URL", "OPENAI_BASE_URL"), env),
-            "api_key": _env(("REFLECT_LLM_API_KEY", "OPENAI_API_KEY"), env),
-            "schema_mode": _env(("REFLECT_LLM_SCHEMA_MODE",), env),
-            "timeout_s": _env(("REFLECT_LLM_TIMEOUT_S",), env),
-        }
+        values: dict[str, Any] = {setting: _env(names, env) for setting, names in LLM_VARIABLES.items()}
         values = {k: v for k, v in values.items() if v is not None}
         values.update({k: v for k, v in explicit.items() if v is not None})
-        return _validated(cls, values, lambda setting: f"REFLECT_LLM_{setting.upper()}")
+        return _validated(cls, values, lambda setting: " or ".join(LLM_VARIABLES.get(setting, ())))
+
+
+LLM_VARIABLES: dict[str, tuple[str, ...]] = {
+    "model": ("REFLECT_LLM_MODEL", "OPENAI_MODEL"),
+    "base_url": ("REFLECT_LLM_BASE_URL", "OPENAI_BASE_URL"),
+    "api_key": ("REFLECT_LLM_API_KEY", "OPENAI_API_KEY"),
+    "schema_mode": ("REFLECT_LLM_SCHEMA_MODE",),
+    "timeout_s": ("REFLECT_LLM_TIMEOUT_S",),
+}
+"""LLMConfig's variables, the first of each pair winning."""
 
 
 class GateMode(str, Enum):
@@ -107,7 +115,10 @@ class ReflectConfig(BaseModel):
 
     rounds: int = Field(default=3, ge=1, le=10, description="D: diagnosis rounds.")
     rollback_points: int = Field(default=3, ge=1, le=10, description="K: rollback points per round.")
-    gate: GateMode = GateMode.HARD
+    gate: GateMode = Field(
+        default=GateMode.HARD,
+        description="The faithfulness gate: hard (reject and retry an unfaithful replay), soft (record only), off.",
+    )
     gate_retries: int = Field(default=3, ge=0, le=10, description="R: hard-gate retries per rollback point.")
     replay_samples: int = Field(
         default=1, ge=1, le=10, description="Continuations per rollback point; >1 reports a flip rate."
@@ -160,18 +171,21 @@ class ReflectConfig(BaseModel):
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **explicit: Any) -> ReflectConfig:
         env = os.environ if environ is None else environ
-        names = {
-            "rounds": "REFLECT_ROUNDS",
-            "rollback_points": "REFLECT_ROLLBACK_POINTS",
-            "gate": "REFLECT_GATE",
-            "gate_retries": "REFLECT_GATE_RETRIES",
-            "max_field_chars": "REFLECT_MAX_FIELD_CHARS",
-            "evidence_in_prompts": "REFLECT_EVIDENCE_IN_PROMPTS",
-            "attribute_uncertain": "REFLECT_ATTRIBUTE_UNCERTAIN",
-            "replay_concurrency": "REFLECT_REPLAY_CONCURRENCY",
-            "actions": "REFLECT_ACTIONS",
-            "max_corrections": "REFLECT_MAX_CORRECTIONS",
-        }
-        values: dict[str, Any] = {key: env[var] for key, var in names.items() if env.get(var)}
+        values: dict[str, Any] = {key: env[var] for key, var in REFLECT_VARIABLES.items() if env.get(var)}
         values.update({k: v for k, v in explicit.items() if v is not None})
-        return _validated(cls, values, lambda setting: names.get(setting, ""))
+        return _validated(cls, values, lambda setting: REFLECT_VARIABLES.get(setting, ""))
+
+
+REFLECT_VARIABLES: dict[str, str] = {
+    "rounds": "REFLECT_ROUNDS",
+    "rollback_points": "REFLECT_ROLLBACK_POINTS",
+    "gate": "REFLECT_GATE",
+    "gate_retries": "REFLECT_GATE_RETRIES",
+    "max_field_chars": "REFLECT_MAX_FIELD_CHARS",
+    "evidence_in_prompts": "REFLECT_EVIDENCE_IN_PROMPTS",
+    "attribute_uncertain": "REFLECT_ATTRIBUTE_UNCERTAIN",
+    "replay_concurrency": "REFLECT_REPLAY_CONCURRENCY",
+    "actions": "REFLECT_ACTIONS",
+    "max_corrections": "REFLECT_MAX_CORRECTIONS",
+}
+"""The pipeline settings a variable sets (the others are set by flags or arguments)."""

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from reflect_otel.evidence import Severity, find_evidence, render_findings
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.prompts import format_step
 from reflect_otel.prompts.proxy import Anchors, AuditedStep, AuditOutput, anchors_prompt, audit_prompt
+from reflect_otel.settings import settings
 from reflect_otel.trace import Step, StepStatus, StructuredTrace
 from reflect_otel.verdict import Verdict
 
@@ -108,8 +108,8 @@ class ConfidenceCalibration(BaseModel):
     @classmethod
     def from_env(cls) -> ConfidenceCalibration:
         """The file named by ``REFLECT_PROXY_CALIBRATION``, else the calibration shipped with the package."""
-        path = os.environ.get(CALIBRATION_ENV, "").strip()
-        if not path:
+        path = settings().proxy_calibration
+        if path is None:
             return SHIPPED_CALIBRATION
         try:
             return cls.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))

@@ -10,7 +10,6 @@ is replaced whole). What no pattern names is not found: redaction lowers the ris
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 from reflect_otel.errors import ConfigError
+from reflect_otel.settings import settings
 
 __all__ = ["DEFAULT_PATTERNS", "REDACT_PATTERNS_ENV", "Redactor", "default_redactor"]
 
@@ -120,4 +120,4 @@ def _redactor_for(raw: str) -> Redactor:
 
 def default_redactor() -> Redactor:
     """The defaults, plus the patterns of ``REFLECT_REDACT_PATTERNS``."""
-    return _redactor_for(os.environ.get(REDACT_PATTERNS_ENV, ""))
+    return _redactor_for(settings().redact_patterns)

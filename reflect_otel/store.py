@@ -13,6 +13,7 @@ from typing import Protocol
 
 from reflect_otel import plugins
 from reflect_otel.record import AttributionRecord
+from reflect_otel.settings import settings
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
@@ -46,7 +47,7 @@ class AttributionStore(Protocol):
 
 def store_path(explicit: str | os.PathLike[str] | None = None) -> Path:
     """``--store``, else ``REFLECT_STORE``, else ``./reflect.duckdb``."""
-    return Path(explicit or os.environ.get("REFLECT_STORE") or DEFAULT_STORE)
+    return Path(explicit or settings().store or DEFAULT_STORE)
 
 
 def open_store(path: str | os.PathLike[str] | None = None, *, kind: str = "duckdb") -> AttributionStore:

@@ -162,3 +162,24 @@ def test_collect_refuses_bad_endpoints(capsys: pytest.CaptureFixture[str], tmp_p
     assert "--allow-remote" in capsys.readouterr().err
     assert main(["collect", "--http", "127.0.0.1:notaport", "-o", str(tmp_path / "x.jsonl"), "--no-store"]) == 2
     assert "HOST:PORT" in capsys.readouterr().err
+
+
+def test_the_readme_lists_every_variable_and_a_bad_value_fails_naming_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pathlib import Path
+
+    from reflect_otel.settings import variables_markdown
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    assert variables_markdown() in readme, "README's settings table is stale: reflect-otel settings --markdown"
+    for variable, value, named in [
+        ("REFLECT_LOCAL_CONTEXT", "lots", "REFLECT_LOCAL_CONTEXT='lots'"),
+        ("REFLECT_ROUNDS", "0", "REFLECT_ROUNDS"),
+        ("REFLECT_LLM_TIMEOUT_S", "-1", "REFLECT_LLM_TIMEOUT_S"),
+    ]:
+        monkeypatch.setenv(variable, value)
+        assert main(["show", "/nonexistent.jsonl"]) == 2  # refused before the command looks at its input
+        error = capsys.readouterr().err
+        assert named in error and "nonexistent" not in error, error
+        monkeypatch.delenv(variable)

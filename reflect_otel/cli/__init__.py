@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from reflect_otel import plugins
 from reflect_otel.errors import ReflectError
+from reflect_otel.settings import check_environment
 
 __all__ = ["build_parser", "main"]
 
@@ -24,6 +25,7 @@ def _builtin_commands() -> list[Callable[[argparse._SubParsersAction[argparse.Ar
     from reflect_otel.cli.collect import add_collect_command, add_import_command
     from reflect_otel.cli.demo import add_demo_command
     from reflect_otel.cli.evaluate import add_eval_command, add_eval_compare_command
+    from reflect_otel.cli.settings import add_settings_command
     from reflect_otel.cli.show import add_show_command
     from reflect_otel.cli.store import add_report_command, add_sql_command, add_stats_command
 
@@ -35,6 +37,7 @@ def _builtin_commands() -> list[Callable[[argparse._SubParsersAction[argparse.Ar
         add_eval_compare_command,
         add_import_command,
         add_report_command,
+        add_settings_command,
         add_show_command,
         add_sql_command,
         add_stats_command,
@@ -79,6 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if getattr(args, "checks_environment", True):
+            check_environment()  # a bad REFLECT_* variable fails here, named, before any work starts
         return int(handler(args))
     except ReflectError as error:
         print(f"reflect-otel {args.command}: error: {error}", file=sys.stderr)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -11,6 +10,7 @@ from reflect_otel import plugins
 from reflect_otel.config import LLMConfig
 from reflect_otel.errors import LLMError
 from reflect_otel.llm.base import ChatMessage, Check, Completion, OutputT, StructuredLLM
+from reflect_otel.settings import settings
 
 __all__ = ["LazyLLM", "NoModel", "make_llm"]
 
@@ -19,7 +19,7 @@ def make_llm(config: LLMConfig | None = None, *, backend: str | None = None) -> 
     """The backend named by ``backend`` or ``REFLECT_LLM_BACKEND``; by default ``openai`` when an endpoint is
     configured, else ``local`` (the llama.cpp server with the default local model)."""
     config = config or LLMConfig.from_env()
-    name = backend or os.environ.get("REFLECT_LLM_BACKEND") or ("openai" if config.is_configured else "local")
+    name = backend or settings().llm_backend or ("openai" if config.is_configured else "local")
     llm: StructuredLLM = plugins.load(plugins.LLM_BACKENDS, name)(config)
     return llm
 

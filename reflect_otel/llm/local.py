@@ -31,6 +31,7 @@ from reflect_otel.errors import LLMError, MissingDependencyError
 from reflect_otel.llm.base import ChatMessage, LLMUsage
 from reflect_otel.llm.models import ResolvedModel, resolve_local_model
 from reflect_otel.llm.openai_compat import OpenAICompatibleLLM
+from reflect_otel.settings import settings
 
 __all__ = ["LocalLLM", "LocalLlamaServer", "free_port", "local_llm", "wait_until_serving"]
 
@@ -83,16 +84,6 @@ def wait_until_serving(process: subprocess.Popen[bytes], base_url: str, timeout_
         except OSError:
             time.sleep(0.25)
     return False
-
-
-def _int_env(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if not value:
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise LLMError(f"{name}={value!r} is not a whole number") from None
 
 
 class LocalLlamaServer:
@@ -163,8 +154,8 @@ class LocalLlamaServer:
                 )
                 current = cls(
                     model,
-                    context=_int_env("REFLECT_LOCAL_CONTEXT", 8192),
-                    threads=_int_env("REFLECT_LOCAL_THREADS", os.cpu_count() or 2),
+                    context=settings().local_context,
+                    threads=settings().local_threads or os.cpu_count() or 2,
                 )
                 cls._instance = current
             return current

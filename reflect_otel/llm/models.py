@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reflect_otel.errors import ConfigError, LLMError
+from reflect_otel.settings import settings
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -122,9 +123,9 @@ class ResolvedModel:
 
 def cache_dir() -> Path:
     """``REFLECT_CACHE_DIR``, else the platform's user cache folder for reflect-otel."""
-    override = os.environ.get("REFLECT_CACHE_DIR")
-    if override:
-        return Path(override)
+    override = settings().cache_dir
+    if override is not None:
+        return override
     try:
         from platformdirs import user_cache_dir
     except ImportError:
@@ -136,7 +137,7 @@ def resolve_local_model(spec: str | None = None) -> ResolvedModel:
     """The model named by ``spec``, else ``REFLECT_LOCAL_MODEL``, else ``REFLECT_LOCAL_MODEL_PATH`` (older name),
     else the default, ready on disk. Raises :class:`ConfigError` for an unknown name and :class:`LLMError` when
     the file cannot be had, each naming the fix."""
-    spec = spec or os.environ.get("REFLECT_LOCAL_MODEL") or os.environ.get("REFLECT_LOCAL_MODEL_PATH")
+    spec = spec or settings().local_model or settings().local_model_path
     spec = spec or DEFAULT_MODEL
     if spec in MODELS:
         model = MODELS[spec]
@@ -255,7 +256,7 @@ def _from_hub(spec: str) -> ResolvedModel:
     if len(pieces) < 3:
         raise ConfigError(f"{spec}: write hf:OWNER/REPO/FILE.gguf")
     source = HubFile("/".join(pieces[:2]), "/".join(pieces[2:]))
-    path = _download(source, os.environ.get("REFLECT_LOCAL_MODEL_SHA256") or None)
+    path = _download(source, settings().local_model_sha256)
     return ResolvedModel(Path(source.filename).stem, path)
 
 

@@ -17,6 +17,7 @@ from reflect_otel.methods import method_spec
 from reflect_otel.online.runtime import Runtime
 from reflect_otel.proxy_verifier import PlanAnchoredVerifier
 from reflect_otel.service import AttributionService
+from reflect_otel.settings import check_environment
 from reflect_otel.store import open_exporter, open_store
 from reflect_otel.verifiers import OracleVerifier
 
@@ -87,6 +88,7 @@ def configure(
     from reflect_otel.exporters.metrics import AttributionMetrics
 
     global _runtime
+    check_environment()  # a bad REFLECT_* variable fails here, named (observe logs it and runs the agent untraced)
     with _runtime_lock:
         if _runtime is not None:
             _runtime.close()

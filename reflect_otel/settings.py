@@ -1,0 +1,129 @@
+"""Every ``REFLECT_*`` environment variable, read in one place and validated with a message naming the variable.
+
+Two kinds, one table (:func:`variables`, printed by ``reflect-otel settings`` and copied into the README):
+
+* process settings (:class:`Settings`, pydantic-settings): the store, the LLM backend, the local model and its
+  server, redaction, the proxy verifier's calibration. Read at each use, so a test or a process that sets a
+  variable later is heard; :func:`settings` raises :class:`ConfigError` naming the bad variable.
+* per-run settings, which a command's flags or a caller's arguments override: :class:`~reflect_otel.config.LLMConfig`
+  (``REFLECT_LLM_*``, falling back on ``OPENAI_*``) and :class:`~reflect_otel.config.ReflectConfig` (the pipeline).
+
+:func:`check_environment` validates all of them at once; the CLI calls it before any work starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from reflect_otel.config import LLM_VARIABLES, REFLECT_VARIABLES, LLMConfig, ReflectConfig
+from reflect_otel.errors import ConfigError
+
+__all__ = ["PREFIX", "Settings", "Variable", "check_environment", "settings", "variables", "variables_markdown"]
+
+PREFIX = "REFLECT_"
+
+
+class Settings(BaseSettings):
+    """Process-wide settings; each field is the variable ``REFLECT_<FIELD>``."""
+
+    # an empty variable counts as unset (``REFLECT_STORE= cmd`` must not mean a store named "")
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX, extra="ignore", frozen=True, case_sensitive=False, env_ignore_empty=True
+    )
+
+    store: str | None = Field(
+        default=None, description="Where records go: a DuckDB file (default ./reflect.duckdb); --store overrides."
+    )
+    llm_backend: str | None = Field(
+        default=None,
+        description="LLM backend by name (entry point group reflect_otel.llm_backends): openai when an endpoint is "
+        "configured, else local.",
+    )
+    local_model: str | None = Field(
+        default=None,
+        description="The local model: a bundled name, a .gguf path, or hf:OWNER/REPO/FILE.gguf (opt-in download).",
+    )
+    local_model_path: str | None = Field(default=None, description="Older name of REFLECT_LOCAL_MODEL.")
+    local_model_sha256: str | None = Field(
+        default=None, description="Expected sha256 of an hf: download; the file is refused when it differs."
+    )
+    local_context: int = Field(default=8192, ge=512, le=131072, description="The local server's context, tokens.")
+    local_threads: int | None = Field(
+        default=None, ge=1, le=256, description="The local server's CPU threads (default: every core)."
+    )
+    cache_dir: Path | None = Field(
+        default=None, description="Where the local model is assembled (default: the platform's user cache folder)."
+    )
+    redact_patterns: str = Field(
+        default="",
+        description='Extra redaction patterns, a JSON list of regular expressions (e.g. ["ghp_[A-Za-z0-9]{36}"]), '
+        "applied to span text before it is stored, besides the built-in ones.",
+    )
+    proxy_calibration: Path | None = Field(
+        default=None,
+        description="A proxy-verifier calibration file (python -m benchmarks.flagging --calibration-out FILE); "
+        "default: the one shipped.",
+    )
+
+
+def _variable(field: str) -> str:
+    return PREFIX + field.upper()
+
+
+def settings() -> Settings:
+    """The process settings from the environment, or a :class:`ConfigError` naming the variable and what is wrong
+    with it."""
+    try:
+        return Settings()
+    except ValidationError as error:
+        first = error.errors()[0]
+        name = _variable(str(first["loc"][0])) if first["loc"] else PREFIX + "*"
+        raise ConfigError(f"{name}={first.get('input')!r}: {first['msg']}; fix or unset the variable") from None
+
+
+def check_environment() -> None:
+    """Validate every ``REFLECT_*`` variable (process, LLM and pipeline settings) at once; raise the first
+    :class:`ConfigError`, which names the variable."""
+    settings()
+    LLMConfig.from_env()
+    ReflectConfig.from_env()
+
+
+@dataclass(frozen=True, slots=True)
+class Variable:
+    name: str
+    default: str
+    description: str
+
+
+def _default(value: Any) -> str:
+    if value is None or value == "":
+        return "unset"
+    return str(value.value if hasattr(value, "value") else value)
+
+
+def variables() -> list[Variable]:
+    """Every variable, with its default and what it does: process settings, then LLM, then pipeline settings."""
+    rows = [
+        Variable(_variable(name), _default(field.default), field.description or "")
+        for name, field in Settings.model_fields.items()
+    ]
+    for setting, names in LLM_VARIABLES.items():
+        field = LLMConfig.model_fields[setting]
+        rows.append(Variable(" / ".join(names), _default(field.default), field.description or ""))
+    for setting, name in REFLECT_VARIABLES.items():
+        field = ReflectConfig.model_fields[setting]
+        rows.append(Variable(name, _default(field.default), field.description or ""))
+    return rows
+
+
+def variables_markdown() -> str:
+    """:func:`variables` as a Markdown table (the README's)."""
+    lines = ["| variable | default | what it sets |", "|---|---|---|"]
+    lines += [f"| `{v.name}` | {v.default} | {v.description.replace('|', '/')} |" for v in variables()]
+    return "\n".join(lines)
