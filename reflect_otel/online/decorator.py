@@ -94,70 +94,45 @@ def observe(
                 _log.exception("reflect-otel could not start tracing %s; running it untraced", agent)
                 return None
 
-        def finish(span: Any, result: Any = None, error: BaseException | None = None) -> None:
-            if span is None:
-                return
+        def record_output(span: Any, result: Any) -> None:
             try:
-                if error is not None:
-                    span.record_exception(error)
-                    span.set_status(Status(StatusCode.ERROR, str(error)[:500]))
-                else:
-                    span.set_attribute(
-                        SpanAttributes.OUTPUT_VALUE,
-                        result if isinstance(result, str) else json.dumps(result, default=str)[:100_000],
-                    )
-                    span.set_status(Status(StatusCode.OK))
-                span.end()
+                span.set_attribute(
+                    SpanAttributes.OUTPUT_VALUE,
+                    result if isinstance(result, str) else json.dumps(result, default=str)[:100_000],
+                )
+                span.set_status(Status(StatusCode.OK))
             except Exception:
-                _log.exception("reflect-otel could not finish tracing %s", agent)
+                _log.exception("reflect-otel could not record the output of %s", agent)
+
+        @contextmanager
+        def traced(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Callable[[Any], None]]:
+            """The run's span, current while the agent runs and ended after; an exception is recorded on it (status
+            ERROR) and passes through untouched. Yields the function that records the agent's result."""
+            span = start(args, kwargs)
+            if span is None:
+                yield lambda result: None
+                return
+            with otel_trace.use_span(span, end_on_exit=True, record_exception=True, set_status_on_exception=True):
+                yield lambda result: record_output(span, result)
 
         if inspect.iscoroutinefunction(func):
 
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                span = start(args, kwargs)
-                context = otel_trace.set_span_in_context(span) if span is not None else None
-                token = otel_context_attach(context)
-                try:
+                with traced(args, kwargs) as record_result:
                     result = await func(*args, **kwargs)
-                except BaseException as error:
-                    finish(span, error=error)
-                    raise
-                finally:
-                    otel_context_detach(token)
-                finish(span, result)
-                return result
+                    record_result(result)
+                    return result
 
             return async_wrapper  # type: ignore[return-value]
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            span = start(args, kwargs)
-            context = otel_trace.set_span_in_context(span) if span is not None else None
-            token = otel_context_attach(context)
-            try:
+            with traced(args, kwargs) as record_result:
                 result = func(*args, **kwargs)
-            except BaseException as error:
-                finish(span, error=error)
-                raise
-            finally:
-                otel_context_detach(token)
-            finish(span, result)
-            return result
+                record_result(result)
+                return result
 
         return wrapper  # type: ignore[return-value]
 
     return decorate(fn) if fn is not None else decorate
-
-
-def otel_context_attach(context: Any) -> Any:
-    from opentelemetry import context as otel_context
-
-    return otel_context.attach(context) if context is not None else None
-
-
-def otel_context_detach(token: Any) -> None:
-    from opentelemetry import context as otel_context
-
-    if token is not None:
-        otel_context.detach(token)
