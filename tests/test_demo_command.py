@@ -69,5 +69,5 @@ def test_demo_runs_the_questions_through_observe(
 def test_bad_settings_are_refused_before_the_model_starts(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--rounds", "0", "--gate-retries", "20"]) == 2
     err = capsys.readouterr().err
-    assert "--rounds: Input should be greater than or equal to 1" in err and "--gate-retries" in err
+    assert "--rounds 0: Input should be greater than or equal to 1" in err and "--gate-retries" in err
     assert "starting the model" not in err

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from reflect_otel._values import utf8_text
-from reflect_otel.config import LLMConfig, ReflectConfig
+from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int
+from reflect_otel.config import LLMConfig
 from reflect_otel.datasets import BBM_TASKS
-from reflect_otel.errors import ConfigError, InputError
+from reflect_otel.errors import InputError
 from reflect_otel.methods import METHODS, llm_for, method_spec
 from reflect_otel.replay import find_replay_adapter
 from reflect_otel.service import AttributionService
@@ -55,11 +56,8 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
         help="oracle: match the expected answer; bbm: BIG-Bench-Mistake answers; self: an LLM judge",
     )
     parser.add_argument("--domain-context", default="", help="task description or table context for the prompts")
-    parser.add_argument("--limit", type=int, help="attribute at most N traces")
-    parser.add_argument("--rounds", type=int, help="D, diagnosis rounds (default 3)")
-    parser.add_argument("--rollback-points", type=int, help="K, rollback points per round (default 3)")
-    parser.add_argument("--gate", choices=("off", "soft", "hard"), help="faithfulness gate (default hard)")
-    parser.add_argument("--gate-retries", type=int, help="R, hard-gate retries (default 3)")
+    parser.add_argument("--limit", type=positive_int, help="attribute at most N traces")
+    add_pipeline_options(parser.add_argument_group("REFLECT's settings"))
     parser.add_argument("--withhold-expected", action="store_true", help="show [WITHHELD] instead of the answer")
     parser.add_argument("-o", "--out", type=Path, required=True, help="JSONL file of records to write (replaced)")
     parser.add_argument(
@@ -115,15 +113,7 @@ def _dataset_context(trace: StructuredTrace) -> str:
 
 
 def _attribute(args: argparse.Namespace) -> int:
-    if args.limit is not None and args.limit < 1:
-        raise ConfigError("--limit must be at least 1")
-    config = ReflectConfig.from_env(
-        rounds=args.rounds,
-        rollback_points=args.rollback_points,
-        gate=args.gate,
-        gate_retries=args.gate_retries,
-        include_expected_answer=False if args.withhold_expected else None,
-    )
+    config = pipeline_config(args, include_expected_answer=False if args.withhold_expected else None)
     answers = _expected_answers(args.expected_file) if args.expected_file else {}
     bad_lines: list[InputError] = []
 

@@ -12,10 +12,9 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 import reflect_otel
-from reflect_otel.config import GateMode, LLMConfig, ReflectConfig
+from reflect_otel.cli._options import add_pipeline_options, pipeline_config
+from reflect_otel.config import GateMode, LLMConfig
 from reflect_otel.errors import ConfigError
 from reflect_otel.llm.factory import make_llm
 from reflect_otel.record import AttributionRecord, AttributionStatus
@@ -51,28 +50,11 @@ def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         help="also annotate attributions in the Phoenix at this URL (default: PHOENIX_COLLECTOR_ENDPOINT if set)",
     )
     parser.add_argument("--max-steps", type=int, default=6, help="tool calls an agent run may make (default 6)")
-    parser.add_argument("--rounds", type=int, default=1, help="REFLECT diagnosis rounds D (default 1 for the demo)")
-    parser.add_argument(
-        "--rollback-points",
-        type=int,
-        default=1,
-        help="rollback points K for the guidance replays, tried after the concrete corrections (default 1 for the "
-        "demo: the localized step)",
+    # the demo's own defaults keep it short on a 2-core CPU: one round, guidance at the localized step only
+    add_pipeline_options(
+        parser.add_argument_group("REFLECT's settings (the demo's defaults)"),
+        defaults={"rounds": 1, "rollback_points": 1, "gate": GateMode.SOFT.value, "gate_retries": 1},
     )
-    parser.add_argument(
-        "--max-corrections",
-        type=int,
-        default=3,
-        help="M, concrete corrections (actions) replayed per round before the guidance (default 3)",
-    )
-    parser.add_argument(
-        "--gate",
-        choices=[m.value for m in GateMode],
-        default=GateMode.SOFT.value,
-        help="faithfulness gate: soft records its verdict, hard retries an unfaithful replay with feedback and "
-        "counts only faithful flips (default soft for the demo)",
-    )
-    parser.add_argument("--gate-retries", type=int, default=1, help="R, hard-gate retries (default 1 for the demo)")
     parser.set_defaults(handler=_demo)
 
 
@@ -146,17 +128,7 @@ def _demo(args: argparse.Namespace) -> int:
     from reflect_otel.verifiers import answers_match
 
     questions = _selected(args)
-    try:  # before the model starts: a bad setting must not cost a model load
-        reflect_config = ReflectConfig(
-            rounds=args.rounds,
-            rollback_points=args.rollback_points,
-            max_corrections=args.max_corrections,
-            gate=GateMode(args.gate),
-            gate_retries=args.gate_retries,
-        )
-    except ValidationError as error:
-        problems = "; ".join(f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}" for e in error.errors())
-        raise ConfigError(problems) from None
+    reflect_config = pipeline_config(args)  # before the model starts: a bad setting must not cost a model load
     phoenix = args.phoenix or os.environ.get("PHOENIX_COLLECTOR_ENDPOINT")
     if phoenix:
         os.environ["PHOENIX_COLLECTOR_ENDPOINT"] = phoenix
@@ -165,8 +137,9 @@ def _demo(args: argparse.Namespace) -> int:
     progress.say("starting the model (the first run assembles the local model once)")
     llm = make_llm(LLMConfig.from_env())
     progress.say(
-        f"model: {llm.model_name}; {len(questions)} question(s); REFLECT with D={args.rounds}, K={args.rollback_points}, "
-        f"{args.gate} gate" + (f" (R={args.gate_retries})" if args.gate == GateMode.HARD.value else "")
+        f"model: {llm.model_name}; {len(questions)} question(s); REFLECT with D={reflect_config.rounds}, "
+        f"K={reflect_config.rollback_points}, M={reflect_config.max_corrections}, {reflect_config.gate.value} gate"
+        + (f" (R={reflect_config.gate_retries})" if reflect_config.gate is GateMode.HARD else "")
     )
     runtime = reflect_otel.configure(
         store=args.store,

@@ -8,7 +8,8 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reflect_otel.config import GateMode, LLMConfig, ReflectConfig
+from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int
+from reflect_otel.config import LLMConfig, ReflectConfig
 from reflect_otel.errors import ConfigError
 from reflect_otel.evaluation.compare import chart_svg, compare_markdown, load_runs
 from reflect_otel.evaluation.loaders import BENCHMARKS
@@ -47,7 +48,7 @@ def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     )
     parser.add_argument("--data", required=True, type=Path, help="the dataset folder, e.g. ../shared/data")
     parser.add_argument("--out", required=True, type=Path, help="folder for this run")
-    parser.add_argument("--limit", type=int, help=f"at most N traces (for {LIVE}: stop after N failed runs)")
+    parser.add_argument("--limit", type=positive_int, help=f"at most N traces (for {LIVE}: stop after N failed runs)")
     parser.add_argument(
         "--max-steps", type=int, default=6, help=f"{LIVE}: tool calls an agent run may make (default 6, as the demo)"
     )
@@ -59,9 +60,7 @@ def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument("--judge-explanations", action="store_true", help="LLM-judge explanation similarity")
     ablation = parser.add_argument_group("ablations (the paper's table, one flag per row)")
     ablation.add_argument("--no-diagnostician", action="store_true", help="a null repair plan")
-    ablation.add_argument("--gate", choices=[g.value for g in GateMode], help="faithfulness gate (default hard)")
-    ablation.add_argument("--rollback-points", type=int, help="K (default 3)")
-    ablation.add_argument("--rounds", type=int, help="D (default 3)")
+    add_pipeline_options(ablation)
     ablation.add_argument("--no-relocalize", action="store_true", help="keep the first localization every round")
     parser.set_defaults(handler=_eval)
 
@@ -76,12 +75,8 @@ def add_eval_compare_command(subparsers: argparse._SubParsersAction[argparse.Arg
 
 
 def _eval(args: argparse.Namespace) -> int:
-    if args.limit is not None and args.limit < 1:
-        raise ConfigError("--limit must be at least 1")
-    config = ReflectConfig.from_env(
-        rounds=args.rounds,
-        rollback_points=args.rollback_points,
-        gate=args.gate,
+    config = pipeline_config(
+        args,
         use_diagnostician=False if args.no_diagnostician else None,
         relocalize=False if args.no_relocalize else None,
     )
