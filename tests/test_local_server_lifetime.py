@@ -3,10 +3,13 @@ process is killed and never runs its cleanup: an orphaned model server keeps eve
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from reflect_otel.testing import wait_until
 
 STARTER = """
 import subprocess, sys
@@ -15,6 +18,17 @@ child = subprocess.Popen(tied_to_this_process("http.server", "0", "--bind", "127
 print(child.pid, flush=True)
 child.wait()
 """
+
+
+def _listening(pid: int) -> bool:
+    """True once process ``pid`` holds a listening TCP socket (Linux /proc: its socket inodes in /proc/net/tcp)."""
+    try:
+        inodes = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        table = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return False
+    listening = {f"socket:[{row.split()[9]}]" for row in table if row.split()[3] == "0A"}
+    return bool(inodes & listening)
 
 
 def _running(pid: int) -> bool:
@@ -29,8 +43,9 @@ def test_a_tied_server_ends_when_its_starter_is_killed() -> None:
     starter = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE, text=True)
     assert starter.stdout is not None
     server = int(starter.stdout.readline())
-    time.sleep(1.0)
-    assert _running(server), "the server should run while its starter does"
+    # the server runs while its starter does: it comes to listen on a loopback port
+    wait_until(lambda: _listening(server), 30, "the tied server to listen")
+    assert _running(server)
     starter.kill()  # kill -9: no atexit, no stop()
     starter.wait(timeout=10)
     deadline = time.monotonic() + 10

@@ -6,7 +6,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +137,8 @@ while True:
     if i == 20:
         store.flush()
         print("ready", flush=True)
+    if i == 200:  # well past the flush: the store's writer is busy with batches when the kill lands
+        print("busy", flush=True)
 """
 
 
@@ -151,7 +152,7 @@ def test_a_killed_writer_leaves_a_readable_file_and_no_half_record(tmp_path: Pat
         cwd=Path(__file__).resolve().parents[1],
     )
     assert process.stdout is not None and process.stdout.readline().strip() == "ready"
-    time.sleep(0.5)
+    assert process.stdout.readline().strip() == "busy"
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=10)
     with duckdb.connect(str(path)) as db:  # replays the WAL

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ __all__ = [
     "TraceSink",
     "make_step",
     "make_trace",
+    "wait_until",
 ]
 
 Response = Union[str, Mapping[str, Any], BaseModel, Exception]  # noqa: UP007 - a runtime alias
@@ -223,3 +225,13 @@ class TraceSink:
     def traces(self) -> dict[str, StructuredTrace]:
         with self._lock:
             return dict(self._traces)
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Wait for ``condition`` (checked every 20 ms) instead of sleeping a fixed time and hoping; fail naming
+    ``what`` was awaited when ``timeout_s`` passes first."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout_s} s for {what}")
+        time.sleep(0.02)

@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 
 from reflect_otel.llm.local import free_port
+from reflect_otel.testing import wait_until
 from reflect_otel.testing.otlp_load import SteadyLoad
 
 
@@ -45,7 +46,7 @@ def test_sigterm_under_load_writes_exactly_what_was_acknowledged(tmp_path: Path)
     try:
         _wait_listening(port, collect)
         load.start()
-        time.sleep(2.0)
+        wait_until(lambda: len(load.acknowledged) > 50, 60, "50 acknowledged traces")
         collect.send_signal(signal.SIGTERM)  # mid-stream
         _, stderr = collect.communicate(timeout=120)
     finally:

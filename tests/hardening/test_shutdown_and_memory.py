@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits
 from reflect_otel.collectors.trace_collector import BufferLimits
-from reflect_otel.testing import TraceSink
+from reflect_otel.testing import TraceSink, wait_until
 from reflect_otel.testing.otlp_bodies import huge_spans_body
 from reflect_otel.testing.otlp_load import PeakRss, SteadyLoad
 
@@ -18,10 +17,9 @@ def test_shutdown_under_load_writes_exactly_what_was_acknowledged() -> None:
     sink = TraceSink()
     receiver = OTLPReceiver(sink, http=("127.0.0.1", 0), buffer_limits=BufferLimits(grace_s=30.0)).start()
     load = SteadyLoad(receiver.http_port).start()
-    time.sleep(1.0)
+    wait_until(lambda: len(load.acknowledged) > 50, 60, "50 acknowledged traces")
     assert receiver.shutdown(30)  # mid-stream
-    time.sleep(0.3)  # keep-alive handler threads are still answering
-    load.stop()
+    load.stop()  # joins the senders, so the answers still in flight are in
     acknowledged, refused = load.acknowledged, load.refused
     assert len(acknowledged) > 50
     assert set(sink.traces) == acknowledged  # acknowledged = written: none lost, none extra
