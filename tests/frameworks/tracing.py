@@ -112,8 +112,10 @@ OPENAI2_EXTRAS = "llamaindex,crewai"
 
 
 def own_environment(extras: str = OPENAI2_EXTRAS) -> Path:
-    """The Python of an environment with reflect-otel and ``extras`` installed (editable), built once under
-    ``.test-envs/`` (or ``REFLECT_TEST_ENVS``) and rebuilt when ``pyproject.toml`` changes."""
+    """The Python of an environment with reflect-otel and ``extras`` installed (editable), under ``.test-envs/`` (or
+    ``REFLECT_TEST_ENVS``), built by ``python -m tests.frameworks.tracing`` (``.ci/run`` runs it before the tests)
+    and rebuilt when ``pyproject.toml`` changes. Tests reach it through the session fixture ``openai2_python``,
+    which builds it when missing and fails naming the command when it cannot (offline)."""
     env = Path(os.environ.get("REFLECT_TEST_ENVS") or ROOT / ".test-envs") / extras.replace(",", "-")
     python = env / "bin" / "python"
     stamp = env / "built-from.sha256"
@@ -129,9 +131,17 @@ def own_environment(extras: str = OPENAI2_EXTRAS) -> Path:
         timeout=1_200,
         check=False,
     )
-    assert installed.returncode == 0, f"installing the {extras} extras failed:\n{installed.stderr[-3000:]}"
+    if installed.returncode != 0:
+        raise EnvironmentBuildError(
+            f"installing the {extras} extras into {env} failed (offline? run python -m tests.frameworks.tracing "
+            f"where the package index is reachable):\n{installed.stderr[-3000:]}"
+        )
     stamp.write_text(wanted)
     return python
+
+
+class EnvironmentBuildError(RuntimeError):
+    """The frameworks' own environment could not be built."""
 
 
 def run_app(module: str, *args: str, python: str | Path = sys.executable, timeout_s: float = 300) -> Any:
@@ -142,3 +152,7 @@ def run_app(module: str, *args: str, python: str | Path = sys.executable, timeou
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
+
+
+if __name__ == "__main__":  # .ci/run: build the environment before the tests, so no test installs anything
+    print(own_environment())
