@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Protocol
 
@@ -94,11 +95,36 @@ def _number(text: str) -> Decimal | None:
         return None
 
 
+_ORDINAL_DAY = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)\b", re.IGNORECASE)
+_DATE_FORMATS = ("%d %B %Y", "%B %d %Y", "%d %b %Y", "%b %d %Y", "%Y-%m-%d", "%B %Y", "%b %Y")
+"""Dates written out in words or ISO; all-numeric forms like 02/03/2012 are left alone (day and month are
+ambiguous)."""
+
+
+def _date(text: str) -> str | None:
+    """``text`` as an ISO date ("2012-02-28", or "2012-02" for a month) when it is a date written in one of
+    :data:`_DATE_FORMATS` (commas and ordinal suffixes ignored), else None."""
+    cleaned = " ".join(_ORDINAL_DAY.sub(r"\1", text.replace(",", " ")).split())
+    if not cleaned or not any(c.isdigit() for c in cleaned) or len(cleaned) > 40:
+        return None
+    for form in _DATE_FORMATS:
+        try:
+            parsed = datetime.strptime(cleaned, form)
+        except ValueError:
+            continue
+        return parsed.strftime("%Y-%m" if "%d" not in form else "%Y-%m-%d")
+    return None
+
+
 def normalise_answer(text: str) -> str:
-    """Case, accents, whitespace and punctuation folded; numbers in one form ("12,467" == "12467", "3.0" == "3")."""
+    """Case, accents, whitespace and punctuation folded; numbers in one form ("12,467" == "12467", "3.0" == "3");
+    dates in words or ISO in one form ("28 February 2012" == "February 28, 2012" == "2012-02-28")."""
     number = _number(text.strip())
     if number is not None:
         return format(number, "f").rstrip("0").rstrip(".") if "." in format(number, "f") else format(number, "f")
+    date = _date(text.strip())
+    if date is not None:
+        return date
     folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
     folded = re.sub(r"[^\w\s.-]", " ", folded)
     folded = re.sub(r"(?<!\d)\.|\.(?!\d)", " ", folded)

@@ -31,6 +31,13 @@ def _trace(answer: str | None):  # type: ignore[no-untyped-def]
         ("3", "3.5", False),
         ("Paris", "Rome", False),
         ("a, b, c", "a|b", False),
+        ("February 28, 2012", "28 February 2012", True),
+        ("The answer is: 28th Feb 2012.", "28 February 2012", True),
+        ("2012-02-28", "February 28, 2012", True),
+        ("March 2004", "mar 2004", True),
+        ("February 27, 2012", "28 February 2012", False),
+        ("02/03/2012", "3 February 2012", False),  # numeric day/month order is ambiguous: not read as a date
+        ("May", "may", True),  # a month alone is a word, not a date
     ],
 )
 def test_oracle_normalises_then_matches(answer: str, expected: str, correct: bool) -> None:
