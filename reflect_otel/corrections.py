@@ -2,10 +2,11 @@
 prove nothing.
 
 A failed or empty tool call often says what the right call is: a filter that matched nothing lists the values the
-column has; an error names the valid columns, options or form; the question names a value no call used. Each
-rule turns such a finding into a replacement call of the same tool with one argument changed, and says what it
-came from. The rules read text as any tool writes it (quoted lists, ``are:``, ``one of``, ``did you mean``); none
-knows a dataset or a framework. What they cannot see: a right value the result does not list, a fix that needs
+column has; an error names the valid columns, options or form; the question names a value no call used; the data
+the agent was shown holds the value under another field. Each rule turns such a finding into a replacement call
+of the same tool with one or two arguments changed, and says what it came from. The rules read text as any tool
+writes it (quoted lists, ``are:``, ``one of``, ``did you mean``, pipe-separated tables under a header); none
+knows a dataset or a framework. What they cannot see: a right value the data does not show, a fix that needs
 another tool, or several arguments wrong at once.
 
 A replacement that is the final answer, or whose arguments carry the expected answer, is refused: it would flip a
@@ -25,11 +26,13 @@ from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
 
 __all__ = [
     "RULES",
+    "Table",
     "answer_pattern",
     "evidence_corrections",
     "listed_options",
     "nearest_option",
     "refusal",
+    "tables_in",
 ]
 
 _MAX_OPTIONS = 100
@@ -161,19 +164,19 @@ def _from_listing(step: Step, rule: str) -> list[Correction]:
     return corrections
 
 
-def listed_values(trace: StructuredTrace, step: Step) -> list[Correction]:
+def listed_values(trace: StructuredTrace, step: Step, context: str = "") -> list[Correction]:
     """An empty result that lists the values the tool has (a filter on ``'1'`` where the column holds ``'1st'``):
     the same call with the nearest listed value."""
     return _from_listing(step, "listed_values") if empty_call(step) else []
 
 
-def valid_options(trace: StructuredTrace, step: Step) -> list[Correction]:
+def valid_options(trace: StructuredTrace, step: Step, context: str = "") -> list[Correction]:
     """A failed call whose error names the valid columns, fields, options or form (``columns are: a, b``, ``must
     be one of``, ``did you mean``): the same call with the nearest valid one."""
     return _from_listing(step, "valid_options") if failed_call(step) else []
 
 
-def question_value(trace: StructuredTrace, step: Step) -> list[Correction]:
+def question_value(trace: StructuredTrace, step: Step, context: str = "") -> list[Correction]:
     """A failed or empty call one of whose values resembles a value the question names that no call used (the
     question says 'Los Angeles', the call 'LA angeles'): the same call with the question's value."""
     if not (failed_call(step) or empty_call(step)):
@@ -199,8 +202,101 @@ def question_value(trace: StructuredTrace, step: Step) -> list[Correction]:
     ]
 
 
-RULES = (listed_values, valid_options, question_value)
-"""Each rule: ``(trace, step) -> corrections of that step``; source ``evidence:<rule name>``."""
+_COLUMNS_LINE = re.compile(r"\b(?:columns|fields|headers?)\s*[:=]\s*(?P<names>[^\n]+)$", re.IGNORECASE)
+_RULE_LINE = re.compile(r"^\s*\|?\s*:?-{3,}")
+_MAX_TABLE_ROWS = 200
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A table some text shows: its fields' values in row order, and the words before its header (its name)."""
+
+    fields: dict[str, list[str]]
+    caption: str
+
+
+def tables_in(text: str) -> list[Table]:
+    """The tables ``text`` shows: pipe-separated rows under a header, where the header is a ``columns: a, b, c``
+    line (or ``fields:``/``headers:``) or a pipe row followed by a ``---`` rule (Markdown). Rows with another
+    number of cells end the table."""
+    lines = text[: _RESULT_CHARS * 4].splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        listed = _COLUMNS_LINE.search(line)
+        if listed is not None:
+            header, start = [n.strip(" '\"`") for n in listed.group("names").split(",")], i + 1
+            caption = line[: listed.start()]
+        elif "|" in line and i + 1 < len(lines) and _RULE_LINE.match(lines[i + 1]):
+            header, start, caption = _cells(line), i + 2, lines[i - 1] if i else ""
+        else:
+            continue
+        if len(header) < 2 or len(set(header)) != len(header):
+            continue
+        rows = []
+        for row_line in lines[start : start + _MAX_TABLE_ROWS]:
+            row = _cells(row_line)
+            if "|" not in row_line or len(row) != len(header):
+                break
+            rows.append(row)
+        if rows:
+            found.append(Table({name: [row[j] for row in rows] for j, name in enumerate(header)}, caption))
+    return found
+
+
+_LETTERS = re.compile(r"[^\W\d_]")
+
+
+def other_field(trace: StructuredTrace, step: Step, context: str = "") -> list[Correction]:
+    """An empty call whose value is not a value of the field it named but is one of another field in the data
+    the agent was shown (its task context, earlier results): a filter on ``Award = 'Nominated'`` where
+    ``'Nominated'`` is a value of ``Result``. The same call with that field and that value."""
+    if not empty_call(step):
+        return []
+    shown = [context, *(s.tool_result or "" for s in trace.steps[: step.index - 1])]
+    arguments = _string_arguments(step)
+    best: tuple[float, str, str, str, str] | None = None  # score, field argument, field, value argument, value
+    for table in (t for text in shown if text for t in tables_in(text)):
+        fields = {_normal(name): name for name in table.fields}
+        caption = set(_normal(table.caption).split())
+        for field_arg, named in arguments:
+            own = fields.get(_normal(named))
+            if own is None:
+                continue
+            for value_arg, value in arguments:
+                if value_arg == field_arg or len(_LETTERS.findall(value)) < 2 or _normal(value) in caption:
+                    continue  # a number or a code is compared, not looked up; the table's own name is no value
+                if any(_score(value, cell) >= 0.9 for cell in table.fields[own]):
+                    continue  # its own field has it (or something like it): the field is not the mistake
+                for name, cells in table.fields.items():
+                    if name == own:
+                        continue
+                    for cell in dict.fromkeys(cells):
+                        score = _score(value, cell)
+                        if score >= 0.8 and (best is None or score > best[0]):
+                            best = (score, field_arg, name, value_arg, cell)
+    if best is None:
+        return []
+    _, field_arg, name, value_arg, cell = best
+    replacement = StepAction(tool_name=step.tool_name, arguments={**step.tool_args, field_arg: name, value_arg: cell})
+    return [
+        _correction(
+            step,
+            "other_field",
+            replacement,
+            f"step {step.index} looked for {value_arg}={_short(step.tool_args[value_arg])} in "
+            f"{field_arg}={_short(step.tool_args[field_arg])} and got nothing; the data shown has {cell!r} under "
+            f"{name!r}",
+        )
+    ]
+
+
+RULES = (listed_values, valid_options, question_value, other_field)
+"""Each rule: ``(trace, step, context) -> corrections of that step``, ``context`` being what the agent was given
+besides its question (``observe(context=...)``); source ``evidence:<rule name>``."""
 
 
 def _short(value: object) -> str:
@@ -219,16 +315,17 @@ def _correction(step: Step, rule: str, replacement: StepAction, finding: str) ->
     )
 
 
-def evidence_corrections(trace: StructuredTrace, *, near: int | None = None) -> list[Correction]:
+def evidence_corrections(trace: StructuredTrace, *, near: int | None = None, context: str = "") -> list[Correction]:
     """Every rule's corrections over the trace's tool calls, deduplicated; those of step ``near`` first, then by
-    distance from it (the localized step is the likeliest to matter), else in step order."""
+    distance from it (the localized step is the likeliest to matter), else in step order. ``context`` is what the
+    agent was given besides its question."""
     found: dict[tuple[object, ...], Correction] = {}
     steps = sorted(trace.steps, key=lambda s: (abs(s.index - near), s.index) if near is not None else (s.index, 0))
     for step in steps:
         if step.kind is not StepKind.TOOL_CALL or not step.tool_name:
             continue
         for rule in RULES:
-            for correction in rule(trace, step):
+            for correction in rule(trace, step, context):
                 found.setdefault(correction.key, correction)
     return list(found.values())
 

@@ -241,7 +241,9 @@ class ReflectPipeline(MethodBase):
     def _plan(self, state: _Rounds) -> RepairPlan:
         cfg = self.config
         state.candidates = (
-            corrections.evidence_corrections(state.current, near=state.located.step_index) if cfg.actions else []
+            corrections.evidence_corrections(state.current, near=state.located.step_index, context=state.domain_context)
+            if cfg.actions
+            else []
         )
         plan = stages.null_plan(state.located, state.classification)
         if cfg.use_diagnostician:

@@ -248,6 +248,79 @@ def test_the_rules_stay_silent_without_a_concrete_fix(result: str) -> None:
     assert corrections.evidence_corrections(filter_trace(result)) == []
 
 
+AWARDS = """The table the agent was given (t0):
+t0: 5 rows; columns: Year, Award, Category, Result
+2005 | Black Reel Awards | Best Actress | Nominated
+2006 | Teen Choice Awards | Choice Actress | Won
+2007 | Golden Globes Awards | Best Actress | Nominated
+"""
+
+AWARDS_MARKDOWN = """Table t0
+| Year | Award | Result |
+|---|---|---|
+| 2005 | Black Reel Awards | Nominated |
+| 2006 | Teen Choice Awards | Won |
+"""
+
+
+def award_trace(column: str, value: str, result: str = "t1: 0 rows") -> StructuredTrace:
+    return make_trace(
+        "What was the first award she was nominated for?",
+        [
+            {"tool": "filter_rows", "args": {"table": "t0", "column": column, "op": "=", "value": value},
+             "result": result},
+            {"reasoning": "None.", "is_final_answer": True},
+        ],
+        final_answer="None.",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("context", [AWARDS, AWARDS_MARKDOWN])
+def test_a_value_of_another_field_in_the_data_shown_proposes_that_field(context: str) -> None:
+    (found,) = corrections.evidence_corrections(award_trace("Award", "nominated"), context=context)
+    assert found.source == "evidence:other_field" and found.step_index == 1
+    assert found.replacement == StepAction(
+        tool_name="filter_rows", arguments={"table": "t0", "column": "Result", "op": "=", "value": "Nominated"}
+    )
+    assert "'Nominated' under 'Result'" in found.finding
+
+
+def test_an_earlier_result_is_data_shown_too() -> None:
+    shown = {"tool": "describe", "args": {"table": "t0"}, "result": AWARDS}
+    trace = award_trace("Award", "Won")
+    trace = trace.model_copy(
+        update={"steps": (make_trace("q", [shown]).steps[0], *(s.model_copy(update={"index": 2}) for s in trace.steps))}
+    )
+    (found,) = corrections.evidence_corrections(trace)
+    assert found.step_index == 2 and found.replacement is not None
+    assert found.replacement.arguments["column"] == "Result"
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "result", "context"),
+    [
+        ("Award", "Nominated", "t1: 2 rows", AWARDS),  # not empty
+        ("Award", "Nominated", "t1: 0 rows", ""),  # no data shown
+        ("Award", "Grammy Awards", "t1: 0 rows", AWARDS),  # no field holds it
+        ("Award", "Black Reel", "t1: 0 rows", AWARDS),  # its own field holds something like it: not the field
+        ("Year", "2005", "t1: 0 rows", AWARDS),  # a number is compared, not looked up
+        ("Award", "t0", "t1: 0 rows", AWARDS),  # the table's own name
+        ("Genre", "Nominated", "t1: 0 rows", AWARDS),  # the field named is not one the data shows
+    ],
+)
+def test_other_field_stays_silent_without_a_concrete_fix(column: str, value: str, result: str, context: str) -> None:
+    found = corrections.evidence_corrections(award_trace(column, value, result), context=context)
+    assert [c for c in found if c.source == "evidence:other_field"] == []
+
+
+def test_tables_are_read_from_a_columns_line_or_a_markdown_header_and_end_at_a_ragged_row() -> None:
+    (plain,) = corrections.tables_in(AWARDS + "... 2 more rows\n")
+    assert plain.fields["Result"] == ["Nominated", "Won", "Nominated"] and "t0" in plain.caption
+    (markdown,) = corrections.tables_in(AWARDS_MARKDOWN)
+    assert markdown.fields["Award"] == ["Black Reel Awards", "Teen Choice Awards"]
+    assert corrections.tables_in("columns: a, b\n1 | 2 | 3\n") == []  # three cells under two fields
+
+
 def test_rules_stay_silent_on_a_chain_of_thought() -> None:
     trace = make_trace(
         "2+3*4?", [{"reasoning": "2+3=5, values are one of 5, 6"}, {"reasoning": "20", "is_final_answer": True}]
