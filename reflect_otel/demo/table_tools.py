@@ -14,6 +14,7 @@ import itertools
 import re
 import threading
 from pathlib import Path
+from typing import Literal, get_args
 
 import duckdb
 
@@ -21,8 +22,11 @@ from reflect_otel.demo.wtq import read_table
 
 __all__ = ["AGGREGATES", "OPERATORS", "TableWorkspace"]
 
-OPERATORS = ("=", "!=", "contains", "starts_with", ">", ">=", "<", "<=")
-AGGREGATES = ("count", "sum", "avg", "min", "max")
+Operator = Literal["=", "!=", "contains", "starts_with", ">", ">=", "<", "<="]
+Aggregate = Literal["count", "sum", "avg", "min", "max"]
+OPERATORS: tuple[str, ...] = get_args(Operator)
+AGGREGATES: tuple[str, ...] = get_args(Aggregate)
+"""The tools' signatures carry these as enums, so a model's call (and a correction's) is held to them."""
 PREVIEW_ROWS = 8
 HINT_VALUES = 8
 CELL_CHARS = 60
@@ -109,7 +113,7 @@ class TableWorkspace:
     def _describe_(self, table: str) -> str:
         return self._describe(self._table(table))
 
-    def filter_rows(self, table: str, column: str, op: str, value: str) -> str:
+    def filter_rows(self, table: str, column: str, op: Operator, value: str) -> str:
         """Rows of ``table`` where ``column op value``; numeric comparison for >, >=, <, <=."""
         return self._run("filter_rows", table, column, op, value)
 
@@ -158,7 +162,7 @@ class TableWorkspace:
         tail = f" LIMIT {int(limit)}" if limit is not None and int(limit) > 0 else ""
         return self._derive(f"SELECT * FROM {table} ORDER BY {order}{tail}", [])
 
-    def group_aggregate(self, table: str, group_by: str, aggregate: str, column: str | None = None) -> str:
+    def group_aggregate(self, table: str, group_by: str, aggregate: Aggregate, column: str | None = None) -> str:
         """One row per value of ``group_by`` with ``aggregate`` (count, sum, avg, min, max) of ``column``."""
         return self._run("group_aggregate", table, group_by, aggregate, column)
 
