@@ -13,7 +13,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.datasets import DatasetItem, read_bbm
@@ -62,6 +62,24 @@ def _summary(records: list[AttributionRecord]) -> tuple[float, float, int]:
     return (cached / prompt if prompt else float("nan")), statistics.median(c.seconds for c in calls), len(calls)
 
 
+def _per_stage(records: list[AttributionRecord]) -> list[str]:
+    """One line per auditor stage: calls, mean prompt and completion tokens, cached share, median seconds (where
+    the time goes: a cached prefix saves prompt evaluation, never generation)."""
+    stages: dict[str, list[Any]] = {}
+    for call in (c for r in records for c in r.llm_calls if c.ok):
+        stages.setdefault(call.stage, []).append(call)
+    lines = []
+    for stage, calls in stages.items():
+        prompt = sum(c.prompt_tokens for c in calls)
+        cached = sum(c.cached_prompt_tokens or 0 for c in calls)
+        lines.append(
+            f"  {stage:<16} {len(calls):>3} calls  prompt {prompt / len(calls):>6.0f}  "
+            f"completion {sum(c.completion_tokens for c in calls) / len(calls):>5.0f}  "
+            f"cached {cached / prompt if prompt else 0:>4.2f}  median {statistics.median(c.seconds for c in calls):>6.2f} s"
+        )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data", type=Path, help="a BIG-Bench-Mistake .jsonl (default: the example shipped)")
@@ -73,11 +91,13 @@ def main() -> None:
         raise SystemExit(f"{path}: no failing traces")
     config = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.SOFT)
     results = {}
+    details: dict[str, list[str]] = {}
     for layout in ("per_stage", "shared_prefix"):
         records = _run(layout, items, config)
         if not any(c.ok for r in records for c in r.llm_calls):
             raise SystemExit(f"{layout}: every auditor call failed; nothing was measured")
         results[layout] = _summary(records)
+        details[layout] = _per_stage(records)
     server = LocalLlamaServer._instance
     if server is not None:
         server.stop()
@@ -85,6 +105,9 @@ def main() -> None:
     print("layout         calls  cached_share  median_call_s")
     for layout, (share, median, calls) in results.items():
         print(f"{layout:<14} {calls:>5}  {share:>12.2f}  {median:>13.2f}")
+    for layout, lines in details.items():
+        print(f"{layout}, per stage:")
+        print("\n".join(lines))
     speedup = results["per_stage"][1] / results["shared_prefix"][1]
     print(f"cached_share_shared_prefix={results['shared_prefix'][0]:.2f}")
     print(f"prompt_cache_speedup={speedup:.2f}")

@@ -152,3 +152,22 @@ def test_an_hf_model_is_downloaded_through_huggingface_hub_when_named(
         resolve_local_model("hf:owner/repo/tiny.gguf")
     with pytest.raises(LLMError, match=r"could not download owner/repo/absent\.gguf"):
         resolve_local_model("hf:owner/repo/absent.gguf")
+
+
+def test_the_servers_prompt_cache_counts_every_byte_of_a_state() -> None:
+    """llama-cpp-python counts a saved state by its KV cells alone; our server counts its logits and ids too, so
+    the cache budget holds in real memory (reflect_otel/llm/_llama_server.py)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from reflect_otel.llm._llama_server import _cache_size, state_bytes
+
+    state = SimpleNamespace(
+        llama_state_size=29_000 * 600,  # KV of 600 tokens
+        scores=np.zeros((512, 151_936), dtype=np.single),  # the logits llama-cpp-python copies with each state
+        input_ids=np.zeros(600, dtype=np.intc),
+    )
+    assert state_bytes(state) == 29_000 * 600 + 512 * 151_936 * 4 + 600 * 4
+    cache = SimpleNamespace(cache_state={"a": state, "b": state})
+    assert _cache_size(cache) == 2 * state_bytes(state)

