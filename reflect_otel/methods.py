@@ -8,6 +8,7 @@ from typing import Protocol
 
 from reflect_otel.baselines import BASELINES
 from reflect_otel.config import LLMConfig, ReflectConfig
+from reflect_otel.controls import PlaceboControl, WrongStepControl
 from reflect_otel.errors import ConfigError
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.factory import NoModel, make_llm
@@ -82,6 +83,12 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("reflect", lambda llm, verifier, config: ReflectPipeline(llm, verifier=verifier, config=config)),
         MethodSpec("reflect-proxy", _reflect_proxy, withholds_expected=True),
         MethodSpec("reflect-guidance", _reflect_guidance),
+        MethodSpec(
+            "control-placebo", lambda llm, verifier, config: PlaceboControl(llm, verifier=verifier, config=config)
+        ),
+        MethodSpec(
+            "control-wrong-step", lambda llm, verifier, config: WrongStepControl(llm, verifier=verifier, config=config)
+        ),
         *(
             MethodSpec(name, _baseline(name), needs_llm=cls.needs_llm, withholds_expected=False)
             for name, cls in BASELINES.items()

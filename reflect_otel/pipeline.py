@@ -50,7 +50,7 @@ from reflect_otel.tool_definitions import available_tools
 from reflect_otel.trace import Step, StepAction, StructuredTrace
 from reflect_otel.verdict import Verdict
 
-__all__ = ["ReflectPipeline", "rollback_points"]
+__all__ = ["ReflectPipeline", "RoundState", "rollback_points"]
 
 _log = logging.getLogger("reflect_otel.pipeline")
 
@@ -101,7 +101,7 @@ class _Tried:
 
 
 @dataclass
-class _Rounds:
+class RoundState:
     """What travels through REFLECT's rounds for one trace: the run, the trace being worked on (the original, then
     the replay chosen for re-localization), the current localization and plan, and everything tried so far."""
 
@@ -151,7 +151,7 @@ class ReflectPipeline(MethodBase):
         verdict: Verdict | None = None,
     ) -> AttributionRecord:
         run = self.start(trace, verdict)
-        state = _Rounds(run, expected, replay, domain_context)
+        state = RoundState(run, expected, replay, domain_context)
         try:
             return self._attribute(state)
         except Exception as error:  # the boundary: a bug or an adapter's surprise becomes a recorded outcome
@@ -165,7 +165,7 @@ class ReflectPipeline(MethodBase):
             )
 
     # -- the algorithm -----------------------------------------------------------------------------------------
-    def _attribute(self, state: _Rounds) -> AttributionRecord:
+    def _attribute(self, state: RoundState) -> AttributionRecord:
         cfg, run, trace = self.config, state.run, state.run.trace
         state.original_verdict = run.original_verdict or run.verifier.verify(trace, expected=state.expected)
         if is_correct(state.original_verdict):
@@ -208,7 +208,7 @@ class ReflectPipeline(MethodBase):
                 break
         return self._fallback(state, reason=f"no replay flipped the outcome in {state.round} round(s)")
 
-    def _context(self, state: _Rounds) -> prompts.PromptContext:
+    def _context(self, state: RoundState) -> prompts.PromptContext:
         return state.run.prompt_context(
             state.current,
             state.expected,
@@ -217,7 +217,7 @@ class ReflectPipeline(MethodBase):
             config=self.config,
         )
 
-    def _localize_and_classify(self, state: _Rounds) -> bool:
+    def _localize_and_classify(self, state: RoundState) -> bool:
         """Localize (and classify) the current trace; False when localization failed (recorded)."""
         run, ctx, round_ = state.run, self._context(state), state.round + 1
         try:
@@ -238,7 +238,7 @@ class ReflectPipeline(MethodBase):
         _progress(state, "round %d: step %d localized%s", round_, localization.step_index, kind)
         return True
 
-    def _plan(self, state: _Rounds) -> RepairPlan:
+    def _plan(self, state: RoundState) -> RepairPlan:
         cfg = self.config
         state.candidates = (
             corrections.evidence_corrections(state.current, near=state.located.step_index, context=state.domain_context)
@@ -265,7 +265,7 @@ class ReflectPipeline(MethodBase):
             _progress(state, "round %d: the plan stated the expected answer; the replay is not shown it", state.round)
         return hidden
 
-    def _round_corrections(self, state: _Rounds) -> list[Correction]:
+    def _round_corrections(self, state: RoundState) -> list[Correction]:
         """This round's corrections in the order to try them: the auditor's action, the evidence rules' actions
         (at most M actions in all), then the plan as guidance; deduplicated, and those that would prove nothing
         refused (kept in the record with the reason, never tried)."""
@@ -302,7 +302,7 @@ class ReflectPipeline(MethodBase):
         state.corrections += ordered
         return [c for c in ordered if c.refused is None]
 
-    def _test(self, state: _Rounds, correction: Correction, candidates: list[_Candidate]) -> _Candidate | None:
+    def _test(self, state: RoundState, correction: Correction, candidates: list[_Candidate]) -> _Candidate | None:
         """Replay ``correction`` (an action at its step; guidance at the K rollback points) until one replay counts
         as a flip, which it returns; every replay that ran joins ``candidates``, every attempt the state."""
         cfg = self.config
@@ -332,7 +332,7 @@ class ReflectPipeline(MethodBase):
         )
         return _Candidate(attempt, flipped.result)
 
-    def _try_point(self, state: _Rounds, step: int, correction: Correction) -> _Tried:
+    def _try_point(self, state: RoundState, step: int, correction: Correction) -> _Tried:
         """``replay_samples`` replays that regenerate ``step`` with ``correction``: the first that counts as a flip,
         else the last that ran. With several samples, all run (concurrently up to ``replay_concurrency``), and the
         flip rate is kept. Reads the round's state, never writes it."""
@@ -359,7 +359,7 @@ class ReflectPipeline(MethodBase):
         )
 
     def _try_sample(
-        self, state: _Rounds, step: int, sample: int, correction: Correction
+        self, state: RoundState, step: int, sample: int, correction: Correction
     ) -> tuple[_Candidate | None, list[ReplayAttempt]]:
         """Replay regenerating ``step`` with ``correction`` (guidance under a hard gate: up to R retries with
         feedback): the last attempt that ran (or None), and every attempt made."""
@@ -421,7 +421,7 @@ class ReflectPipeline(MethodBase):
             injection = f"{base_injection}\n\n{feedback}"
         return last, attempts
 
-    def _gate(self, state: _Rounds, result: ReplayResult, replaced: Step | None) -> GateVerdict:
+    def _gate(self, state: RoundState, result: ReplayResult, replaced: Step | None) -> GateVerdict:
         continuation = result.continuation
         if self.config.gate is GateMode.OFF or not continuation:
             return GateVerdict(is_faithful=True, decided_by=GateDecider.SKIPPED)
@@ -437,7 +437,7 @@ class ReflectPipeline(MethodBase):
                 is_faithful=True, violation_reason=f"gate failed: {error}", decided_by=GateDecider.SKIPPED
             )
 
-    def _verified(self, state: _Rounds, found: _Candidate) -> AttributionRecord:
+    def _verified(self, state: RoundState, found: _Candidate) -> AttributionRecord:
         run, trace, plan, localization = state.run, state.current, state.plan, state.located
         assert plan is not None
         kept = found.attempt.rollback_point
@@ -484,7 +484,7 @@ class ReflectPipeline(MethodBase):
             localizations=state.localizations,
         )
 
-    def _fallback(self, state: _Rounds, *, reason: str) -> AttributionRecord:
+    def _fallback(self, state: RoundState, *, reason: str) -> AttributionRecord:
         localization, classification = state.located, state.classification
         return state.run.record(
             status=AttributionStatus.UNVERIFIED,
@@ -504,7 +504,7 @@ class ReflectPipeline(MethodBase):
         )
 
 
-def _progress(state: _Rounds, message: str, *args: object) -> None:
+def _progress(state: RoundState, message: str, *args: object) -> None:
     """A progress line for whoever shows it (``reflect-otel demo`` prints them): attributions take minutes on a
     CPU. The trace id rides along as ``record.reflect_trace_id``."""
     _log.info(message, *args, extra={"reflect_trace_id": state.run.trace.trace_id})
