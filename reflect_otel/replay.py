@@ -3,6 +3,7 @@ thought, remote HTTP); a conformance suite in ``reflect_otel.testing.conformance
 
 from __future__ import annotations
 
+import threading
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
@@ -15,7 +16,14 @@ from reflect_otel import plugins
 from reflect_otel.errors import ReplayError
 from reflect_otel.trace import Step, StepAction, StructuredTrace
 
-__all__ = ["InjectionRole", "ReplayAdapter", "ReplayResult", "check_rollback_point", "find_replay_adapter"]
+__all__ = [
+    "BudgetedReplay",
+    "InjectionRole",
+    "ReplayAdapter",
+    "ReplayResult",
+    "check_rollback_point",
+    "find_replay_adapter",
+]
 
 
 class InjectionRole(str, Enum):
@@ -77,6 +85,41 @@ class ReplayAdapter(Protocol):
         injection_role: InjectionRole = InjectionRole.SYSTEM,
         action: StepAction | None = None,
     ) -> ReplayResult: ...
+
+
+class BudgetedReplay:
+    """A :class:`ReplayAdapter` that lets at most ``max_replays`` replays through to ``inner``; past that each
+    raises :class:`ReplayError` (recorded by the method like any failed replay, never run). Gives every method
+    compared the same replay budget per failure: one that needs fewer may stop early, none gets more."""
+
+    def __init__(self, inner: ReplayAdapter, max_replays: int) -> None:
+        if max_replays < 1:
+            raise ValueError("max_replays must be at least 1")
+        self.inner = inner
+        self.max_replays = max_replays
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def replay(
+        self,
+        trace: StructuredTrace,
+        *,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole = InjectionRole.SYSTEM,
+        action: StepAction | None = None,
+    ) -> ReplayResult:
+        with self._lock:
+            if self.used >= self.max_replays:
+                raise ReplayError(f"the replay budget of this failure ({self.max_replays}) is spent")
+            self.used += 1
+        if action is None:  # adapters written before actions existed
+            return self.inner.replay(
+                trace, rollback_point=rollback_point, injection=injection, injection_role=injection_role
+            )
+        return self.inner.replay(
+            trace, rollback_point=rollback_point, injection=injection, injection_role=injection_role, action=action
+        )
 
 
 def check_rollback_point(trace: StructuredTrace, rollback_point: int) -> None:

@@ -120,6 +120,58 @@ def test_wtq_live_attributes_the_same_failed_run_with_each_method_and_resumes(
     assert len(llm.requests) == calls and again == metrics  # resumed: nothing ran twice
 
 
+def test_a_method_added_later_gets_the_stored_failures_replayed_from_their_traces_within_the_replay_budget(
+    instrumented: Instrumented, tmp_path: Path
+) -> None:
+    from reflect_otel.cli.evaluate import table_agent_rebuilt, table_agent_runs
+    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+
+    llm = _model()
+    out, data = tmp_path / "out", _wtq_folder(tmp_path)
+    config = ReflectConfig(rounds=1, rollback_points=2)
+    first = LiveOptions(("ics",), data, out, config=config, max_replays=1)
+    run_live_eval(first, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
+    agent_calls = sum(1 for r in llm.requests if r.stage == "agent")
+
+    later = LiveOptions(("ics", "reflect-guidance"), data, out, config=config, max_replays=1)
+    said: list[str] = []
+    metrics = run_live_eval(
+        later,
+        llm,
+        table_agent_runs(llm, instrumented.provider, max_steps=6),
+        rebuild=table_agent_rebuilt(llm, instrumented.provider, max_steps=6),
+        progress=said.append,
+    )
+    assert "nt-1: stored failure; adding reflect-guidance" in said
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["question_id"] for r in rows] == ["nt-1", "nt-1-first", "nt-1"]  # the updated row appended
+    added = rows[-1]["methods"]["reflect-guidance"]
+    # the same failure, replayed in a new process-state from its spans: the guidance flips it, within one replay
+    assert added["corrected_answer"] == "Bangkok, Thailand" and added["replays"] == 1
+    assert rows[-1]["methods"]["ics"] == rows[0]["methods"]["ics"]  # what was measured stays as measured
+    assert metrics["methods"]["reflect-guidance"]["verified_steps"] == [{"question_id": "nt-1", "step": 2}]
+    assert metrics["methods"]["ics"]["replays"]["mean"] == 1  # ICS's D=1 round; the budget allows no more
+    # no agent run again: the stored failure was replayed (the agent model asked only for its continuation)
+    assert not [line for line in said if "answered" in line]
+    assert sum(1 for r in llm.requests if r.stage == "agent") > agent_calls
+    assert json.loads((out / "run_config.json").read_text())["max_replays"] == 1
+
+
+def test_the_replay_budget_refuses_past_its_count() -> None:
+    from reflect_otel.errors import ReplayError
+    from reflect_otel.replay import BudgetedReplay
+    from reflect_otel.testing import ScriptedReplayAdapter, make_trace
+
+    inner = ScriptedReplayAdapter(lambda trace, point, injection: [{"reasoning": "x", "is_final_answer": True}])
+    budget = BudgetedReplay(inner, 2)
+    trace = make_trace("q", [{"reasoning": "a"}, {"reasoning": "b", "is_final_answer": True}])
+    for _ in range(2):
+        budget.replay(trace, rollback_point=1, injection="fix")
+    with pytest.raises(ReplayError, match="replay budget of this failure \\(2\\) is spent"):
+        budget.replay(trace, rollback_point=1, injection="fix")
+    assert len(inner.calls) == 2
+
+
 def test_wtq_live_refuses_unknown_methods_and_a_missing_folder(tmp_path: Path) -> None:
     from reflect_otel.evaluation.live import LiveOptions, run_live_eval
 

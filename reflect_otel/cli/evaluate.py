@@ -20,8 +20,9 @@ from reflect_otel.methods import METHODS, llm_for, method_spec
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
-    from reflect_otel.evaluation.live import RunAgent
+    from reflect_otel.evaluation.live import RebuildRun, RunAgent
     from reflect_otel.llm.base import StructuredLLM
+    from reflect_otel.trace import StructuredTrace
 
 LIVE = "wtq-live"
 LIVE_METHODS = ("reflect", "ics", "reflexion")
@@ -56,6 +57,12 @@ def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument(
         "--exclude",
         help=f"{LIVE}: comma-separated question ids never to run (e.g. the demo's, to measure on others)",
+    )
+    parser.add_argument(
+        "--max-replays",
+        type=positive_int,
+        help=f"{LIVE}: replays each method may run per failed run, the same budget for every method compared "
+        "(default: each method's own)",
     )
     parser.add_argument("--judge-explanations", action="store_true", help="LLM-judge explanation similarity")
     ablation = parser.add_argument_group("ablations (the paper's table, one flag per row)")
@@ -129,9 +136,17 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
     llm = make_llm(LLMConfig.from_env())
     print(f"{LIVE}: model {llm.model_name}; methods {', '.join(methods)}", file=sys.stderr)
     exclude = tuple(q.strip() for q in (args.exclude or "").split(",") if q.strip())
-    options = LiveOptions(methods, args.data, args.out, args.limit, args.seed, config, exclude=exclude)
-    run_agent = table_agent_runs(llm, instrumented_provider(), max_steps=args.max_steps)
-    metrics = run_live_eval(options, llm, run_agent, progress=lambda text: print(text, file=sys.stderr, flush=True))
+    options = LiveOptions(
+        methods, args.data, args.out, args.limit, args.seed, config, exclude=exclude, max_replays=args.max_replays
+    )
+    provider = instrumented_provider()
+    metrics = run_live_eval(
+        options,
+        llm,
+        table_agent_runs(llm, provider, max_steps=args.max_steps),
+        rebuild=table_agent_rebuilt(llm, provider, max_steps=args.max_steps),
+        progress=lambda text: print(text, file=sys.stderr, flush=True),
+    )
     print((args.out / "metrics.md").read_text())
     runs = [m["runs"] for m in metrics["methods"].values()]
     if any(runs) and all(m["failed"] == m["runs"] for m in metrics["methods"].values()):
@@ -161,6 +176,24 @@ def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps:
         return AgentRun(answer=answer, trace=trace, replay=adapter, context=agent.table_context)
 
     return run
+
+
+def table_agent_rebuilt(llm: StructuredLLM, provider: TracerProvider, *, max_steps: int) -> RebuildRun:
+    """An earlier run of the table-QA demo agent from its stored trace: the same agent on the same question, its
+    workspace restored by re-running the trace's tool calls, its LangGraph adapter seeding the replay from the
+    trace's spans (this process holds no checkpoints of it)."""
+    from reflect_otel.demo.table_agent import TableQAAgent
+    from reflect_otel.demo.wtq import WTQQuestion
+    from reflect_otel.evaluation.live import AgentRun
+    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
+
+    def rebuilt(question: WTQQuestion, trace: StructuredTrace) -> AgentRun:
+        agent = TableQAAgent(question, llm, max_steps=max_steps)
+        agent.restore(trace)  # the tables its steps made, as the live run left them
+        adapter = LangGraphReplayAdapter(agent.graph, tracer_provider=provider, recursion_limit=agent.recursion_limit)
+        return AgentRun(answer=trace.final_answer or "", trace=trace, replay=adapter, context=agent.table_context)
+
+    return rebuilt
 
 
 def _compare(args: argparse.Namespace) -> int:

@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from reflect_otel.demo.table_tools import TableWorkspace
 from reflect_otel.demo.wtq import WTQQuestion
-from reflect_otel.errors import MissingDependencyError
+from reflect_otel.errors import MissingDependencyError, ReplayError
 from reflect_otel.llm.base import ChatMessage, OutputT, StructuredLLM, schema_instruction
+from reflect_otel.trace import StructuredTrace
 
 try:
     from langchain_core.language_models.chat_models import BaseChatModel
@@ -245,6 +246,7 @@ class TableQAAgent:
             StructuredTool.from_function(ws.count_rows),
             StructuredTool.from_function(ws.lookup),
         ]
+        self.tools = {tool.name: tool for tool in tools}
         self.table_context = f"The table the agent was given (t0):\n{ws.describe('t0')}"
         """What the agent sees of its table, for the auditor (``observe(context=...)``)."""
         model = StructuredToolChatModel(
@@ -258,6 +260,26 @@ class TableQAAgent:
         graph.add_conditional_edges("agent", tools_condition)
         graph.add_edge("tools", "agent")
         self.graph = graph.compile(checkpointer=InMemorySaver())
+
+    def restore(self, trace: StructuredTrace) -> None:
+        """Bring this agent's fresh workspace to where ``trace``'s run left it, so that a replay of that run from
+        its spans (no checkpoints in this process) finds the tables its kept steps made: re-run its tool calls in
+        order (the tools are read-only and deterministic), each checked against the result recorded. Raises
+        :class:`ReplayError` naming the first call that does not give it."""
+        for step in trace.steps:
+            tool = self.tools.get(step.tool_name or "")
+            if tool is None:
+                continue
+            try:
+                result = str(tool.invoke(dict(step.tool_args)))
+            except Exception as error:  # the recorded arguments are data: a bad one is a mismatch, not a crash
+                result = f"error: {error}"
+            recorded = (step.tool_result or "")[:2000]
+            if recorded and not result.startswith(recorded):
+                raise ReplayError(
+                    f"step {step.index}: {step.tool_name} gives {result[:120]!r} now, not the {recorded[:120]!r} "
+                    "recorded; the run's tables cannot be restored"
+                )
 
     @property
     def recursion_limit(self) -> int:

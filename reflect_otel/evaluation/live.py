@@ -26,7 +26,7 @@ from reflect_otel.evaluation.runner import read_done
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.methods import METHODS, method_spec
 from reflect_otel.record import AttributionStatus
-from reflect_otel.replay import ReplayAdapter
+from reflect_otel.replay import BudgetedReplay, ReplayAdapter
 from reflect_otel.service import AttributionService
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verifiers import OracleVerifier, answers_match
@@ -53,6 +53,10 @@ RunAgent = Callable[[WTQQuestion], AgentRun]
 """Runs the agent on a question (the app supplies it: it wires the framework's replay adapter). May raise when the
 model endpoint fails."""
 
+RebuildRun = Callable[[WTQQuestion, StructuredTrace], AgentRun]
+"""An earlier run of the agent on a question, from its stored trace, with an adapter that replays it in this
+process: how a method added to a results folder is given the failures the others were given."""
+
 
 @dataclass
 class LiveOptions:
@@ -66,6 +70,8 @@ class LiveOptions:
     config: ReflectConfig = field(default_factory=ReflectConfig)
     exclude: tuple[str, ...] = ()
     """Question ids never run (the demo's, when measuring on questions it was not tuned on)."""
+    max_replays: int | None = None
+    """Replays each method may run per failed run (the same budget for every method compared); None: no cap."""
 
 
 Progress = Callable[[str], None]
@@ -79,18 +85,18 @@ def _questions(options: LiveOptions) -> list[WTQQuestion]:
     return questions
 
 
-def _method_row(llm: StructuredLLM, method: str, config: ReflectConfig, run: AgentRun, expected: str) -> dict[str, Any]:
+def _method_row(llm: StructuredLLM, method: str, options: LiveOptions, run: AgentRun, expected: str) -> dict[str, Any]:
+    replay: ReplayAdapter = run.replay  # this run's agent, alive in this process
+    if options.max_replays is not None:
+        replay = BudgetedReplay(replay, options.max_replays)
     service = AttributionService(
-        llm,
-        METHODS[method],
-        verifier=OracleVerifier(),
-        config=config,
-        replay_finder=lambda _trace, _llm: run.replay,  # this run's agent, alive in this process
+        llm, METHODS[method], verifier=OracleVerifier(), config=options.config, replay_finder=lambda _t, _l: replay
     )
     started = time.perf_counter()
     outcome = service.process(run.trace, expected=expected, domain_context=run.context)
     record = outcome.record
     assert record is not None  # without triage every trace is attributed
+    cached = [c.cached_prompt_tokens for c in record.llm_calls if c.ok]
     return {
         "status": record.status.value,
         "step": record.step_index,
@@ -102,6 +108,8 @@ def _method_row(llm: StructuredLLM, method: str, config: ReflectConfig, run: Age
         "replays": len(record.replays),
         "llm_calls": record.total_calls,
         "tokens": record.total_tokens,
+        "prompt_tokens": sum(c.prompt_tokens for c in record.llm_calls),
+        "cached_prompt_tokens": sum(c or 0 for c in cached) if any(c is not None for c in cached) else None,
         "seconds": round(time.perf_counter() - started, 3),
         "failed": record.failed,
         "errors": [e.stage for e in record.errors],
@@ -119,10 +127,17 @@ def check_methods(methods: Sequence[str]) -> None:
 
 
 def run_live_eval(
-    options: LiveOptions, llm: StructuredLLM, run_agent: RunAgent, *, progress: Progress | None = None
+    options: LiveOptions,
+    llm: StructuredLLM,
+    run_agent: RunAgent,
+    *,
+    rebuild: RebuildRun | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) and return the metrics; writes ``results.jsonl``, ``run_config.json``, ``metrics.json`` and
-    ``metrics.md`` in ``options.out``."""
+    ``metrics.md`` in ``options.out``. Resuming with more methods (and ``rebuild``) first gives each added method
+    the failed runs already stored, replayed from their traces, so every method is measured on the same failures;
+    the updated row is appended (the last row of a question wins)."""
     check_methods(options.methods)
     say = progress or (lambda _text: None)
     questions = _questions(options)
@@ -138,6 +153,7 @@ def run_live_eval(
                 "limit_failed_runs": options.limit,
                 "seed": options.seed,
                 "exclude": list(options.exclude),
+                "max_replays": options.max_replays,
                 "model": llm.model_name,
                 "reflect_config": options.config.model_dump(mode="json"),
             },
@@ -146,7 +162,10 @@ def run_live_eval(
     )
     failed_runs = sum(1 for r in done.values() if not r["correct"])
     errors_in_a_row = 0
+    by_id = {q.id: q for q in questions}
     with results.open("a", encoding="utf-8") as out:
+        if rebuild is not None:
+            _add_methods(done, by_id, options, llm, rebuild, out, say)
         for question in questions:
             if options.limit is not None and failed_runs >= options.limit:
                 break
@@ -181,12 +200,7 @@ def run_live_eval(
             )
             if not correct:
                 for name in options.methods:
-                    row["methods"][name] = method_row = _method_row(llm, name, options.config, run, question.expected)
-                    say(
-                        f"{question.id}: {name}: {method_row['status']} at step {method_row['step']}, "
-                        f"{'corrected' if method_row['corrected'] else 'not corrected'} "
-                        f"({method_row['llm_calls']} calls, {method_row['seconds']:.0f} s)"
-                    )
+                    row["methods"][name] = _attributed(llm, name, options, run, question, say)
                 failed_runs += 1
             row["trace"] = run.trace.model_dump(mode="json")  # right runs too: labelled data for the verifiers
             out.write(json.dumps(row) + "\n")
@@ -196,6 +210,41 @@ def run_live_eval(
     (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     (options.out / "metrics.md").write_text(live_metrics_markdown(metrics, llm.model_name))
     return metrics
+
+
+def _add_methods(
+    done: dict[str, dict[str, Any]],
+    questions: dict[str, WTQQuestion],
+    options: LiveOptions,
+    llm: StructuredLLM,
+    rebuild: RebuildRun,
+    out: Any,
+    say: Progress,
+) -> None:
+    """Give each method not yet run on a stored failure that failure, replayed from its trace; append the row."""
+    for stored in [r for r in done.values() if not r["correct"]]:
+        missing = [m for m in options.methods if m not in stored["methods"]]
+        question = questions.get(stored["question_id"])
+        if not missing or question is None or "trace" not in stored:
+            continue
+        say(f"{question.id}: stored failure; adding {', '.join(missing)}")
+        run = rebuild(question, StructuredTrace.model_validate(stored["trace"]))
+        for name in missing:
+            stored["methods"][name] = _attributed(llm, name, options, run, question, say)
+        out.write(json.dumps(stored) + "\n")
+        out.flush()
+
+
+def _attributed(
+    llm: StructuredLLM, name: str, options: LiveOptions, run: AgentRun, question: WTQQuestion, say: Progress
+) -> dict[str, Any]:
+    row = _method_row(llm, name, options, run, question.expected)
+    say(
+        f"{question.id}: {name}: {row['status']} at step {row['step']}, "
+        f"{'corrected' if row['corrected'] else 'not corrected'} ({row['replays']} replays, {row['llm_calls']} calls, "
+        f"{row['seconds']:.0f} s)"
+    )
+    return row
 
 
 def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
@@ -217,9 +266,16 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
             "failed": len(attributed) - len(scored),
             "corrected": mean_se([1.0 if m["corrected"] else 0.0 for m in scored]),
             "verified": mean_se([1.0 if m["status"] == AttributionStatus.VERIFIED.value else 0.0 for m in scored]),
+            "replays": mean_se([float(m["replays"]) for m in scored]),
             "llm_calls": mean_se([float(m["llm_calls"]) for m in scored]),
             "tokens": mean_se([float(m["tokens"]) for m in scored]),
+            "cached_share": _cached_share(scored),
             "seconds": mean_se([float(m["seconds"]) for m in scored]),
+            "verified_steps": [
+                {"question_id": r["question_id"], "step": r["methods"][name]["step"]}
+                for r in failed
+                if name in r["methods"] and r["methods"][name]["status"] == AttributionStatus.VERIFIED.value
+            ],
             "verified_by": dict(
                 Counter(
                     f"{m['verified_by']['source']} ({m['verified_by']['kind']})" for m in scored if m.get("verified_by")
@@ -227,6 +283,13 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
             ),
         }
     return out
+
+
+def _cached_share(rows: Sequence[dict[str, Any]]) -> float | None:
+    """Prompt tokens served from the endpoint's cache over all prompt tokens, where the endpoint says."""
+    known = [r for r in rows if r.get("cached_prompt_tokens") is not None and r.get("prompt_tokens")]
+    prompt = sum(r["prompt_tokens"] for r in known)
+    return round(sum(r["cached_prompt_tokens"] for r in known) / prompt, 3) if prompt else None
 
 
 def _cell(stat: dict[str, Any], *, percent: bool = False, digits: int = 1) -> str:
@@ -242,13 +305,15 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str) -> str:
         f"wtq-live, model {model}: {metrics['questions']} questions, {metrics['agent_correct']} answered right, "
         f"{metrics['failed_runs']} failed runs attributed by each method (mean ± standard error per failed run)",
         "",
-        "| method | runs | stage failures | corrected | verified | LLM calls | tokens | seconds |",
-        "|---|---|---|---|---|---|---|---|",
+        "| method | runs | stage failures | corrected | verified | replays | LLM calls | tokens | cached | seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, m in metrics["methods"].items():
+        share = m.get("cached_share")
         lines.append(
             f"| {name} | {m['runs']} | {m['failed']} | {_cell(m['corrected'], percent=True)} | "
-            f"{_cell(m['verified'], percent=True)} | {_cell(m['llm_calls'])} | {_cell(m['tokens'], digits=0)} | "
+            f"{_cell(m['verified'], percent=True)} | {_cell(m['replays'])} | {_cell(m['llm_calls'])} | "
+            f"{_cell(m['tokens'], digits=0)} | {'-' if share is None else f'{share * 100:.0f}%'} | "
             f"{_cell(m['seconds'], digits=0)} |"
         )
     sources = [
@@ -258,4 +323,11 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str) -> str:
     ]
     if sources:
         lines += ["", "What verified each verified attribution (correction source and kind):", *sources]
+    steps = [
+        f"- {name}: " + ", ".join(f"{v['question_id']} step {v['step']}" for v in m["verified_steps"])
+        for name, m in metrics["methods"].items()
+        if m.get("verified_steps")
+    ]
+    if steps:
+        lines += ["", "The step each verified attribution names:", *steps]
     return "\n".join(lines) + "\n"
