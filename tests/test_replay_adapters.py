@@ -368,13 +368,13 @@ def test_reasoning_adapter_conformance_with_scripted_model() -> None:
 
 
 @pytest.mark.local_llm
-def test_reasoning_adapter_with_the_local_backend(small_llm: StructuredLLM) -> None:
+def test_reasoning_adapter_with_the_local_backend(default_llm: StructuredLLM) -> None:
     from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
 
-    case = _cot_case(small_llm)
+    case = _cot_case(default_llm)
     adapter = case.adapter
     assert isinstance(adapter, ReasoningReplayAdapter)
-    # SmolLM2 cannot be relied on to get the arithmetic right: check the contract, not the answer
+    # the arithmetic may come out wrong on a 1.5B model: check the contract, not the answer
     for point in (0, 1, 2):
         result = adapter.replay(case.trace, rollback_point=point, injection=case.fix)
         assert result.trace.steps[:point] == case.trace.steps[:point]
