@@ -26,7 +26,7 @@ from reflect_otel.record import (
     StageError,
     stage_costs,
 )
-from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult
+from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult, replay_with
 from reflect_otel.trace import StepAction, StructuredTrace
 from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import Verifier, bound_to
@@ -180,18 +180,7 @@ def replay_and_verify(
     answer with the run's verifier. A failed replay is recorded in the attempt and in the run's errors, never raised: an adapter, or the
     agent it runs, may fail in any way."""
     try:
-        if action is None:  # adapters written before actions existed keep working for guidance
-            result = replay.replay(
-                trace, rollback_point=planned.rollback_point, injection=planned.injection, injection_role=injection_role
-            )
-        else:
-            result = replay.replay(
-                trace,
-                rollback_point=planned.rollback_point,
-                injection=planned.injection,
-                injection_role=injection_role,
-                action=action,
-            )
+        result = replay_with(replay, trace, planned.rollback_point, planned.injection, injection_role, action)
     except Exception as error:
         run.error("replay", error, planned.round)
         return ReplayOutcome(planned.model_copy(update={"error": str(error)[:2000]}), None)

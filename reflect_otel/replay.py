@@ -23,6 +23,7 @@ __all__ = [
     "ReplayResult",
     "check_rollback_point",
     "find_replay_adapter",
+    "replay_with",
 ]
 
 
@@ -113,13 +114,24 @@ class BudgetedReplay:
             if self.used >= self.max_replays:
                 raise ReplayError(f"the replay budget of this failure ({self.max_replays}) is spent")
             self.used += 1
-        if action is None:  # adapters written before actions existed
-            return self.inner.replay(
-                trace, rollback_point=rollback_point, injection=injection, injection_role=injection_role
-            )
-        return self.inner.replay(
-            trace, rollback_point=rollback_point, injection=injection, injection_role=injection_role, action=action
-        )
+        return replay_with(self.inner, trace, rollback_point, injection, injection_role, action)
+
+
+def replay_with(
+    adapter: ReplayAdapter,
+    trace: StructuredTrace,
+    rollback_point: int,
+    injection: str,
+    injection_role: InjectionRole,
+    action: StepAction | None,
+) -> ReplayResult:
+    """``adapter.replay(...)``, passing ``action`` only when there is one: adapters written before actions existed
+    keep working for guidance."""
+    if action is None:
+        return adapter.replay(trace, rollback_point=rollback_point, injection=injection, injection_role=injection_role)
+    return adapter.replay(
+        trace, rollback_point=rollback_point, injection=injection, injection_role=injection_role, action=action
+    )
 
 
 def check_rollback_point(trace: StructuredTrace, rollback_point: int) -> None:

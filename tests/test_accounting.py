@@ -60,10 +60,9 @@ def fixed_agent() -> ScriptedReplayAdapter:
     return ScriptedReplayAdapter(lambda trace, point, injection: [{"reasoning": "Nile", "is_final_answer": True}])
 
 
-def test_online_the_triage_audit_and_every_replay_audit_are_in_the_record_and_the_budget() -> None:
-    llm = auditor()
-    budget = TokenBudget(per_trace=1_000_000, per_hour=10_000_000)
-    service = AttributionService(
+def online(llm: ScriptedLLM, budget: TokenBudget) -> AttributionService:
+    """Online mode as ``configure`` sets it up: triage by the proxy verifier, then ICS (one round) on flagged runs."""
+    return AttributionService(
         llm,
         METHODS["ics"],
         verifier=OracleVerifier(),
@@ -72,6 +71,12 @@ def test_online_the_triage_audit_and_every_replay_audit_are_in_the_record_and_th
         budget=budget,
         triage=True,
     )
+
+
+def test_online_the_triage_audit_and_every_replay_audit_are_in_the_record_and_the_budget() -> None:
+    llm = auditor()
+    budget = TokenBudget(per_trace=1_000_000, per_hour=10_000_000)
+    service = online(llm, budget)
     outcome = service.process(failed_run(), replay=fixed_agent())
     record = outcome.record
     assert outcome.flagged and record is not None and record.corrected_answer == "Nile"
@@ -99,15 +104,7 @@ def test_a_run_triage_clears_still_spends_its_audit_from_the_hourly_budget() -> 
 
 def test_the_per_trace_budget_stops_the_audits_of_replays_too() -> None:
     llm = auditor()
-    service = AttributionService(
-        llm,
-        METHODS["ics"],
-        verifier=OracleVerifier(),
-        proxy=PlanAnchoredVerifier(llm),
-        config=ReflectConfig(rounds=1),
-        budget=TokenBudget(per_trace=1, per_hour=10_000_000),  # spent by the first call
-        triage=True,
-    )
+    service = online(llm, TokenBudget(per_trace=1, per_hour=10_000_000))  # spent by the first call
     outcome = service.process(failed_run(), replay=fixed_agent())
     assert [r.stage for r in llm.requests] == ["proxy_anchors"]  # the triage's first call spends it all
     # the audit could not finish: uncertain, so stored and counted, not attributed
