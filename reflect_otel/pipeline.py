@@ -137,7 +137,11 @@ class RoundState:
 
 
 class ReflectPipeline(MethodBase):
-    """REFLECT on one LLM layer. ``verifier`` decides correctness: an oracle with an expected answer, or a proxy."""
+    """REFLECT on one LLM layer. ``verifier`` decides correctness: an oracle with an expected answer, or a proxy.
+
+    Two steps of a round are hooks for variants that change one thing (the faithfulness controls in
+    :mod:`reflect_otel.controls`): ``_plan(state)`` writes the round's repair plan, and
+    ``_round_corrections(state)`` turns it into the corrections to replay, in order."""
 
     method = "reflect"
 
