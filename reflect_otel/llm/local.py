@@ -150,10 +150,11 @@ class LocalLlamaServer:
                     "server with %s on this machine's CPU",
                     model.name,
                 )
+                chosen = settings()
                 current = cls(
                     model,
-                    context=settings().local_context,
-                    threads=settings().local_threads or os.cpu_count() or 2,
+                    context=chosen.local_context,
+                    threads=chosen.local_threads or os.cpu_count() or 2,
                 )
                 cls._instance = current
             return current

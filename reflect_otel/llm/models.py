@@ -137,7 +137,9 @@ def resolve_local_model(spec: str | None = None) -> ResolvedModel:
     """The model named by ``spec``, else ``REFLECT_LOCAL_MODEL``, else ``REFLECT_LOCAL_MODEL_PATH`` (older name),
     else the default, ready on disk. Raises :class:`ConfigError` for an unknown name and :class:`LLMError` when
     the file cannot be had, each naming the fix."""
-    spec = spec or settings().local_model or settings().local_model_path
+    if not spec:
+        chosen = settings()
+        spec = chosen.local_model or chosen.local_model_path
     spec = spec or DEFAULT_MODEL
     if spec in MODELS:
         model = MODELS[spec]
