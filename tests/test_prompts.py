@@ -7,8 +7,6 @@ import re
 from reflect_otel import prompts
 from reflect_otel.config import ReflectConfig
 from reflect_otel.pipeline import ReflectPipeline
-from reflect_otel.prompts._render import SYSTEM
-from reflect_otel.prompts.reflect import GUIDE
 from reflect_otel.testing import ScriptedLLM, make_trace
 from reflect_otel.verifiers import OracleVerifier
 
@@ -121,42 +119,3 @@ def test_the_plans_next_call_is_shown_to_the_agent_and_checked_by_the_gate() -> 
     followed = make_step(1, tool="filter_rows", args={"table": "t0", "column": "position ", "value": "1ST"})
     assert stages.gate_by_rules(plan, followed, None) is None  # same values, up to case and spaces
     assert "Your next action" not in prompts.repair_injection(plan.model_copy(update={"expected_next_tool": None}), 1)
-
-
-def test_every_reflect_call_shares_one_system_message_and_the_run_before_its_own_task() -> None:
-    """The shared-prefix layout: the system message (with every stage's standing instructions) is the same for every
-    call about every trace, and the run comes next; each call's own text is only its task."""
-    first, second = _localize_requests("2.1 million"), _localize_requests("other result")
-    systems = {r.messages[0].content for r in [*first, *second]}
-    assert systems == {f"{SYSTEM}\n\n{GUIDE}"}
-    for stage in ("LOCALIZE", "CLASSIFY", "DIAGNOSE", "GATE", "EXPLAIN"):
-        assert f"[{stage}]" in GUIDE
-    localize, classify = first[0].messages[1].content, first[1].messages[1].content
-    run_end = localize.index("You act as")
-    assert classify[:run_end] == localize[:run_end]
-    assert "Task [CLASSIFY]" in classify[run_end:] and "Return JSON" not in classify[run_end:]
-
-
-def test_the_per_stage_layout_keeps_each_stages_whole_task_after_the_run() -> None:
-    trace = _trace("2.1 million")
-    ctx = prompts.PromptContext.of(trace, "Paris", layout="per_stage")
-    system, user = prompts.classification(ctx, trace.steps, 2)
-    assert system.content.startswith("You are classifying")
-    assert "Task [CLASSIFY]" in user.content and "hallucination" in user.content and "Return JSON" in user.content
-
-
-def test_side_fields_are_cut_not_rejected_when_an_endpoint_writes_long() -> None:
-    out = prompts.DiagnosisOutput.model_validate(
-        {
-            "root_cause": "r",
-            "correction_instruction": "c",
-            "forbidden_actions": ["x" * 1000] * 9,
-            "expected_next_tool": None,
-            "confidence": 0.5,
-        }
-    )
-    assert len(out.forbidden_actions) == 5 and {len(a) for a in out.forbidden_actions} == {240}
-    gate = prompts.GateOutput.model_validate(
-        {"is_faithful": False, "violation_reason": "y" * 999, "violation_type": None}
-    )
-    assert gate.violation_reason == "y" * 240

@@ -81,34 +81,20 @@ def messages(role: str, user: str) -> list[ChatMessage]:
     ]
 
 
-def trace_prompt(
-    ctx: PromptContext, steps: Sequence[Step], role: str, task: str, *, standing: str = "", guide: str | None = None
-) -> list[ChatMessage]:
+def trace_prompt(ctx: PromptContext, steps: Sequence[Step], role: str, task: str) -> list[ChatMessage]:
     """A prompt about one trace, laid out so that every stage shares its prefix: [the fixed system message][the run:
     question, context, answers and every step, rendered the same way for every stage][the stage's role and task].
     Endpoints with prompt caching (llama.cpp's prefix reuse, OpenAI-style caching) then evaluate the trace once.
-
-    ``task`` is what this call asks (it names the step, carries the call's own data); ``standing`` is what the
-    stage always asks (its rules and reply format, the same text for every trace). With ``guide`` (a system-message
-    text that already holds the standing instructions of every stage of a method) the standing text is left out of
-    the call and the system message becomes :data:`SYSTEM` plus ``guide``: the same for every call of every trace,
-    so a cache serves it even to the first call about a new trace, and each call evaluates only its own few lines.
-    ``ctx.layout == "per_stage"`` puts the role in the system message and the whole task after the run (the layout
-    before, kept to measure the difference)."""
+    ``ctx.layout == "per_stage"`` puts the role in the system message instead (the layout before, kept to measure
+    the difference)."""
     run = f"{ctx.header()}\n\nThe agent's steps:\n{data_block('STEPS', format_steps(steps, ctx.max_chars))}"
     if ctx.evidence:
         run += f"\n\n{_EVIDENCE_HEADING}\n{data_block('EVIDENCE', cut(ctx.evidence, ctx.max_chars * 4))}"
-    whole_task = f"{task}\n{standing}" if standing else task
     if ctx.layout == "per_stage":
         system = f"You are {role}. {_DATA_RULE}"
-        return [ChatMessage(role="system", content=system), ChatMessage(role="user", content=f"{run}\n\n{whole_task}")]
-    if guide is None:
-        user = f"{run}\n\nYou act as {role}. {whole_task}"
-        return [ChatMessage(role="system", content=SYSTEM), ChatMessage(role="user", content=user)]
-    return [
-        ChatMessage(role="system", content=f"{SYSTEM}\n\n{guide}"),
-        ChatMessage(role="user", content=f"{run}\n\nYou act as {role}. {task}"),
-    ]
+        return [ChatMessage(role="system", content=system), ChatMessage(role="user", content=f"{run}\n\n{task}")]
+    user = f"{run}\n\nYou act as {role}. {task}"
+    return [ChatMessage(role="system", content=SYSTEM), ChatMessage(role="user", content=user)]
 
 
 # -- untrusted data ------------------------------------------------------------------------------------------------

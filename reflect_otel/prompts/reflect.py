@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Literal, Optional
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from reflect_otel.llm.base import ChatMessage
 from reflect_otel.prompts._render import (
@@ -44,33 +44,12 @@ __all__ = [
 ]
 
 
-_BRIEF_CHARS = 240
-
-
-def _first(limit: int) -> Callable[[object], object]:
-    """Keeps the first ``limit`` characters of a text, or items of a list: a longer one from an endpoint that does
-    not constrain decoding to the schema is cut, not sent back for a retry (the schema's limit still stops the
-    endpoints that do)."""
-
-    def keep(value: object) -> object:
-        return value[:limit] if isinstance(value, str | list) else value
-
-    return keep
-
-
-Brief = Annotated[
-    str, BeforeValidator(_first(_BRIEF_CHARS)), StringConstraints(strip_whitespace=True, max_length=_BRIEF_CHARS)
-]
-"""A side field (a first idea of the fix, a reason a replay was rejected): on a CPU every generated token costs
-about as much as evaluating four prompt tokens, and these fields are read only as hints by the next stage."""
-
-
 class LocalizationOutput(BaseModel):
     model_config = FROZEN
     error_step: int
     confidence: Confidence
     reasoning: Explanation = Field(description="short explanation")
-    what_should_have_been_done: Brief = Field(description="short correction")
+    what_should_have_been_done: str = Field(description="short correction")
 
 
 class ClassificationOutput(BaseModel):
@@ -78,7 +57,7 @@ class ClassificationOutput(BaseModel):
     error_type: ErrorType = Field(description="category")
     confidence: Confidence
     explanation: Explanation = Field(description="short explanation")
-    suggested_correction: Brief = Field(description="short fix")
+    suggested_correction: str = Field(description="short fix")
 
 
 ArgumentValue = str | int | float | bool
@@ -91,7 +70,7 @@ class DiagnosisOutput(BaseModel):
     model_config = FROZEN
     root_cause: Explanation = Field(description="explanation")
     correction_instruction: Explanation = Field(description="the exact action to take instead, with its values")
-    forbidden_actions: Annotated[list[Brief], BeforeValidator(_first(5))] = Field(max_length=5, description="action")
+    forbidden_actions: list[str] = Field(max_length=10, description="action")
     expected_next_tool: str | None = Field(description="tool")
     expected_next_arguments: dict[str, ArgumentValue] | None = Field(default=None, description="argument")
     confidence: Confidence
@@ -146,7 +125,7 @@ ViolationType = Literal["repeats_original_error", "ignores_instruction", "uses_f
 class GateOutput(BaseModel):
     model_config = FROZEN
     is_faithful: bool
-    violation_reason: Brief | None = Field(description="why, or null when faithful")
+    violation_reason: str | None = Field(description="why")
     violation_type: ViolationType | None
 
 
@@ -157,66 +136,22 @@ class PostCorrectionOutput(BaseModel):
     explanation: Explanation = Field(description="short summary")
 
 
-_CATEGORIES = "\n".join(f"- {e.value}" for e in ErrorType)
-_QUOTING = (
-    "In text fields, quote values with single quotes ('like this'). Never state the expected answer: say what the "
-    "agent must do to find it."
-)
-_STANDING = {
-    "LOCALIZE": reply_format(LocalizationOutput),
-    "CLASSIFY": f"Classify the error of the step named into one of:\n{_CATEGORIES}\n"
-    + reply_format(ClassificationOutput),
-    "DIAGNOSE": (
-        "Produce a repair plan for the step named:\n1. ROOT CAUSE: why the agent chose wrongly\n2. What EXACTLY to do "
-        "instead\n3. The corrected step: that step as it should have been, with concrete values taken from the data "
-        "(a tool result, an error message or the context often shows the right value); a candidate correction when "
-        f"one is right\n4. What the agent must NEVER do\n{_QUOTING}\nThe JSON format is given with the request."
-    ),
-    "PLAN": (
-        "Produce a repair plan for the step named:\n1. ROOT CAUSE: why the agent chose wrongly\n2. What EXACTLY to do "
-        "instead: the action and its argument values, using values that appear in the data (a tool result or the "
-        "context may show the right value)\n3. What the agent must NEVER do\n4. expected_next_tool: the first tool to "
-        "call next, or null\n5. expected_next_arguments: that call's arguments by name, with their exact values, or "
-        f"null\n{_QUOTING}\n" + reply_format(DiagnosisOutput)
-    ),
-    "GATE": (
-        "Check the proposed action against the repair plan: 1. Does it follow the correction? 2. Does it violate any "
-        "forbidden action? 3. Is it relevant, or has the agent drifted?\n" + reply_format(GateOutput)
-    ),
-    "EXPLAIN": "Explain WHY the original step was wrong, using the correction as evidence.\n"
-    + reply_format(PostCorrectionOutput),
-}
-GUIDE = "You answer one request at a time; each names one of these tasks.\n\n" + "\n\n".join(
-    f"[{name}] {text}" for name, text in _STANDING.items()
-)
-"""The standing instructions of every REFLECT stage, in the system message of each of its calls (see
-:func:`~reflect_otel.prompts._render.trace_prompt`): identical for every call, so a prompt cache serves them."""
-
-
-def _prompt(ctx: PromptContext, steps: Sequence[Step], role: str, stage: str, task: str) -> list[ChatMessage]:
-    return trace_prompt(ctx, steps, role, f"Task [{stage}]. {task}", standing=_STANDING[stage], guide=GUIDE)
-
-
 def localization(ctx: PromptContext, steps: Sequence[Step]) -> list[ChatMessage]:
     task = (
         "The run above is known to be incorrect. "
-        f"Identify the FIRST step (1 to {len(steps)}) where the error was introduced."
+        f"Identify the FIRST step (1 to {len(steps)}) where the error was introduced.\n"
+        + reply_format(LocalizationOutput)
     )
-    return _prompt(ctx, steps, "an expert auditor analyzing an agent trace", "LOCALIZE", task)
+    return trace_prompt(ctx, steps, "an expert auditor analyzing an agent trace", task)
 
 
 def classification(ctx: PromptContext, steps: Sequence[Step], error_index: int) -> list[ChatMessage]:
-    task = f"Step {error_index} is the first error step. Classify its error."
-    return _prompt(ctx, steps, "classifying the first error step in an agent trace", "CLASSIFY", task)
-
-
-def _diagnosis_task(ctx: PromptContext, error_index: int, error_type: str, explanation: str, correction: str) -> str:
-    return (
-        f"Step {error_index} is the erroneous step: the steps before it are correct, the steps after it are its "
-        f"cascade.\nError classification: {error_type}\n"
-        f"Classification explanation:\n{data_block('CLASSIFICATION', cut(explanation, ctx.max_chars))}\n"
-        f"Previously suggested correction:\n{data_block('SUGGESTION', cut(correction, ctx.max_chars))}\n\n"
+    categories = "\n".join(f"- {e.value}" for e in ErrorType)
+    task = (
+        f"Step {error_index} is the first error step. Classify its error into one of:\n{categories}\n\n"
+        + reply_format(ClassificationOutput)
     )
+    return trace_prompt(ctx, steps, "classifying the first error step in an agent trace", task)
 
 
 def diagnosis(
@@ -231,14 +166,12 @@ def diagnosis(
 ) -> list[ChatMessage]:
     """The diagnosis prompt for ``output`` (see :func:`diagnosis_output`). ``candidates`` are corrections computed
     from the trace (one line each), shown as data the auditor may choose from."""
-    role = "a diagnostic expert analyzing why an agent failed"
-    task = _diagnosis_task(ctx, error_index, error_type, explanation, correction)
     if output is DiagnosisOutput:
-        return _prompt(ctx, steps, role, "PLAN", task + "Produce the repair plan.")
+        return _paper_diagnosis(ctx, steps, error_index, error_type, explanation, correction)
     what = (
         "corrected_call: the call to make instead of step "
         if "corrected_call" in output.model_fields
-        else ("corrected_thought: step ")
+        else "corrected_thought: step "
     )
     listed = cut("\n".join(candidates), ctx.max_chars * 4)
     options = (
@@ -247,10 +180,39 @@ def diagnosis(
         if candidates
         else ""
     )
-    task += f"{options}Produce the repair plan, with {what}{error_index} as it should have been.\n" + reply_format(
-        output
+    task = (
+        f"Step {error_index} is the erroneous step: the steps before it are correct, the steps after it are its "
+        f"cascade.\nError classification: {error_type}\n"
+        f"Classification explanation:\n{data_block('CLASSIFICATION', cut(explanation, ctx.max_chars))}\n"
+        f"Previously suggested correction:\n{data_block('SUGGESTION', cut(correction, ctx.max_chars))}\n\n"
+        f"{options}"
+        "Produce a repair plan:\n1. ROOT CAUSE: why the agent chose wrongly\n2. What EXACTLY to do instead\n"
+        f"3. {what}{error_index} as it should have been, with concrete values taken from the data above (a tool "
+        "result, an error message or the context often shows the right value); a candidate above when one is right\n"
+        "4. What the agent must NEVER do\n"
+        "In text fields, quote values with single quotes ('like this'). Never state the expected answer: say "
+        "what the agent must do to find it.\n" + reply_format(output)
     )
-    return _prompt(ctx, steps, role, "DIAGNOSE", task)
+    return trace_prompt(ctx, steps, "a diagnostic expert analyzing why an agent failed", task)
+
+
+def _paper_diagnosis(
+    ctx: PromptContext, steps: Sequence[Step], error_index: int, error_type: str, explanation: str, correction: str
+) -> list[ChatMessage]:
+    task = (
+        f"Step {error_index} is the erroneous step: the steps before it are correct, the steps after it are its "
+        f"cascade.\nError classification: {error_type}\n"
+        f"Classification explanation:\n{data_block('CLASSIFICATION', cut(explanation, ctx.max_chars))}\n"
+        f"Previously suggested correction:\n{data_block('SUGGESTION', cut(correction, ctx.max_chars))}\n\n"
+        "Produce a repair plan:\n1. ROOT CAUSE: why the agent chose wrongly\n2. What EXACTLY to do instead: the "
+        "action and its argument values, using values that appear in the data above (a tool result or the context "
+        "may show the right value)\n"
+        "3. What the agent must NEVER do\n4. expected_next_tool: the first tool to call next, or null\n"
+        "5. expected_next_arguments: that call's arguments by name, with their exact values, or null\n"
+        "In text fields, quote values with single quotes ('like this'). Never state the expected answer: say "
+        "what the agent must do to find it.\n" + reply_format(DiagnosisOutput)
+    )
+    return trace_prompt(ctx, steps, "a diagnostic expert analyzing why an agent failed", task)
 
 
 def gate(ctx: PromptContext, steps: Sequence[Step], plan: RepairPlan, proposed: Step) -> list[ChatMessage]:
@@ -264,10 +226,12 @@ def gate(ctx: PromptContext, steps: Sequence[Step], plan: RepairPlan, proposed: 
         "The run was replayed with a repair plan. "
         f"Repair plan:\n{data_block('REPAIR_PLAN', cut(plan_text, ctx.max_chars * 3))}\n\n"
         f"Proposed action (the first regenerated step):\n"
-        f"{data_block('PROPOSED_ACTION', format_step(proposed, ctx.max_chars))}"
+        f"{data_block('PROPOSED_ACTION', format_step(proposed, ctx.max_chars))}\n\n"
+        "Check: 1. Does it follow the correction? 2. Does it violate any forbidden action? "
+        "3. Is it relevant, or has the agent drifted?\n" + reply_format(GateOutput)
     )
-    return _prompt(
-        ctx, steps, "a gatekeeper verifying that an agent's proposed action follows a repair plan", "GATE", task
+    return trace_prompt(
+        ctx, steps, "a gatekeeper verifying that an agent's proposed action follows a repair plan", task
     )
 
 
@@ -331,8 +295,10 @@ def post_correction(
         f"A correction loop rolled back to step {rollback_point} and resampled. The resampled continuation "
         f"produced the CORRECT answer.\nOriginal error step: {original.index}\n"
         f"Resampled continuation:\n{data_block('RESAMPLED', format_steps(continuation, ctx.max_chars))}\n\n"
-        f"Corrected answer:\n{data_block('CORRECTED_ANSWER', cut(corrected_answer, ctx.max_chars))}"
+        f"Corrected answer:\n{data_block('CORRECTED_ANSWER', cut(corrected_answer, ctx.max_chars))}\n\n"
+        "Explain WHY the original step was wrong, using the correction as evidence.\n"
+        + reply_format(PostCorrectionOutput)
     )
-    return _prompt(
-        ctx, steps, "an expert auditor explaining why a specific step of an agent trace was wrong", "EXPLAIN", task
+    return trace_prompt(
+        ctx, steps, "an expert auditor explaining why a specific step of an agent trace was wrong", task
     )

@@ -1,0 +1,153 @@
+"""``python -m reflect_otel.demo.remote_agent``: the demo's LangGraph table agent deployed as a remote agent is:
+in its own process, instrumented with OpenInference, sending its spans over OTLP/HTTP (to ``reflect-otel collect
+--attribute``, or to an OTel Collector in front of it), and serving the HTTP replay protocol
+(:mod:`reflect_otel.replay_adapters.http`) so that the collector can re-run it from any step.
+
+It answers each ``--question`` once, under a root AGENT span that carries the question's expected answer as
+``reflect.expected_answer`` (how a canary or a test tells the collector what is right), then serves replays until
+stopped (Ctrl-C, SIGTERM or ``--duration``). The model is ``REFLECT_LLM_*`` (else the local llama.cpp server).
+Prints ``replay endpoint URL`` once listening, then ``answered ID: ANSWER`` for each question, flushed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from reflect_otel.config import LLMConfig
+from reflect_otel.errors import ReplayError
+from reflect_otel.llm.factory import make_llm
+from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult
+from reflect_otel.semconv import OpenInferenceSpanKindValues, ReflectAttributes, SpanAttributes
+from reflect_otel.trace import StepAction, StructuredTrace
+
+__all__ = ["main"]
+
+MAX_REQUEST_BYTES = 32 << 20
+
+
+class _ByThread:
+    """One replay endpoint for several agents: the request's trace names its LangGraph thread, which names the
+    agent (each question ran on a thread of its own)."""
+
+    def __init__(self, adapters: Mapping[str, ReplayAdapter]) -> None:
+        self.adapters = adapters
+
+    def replay(
+        self,
+        trace: StructuredTrace,
+        *,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole = InjectionRole.SYSTEM,
+        action: StepAction | None = None,
+    ) -> ReplayResult:
+        adapter = self.adapters.get(trace.replay.thread_id or "")
+        if adapter is None:
+            raise ReplayError(f"no agent here ran thread {trace.replay.thread_id!r}")
+        return adapter.replay(
+            trace, rollback_point=rollback_point, injection=injection, injection_role=injection_role, action=action
+        )
+
+
+def _server(adapter: ReplayAdapter, port: int) -> ThreadingHTTPServer:
+    from reflect_otel.replay_adapters.http import replay_handler
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if self.path.rstrip("/") != "/replay" or not 0 < length <= MAX_REQUEST_BYTES:
+                self.send_error(404 if self.path.rstrip("/") != "/replay" else 413)
+                return
+            status, body = replay_handler(adapter, self.rfile.read(length))
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return ThreadingHTTPServer(("127.0.0.1", port), Handler)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m reflect_otel.demo.remote_agent", description=__doc__)
+    parser.add_argument("--question", action="append", help="a bundled question id (repeatable; default nt-1)")
+    parser.add_argument(
+        "--otlp-endpoint", default="http://127.0.0.1:4318/v1/traces", help="where the spans go (OTLP/HTTP)"
+    )
+    parser.add_argument("--service", default="table-agent", help="the resource's service.name (default table-agent)")
+    parser.add_argument("--replay-port", type=int, default=0, help="replay endpoint port on 127.0.0.1 (0: any free)")
+    parser.add_argument("--max-steps", type=int, default=8, help="the agent's step limit")
+    parser.add_argument("--duration", type=float, help="stop serving after this many seconds (default: until stopped)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from reflect_otel.demo.table_agent import TableQAAgent
+    from reflect_otel.demo.wtq import load_questions
+    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
+
+    wanted = args.question or ["nt-1"]
+    questions = {q.id: q for q in load_questions()}
+    unknown = [q for q in wanted if q not in questions]
+    if unknown:
+        print(f"unknown question(s) {unknown}; bundled: {', '.join(sorted(questions))}", file=sys.stderr)
+        return 2
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": args.service}),
+        span_limits=SpanLimits(max_span_attributes=10_000, max_attribute_length=None),
+    )
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=args.otlp_endpoint)))
+    LangChainInstrumentor().instrument(tracer_provider=provider)
+    tracer = provider.get_tracer("reflect_otel.demo.remote_agent")
+    llm = make_llm(LLMConfig.from_env())
+    agents = {f"remote-{qid}": TableQAAgent(questions[qid], llm, max_steps=args.max_steps) for qid in wanted}
+    adapter = _ByThread(
+        {
+            thread: LangGraphReplayAdapter(agent.graph, tracer_provider=provider, recursion_limit=agent.recursion_limit)
+            for thread, agent in agents.items()
+        }
+    )
+    server = _server(adapter, args.replay_port)
+    threading.Thread(target=server.serve_forever, name="replay-endpoint", daemon=True).start()
+    print(f"replay endpoint http://127.0.0.1:{server.server_address[1]}/replay", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        for thread, agent in agents.items():
+            question = agent.question
+            attributes = {
+                SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.AGENT.value,
+                SpanAttributes.INPUT_VALUE: question.question,
+                ReflectAttributes.EXPECTED_ANSWER: question.expected,
+            }
+            with tracer.start_as_current_span("table_qa", attributes=attributes) as span:
+                answer = agent.answer(thread_id=thread)
+                span.set_attribute(SpanAttributes.OUTPUT_VALUE, answer)
+            provider.force_flush()
+            print(f"answered {question.id}: {answer}", flush=True)
+        stop.wait(args.duration)
+    finally:
+        server.shutdown()
+        provider.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
