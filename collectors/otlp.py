@@ -19,7 +19,15 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from reflect_otel._values import utf8_text
 from reflect_otel.errors import InputError
-from reflect_otel.spans import MAX_EVENTS_PER_SPAN, AttributeValue, SpanEvent, SpanRecord, is_span_id, is_trace_id
+from reflect_otel.spans import (
+    MAX_EVENTS_PER_SPAN,
+    AttributeValue,
+    SpanEvent,
+    SpanRecord,
+    is_span_id,
+    is_trace_id,
+    service_name,
+)
 
 __all__ = ["BatchTooLargeError", "DecodedBatch", "decode_json", "decode_protobuf", "decode_request"]
 
@@ -89,6 +97,7 @@ def decode_request(request: ExportTraceServiceRequest) -> DecodedBatch:
     """Spans of a decoded protobuf request."""
     batch = DecodedBatch()
     for resource_spans in request.resource_spans:
+        service = service_name(_proto_attributes(resource_spans.resource.attributes))
         for scope_spans in resource_spans.scope_spans:
             scope = scope_spans.scope.name or None
             for span in scope_spans.spans:
@@ -120,6 +129,7 @@ def decode_request(request: ExportTraceServiceRequest) -> DecodedBatch:
                         dropped_attributes=span.dropped_attributes_count,
                         scope=scope,
                         events=events,
+                        service=service,
                     )
                 )
     return batch
@@ -221,6 +231,8 @@ def decode_json_document(document: object) -> DecodedBatch:
         raise InputError("JSON body is not an OTLP ExportTraceServiceRequest (no 'resourceSpans')")
     batch = DecodedBatch()
     for resource_spans in _list(document, "resourceSpans", "resource_spans"):
+        resource = resource_spans.get("resource")
+        service = service_name(_json_attributes(resource) if isinstance(resource, Mapping) else None)
         for scope_spans in _list(resource_spans, "scopeSpans", "scope_spans", "instrumentationLibrarySpans"):
             scope_obj = scope_spans.get("scope") or scope_spans.get("instrumentationLibrary") or {}
             scope = _text(scope_obj.get("name") or "") or None if isinstance(scope_obj, Mapping) else None
@@ -263,6 +275,7 @@ def decode_json_document(document: object) -> DecodedBatch:
                         or 0,
                         scope=scope,
                         events=events,
+                        service=service,
                     )
                 )
     return batch

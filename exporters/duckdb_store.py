@@ -23,13 +23,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import duckdb
 import pyarrow as pa
+from pydantic import ValidationError
 
 from reflect_otel.errors import InputError
 from reflect_otel.record import AttributionRecord
+from reflect_otel.store import AttributionJob, JobStatus
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
@@ -108,6 +110,9 @@ VIEWS: dict[str, str] = {
                sum(completion_tokens) AS completion_tokens, round(sum(seconds), 3) AS seconds,
                round(avg(prompt_tokens + completion_tokens), 1) AS tokens_per_call
         FROM llm_calls GROUP BY ALL ORDER BY calls DESC""",
+    "attribution_queue": """
+        SELECT status, count(*) AS runs, sum(attempts) AS attempts, max(updated_at) AS last_change
+        FROM attribution_jobs GROUP BY ALL ORDER BY status""",
     "verified_by_source": """
         SELECT method, verified_by_source AS source, verified_by_kind AS kind, count(*) AS verified
         FROM attributions WHERE status = 'verified' GROUP BY ALL ORDER BY method, verified DESC""",
@@ -127,7 +132,14 @@ ALTER TABLE replays ADD COLUMN original_call VARCHAR;
 ALTER TABLE replays ADD COLUMN replacement_call VARCHAR
 """
 
-_MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3]
+# v4: the attribution work list (collect --attribute): runs stored and waiting, running, done or failed
+_SCHEMA_V4 = """
+CREATE TABLE attribution_jobs (
+    trace_id VARCHAR PRIMARY KEY, status VARCHAR, attempts INTEGER, expected_answer VARCHAR, reason VARCHAR,
+    updated_at TIMESTAMPTZ)
+"""
+
+_MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 
@@ -194,12 +206,13 @@ class StoreStats:
     traces: int = 0
     verdicts: int = 0
     records: int = 0
+    jobs: int = 0
     rejected: int = 0
     dropped: int = 0
     errors: int = 0
 
 
-_COUNTERS = {"trace": "traces", "verdict": "verdicts", "record": "records"}
+_COUNTERS = {"trace": "traces", "verdict": "verdicts", "record": "records", "job": "jobs"}
 _MEMORY_LIMIT = "256MB"
 """DuckDB's own cache for the writer (its default is 80% of the machine's RAM, which a long-running collector
 would fill with pages it never reads again); spills to disk beyond it."""
@@ -214,10 +227,11 @@ _KEYS = {
     "attributions": ("trace_id", "method"),
     "replays": ("trace_id", "method"),
     "llm_calls": ("trace_id", "method"),
+    "attribution_jobs": ("trace_id",),
 }
 
 
-_PARENT = {"trace": "traces", "verdict": "verdicts", "record": "attributions"}
+_PARENT = {"trace": "traces", "verdict": "verdicts", "record": "attributions", "job": "attribution_jobs"}
 """The table holding one row per key of each kind of write; its other tables hold rows only beside that row."""
 
 Columns = dict[str, list[Any]]
@@ -290,6 +304,34 @@ class DuckDBStore:
             self.stats.rejected += 1
             return
         self._enqueue(_record_rows(record))
+
+    def write_job(self, job: AttributionJob) -> None:
+        if not isinstance(job, AttributionJob) or not job.trace_id or job.status not in _JOB_STATUSES:
+            self.stats.rejected += 1
+            return
+        self._enqueue(_job_rows(job))
+
+    def pending_jobs(self, limit: int) -> list[AttributionJob]:
+        self.flush()
+        with self._monitor_lock:
+            rows = self._monitor.execute(
+                "SELECT trace_id, status, attempts, expected_answer, reason FROM attribution_jobs "
+                "WHERE status IN ('pending', 'running') ORDER BY updated_at, trace_id LIMIT ?",
+                [max(0, limit)],
+            ).fetchall()
+        return [AttributionJob(r[0], r[1], r[2] or 0, r[3], r[4]) for r in rows]
+
+    def read_trace(self, trace_id: str) -> StructuredTrace | None:
+        self.flush()
+        with self._monitor_lock:
+            row = self._monitor.execute("SELECT trace_json FROM traces WHERE trace_id = ?", [trace_id]).fetchone()
+        if not row:
+            return None
+        try:
+            return StructuredTrace.model_validate_json(row[0])
+        except ValidationError as error:  # written by another version, or edited by hand
+            _log.warning("trace %s in %s is not a valid trace: %s", trace_id, self.path, error)
+            return None
 
     @property
     def backlog(self) -> int:
@@ -459,6 +501,21 @@ def _verdict_rows(trace_id: str, verdict: Verdict) -> _Write:
         "created_at": datetime.now(UTC),
     }
     return _Write("verdict", (trace_id, verdict.verifier), {"verdicts": _as_columns([row], list(row))})
+
+
+_JOB_STATUSES = frozenset(get_args(JobStatus))
+
+
+def _job_rows(job: AttributionJob) -> _Write:
+    row = {
+        "trace_id": job.trace_id,
+        "status": job.status,
+        "attempts": job.attempts,
+        "expected_answer": job.expected_answer,
+        "reason": job.reason,
+        "updated_at": datetime.now(UTC),
+    }
+    return _Write("job", (job.trace_id,), {"attribution_jobs": _as_columns([row], list(row))})
 
 
 def _record_rows(record: AttributionRecord) -> _Write:

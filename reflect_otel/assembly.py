@@ -42,6 +42,7 @@ from reflect_otel.semconv import (
     MessageAttributes,
     MessageContentAttributes,
     OpenInferenceSpanKindValues,
+    ReflectAttributes,
     SpanAttributes,
     ToolCallAttributes,
 )
@@ -58,6 +59,7 @@ from reflect_otel.trace import (
     TraceWarning,
     WarningCode,
 )
+from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD
 
 __all__ = ["ATTRIBUTE_LIMIT_FIX", "AssemblyLimits", "assemble_trace"]
 
@@ -659,6 +661,7 @@ class _Assembler:
         raw = {
             "raw_input": _raw(root.attributes.get(SpanAttributes.INPUT_VALUE), question),
             "raw_output": _raw(root.attributes.get(SpanAttributes.OUTPUT_VALUE), answer),
+            EXPECTED_ANSWER_FIELD: self._text(root.attributes.get(ReflectAttributes.EXPECTED_ANSWER)),
         }
         if self.redacted:
             kinds = ", ".join(kind for kind, _ in self.redactor.patterns)
@@ -675,7 +678,7 @@ class _Assembler:
             question=question,
             final_answer=answer or None,
             steps=tuple(steps),
-            source=self._source(metadata),
+            source=self._source(metadata, root),
             replay=ReplayMetadata(thread_id=str(thread) if thread else None),
             warnings=tuple(self.warnings),
             start_time_ns=min(s.start_ns for s in self.by_id.values()),
@@ -684,7 +687,7 @@ class _Assembler:
             tools=tuple(self.tools.values()),
         )
 
-    def _source(self, root_metadata: Mapping[str, Any]) -> TraceSource:
+    def _source(self, root_metadata: Mapping[str, Any], root: SpanRecord) -> TraceSource:
         scopes = sorted({s.scope for s in self.by_id.values() if s.scope})
         if any(str(k).startswith("langgraph") for k in root_metadata) or any(
             s.name == "LangGraph" for s, _ in self.order[:1]
@@ -703,7 +706,9 @@ class _Assembler:
             framework = "openai"
         else:
             framework = "unknown"
-        return TraceSource(framework=framework, instrumentation=tuple(scopes), collector=self.collector)
+        return TraceSource(
+            framework=framework, instrumentation=tuple(scopes), collector=self.collector, service=root.service
+        )
 
     def _warn(self, code: WarningCode, message: str, span_id: str | None = None) -> None:
         self.warnings.append(TraceWarning(code=code, message=message, span_id=span_id))

@@ -20,7 +20,7 @@ from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import Verifier
 
-__all__ = ["METHODS", "Attributor", "MethodSpec", "llm_for", "method_spec"]
+__all__ = ["ATTRIBUTE_METHODS", "METHODS", "Attributor", "MethodSpec", "llm_for", "method_spec"]
 
 
 class Attributor(Protocol):
@@ -95,6 +95,8 @@ METHODS: dict[str, MethodSpec] = {
         ),
     )
 }
+ATTRIBUTE_METHODS = tuple(name for name, spec in METHODS.items() if not spec.withholds_expected)
+"""The methods a user picks to attribute runs (``reflect-proxy`` is an evaluation of REFLECT without answers)."""
 
 
 def method_spec(name: str) -> MethodSpec:

@@ -34,7 +34,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from reflect_otel.errors import ConfigError, LLMError
-from reflect_otel.evidence import Severity, find_evidence, render_findings
+from reflect_otel.evidence import Finding, Severity, find_evidence, render_findings
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.prompts import format_step
 from reflect_otel.prompts.proxy import Anchors, AuditedStep, AuditOutput, anchors_prompt, audit_prompt
@@ -52,10 +52,12 @@ __all__ = [
     "AuditOutput",
     "Basis",
     "ConfidenceCalibration",
+    "EvidenceVerifier",
     "MacroStep",
     "PlanAnchoredVerifier",
     "ProxyScores",
     "ProxyVerifierConfig",
+    "critical_evidence_verdict",
     "macro_steps",
     "score_audit",
     "verdict_basis",
@@ -341,19 +343,12 @@ class PlanAnchoredVerifier:
                 verifier=self.name, is_correct=None, confidence=0.0, label="UNCERTAIN", reasoning="no steps"
             ), None
         findings = find_evidence(trace) if self.config.use_evidence else ()
-        critical = [f for f in findings if f.severity is Severity.CRITICAL]
-        if critical:
-            named = "; ".join(f"step {f.step_index} {f.kind.value}: {f.evidence}" for f in critical[:3])
-            measured = self.config.calibration.confidence("critical_evidence", self.llm.model_name)
-            verdict = Verdict(
-                verifier=self.name,
-                is_correct=False,
-                confidence=self.config.evidence_confidence if measured is None else measured,
-                score=1.0,
-                label="HIGH_ERROR_SIGNAL",
-                reasoning=f"critical evidence (no audit needed): {named}",
-            )
-            return verdict, "critical_evidence"
+        measured = self.config.calibration.confidence("critical_evidence", self.llm.model_name)
+        flagged = critical_evidence_verdict(
+            findings, self.name, self.config.evidence_confidence if measured is None else measured
+        )
+        if flagged is not None:
+            return flagged, "critical_evidence"
         try:
             anchors = self.anchors(trace.question)
             audited = self.audit(trace.question, anchors, steps, render_findings(findings))
@@ -399,6 +394,43 @@ class PlanAnchoredVerifier:
             + (described or "no deviations"),
         )
         return verdict, basis
+
+
+def critical_evidence_verdict(findings: Sequence[Finding], verifier: str, confidence: float) -> Verdict | None:
+    """The run judged wrong on its critical findings (no LLM call), naming them; None when it has none."""
+    critical = [f for f in findings if f.severity is Severity.CRITICAL]
+    if not critical:
+        return None
+    named = "; ".join(f"step {f.step_index} {f.kind.value}: {f.evidence}" for f in critical[:3])
+    return Verdict(
+        verifier=verifier,
+        is_correct=False,
+        confidence=confidence,
+        score=1.0,
+        label="HIGH_ERROR_SIGNAL",
+        reasoning=f"critical evidence (no audit needed): {named}",
+    )
+
+
+class EvidenceVerifier:
+    """Flags a run on critical evidence alone (no answer given, a step limit hit, a loop of identical calls, an
+    answer right after a failed call), with no model call; any other run it cannot judge (``is_correct`` None).
+    The cheapest online triage: it catches the loud failures, never the silent ones."""
+
+    name = "evidence"
+
+    def __init__(self, config: ProxyVerifierConfig | None = None) -> None:
+        self.config = config or ProxyVerifierConfig()
+
+    def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
+        flagged = critical_evidence_verdict(find_evidence(trace), self.name, self.config.evidence_confidence)
+        return flagged or Verdict(
+            verifier=self.name,
+            is_correct=None,
+            confidence=0.0,
+            label="UNCERTAIN",
+            reasoning="no critical evidence; a silent failure needs the proxy verifier or an expected answer",
+        )
 
 
 def verdict_basis(scores: ProxyScores) -> Basis | None:

@@ -55,7 +55,11 @@ class LangGraphMetadataKeys:
 
 
 class ReflectAttributes:
-    """Attributes reflect-otel writes on the spans it emits."""
+    """Attributes reflect-otel writes on the spans it emits, and the one it reads from an agent's spans."""
+
+    EXPECTED_ANSWER = "reflect.expected_answer"
+    """Set by an agent (or a canary, or a test) on its run's root span: the answer the run should give. A run that
+    carries it is judged against it instead of by the proxy verifier. Read, never written, by reflect-otel."""
 
     ERROR_STEP_INDEX = "reflect.attribution.step_index"
     """1-based index of the decisive error step in the trace's ``StructuredTrace``."""

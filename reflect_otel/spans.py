@@ -25,6 +25,7 @@ __all__ = [
     "approx_bytes",
     "is_span_id",
     "is_trace_id",
+    "service_name",
     "span_record_from_readable",
 ]
 
@@ -76,6 +77,8 @@ class SpanRecord:
     parent_is_remote: bool = False
     """True when the parent lives in another process: this span is then the local root of the trace."""
     events: tuple[SpanEvent, ...] = ()
+    service: str | None = None
+    """The ``service.name`` of the resource that sent the span (which replay endpoint serves its agent)."""
 
     @property
     def is_local_root(self) -> bool:
@@ -107,7 +110,20 @@ def span_record_from_readable(span: ReadableSpan) -> SpanRecord | None:
             SpanEvent(_utf8(event.name), _utf8_attributes(event.attributes or {}))  # type: ignore[arg-type]
             for event in list(span.events or ())[:MAX_EVENTS_PER_SPAN]
         ),
+        service=service_name(span.resource.attributes if span.resource is not None else None),
     )
+
+
+SERVICE_NAME = "service.name"
+MAX_SERVICE_NAME_CHARS = 256
+
+
+def service_name(resource_attributes: Mapping[str, object] | None) -> str | None:
+    """A resource's ``service.name``, as text of at most :data:`MAX_SERVICE_NAME_CHARS`; None when it has none."""
+    value = (resource_attributes or {}).get(SERVICE_NAME)
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return _utf8(value.strip()[:MAX_SERVICE_NAME_CHARS])
 
 
 # An application's Python strings may hold lone surrogates ("\ud800"), which the SDK keeps and no UTF-8 writer

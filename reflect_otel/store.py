@@ -8,8 +8,9 @@ built-in one is DuckDB (``reflect_otel.exporters.duckdb_store``). Record exporte
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from reflect_otel import plugins
 from reflect_otel.record import AttributionRecord
@@ -18,7 +19,9 @@ from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
 __all__ = [
+    "AttributionJob",
     "AttributionStore",
+    "JobStatus",
     "RecordExporter",
     "open_exporter",
     "open_store",
@@ -28,17 +31,44 @@ __all__ = [
 DEFAULT_STORE = "reflect.duckdb"
 
 
+JobStatus = Literal["pending", "running", "done", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class AttributionJob:
+    """A stored run waiting for (or given) attribution: the collector's work list, kept in the store so that a run
+    acknowledged to its sender is never lost when attribution falls behind or the process stops."""
+
+    trace_id: str
+    status: JobStatus
+    attempts: int = 0
+    """Attributions started (a job found ``running`` was cut short by a stop, and is taken again)."""
+    expected_answer: str | None = None
+    reason: str | None = None
+    """Why it failed, or was done without an attribution."""
+
+
 class AttributionStore(Protocol):
     """Writes are queued and applied by one writer: they return at once and never raise for content; each is an
     idempotent upsert (writing the same trace or record again changes nothing) applied in one transaction, so a
     killed process leaves no half-written record. Invalid input is rejected and counted. ``flush`` waits until
-    everything queued is written; ``close`` flushes and releases the file."""
+    everything queued is written; ``close`` flushes and releases the file.
+
+    Jobs (:class:`AttributionJob`) are written like the rest; ``pending_jobs`` lists the ones still to do
+    (``pending``, or ``running`` when a stop cut them short), oldest first, after what was queued is written, and
+    ``read_trace`` gives a stored trace back."""
 
     def write_trace(self, trace: StructuredTrace) -> None: ...
 
     def write_verdict(self, trace_id: str, verdict: Verdict) -> None: ...
 
     def write_record(self, record: AttributionRecord) -> None: ...
+
+    def write_job(self, job: AttributionJob) -> None: ...
+
+    def pending_jobs(self, limit: int) -> list[AttributionJob]: ...
+
+    def read_trace(self, trace_id: str) -> StructuredTrace | None: ...
 
     def flush(self, timeout_s: float = 30.0) -> bool: ...
 

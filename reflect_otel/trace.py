@@ -137,6 +137,9 @@ class TraceSource(BaseModel):
     framework: str = Field(default="unknown", description="langgraph, langchain, openai, smolagents, ... or unknown.")
     instrumentation: tuple[str, ...] = Field(default=(), description="Instrumentation scope names seen.")
     collector: str = Field(default="unknown", description="span_processor, otlp, file, trail or builder.")
+    service: str | None = Field(
+        default=None, description="The root span's resource service.name: which replay endpoint serves the agent."
+    )
 
 
 class ReplayMetadata(BaseModel):

@@ -86,7 +86,7 @@ class ReplayEndpoints:
     def __init__(self, endpoints: list[ReplayEndpoint], environ: Mapping[str, str] | None = None) -> None:
         env = os.environ if environ is None else environ
         self.endpoints = endpoints
-        self._adapters = [
+        self._adapters: list[ReplayAdapter] = [
             HTTPReplayAdapter(
                 e.url, timeout_s=e.timeout_s, headers=e.resolved_headers(env), max_response_bytes=e.max_response_bytes
             )

@@ -27,8 +27,10 @@ class _SlowOracle(OracleVerifier):
     def __init__(self, delay: float, gate: threading.Event | None = None) -> None:
         self.delay = delay
         self.gate = gate
+        self.entered = threading.Event()
 
     def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
+        self.entered.set()
         if self.gate is not None:
             self.gate.wait(30)
         time.sleep(self.delay)
@@ -80,11 +82,13 @@ def test_a_stop_leaves_the_rest_pending_and_the_next_worker_takes_it(tmp_path: P
     path = tmp_path / "stop.duckdb"
     store = DuckDBStore(path)
     gate = threading.Event()
-    worker = AttributionWorker(_service(store, _SlowOracle(0.0, gate)), store).start()
+    oracle = _SlowOracle(0.0, gate)
+    worker = AttributionWorker(_service(store, oracle), store).start()
     for number in range(5):
         run = _run(number)
         store.write_trace(run)
         worker.offer(run)
+    assert oracle.entered.wait(10)
     worker.close(timeout_s=0.2)  # stopping while the first run is held at the gate
     gate.set()
     worker.close(timeout_s=10)  # it finishes that run, and takes no other

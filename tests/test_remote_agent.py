@@ -185,8 +185,8 @@ def test_a_remote_agents_wrong_answer_is_flagged_replayed_over_http_verified_sto
             assert "listening for OTLP/HTTP" in collector.stderr.readline()
             agent = subprocess.Popen(
                 [
-                    *CLI[:2],
-                    "reflect_otel.demo.remote_agent",
+                    *CLI,
+                    "demo-agent",
                     "--question",
                     "nt-1",
                     "--replay-port",

@@ -24,6 +24,7 @@ def _builtin_commands() -> list[Callable[[argparse._SubParsersAction[argparse.Ar
     from reflect_otel.cli.attribute import add_attribute_command
     from reflect_otel.cli.collect import add_collect_command, add_import_command
     from reflect_otel.cli.demo import add_demo_command
+    from reflect_otel.cli.demo_agent import add_demo_agent_command
     from reflect_otel.cli.evaluate import add_eval_command, add_eval_compare_command
     from reflect_otel.cli.settings import add_settings_command
     from reflect_otel.cli.show import add_show_command
@@ -33,6 +34,7 @@ def _builtin_commands() -> list[Callable[[argparse._SubParsersAction[argparse.Ar
         add_attribute_command,
         add_collect_command,
         add_demo_command,
+        add_demo_agent_command,
         add_eval_command,
         add_eval_compare_command,
         add_import_command,

@@ -10,21 +10,24 @@ from pathlib import Path
 from typing import Any
 
 from reflect_otel._values import utf8_text
+from reflect_otel.cli._online import online_service
 from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int
 from reflect_otel.config import LLMConfig
 from reflect_otel.datasets import BBM_TASKS
-from reflect_otel.errors import InputError
-from reflect_otel.methods import METHODS, llm_for, method_spec
-from reflect_otel.replay import find_replay_adapter
-from reflect_otel.service import AttributionService
+from reflect_otel.errors import ConfigError, InputError
+from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.llm.budget import TokenBudget
+from reflect_otel.methods import ATTRIBUTE_METHODS, llm_for, method_spec
+from reflect_otel.online.work import AttributionWorker, WorkerStats
+from reflect_otel.replay import ReplayAdapter, find_replay_adapter
+from reflect_otel.replay_adapters.remote import load_replay_endpoints
+from reflect_otel.service import AttributionService, ReplayFinder
 from reflect_otel.store import open_exporter, open_store, store_path
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, good_trace_rows
 from reflect_otel.verifiers import BBMVerifier, OracleVerifier, SelfVerifier, Verifier
 
 __all__ = ["add_attribute_command"]
-
-ATTRIBUTE_METHODS = tuple(name for name, spec in METHODS.items() if not spec.withholds_expected)
 
 
 def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,7 +41,20 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
             "attributions; the others are localization-only, and each record says so."
         ),
     )
-    parser.add_argument("traces", type=Path, help="JSONL file of traces")
+    parser.add_argument("traces", type=Path, nargs="?", help="JSONL file of traces (or --pending)")
+    parser.add_argument(
+        "--pending",
+        action="store_true",
+        help="instead of a file, take the runs 'collect --attribute' left pending in the store: each is judged "
+        "(against its expected answer, else by the plan-anchored proxy verifier), and attributed when flagged",
+    )
+    parser.add_argument(
+        "--replay-config",
+        type=Path,
+        metavar="FILE",
+        help="TOML file mapping each agent's service.name to its HTTP replay endpoint (see 'collect --help'); "
+        "only these URLs are called, never one found in a trace",
+    )
     parser.add_argument(
         "--method", choices=ATTRIBUTE_METHODS, default="reflect", help="attribution method (default reflect)"
     )
@@ -59,7 +75,9 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
     parser.add_argument("--limit", type=positive_int, help="attribute at most N traces")
     add_pipeline_options(parser.add_argument_group("REFLECT's settings"))
     parser.add_argument("--withhold-expected", action="store_true", help="show [WITHHELD] instead of the answer")
-    parser.add_argument("-o", "--out", type=Path, required=True, help="JSONL file of records to write (replaced)")
+    parser.add_argument(
+        "-o", "--out", type=Path, help="JSONL file of records to write (replaced; required with a file)"
+    )
     parser.add_argument(
         "--store", help="DuckDB file for traces, verdicts and records (default: REFLECT_STORE, then ./reflect.duckdb)"
     )
@@ -106,13 +124,58 @@ def _expected_answers(path: Path) -> dict[str, str]:
     return answers
 
 
+def _replay_finder(config: Path | None) -> ReplayFinder:
+    """The configured HTTP endpoints first (when a file is given), then the installed adapters."""
+    if config is None:
+        return find_replay_adapter
+    endpoints = load_replay_endpoints(config)
+
+    def find(trace: StructuredTrace, llm: StructuredLLM) -> ReplayAdapter | None:
+        return endpoints(trace, llm) or find_replay_adapter(trace, llm)
+
+    return find
+
+
 def _dataset_context(trace: StructuredTrace) -> str:
     """The BIG-Bench-Mistake task a dataset trace came from, for the prompts' domain-context slot."""
     task = trace.metadata.get("task", "") if trace.metadata.get("dataset") == "bbm" else ""
     return f"{task}: {BBM_TASKS[task]}" if task in BBM_TASKS else ""
 
 
+def _attribute_pending(args: argparse.Namespace) -> int:
+    if args.traces is not None or args.no_store:
+        raise ConfigError("--pending takes the runs waiting in the store: drop the trace file and --no-store")
+    replays = load_replay_endpoints(args.replay_config) if args.replay_config is not None else None
+    store = open_store(args.store)
+    service = online_service(args, store, replays, verifier="proxy", budget=TokenBudget(10**12, 10**12))
+    worker = AttributionWorker(service, store)
+    started = time.monotonic()
+
+    def progress(stats: WorkerStats) -> None:
+        print(
+            f"pending: {stats.verified} judged, {stats.flagged} flagged, {stats.attributed} attributed "
+            f"({stats.verified_attributions} verified), {stats.failed} failed; {stats.pending} left",
+            file=sys.stderr,
+        )
+
+    try:
+        stats = worker.run_pending(progress)
+    finally:
+        service.close()
+    print(
+        f"{stats.verified} pending run(s) judged in {time.monotonic() - started:.1f} s: {stats.flagged} flagged, "
+        f"{stats.attributed} attributed ({stats.verified_attributions} verified); records in the store "
+        f"{store_path(args.store)}",
+        file=sys.stderr,
+    )
+    return 1 if stats.failed else 0
+
+
 def _attribute(args: argparse.Namespace) -> int:
+    if args.pending:
+        return _attribute_pending(args)
+    if args.traces is None or args.out is None:
+        raise ConfigError("attribute needs a JSONL file of traces and -o FILE for the records (or --pending)")
     config = pipeline_config(args, include_expected_answer=False if args.withhold_expected else None)
     answers = _expected_answers(args.expected_file) if args.expected_file else {}
     bad_lines: list[InputError] = []
@@ -139,7 +202,7 @@ def _attribute(args: argparse.Namespace) -> int:
         config=config,
         store=None if args.no_store else open_store(args.store),
         exporters={name: open_exporter(name) for name in dict.fromkeys(args.export)},
-        replay_finder=find_replay_adapter,
+        replay_finder=_replay_finder(args.replay_config),
     )
     export_failures: dict[str, int] = {}
     started = time.monotonic()

@@ -10,11 +10,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from reflect_otel.cli._online import add_online_options, online_service
 from reflect_otel.collectors.files import DEFAULT_MAX_FILE_BYTES, ImportReport, import_files
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits, parse_endpoint
 from reflect_otel.collectors.trace_collector import BufferLimits
 from reflect_otel.demo.examples import example_path
 from reflect_otel.errors import ConfigError, InputError
+from reflect_otel.online.work import AttributionWorker
+from reflect_otel.replay_adapters.remote import load_replay_endpoints
 from reflect_otel.store import AttributionStore, open_store
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, TraceWriter, each_trace_row
@@ -27,7 +30,7 @@ EXAMPLE_FILES = ("langgraph_agent.otlp.json", "bbm/multistep_arithmetic.jsonl")
 def add_collect_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "collect",
-        help="receive OTLP traces from agents in other processes and write them as JSONL",
+        help="receive OTLP traces from agents in other processes, store them, and (--attribute) judge and attribute them",
         description=(
             "Run an OTLP receiver (HTTP protobuf/JSON on /v1/traces, and gRPC) that rebuilds each finished agent "
             "run into a StructuredTrace and appends it to --out. Point the agent's exporter at it, e.g. "
@@ -36,7 +39,8 @@ def add_collect_command(subparsers: argparse._SubParsersAction[argparse.Argument
             "to retry (503). The --out file is the source of truth: each trace is appended and flushed before it "
             "goes to the store, so after a crash (kill -9) the store may lack the last traces of the file; "
             "'collect --reingest FILE' brings it up to date (re-writing a trace changes nothing). A crash loses "
-            "the traces still being gathered in memory, acknowledged or not."
+            "the traces still being gathered in memory, acknowledged or not. With --attribute it also judges every "
+            "run and attributes the flagged ones (see below)."
         ),
     )
     parser.add_argument(
@@ -57,6 +61,15 @@ def add_collect_command(subparsers: argparse._SubParsersAction[argparse.Argument
         "--store", help="DuckDB file the traces also go to (default: REFLECT_STORE, then ./reflect.duckdb)"
     )
     parser.add_argument("--no-store", action="store_true", help="write only the --out file")
+    online = parser.add_argument_group(
+        "attribution (--attribute)",
+        "Judge every finished run and attribute the flagged ones, off the receive path: a run whose root span "
+        "carries reflect.expected_answer is judged against it, the others by --verifier. Each run is stored as a "
+        "job first; when attribution falls behind, runs wait in the store (pending) and are taken later, by this "
+        "process or by 'attribute --pending'. Records go to the store, and to each --export.",
+    )
+    online.add_argument("--attribute", action="store_true", help="verify and attribute runs as they arrive")
+    add_online_options(parser, online)
     parser.set_defaults(handler=_collect)
 
 
@@ -95,14 +108,19 @@ def _collect(args: argparse.Namespace) -> int:
     grpc_endpoint = None if args.grpc == "off" else parse_endpoint(args.grpc, default_port=4317)
     if args.max_body_bytes < 1:
         raise ConfigError("--max-body-bytes must be positive")
+    if args.attribute and args.no_store:
+        raise ConfigError("--attribute keeps its work list in the store; drop --no-store")
     writer: TraceWriter | None = None
     store: AttributionStore | None = None
+    worker: AttributionWorker | None = None
 
-    def sink(trace: StructuredTrace) -> None:  # runs only after start(), when both are set
+    def sink(trace: StructuredTrace) -> None:  # runs only after start(), when all are set
         if writer is not None:
             writer.write(trace)
         if store is not None:
             store.write_trace(trace)
+        if worker is not None:
+            worker.offer(trace)
 
     # bind first (a bad endpoint fails before any file is opened); nothing is served until start()
     receiver = OTLPReceiver(
@@ -113,8 +131,12 @@ def _collect(args: argparse.Namespace) -> int:
         buffer_limits=BufferLimits(grace_s=args.grace, ttl_s=args.ttl),
         allow_remote=args.allow_remote,
     )
+    replays = load_replay_endpoints(args.replay_config) if args.replay_config is not None else None
     writer = TraceWriter(args.out)
     store = None if args.no_store else open_store(args.store)
+    service = online_service(args, store, replays) if args.attribute and store is not None else None
+    if service is not None and store is not None:
+        worker = AttributionWorker(service, store, max_bytes=args.max_queue_bytes).start()
     receiver.start()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -130,25 +152,42 @@ def _collect(args: argparse.Namespace) -> int:
         while not stop.wait(1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))):
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            _status(receiver.stats(), writer.written, end="\r" if sys.stderr.isatty() else "\n", quiet=True)
+            _status(receiver.stats(), writer.written, worker, end="\r" if sys.stderr.isatty() else "\n", quiet=True)
     finally:
         receiver.shutdown()
         writer.close()
-        if store is not None:
+        if worker is not None:
+            worker.close(timeout_s=args.grace)  # what is not done stays pending in the store
+        if service is not None:
+            service.close()  # its exporters and the store
+        elif store is not None:
             store.close()
-    _status(receiver.stats(), writer.written, end="\n", quiet=False)
+    _status(receiver.stats(), writer.written, worker, end="\n", quiet=False)
+    if worker is not None and worker.stats.pending + worker.stats.queued:
+        print(
+            f"{worker.stats.pending + worker.stats.queued} run(s) left pending in the store: 'collect --attribute' "
+            "or 'attribute --pending' takes them",
+            file=sys.stderr,
+        )
     return 0
 
 
 _last_status: list[str] = [""]
 
 
-def _status(stats: dict[str, int], written: int, *, end: str, quiet: bool) -> None:
+def _status(stats: dict[str, int], written: int, worker: AttributionWorker | None, *, end: str, quiet: bool) -> None:
     dropped = sum(v for k, v in stats.items() if k.startswith("spans_dropped"))
     line = (
         f"requests {stats['requests_ok']} ok / {stats['requests_rejected']} rejected; spans {stats['spans_taken']} "
         f"({stats['spans_rejected']} rejected, {dropped} dropped); traces written {written}"
     )
+    if worker is not None:
+        w = worker.stats
+        line += (
+            f"; queue {w.queued} ({w.queued_bytes // 1024} KiB), pending {w.pending}; judged {w.verified}, "
+            f"flagged {w.flagged}, attributed {w.attributed} ({w.verified_attributions} verified), "
+            f"budget skips {w.budget_skips}, failed {w.failed}"
+        )
     if quiet and line == _last_status[0]:
         return  # print only when something changed, so logs stay short
     _last_status[0] = line

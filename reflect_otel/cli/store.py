@@ -18,7 +18,9 @@ from reflect_otel.store import store_path
 
 __all__ = ["add_report_command", "add_sql_command", "add_stats_command"]
 
-STATS_VIEWS = ("failure_stats", "error_types", "verified_share", "flip_rate_by_offset", "cost_per_stage")
+STATS_VIEWS = (
+    "failure_stats", "error_types", "verified_share", "flip_rate_by_offset", "cost_per_stage", "attribution_queue",
+)  # fmt: skip
 
 
 def _store_argument(parser: argparse.ArgumentParser) -> None:
@@ -109,8 +111,12 @@ def _stats(args: argparse.Namespace) -> int:
     db = connect_read_only(path)
     try:
         counts = {t: _count(db, t) for t in ("traces", "verdicts", "attributions")}
+        row = db.execute("SELECT count(*) FROM attribution_jobs WHERE status IN ('pending', 'running')").fetchone()
+        pending = row[0] if row else 0
         print(
-            f"store {path}: {counts['traces']} traces, {counts['verdicts']} verdicts, {counts['attributions']} attributions"
+            f"store {path}: {counts['traces']} traces, {counts['verdicts']} verdicts, {counts['attributions']} "
+            f"attributions, {pending} run(s) pending attribution"
+            + (" ('attribute --pending' takes them)" if pending else "")
         )
         for view in STATS_VIEWS:
             columns, rows, _ = _query(db, f"SELECT * FROM {view} LIMIT 20", 20)

@@ -1,7 +1,7 @@
-"""``python -m reflect_otel.demo.remote_agent``: the demo's LangGraph table agent deployed as a remote agent is:
+"""``reflect-otel demo-agent``: the demo's LangGraph table agent deployed as a remote agent is:
 in its own process, instrumented with OpenInference, sending its spans over OTLP/HTTP (to ``reflect-otel collect
 --attribute``, or to an OTel Collector in front of it), and serving the HTTP replay protocol
-(:mod:`reflect_otel.replay_adapters.http`) so that the collector can re-run it from any step.
+(see reflect_otel/replay_adapters/http.py) so that the collector can re-run it from any step.
 
 It answers each ``--question`` once, under a root AGENT span that carries the question's expected answer as
 ``reflect.expected_answer`` (how a canary or a test tells the collector what is right), then serves replays until
@@ -13,20 +13,19 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 import threading
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from reflect_otel.config import LLMConfig
-from reflect_otel.errors import ReplayError
+from reflect_otel.errors import ConfigError, ReplayError
 from reflect_otel.llm.factory import make_llm
 from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult
 from reflect_otel.semconv import OpenInferenceSpanKindValues, ReflectAttributes, SpanAttributes
 from reflect_otel.trace import StepAction, StructuredTrace
 
-__all__ = ["main"]
+__all__ = ["add_demo_agent_command"]
 
 MAX_REQUEST_BYTES = 32 << 20
 
@@ -77,8 +76,12 @@ def _server(adapter: ReplayAdapter, port: int) -> ThreadingHTTPServer:
     return ThreadingHTTPServer(("127.0.0.1", port), Handler)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m reflect_otel.demo.remote_agent", description=__doc__)
+def add_demo_agent_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "demo-agent",
+        help="serve the demo agent as a remote agent: OTLP out, HTTP replay endpoint in",
+        description=(__doc__ or "").split("\n\n", 1)[0].replace("``", "'"),
+    )
     parser.add_argument("--question", action="append", help="a bundled question id (repeatable; default nt-1)")
     parser.add_argument(
         "--otlp-endpoint", default="http://127.0.0.1:4318/v1/traces", help="where the spans go (OTLP/HTTP)"
@@ -87,11 +90,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--replay-port", type=int, default=0, help="replay endpoint port on 127.0.0.1 (0: any free)")
     parser.add_argument("--max-steps", type=int, default=8, help="the agent's step limit")
     parser.add_argument("--duration", type=float, help="stop serving after this many seconds (default: until stopped)")
-    return parser
+    parser.set_defaults(handler=_serve)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def _serve(args: argparse.Namespace) -> int:
     from openinference.instrumentation.langchain import LangChainInstrumentor
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
@@ -106,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     questions = {q.id: q for q in load_questions()}
     unknown = [q for q in wanted if q not in questions]
     if unknown:
-        print(f"unknown question(s) {unknown}; bundled: {', '.join(sorted(questions))}", file=sys.stderr)
-        return 2
+        raise ConfigError(f"unknown question(s) {unknown}; bundled: {', '.join(sorted(questions))}")
     provider = TracerProvider(
         resource=Resource.create({"service.name": args.service}),
         span_limits=SpanLimits(max_span_attributes=10_000, max_attribute_length=None),
@@ -147,7 +148,3 @@ def main(argv: list[str] | None = None) -> int:
         server.shutdown()
         provider.shutdown()
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
