@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -27,10 +28,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from reflect_otel.collectors.otlp import decode_protobuf
-from reflect_otel.llm.local import free_port
+from reflect_otel.llm.local import LocalLLM, free_port
 from reflect_otel.semconv import ReflectAttributes
 from reflect_otel.testing import wait_until
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedTurn
+from reflect_otel.verifiers import answers_match
 
 pytest.importorskip("langgraph")
 pytest.importorskip("openinference.instrumentation.langchain")
@@ -131,100 +133,137 @@ def _turn(body: dict[str, Any]) -> ScriptedTurn:
     return ScriptedTurn(text=json.dumps(reply if reply is not None else _agent_turn(schema, body["messages"])))
 
 
-def test_a_remote_agents_wrong_answer_is_flagged_replayed_over_http_verified_stored_and_exported(
-    tmp_path: Path, recorders: tuple[_Recorder, _Recorder]
-) -> None:
-    second, forbidden = recorders
+@dataclass
+class _Online:
+    """What one end-to-end run left: the agent's answer, the collector's last lines, the store's rows."""
+
+    answer: str
+    errors: str
+    rows: list[tuple[Any, ...]]
+    jobs: list[tuple[Any, ...]]
+    replays: int
+
+
+def _run_online(
+    tmp_path: Path,
+    llm_env: dict[str, str],
+    second: _Recorder,
+    *,
+    other_service: str | None,
+    timeout_s: float,
+) -> _Online:
+    """The demo agent on nt-1 and ``collect --attribute`` in their own processes, the model at ``llm_env``; with
+    ``other_service`` (an address) a second run of another service naming it. Waits for the attribution spans of
+    the runs answered wrong to reach ``second``, then stops both and reads the store."""
     collect_port, replay_port = free_port(), free_port()
     config = tmp_path / "replay.toml"
     config.write_text(
         f'[[endpoint]]\nservice = "table-agent"\nurl = "http://127.0.0.1:{replay_port}/replay"\n'
         'headers_from_env = { "X-Replay-Token" = "TABLE_AGENT_TOKEN" }\n'
     )
-    store, out = tmp_path / "online.duckdb", tmp_path / "runs.jsonl"
-    with ScriptedOpenAIServer(_turn) as model:
-        env = os.environ | {
+    store = tmp_path / "online.duckdb"
+    env = (
+        os.environ
+        | llm_env
+        | {
             "PYTHONUNBUFFERED": "1",
-            "REFLECT_LLM_BASE_URL": model.base_url,
-            "REFLECT_LLM_API_KEY": "test",
-            "REFLECT_LLM_MODEL": "scripted-model",
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{second.url}/v1/traces",
             "TABLE_AGENT_TOKEN": "secret-token",
         }
-        collector = subprocess.Popen(
+    )
+    collector = subprocess.Popen(
+        [
+            *CLI, "collect", "--http", f"127.0.0.1:{collect_port}", "-o", str(tmp_path / "runs.jsonl"),
+            "--store", str(store), "--attribute", "--replay-config", str(config), "--export", "otlp",
+            "--grace", "0.5", "--rounds", "1", "--rollback-points", "1", "--gate", "soft",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )  # fmt: skip
+    agent = None
+    answer = ""
+    try:
+        assert collector.stderr is not None
+        assert "listening for OTLP/HTTP" in collector.stderr.readline()
+        agent = subprocess.Popen(
             [
-                *CLI,
-                "collect",
-                "--http",
-                f"127.0.0.1:{collect_port}",
-                "-o",
-                str(out),
-                "--store",
-                str(store),
-                "--attribute",
-                "--replay-config",
-                str(config),
-                "--export",
-                "otlp",
-                "--grace",
-                "0.5",
-                "--rounds",
-                "1",
-                "--rollback-points",
-                "1",
-                "--gate",
-                "soft",
+                *CLI, "demo-agent", "--question", "nt-1", "--replay-port", str(replay_port),
+                "--otlp-endpoint", f"http://127.0.0.1:{collect_port}/v1/traces",
             ],
-            stderr=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             text=True,
             env=env,
-        )
-        agent = None
-        try:
-            assert collector.stderr is not None
-            assert "listening for OTLP/HTTP" in collector.stderr.readline()
-            agent = subprocess.Popen(
-                [
-                    *CLI,
-                    "demo-agent",
-                    "--question",
-                    "nt-1",
-                    "--replay-port",
-                    str(replay_port),
-                    "--otlp-endpoint",
-                    f"http://127.0.0.1:{collect_port}/v1/traces",
-                ],
-                stdout=subprocess.PIPE,
-                text=True,
-                env=env,
-            )
-            assert agent.stdout is not None
-            assert agent.stdout.readline().startswith("replay endpoint http://127.0.0.1:")
-            assert agent.stdout.readline().strip() == "answered nt-1: none"
-            # another service's run, whose spans name an address: flagged, attributed without a replay
-            _other_service_run(collect_port, forbidden.url)
-            wait_until(lambda: len(_attributed(second)) >= 2, 120, "the two records at the second receiver")
-        finally:
-            collector.send_signal(signal.SIGTERM)
-            _, errors = collector.communicate(timeout=60)
-            if agent is not None:
-                agent.send_signal(signal.SIGTERM)
-                agent.wait(timeout=30)
-        assert collector.returncode == 0, errors
-    assert forbidden.bodies == []  # a URL named in trace content is never called
+        )  # fmt: skip
+        assert agent.stdout is not None
+        assert agent.stdout.readline().startswith("replay endpoint http://127.0.0.1:")
+        answered = agent.stdout.readline().strip()
+        assert answered.startswith("answered nt-1: "), answered
+        answer = answered.removeprefix("answered nt-1: ")
+        if other_service is not None:
+            _other_service_run(collect_port, other_service)
+        wrong = 0 if answers_match(answer, "Bangkok, Thailand") else 1
+        expected = wrong + (other_service is not None)
+        wait_until(lambda: len(_attributed(second)) >= expected, timeout_s, f"{expected} record(s) at the receiver")
+    finally:
+        collector.send_signal(signal.SIGTERM)
+        _, errors = collector.communicate(timeout=120)
+        if agent is not None:
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(timeout=30)
+    assert collector.returncode == 0, errors
     with duckdb.connect(str(store), read_only=True) as db:
         rows = db.execute(
             "SELECT t.agent, a.status, a.mode, a.step_index, a.verified_by_kind, a.corrected_answer "
             "FROM attributions a JOIN traces t USING (trace_id) ORDER BY t.agent"
         ).fetchall()
         jobs = db.execute("SELECT status, count(*) FROM attribution_jobs GROUP BY ALL").fetchall()
-    assert ("other", "unverified", "localization_only", 1, None, None) in rows
-    ((_, status, mode, step, kind, corrected),) = [r for r in rows if r[0] == "table_qa"]
+        replays = db.execute("SELECT count(*) FROM replays WHERE error IS NULL").fetchone()
+    return _Online(answer, errors, rows, jobs, replays[0] if replays else 0)
+
+
+def test_a_remote_agents_wrong_answer_is_flagged_replayed_over_http_verified_stored_and_exported(
+    tmp_path: Path, recorders: tuple[_Recorder, _Recorder]
+) -> None:
+    second, forbidden = recorders
+    with ScriptedOpenAIServer(_turn) as model:
+        llm_env = {"REFLECT_LLM_BASE_URL": model.base_url, "REFLECT_LLM_API_KEY": "t", "REFLECT_LLM_MODEL": "scripted"}
+        online = _run_online(tmp_path, llm_env, second, other_service=forbidden.url, timeout_s=120)
+    assert online.answer == "none"
+    assert forbidden.bodies == []  # a URL named in trace content is never called
+    assert ("other", "unverified", "localization_only", 1, None, None) in online.rows
+    ((_, status, mode, step, kind, corrected),) = [r for r in online.rows if r[0] == "table_qa"]
     assert (status, mode, step, kind) == ("verified", "replay", 1, "action")
     assert corrected == "Bangkok, Thailand"
-    assert jobs == [("done", 2)]
+    assert online.jobs == [("done", 2)]
     assert sorted(_attributed(second).values()) == ["unverified", "verified"]
-    assert "attributed 2 (1 verified)" in errors
+    assert "attributed 2 (1 verified)" in online.errors
+
+
+@pytest.mark.local_llm
+def test_the_same_with_the_local_model(
+    tmp_path: Path, recorders: tuple[_Recorder, _Recorder], default_llm: LocalLLM
+) -> None:
+    """The shipped model as the agent's and the auditor's: one server for both processes. nt-1 has been answered
+    wrong by it in every run so far; should it answer right, the run is judged and nothing is attributed."""
+    second, _ = recorders
+    llm_env = {
+        "REFLECT_LLM_BASE_URL": str(default_llm.config.base_url),
+        "REFLECT_LLM_API_KEY": "local",
+        "REFLECT_LLM_MODEL": default_llm.model_name,
+        "REFLECT_LLM_SCHEMA_MODE": "json_object_schema",
+        "REFLECT_LLM_TIMEOUT_S": "900",
+    }
+    online = _run_online(tmp_path, llm_env, second, other_service=None, timeout_s=1_800)
+    assert online.jobs == [("done", 1)]
+    if answers_match(online.answer, "Bangkok, Thailand"):
+        assert online.rows == [] and "flagged 0" in online.errors
+        return
+    ((agent, status, mode, step, _, corrected),) = online.rows
+    assert (agent, mode) == ("table_qa", "replay") and status in ("verified", "unverified")
+    assert step is not None and online.replays >= 1  # the agent was re-run over HTTP, for real
+    assert status == "unverified" or answers_match(corrected, "Bangkok, Thailand")
+    assert list(_attributed(second).values()) == [status]
 
 
 def _attributed(receiver: _Recorder) -> dict[str, str]:
