@@ -24,8 +24,8 @@ import pyarrow as pa
 
 from benchmarks._common import synthetic_trace
 from reflect_otel.assembly import assemble_trace
+from reflect_otel.exporters._store_rows import trace_rows
 from reflect_otel.exporters.duckdb_store import VIEWS, DuckDBStore, migrate
-from reflect_otel.exporters.duckdb_store import _trace_rows as trace_rows
 from reflect_otel.testing.examples import verified_attribution
 from reflect_otel.trace import StructuredTrace
 

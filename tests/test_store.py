@@ -13,14 +13,8 @@ import duckdb
 import pytest
 
 from reflect_otel.cli import main
-from reflect_otel.exporters.duckdb_store import (
-    SCHEMA_VERSION,
-    DuckDBStore,
-    _arrow_types,
-    _record_rows,
-    _trace_rows,
-    _verdict_rows,
-)
+from reflect_otel.exporters._store_rows import record_rows, trace_rows, verdict_rows
+from reflect_otel.exporters.duckdb_store import SCHEMA_VERSION, DuckDBStore, _arrow_types
 from reflect_otel.record import AttributionRecord
 from reflect_otel.testing.examples import five_step_trace, verified_attribution
 
@@ -68,8 +62,8 @@ def test_every_column_written_has_an_arrow_type_from_the_file(tmp_path: Path) ->
     a column the writes carry that the file's types miss would fall back to inference unnoticed."""
     record = _record()
     assert record.original_verdict is not None
-    writes = [_trace_rows(five_step_trace()), _verdict_rows(record.trace_id, record.original_verdict)]
-    writes.append(_record_rows(record))
+    writes = [trace_rows(five_step_trace()), verdict_rows(record.trace_id, record.original_verdict)]
+    writes.append(record_rows(record))
     DuckDBStore(tmp_path / "s.duckdb").close()
     with duckdb.connect(str(tmp_path / "s.duckdb")) as db:
         types = _arrow_types(db)

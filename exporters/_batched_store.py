@@ -1,0 +1,185 @@
+"""The write path every store backend shares: writes are validated and queued (any thread, never raising for
+content), and one writer thread applies them in batches, each batch one transaction, deduplicated by key (the
+last write of a key wins). A batch that fails is rolled back and retried one write at a time, so a bad write
+cannot take the others down. A backend gives the transaction (:meth:`BatchedStore._write_batch`), a read
+(:meth:`BatchedStore._read`) and the closing of its connections."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from reflect_otel.exporters._store_rows import (
+    COUNTERS,
+    JOB_STATUSES,
+    StoreStats,
+    Write,
+    job_rows,
+    record_rows,
+    trace_rows,
+    verdict_rows,
+)
+from reflect_otel.record import AttributionRecord
+from reflect_otel.store import AttributionJob
+from reflect_otel.trace import StructuredTrace
+from reflect_otel.verdict import Verdict
+
+__all__ = ["BatchedStore"]
+
+_log = logging.getLogger("reflect_otel.exporters.store")
+_BATCH = 2_000
+_LINGER_S = 0.05
+"""How long the writer waits for more writes after the first of a batch: long enough for a burst to share one
+transaction, short enough that a single write is visible at once to the eye."""
+
+
+class BatchedStore:
+    """The :class:`~reflect_otel.store.AttributionStore` contract over a backend's transaction and read."""
+
+    where: str = "the store"
+    """The store's name in messages (a path, a server)."""
+
+    def __init__(self, *, max_queue: int = 10_000, thread_name: str = "reflect-otel-store") -> None:
+        self.stats = StoreStats()
+        self._queue: queue.Queue[Write | threading.Event | None] = queue.Queue(maxsize=max_queue)
+        self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
+
+    def _start(self) -> None:
+        self._thread.start()
+
+    # -- the backend's part ------------------------------------------------------------------------------------
+    def _write_batch(self, writes: Sequence[Write]) -> None:
+        """Apply ``writes`` (one per key) in one transaction; roll it back and raise on any failure."""
+        raise NotImplementedError
+
+    def _read(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Rows of ``sql`` (``?`` placeholders) on a connection the writer does not use, seeing committed writes."""
+        raise NotImplementedError
+
+    # -- writes (any thread) ---------------------------------------------------------------------------------
+    def _enqueue(self, write: Write) -> None:
+        try:
+            self._queue.put(write, timeout=5)
+        except queue.Full:
+            self.stats.dropped += 1
+            _log.warning("the queue of %s is full; a %s was dropped", self.where, write.kind)
+
+    def write_trace(self, trace: StructuredTrace) -> None:
+        if not isinstance(trace, StructuredTrace):
+            self.stats.rejected += 1
+            return
+        self._enqueue(trace_rows(trace))
+
+    def write_verdict(self, trace_id: str, verdict: Verdict) -> None:
+        if not isinstance(verdict, Verdict) or not trace_id:
+            self.stats.rejected += 1
+            return
+        self._enqueue(verdict_rows(trace_id, verdict))
+
+    def write_record(self, record: AttributionRecord) -> None:
+        if not isinstance(record, AttributionRecord):
+            self.stats.rejected += 1
+            return
+        self._enqueue(record_rows(record))
+
+    def write_job(self, job: AttributionJob) -> None:
+        if not isinstance(job, AttributionJob) or not job.trace_id or job.status not in JOB_STATUSES:
+            self.stats.rejected += 1
+            return
+        self._enqueue(job_rows(job))
+
+    # -- reads -----------------------------------------------------------------------------------------------
+    def pending_jobs(self, limit: int) -> list[AttributionJob]:
+        self.flush()
+        rows = self._read(
+            "SELECT trace_id, status, attempts, expected_answer, reason FROM attribution_jobs "
+            "WHERE status IN ('pending', 'running') ORDER BY updated_at, trace_id LIMIT ?",
+            [max(0, limit)],
+        )
+        return [AttributionJob(r[0], r[1], r[2] or 0, r[3], r[4]) for r in rows]
+
+    def read_trace(self, trace_id: str) -> StructuredTrace | None:
+        self.flush()
+        rows = self._read("SELECT trace_json FROM traces WHERE trace_id = ?", [trace_id])
+        if not rows:
+            return None
+        text = rows[0][0]
+        try:
+            if isinstance(text, str):
+                return StructuredTrace.model_validate_json(text)
+            return StructuredTrace.model_validate(text)  # a driver that decodes JSON columns itself
+        except ValidationError as error:  # written by another version, or edited by hand
+            _log.warning("trace %s in %s is not a valid trace: %s", trace_id, self.where, error)
+            return None
+
+    @property
+    def backlog(self) -> int:
+        """Writes queued and not yet taken by the writer thread (approximate, for progress and benchmarks)."""
+        return self._queue.qsize()
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        done = threading.Event()
+        try:
+            self._queue.put(done, timeout=timeout_s)
+        except queue.Full:
+            return False
+        return done.wait(timeout_s)
+
+    def _stop_writer(self) -> None:
+        if self._thread.is_alive():
+            self.flush()
+            self._queue.put(None)
+            self._thread.join(timeout=30)
+
+    # -- the writer thread -----------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            deadline = time.monotonic() + _LINGER_S
+            batch: list[Write] = []
+            stop = False
+            waiters: list[threading.Event] = []
+            while True:  # take what is queued (up to a batch) so one transaction carries many writes
+                if item is None:
+                    stop = True
+                elif isinstance(item, threading.Event):
+                    waiters.append(item)
+                else:
+                    batch.append(item)
+                if stop or waiters or len(batch) >= _BATCH:
+                    break  # a flush waits for what is queued now, not for the linger
+                remaining = deadline - time.monotonic()
+                try:
+                    item = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if batch and not self._apply(batch):
+                for one in batch:  # a bad write rolled the batch back: apply one by one to keep the others
+                    self._apply([one])
+            for waiter in waiters:
+                waiter.set()
+            if stop:
+                return
+
+    def _apply(self, batch: list[Write]) -> bool:
+        """All of ``batch`` in one transaction; False (rolled back, counted when alone) on failure."""
+        latest: dict[tuple[str, tuple[str, ...]], Write] = {}
+        for write in batch:  # the same trace or record twice in a batch: the last one wins
+            latest[(write.kind, write.key)] = write
+        try:
+            self._write_batch(list(latest.values()))
+        except Exception:
+            if len(batch) == 1:
+                self.stats.errors += 1
+                _log.exception("writing a %s to %s failed; it was rolled back", batch[0].kind, self.where)
+            return False
+        for write in batch:
+            counter = COUNTERS[write.kind]
+            setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+        return True
