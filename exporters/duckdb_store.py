@@ -31,7 +31,7 @@ from reflect_otel.exporters._store_rows import (
     Write,
 )
 
-__all__ = ["SCHEMA_VERSION", "VIEWS", "DuckDBStore", "connect_read_only"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "VIEWS", "DuckDBStore", "connect_read_only"]
 
 _log = logging.getLogger("reflect_otel.exporters.duckdb")
 
@@ -107,7 +107,7 @@ VIEWS: dict[str, str] = {
                round(avg(prompt_tokens + completion_tokens), 1) AS tokens_per_call
         FROM llm_calls GROUP BY ALL ORDER BY calls DESC""",
     "attribution_queue": """
-        SELECT status, count(*) AS runs, sum(attempts) AS attempts, max(updated_at) AS last_change
+        SELECT status, count(*) AS runs, sum(attempts) AS attempts
         FROM attribution_jobs GROUP BY ALL ORDER BY status""",
     "verified_by_source": """
         SELECT method, verified_by_source AS source, verified_by_kind AS kind, count(*) AS verified
@@ -135,8 +135,10 @@ CREATE TABLE attribution_jobs (
     updated_at TIMESTAMPTZ)
 """
 
-_MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4]
-SCHEMA_VERSION = len(_MIGRATIONS)
+MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4]
+"""Each schema version's DDL, in DuckDB's SQL (the PostgreSQL store translates the types)."""
+_MIGRATIONS = MIGRATIONS
+SCHEMA_VERSION = len(MIGRATIONS)
 
 
 _ARROW_TYPE_OF = {

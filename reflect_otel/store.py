@@ -25,7 +25,9 @@ __all__ = [
     "RecordExporter",
     "open_exporter",
     "open_store",
+    "store_kind",
     "store_path",
+    "store_target",
 ]
 
 DEFAULT_STORE = "reflect.duckdb"
@@ -75,13 +77,26 @@ class AttributionStore(Protocol):
     def close(self) -> None: ...
 
 
+def store_target(explicit: str | os.PathLike[str] | None = None) -> str:
+    """``--store``, else ``REFLECT_STORE``, else ``./reflect.duckdb``: a DuckDB file, or a ``postgresql://`` URL."""
+    return str(explicit or settings().store or DEFAULT_STORE)
+
+
 def store_path(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """``--store``, else ``REFLECT_STORE``, else ``./reflect.duckdb``."""
-    return Path(explicit or settings().store or DEFAULT_STORE)
+    """The DuckDB file :func:`store_target` names."""
+    return Path(store_target(explicit))
 
 
-def open_store(path: str | os.PathLike[str] | None = None, *, kind: str = "duckdb") -> AttributionStore:
-    store: AttributionStore = plugins.load(plugins.STORES, kind)(store_path(path))
+def store_kind(target: str) -> str:
+    """The backend a store target names: ``postgresql`` for a ``postgresql://`` URL, else ``duckdb``."""
+    return "postgresql" if target.startswith(("postgresql://", "postgres://")) else "duckdb"
+
+
+def open_store(path: str | os.PathLike[str] | None = None, *, kind: str | None = None) -> AttributionStore:
+    """The store at :func:`store_target` (``path``), of ``kind`` (by default, the backend the target names)."""
+    target = store_target(path)
+    chosen = kind or store_kind(target)
+    store: AttributionStore = plugins.load(plugins.STORES, chosen)(Path(target) if chosen == "duckdb" else target)
     return store
 
 

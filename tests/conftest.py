@@ -6,6 +6,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -131,3 +132,16 @@ def assert_valid_record(record: AttributionRecord, steps: int) -> None:
         assert record.errors and failed, "no step, yet no stage says it failed"
     else:
         assert 1 <= record.step_index <= steps
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """A real PostgreSQL server for the session (Debian's postgresql package; initdb + pg_ctl in a temp folder on a
+    free loopback port, stopped at the end)."""
+    pytest.importorskip("psycopg", reason="pip install -e '.[postgresql]'")
+    from reflect_otel.testing.postgres import PostgresServer, postgres_binaries
+
+    if postgres_binaries() is None:
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql); .ci/run installs it")
+    with PostgresServer() as server:
+        yield server

@@ -14,7 +14,7 @@ import duckdb
 
 from reflect_otel.errors import InputError
 from reflect_otel.exporters.duckdb_store import connect_read_only
-from reflect_otel.store import store_path
+from reflect_otel.store import store_kind, store_target
 
 __all__ = ["add_report_command", "add_sql_command", "add_stats_command"]
 
@@ -60,16 +60,50 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _query(db: duckdb.DuckDBPyConnection, query: str, max_rows: int) -> tuple[list[str], list[tuple[Any, ...]], bool]:
+def connect_store_read_only(explicit: str | None) -> Any:
+    """A read-only connection to the store ``--store`` names (a DuckDB file, or a PostgreSQL URL)."""
+    target = store_target(explicit)
+    if store_kind(target) == "postgresql":
+        from reflect_otel.exporters.postgres_store import connect_read_only_postgres
+
+        return connect_read_only_postgres(target)
+    return connect_read_only(target)
+
+
+def _query(db: Any, query: str, max_rows: int) -> tuple[list[str], list[tuple[Any, ...]], bool]:
     try:
         cursor = db.execute(query)
-    except duckdb.Error as error:
-        raise InputError(f"query failed: {str(error).splitlines()[0]}") from None
+    except Exception as error:  # the backend's error for a bad query (DuckDB's or psycopg's)
+        if not _is_query_error(error):
+            raise
+        raise InputError(f"query failed: {str(error).splitlines()[0] if str(error) else error!r}") from None
     if cursor.description is None:
         return [], [], False
     columns = [d[0] for d in cursor.description]
     rows = cursor.fetchmany(max_rows + 1)
     return columns, rows[:max_rows], len(rows) > max_rows
+
+
+def _rows(db: Any, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    """``sql`` with ``?`` placeholders on either backend (psycopg writes them ``%s``)."""
+    if not isinstance(db, duckdb.DuckDBPyConnection):
+        sql = sql.replace("?", "%s")
+    return list(db.execute(sql, params).fetchall())
+
+
+def _model(model: Any, value: Any) -> Any:
+    """A stored JSON column as ``model``: text from DuckDB, already decoded from PostgreSQL's JSONB."""
+    return model.model_validate_json(value) if isinstance(value, str | bytes) else model.model_validate(value)
+
+
+def _is_query_error(error: Exception) -> bool:
+    if isinstance(error, duckdb.Error):
+        return True
+    try:
+        import psycopg
+    except ImportError:
+        return False
+    return isinstance(error, psycopg.Error)
 
 
 def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], width: int = 60) -> str:
@@ -86,7 +120,7 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], width: i
 
 
 def _sql(args: argparse.Namespace) -> int:
-    db = connect_read_only(store_path(args.store))
+    db = connect_store_read_only(args.store)
     try:
         columns, rows, cut = _query(db, args.query, max(1, args.max_rows))
     finally:
@@ -101,14 +135,14 @@ def _sql(args: argparse.Namespace) -> int:
     return 0
 
 
-def _count(db: duckdb.DuckDBPyConnection, table: str) -> int:
+def _count(db: Any, table: str) -> int:
     row = db.execute(f"SELECT count(*) FROM {table}").fetchone()
     return int(row[0]) if row else 0
 
 
 def _stats(args: argparse.Namespace) -> int:
-    path = store_path(args.store)
-    db = connect_read_only(path)
+    path = store_target(args.store)
+    db = connect_store_read_only(args.store)
     try:
         counts = {t: _count(db, t) for t in ("traces", "verdicts", "attributions")}
         row = db.execute("SELECT count(*) FROM attribution_jobs WHERE status IN ('pending', 'running')").fetchone()
@@ -148,11 +182,9 @@ def _report(args: argparse.Namespace) -> int:
     from reflect_otel.record import AttributionRecord
     from reflect_otel.trace import StructuredTrace
 
-    db = connect_read_only(store_path(args.store))
+    db = connect_store_read_only(args.store)
     try:
-        found = db.execute(
-            "SELECT trace_id, trace_json FROM traces WHERE starts_with(trace_id, ?)", [args.trace_id]
-        ).fetchall()
+        found = _rows(db, "SELECT trace_id, trace_json FROM traces WHERE starts_with(trace_id, ?)", [args.trace_id])
         if len(found) != 1:
             raise InputError(
                 f"{len(found)} traces match {args.trace_id!r}; give a longer prefix"
@@ -161,13 +193,11 @@ def _report(args: argparse.Namespace) -> int:
             )
         trace_id, trace_json = found[0]
         query = "SELECT record_json FROM attributions WHERE trace_id = ?" + (" AND method = ?" if args.method else "")
-        records = db.execute(
-            query + " ORDER BY created_at DESC", [trace_id, *([args.method] if args.method else [])]
-        ).fetchall()
+        records = _rows(db, query + " ORDER BY created_at DESC", [trace_id, *([args.method] if args.method else [])])
     finally:
         db.close()
-    trace = StructuredTrace.model_validate_json(trace_json)
-    record = AttributionRecord.model_validate_json(records[0][0]) if records else None
+    trace = _model(StructuredTrace, trace_json)
+    record = _model(AttributionRecord, records[0][0]) if records else None
     Path(args.out).write_text(render_report(trace, record), encoding="utf-8")
     print(f"wrote {args.out}" + ("" if record else " (the trace has no attribution yet)"), file=sys.stderr)
     return 0

@@ -1,0 +1,220 @@
+"""The PostgreSQL store: the tables, views, schema versions and migrations of the DuckDB store on a server that
+many collectors and workers share (``--store postgresql://...`` or ``REFLECT_STORE``). Implements
+``reflect_otel.store.AttributionStore``; needs ``pip install 'reflect-otel[postgresql]'`` (psycopg 3).
+
+One writer thread per store owns a connection; a batch is one transaction: per table, one DELETE of the batch's
+keys (joined against arrays of them) and one COPY of its rows, so no statement runs per row. Reads use a
+connection of their own. Migrations run under a transaction-scoped advisory lock, so collectors starting together
+migrate once. A killed process leaves each write whole or absent (PostgreSQL's transactions).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from reflect_otel.errors import ConfigError, InputError
+from reflect_otel.exporters._batched_store import BatchedStore
+from reflect_otel.exporters._store_rows import KEYS, PARENT, Write
+from reflect_otel.exporters.duckdb_store import MIGRATIONS
+
+__all__ = [
+    "PG_VIEWS",
+    "PostgresStore",
+    "connect_postgres",
+    "connect_read_only_postgres",
+    "is_postgres_url",
+    "migrate_postgres",
+]
+
+_MIGRATION_LOCK = 0x5EF1EC7
+"""The advisory lock id migrations hold (any fixed number no other application uses)."""
+
+
+def is_postgres_url(target: str) -> bool:
+    return target.startswith(("postgresql://", "postgres://"))
+
+
+def _pg_ddl(duckdb_ddl: str) -> str:
+    """A DuckDB migration in PostgreSQL's types: DOUBLE is DOUBLE PRECISION, JSON is JSONB."""
+    return duckdb_ddl.replace(" DOUBLE", " DOUBLE PRECISION").replace(" JSON", " JSONB")
+
+
+def _rate(numerator: str, denominator: str, digits: int = 4) -> str:
+    return f"round(({numerator})::numeric / nullif({denominator}, 0), {digits})::float8"
+
+
+PG_VIEWS: dict[str, str] = {
+    "failure_stats": f"""
+        SELECT CAST(date_trunc('day', coalesce(t.start_time, t.ingested_at)) AS DATE) AS day, t.agent,
+               count(*) AS traces,
+               count(*) FILTER (WHERE v.is_correct = false) AS failed,
+               count(*) FILTER (WHERE v.is_correct = false OR v.label = 'HIGH_ERROR_SIGNAL') AS flagged,
+               {_rate("count(*) FILTER (WHERE v.is_correct = false)", "count(*)")} AS failure_rate,
+               {_rate("count(*) FILTER (WHERE v.is_correct = false OR v.label = 'HIGH_ERROR_SIGNAL')", "count(*)")}
+                   AS flag_rate
+        FROM traces t LEFT JOIN (SELECT trace_id, bool_and(is_correct) AS is_correct, max(label) AS label
+                                 FROM verdicts GROUP BY trace_id) v USING (trace_id)
+        GROUP BY 1, 2 ORDER BY day DESC, agent""",
+    "error_types": f"""
+        SELECT coalesce(error_type, 'unknown') AS error_type, count(*) AS attributions,
+               {_rate("count(*)", "sum(count(*)) OVER ()")} AS share
+        FROM attributions WHERE status <> 'skipped' GROUP BY 1 ORDER BY attributions DESC""",
+    "decisive_step_position": f"""
+        SELECT a.trace_id, a.method, a.step_index, t.step_count,
+               {_rate("a.step_index", "t.step_count")} AS relative_position
+        FROM attributions a JOIN traces t USING (trace_id) WHERE a.step_index IS NOT NULL""",
+    "verified_share": f"""
+        SELECT method, count(*) AS attributions,
+               count(*) FILTER (WHERE status = 'verified') AS verified,
+               count(*) FILTER (WHERE status = 'unverified') AS unverified,
+               {_rate("count(*) FILTER (WHERE status = 'verified')", "count(*) FILTER (WHERE status <> 'skipped')")}
+                   AS verified_share
+        FROM attributions GROUP BY 1 ORDER BY method""",
+    "flip_rate_by_offset": f"""
+        SELECT localized_step - (rollback_point + 1) AS rollback_offset, count(*) AS replays,
+               count(*) FILTER (WHERE flipped) AS flips, {_rate("count(*) FILTER (WHERE flipped)", "count(*)")}
+                   AS flip_rate
+        FROM replays WHERE error IS NULL AND localized_step IS NOT NULL GROUP BY 1 ORDER BY rollback_offset""",
+    "cost_per_trace": """
+        SELECT a.trace_id, a.method, a.llm_calls, a.tokens, c.cached_prompt_tokens, a.seconds
+        FROM attributions a LEFT JOIN (SELECT trace_id, method, sum(cached_prompt_tokens) AS cached_prompt_tokens
+                                       FROM llm_calls GROUP BY 1, 2) c USING (trace_id, method)
+        ORDER BY a.tokens DESC""",
+    "cost_per_stage": f"""
+        SELECT stage, count(*) AS calls, sum(prompt_tokens) AS prompt_tokens,
+               sum(cached_prompt_tokens) AS cached_prompt_tokens,
+               {_rate("sum(cached_prompt_tokens)", "sum(prompt_tokens) FILTER (WHERE cached_prompt_tokens IS NOT NULL)")}
+                   AS cached_share,
+               sum(completion_tokens) AS completion_tokens, round(sum(seconds)::numeric, 3)::float8 AS seconds,
+               round(avg(prompt_tokens + completion_tokens)::numeric, 1)::float8 AS tokens_per_call
+        FROM llm_calls GROUP BY 1 ORDER BY calls DESC""",
+    "attribution_queue": """
+        SELECT status, count(*) AS runs, sum(attempts) AS attempts
+        FROM attribution_jobs GROUP BY 1 ORDER BY status""",
+    "verified_by_source": """
+        SELECT method, verified_by_source AS source, verified_by_kind AS kind, count(*) AS verified
+        FROM attributions WHERE status = 'verified' GROUP BY 1, 2, 3 ORDER BY method, verified DESC""",
+}
+"""The DuckDB store's views (``duckdb_store.VIEWS``), in PostgreSQL's SQL: the same names, columns and rows."""
+
+
+def connect_postgres(url: str, *, autocommit: bool = False) -> Any:
+    """A psycopg connection to ``url``; :class:`ConfigError` naming the fix when psycopg is missing or the server
+    cannot be reached."""
+    try:
+        import psycopg
+    except ImportError:
+        raise ConfigError("a postgresql:// store needs psycopg: pip install 'reflect-otel[postgresql]'") from None
+    try:
+        return psycopg.connect(url, autocommit=autocommit, connect_timeout=10)
+    except psycopg.Error as error:
+        shown = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise InputError(f"cannot open the PostgreSQL store: {shown} (is the server up, and the URL right?)") from None
+
+
+def connect_read_only_postgres(url: str, *, statement_timeout_ms: int = 60_000) -> Any:
+    """A connection for queries a user typed: every transaction read-only, each statement bounded in time, one
+    statement per query (psycopg's extended protocol refuses several). Give the URL of a role that may only read
+    (``GRANT SELECT``) to keep server-side functions such as ``pg_read_file`` out of reach as well."""
+    connection = connect_postgres(url)
+    connection.read_only = True
+    connection.execute("SELECT set_config('statement_timeout', %s, false)", [str(statement_timeout_ms)])
+    connection.commit()
+    return connection
+
+
+def migrate_postgres(connection: Any) -> None:
+    """Bring the schema to the DuckDB store's version (the same migrations) and (re)create the views, once even
+    when several processes start together."""
+    with connection.transaction():
+        connection.execute("SELECT pg_advisory_xact_lock(%s)", [_MIGRATION_LOCK])
+        connection.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER)")
+        row = connection.execute("SELECT max(version) FROM schema_version").fetchone()
+        current = (row[0] if row else None) or 0
+        if current > len(MIGRATIONS):
+            raise InputError(
+                f"the store was written by a newer reflect-otel (schema {current} > {len(MIGRATIONS)}); upgrade"
+            )
+        for version in range(current + 1, len(MIGRATIONS) + 1):
+            for statement in _pg_ddl(MIGRATIONS[version - 1]).split(";"):
+                if statement.strip():
+                    connection.execute(statement)
+            connection.execute("DELETE FROM schema_version")
+            connection.execute("INSERT INTO schema_version (version) VALUES (%s)", [version])
+        for name, sql in PG_VIEWS.items():
+            connection.execute(f"DROP VIEW IF EXISTS {name}")
+            connection.execute(f"CREATE VIEW {name} AS {sql}")
+
+
+class PostgresStore(BatchedStore):
+    """Opens (migrating) the store at ``url`` (``postgresql://user@host:port/database``)."""
+
+    def __init__(self, url: str, *, max_queue: int = 10_000) -> None:
+        super().__init__(max_queue=max_queue, thread_name="reflect-otel-postgresql")
+        self.url = str(url)
+        self.where = _without_password(self.url)
+        self._db = connect_postgres(self.url)
+        try:
+            migrate_postgres(self._db)
+            self._reader = connect_postgres(self.url, autocommit=True)
+        except Exception:
+            self._db.close()
+            raise
+        self._reader_lock = threading.Lock()
+        self._start()
+
+    def _read(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with self._reader_lock:
+            return list(self._reader.execute(sql.replace("?", "%s"), list(params)).fetchall())
+
+    def _write_batch(self, writes: Sequence[Write]) -> None:
+        with self._db.transaction():
+            for kind, parent in PARENT.items():
+                owners = [w for w in writes if w.kind == kind]
+                if owners:
+                    self._replace(parent, owners)
+
+    def _replace(self, parent: str, owners: list[Write]) -> None:
+        """Delete the rows of the keys of ``owners`` from every table they own rows in, then COPY their rows."""
+        columns = KEYS[parent]
+        arrays = [[w.key[i] for w in owners] for i in range(len(columns))]
+        unnest = ", ".join("%s::text[]" for _ in columns)
+        for table in owners[0].tables:
+            join = " AND ".join(f"{table}.{c} = k.{c}" for c in columns)
+            self._db.execute(
+                f"DELETE FROM {table} USING unnest({unnest}) AS k({', '.join(columns)}) WHERE {join}", arrays
+            )
+        with self._db.cursor() as cursor:
+            for table in owners[0].tables:
+                names = list(owners[0].tables[table])
+                with cursor.copy(f"COPY {table} ({', '.join(names)}) FROM STDIN") as copy:
+                    for write in owners:
+                        part = write.tables[table]
+                        for row in zip(*(part[c] for c in names), strict=True):
+                            copy.write_row(row)
+
+    def close(self) -> None:
+        self._stop_writer()
+        with self._reader_lock:
+            self._reader.close()
+        self._db.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _without_password(url: str) -> str:
+    """``url`` for messages: a password in it is replaced by ``***``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))

@@ -1,0 +1,138 @@
+"""The store contract, run against every backend: DuckDB (embedded) and PostgreSQL (a real server, started for the
+session). The same writes give the same rows in every table and view; writes are idempotent; bad writes are
+rejected and counted; jobs and traces read back."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reflect_otel.exporters.duckdb_store import VIEWS, DuckDBStore
+from reflect_otel.store import AttributionJob
+from reflect_otel.testing.store_conformance import StoreUnderTest, sample_writes, view_rows, write_sample
+
+BACKENDS = ["duckdb", "postgresql"]
+TABLES = ("traces", "steps", "verdicts", "attributions", "replays", "llm_calls", "attribution_jobs")
+_databases = itertools.count()
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreUnderTest]:
+    if request.param == "duckdb":
+        store = DuckDBStore(tmp_path / "conformance.duckdb")
+
+        def query(sql: str) -> list[tuple[Any, ...]]:
+            store.flush()
+            return store._read(sql, [])
+
+        yield StoreUnderTest(store, query)
+        store.close()
+        return
+    server = request.getfixturevalue("postgres_server")
+    from reflect_otel.exporters.postgres_store import PostgresStore, connect_postgres
+
+    name = f"conformance_{next(_databases)}"
+    with connect_postgres(server.url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    pg = PostgresStore(server.url.rsplit("/", 1)[0] + f"/{name}")
+
+    def pg_query(sql: str) -> list[tuple[Any, ...]]:
+        pg.flush()
+        return pg._read(sql, [])
+
+    yield StoreUnderTest(pg, pg_query)
+    pg.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_every_table_and_view_holds_what_the_reference_backend_holds(backend: StoreUnderTest, tmp_path: Path) -> None:
+    write_sample(backend.store)
+    reference = DuckDBStore(tmp_path / "reference.duckdb")
+    write_sample(reference, twice=False)
+    for table in TABLES:
+        counted = backend.query(f"SELECT count(*) FROM {table}")[0][0]
+        expected = reference._read(f"SELECT count(*) FROM {table}", [])[0][0]
+        assert counted == expected, table  # written twice, stored once
+    for view in VIEWS:
+        assert view_rows(backend.query, view) == view_rows(lambda sql: reference._read(sql, []), view), view
+    reference.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_jobs_and_traces_read_back_and_bad_writes_are_counted(backend: StoreUnderTest) -> None:
+    store = backend.store
+    traces, _, _, jobs = sample_writes()
+    write_sample(store, twice=False)
+    pending = store.pending_jobs(10)
+    assert {(j.trace_id, j.status) for j in pending} == {
+        (j.trace_id, j.status) for j in jobs if j.status in ("pending", "running")
+    }
+    assert store.pending_jobs(1) == pending[:1]
+    assert store.read_trace(traces[0].trace_id) == traces[0]
+    assert store.read_trace("e" * 32) is None
+    store.write_job(AttributionJob("f" * 32, "lost"))  # type: ignore[arg-type]
+    store.write_trace("not a trace")  # type: ignore[arg-type]
+    assert store.flush(30)
+    assert store.stats.rejected == 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_a_write_that_fails_does_not_take_its_batch_down(backend: StoreUnderTest) -> None:
+    """A trace whose rows the backend refuses (a NUL character: PostgreSQL's text cannot hold one; DuckDB's can)
+    is rolled back alone; the other writes of its batch are kept."""
+    traces, verdicts, _, _ = sample_writes()
+    bad = traces[1].model_copy(update={"question": "a\x00b"})
+    backend.store.write_trace(traces[0])
+    backend.store.write_trace(bad)
+    backend.store.write_verdict(*verdicts[0])
+    assert backend.store.flush(30)
+    kept = {row[0] for row in backend.query("SELECT trace_id FROM traces")}
+    assert traces[0].trace_id in kept
+    assert backend.query("SELECT count(*) FROM verdicts")[0][0] == 1
+    assert (bad.trace_id in kept) != (backend.store.stats.errors == 1)
+
+
+def test_views_have_the_same_names_in_both_backends() -> None:
+    from reflect_otel.exporters.postgres_store import PG_VIEWS
+
+    assert set(PG_VIEWS) == set(VIEWS)
+
+
+def test_sql_stats_and_report_read_a_postgresql_store(
+    postgres_server: Any, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``--store postgresql://...`` for the commands: writes through the PostgreSQL backend, reads in read-only
+    transactions, one statement per query."""
+    from reflect_otel.cli import main
+    from reflect_otel.exporters.postgres_store import PostgresStore, connect_postgres
+
+    with connect_postgres(postgres_server.url, autocommit=True) as admin:
+        admin.execute("CREATE DATABASE commands")
+    url = postgres_server.url.rsplit("/", 1)[0] + "/commands"
+    with PostgresStore(url) as store:
+        write_sample(store)
+    assert (
+        main(["sql", "SELECT method, status FROM attributions ORDER BY method, status", "--store", url, "--json"]) == 0
+    )
+    assert json.loads(capsys.readouterr().out) == [
+        {"method": "aao", "status": "unverified"},
+        {"method": "reflect", "status": "skipped"},
+        {"method": "reflect", "status": "verified"},
+    ]
+    assert main(["stats", "--store", url]) == 0
+    out = capsys.readouterr().out
+    assert "3 traces, 3 verdicts, 3 attributions, 2 run(s) pending attribution" in out and "verified_share" in out
+    assert main(["sql", "DELETE FROM traces", "--store", url]) == 2
+    assert "read-only" in capsys.readouterr().err
+    assert main(["sql", "SELECT 1; DELETE FROM traces", "--store", url]) == 2
+    assert "query failed" in capsys.readouterr().err
+    assert main(["sql", "SELECT count(*) AS n FROM traces", "--store", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"n": 3}]
+    report = tmp_path / "report.html"
+    assert main(["report", "0", "--store", url, "-o", str(report), "--method", "reflect"]) == 0
+    assert "verified" in report.read_text()
