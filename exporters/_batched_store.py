@@ -104,6 +104,14 @@ class BatchedStore:
         )
         return [AttributionJob(r[0], r[1], r[2] or 0, r[3], r[4]) for r in rows]
 
+    def read_job(self, trace_id: str) -> AttributionJob | None:
+        self.flush()
+        rows = self._read(
+            "SELECT trace_id, status, attempts, expected_answer, reason FROM attribution_jobs WHERE trace_id = ?",
+            [trace_id],
+        )
+        return AttributionJob(rows[0][0], rows[0][1], rows[0][2] or 0, rows[0][3], rows[0][4]) if rows else None
+
     def read_trace(self, trace_id: str) -> StructuredTrace | None:
         self.flush()
         rows = self._read("SELECT trace_json FROM traces WHERE trace_id = ?", [trace_id])

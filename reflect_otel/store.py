@@ -57,8 +57,8 @@ class AttributionStore(Protocol):
     everything queued is written; ``close`` flushes and releases the file.
 
     Jobs (:class:`AttributionJob`) are written like the rest; ``pending_jobs`` lists the ones still to do
-    (``pending``, or ``running`` when a stop cut them short), oldest first, after what was queued is written, and
-    ``read_trace`` gives a stored trace back."""
+    (``pending``, or ``running`` when a stop cut them short), oldest first, after what was queued is written;
+    ``read_job`` and ``read_trace`` give a stored job and trace back."""
 
     def write_trace(self, trace: StructuredTrace) -> None: ...
 
@@ -69,6 +69,8 @@ class AttributionStore(Protocol):
     def write_job(self, job: AttributionJob) -> None: ...
 
     def pending_jobs(self, limit: int) -> list[AttributionJob]: ...
+
+    def read_job(self, trace_id: str) -> AttributionJob | None: ...
 
     def read_trace(self, trace_id: str) -> StructuredTrace | None: ...
 

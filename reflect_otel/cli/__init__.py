@@ -29,6 +29,7 @@ def _builtin_commands() -> list[Callable[[argparse._SubParsersAction[argparse.Ar
     from reflect_otel.cli.settings import add_settings_command
     from reflect_otel.cli.show import add_show_command
     from reflect_otel.cli.store import add_report_command, add_sql_command, add_stats_command
+    from reflect_otel.cli.worker import add_worker_command
 
     return [
         add_attribute_command,
@@ -43,6 +44,7 @@ def _builtin_commands() -> list[Callable[[argparse._SubParsersAction[argparse.Ar
         add_show_command,
         add_sql_command,
         add_stats_command,
+        add_worker_command,
     ]
 
 

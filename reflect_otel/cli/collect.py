@@ -16,9 +16,10 @@ from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits, parse
 from reflect_otel.collectors.trace_collector import BufferLimits
 from reflect_otel.demo.examples import example_path
 from reflect_otel.errors import ConfigError, InputError
-from reflect_otel.online.work import AttributionWorker
+from reflect_otel.online.shared import SharedQueue
+from reflect_otel.online.work import AttributionWorker, WorkerStats, expected_answer_of
 from reflect_otel.replay_adapters.remote import load_replay_endpoints
-from reflect_otel.store import AttributionStore, open_store
+from reflect_otel.store import AttributionStore, open_store, store_kind, store_target
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, TraceWriter, each_trace_row
 
@@ -113,6 +114,7 @@ def _collect(args: argparse.Namespace) -> int:
     writer: TraceWriter | None = None
     store: AttributionStore | None = None
     worker: AttributionWorker | None = None
+    shared: SharedQueue | None = None
 
     def sink(trace: StructuredTrace) -> None:  # runs only after start(), when all are set
         if writer is not None:
@@ -121,6 +123,8 @@ def _collect(args: argparse.Namespace) -> int:
             store.write_trace(trace)
         if worker is not None:
             worker.offer(trace)
+        if shared is not None and store is not None:
+            shared.offer(trace, store, expected_answer_of(trace))
 
     # bind first (a bad endpoint fails before any file is opened); nothing is served until start()
     receiver = OTLPReceiver(
@@ -134,8 +138,11 @@ def _collect(args: argparse.Namespace) -> int:
     replays = load_replay_endpoints(args.replay_config) if args.replay_config is not None else None
     writer = TraceWriter(args.out)
     store = None if args.no_store else open_store(args.store)
-    service = online_service(args, store, replays) if args.attribute and store is not None else None
-    if service is not None and store is not None:
+    service = None
+    if args.attribute and store is not None and store_kind(store_target(args.store)) == "postgresql":
+        shared = SharedQueue(store_target(args.store)).open()  # workers on any machine attribute
+    elif args.attribute and store is not None:
+        service = online_service(args, store, replays)
         worker = AttributionWorker(service, store, max_bytes=args.max_queue_bytes).start()
     receiver.start()
     stop = threading.Event()
@@ -152,17 +159,21 @@ def _collect(args: argparse.Namespace) -> int:
         while not stop.wait(1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))):
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            _status(receiver.stats(), writer.written, worker, end="\r" if sys.stderr.isatty() else "\n", quiet=True)
+            _status(receiver.stats(), writer.written, _work_stats(worker, shared), end=_end(), quiet=True)
     finally:
         receiver.shutdown()
         writer.close()
         if worker is not None:
             worker.close(timeout_s=args.grace)  # what is not done stays pending in the store
+        if shared is not None:
+            shared.close()
         if service is not None:
             service.close()  # its exporters and the store
         elif store is not None:
             store.close()
-    _status(receiver.stats(), writer.written, worker, end="\n", quiet=False)
+    _status(receiver.stats(), writer.written, _work_stats(worker, shared), end="\n", quiet=False)
+    if shared is not None:
+        print(f"{shared.stats.pending} run(s) queued for 'reflect-otel worker'", file=sys.stderr)
     if worker is not None and worker.stats.pending + worker.stats.queued:
         print(
             f"{worker.stats.pending + worker.stats.queued} run(s) left pending in the store: 'collect --attribute' "
@@ -172,17 +183,25 @@ def _collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _end() -> str:
+    return "\r" if sys.stderr.isatty() else "\n"
+
+
+def _work_stats(worker: AttributionWorker | None, shared: SharedQueue | None) -> WorkerStats | None:
+    return worker.stats if worker is not None else shared.stats if shared is not None else None
+
+
 _last_status: list[str] = [""]
 
 
-def _status(stats: dict[str, int], written: int, worker: AttributionWorker | None, *, end: str, quiet: bool) -> None:
+def _status(stats: dict[str, int], written: int, work: WorkerStats | None, *, end: str, quiet: bool) -> None:
     dropped = sum(v for k, v in stats.items() if k.startswith("spans_dropped"))
     line = (
         f"requests {stats['requests_ok']} ok / {stats['requests_rejected']} rejected; spans {stats['spans_taken']} "
         f"({stats['spans_rejected']} rejected, {dropped} dropped); traces written {written}"
     )
-    if worker is not None:
-        w = worker.stats
+    if work is not None:
+        w = work
         line += (
             f"; queue {w.queued} ({w.queued_bytes // 1024} KiB), pending {w.pending}; judged {w.verified}, "
             f"flagged {w.flagged}, attributed {w.attributed} ({w.verified_attributions} verified), "

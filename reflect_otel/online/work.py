@@ -150,6 +150,11 @@ class AttributionWorker:
                 self._in_store = True  # there may be more
         return bool(jobs)
 
+    def attribute(self, trace: StructuredTrace, expected: str | None, *, attempts: int) -> None:
+        """Judge and (when flagged) attribute one run now, in the calling thread, its job's status kept in the
+        store: ``running`` (attempt ``attempts + 1``), then ``done`` or ``failed``."""
+        self._attribute(trace, expected, attempts=attempts)
+
     def _attribute(self, trace: StructuredTrace, expected: str | None, *, attempts: int) -> None:
         self.store.write_job(AttributionJob(trace.trace_id, "running", attempts + 1, expected))
         try:

@@ -1,0 +1,73 @@
+"""``reflect-otel worker``: attribute the runs collectors queued, on any machine (see
+:mod:`reflect_otel.online.shared`)."""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+import time
+
+from reflect_otel.cli._online import add_online_options, online_service
+from reflect_otel.errors import ConfigError
+from reflect_otel.online.work import AttributionWorker
+from reflect_otel.replay_adapters.remote import load_replay_endpoints
+from reflect_otel.store import open_store, store_kind, store_target
+
+__all__ = ["add_worker_command"]
+
+
+def add_worker_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "worker",
+        help="attribute the runs collectors queued in a PostgreSQL store (any number of workers, any machine)",
+        description=(
+            "Take the attribution jobs 'collect --attribute --store postgresql://...' queues and process them: "
+            "each run judged (against its expected answer, else by --verifier), the flagged ones attributed, "
+            "replayed through --replay-config endpoints, stored and exported. Run as many as you like, on any "
+            "machine that reaches the server: each job is done once; the jobs of a worker that stops without "
+            "finishing (kill -9, a lost machine) are taken again by another after --stalled-after seconds. Their "
+            "status is in the store (attribution_jobs: pending, running, done, failed, attempts). With a DuckDB "
+            "store, which one process owns, it attributes the runs pending there and exits."
+        ),
+    )
+    parser.add_argument("--store", help="postgresql://user@host:port/database (default: REFLECT_STORE)")
+    parser.add_argument(
+        "--stalled-after",
+        type=float,
+        default=30.0,
+        help="seconds without a worker's heartbeat before its job is retaken",
+    )
+    parser.add_argument("--once", action="store_true", help="stop when no job is left instead of waiting for more")
+    add_online_options(parser, parser.add_argument_group("attribution"))
+    parser.set_defaults(handler=_worker)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from reflect_otel.online.shared import SharedQueue
+
+    if args.stalled_after <= 0:
+        raise ConfigError("--stalled-after must be positive")
+    target = store_target(args.store)
+    replays = load_replay_endpoints(args.replay_config) if args.replay_config is not None else None
+    store = open_store(target)
+    service = online_service(args, store, replays)
+    worker = AttributionWorker(service, store)
+    started = time.monotonic()
+    try:
+        if store_kind(target) != "postgresql":
+            print(f"reflect-otel worker: {target} is a DuckDB store; attributing its pending runs", file=sys.stderr)
+            worker.run_pending()
+        else:
+            name = f"{socket.gethostname()}-{id(worker):x}"
+            print(f"reflect-otel worker {name}: taking attribution jobs from the store", file=sys.stderr)
+            SharedQueue(target).run_worker(worker, stalled_after_s=args.stalled_after, wait=not args.once, name=name)
+    finally:
+        service.close()
+    s = worker.stats
+    print(
+        f"reflect-otel worker: {s.verified} run(s) judged in {time.monotonic() - started:.1f} s, {s.flagged} flagged, "
+        f"{s.attributed} attributed ({s.verified_attributions} verified), {s.failed} failed",
+        file=sys.stderr,
+    )
+    return 1 if s.failed else 0
