@@ -136,3 +136,46 @@ def test_sql_stats_and_report_read_a_postgresql_store(
     report = tmp_path / "report.html"
     assert main(["report", "0", "--store", url, "-o", str(report), "--method", "reflect"]) == 0
     assert "verified" in report.read_text()
+
+
+_KILLED_WRITER = """
+import sys
+from reflect_otel.exporters.postgres_store import PostgresStore
+from reflect_otel.testing.store_conformance import sample_writes
+traces, _, records, _ = sample_writes()
+store = PostgresStore(sys.argv[1])
+print("writing", flush=True)
+number = 0
+while True:
+    number += 1
+    tid = f"{number:032x}"
+    store.write_trace(traces[0].model_copy(update={"trace_id": tid}))
+    store.write_record(records[0].model_copy(update={"trace_id": tid}))
+"""
+
+
+def test_kill_9_leaves_every_postgresql_write_whole_or_absent(postgres_server: Any) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from reflect_otel.exporters.postgres_store import connect_postgres
+
+    with connect_postgres(postgres_server.url, autocommit=True) as admin:
+        admin.execute("CREATE DATABASE killed")
+    url = postgres_server.url.rsplit("/", 1)[0] + "/killed"
+    writer = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, url], stdout=subprocess.PIPE, text=True)
+    assert writer.stdout is not None and writer.stdout.readline().strip() == "writing"
+    time.sleep(2.0)
+    writer.kill()
+    writer.wait(timeout=30)
+    with connect_postgres(url, autocommit=True) as db:
+        traces = db.execute("SELECT trace_id, step_count FROM traces").fetchall()
+        steps = dict(db.execute("SELECT trace_id, count(*) FROM steps GROUP BY 1").fetchall())
+        records = db.execute("SELECT trace_id, record_json FROM attributions").fetchall()
+        replays = dict(db.execute("SELECT trace_id, count(*) FROM replays GROUP BY 1").fetchall())
+        calls = dict(db.execute("SELECT trace_id, count(*) FROM llm_calls GROUP BY 1").fetchall())
+    assert len(traces) > 10 and records  # it was writing when killed
+    assert all(steps.get(trace_id) == count for trace_id, count in traces)
+    for trace_id, record in records:
+        assert replays.get(trace_id, 0) == len(record["replays"]) and calls.get(trace_id, 0) == len(record["llm_calls"])
