@@ -121,6 +121,10 @@ def connect_read_only_postgres(url: str, *, statement_timeout_ms: int = 60_000) 
     connection = connect_postgres(url)
     connection.read_only = True
     connection.execute("SELECT set_config('statement_timeout', %s, false)", [str(statement_timeout_ms)])
+    reader = connection.execute("SELECT pg_has_role(current_user, oid, 'MEMBER') FROM pg_roles WHERE rolname = %s",
+                                [READER_ROLE]).fetchone()  # fmt: skip
+    if reader and reader[0]:
+        connection.execute(f"SET SESSION ROLE {READER_ROLE}")  # server-side file functions out of reach
     connection.commit()
     return connection
 
@@ -146,6 +150,28 @@ def migrate_postgres(connection: Any) -> None:
         for name, sql in PG_VIEWS.items():
             connection.execute(f"DROP VIEW IF EXISTS {name}")
             connection.execute(f"CREATE VIEW {name} AS {sql}")
+        _grant_reader(connection)
+
+
+READER_ROLE = "reflect_reader"
+"""A role without login that may only SELECT the store's tables and views: read connections take it on."""
+
+
+def _grant_reader(connection: Any) -> None:
+    """Create :data:`READER_ROLE` (where the migrating user may create roles) and let it read every table and view."""
+    exists = connection.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [READER_ROLE]).fetchone()
+    if not exists:
+        allowed = connection.execute(
+            "SELECT rolcreaterole OR rolsuper FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()
+        if not (allowed and allowed[0]):
+            return
+        connection.execute(f"CREATE ROLE {READER_ROLE} NOLOGIN")
+    connection.execute(f"GRANT USAGE ON SCHEMA public TO {READER_ROLE}")
+    connection.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {READER_ROLE}")
+    member = connection.execute("SELECT pg_has_role(current_user, %s, 'MEMBER')", [READER_ROLE]).fetchone()
+    if not (member and member[0]):
+        connection.execute(f"GRANT {READER_ROLE} TO current_user")
 
 
 class PostgresStore(BatchedStore):

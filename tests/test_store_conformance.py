@@ -131,6 +131,8 @@ def test_sql_stats_and_report_read_a_postgresql_store(
     assert "read-only" in capsys.readouterr().err
     assert main(["sql", "SELECT 1; DELETE FROM traces", "--store", url]) == 2
     assert "query failed" in capsys.readouterr().err
+    assert main(["sql", "SELECT pg_read_file('/etc/hostname')", "--store", url]) == 2  # even for a superuser URL
+    assert "permission denied" in capsys.readouterr().err
     assert main(["sql", "SELECT count(*) AS n FROM traces", "--store", url, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == [{"n": 3}]
     report = tmp_path / "report.html"
