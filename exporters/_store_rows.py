@@ -175,6 +175,8 @@ def record_rows(record: AttributionRecord) -> Write:
         "span_id": record.span_id,
         "error_type": record.error_type.value if record.error_type else None,
         "confidence": record.confidence,
+        "confidence_samples": record.confidence_samples,
+        "auditor_confidence": record.auditor_confidence,
         "explanation": record.explanation,
         "root_cause": record.root_cause,
         "rollback_point": record.intervention.rollback_point if record.intervention else None,

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
 from reflect_otel.exporters._otlp import otlp_span_exporter, service_resource
-from reflect_otel.record import AttributionRecord
+from reflect_otel.record import AttributionRecord, AttributionStatus
 from reflect_otel.semconv import (
     AnnotationAttributes,
     GenAIEvaluation,
@@ -46,6 +46,7 @@ def record_attributes(record: AttributionRecord) -> dict[str, str | int | float 
         ReflectAttributes.ERROR_TYPE: record.error_type.value if record.error_type else None,
         ReflectAttributes.ROLLBACK_POINT: record.intervention.rollback_point if record.intervention else None,
         ReflectAttributes.CONFIDENCE: record.confidence,
+        ReflectAttributes.CONFIDENCE_SAMPLES: record.confidence_samples,
         ReflectAttributes.CORRECTED_ANSWER: record.corrected_answer,
         ReflectAttributes.VERIFIED_BY_SOURCE: verified_by.source if verified_by else None,
         ReflectAttributes.VERIFIED_BY_KIND: verified_by.kind.value if verified_by else None,
@@ -53,11 +54,11 @@ def record_attributes(record: AttributionRecord) -> dict[str, str | int | float 
             verified_by.replacement.render()[:1000] if verified_by and verified_by.replacement else None
         ),
         SpanAttributes.INPUT_VALUE: record.trace_id,
-        SpanAttributes.OUTPUT_VALUE: record.explanation[:4000] or None,
+        SpanAttributes.OUTPUT_VALUE: _explanation(record) or None,
         AnnotationAttributes.ANNOTATION_NAME: ANNOTATION_NAME,
         AnnotationAttributes.ANNOTATION_LABEL: record.error_type.value if record.error_type else None,
         AnnotationAttributes.ANNOTATION_SCORE: record.confidence,
-        AnnotationAttributes.ANNOTATION_EXPLANATION: record.explanation[:4000] or None,
+        AnnotationAttributes.ANNOTATION_EXPLANATION: _explanation(record) or None,
         AnnotationAttributes.ANNOTATION_ANNOTATOR_KIND: record.annotator_kind,
         AnnotationAttributes.ANNOTATION_IDENTIFIER: f"reflect:{record.method}:{record.trace_id}",
         AnnotationAttributes.ANNOTATION_METADATA: json.dumps(
@@ -69,6 +70,14 @@ def record_attributes(record: AttributionRecord) -> dict[str, str | int | float 
         ),
     }
     return {k: v for k, v in values.items() if v is not None}
+
+
+def _explanation(record: AttributionRecord) -> str:
+    """The explanation, said to be the auditor's hypothesis when no replay verified it."""
+    text = record.explanation[:4000]
+    if record.status is AttributionStatus.VERIFIED or not text:
+        return text
+    return f"Hypothesis, not verified: {text}"
 
 
 class AttributionSpanExporter:
@@ -102,7 +111,7 @@ class AttributionSpanExporter:
             GenAIEvaluation.NAME: ANNOTATION_NAME,
             GenAIEvaluation.SCORE_VALUE: record.confidence,
             GenAIEvaluation.SCORE_LABEL: record.error_type.value if record.error_type else None,
-            GenAIEvaluation.EXPLANATION: record.explanation[:4000] or None,
+            GenAIEvaluation.EXPLANATION: _explanation(record) or None,
         }
         span.add_event(GenAIEvaluation.EVENT, {k: v for k, v in event.items() if v is not None})
         span.end()

@@ -135,7 +135,14 @@ CREATE TABLE attribution_jobs (
     updated_at TIMESTAMPTZ)
 """
 
-MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4]
+# v5: confidence is measured or NULL; what earlier versions stored there was the auditor's self-report
+_SCHEMA_V5 = """
+ALTER TABLE attributions ADD COLUMN auditor_confidence DOUBLE;
+ALTER TABLE attributions ADD COLUMN confidence_samples INTEGER;
+UPDATE attributions SET auditor_confidence = confidence, confidence = NULL
+"""
+
+MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5]
 """Each schema version's DDL, in DuckDB's SQL (the PostgreSQL store translates the types)."""
 _MIGRATIONS = MIGRATIONS
 SCHEMA_VERSION = len(MIGRATIONS)

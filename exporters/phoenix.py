@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from reflect_otel.errors import ReflectError
-from reflect_otel.record import AttributionRecord
+from reflect_otel.record import AttributionRecord, AttributionStatus
 
 __all__ = ["PhoenixAnnotationError", "PhoenixAnnotationExporter", "annotation_payloads"]
 
@@ -40,13 +40,23 @@ def annotation_payloads(record: AttributionRecord) -> tuple[dict[str, Any] | Non
         "corrected_answer": record.corrected_answer,
     }
     label = record.error_type.value if record.error_type else "unknown"
+    verified = record.status is AttributionStatus.VERIFIED
+    hypothesis = "" if verified else "Hypothesis, not verified: "
+    if not verified:
+        label = f"{label} (hypothesis, not verified)"
+    metadata["confidence"] = record.confidence_text
+    metadata["auditor_confidence"] = record.auditor_confidence
     span = None
     if record.span_id:
         span = {
             "span_id": record.span_id,
             "name": ANNOTATION_NAME,
             "annotator_kind": record.annotator_kind,
-            "result": {"label": label, "score": record.confidence, "explanation": record.explanation[:10_000] or None},
+            "result": {
+                "label": label,
+                "score": record.confidence,  # measured (a verified record's flip rate), else None
+                "explanation": f"{hypothesis}{record.explanation[:10_000]}" if record.explanation else None,
+            },
             "metadata": metadata,
             "identifier": f"reflect:{record.method}:{record.trace_id}",
         }
@@ -57,7 +67,7 @@ def annotation_payloads(record: AttributionRecord) -> tuple[dict[str, Any] | Non
         "result": {
             "label": record.status.value,
             "score": record.confidence,
-            "explanation": f"step {record.step_index} ({label}): {record.explanation[:2000]}",
+            "explanation": f"{hypothesis}step {record.step_index} ({label}): {record.explanation[:2000]}",
         },
         "metadata": metadata,
         "identifier": f"reflect:{record.method}:{record.trace_id}",

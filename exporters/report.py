@@ -82,8 +82,8 @@ def _diagnosis(record: AttributionRecord, kind: str) -> str:
         )
     elif record.step_index is not None:
         text = (
-            f"Step {_e(record.step_index)} is the most likely decisive error ({_e(kind)}), <b>not verified</b>: "
-            f"{_e(record.reason or 'no replay flipped the outcome')}."
+            f"<b>Hypothesis, not verified:</b> the auditor names step {_e(record.step_index)} as the decisive error "
+            f"({_e(kind)}). No replay proved it: {_e(record.reason or 'no replay flipped the outcome')}."
         )
     else:
         text = f"No step could be attributed: {_e(record.reason)}."
@@ -170,12 +170,15 @@ def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> s
     ]
     if record is not None:
         kind = record.error_type.value if record.error_type else "unknown"
+        verified = record.status is AttributionStatus.VERIFIED
         body.append(_diagnosis(record, kind))
         body.append(
             '<h2>Attribution</h2><div class="card">'
             f"<p><b>Decisive step:</b> {_e(record.step_index)} &middot; <b>Error type:</b> {_e(kind)} &middot; "
-            f"<b>Method:</b> {_e(record.method)} ({_e(record.mode.value)}) &middot; <b>Confidence:</b> {_e(record.confidence)}</p>"
-            f"<p><b>Explanation</b></p><pre>{_e(record.explanation)}</pre>"
+            f"<b>Method:</b> {_e(record.method)} ({_e(record.mode.value)})</p>"
+            f"<p><b>Confidence:</b> {_e(record.confidence_text)}</p>"
+            f"<p><b>{'Explanation' if verified else 'The auditor&#39;s hypothesis (not verified)'}</b></p>"
+            f"<pre>{_e(record.explanation)}</pre>"
         )
         if record.root_cause:
             body.append(f"<p><b>Root cause</b></p><pre>{_e(record.root_cause)}</pre>")

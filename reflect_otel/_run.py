@@ -24,6 +24,7 @@ from reflect_otel.record import (
     Localization,
     ReplayAttempt,
     StageError,
+    measured_confidence,
     stage_costs,
 )
 from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult, replay_with
@@ -70,7 +71,7 @@ class AttributionRun:
         reason: str = "",
         span_id: str | None = None,
         error_type: ErrorType | None = None,
-        confidence: float | None = None,
+        auditor_confidence: float | None = None,
         explanation: str = "",
         root_cause: str = "",
         intervention: Intervention | None = None,
@@ -83,8 +84,10 @@ class AttributionRun:
         localizations: Sequence[Localization] = (),
     ) -> AttributionRecord:
         """The record, with the run's cost, calls and errors. ``span_id`` defaults to the span of ``step_index``
-        in the run's trace."""
+        in the run's trace. ``auditor_confidence`` is the auditor's own figure; the record's confidence is measured
+        from ``replays`` (:func:`~reflect_otel.record.measured_confidence`)."""
         calls = self.log.calls
+        measured, samples = measured_confidence(status, intervention, replays)
         if span_id is None and step_index is not None and 1 <= step_index <= len(self.trace.steps):
             span_id = self.trace.steps[step_index - 1].span_id
         return AttributionRecord(
@@ -96,7 +99,9 @@ class AttributionRun:
             span_id=span_id,
             reason=reason,
             error_type=error_type,
-            confidence=confidence,
+            confidence=measured,
+            confidence_samples=samples,
+            auditor_confidence=auditor_confidence,
             explanation=explanation,
             root_cause=root_cause,
             intervention=intervention,

@@ -473,7 +473,7 @@ class ReflectPipeline(MethodBase):
             else "the flipping rollback point lies in a replayed continuation of round "
             f"{state.round - 1}; step_index counts steps of that replay",
             error_type=error_type,
-            confidence=localization.confidence,
+            auditor_confidence=localization.confidence,
             explanation=explanation,
             root_cause=plan.root_cause,
             intervention=Intervention(
@@ -496,7 +496,7 @@ class ReflectPipeline(MethodBase):
             step_index=min(localization.step_index, len(state.run.trace.steps)),
             reason=reason,
             error_type=classification.error_type if classification else None,
-            confidence=localization.confidence,
+            auditor_confidence=localization.confidence,
             explanation=classification.explanation if classification else localization.reasoning,
             root_cause=state.plan.root_cause if state.plan else "",
             replays=state.attempts,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from reflect_otel.trace import Step, StepAction
 from reflect_otel.verdict import Verdict
@@ -252,6 +252,23 @@ class StageError(BaseModel):
     round: int | None = None
 
 
+def measured_confidence(
+    status: AttributionStatus, intervention: Intervention | None, replays: Sequence[ReplayAttempt]
+) -> tuple[float | None, int | None]:
+    """(share flipped, replays) over the replays from a verified record's rollback point that ran to an answer; (None,
+    None) for any other record: nothing was measured."""
+    if status is not AttributionStatus.VERIFIED:
+        return None, None
+    flipped = [a for a in replays if a.flipped]
+    point = (
+        intervention.rollback_point if intervention is not None else (flipped[-1].rollback_point if flipped else None)
+    )
+    tried = [a for a in replays if a.rollback_point == point and a.error is None]
+    if point is None or not tried:
+        return None, None
+    return sum(a.flipped for a in tried) / len(tried), len(tried)
+
+
 class AttributionRecord(BaseModel):
     """The answer to "which step caused this failure", with its evidence."""
 
@@ -265,7 +282,17 @@ class AttributionRecord(BaseModel):
     step_index: int | None = None
     span_id: str | None = None
     error_type: ErrorType | None = None
-    confidence: float | None = None
+    confidence: float | None = Field(
+        default=None,
+        description="Measured, or None: for a verified record, the share of the replays from its rollback point "
+        "that flipped the outcome (of confidence_samples replays); never the auditor's own figure.",
+    )
+    confidence_samples: int | None = Field(default=None, description="How many replays the confidence counts.")
+    auditor_confidence: float | None = Field(
+        default=None,
+        description="What the auditor said of its own localization: kept for analysis, never shown as confidence "
+        "(a model's self-report is not a measured rate).",
+    )
     explanation: str = ""
     root_cause: str = ""
     intervention: Intervention | None = None
@@ -284,6 +311,22 @@ class AttributionRecord(BaseModel):
     errors: tuple[StageError, ...] = ()
     config: dict[str, Any] = Field(default_factory=dict)
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _self_report_of_earlier_versions(cls, data: Any) -> Any:
+        """Records written before ``auditor_confidence`` existed held the auditor's figure as ``confidence``."""
+        if isinstance(data, dict) and "confidence" in data and "auditor_confidence" not in data:
+            return {**data, "confidence": None, "confidence_samples": None, "auditor_confidence": data["confidence"]}
+        return data
+
+    @property
+    def confidence_text(self) -> str:
+        """How the record's confidence was obtained, for people: measured with its count, or not measured."""
+        if self.confidence is None or not self.confidence_samples:
+            return "not measured (an unverified attribution is the auditor's hypothesis)"
+        flips = round(self.confidence * self.confidence_samples)
+        return f"{flips} of {self.confidence_samples} replay(s) from the rollback point flipped the outcome (measured)"
 
     @property
     def verified_by(self) -> Correction | None:

@@ -73,7 +73,10 @@ class ReflectAttributes:
     """How many original steps the replay that flipped the outcome kept (it regenerated the next one, the decisive
     step)."""
     CONFIDENCE = "reflect.attribution.confidence"
-    """Auditor confidence in ``[0, 1]``."""
+    """Measured only, in ``[0, 1]``: for a verified attribution, the share of the replays from its rollback point
+    that flipped the outcome; absent otherwise (never the auditor's self-report)."""
+    CONFIDENCE_SAMPLES = "reflect.attribution.confidence_samples"
+    """How many replays ``reflect.attribution.confidence`` counts."""
     TRACE_ID = "reflect.attribution.trace_id"
     """Hex id of the attributed trace (the evaluator span is in it, as a child of the decisive span)."""
     METHOD = "reflect.attribution.method"

@@ -16,6 +16,7 @@ from reflect_otel.exporters.attribution_spans import ANNOTATION_NAME, Attributio
 from reflect_otel.exporters.metrics import AttributionMetrics
 from reflect_otel.record import AttributionRecord
 from reflect_otel.semconv import AnnotationAttributes, GenAIEvaluation, ReflectAttributes, SpanAttributes
+from reflect_otel.testing.examples import verified_attribution
 from reflect_otel.trace import StructuredTrace
 from tests.test_store import _record
 
@@ -42,7 +43,8 @@ def test_record_becomes_an_evaluator_span_inside_the_judged_trace() -> None:
         ReflectAttributes.ERROR_SPAN_ID: record.span_id,
         ReflectAttributes.ERROR_TYPE: "incorrect_problem_identification",
         ReflectAttributes.ROLLBACK_POINT: 1,  # step 1 kept, step 2 regenerated
-        ReflectAttributes.CONFIDENCE: 0.8,
+        ReflectAttributes.CONFIDENCE: 1.0,  # measured: the one replay from step 1 flipped (the auditor said 0.8)
+        ReflectAttributes.CONFIDENCE_SAMPLES: 1,
         ReflectAttributes.CORRECTED_ANSWER: "The answer is 42",
         ReflectAttributes.VERIFIED_BY_SOURCE: "llm",  # the auditor's plan, injected as guidance
         ReflectAttributes.VERIFIED_BY_KIND: "guidance",
@@ -50,7 +52,7 @@ def test_record_becomes_an_evaluator_span_inside_the_judged_trace() -> None:
         SpanAttributes.OUTPUT_VALUE: record.explanation,
         AnnotationAttributes.ANNOTATION_NAME: ANNOTATION_NAME,
         AnnotationAttributes.ANNOTATION_LABEL: "incorrect_problem_identification",
-        AnnotationAttributes.ANNOTATION_SCORE: 0.8,
+        AnnotationAttributes.ANNOTATION_SCORE: 1.0,
         AnnotationAttributes.ANNOTATION_EXPLANATION: record.explanation,
         AnnotationAttributes.ANNOTATION_ANNOTATOR_KIND: "LLM",
         AnnotationAttributes.ANNOTATION_IDENTIFIER: f"reflect:reflect:{record.trace_id}",
@@ -64,11 +66,47 @@ def test_record_becomes_an_evaluator_span_inside_the_judged_trace() -> None:
     assert event.name == GenAIEvaluation.EVENT
     assert dict(event.attributes or {}) == {
         GenAIEvaluation.NAME: ANNOTATION_NAME,
-        GenAIEvaluation.SCORE_VALUE: 0.8,
+        GenAIEvaluation.SCORE_VALUE: 1.0,
         GenAIEvaluation.SCORE_LABEL: "incorrect_problem_identification",
         GenAIEvaluation.EXPLANATION: record.explanation,
     }
     exporter.shutdown()
+
+
+def test_no_surface_shows_a_self_reported_figure_as_confidence() -> None:
+    """An unverified record: the auditor said 0.8; spans, Phoenix's payloads and the report show no score, and
+    say the explanation is a hypothesis."""
+    from reflect_otel.exporters.attribution_spans import record_attributes
+    from reflect_otel.exporters.phoenix import annotation_payloads
+    from reflect_otel.exporters.report import render_report
+    from reflect_otel.record import AttributionStatus
+
+    trace, verified = verified_attribution()
+    record = AttributionRecord.model_validate(
+        verified.model_dump()
+        | {"status": AttributionStatus.UNVERIFIED, "intervention": None, "confidence": None, "confidence_samples": None}
+    )
+    assert record.auditor_confidence == 0.8 and record.confidence is None
+    attributes = record_attributes(record)
+    assert ReflectAttributes.CONFIDENCE not in attributes and AnnotationAttributes.ANNOTATION_SCORE not in attributes
+    assert str(attributes[AnnotationAttributes.ANNOTATION_EXPLANATION]).startswith("Hypothesis, not verified: ")
+    span, whole = annotation_payloads(record)
+    assert span is not None and span["result"]["score"] is None and whole["result"]["score"] is None
+    assert "hypothesis, not verified" in span["result"]["label"]
+    assert span["result"]["explanation"].startswith("Hypothesis, not verified: ")
+    html = render_report(trace, record)
+    assert "0.8" not in html and "Hypothesis, not verified" in html and "not measured" in html
+    verified_html = render_report(trace, verified)
+    assert "1 of 1 replay(s) from the rollback point flipped the outcome (measured)" in verified_html
+
+
+def test_a_record_of_an_earlier_version_keeps_its_self_report_apart() -> None:
+    _, verified = verified_attribution()
+    old = verified.model_dump(mode="json")
+    del old["auditor_confidence"], old["confidence_samples"]
+    old["confidence"] = 0.95  # what earlier versions stored: the auditor's figure
+    loaded = AttributionRecord.model_validate(old)
+    assert (loaded.confidence, loaded.auditor_confidence) == (None, 0.95)
 
 
 def test_attribution_span_over_real_otlp_to_our_receiver() -> None:
@@ -283,3 +321,28 @@ def test_annotations_say_code_for_a_method_that_asked_no_model() -> None:
     floor = record.model_copy(update={"method": "first-step", "cost": ()})
     span, trace = annotation_payloads(floor)
     assert span is not None and span["annotator_kind"] == trace["annotator_kind"] == "CODE"
+
+
+def test_the_store_keeps_measured_confidence_and_the_self_report_apart(tmp_path: Path) -> None:
+    from reflect_otel.exporters.duckdb_store import DuckDBStore
+    from reflect_otel.record import AttributionStatus
+
+    _, verified = verified_attribution()
+    unverified = AttributionRecord.model_validate(
+        verified.model_dump()
+        | {
+            "method": "aao",
+            "status": AttributionStatus.UNVERIFIED,
+            "intervention": None,
+            "confidence": None,
+            "confidence_samples": None,
+        }
+    )
+    with DuckDBStore(tmp_path / "c.duckdb") as store:
+        store.write_record(verified)
+        store.write_record(unverified)
+        store.flush()
+        rows = store._read(
+            "SELECT method, confidence, confidence_samples, auditor_confidence FROM attributions ORDER BY method", []
+        )
+    assert rows == [("aao", None, None, 0.8), ("reflect", 1.0, 1, 0.8)]

@@ -112,7 +112,10 @@ def test_attribution_is_annotated_on_the_decisive_span(phoenix: str, instrumente
     ]
     (annotation,) = [a for a in spans if a["name"] == "decisive_error"]
     assert annotation["result"]["label"] == "incorrect_problem_identification"
-    assert annotation["result"]["score"] == pytest.approx(0.7)
+    # the score is measured (the share of replays from the verifying rollback point that flipped), not the 0.7 the
+    # auditor said of itself
+    assert record.confidence is not None and annotation["result"]["score"] == pytest.approx(record.confidence)
+    assert annotation["metadata"]["confidence"].endswith("(measured)")
     assert "Lyon instead of Paris" in annotation["result"]["explanation"]
     # step 1 regenerated with nothing kept before it (the rollback point counts the kept steps)
     assert annotation["metadata"]["rollback_point"] == 0 and annotation["metadata"]["flipped"] is True

@@ -82,8 +82,10 @@ def _show(args: argparse.Namespace) -> int:
                 f"  attribution ({record.method}): {record.status.value}, step {record.step_index}, {kind}; "
                 f"{record.total_calls} LLM calls, {record.total_tokens} tokens"
             )
+            print(f"    confidence: {record.confidence_text}")
             if record.explanation:
-                print(f"    why: {_cut(record.explanation, args.width)}")
+                label = "why" if record.status.value == "verified" else "hypothesis, not verified"
+                print(f"    {label}: {_cut(record.explanation, args.width)}")
             if record.reason:
                 print(f"    note: {_cut(record.reason, args.width)}")
     if args.trace_id and not shown:
