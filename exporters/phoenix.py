@@ -29,7 +29,7 @@ class PhoenixAnnotationError(ReflectError):
 def annotation_payloads(record: AttributionRecord) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """(span annotation or None when the record names no span, trace annotation), as Phoenix's REST API takes them."""
     flipped = any(a.flipped for a in record.replays)
-    metadata = {
+    metadata: dict[str, Any] = {
         "method": record.method,
         "status": record.status.value,
         "mode": record.mode.value,

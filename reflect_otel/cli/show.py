@@ -84,8 +84,8 @@ def _show(args: argparse.Namespace) -> int:
             )
             print(f"    confidence: {record.confidence_text}")
             if record.explanation:
-                label = "why" if record.status.value == "verified" else "hypothesis, not verified"
-                print(f"    {label}: {_cut(record.explanation, args.width)}")
+                heading = "why" if record.status.value == "verified" else "hypothesis, not verified"
+                print(f"    {heading}: {_cut(record.explanation, args.width)}")
             if record.reason:
                 print(f"    note: {_cut(record.reason, args.width)}")
     if args.trace_id and not shown:
