@@ -95,3 +95,18 @@ def synthetic_trace(trace_number: int, tool_calls: int = 5) -> list[SpanRecord]:
                 )
             )
     return spans
+
+
+def post_protobuf(port: int, bodies: list[bytes]) -> None:
+    """POST each OTLP protobuf body to ``127.0.0.1:port/v1/traces`` on one connection; every answer must be 200."""
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        for body in bodies:
+            connection.request("POST", "/v1/traces", body, {"Content-Type": "application/x-protobuf"})
+            response = connection.getresponse()
+            response.read()
+            assert response.status == 200, response.status
+    finally:
+        connection.close()

@@ -13,13 +13,12 @@ verifier on / the baseline's).
 from __future__ import annotations
 
 import argparse
-import http.client
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import synthetic_trace
+from benchmarks._common import post_protobuf, synthetic_trace
 from benchmarks.receiver import encode
 from reflect_otel.collectors.receiver import OTLPReceiver
 from reflect_otel.collectors.trace_collector import BufferLimits
@@ -78,16 +77,10 @@ def _receive(bodies: list[bytes], traces: int, verifier: Verifier | None) -> tup
         receiver = OTLPReceiver(
             sink, http=("127.0.0.1", 0), buffer_limits=BufferLimits(grace_s=0.0, max_traces=traces + 1)
         ).start()
-        connection = http.client.HTTPConnection("127.0.0.1", receiver.http_port, timeout=60)
         start = time.perf_counter()
-        for body in bodies:
-            connection.request("POST", "/v1/traces", body, {"Content-Type": "application/x-protobuf"})
-            response = connection.getresponse()
-            response.read()
-            assert response.status == 200, response.status
+        post_protobuf(receiver.http_port, bodies)
         receiver.force_flush(120)
         received_s = time.perf_counter() - start
-        connection.close()
         receiver.shutdown()
         judged = 0
         if worker is not None:

@@ -29,7 +29,7 @@ from reflect_otel.exporters._store_rows import PARENT, trace_rows
 from reflect_otel.exporters.postgres_store import PostgresStore, connect_postgres
 from reflect_otel.llm.local import free_port
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedTurn
-from reflect_otel.testing.otlp_bodies import json_request, json_span
+from reflect_otel.testing.otlp_bodies import wrong_run_body
 from reflect_otel.testing.postgres import PostgresServer
 
 
@@ -73,15 +73,6 @@ def ingest(server: PostgresServer, count: int) -> float:
     return (steps / store_s) / (steps / copy_s)
 
 
-def _run_body(number: int) -> bytes:
-    trace = f"{number + 1:032x}"
-    root = json_span(trace, f"{number + 1:016x}", None, "AGENT", 1, input__value=f"q {number}?",
-                     output__value="Lyon", reflect__expected_answer="Paris")  # fmt: skip
-    tool = json_span(trace, f"{number + 1:08x}{2:08x}", f"{number + 1:016x}", "TOOL", 2, tool__name="lookup",
-                     output__value="Lyon")  # fmt: skip
-    return json.dumps(json_request(root, tool)).encode()
-
-
 def fleet(server: PostgresServer, collectors: int, workers: int, runs: int) -> tuple[float, int, int]:
     """(jobs/s, jobs done, jobs done more than once)."""
     url = _database(server, f"bench_fleet_{collectors}x{workers}")
@@ -114,7 +105,7 @@ def fleet(server: PostgresServer, collectors: int, workers: int, runs: int) -> t
             start = time.perf_counter()
             for number in range(runs):
                 request = urllib.request.Request(
-                    f"http://127.0.0.1:{ports[number % collectors]}/v1/traces", _run_body(number),
+                    f"http://127.0.0.1:{ports[number % collectors]}/v1/traces", wrong_run_body(number),
                     {"Content-Type": "application/json"}, method="POST",
                 )  # fmt: skip
                 with urllib.request.urlopen(request, timeout=30) as response:

@@ -7,12 +7,11 @@ shows what transport and assembly add. Last line: ``receiver_spans_per_s=N``.
 from __future__ import annotations
 
 import argparse
-import http.client
 import time
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from benchmarks._common import synthetic_trace
+from benchmarks._common import post_protobuf, synthetic_trace
 from reflect_otel.collectors.otlp import decode_protobuf
 from reflect_otel.collectors.receiver import OTLPReceiver
 from reflect_otel.collectors.trace_collector import BufferLimits
@@ -63,16 +62,10 @@ def main() -> None:
         http=("127.0.0.1", 0),
         buffer_limits=BufferLimits(grace_s=0.0, max_traces=args.traces + 1),
     ).start()
-    connection = http.client.HTTPConnection("127.0.0.1", receiver.http_port, timeout=60)
     start = time.perf_counter()
-    for body in bodies:
-        connection.request("POST", "/v1/traces", body, {"Content-Type": "application/x-protobuf"})
-        response = connection.getresponse()
-        response.read()
-        assert response.status == 200, response.status
+    post_protobuf(receiver.http_port, bodies)
     receiver.force_flush(120)
     receive_seconds = time.perf_counter() - start
-    connection.close()
     receiver.shutdown()
     assert len(done) == args.traces, (len(done), args.traces)
     rate = spans / receive_seconds

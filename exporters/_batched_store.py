@@ -39,6 +39,11 @@ _LINGER_S = 0.05
 transaction, short enough that a single write is visible at once to the eye."""
 
 
+def _job(row: Sequence[Any]) -> AttributionJob:
+    """A job from (trace_id, status, attempts, expected_answer, reason)."""
+    return AttributionJob(row[0], row[1], row[2] or 0, row[3], row[4])
+
+
 class BatchedStore:
     """The :class:`~reflect_otel.store.AttributionStore` contract over a backend's transaction and read."""
 
@@ -102,7 +107,7 @@ class BatchedStore:
             "WHERE status IN ('pending', 'running') ORDER BY updated_at, trace_id LIMIT ?",
             [max(0, limit)],
         )
-        return [AttributionJob(r[0], r[1], r[2] or 0, r[3], r[4]) for r in rows]
+        return [_job(row) for row in rows]
 
     def read_job(self, trace_id: str) -> AttributionJob | None:
         self.flush()
@@ -110,7 +115,7 @@ class BatchedStore:
             "SELECT trace_id, status, attempts, expected_answer, reason FROM attribution_jobs WHERE trace_id = ?",
             [trace_id],
         )
-        return AttributionJob(rows[0][0], rows[0][1], rows[0][2] or 0, rows[0][3], rows[0][4]) if rows else None
+        return _job(rows[0]) if rows else None
 
     def read_trace(self, trace_id: str) -> StructuredTrace | None:
         self.flush()

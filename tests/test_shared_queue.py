@@ -19,7 +19,7 @@ import pytest
 from reflect_otel.llm.local import free_port
 from reflect_otel.testing import wait_until
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedTurn
-from reflect_otel.testing.otlp_bodies import json_request, json_span
+from reflect_otel.testing.otlp_bodies import wrong_run_body
 
 pytest.importorskip("procrastinate")
 CLI = [sys.executable, "-m", "reflect_otel"]
@@ -58,15 +58,6 @@ def _env(model: ScriptedOpenAIServer) -> dict[str, str]:
         "REFLECT_LLM_API_KEY": "t",
         "REFLECT_LLM_MODEL": "scripted",
     }
-
-
-def _run_body(number: int) -> bytes:
-    trace = f"{number + 1:032x}"
-    root = json_span(trace, f"{number + 1:016x}", None, "AGENT", 1, input__value=f"capital {number}?",
-                     output__value="Lyon", reflect__expected_answer="Paris")  # fmt: skip
-    tool = json_span(trace, f"{number + 1:08x}{2:08x}", f"{number + 1:016x}", "TOOL", 2, tool__name="lookup",
-                     output__value="Lyon")  # fmt: skip
-    return json.dumps(json_request(root, tool)).encode()
 
 
 def _post(port: int, body: bytes) -> None:
@@ -132,7 +123,7 @@ def test_two_workers_share_the_collectors_runs_and_do_each_once(
         port = _collector(database, env, tmp_path, processes)
         workers = [_worker(database, env, processes) for _ in range(2)]
         for number in range(12):
-            _post(port, _run_body(number))
+            _post(port, wrong_run_body(number))
         wait_until(lambda: len(_jobs(database)) == 12 and all(s == "done" for s, _ in _jobs(database).values()),
                    120, "12 jobs done")  # fmt: skip
         for worker in workers:
@@ -151,7 +142,7 @@ def test_a_worker_killed_mid_job_leaves_it_to_another(
         env = _env(model)
         port = _collector(database, env, tmp_path, processes)
         first = _worker(database, env, processes)
-        _post(port, _run_body(0))
+        _post(port, wrong_run_body(0))
         wait_until(lambda: _jobs(database).get(f"{1:032x}", ("", 0))[0] == "running", 60, "the job running")
         first.kill()  # kill -9: no goodbye, no heartbeat
         first.wait(timeout=30)

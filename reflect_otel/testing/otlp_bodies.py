@@ -142,6 +142,17 @@ def json_request(*spans: dict[str, object]) -> dict[str, object]:
     return {"resourceSpans": [{"scopeSpans": [{"scope": {"name": "hand"}, "spans": list(spans)}]}]}
 
 
+def wrong_run_body(number: int) -> bytes:
+    """An OTLP/JSON body of one finished run that answered 'Lyon' where its root says 'Paris' is expected: an AGENT
+    root and one TOOL span, trace id ``number + 1``."""
+    trace = f"{number + 1:032x}"
+    root = json_span(trace, f"{number + 1:016x}", None, "AGENT", 1, input__value=f"capital {number}?",
+                     output__value="Lyon", reflect__expected_answer="Paris")  # fmt: skip
+    tool = json_span(trace, f"{number + 1:08x}{2:08x}", f"{number + 1:016x}", "TOOL", 2, tool__name="lookup",
+                     output__value="Lyon")  # fmt: skip
+    return json.dumps(json_request(root, tool)).encode()
+
+
 def huge_spans_body(trace: int, spans: int, attribute_bytes: int) -> bytes:
     """A gzip protobuf request of ``spans`` children of a root that is never sent (the trace stays
     buffered), each with an ``output.value`` of ``attribute_bytes``: what a memory flood sends."""
