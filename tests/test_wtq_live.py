@@ -144,17 +144,51 @@ def test_a_method_added_later_gets_the_stored_failures_replayed_from_their_trace
     )
     assert "nt-1: stored failure; adding reflect-guidance" in said
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert [r["question_id"] for r in rows] == ["nt-1", "nt-1-first", "nt-1"]  # the updated row appended
+    # the run, then the run with ics, then the other question; the row updated with the added method appended
+    assert [(r["question_id"], sorted(r["methods"])) for r in rows] == [
+        ("nt-1", []),
+        ("nt-1", ["ics"]),
+        ("nt-1-first", []),
+        ("nt-1", ["ics", "reflect-guidance"]),
+    ]
     added = rows[-1]["methods"]["reflect-guidance"]
     # the same failure, replayed in a new process-state from its spans: the guidance flips it, within one replay
     assert added["corrected_answer"] == "Bangkok, Thailand" and added["replays"] == 1
-    assert rows[-1]["methods"]["ics"] == rows[0]["methods"]["ics"]  # what was measured stays as measured
+    assert rows[-1]["methods"]["ics"] == rows[1]["methods"]["ics"]  # what was measured stays as measured
     assert metrics["methods"]["reflect-guidance"]["verified_steps"] == [{"question_id": "nt-1", "step": 2}]
     assert metrics["methods"]["ics"]["replays"]["mean"] == 1  # ICS's D=1 round; the budget allows no more
     # no agent run again: the stored failure was replayed (the agent model asked only for its continuation)
     assert not [line for line in said if "answered" in line]
     assert sum(1 for r in llm.requests if r.stage == "agent") > agent_calls
     assert json.loads((out / "run_config.json").read_text())["max_replays"] == 1
+
+
+def test_a_stop_during_a_method_keeps_the_methods_finished_before_it(instrumented: Instrumented, tmp_path: Path) -> None:
+    from reflect_otel.cli.evaluate import table_agent_rebuilt, table_agent_runs
+    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+
+    llm = _model()
+    options = LiveOptions(("ics", "reflect"), _wtq_folder(tmp_path), tmp_path / "out", config=ReflectConfig(rounds=1))
+
+    def stop_after_ics(line: str) -> None:
+        if line == "nt-1: reflect: attributing":
+            raise KeyboardInterrupt  # as a kill would, once ics is measured and reflect has started
+
+    with pytest.raises(KeyboardInterrupt):
+        run_live_eval(options, llm, table_agent_runs(llm, instrumented.provider, max_steps=6), progress=stop_after_ics)
+    kept = [json.loads(line) for line in (options.out / "results.jsonl").read_text().splitlines()]
+    assert sorted(kept[-1]["methods"]) == ["ics"] and kept[-1]["question_id"] == "nt-1"
+
+    said: list[str] = []
+    metrics = run_live_eval(
+        options,
+        llm,
+        table_agent_runs(llm, instrumented.provider, max_steps=6),
+        rebuild=table_agent_rebuilt(llm, instrumented.provider, max_steps=6),
+        progress=said.append,
+    )
+    assert "nt-1: stored failure; adding reflect" in said  # ics is not run again
+    assert metrics["methods"]["ics"]["runs"] == metrics["methods"]["reflect"]["runs"] == 1
 
 
 def test_the_replay_budget_refuses_past_its_count() -> None:

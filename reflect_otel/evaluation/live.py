@@ -2,9 +2,10 @@
 with the configured model; each run whose answer is wrong is attributed by every chosen method, from the same run,
 with the same model, before the next question (the agent's replay state lives in this process).
 
-Resumable: one JSON line per question, written when the question is finished (the agent run and every method), so
-a question cut short by a crash is run again from the start on resume; a question whose agent run failed (the
-endpoint, not the answer) writes no line and is retried on resume. ``--limit`` counts failed runs.
+Resumable: a JSON line per question when its agent run finishes, and the updated line again after each method (the
+last line of a question wins), so a stop loses at most the method running; on resume the stored failure's missing
+methods run from its stored trace. A question whose agent run failed (the endpoint, not the answer) writes no line
+and is retried on resume. ``--limit`` counts failed runs.
 """
 
 from __future__ import annotations
@@ -198,14 +199,14 @@ def run_live_eval(
             say(
                 f"{question.id}: answered {run.answer!r} (expected {question.expected!r}): {'right' if correct else 'wrong'}"
             )
+            row["trace"] = run.trace.model_dump(mode="json")  # right runs too: labelled data for the verifiers
+            _append(out, row)  # the run first, then each method as it finishes: a stop loses at most one method
+            done[question.id] = row
             if not correct:
+                failed_runs += 1
                 for name in options.methods:
                     row["methods"][name] = _attributed(llm, name, options, run, question, say)
-                failed_runs += 1
-            row["trace"] = run.trace.model_dump(mode="json")  # right runs too: labelled data for the verifiers
-            out.write(json.dumps(row) + "\n")
-            out.flush()
-            done[question.id] = row
+                    _append(out, row)
     metrics = live_metrics(list(done.values()), options.methods)
     (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     (options.out / "metrics.md").write_text(live_metrics_markdown(metrics, llm.model_name))
@@ -221,7 +222,8 @@ def _add_methods(
     out: Any,
     say: Progress,
 ) -> None:
-    """Give each method not yet run on a stored failure that failure, replayed from its trace; append the row."""
+    """Give each method not yet run on a stored failure that failure, replayed from its trace; append the row after
+    each method, so a stop loses at most the method running."""
     for stored in [r for r in done.values() if not r["correct"]]:
         missing = [m for m in options.methods if m not in stored["methods"]]
         question = questions.get(stored["question_id"])
@@ -231,13 +233,19 @@ def _add_methods(
         run = rebuild(question, StructuredTrace.model_validate(stored["trace"]))
         for name in missing:
             stored["methods"][name] = _attributed(llm, name, options, run, question, say)
-        out.write(json.dumps(stored) + "\n")
-        out.flush()
+            _append(out, stored)
+
+
+def _append(out: Any, row: dict[str, Any]) -> None:
+    """Append ``row`` and flush; the last row of a question wins on resume."""
+    out.write(json.dumps(row) + "\n")
+    out.flush()
 
 
 def _attributed(
     llm: StructuredLLM, name: str, options: LiveOptions, run: AgentRun, question: WTQQuestion, say: Progress
 ) -> dict[str, Any]:
+    say(f"{question.id}: {name}: attributing")
     row = _method_row(llm, name, options, run, question.expected)
     say(
         f"{question.id}: {name}: {row['status']} at step {row['step']}, "
