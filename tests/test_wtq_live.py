@@ -163,7 +163,9 @@ def test_a_method_added_later_gets_the_stored_failures_replayed_from_their_trace
     assert json.loads((out / "run_config.json").read_text())["max_replays"] == 1
 
 
-def test_a_stop_during_a_method_keeps_the_methods_finished_before_it(instrumented: Instrumented, tmp_path: Path) -> None:
+def test_a_stop_during_a_method_keeps_the_methods_finished_before_it(
+    instrumented: Instrumented, tmp_path: Path
+) -> None:
     from reflect_otel.cli.evaluate import table_agent_rebuilt, table_agent_runs
     from reflect_otel.evaluation.live import LiveOptions, run_live_eval
 
