@@ -16,39 +16,29 @@ tool's result to the messages, and resumes the loop from there.
 from __future__ import annotations
 
 import copy
-import json
-import uuid
 from collections.abc import Callable, Collection
 from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
 
-from reflect_otel import _values
 from reflect_otel.errors import ReplayError
 from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_point
 from reflect_otel.replay_adapters._capture import captured
 from reflect_otel.replay_adapters._guard import IrreversibleToolError, ToolGuard
 from reflect_otel.replay_adapters._stitch import stitch
-from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes, ToolCallAttributes
-from reflect_otel.spans import SpanRecord
+from reflect_otel.replay_adapters._tool_loop import (
+    ExecuteTool,
+    canonical,
+    first_sent_request,
+    recorded_request,
+    run_action,
+)
 from reflect_otel.trace import StepAction, StructuredTrace
 
 __all__ = ["ExecuteTool", "IrreversibleToolError", "OpenAIToolLoopReplayAdapter", "ResumeLoop"]
 
 ResumeLoop = Callable[[list[dict[str, Any]], Callable[[str, Any], None]], str]
 """``resume(messages, guard) -> final answer``: continue the tool loop from ``messages``."""
-ExecuteTool = Callable[[str, dict[str, Any]], Any]
-"""``execute_tool(name, arguments) -> result``: run one of the loop's tools (its result is sent as text)."""
-
-
-def _first_llm_request(records: list[SpanRecord]) -> Any:
-    llm = OpenInferenceSpanKindValues.LLM.value
-    first = min(
-        (r for r in records if r.attributes.get(SpanAttributes.OPENINFERENCE_SPAN_KIND) == llm),
-        key=lambda r: r.start_ns,
-        default=None,
-    )
-    return None if first is None else _values.parse_json(first.attributes.get(SpanAttributes.INPUT_VALUE))
 
 
 class OpenAIToolLoopReplayAdapter:
@@ -71,16 +61,7 @@ class OpenAIToolLoopReplayAdapter:
     @staticmethod
     def request_after(trace: StructuredTrace, rollback_point: int) -> dict[str, Any]:
         """The recorded request of the first LLM call after step ``rollback_point``."""
-        for step in trace.steps[rollback_point:]:
-            if step.model_input:
-                request = _values.parse_json(step.model_input)
-                if isinstance(request, dict) and isinstance(request.get("messages"), list):
-                    return request
-                raise ReplayError(f"step {step.index}'s recorded model request is not an OpenAI chat request")
-        raise ReplayError(
-            f"no model request is recorded after step {rollback_point}; the OpenAI instrumentation records it as "
-            "input.value (check it is installed and that span attributes were not dropped)"
-        )
+        return recorded_request(trace, rollback_point, api="OpenAI chat")
 
     def replay(
         self,
@@ -110,8 +91,8 @@ class OpenAIToolLoopReplayAdapter:
             except Exception as error:  # the user's loop may fail in any way
                 raise ReplayError(f"the resumed tool loop failed: {type(error).__name__}: {error}") from error
         assert run.trace is not None
-        sent = _first_llm_request(run.records)
-        prefix_verified = isinstance(sent, dict) and _canonical(sent.get("messages")) == _canonical(messages)
+        sent = first_sent_request(run.records)
+        prefix_verified = isinstance(sent, dict) and canonical(sent.get("messages")) == canonical(messages)
         final = answer if answer else run.trace.final_answer
         replayed = stitch(trace, rollback_point, run.trace.steps, trace_id=run.trace_id, final_answer=final)
         return ReplayResult(
@@ -123,39 +104,13 @@ class OpenAIToolLoopReplayAdapter:
         )
 
     def _execute(self, action: StepAction) -> list[dict[str, Any]]:
-        """Run ``action`` through the loop's executor under a TOOL span: the assistant's call and the tool's
-        answer, as the loop would have appended them."""
-        assert action.tool_name is not None and self._execute_tool is not None
-        self._guard(action.tool_name, action.arguments)
-        call_id = f"call_reflect_{uuid.uuid4().hex[:12]}"
-        arguments = json.dumps(action.arguments, ensure_ascii=False)
-        tracer = self._provider.get_tracer("reflect.replay.openai_loop")
-        with tracer.start_as_current_span(
-            action.tool_name,
-            attributes={
-                SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.TOOL.value,
-                SpanAttributes.TOOL_NAME: action.tool_name,
-                ToolCallAttributes.TOOL_CALL_ID: call_id,
-                SpanAttributes.INPUT_VALUE: arguments,
-            },
-        ) as span:
-            result = _values.as_text(self._execute_tool(action.tool_name, dict(action.arguments)))
-            span.set_attribute(SpanAttributes.OUTPUT_VALUE, result)
+        """The assistant's call and the tool's answer, as the loop would have appended them."""
+        assert self._execute_tool is not None
+        call_id, arguments, result = run_action(
+            action, self._execute_tool, self._guard, self._provider, tracer_name="reflect.replay.openai_loop"
+        )
         call = {"id": call_id, "type": "function", "function": {"name": action.tool_name, "arguments": arguments}}
         return [
             {"role": "assistant", "content": None, "tool_calls": [call]},
             {"role": "tool", "tool_call_id": call_id, "content": result},
         ]
-
-
-def _canonical(messages: Any) -> str:
-    """Messages compared by content: the client may add defaults (``None`` fields) when it serialises."""
-
-    def clean(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: clean(v) for k, v in value.items() if v is not None}
-        if isinstance(value, list):
-            return [clean(v) for v in value]
-        return value
-
-    return json.dumps(clean(messages), sort_keys=True)

@@ -251,3 +251,83 @@ def scripted_auditor() -> Any:
         }[request.stage]
 
     return ScriptedLLM(respond=respond)
+
+
+# -- Anthropic tool loop -----------------------------------------------------------------------------------------
+ANTHROPIC_TOOLS = [
+    {"name": t["function"]["name"], "input_schema": t["function"]["parameters"]}  # type: ignore[index]
+    for t in TOOLS
+]
+
+
+def anthropic_turn(body: dict[str, Any]) -> Any:
+    """The correctable model as a Messages API turn (for ``ScriptedAnthropicServer``)."""
+    from reflect_otel.testing.openai_server import ScriptedToolCall, ScriptedTurn
+
+    system = body.get("system") or ""
+    instructions = [system if isinstance(system, str) else " ".join(b.get("text", "") for b in system)]
+    names: dict[str, str] = {}
+    results: list[tuple[str, str]] = []
+    for message in body["messages"]:
+        content = message["content"]
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        for block in blocks:
+            if block["type"] == "tool_use":
+                names[block["id"]] = block["name"]
+            elif block["type"] == "tool_result":
+                results.append((names.get(block["tool_use_id"], ""), str(block["content"])))
+            elif block["type"] == "text" and message["role"] == "user":
+                instructions.append(block["text"])
+    text, calls = decide(instructions, results)
+    turn = sum(1 for m in body["messages"] if m["role"] == "assistant") + 1
+    return ScriptedTurn(
+        text, [ScriptedToolCall(n, a, f"toolu_{turn}_{k}_{len(results)}") for k, (n, a) in enumerate(calls)]
+    )
+
+
+def anthropic_tool_loop(
+    client: Any, tracer: Any, system: Any, messages: list[dict[str, Any]], guard: Any = None
+) -> str:
+    """The user's Messages API loop: model, tools (each under a TOOL span), repeat; ``guard`` before each tool."""
+    from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes, ToolCallAttributes
+
+    while True:
+        reply = client.messages.create(
+            model="correctable", max_tokens=256, system=system, messages=messages, tools=ANTHROPIC_TOOLS
+        )
+        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]})
+        uses = [b for b in reply.content if b.type == "tool_use"]
+        if not uses:
+            return "".join(b.text for b in reply.content if b.type == "text")
+        results = []
+        for use in uses:
+            if guard is not None:
+                guard(use.name, use.input)
+            with tracer.start_as_current_span(
+                use.name,
+                attributes={
+                    SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.TOOL.value,
+                    SpanAttributes.TOOL_NAME: use.name,
+                    ToolCallAttributes.TOOL_CALL_ID: use.id,
+                    SpanAttributes.INPUT_VALUE: json.dumps(use.input),
+                },
+            ) as span:
+                result = execute_tool(use.name, dict(use.input))
+                span.set_attribute(SpanAttributes.OUTPUT_VALUE, result)
+            results.append({"type": "tool_result", "tool_use_id": use.id, "content": result})
+        messages.append({"role": "user", "content": results})
+
+
+def run_anthropic_loop(client: Any, tracer: Any) -> str:
+    from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes
+
+    with tracer.start_as_current_span(
+        "agent",
+        attributes={
+            SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.AGENT.value,
+            SpanAttributes.INPUT_VALUE: QUESTION,
+        },
+    ) as root:
+        answer = anthropic_tool_loop(client, tracer, "You answer with tools.", [{"role": "user", "content": QUESTION}])
+        root.set_attribute(SpanAttributes.OUTPUT_VALUE, answer)
+        return answer

@@ -1,9 +1,12 @@
-"""Every replay adapter passes the same conformance suite, on real agents: a LangGraph graph and an OpenAI tool
-loop (deterministic models whose bug a correction repairs), through the real OpenInference instrumentation."""
+"""Every replay adapter passes the same conformance suite, on real agents: a LangGraph graph, an OpenAI tool loop and
+an Anthropic Messages API tool loop (deterministic models whose bug a correction repairs; the Anthropic one behind a
+scripted Messages API server on loopback), through the real OpenInference instrumentation."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -66,6 +69,34 @@ def openai_case(instrumented: Instrumented) -> ConformanceCase:
     return _case(adapter, trace, requests)
 
 
+@pytest.fixture
+def anthropic_case(instrumented: Instrumented) -> Iterator[ConformanceCase]:
+    pytest.importorskip("anthropic")
+    import anthropic
+    from openinference.instrumentation.anthropic import AnthropicInstrumentor
+
+    from reflect_otel.replay_adapters.anthropic_loop import AnthropicToolLoopReplayAdapter
+    from reflect_otel.testing.anthropic_server import ScriptedAnthropicServer
+
+    AnthropicInstrumentor().instrument(tracer_provider=instrumented.provider)
+    try:
+        with ScriptedAnthropicServer(replay_agents.anthropic_turn) as server:
+            client = anthropic.Anthropic(base_url=server.base_url, api_key="k", max_retries=0)
+            tracer = instrumented.provider.get_tracer("tests.replay_anthropic")
+            trace = _record(instrumented, lambda: replay_agents.run_anthropic_loop(client, tracer))
+            adapter = AnthropicToolLoopReplayAdapter(
+                lambda system, messages, guard: replay_agents.anthropic_tool_loop(
+                    client, tracer, system, messages, guard
+                ),
+                tracer_provider=instrumented.provider,
+                execute_tool=replay_agents.execute_tool,
+            )
+            case = _case(adapter, trace, [])
+            yield dataclasses.replace(case, model_requests=lambda: [json.dumps(body) for body in server.requests])
+    finally:
+        AnthropicInstrumentor().uninstrument()
+
+
 def test_recorded_buggy_runs_have_the_expected_shape(
     langgraph_case: ConformanceCase, openai_case: ConformanceCase
 ) -> None:
@@ -100,6 +131,29 @@ def test_langgraph_adapter_seeds_from_spans_without_checkpoints(langgraph_case: 
 def test_openai_loop_adapter_conformance(openai_case: ConformanceCase) -> None:
     results = run_conformance(openai_case)
     assert all(r.adapter_info["adapter"] == "openai_loop" for r in results)
+
+
+def test_anthropic_loop_adapter_conformance(anthropic_case: ConformanceCase) -> None:
+    assert [s.tool_name for s in anthropic_case.trace.steps] == ["lookup_population", "add", "lookup_population", None]
+    results = run_conformance(anthropic_case)
+    assert all(r.adapter_info["adapter"] == "anthropic_loop" for r in results)
+
+
+@pytest.mark.parametrize("role", ["user", "system"])
+def test_anthropic_injection_goes_where_the_messages_api_allows_it(anthropic_case: ConformanceCase, role: str) -> None:
+    before = len(anthropic_case.model_requests())
+    result = anthropic_case.adapter.replay(
+        anthropic_case.trace, rollback_point=1, injection=replay_agents.FIX, injection_role=role
+    )  # type: ignore[arg-type]
+    assert result.prefix_verified and _is_correct(result.final_answer)
+    sent = json.loads(anthropic_case.model_requests()[before])  # the first call of the continuation
+    if role == "system":  # appended to the system prompt, never a system message in the conversation
+        assert sent["system"].endswith(replay_agents.FIX)
+        assert all(m["role"] in ("user", "assistant") for m in sent["messages"])
+    else:  # a text block on the last user turn (the tool results), keeping the turns alternating
+        last = sent["messages"][-1]
+        assert last["role"] == "user" and last["content"][-1] == {"type": "text", "text": replay_agents.FIX}
+        assert last["content"][0]["type"] == "tool_result"
 
 
 @pytest.mark.parametrize("role", ["user", "developer"])

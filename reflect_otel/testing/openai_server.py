@@ -7,16 +7,15 @@ server-sent events when the request asks for ``stream``) or, at ``/responses``, 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["ScriptedOpenAIServer", "ScriptedToolCall", "ScriptedTurn"]
+from reflect_otel.testing._http_double import EventStream, JSONReply, serve, stop
 
-MAX_REQUEST_BYTES = 8 * 1024 * 1024
+__all__ = ["ScriptedOpenAIServer", "ScriptedToolCall", "ScriptedTurn"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,53 +47,23 @@ class ScriptedOpenAIServer:
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     def __enter__(self) -> ScriptedOpenAIServer:
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                path = self.path.rstrip("/")
-                responses = path.endswith("/responses")
-                if not (responses or path.endswith("/chat/completions")) or length > MAX_REQUEST_BYTES:
-                    self.send_error(404 if length <= MAX_REQUEST_BYTES else 413)
-                    return
-                body = json.loads(self.rfile.read(length))
-                owner.requests.append(body)
-                turn = owner.turn(body)
-                if responses:
-                    self._reply(200, owner.response(turn))
-                elif body.get("stream"):
-                    self._stream(turn)
-                else:
-                    self._reply(200, owner.completion(turn))
-
-            def _reply(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def _stream(self, turn: ScriptedTurn) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                for chunk in owner.chunks(turn):
-                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                self.wfile.write(b"data: [DONE]\n\n")
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = serve(self._answer)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        stop(self._server)
+
+    def _answer(self, path: str, body: dict[str, Any]) -> JSONReply | EventStream | None:
+        responses = path.endswith("/responses")
+        if not (responses or path.endswith("/chat/completions")):
+            return None
+        self.requests.append(body)
+        turn = self.turn(body)
+        if responses:
+            return JSONReply(self.response(turn))
+        if body.get("stream"):
+            return EventStream([(None, chunk) for chunk in self.chunks(turn)], done="[DONE]")
+        return JSONReply(self.completion(turn))
 
     def _message(self, turn: ScriptedTurn) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": turn.text or None}

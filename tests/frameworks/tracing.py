@@ -107,8 +107,9 @@ def same_trace_from_otlp_json(otlp: dict[str, Any], trace: StructuredTrace, fold
 ROOT = Path(__file__).resolve().parents[2]
 
 
-OPENAI2_EXTRAS = "llamaindex,crewai"
-"""The frameworks that need ``openai<3`` (the others need ``openai>=3``): one environment of their own holds them."""
+OPENAI2_EXTRAS = "llamaindex,crewai,litellm,adk,autogen"
+"""The frameworks that need ``openai<3``, an older OpenTelemetry SDK or protobuf (the others need ``openai>=3``,
+the newest SDK and protobuf 6+): one environment of their own holds them."""
 
 
 def own_environment(extras: str = OPENAI2_EXTRAS) -> Path:

@@ -1,0 +1,84 @@
+"""What the replays of hand-written tool loops (OpenAI, Anthropic) share: the recorded request after a rollback
+point, the request the continuation actually sent, content comparison, and an action run for real under a TOOL
+span."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry.sdk.trace import TracerProvider
+
+from reflect_otel import _values
+from reflect_otel.errors import ReplayError
+from reflect_otel.replay_adapters._guard import ToolGuard
+from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes, ToolCallAttributes
+from reflect_otel.spans import SpanRecord
+from reflect_otel.trace import StepAction, StructuredTrace
+
+ExecuteTool = Callable[[str, dict[str, Any]], Any]
+"""``execute_tool(name, arguments) -> result``: run one of the loop's tools (its result is sent as text)."""
+
+
+def recorded_request(trace: StructuredTrace, rollback_point: int, *, api: str) -> dict[str, Any]:
+    """The recorded request body (``input.value``) of the first LLM call after step ``rollback_point``; it must have
+    a ``messages`` list (``api`` names the API in the error)."""
+    for step in trace.steps[rollback_point:]:
+        if step.model_input:
+            request = _values.parse_json(step.model_input)
+            if isinstance(request, dict) and isinstance(request.get("messages"), list):
+                return request
+            raise ReplayError(f"step {step.index}'s recorded model request is not an {api} request")
+    raise ReplayError(
+        f"no model request is recorded after step {rollback_point}; the {api} instrumentation records it as "
+        "input.value (check it is installed and that span attributes were not dropped)"
+    )
+
+
+def first_sent_request(records: list[SpanRecord]) -> Any:
+    """The request body of the continuation's first LLM span, parsed (None when there is none)."""
+    llm = OpenInferenceSpanKindValues.LLM.value
+    first = min(
+        (r for r in records if r.attributes.get(SpanAttributes.OPENINFERENCE_SPAN_KIND) == llm),
+        key=lambda r: r.start_ns,
+        default=None,
+    )
+    return None if first is None else _values.parse_json(first.attributes.get(SpanAttributes.INPUT_VALUE))
+
+
+def canonical(value: Any) -> str:
+    """``value`` compared by content: clients add defaults (``None`` fields) when they serialise."""
+
+    def clean(item: Any) -> Any:
+        if isinstance(item, dict):
+            return {k: clean(v) for k, v in item.items() if v is not None}
+        if isinstance(item, list):
+            return [clean(v) for v in item]
+        return item
+
+    return json.dumps(clean(value), sort_keys=True)
+
+
+def run_action(
+    action: StepAction, execute_tool: ExecuteTool, guard: ToolGuard, provider: TracerProvider, *, tracer_name: str
+) -> tuple[str, str, str]:
+    """Run ``action``'s tool call through the loop's executor, after the guard, under a TOOL span; returns
+    ``(call id, arguments as JSON, result as text)`` for the adapter to append as its API's messages."""
+    assert action.tool_name is not None
+    guard(action.tool_name, action.arguments)
+    call_id = f"call_reflect_{uuid.uuid4().hex[:12]}"
+    arguments = json.dumps(action.arguments, ensure_ascii=False)
+    with provider.get_tracer(tracer_name).start_as_current_span(
+        action.tool_name,
+        attributes={
+            SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.TOOL.value,
+            SpanAttributes.TOOL_NAME: action.tool_name,
+            ToolCallAttributes.TOOL_CALL_ID: call_id,
+            SpanAttributes.INPUT_VALUE: arguments,
+        },
+    ) as span:
+        result = _values.as_text(execute_tool(action.tool_name, dict(action.arguments)))
+        span.set_attribute(SpanAttributes.OUTPUT_VALUE, result)
+    return call_id, arguments, result

@@ -1,0 +1,140 @@
+"""Replay of a plain Anthropic Messages API tool loop (``tool_use`` / ``tool_result`` content blocks).
+
+The prefix is the exact request body of the LLM call right after the rollback point (its ``input.value``, recorded
+by openinference-instrumentation-anthropic): its ``system`` prompt and ``messages``, with the injection, are handed
+to the user's registered ``resume`` function, which continues the loop with the same model and tools. The
+continuation's spans are captured and stitched after the kept steps.
+
+The Messages API has no system role inside the conversation, so the injection goes where the API allows it: as a
+system injection (``system`` or ``developer``) it is appended to the system prompt; as ``user`` it is a text block
+added to the last user turn (the request after a rollback point always ends on one: the question or tool results).
+
+``resume(system, messages, guard)`` must call ``guard(tool_name, arguments)`` before running each tool, as in
+:mod:`~reflect_otel.replay_adapters.openai_loop`. An action (a corrected tool call) needs ``execute_tool(name,
+arguments) -> result``: the adapter runs it under a TOOL span and appends the assistant's ``tool_use`` turn and the
+user's ``tool_result`` turn, then resumes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Collection
+from typing import Any
+
+from opentelemetry.sdk.trace import TracerProvider
+
+from reflect_otel.errors import ReplayError
+from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_point
+from reflect_otel.replay_adapters._capture import captured
+from reflect_otel.replay_adapters._guard import IrreversibleToolError, ToolGuard
+from reflect_otel.replay_adapters._stitch import stitch
+from reflect_otel.replay_adapters._tool_loop import (
+    ExecuteTool,
+    canonical,
+    first_sent_request,
+    recorded_request,
+    run_action,
+)
+from reflect_otel.trace import StepAction, StructuredTrace
+
+__all__ = ["AnthropicToolLoopReplayAdapter", "ExecuteTool", "IrreversibleToolError", "ResumeAnthropicLoop"]
+
+System = str | list[dict[str, Any]] | None
+"""A Messages API system prompt: text, a list of text blocks, or none."""
+ResumeAnthropicLoop = Callable[[System, list[dict[str, Any]], Callable[[str, Any], None]], str]
+"""``resume(system, messages, guard) -> final answer``: continue the tool loop from ``messages``."""
+
+
+class AnthropicToolLoopReplayAdapter:
+    """``tracer_provider`` is the provider the Anthropic instrumentation was installed with."""
+
+    def __init__(
+        self,
+        resume: ResumeAnthropicLoop,
+        *,
+        tracer_provider: TracerProvider,
+        irreversible_tools: Collection[str] = (),
+        allow_irreversible: bool = False,
+        execute_tool: ExecuteTool | None = None,
+    ) -> None:
+        self._resume = resume
+        self._provider = tracer_provider
+        self._guard = ToolGuard(irreversible_tools, allow=allow_irreversible)
+        self._execute_tool = execute_tool
+
+    def replay(
+        self,
+        trace: StructuredTrace,
+        *,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole = InjectionRole.SYSTEM,
+        action: StepAction | None = None,
+    ) -> ReplayResult:
+        check_rollback_point(trace, rollback_point)
+        if action is not None and (action.tool_name is None or self._execute_tool is None):
+            raise ReplayError(
+                "an action replay of an Anthropic tool loop needs a tool call and the loop's tool executor: pass "
+                "execute_tool=... to AnthropicToolLoopReplayAdapter"
+            )
+        request = recorded_request(trace, rollback_point, api="Anthropic Messages")
+        system: System = request.get("system")
+        messages = copy.deepcopy(list(request["messages"]))
+        if injection:
+            if InjectionRole(injection_role) is InjectionRole.USER:
+                messages = _with_user_text(messages, injection)
+            else:
+                system = _with_system_text(system, injection)
+        with captured(self._provider, "reflect.replay.anthropic_loop") as run:
+            try:
+                if action is not None:
+                    messages += self._execute(action)
+                answer = self._resume(copy.deepcopy(system), copy.deepcopy(messages), self._guard)
+            except IrreversibleToolError:
+                raise
+            except Exception as error:  # the user's loop may fail in any way
+                raise ReplayError(f"the resumed tool loop failed: {type(error).__name__}: {error}") from error
+        assert run.trace is not None
+        sent = first_sent_request(run.records)
+        prefix_verified = isinstance(sent, dict) and (
+            canonical([sent.get("system"), sent.get("messages")]) == canonical([system, messages])
+        )
+        final = answer if answer else run.trace.final_answer
+        replayed = stitch(trace, rollback_point, run.trace.steps, trace_id=run.trace_id, final_answer=final)
+        return ReplayResult(
+            trace=replayed,
+            rollback_point=rollback_point,
+            final_answer=final,
+            prefix_verified=prefix_verified,
+            adapter_info={"adapter": "anthropic_loop", "replay_trace_id": run.trace_id},
+        )
+
+    def _execute(self, action: StepAction) -> list[dict[str, Any]]:
+        """The assistant's ``tool_use`` turn and the user's ``tool_result`` turn, as the loop would append them."""
+        assert self._execute_tool is not None
+        call_id, _arguments, result = run_action(
+            action, self._execute_tool, self._guard, self._provider, tracer_name="reflect.replay.anthropic_loop"
+        )
+        use = {"type": "tool_use", "id": call_id, "name": action.tool_name, "input": dict(action.arguments)}
+        return [
+            {"role": "assistant", "content": [use]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": result}]},
+        ]
+
+
+def _with_system_text(system: System, text: str) -> System:
+    if not system:
+        return text
+    if isinstance(system, str):
+        return f"{system}\n\n{text}"
+    return [*system, {"type": "text", "text": text}]
+
+
+def _with_user_text(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    if not messages or messages[-1].get("role") != "user":
+        return [*messages, {"role": "user", "content": text}]
+    last = dict(messages[-1])
+    content = last.get("content")
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+    last["content"] = [*blocks, {"type": "text", "text": text}]
+    return [*messages[:-1], last]
