@@ -1,4 +1,9 @@
-"""Reading untrusted attribute values: lenient JSON, message lists in the shapes frameworks serialise them."""
+"""Reading untrusted attribute values: lenient JSON, message lists in the shapes frameworks serialise them.
+
+Text is found by shape, never by framework name: a string; a list of parts or content blocks whose text parts
+(``{"text": ...}``, ``{"type": "text", "text": ...}``, not a model's hidden ``thought``) are joined; a message or
+event holding such a list under ``parts`` or ``content``; a tool result wrapped as a function response (``{"id",
+"name", "response": ...}``), a ``tool_result`` block, or ``{"result": ...}``."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from typing import Any
 
 _JSON_STARTS = ("{", "[", '"')
 _HUMAN_ROLES = frozenset({"user", "human", "HumanMessage"})
-_AI_ROLES = frozenset({"assistant", "ai", "AIMessage", "AIMessageChunk"})
+_AI_ROLES = frozenset({"assistant", "ai", "model", "AIMessage", "AIMessageChunk"})
 _TEXT_KEYS = (
     "question",
     "task",
@@ -56,16 +61,28 @@ def parse_json(value: object) -> Any | None:
         return None
 
 
+def parts_text(value: object) -> str | None:
+    """The text of a list of parts or content blocks (their text parts joined); None when ``value`` is not such a
+    list or has no text part."""
+    if not isinstance(value, list) or not value or not all(isinstance(part, Mapping) for part in value):
+        return None
+    texts = [
+        part["text"]
+        for part in value
+        if isinstance(part.get("text"), str) and part.get("type", "text") == "text" and not part.get("thought")
+    ]
+    return "\n".join(t for t in texts if t) or None
+
+
 def as_text(value: object) -> str:
     """Any JSON-ish value as display text: strings as they are, parts lists joined, the rest as compact JSON."""
     if value is None:
         return ""
     if isinstance(value, str):
         return value
-    if isinstance(value, list) and all(isinstance(part, Mapping) for part in value):
-        texts = [str(part.get("text", "")) for part in value if part.get("type", "text") == "text"]
-        if any(texts):
-            return "\n".join(t for t in texts if t)
+    text = parts_text(value)
+    if text is not None:
+        return text
     try:
         return json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError, RecursionError):
@@ -84,12 +101,14 @@ def _message_role_content(message: object) -> tuple[str, str, bool] | None:
         role, body = str(message["type"]), message["data"]
     else:
         role, body = str(message.get("role", message.get("type", ""))), message
-    return role, as_text(body.get("content")), bool(body.get("tool_calls"))
+    content = body.get("content")
+    text = as_text(content) if content is not None or "parts" not in body else (parts_text(body["parts"]) or "")
+    return role, text, bool(body.get("tool_calls"))
 
 
 def _messages(value: Any) -> list[Any] | None:
     if isinstance(value, Mapping):
-        messages = value.get("messages")
+        messages = value.get("messages", value.get("contents"))  # chat APIs' messages, Gemini's contents
         if isinstance(messages, list):
             # LangChain chat-model inputs are a batch: a list holding one list of messages.
             if len(messages) == 1 and isinstance(messages[0], list):
@@ -151,6 +170,10 @@ def _text_field(parsed: Any, depth: int) -> str | None:
     for key in _TEXT_KEYS:
         if isinstance(parsed.get(key), str) and parsed[key].strip():
             return _repr_text(str(parsed[key]))
+    for key in (*_TEXT_KEYS, "parts"):  # a message or event: its text parts or content blocks
+        text = parts_text(parsed.get(key))
+        if text is not None:
+            return text
     for key in (*_TEXT_KEYS, *parsed.keys()):
         nested = parsed.get(key)
         if isinstance(nested, Mapping):
@@ -175,23 +198,62 @@ def _repr_text(text: str) -> str:
         return field["text"]
 
 
-def tool_result_text(value: object) -> object:
-    """A tool result as the model reads it: the text of a result object's content parts (MCP's ``CallToolResult``
-    ``content``, LlamaIndex's ``ToolOutput`` ``blocks``: lists of ``{"text": ...}`` parts), else ``value``."""
-    parsed = parse_json(value)
-    if isinstance(parsed, Mapping):
-        for key in ("content", "blocks"):
-            parts = parsed.get(key)
-            if isinstance(parts, list) and parts and all(isinstance(p, Mapping) and "text" in p for p in parts):
-                return as_text(parts)
+_FUNCTION_RESPONSE_KEYS = frozenset({"id", "name", "response", "will_continue", "scheduling", "parts"})
+"""A function response: the call's id and name around the tool's ``response`` (Gemini, Google ADK)."""
+
+
+def _result_wrapper(parsed: Mapping[str, Any]) -> tuple[str | None, Any] | None:
+    """(call id, wrapped value) when ``parsed`` is a function response or a ``tool_result`` content block."""
+    if "response" in parsed and parsed.keys() <= _FUNCTION_RESPONSE_KEYS:
+        call_id = parsed.get("id")
+        return (str(call_id) if call_id else None), parsed["response"]
+    if parsed.get("type") == "tool_result" and "content" in parsed:
+        call_id = parsed.get("tool_use_id")
+        return (str(call_id) if call_id else None), parsed["content"]
+    return None
+
+
+def _unwrapped(value: Any) -> Any:
+    """A tool's result out of its wrappers: function responses, ``tool_result`` blocks, ``{"result": ...}``, and
+    result objects whose content is text parts (MCP's ``CallToolResult`` ``content``, LlamaIndex's ``ToolOutput``
+    ``blocks``)."""
+    for _ in range(_MAX_DEPTH):
+        if isinstance(value, Mapping):
+            wrapper = _result_wrapper(value)
+            if wrapper is not None:
+                value = wrapper[1]
+                continue
+            if value.keys() == {"result"}:
+                value = value["result"]
+                continue
+            for key in ("content", "blocks"):
+                text = parts_text(value.get(key))
+                if text is not None:
+                    return text
+        text = parts_text(value)
+        return text if text is not None else value
     return value
 
 
+def tool_result_text(value: object) -> object:
+    """A tool result as the model reads it: the value out of its wrappers (see the module docstring), else
+    ``value``. A string that is not JSON is returned as it is."""
+    parsed = parse_json(value) if isinstance(value, str) else value
+    if parsed is None:
+        return value
+    unwrapped = _unwrapped(parsed)
+    return value if unwrapped is parsed and isinstance(value, str) else unwrapped
+
+
 def tool_message(value: object) -> tuple[str | None, str] | None:
-    """(tool_call_id, content) when ``value`` is a serialised LangChain ``ToolMessage``; otherwise None."""
+    """(tool_call_id, content) when ``value`` is a tool's answer that names its call: a serialised LangChain
+    ``ToolMessage``, a function response, or a ``tool_result`` block; otherwise None."""
     parsed = parse_json(value)
     if not isinstance(parsed, Mapping):
         return None
+    wrapper = _result_wrapper(parsed)
+    if wrapper is not None:
+        return wrapper[0], as_text(_unwrapped(wrapper[1]))
     if "lc" in parsed and isinstance(parsed.get("kwargs"), Mapping):
         body: Mapping[str, Any] = parsed["kwargs"]
     elif isinstance(parsed.get("data"), Mapping):

@@ -33,7 +33,7 @@ from typing import Any
 
 from reflect_otel import _values
 from reflect_otel.errors import InputError
-from reflect_otel.genai import as_openinference
+from reflect_otel.genai import CAPTURE_CONTENT_HINT, as_openinference, lacks_message_content
 from reflect_otel.redaction import Redactor, default_redactor
 from reflect_otel.semconv import (
     INPUT_MESSAGES_PREFIX,
@@ -246,6 +246,7 @@ class _Assembler:
         self.waiting_by_name: dict[str, deque[_Draft]] = defaultdict(deque)
         self.llm_span_count = 0
         self.tool_span_count = 0
+        self.contentless_llm_spans = 0
         self.first_user_message = ""
         self.tools: dict[str, ToolDefinition] = {}
         """The agent's tools as its LLM spans recorded them, by name, first definition kept."""
@@ -270,6 +271,7 @@ class _Assembler:
                 duplicates += 1
                 continue
             by_id[span.span_id] = as_openinference(span)
+            self.contentless_llm_spans += lacks_message_content(span)
         if not by_id:
             raise InputError("no spans to assemble")
         if duplicates:
@@ -402,6 +404,17 @@ class _Assembler:
     def _text(self, value: object) -> str:
         return self._clean(_values.truncate(_values.as_text(value), self.limits.max_text_chars))
 
+    def _result(self, value: object, extracted: str | None = None) -> tuple[str, str | None]:
+        """A tool result as text, out of its wrappers (``extracted`` when the caller has taken it out already), and
+        the recorded value when that differs."""
+        inner = extracted if extracted is not None else _values.tool_result_text(value)
+        text = self._text(inner)
+        if value is None or _values.as_text(inner) == _values.as_text(value):
+            return text, None
+        # the secrets of the raw value are the result's own, counted once (in the text)
+        raw, _count = self.redactor.redact(_values.truncate(_values.as_text(value), self.limits.max_text_chars))
+        return text, raw
+
     def _clean(self, text: str) -> str:
         """Every text of the trace passes here: secrets out (see :mod:`reflect_otel.redaction`)."""
         cleaned, count = self.redactor.redact(text)
@@ -441,12 +454,12 @@ class _Assembler:
             answered = draft is not None and draft.has_result
             if draft is None or (answered and not _is_object(draft.fields.get("tool_result"))):
                 continue
-            text = self._text(message.text)
+            text, raw = self._result(message.text)
             if answered and (not text.strip() or _is_object(text)):
                 continue
             draft.has_result = True
             self.waiting_by_id.pop(message.tool_call_id, None)
-            draft.fields["tool_result"] = text
+            draft.fields["tool_result"], draft.fields["tool_result_raw"] = text, raw
 
     def _add_llm(self, span: SpanRecord, agent: str | None) -> bool:
         """Add the steps one LLM span decided; True when its message indexes have gaps."""
@@ -514,7 +527,7 @@ class _Assembler:
         output = attrs.get(SpanAttributes.OUTPUT_VALUE)
         message = _values.tool_message(output)
         call_id = attrs.get(ToolCallAttributes.TOOL_CALL_ID) or (message[0] if message else None)
-        result = self._text(message[1] if message else _values.tool_result_text(output))
+        result, raw = self._result(output, message[1] if message else None)
         draft = self.waiting_by_id.pop(str(call_id), None) if call_id else None
         if draft is None:
             waiting = self.waiting_by_name.get(name)
@@ -537,6 +550,7 @@ class _Assembler:
                     tool_args=self._args(attrs.get(SpanAttributes.INPUT_VALUE)),
                     tool_call_id=str(call_id) if call_id else None,
                     tool_result=result,
+                    tool_result_raw=raw,
                     **common,
                 )
             )
@@ -544,10 +558,12 @@ class _Assembler:
             return
         draft.has_result = True
         fields = draft.fields
+        if call_id and not fields.get("tool_call_id"):  # the model's call had no id; the tool's span has it
+            fields["tool_call_id"] = str(call_id)
         if fields.get("tool_call_id"):
             self.waiting_by_id.pop(fields["tool_call_id"], None)
         fields["tool_span_id"] = span.span_id
-        fields["tool_result"] = result
+        fields["tool_result"], fields["tool_result_raw"] = result, raw
         fields["end_time_ns"] = span.end_ns
         if common["status"] is StepStatus.ERROR:
             fields["status"], fields["status_message"] = StepStatus.ERROR, common["status_message"]
@@ -651,12 +667,30 @@ class _Assembler:
         root_agent = root if root.attributes.get(_KIND) == _AGENT else agent
         question = self._text(question)
         if not question and steps:
+            fix = (
+                "the model calls were recorded without their messages (see the no_message_content warning)"
+                if self.contentless_llm_spans
+                else "instrument the model client as well (OpenInference's OpenAI or LiteLLM instrumentor, or any "
+                "emitter of gen_ai.input.messages) so the trace carries what the agent was asked"
+            )
             self._warn(
                 WarningCode.NO_QUESTION,
                 "no question found: the root span has no input.value stating one and no LLM span recorded a user "
-                "message; instrument the model client as well (OpenInference's OpenAI or LiteLLM instrumentor, or "
-                "any emitter of gen_ai.input.messages) so the trace carries what the agent was asked",
+                f"message; {fix}",
                 root.span_id,
+            )
+        if self.contentless_llm_spans:
+            self._warn(
+                WarningCode.NO_MESSAGE_CONTENT,
+                f"{self.contentless_llm_spans} model call(s) recorded without their messages, so their steps have no "
+                f"text, tool arguments or results; {CAPTURE_CONTENT_HINT}",
+            )
+        elif self.llm_span_count == 0 and any(d.fields["kind"] is StepKind.TOOL_CALL for d in self.drafts):
+            self._warn(
+                WarningCode.NO_MODEL_CALLS,
+                "no model call is on the trace: the tool steps have no reasoning and the answer has no step of its "
+                "own; instrument the model client the framework calls as well (OpenInference's OpenAI, Anthropic, "
+                "Google GenAI or LiteLLM instrumentor), or turn on the framework's own GenAI spans",
             )
         raw = {
             "raw_input": _raw(root.attributes.get(SpanAttributes.INPUT_VALUE), question),

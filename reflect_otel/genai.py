@@ -39,7 +39,14 @@ from reflect_otel.semconv import (
 )
 from reflect_otel.spans import AttributeValue, SpanEvent, SpanRecord
 
-__all__ = ["MAX_MESSAGES_JSON_CHARS", "as_openinference"]
+__all__ = ["CAPTURE_CONTENT_HINT", "MAX_MESSAGES_JSON_CHARS", "as_openinference", "lacks_message_content"]
+
+CAPTURE_CONTENT_HINT = (
+    "turn message content on where the spans are made: OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY "
+    "(instrumentations that read it as a flag take true; under true Google ADK 2 sends the messages to log events, "
+    "which a trace does not carry)"
+)
+"""How to get messages onto GenAI spans: the variable the OTel GenAI instrumentations read."""
 
 MAX_MESSAGES_JSON_CHARS = 4 * 1024 * 1024
 """A messages attribute longer than this is not parsed (its text is kept, cut, as the span's input or output)."""
@@ -49,6 +56,8 @@ _AGENT_OPERATIONS = frozenset({"invoke_agent", "invoke_workflow"})
 _TOOL_OPERATION = "execute_tool"
 _TOOL_DEFINITIONS = getattr(gen_ai, "GEN_AI_TOOL_DEFINITIONS", "gen_ai.tool.definitions")
 """Added to the conventions in v1.37; older ``opentelemetry-semantic-conventions`` packages lack the constant."""
+_WORKFLOW_NAME = getattr(gen_ai, "GEN_AI_WORKFLOW_NAME", "gen_ai.workflow.name")
+"""``invoke_workflow``'s name (the conventions added the operation after v1.37)."""
 _LEGACY_PROMPT = "gen_ai.prompt."
 _LEGACY_COMPLETION = "gen_ai.completion."
 _INPUT_EVENTS = {
@@ -277,8 +286,9 @@ def _last_text(messages: list[Mapping[str, Any]], role: str | None) -> str:
 
 
 def _agent(attributes: Mapping[str, AttributeValue], out: dict[str, AttributeValue]) -> None:
-    if attributes.get(gen_ai.GEN_AI_AGENT_NAME):
-        out[SpanAttributes.AGENT_NAME] = str(attributes[gen_ai.GEN_AI_AGENT_NAME])
+    name = attributes.get(gen_ai.GEN_AI_AGENT_NAME) or attributes.get(_WORKFLOW_NAME)
+    if name:
+        out[SpanAttributes.AGENT_NAME] = str(name)
     question = _last_text(_messages(attributes.get(gen_ai.GEN_AI_INPUT_MESSAGES)), "user")
     answer = _last_text(_messages(attributes.get(gen_ai.GEN_AI_OUTPUT_MESSAGES)), None)
     if question:
@@ -297,6 +307,20 @@ def _tool(span: SpanRecord, out: dict[str, AttributeValue]) -> None:
         out.setdefault(SpanAttributes.INPUT_VALUE, _json_text(attributes[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS]))
     if gen_ai.GEN_AI_TOOL_CALL_RESULT in attributes:
         out.setdefault(SpanAttributes.OUTPUT_VALUE, _json_text(attributes[gen_ai.GEN_AI_TOOL_CALL_RESULT]))
+
+
+def lacks_message_content(span: SpanRecord) -> bool:
+    """A GenAI model-call span recorded without any of its messages: the instrumentation's content capture is off
+    (its steps will have no text, arguments or results)."""
+    attributes = span.attributes
+    if _KIND in attributes or attributes.get(gen_ai.GEN_AI_OPERATION_NAME) not in _LLM_OPERATIONS:
+        return False
+    carried = (gen_ai.GEN_AI_INPUT_MESSAGES, gen_ai.GEN_AI_OUTPUT_MESSAGES, gen_ai.GEN_AI_SYSTEM_INSTRUCTIONS)
+    if any(key in attributes for key in carried):
+        return False
+    if any(key.startswith((_LEGACY_PROMPT, _LEGACY_COMPLETION)) for key in attributes):
+        return False
+    return not _has_genai_events(span.events)
 
 
 def as_openinference(span: SpanRecord) -> SpanRecord:

@@ -67,6 +67,11 @@ class Step(BaseModel):
     tool_name: str | None = None
     tool_args: dict[str, Any] = Field(default_factory=dict)
     tool_result: str | None = None
+    tool_result_raw: str | None = Field(
+        default=None,
+        description="The result as recorded, when tool_result was taken out of a wrapper (a function response, a "
+        "tool_result block, {'result': ...}); cut short like every text.",
+    )
     tool_call_id: str | None = None
     tool_span_id: str | None = Field(default=None, description="Hex id of the TOOL span that executed the call.")
     is_final_answer: bool = False
@@ -164,6 +169,8 @@ class WarningCode(str, Enum):
     UNMAPPED_LABELS = "unmapped_labels"
     NO_STEPS = "no_steps"
     NO_QUESTION = "no_question"
+    NO_MESSAGE_CONTENT = "no_message_content"
+    NO_MODEL_CALLS = "no_model_calls"
     SECRETS_REDACTED = "secrets_redacted"
 
 
