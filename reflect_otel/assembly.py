@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from reflect_otel import _values
@@ -164,6 +164,30 @@ def _llm_messages(attributes: Mapping[str, Any]) -> tuple[dict[int, _Message], d
     return inputs, outputs
 
 
+_REASONING_KEYS = ("thought", "reasoning")
+"""Where a model's result object keeps the text written beside its tool calls."""
+
+
+def _tool_messages_named(inputs: Mapping[int, _Message]) -> list[_Message]:
+    """The tool messages of a conversation with the call each answers: its own ``tool_call_id``, or, when the
+    instrumentation did not record it (OpenInference's LiteLLM), the calls of the assistant turn before it, in
+    order (a tool turn answers its calls in the order they were made)."""
+    named: list[_Message] = []
+    unanswered: list[str] = []
+    for _, message in sorted(inputs.items()):
+        if message.role != "tool":
+            if message.tool_calls:
+                unanswered = [c["id"] for _, c in sorted(message.tool_calls.items()) if c.get("id")]
+            continue
+        if message.tool_call_id:
+            if message.tool_call_id in unanswered:
+                unanswered.remove(message.tool_call_id)
+            named.append(message)
+        elif unanswered:
+            named.append(replace(message, tool_call_id=unanswered.pop(0)))
+    return named
+
+
 def _any_contained(spans: list[SpanRecord]) -> bool:
     """Whether some span's interval lies within another's (sweep by start time)."""
     latest_end = -1
@@ -252,6 +276,8 @@ class _Assembler:
         """The agent's tools as its LLM spans recorded them, by name, first definition kept."""
         self.first_metadata: Mapping[str, Any] = {}
         self.nested_llm_spans: set[str] = set()
+        self.inner_llm_spans: defaultdict[str, list[SpanRecord]] = defaultdict(list)
+        """The LLM spans nested directly in each LLM span (the client's span inside a framework's)."""
         self.messages: dict[str, tuple[dict[int, _Message], dict[int, _Message]]] = {}
         """Each LLM span's messages, read once (duplicate detection, then the step)."""
         self.by_id = self._dedupe(spans)
@@ -309,6 +335,8 @@ class _Assembler:
                     agent = str(span.attributes.get(SpanAttributes.AGENT_NAME) or span.name)
                 if inside_llm and kind == _LLM:
                     self.nested_llm_spans.add(span.span_id)
+                    if span.parent_id:
+                        self.inner_llm_spans[span.parent_id].append(span)
                 order.append((span, agent))
                 kids = children.get(span.span_id) if descend else None
                 if kids:
@@ -447,9 +475,8 @@ class _Assembler:
         tool messages answer the calls they name. A tool span has answered them already, and keeps its answer
         unless it is a JSON object and the model was shown text: the observation is what the model saw, not the
         framework's result wrapper (LlamaIndex's ``ToolOutput``)."""
-        for _, message in sorted(inputs.items()):
-            if message.role != "tool" or not message.tool_call_id:
-                continue
+        for message in _tool_messages_named(inputs):
+            assert message.tool_call_id is not None
             draft = self.calls_by_id.get(message.tool_call_id)
             answered = draft is not None and draft.has_result
             if draft is None or (answered and not _is_object(draft.fields.get("tool_result"))):
@@ -460,6 +487,22 @@ class _Assembler:
             draft.has_result = True
             self.waiting_by_id.pop(message.tool_call_id, None)
             draft.fields["tool_result"], draft.fields["tool_result_raw"] = text, raw
+
+    def _words_beside_calls(self, span: SpanRecord) -> str:
+        """The text a model wrote with its tool calls when the span's output messages hold only the calls: the text
+        of the model call nested in it (the client's own span), else a ``thought`` or ``reasoning`` text in its
+        output value (a framework's result object, as AutoGen's ``CreateResult`` keeps it)."""
+        for inner in self.inner_llm_spans.get(span.span_id, ()):
+            _inputs, outputs = _llm_messages(inner.attributes)
+            text = "\n".join(m.text for _, m in sorted(outputs.items()) if m.text)
+            if text:
+                return text
+        parsed = _values.parse_json(span.attributes.get(SpanAttributes.OUTPUT_VALUE))
+        if isinstance(parsed, Mapping):
+            for key in _REASONING_KEYS:
+                if isinstance(parsed.get(key), str):
+                    return str(parsed[key])
+        return ""
 
     def _add_llm(self, span: SpanRecord, agent: str | None) -> bool:
         """Add the steps one LLM span decided; True when its message indexes have gaps."""
@@ -479,6 +522,8 @@ class _Assembler:
         if not outputs:
             text = _values.answer_text(attrs.get(SpanAttributes.OUTPUT_VALUE))
         calls = [call for _, m in sorted(outputs.items()) if m.tool_calls for _, call in sorted(m.tool_calls.items())]
+        if calls and not text:  # a wrapper that keeps the model's words apart from its calls
+            text = self._words_beside_calls(span)
         model_input = attrs.get(SpanAttributes.INPUT_VALUE)
         common = self._common(span, agent) | {
             "span_id": span.span_id,
