@@ -54,9 +54,9 @@ def serve(answer: Answer) -> ThreadingHTTPServer:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
-                for event, data in reply.events:
+                for event, payload in reply.events:
                     head = f"event: {event}\n" if event else ""
-                    self.wfile.write(f"{head}data: {json.dumps(data)}\n\n".encode())
+                    self.wfile.write(f"{head}data: {json.dumps(payload)}\n\n".encode())
                 if reply.done is not None:
                     self.wfile.write(f"data: {reply.done}\n\n".encode())
 

@@ -73,10 +73,11 @@ class ScriptedAnthropicServer:
         head = dict(message, content=[], stop_reason=None, usage={"input_tokens": 50, "output_tokens": 0})
         yield "message_start", {"type": "message_start", "message": head}
         for index, block in enumerate(message["content"]):
+            start: dict[str, Any]
             if block["type"] == "text":
                 start, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
             else:
-                start = dict(block, input={})
+                start = {**block, "input": {}}
                 delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
             yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": start}
             yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
