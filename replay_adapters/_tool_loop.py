@@ -13,7 +13,10 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from reflect_otel import _values
 from reflect_otel.errors import ReplayError
-from reflect_otel.replay_adapters._guard import ToolGuard
+from reflect_otel.replay import ReplayResult
+from reflect_otel.replay_adapters._capture import captured
+from reflect_otel.replay_adapters._guard import IrreversibleToolError, ToolGuard
+from reflect_otel.replay_adapters._stitch import stitch
 from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes, ToolCallAttributes
 from reflect_otel.spans import SpanRecord
 from reflect_otel.trace import StepAction, StructuredTrace
@@ -34,6 +37,37 @@ def recorded_request(trace: StructuredTrace, rollback_point: int, *, api: str) -
     raise ReplayError(
         f"no model request is recorded after step {rollback_point}; the {api} instrumentation records it as "
         "input.value (check it is installed and that span attributes were not dropped)"
+    )
+
+
+def resume_captured(
+    trace: StructuredTrace,
+    rollback_point: int,
+    provider: TracerProvider,
+    *,
+    adapter: str,
+    resume: Callable[[], str],
+    sent_as_prepared: Callable[[dict[str, Any]], bool],
+) -> ReplayResult:
+    """Run ``resume`` (the action, if any, then the user's loop) under a fresh root span, capture what it produced
+    and stitch it after the kept steps. ``sent_as_prepared(request)`` says whether the continuation's first model
+    request is the prefix the adapter prepared (``prefix_verified``)."""
+    with captured(provider, f"reflect.replay.{adapter}") as run:
+        try:
+            answer = resume()
+        except IrreversibleToolError:
+            raise
+        except Exception as error:  # the user's loop may fail in any way
+            raise ReplayError(f"the resumed tool loop failed: {type(error).__name__}: {error}") from error
+    assert run.trace is not None
+    sent = first_sent_request(run.records)
+    final = answer if answer else run.trace.final_answer
+    return ReplayResult(
+        trace=stitch(trace, rollback_point, run.trace.steps, trace_id=run.trace_id, final_answer=final),
+        rollback_point=rollback_point,
+        final_answer=final,
+        prefix_verified=isinstance(sent, dict) and sent_as_prepared(sent),
+        adapter_info={"adapter": adapter, "replay_trace_id": run.trace_id},
     )
 
 

@@ -25,14 +25,12 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from reflect_otel.errors import ReplayError
 from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_point
-from reflect_otel.replay_adapters._capture import captured
 from reflect_otel.replay_adapters._guard import IrreversibleToolError, ToolGuard
-from reflect_otel.replay_adapters._stitch import stitch
 from reflect_otel.replay_adapters._tool_loop import (
     ExecuteTool,
     canonical,
-    first_sent_request,
     recorded_request,
+    resume_captured,
     run_action,
 )
 from reflect_otel.trace import StepAction, StructuredTrace
@@ -85,28 +83,20 @@ class AnthropicToolLoopReplayAdapter:
                 messages = _with_user_text(messages, injection)
             else:
                 system = _with_system_text(system, injection)
-        with captured(self._provider, "reflect.replay.anthropic_loop") as run:
-            try:
-                if action is not None:
-                    messages += self._execute(action)
-                answer = self._resume(copy.deepcopy(system), copy.deepcopy(messages), self._guard)
-            except IrreversibleToolError:
-                raise
-            except Exception as error:  # the user's loop may fail in any way
-                raise ReplayError(f"the resumed tool loop failed: {type(error).__name__}: {error}") from error
-        assert run.trace is not None
-        sent = first_sent_request(run.records)
-        prefix_verified = isinstance(sent, dict) and (
-            canonical([sent.get("system"), sent.get("messages")]) == canonical([system, messages])
-        )
-        final = answer if answer else run.trace.final_answer
-        replayed = stitch(trace, rollback_point, run.trace.steps, trace_id=run.trace_id, final_answer=final)
-        return ReplayResult(
-            trace=replayed,
-            rollback_point=rollback_point,
-            final_answer=final,
-            prefix_verified=prefix_verified,
-            adapter_info={"adapter": "anthropic_loop", "replay_trace_id": run.trace_id},
+
+        def resume() -> str:
+            messages.extend(self._execute(action) if action is not None else [])
+            return self._resume(copy.deepcopy(system), copy.deepcopy(messages), self._guard)
+
+        return resume_captured(
+            trace,
+            rollback_point,
+            self._provider,
+            adapter="anthropic_loop",
+            resume=resume,
+            sent_as_prepared=lambda sent: (
+                canonical([sent.get("system"), sent.get("messages")]) == canonical([system, messages])
+            ),
         )
 
     def _execute(self, action: StepAction) -> list[dict[str, Any]]:

@@ -173,11 +173,29 @@ def execute_tool(name: str, arguments: dict[str, Any]) -> str:
     return str(functions[name](**arguments))
 
 
-def tool_loop(client: Any, tracer: Any, messages: list[dict[str, Any]], guard: Any = None) -> str:
-    """The user's loop: model, tools, repeat. ``guard`` is called before each tool (the replay contract)."""
+def traced_tool(tracer: Any, name: str, call_id: str, arguments: dict[str, Any], guard: Any = None) -> str:
+    """Run one of the tools under a TOOL span, as a hand-written loop instruments it; ``guard`` first (the replay
+    contract)."""
     from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes, ToolCallAttributes
 
-    functions = {"lookup_population": lookup_population, "add": add}
+    if guard is not None:
+        guard(name, arguments)
+    with tracer.start_as_current_span(
+        name,
+        attributes={
+            SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.TOOL.value,
+            SpanAttributes.TOOL_NAME: name,
+            ToolCallAttributes.TOOL_CALL_ID: call_id,
+            SpanAttributes.INPUT_VALUE: json.dumps(arguments),
+        },
+    ) as span:
+        result = execute_tool(name, arguments)
+        span.set_attribute(SpanAttributes.OUTPUT_VALUE, result)
+    return result
+
+
+def tool_loop(client: Any, tracer: Any, messages: list[dict[str, Any]], guard: Any = None) -> str:
+    """The user's loop: model, tools, repeat. ``guard`` is called before each tool (the replay contract)."""
     while True:
         reply = client.chat.completions.create(model="correctable", messages=messages, tools=TOOLS)
         message = reply.choices[0].message
@@ -186,19 +204,7 @@ def tool_loop(client: Any, tracer: Any, messages: list[dict[str, Any]], guard: A
             return message.content or ""
         for call in message.tool_calls:
             arguments = json.loads(call.function.arguments)
-            if guard is not None:
-                guard(call.function.name, arguments)
-            with tracer.start_as_current_span(
-                call.function.name,
-                attributes={
-                    SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.TOOL.value,
-                    SpanAttributes.TOOL_NAME: call.function.name,
-                    ToolCallAttributes.TOOL_CALL_ID: call.id,
-                    SpanAttributes.INPUT_VALUE: call.function.arguments,
-                },
-            ) as span:
-                result = str(functions[call.function.name](**arguments))
-                span.set_attribute(SpanAttributes.OUTPUT_VALUE, result)
+            result = traced_tool(tracer, call.function.name, call.id, arguments, guard)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
 
 
@@ -289,8 +295,6 @@ def anthropic_tool_loop(
     client: Any, tracer: Any, system: Any, messages: list[dict[str, Any]], guard: Any = None
 ) -> str:
     """The user's Messages API loop: model, tools (each under a TOOL span), repeat; ``guard`` before each tool."""
-    from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes, ToolCallAttributes
-
     while True:
         reply = client.messages.create(
             model="correctable", max_tokens=256, system=system, messages=messages, tools=ANTHROPIC_TOOLS
@@ -299,22 +303,10 @@ def anthropic_tool_loop(
         uses = [b for b in reply.content if b.type == "tool_use"]
         if not uses:
             return "".join(b.text for b in reply.content if b.type == "text")
-        results = []
-        for use in uses:
-            if guard is not None:
-                guard(use.name, use.input)
-            with tracer.start_as_current_span(
-                use.name,
-                attributes={
-                    SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.TOOL.value,
-                    SpanAttributes.TOOL_NAME: use.name,
-                    ToolCallAttributes.TOOL_CALL_ID: use.id,
-                    SpanAttributes.INPUT_VALUE: json.dumps(use.input),
-                },
-            ) as span:
-                result = execute_tool(use.name, dict(use.input))
-                span.set_attribute(SpanAttributes.OUTPUT_VALUE, result)
-            results.append({"type": "tool_result", "tool_use_id": use.id, "content": result})
+        results = [
+            {"type": "tool_result", "tool_use_id": u.id, "content": traced_tool(tracer, u.name, u.id, u.input, guard)}
+            for u in uses
+        ]
         messages.append({"role": "user", "content": results})
 
 

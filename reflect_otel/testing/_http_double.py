@@ -1,16 +1,32 @@
-"""The loopback HTTP server under every scripted provider double: reads a bounded JSON body, hands it to the
-double's ``answer(path, body)``, and writes back JSON or server-sent events."""
+"""What every scripted provider double shares: the model's turn (:class:`ScriptedTurn`), the loopback HTTP server
+that reads a bounded JSON body, hands it to the double's ``answer(path, body)`` and writes back JSON or server-sent
+events, and :class:`ScriptedServer`, the double's lifetime and request log."""
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedToolCall:
+    name: str
+    arguments: dict[str, Any]
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedTurn:
+    """One reply of the model: its text, then its tool calls."""
+
+    text: str = ""
+    tool_calls: Sequence[ScriptedToolCall] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,3 +88,32 @@ def stop(server: ThreadingHTTPServer | None) -> None:
     if server is not None:
         server.shutdown()
         server.server_close()
+
+
+@dataclass
+class ScriptedServer:
+    """A provider double: ``with Double(turn) as server:``, then point the client at ``server.base_url``. Each
+    request the provider's API would answer is logged in ``requests`` and answered with ``turn(request_body)`` in the
+    API's shape (:meth:`answer`; anything else is a 404)."""
+
+    turn: Callable[[dict[str, Any]], ScriptedTurn]
+    model: str = "scripted-model"
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    _server: ThreadingHTTPServer | None = None
+    base_path = ""
+    """Appended to the server's address in :attr:`base_url` (``/v1`` for OpenAI clients)."""
+
+    @property
+    def base_url(self) -> str:
+        assert self._server is not None, "start the server first"
+        return f"http://127.0.0.1:{self._server.server_address[1]}{self.base_path}"
+
+    def __enter__(self) -> Self:
+        self._server = serve(self.answer)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stop(self._server)
+
+    def answer(self, path: str, body: dict[str, Any]) -> JSONReply | EventStream | None:
+        raise NotImplementedError

@@ -6,13 +6,11 @@ as the API's server-sent events."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from reflect_otel.testing._http_double import EventStream, JSONReply, serve, stop
-from reflect_otel.testing.openai_server import ScriptedTurn
+from reflect_otel.testing._http_double import EventStream, JSONReply, ScriptedServer, ScriptedTurn
 
 __all__ = ["ScriptedAnthropicServer", "anthropic_turns"]
 
@@ -23,28 +21,13 @@ def anthropic_turns(body: dict[str, Any]) -> int:
 
 
 @dataclass
-class ScriptedAnthropicServer:
+class ScriptedAnthropicServer(ScriptedServer):
     """``with ScriptedAnthropicServer(turn) as server:`` then ``anthropic.Anthropic(base_url=server.base_url,
     api_key=...)``. ``requests`` keeps every request body, in order."""
 
-    turn: Callable[[dict[str, Any]], ScriptedTurn]
     model: str = "scripted-claude"
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    _server: ThreadingHTTPServer | None = None
 
-    @property
-    def base_url(self) -> str:
-        assert self._server is not None, "start the server first"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> ScriptedAnthropicServer:
-        self._server = serve(self._answer)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        stop(self._server)
-
-    def _answer(self, path: str, body: dict[str, Any]) -> JSONReply | EventStream | None:
+    def answer(self, path: str, body: dict[str, Any]) -> JSONReply | EventStream | None:
         if not path.endswith("/v1/messages"):
             return None
         self.requests.append(body)

@@ -4,13 +4,10 @@ candidate whose parts are the text, then one ``functionCall`` per tool call."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
+from dataclasses import dataclass
 from typing import Any
 
-from reflect_otel.testing._http_double import EventStream, JSONReply, serve, stop
-from reflect_otel.testing.openai_server import ScriptedTurn
+from reflect_otel.testing._http_double import EventStream, JSONReply, ScriptedServer, ScriptedTurn
 
 __all__ = ["ScriptedGeminiServer", "gemini_turns"]
 
@@ -21,28 +18,13 @@ def gemini_turns(body: dict[str, Any]) -> int:
 
 
 @dataclass
-class ScriptedGeminiServer:
+class ScriptedGeminiServer(ScriptedServer):
     """``with ScriptedGeminiServer(turn) as server:`` then point the client's ``base_url`` at ``server.base_url``.
     ``requests`` keeps every request body, in order."""
 
-    turn: Callable[[dict[str, Any]], ScriptedTurn]
     model: str = "scripted-gemini"
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    _server: ThreadingHTTPServer | None = None
 
-    @property
-    def base_url(self) -> str:
-        assert self._server is not None, "start the server first"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> ScriptedGeminiServer:
-        self._server = serve(self._answer)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        stop(self._server)
-
-    def _answer(self, path: str, body: dict[str, Any]) -> JSONReply | EventStream | None:
+    def answer(self, path: str, body: dict[str, Any]) -> JSONReply | EventStream | None:
         streamed = path.endswith(":streamGenerateContent")
         if not (streamed or path.endswith(":generateContent")):
             return None

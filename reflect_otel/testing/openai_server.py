@@ -8,52 +8,21 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
+from dataclasses import dataclass
 from typing import Any
 
-from reflect_otel.testing._http_double import EventStream, JSONReply, serve, stop
+from reflect_otel.testing._http_double import EventStream, JSONReply, ScriptedServer, ScriptedToolCall, ScriptedTurn
 
 __all__ = ["ScriptedOpenAIServer", "ScriptedToolCall", "ScriptedTurn"]
 
 
-@dataclass(frozen=True, slots=True)
-class ScriptedToolCall:
-    name: str
-    arguments: dict[str, Any]
-    id: str
-
-
-@dataclass(frozen=True, slots=True)
-class ScriptedTurn:
-    text: str = ""
-    tool_calls: Sequence[ScriptedToolCall] = ()
-
-
 @dataclass
-class ScriptedOpenAIServer:
-    """``with ScriptedOpenAIServer(turn) as server:`` then point the client at ``server.base_url`` (``.../v1``).
-    ``requests`` keeps every request body, in order."""
+class ScriptedOpenAIServer(ScriptedServer):
+    """The OpenAI double; ``base_url`` ends in ``/v1``."""
 
-    turn: Callable[[dict[str, Any]], ScriptedTurn]
-    model: str = "scripted-model"
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    _server: ThreadingHTTPServer | None = None
+    base_path = "/v1"
 
-    @property
-    def base_url(self) -> str:
-        assert self._server is not None, "start the server first"
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-
-    def __enter__(self) -> ScriptedOpenAIServer:
-        self._server = serve(self._answer)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        stop(self._server)
-
-    def _answer(self, path: str, body: dict[str, Any]) -> JSONReply | EventStream | None:
+    def answer(self, path: str, body: dict[str, Any]) -> JSONReply | EventStream | None:
         responses = path.endswith("/responses")
         if not (responses or path.endswith("/chat/completions")):
             return None

@@ -11,23 +11,6 @@ import os
 import sys
 from typing import Any
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": f"{name} two integers",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
-            },
-        },
-    }
-    for name in ("multiply", "add")
-]
-IMPLEMENTATIONS = {"multiply": lambda a, b: a * b, "add": lambda a, b: a + b}
-
 
 def main(provider: str) -> None:
     os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"  # its bundled price list, not a download at import
@@ -36,7 +19,7 @@ def main(provider: str) -> None:
 
     from reflect_otel.testing.anthropic_server import ScriptedAnthropicServer, anthropic_turns
     from reflect_otel.testing.openai_server import ScriptedOpenAIServer
-    from tests.frameworks.script import QUESTION, SCRIPT, assistant_turns
+    from tests.frameworks.script import IMPLEMENTATIONS, QUESTION, SCRIPT, TOOLS, assistant_turns
     from tests.frameworks.tracing import Traced
 
     litellm.suppress_debug_info = True  # it prints hints to stdout, where this script prints its result

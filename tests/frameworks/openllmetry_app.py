@@ -9,30 +9,13 @@ import json
 import os
 from typing import Any
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": f"{name} two integers",
-            "parameters": {
-                "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                "required": ["a", "b"],
-            },
-        },
-    }
-    for name in ("multiply", "add")
-]
-IMPLEMENTATIONS = {"multiply": lambda a, b: a * b, "add": lambda a, b: a + b}
-
 
 def main() -> None:
     import openai
     from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 
     from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedTurn
-    from tests.frameworks.script import QUESTION, SCRIPT, assistant_turns
+    from tests.frameworks.script import IMPLEMENTATIONS, QUESTION, SCRIPT, TOOLS, assistant_turns
     from tests.frameworks.tracing import Traced
 
     os.environ["TRACELOOP_TRACE_CONTENT"] = "true"

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from reflect_otel.testing.anthropic_server import ScriptedAnthropicServer, anthropic_turns
-from reflect_otel.trace import StepKind
-from tests.frameworks.script import ANSWER, QUESTION, SCRIPT
+from tests.frameworks.script import ANSWER, IMPLEMENTATIONS, QUESTION, SCRIPT, STEPS, steps_of
+from tests.frameworks.script import TOOLS as OPENAI_TOOLS
 from tests.frameworks.tracing import Traced, instrumented_by, same_trace_from_otlp_file
 
 pytestmark = pytest.mark.frameworks
@@ -20,17 +20,12 @@ pytest.importorskip("anthropic")
 
 TOOLS = [
     {
-        "name": name,
-        "description": f"{name} two integers",
-        "input_schema": {
-            "type": "object",
-            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-            "required": ["a", "b"],
-        },
+        "name": t["function"]["name"],
+        "description": t["function"]["description"],
+        "input_schema": t["function"]["parameters"],
     }
-    for name in ("multiply", "add")
+    for t in OPENAI_TOOLS
 ]
-IMPLEMENTATIONS = {"multiply": lambda a, b: a * b, "add": lambda a, b: a + b}
 
 
 def _tool_loop(traced: Traced, base_url: str, *, stream: bool) -> str:
@@ -67,13 +62,7 @@ def test_anthropic_sdk_tool_loop(stream: bool, tmp_path: Path) -> None:
         traced.provider.force_flush()
         (trace,) = traced.traces
         assert (trace.question, trace.final_answer) == (QUESTION, ANSWER)
-        assert [
-            (s.kind, s.tool_name, s.tool_args, s.tool_result, s.tool_call_id, s.reasoning) for s in trace.steps
-        ] == [
-            (StepKind.TOOL_CALL, "multiply", {"a": 17, "b": 23}, "391", "call_1", "I multiply first."),
-            (StepKind.TOOL_CALL, "add", {"a": 391, "b": 5}, "396", "call_2", "Now add 5."),
-            (StepKind.FINAL_ANSWER, None, {}, None, None, ANSWER),
-        ]
+        assert steps_of(trace) == STEPS
         assert trace.steps[0].model_name == "scripted-claude" and trace.steps[0].prompt_tokens == 50
         assert [t.name for t in trace.tools] == ["multiply", "add"]  # the tools the model was offered
         assert not trace.warnings, trace.warnings

@@ -19,16 +19,10 @@ from typing import Any
 import pytest
 
 from reflect_otel.trace import StepKind, StructuredTrace, WarningCode
-from tests.frameworks.script import ANSWER, QUESTION
+from tests.frameworks.script import ANSWER, QUESTION, STEPS, steps_of
 from tests.frameworks.tracing import run_app, same_trace_from_otlp_json
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.slow]
-
-WHOLE_RUN = [
-    (StepKind.TOOL_CALL, "multiply", {"a": 17, "b": 23}, "391", "call_1", "I multiply first."),
-    (StepKind.TOOL_CALL, "add", {"a": 391, "b": 5}, "396", "call_2", "Now add 5."),
-    (StepKind.FINAL_ANSWER, None, {}, None, None, ANSWER),
-]
 
 
 def _run(kind: str, tmp_path: Path, python: Path) -> tuple[StructuredTrace, dict[str, Any]]:
@@ -39,14 +33,10 @@ def _run(kind: str, tmp_path: Path, python: Path) -> tuple[StructuredTrace, dict
     return trace, run
 
 
-def _steps(trace: StructuredTrace) -> list[tuple[Any, ...]]:
-    return [(s.kind, s.tool_name, s.tool_args, s.tool_result, s.tool_call_id, s.reasoning) for s in trace.steps]
-
-
 def test_adk_with_openinference(tmp_path: Path, openai2_python: Path) -> None:
     trace, run = _run("openinference", tmp_path, openai2_python)
     assert (trace.question, trace.final_answer) == (QUESTION, ANSWER)
-    assert _steps(trace) == WHOLE_RUN
+    assert steps_of(trace) == STEPS
     assert not trace.warnings, trace.warnings
     # the function responses as ADK recorded them, kept beside the values taken out of them
     assert trace.steps[0].tool_result_raw == '{"id":"call_1","name":"multiply","response":{"result":391}}'
@@ -57,7 +47,7 @@ def test_adk_with_openinference(tmp_path: Path, openai2_python: Path) -> None:
 def test_adk_instrumentor_alone_says_the_model_calls_are_missing(tmp_path: Path, openai2_python: Path) -> None:
     trace, _ = _run("openinference-alone", tmp_path, openai2_python)
     assert (trace.question, trace.final_answer) == (QUESTION, ANSWER)
-    assert _steps(trace) == [(k, n, a, r, i, "") for k, n, a, r, i, _ in WHOLE_RUN[:2]]
+    assert steps_of(trace) == [(k, n, a, r, i, "") for k, n, a, r, i, _ in STEPS[:2]]
     (warning,) = trace.warnings
     assert warning.code is WarningCode.NO_MODEL_CALLS and "Google GenAI" in warning.message
 
@@ -65,7 +55,7 @@ def test_adk_instrumentor_alone_says_the_model_calls_are_missing(tmp_path: Path,
 def test_adk_native_genai_spans_with_content(tmp_path: Path, openai2_python: Path) -> None:
     trace, _ = _run("genai", tmp_path, openai2_python)
     assert (trace.question, trace.final_answer, trace.agent) == (QUESTION, ANSWER, "calculator")
-    assert _steps(trace) == WHOLE_RUN
+    assert steps_of(trace) == STEPS
     assert trace.steps[0].tool_result_raw == '{"result": 391}' and trace.steps[0].model_name == "scripted-gemini"
     assert [t.name for t in trace.tools] == ["multiply", "add"]
     assert not trace.warnings, trace.warnings
