@@ -1,7 +1,10 @@
 """Attributions as Phoenix annotations, through Phoenix's REST API (Phoenix ignores inline annotation attributes
-and span links on ingest): a ``decisive_error`` annotation on the decisive span (label = error type, score =
-confidence, the explanation, and the intervention in its metadata) and a trace annotation summarising the
-attribution. Each has a stable ``identifier``, so posting a record again updates it instead of adding another.
+and span links on ingest). On the decisive span: ``decisive_error`` (label = the error type, marked as a hypothesis
+when no replay verified it; the explanation; the intervention in its metadata) and, only when a replay measured
+it, ``replay_flip_rate`` (score = the share of replays from the rollback point that flipped the outcome). On the
+trace: ``reflect_attribution`` (label = verified or unverified). Phoenix's UI shows an annotation's score in place
+of its label when it has one, so no annotation carries both: a number always sits under a name that says what it
+measured. Each has a stable ``identifier``, so posting a record again updates it instead of adding another.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from reflect_otel.record import AttributionRecord, AttributionStatus
 __all__ = ["PhoenixAnnotationError", "PhoenixAnnotationExporter", "annotation_payloads"]
 
 ANNOTATION_NAME = "decisive_error"
+FLIP_RATE_ANNOTATION_NAME = "replay_flip_rate"
 TRACE_ANNOTATION_NAME = "reflect_attribution"
 
 
@@ -26,8 +30,8 @@ class PhoenixAnnotationError(ReflectError):
     """Phoenix refused or could not be reached after the retries."""
 
 
-def annotation_payloads(record: AttributionRecord) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """(span annotation or None when the record names no span, trace annotation), as Phoenix's REST API takes them."""
+def annotation_payloads(record: AttributionRecord) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(span annotations, none when the record names no span; trace annotation), as Phoenix's REST API takes them."""
     flipped = any(a.flipped for a in record.replays)
     metadata: dict[str, Any] = {
         "method": record.method,
@@ -38,41 +42,54 @@ def annotation_payloads(record: AttributionRecord) -> tuple[dict[str, Any] | Non
         "flipped": flipped,
         "injection": record.intervention.injection if record.intervention else None,
         "corrected_answer": record.corrected_answer,
+        "confidence": record.confidence_text,
+        "auditor_confidence": record.auditor_confidence,  # the auditor's self-report: never shown as a score
     }
     label = record.error_type.value if record.error_type else "unknown"
     verified = record.status is AttributionStatus.VERIFIED
     hypothesis = "" if verified else "Hypothesis, not verified: "
     if not verified:
         label = f"{label} (hypothesis, not verified)"
-    metadata["confidence"] = record.confidence_text
-    metadata["auditor_confidence"] = record.auditor_confidence
-    span = None
+    identifier = f"reflect:{record.method}:{record.trace_id}"
+    spans: list[dict[str, Any]] = []
     if record.span_id:
-        span = {
-            "span_id": record.span_id,
-            "name": ANNOTATION_NAME,
-            "annotator_kind": record.annotator_kind,
-            "result": {
-                "label": label,
-                "score": record.confidence,  # measured (a verified record's flip rate), else None
-                "explanation": f"{hypothesis}{record.explanation[:10_000]}" if record.explanation else None,
-            },
-            "metadata": metadata,
-            "identifier": f"reflect:{record.method}:{record.trace_id}",
-        }
-    trace = {
-        "trace_id": record.trace_id,
-        "name": TRACE_ANNOTATION_NAME,
+        explanation = f"{hypothesis}{record.explanation[:10_000]}" if record.explanation else None
+        spans.append(_annotation(record, ANNOTATION_NAME, label, None, explanation, metadata, identifier))
+        if record.confidence is not None:  # measured by replays
+            spans.append(
+                _annotation(
+                    record,
+                    FLIP_RATE_ANNOTATION_NAME,
+                    "flipped" if flipped else "not flipped",
+                    record.confidence,
+                    record.confidence_text,
+                    metadata,
+                    identifier,
+                )
+            )
+    summary = f"{hypothesis}step {record.step_index} ({label}): {record.explanation[:2000]}"
+    trace = _annotation(record, TRACE_ANNOTATION_NAME, record.status.value, None, summary, metadata, identifier)
+    del trace["span_id"]
+    return spans, {"trace_id": record.trace_id, **trace}
+
+
+def _annotation(
+    record: AttributionRecord,
+    name: str,
+    label: str,
+    score: float | None,
+    explanation: str | None,
+    metadata: dict[str, Any],
+    identifier: str,
+) -> dict[str, Any]:
+    return {
+        "span_id": record.span_id,
+        "name": name,
         "annotator_kind": record.annotator_kind,
-        "result": {
-            "label": record.status.value,
-            "score": record.confidence,
-            "explanation": f"{hypothesis}step {record.step_index} ({label}): {record.explanation[:2000]}",
-        },
+        "result": {"label": label, "score": score, "explanation": explanation},
         "metadata": metadata,
-        "identifier": f"reflect:{record.method}:{record.trace_id}",
+        "identifier": identifier,
     }
-    return span, trace
 
 
 class PhoenixAnnotationExporter:
@@ -118,8 +135,8 @@ class PhoenixAnnotationExporter:
 
     def export(self, record: AttributionRecord) -> None:
         """Annotate the decisive span and the trace. Raises :class:`PhoenixAnnotationError`."""
-        span, trace = annotation_payloads(record)
-        if span is not None:
+        spans, trace = annotation_payloads(record)
+        for span in spans:
             self._post("/v1/span_annotations", span)
         self._post("/v1/trace_annotations", trace)
 

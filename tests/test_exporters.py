@@ -90,10 +90,19 @@ def test_no_surface_shows_a_self_reported_figure_as_confidence() -> None:
     attributes = record_attributes(record)
     assert ReflectAttributes.CONFIDENCE not in attributes and AnnotationAttributes.ANNOTATION_SCORE not in attributes
     assert str(attributes[AnnotationAttributes.ANNOTATION_EXPLANATION]).startswith("Hypothesis, not verified: ")
-    span, whole = annotation_payloads(record)
-    assert span is not None and span["result"]["score"] is None and whole["result"]["score"] is None
+    spans, whole = annotation_payloads(record)
+    (span,) = spans  # no flip-rate annotation: nothing was measured
+    assert span["result"]["score"] is None and whole["result"]["score"] is None
     assert "hypothesis, not verified" in span["result"]["label"]
     assert span["result"]["explanation"].startswith("Hypothesis, not verified: ")
+    assert 0.8 not in [a["result"]["score"] for a in (*spans, whole)]
+    # verified: the measured rate under a name that says what it is, apart from the error type's label
+    spans, whole = annotation_payloads(verified)
+    assert [(a["name"], a["result"]["score"]) for a in spans] == [("decisive_error", None), ("replay_flip_rate", 1.0)]
+    assert (
+        spans[1]["result"]["explanation"] == "1 of 1 replay(s) from the rollback point flipped the outcome (measured)"
+    )
+    assert (whole["result"]["label"], whole["result"]["score"]) == ("verified", None)
     html = render_report(trace, record)
     assert "0.8" not in html and "Hypothesis, not verified" in html and "not measured" in html
     verified_html = render_report(trace, verified)
@@ -316,11 +325,11 @@ def test_annotations_say_code_for_a_method_that_asked_no_model() -> None:
     from reflect_otel.testing.examples import verified_attribution
 
     _, record = verified_attribution()
-    span, trace = annotation_payloads(record)
-    assert span is not None and span["annotator_kind"] == trace["annotator_kind"] == "LLM"
+    spans, trace = annotation_payloads(record)
+    assert {a["annotator_kind"] for a in (*spans, trace)} == {"LLM"}
     floor = record.model_copy(update={"method": "first-step", "cost": ()})
-    span, trace = annotation_payloads(floor)
-    assert span is not None and span["annotator_kind"] == trace["annotator_kind"] == "CODE"
+    spans, trace = annotation_payloads(floor)
+    assert {a["annotator_kind"] for a in (*spans, trace)} == {"CODE"}
 
 
 def test_the_store_keeps_measured_confidence_and_the_self_report_apart(tmp_path: Path) -> None:

@@ -111,10 +111,11 @@ def test_attribution_is_annotated_on_the_decisive_span(phoenix: str, instrumente
         "data"
     ]
     (annotation,) = [a for a in spans if a["name"] == "decisive_error"]
-    assert annotation["result"]["label"] == "incorrect_problem_identification"
+    assert (annotation["result"]["label"], annotation["result"]["score"]) == ("incorrect_problem_identification", None)
     # the score is measured (the share of replays from the verifying rollback point that flipped), not the 0.7 the
-    # auditor said of itself
-    assert record.confidence is not None and annotation["result"]["score"] == pytest.approx(record.confidence)
+    # auditor said of itself, and has an annotation of its own: Phoenix's UI shows a score in place of the label
+    (rate,) = [a for a in spans if a["name"] == "replay_flip_rate"]
+    assert record.confidence is not None and rate["result"]["score"] == pytest.approx(record.confidence)
     assert annotation["metadata"]["confidence"].endswith("(measured)")
     assert "Lyon instead of Paris" in annotation["result"]["explanation"]
     # step 1 regenerated with nothing kept before it (the rollback point counts the kept steps)
@@ -123,7 +124,57 @@ def test_attribution_is_annotated_on_the_decisive_span(phoenix: str, instrumente
     traces = httpx.get(f"{phoenix}/v1/projects/default/trace_annotations", params={"trace_ids": trace_id}).json()[
         "data"
     ]
-    assert [a["result"]["label"] for a in traces if a["name"] == "reflect_attribution"] == ["verified"]
+    assert [(a["result"]["label"], a["result"]["score"]) for a in traces if a["name"] == "reflect_attribution"] == [
+        ("verified", None)
+    ]
+    annotator.close()
+
+
+def test_an_unverified_attribution_is_annotated_as_a_hypothesis_without_a_score(
+    phoenix: str, instrumented: Instrumented
+) -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from reflect_otel.exporters.phoenix import PhoenixAnnotationError, PhoenixAnnotationExporter
+
+    graph = replay_agents.build_graph()
+    before = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()}
+    assert replay_agents.run_graph(graph, "phoenix-unverified") == replay_agents.WRONG
+    (trace_id,) = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()} - before
+    exporter = OTLPSpanExporter(endpoint=f"{phoenix}/v1/traces")
+    exporter.export(instrumented.spans_of(trace_id))
+    exporter.shutdown()
+    # no replay adapter: the auditor's localization stays its hypothesis (it said 0.7 of itself)
+    record = ReflectPipeline(replay_agents.scripted_auditor(), verifier=OracleVerifier()).attribute(
+        instrumented.assembled(trace_id), expected="2101000"
+    )
+    assert record.status is AttributionStatus.UNVERIFIED and record.span_id
+    assert record.confidence is None and record.auditor_confidence == pytest.approx(0.7)
+
+    annotator = PhoenixAnnotationExporter(phoenix)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            annotator.export(record)
+            break
+        except PhoenixAnnotationError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+    spans = httpx.get(f"{phoenix}/v1/projects/default/span_annotations", params={"span_ids": record.span_id}).json()[
+        "data"
+    ]
+    (annotation,) = spans  # no replay_flip_rate: nothing was measured
+    assert annotation["name"] == "decisive_error"
+    assert annotation["result"]["score"] is None  # no self-reported figure shown as a score
+    assert annotation["result"]["label"] == "incorrect_problem_identification (hypothesis, not verified)"
+    assert annotation["result"]["explanation"].startswith("Hypothesis, not verified: ")
+    assert "0.7" not in str(annotation["metadata"].get("confidence"))
+    traces = httpx.get(f"{phoenix}/v1/projects/default/trace_annotations", params={"trace_ids": trace_id}).json()[
+        "data"
+    ]
+    (summary,) = [a for a in traces if a["name"] == "reflect_attribution"]
+    assert (summary["result"]["label"], summary["result"]["score"]) == ("unverified", None)
     annotator.close()
 
 
