@@ -41,7 +41,8 @@ METHODS = (*FREE, "aao", "localize", "localize-no-evidence")
 def _context(item: EvalItem, config: ReflectConfig, *, evidence: bool) -> prompts.PromptContext:
     """The prompts' context as an attribution builds it, with the evidence checks' findings or without."""
     settings = config.model_copy(update={"evidence_in_prompts": evidence})
-    run = AttributionRun("localize", NoModel(), item.trace, {})
+    verifier = BBMVerifier() if item.benchmark == "bbm" else OracleVerifier()
+    run = AttributionRun("localize", NoModel(), item.trace, {}, verifier)
     return run.prompt_context(
         item.trace,
         item.expected,
