@@ -76,14 +76,15 @@ def _diagnosis(record: AttributionRecord, kind: str) -> str:
         )
         text = (
             f"<b>Step {_e(record.step_index)} caused the wrong answer</b> ({_e(kind)}). The agent answered "
-            f"<b>{_e(record.original_answer)}</b>. Replayed with {_kept(kept)} and step {_e(record.step_index)} "
+            f"<b>{_e(record.original_answer)}</b>{_stop(record.original_answer)} Replayed with {_kept(kept)} and step {_e(record.step_index)} "
             f"{redone}, it answered <b>{_e(record.corrected_answer)}</b>, which verifies as correct: that replay is "
             f"the evidence.{_proof(correction)}"
         )
     elif record.step_index is not None:
         text = (
             f"<b>Hypothesis, not verified:</b> the auditor names step {_e(record.step_index)} as the decisive error "
-            f"({_e(kind)}). No replay proved it: {_e(record.reason or 'no replay flipped the outcome')}."
+            f"({_e(kind)}). No replay proved it: {_e(record.reason or 'no replay flipped the outcome')}"
+            f"{_stop(record.reason or 'x')}"
         )
     else:
         text = f"No step could be attributed: {_e(record.reason)}."
@@ -230,3 +231,8 @@ def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> s
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'\">"
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>{''.join(body)}</body></html>"
     )
+
+
+def _stop(text: str | None) -> str:
+    """A sentence's full stop after quoted text, unless the text ends a sentence itself."""
+    return "" if text and text.rstrip()[-1:] in ".!?" else "."

@@ -108,3 +108,14 @@ def test_report_of_an_action_shows_what_proved_it() -> None:
     # both continuations, each with its answer
     assert "<p><b>Answer:</b> No 1st place finishes found.</p>" in page and "<p><b>Answer:</b> Bangkok</p>" in page
     assert "Injected correction" not in page  # an action injects no text
+
+
+def test_the_diagnosis_adds_no_second_full_stop_after_an_answer_that_ends_a_sentence() -> None:
+    from reflect_otel.exporters.report import render_report
+    from reflect_otel.testing.examples import verified_attribution
+
+    trace, record = verified_attribution()
+    html = render_report(trace, record.model_copy(update={"original_answer": "No rows found."}))
+    assert "The agent answered <b>No rows found.</b> Replayed" in html
+    html = render_report(trace, record.model_copy(update={"original_answer": "Paris"}))
+    assert "The agent answered <b>Paris</b>. Replayed" in html
