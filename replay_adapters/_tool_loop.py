@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import Any, ClassVar, Generic, TypeVar
 
 from opentelemetry.sdk.trace import TracerProvider
 
 from reflect_otel import _values
 from reflect_otel.errors import ReplayError
-from reflect_otel.replay import ReplayResult
+from reflect_otel.replay import ReplayResult, check_rollback_point
 from reflect_otel.replay_adapters._capture import captured
 from reflect_otel.replay_adapters._guard import IrreversibleToolError, ToolGuard
 from reflect_otel.replay_adapters._stitch import stitch
@@ -23,6 +23,42 @@ from reflect_otel.trace import StepAction, StructuredTrace
 
 ExecuteTool = Callable[[str, dict[str, Any]], Any]
 """``execute_tool(name, arguments) -> result``: run one of the loop's tools (its result is sent as text)."""
+
+Resume = TypeVar("Resume")
+
+
+class ToolLoopReplay(Generic[Resume]):
+    """What a hand-written loop's adapter holds (the user's ``resume``, the provider the instrumentation was
+    installed with, the tool guard, the optional tool executor) and how its replay starts."""
+
+    loop_name: ClassVar[str]
+    """The API in messages: "an action replay of an {loop_name} tool loop ..."."""
+    request_api: ClassVar[str]
+    """The recorded request's API, for :func:`recorded_request`."""
+
+    def __init__(
+        self,
+        resume: Resume,
+        *,
+        tracer_provider: TracerProvider,
+        irreversible_tools: Collection[str] = (),
+        allow_irreversible: bool = False,
+        execute_tool: ExecuteTool | None = None,
+    ) -> None:
+        self._resume = resume
+        self._provider = tracer_provider
+        self._guard = ToolGuard(irreversible_tools, allow=allow_irreversible)
+        self._execute_tool = execute_tool
+
+    def _recorded(self, trace: StructuredTrace, rollback_point: int, action: StepAction | None) -> dict[str, Any]:
+        """The recorded request to resume from, after checking the rollback point and that an action can run."""
+        check_rollback_point(trace, rollback_point)
+        if action is not None and (action.tool_name is None or self._execute_tool is None):
+            raise ReplayError(
+                f"an action replay of an {self.loop_name} tool loop needs a tool call and the loop's tool executor: "
+                f"pass execute_tool=... to {type(self).__name__}"
+            )
+        return recorded_request(trace, rollback_point, api=self.request_api)
 
 
 def recorded_request(trace: StructuredTrace, rollback_point: int, *, api: str) -> dict[str, Any]:

@@ -18,18 +18,15 @@ user's ``tool_result`` turn, then resumes.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
-from opentelemetry.sdk.trace import TracerProvider
-
-from reflect_otel.errors import ReplayError
-from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_point
-from reflect_otel.replay_adapters._guard import IrreversibleToolError, ToolGuard
+from reflect_otel.replay import InjectionRole, ReplayResult
+from reflect_otel.replay_adapters._guard import IrreversibleToolError
 from reflect_otel.replay_adapters._tool_loop import (
     ExecuteTool,
+    ToolLoopReplay,
     canonical,
-    recorded_request,
     resume_captured,
     run_action,
 )
@@ -43,22 +40,11 @@ ResumeAnthropicLoop = Callable[[System, list[dict[str, Any]], Callable[[str, Any
 """``resume(system, messages, guard) -> final answer``: continue the tool loop from ``messages``."""
 
 
-class AnthropicToolLoopReplayAdapter:
+class AnthropicToolLoopReplayAdapter(ToolLoopReplay[ResumeAnthropicLoop]):
     """``tracer_provider`` is the provider the Anthropic instrumentation was installed with."""
 
-    def __init__(
-        self,
-        resume: ResumeAnthropicLoop,
-        *,
-        tracer_provider: TracerProvider,
-        irreversible_tools: Collection[str] = (),
-        allow_irreversible: bool = False,
-        execute_tool: ExecuteTool | None = None,
-    ) -> None:
-        self._resume = resume
-        self._provider = tracer_provider
-        self._guard = ToolGuard(irreversible_tools, allow=allow_irreversible)
-        self._execute_tool = execute_tool
+    loop_name = "Anthropic"
+    request_api = "Anthropic Messages"
 
     def replay(
         self,
@@ -69,13 +55,7 @@ class AnthropicToolLoopReplayAdapter:
         injection_role: InjectionRole = InjectionRole.SYSTEM,
         action: StepAction | None = None,
     ) -> ReplayResult:
-        check_rollback_point(trace, rollback_point)
-        if action is not None and (action.tool_name is None or self._execute_tool is None):
-            raise ReplayError(
-                "an action replay of an Anthropic tool loop needs a tool call and the loop's tool executor: pass "
-                "execute_tool=... to AnthropicToolLoopReplayAdapter"
-            )
-        request = recorded_request(trace, rollback_point, api="Anthropic Messages")
+        request = self._recorded(trace, rollback_point, action)
         system: System = request.get("system")
         messages = copy.deepcopy(list(request["messages"]))
         if injection:

@@ -16,16 +16,14 @@ tool's result to the messages, and resumes the loop from there.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
-from opentelemetry.sdk.trace import TracerProvider
-
-from reflect_otel.errors import ReplayError
-from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_point
-from reflect_otel.replay_adapters._guard import IrreversibleToolError, ToolGuard
+from reflect_otel.replay import InjectionRole, ReplayResult
+from reflect_otel.replay_adapters._guard import IrreversibleToolError
 from reflect_otel.replay_adapters._tool_loop import (
     ExecuteTool,
+    ToolLoopReplay,
     canonical,
     recorded_request,
     resume_captured,
@@ -39,27 +37,16 @@ ResumeLoop = Callable[[list[dict[str, Any]], Callable[[str, Any], None]], str]
 """``resume(messages, guard) -> final answer``: continue the tool loop from ``messages``."""
 
 
-class OpenAIToolLoopReplayAdapter:
+class OpenAIToolLoopReplayAdapter(ToolLoopReplay[ResumeLoop]):
     """``tracer_provider`` is the provider the OpenAI instrumentation was installed with."""
 
-    def __init__(
-        self,
-        resume: ResumeLoop,
-        *,
-        tracer_provider: TracerProvider,
-        irreversible_tools: Collection[str] = (),
-        allow_irreversible: bool = False,
-        execute_tool: ExecuteTool | None = None,
-    ) -> None:
-        self._resume = resume
-        self._provider = tracer_provider
-        self._guard = ToolGuard(irreversible_tools, allow=allow_irreversible)
-        self._execute_tool = execute_tool
+    loop_name = "OpenAI"
+    request_api = "OpenAI chat"
 
     @staticmethod
     def request_after(trace: StructuredTrace, rollback_point: int) -> dict[str, Any]:
         """The recorded request of the first LLM call after step ``rollback_point``."""
-        return recorded_request(trace, rollback_point, api="OpenAI chat")
+        return recorded_request(trace, rollback_point, api=OpenAIToolLoopReplayAdapter.request_api)
 
     def replay(
         self,
@@ -70,13 +57,7 @@ class OpenAIToolLoopReplayAdapter:
         injection_role: InjectionRole = InjectionRole.SYSTEM,
         action: StepAction | None = None,
     ) -> ReplayResult:
-        check_rollback_point(trace, rollback_point)
-        if action is not None and (action.tool_name is None or self._execute_tool is None):
-            raise ReplayError(
-                "an action replay of an OpenAI tool loop needs a tool call and the loop's tool executor: pass "
-                "execute_tool=... to OpenAIToolLoopReplayAdapter"
-            )
-        messages = list(self.request_after(trace, rollback_point)["messages"])
+        messages = list(self._recorded(trace, rollback_point, action)["messages"])
         if injection:
             messages.append({"role": InjectionRole(injection_role).value, "content": injection})
 
