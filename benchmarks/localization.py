@@ -38,11 +38,11 @@ FREE = ("evidence", "first-step", "last-step")
 METHODS = (*FREE, "aao", "localize", "localize-no-evidence")
 
 
-def _context(item: EvalItem, config: ReflectConfig, *, evidence: bool) -> prompts.PromptContext:
-    """The prompts' context as an attribution builds it, with the evidence checks' findings or without."""
+def _context(item: EvalItem, config: ReflectConfig, llm: StructuredLLM, *, evidence: bool) -> prompts.PromptContext:
+    """The prompts' context as an attribution on ``llm`` builds it, with the evidence checks' findings or without."""
     settings = config.model_copy(update={"evidence_in_prompts": evidence})
     verifier = BBMVerifier() if item.benchmark == "bbm" else OracleVerifier()
-    run = AttributionRun("localize", NoModel(), item.trace, {}, verifier)
+    run = AttributionRun("localize", llm, item.trace, {}, verifier)
     return run.prompt_context(
         item.trace,
         item.expected,
@@ -68,10 +68,10 @@ def predictions(item: EvalItem, llm: StructuredLLM, config: ReflectConfig) -> di
     for name in FREE:
         method = BASELINES[name](NoModel(), verifier=verifier, config=config)
         out[name] = _timed(lambda m=method: m.attribute(item.trace, expected=item.expected).step_index)
-    with_evidence = _context(item, config, evidence=True)
+    with_evidence = _context(item, config, llm, evidence=True)
     out["localize"] = _timed(lambda: stages.localize(llm, with_evidence, item.trace).step_index)
     if with_evidence.evidence:
-        without = _context(item, config, evidence=False)
+        without = _context(item, config, llm, evidence=False)
         out["localize-no-evidence"] = _timed(lambda: stages.localize(llm, without, item.trace).step_index)
     else:
         out["localize-no-evidence"] = out["localize"] | {"same_prompt": True}

@@ -9,7 +9,7 @@ from typing import Any
 
 from reflect_otel.config import ReflectConfig
 from reflect_otel.evidence import find_evidence, render_findings
-from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.llm.base import StructuredLLM, prompt_budget
 from reflect_otel.llm.recording import CallLog, RecordingLLM
 from reflect_otel.prompts import PromptContext
 from reflect_otel.record import (
@@ -136,6 +136,7 @@ class AttributionRun:
             domain_context=domain_context,
             domain_context_label=config.domain_context_label,
             max_chars=config.max_field_chars,
+            budget=prompt_budget(self.llm),
             layout=config.prompt_layout,
             evidence=render_findings(find_evidence(of)) if config.evidence_in_prompts else "",
         )

@@ -72,6 +72,12 @@ class LLMConfig(BaseModel):
     max_retries: int = Field(default=3, ge=0, le=10)
     temperature: float = Field(default=0.0, ge=0, le=2)
     max_output_tokens: int = Field(default=1024, ge=16)
+    context_tokens: int | None = Field(
+        default=None,
+        ge=1024,
+        description="The model's context window, tokens: prompts about a trace are shortened to fit it (unset: the "
+        "local server's context for the local backend, else prompts are not shortened).",
+    )
 
     @property
     def is_configured(self) -> bool:
@@ -94,6 +100,7 @@ LLM_VARIABLES: dict[str, tuple[str, ...]] = {
     "api_key": ("REFLECT_LLM_API_KEY", "OPENAI_API_KEY"),
     "schema_mode": ("REFLECT_LLM_SCHEMA_MODE",),
     "timeout_s": ("REFLECT_LLM_TIMEOUT_S",),
+    "context_tokens": ("REFLECT_LLM_CONTEXT",),
 }
 """LLMConfig's variables, the first of each pair winning."""
 

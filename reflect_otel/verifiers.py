@@ -16,7 +16,7 @@ from typing import Protocol
 
 from reflect_otel import prompts
 from reflect_otel.errors import LLMError
-from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.llm.base import StructuredLLM, prompt_budget
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
@@ -233,7 +233,12 @@ class SelfVerifier:
 
     def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
         ctx = prompts.PromptContext.of(
-            trace, None, include_expected=False, max_chars=self.max_chars, domain_context=self.domain_context
+            trace,
+            None,
+            include_expected=False,
+            max_chars=self.max_chars,
+            budget=prompt_budget(self.llm),
+            domain_context=self.domain_context,
         )
         try:
             out = self.llm.complete(prompts.self_verify(ctx, trace.steps), prompts.SelfVerifyOutput, stage="verify")

@@ -103,12 +103,16 @@ def _local_server_llm(model: str, *packages: str) -> Iterator[StructuredLLM]:
     """``model`` on a llama.cpp server of its own, for the whole session (started once, whichever test needs it)."""
     require_local_backend(*packages)
     from reflect_otel.config import LLMConfig, SchemaMode
-    from reflect_otel.llm.local import LocalLlamaServer, LocalLLM
+    from reflect_otel.llm.local import LOCAL_TIMEOUT_S, LocalLlamaServer, LocalLLM
     from reflect_otel.llm.models import resolve_local_model
 
     server = LocalLlamaServer(resolve_local_model(model))
     config = LLMConfig(
-        model=model, base_url=server.base_url, api_key="local", schema_mode=SchemaMode.JSON_OBJECT_SCHEMA
+        model=model,
+        base_url=server.base_url,
+        api_key="local",
+        schema_mode=SchemaMode.JSON_OBJECT_SCHEMA,
+        timeout_s=LOCAL_TIMEOUT_S,  # as local_llm() sets it: a long prompt takes minutes on a CPU
     )
     yield LocalLLM(config, server)
     server.stop()

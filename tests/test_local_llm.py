@@ -17,8 +17,9 @@ import pytest
 from reflect_otel.baselines import BASELINES
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.datasets import DatasetItem, read_bbm
+from reflect_otel.evaluation.loaders import load_benchmark
 from reflect_otel.llm.base import StructuredLLM
-from reflect_otel.verifiers import BBMVerifier
+from reflect_otel.verifiers import BBMVerifier, OracleVerifier
 from tests.conftest import assert_valid_record, require_local_backend
 
 pytestmark = pytest.mark.local_llm
@@ -44,6 +45,20 @@ def test_all_at_once_on_three_bbm_traces(default_llm: StructuredLLM, three_bbm: 
         assert record.total_calls == 1  # all at once: one call per trace (its repair retries are attempts of it)
     # a model whose every answer failed would pass the loop above; the default model does name a step
     assert any(r.step_index is not None for r in records), [r.errors for r in records]
+
+
+def test_a_run_longer_than_the_models_context_is_fitted_to_it(default_llm: StructuredLLM, shared_data: Path) -> None:
+    """The longest Who&When run (about 13,000 tokens whole) on the 8,192-token server: before prompts were fitted,
+    the server refused it and the method failed."""
+    assert default_llm.count_tokens("hello world") == 2  # type: ignore[attr-defined]  # the model's own tokenizer
+    item = max(load_benchmark("who-and-when", shared_data), key=lambda i: len(i.trace.steps))
+    record = BASELINES["aao"](default_llm, verifier=OracleVerifier(), config=SMALL).attribute(
+        item.trace, expected=item.expected, domain_context=item.domain_context
+    )
+    assert_valid_record(record, len(item.trace.steps))
+    assert not record.failed, record.errors
+    (call,) = record.llm_calls
+    assert call.prompt_tokens <= 8192 - 1024  # the server's context less the reply
 
 
 def test_a_bare_llama_cpp_server_works_without_a_schema_mode(tmp_path: Path) -> None:

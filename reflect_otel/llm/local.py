@@ -29,7 +29,7 @@ from pydantic import BaseModel
 
 from reflect_otel.config import LLMConfig, SchemaMode
 from reflect_otel.errors import LLMError, MissingDependencyError
-from reflect_otel.llm.base import ChatMessage, LLMUsage
+from reflect_otel.llm.base import ChatMessage, LLMUsage, estimated_tokens
 from reflect_otel.llm.models import ResolvedModel, resolve_local_model
 from reflect_otel.llm.openai_compat import OpenAICompatibleLLM
 from reflect_otel.settings import settings
@@ -103,6 +103,7 @@ class LocalLlamaServer:
         if importlib.util.find_spec("llama_cpp") is None:
             raise MissingDependencyError("llama-cpp-python[server]", "local")
         self.model = model
+        self.context = context
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.request_lock = threading.Lock()
@@ -203,11 +204,20 @@ class LocalLlamaServer:
 
 
 class LocalLLM(OpenAICompatibleLLM):
-    """The OpenAI-compatible backend on the local server, recording the prompt tokens each call reused."""
+    """The OpenAI-compatible backend on the local server, recording the prompt tokens each call reused, and counting
+    a prompt's tokens with the model's own tokenizer (so a trace is shortened only when it would not fit)."""
 
     def __init__(self, config: LLMConfig, server: LocalLlamaServer, *, client: Any | None = None) -> None:
+        if config.context_tokens is None:  # the server's own: prompts are fitted to what it holds
+            config = config.model_copy(update={"context_tokens": server.context})
         super().__init__(config, client=client)
         self.server = server
+
+    def count_tokens(self, text: str) -> int:
+        tokenizer = _tokenizer(self.server.model.path)
+        if tokenizer is None:
+            return estimated_tokens(text)
+        return len(tokenizer.tokenize(text.encode("utf-8", "replace"), add_bos=False, special=False))
 
     def _send_unsuppressed(self, messages: list[ChatMessage], output: type[BaseModel]) -> tuple[str, LLMUsage]:
         if not self.server.alive():
@@ -220,6 +230,29 @@ class LocalLLM(OpenAICompatibleLLM):
             return text, usage.model_copy(update={"cached_prompt_tokens": 0})
         cached = usage.prompt_tokens if reused < 0 else min(reused, usage.prompt_tokens)
         return text, usage.model_copy(update={"cached_prompt_tokens": cached})
+
+
+_tokenizers: dict[Path, Any] = {}
+_tokenizers_lock = threading.Lock()
+
+
+def _tokenizer(model_path: Path) -> Any:
+    """The model's vocabulary alone (llama.cpp's vocab-only load: half a second, no context, so llama.cpp prints
+    nothing), loaded once per model; None when it cannot be loaded (the caller estimates instead: the class is
+    llama-cpp-python's internal one)."""
+    with _tokenizers_lock:
+        if model_path not in _tokenizers:
+            try:
+                import llama_cpp
+                from llama_cpp._internals import LlamaModel
+
+                params = llama_cpp.llama_model_default_params()
+                params.vocab_only = True
+                _tokenizers[model_path] = LlamaModel(path_model=str(model_path), params=params, verbose=False)
+            except Exception as error:  # any load failure means: estimate
+                _log.warning("cannot load %s's tokenizer (%s); prompt sizes are estimated", model_path.name, error)
+                _tokenizers[model_path] = None
+        return _tokenizers[model_path]
 
 
 LOCAL_TIMEOUT_S = 900.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import types
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -20,18 +20,20 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstr
 from pydantic.fields import FieldInfo
 
 from reflect_otel import _values
-from reflect_otel.llm.base import ChatMessage
+from reflect_otel.llm.base import ChatMessage, PromptBudget
 from reflect_otel.trace import Step, StructuredTrace
 
 __all__ = [
     "FROZEN",
     "SYSTEM",
+    "TASK_ALLOWANCE_TOKENS",
     "WITHHELD",
     "Confidence",
     "Explanation",
     "PromptContext",
     "cut",
     "data_block",
+    "fit_steps",
     "format_step",
     "format_steps",
     "messages",
@@ -87,14 +89,66 @@ def trace_prompt(ctx: PromptContext, steps: Sequence[Step], role: str, task: str
     Endpoints with prompt caching (llama.cpp's prefix reuse, OpenAI-style caching) then evaluate the trace once.
     ``ctx.layout == "per_stage"`` puts the role in the system message instead (the layout before, kept to measure
     the difference)."""
-    run = f"{ctx.header()}\n\nThe agent's steps:\n{data_block('STEPS', format_steps(steps, ctx.max_chars))}"
-    if ctx.evidence:
-        run += f"\n\n{_EVIDENCE_HEADING}\n{data_block('EVIDENCE', cut(ctx.evidence, ctx.max_chars * 4))}"
+    run = _run_block(ctx, steps)
     if ctx.layout == "per_stage":
         system = f"You are {role}. {_DATA_RULE}"
         return [ChatMessage(role="system", content=system), ChatMessage(role="user", content=f"{run}\n\n{task}")]
     user = f"{run}\n\nYou act as {role}. {task}"
     return [ChatMessage(role="system", content=SYSTEM), ChatMessage(role="user", content=user)]
+
+
+def _run_block(ctx: PromptContext, steps: Sequence[Step]) -> str:
+    """The run as every stage shows it; its steps are fitted to ``ctx.budget`` the same way for every stage, so
+    the shared prefix holds."""
+    header = f"{ctx.header()}\n\nThe agent's steps:\n"
+    evidence = ""
+    if ctx.evidence:
+        evidence = f"\n\n{_EVIDENCE_HEADING}\n{data_block('EVIDENCE', cut(ctx.evidence, ctx.max_chars * 4))}"
+    return ctx.with_steps(steps, lambda shown: f"{header}{data_block('STEPS', shown)}{evidence}")
+
+
+TASK_ALLOWANCE_TOKENS = 2000
+"""Room kept after the run for the longest stage's role, task and reply format (measured: 1,580 tokens, the
+diagnosis with the demo agent's five tool schemas)."""
+_SHORTEST_FIELD = 40
+
+
+def fit_steps(steps: Sequence[Step], max_chars: int, fits: Callable[[str], bool]) -> str:
+    """The steps with every field cut to ``max_chars``; when that text does not ``fit``, cut to the largest length
+    that does (down to 40 characters), and past that with steps in the middle left out, on a line that says so,
+    as many of the first and last kept as fit. Step numbers never change."""
+    text = format_steps(steps, max_chars)
+    if fits(text):
+        return text
+    low, high = _SHORTEST_FIELD, max_chars
+    while low < high:  # the largest cut that fits
+        middle = (low + high + 1) // 2
+        if fits(format_steps(steps, middle)):
+            low = middle
+        else:
+            high = middle - 1
+    text = format_steps(steps, low)
+    if fits(text):
+        return text
+    rendered = [format_step(step, _SHORTEST_FIELD) for step in steps]
+    low, high = 0, len(steps) - 1
+    while low < high:  # the most steps kept, half from each end
+        middle = (low + high + 1) // 2
+        if fits(_kept(rendered, steps, middle)):
+            low = middle
+        else:
+            high = middle - 1
+    return _kept(rendered, steps, low)
+
+
+def _kept(rendered: Sequence[str], steps: Sequence[Step], kept: int) -> str:
+    head = (kept + 1) // 2
+    tail = len(steps) - (kept - head)
+    left_out = (
+        f"[steps {steps[head].index}-{steps[tail - 1].index} left out: the run is longer than the model's context; "
+        f"{len(steps)} steps in all]"
+    )
+    return "\n\n".join([*rendered[:head], left_out, *rendered[tail:]])
 
 
 # -- untrusted data ------------------------------------------------------------------------------------------------
@@ -143,6 +197,9 @@ class PromptContext(BaseModel):
     domain_context: str = ""
     domain_context_label: str = "Task context"
     max_chars: int = 500
+    budget: PromptBudget | None = None
+    """The model's room for a prompt (:func:`reflect_otel.llm.base.prompt_budget`): a stage's run text is fitted to
+    it, leaving :data:`TASK_ALLOWANCE_TOKENS` for the stage's task. None: not bounded."""
     step_count: int = 0
     layout: Literal["shared_prefix", "per_stage"] = "shared_prefix"
     evidence: str = ""
@@ -157,6 +214,15 @@ class PromptContext(BaseModel):
             step_count=len(trace.steps),
             **settings,
         )
+
+    def with_steps(self, steps: Sequence[Step], frame: Callable[[str], str]) -> str:
+        """``frame`` of the rendered steps, the steps fitted (:func:`fit_steps`) so that the framed text leaves a
+        stage's task room in :attr:`budget`."""
+        budget = self.budget
+        if budget is None:
+            return frame(format_steps(steps, self.max_chars))
+        room = budget.tokens - TASK_ALLOWANCE_TOKENS - budget.count(SYSTEM)
+        return frame(fit_steps(steps, self.max_chars, lambda shown: budget.count(frame(shown)) <= room))
 
     @property
     def expected(self) -> str:

@@ -14,7 +14,6 @@ from reflect_otel.prompts._render import (
     PromptContext,
     cut,
     data_block,
-    format_steps,
     messages,
     reply_format,
 )
@@ -37,11 +36,10 @@ class SimilarityOutput(BaseModel):
 
 
 def self_verify(ctx: PromptContext, steps: Sequence[Step]) -> list[ChatMessage]:
-    user = (
-        f"{ctx.header(with_answers=False)}\n\nAgent reasoning:\n{data_block('STEPS', format_steps(steps, ctx.max_chars))}\n\n"
-        f"Agent answer:\n{data_block('AGENT_ANSWER', cut(ctx.agent_answer, ctx.max_chars))}\n\n"
-        "Judge whether the agent's answer is correct.\n" + reply_format(SelfVerifyOutput)
-    )
+    header = f"{ctx.header(with_answers=False)}\n\nAgent reasoning:\n"
+    answer = f"\n\nAgent answer:\n{data_block('AGENT_ANSWER', cut(ctx.agent_answer, ctx.max_chars))}\n\n"
+    run = ctx.with_steps(steps, lambda shown: f"{header}{data_block('STEPS', shown)}{answer}")
+    user = run + "Judge whether the agent's answer is correct.\n" + reply_format(SelfVerifyOutput)
     return messages("a careful judge of an agent's answer", user)
 
 
