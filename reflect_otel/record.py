@@ -14,6 +14,7 @@ from reflect_otel.trace import Step, StepAction
 from reflect_otel.verdict import Verdict
 
 __all__ = [
+    "AGENT_REPLAY_STAGE",
     "AttributionMode",
     "AttributionRecord",
     "AttributionStatus",
@@ -35,6 +36,10 @@ __all__ = [
 ]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+AGENT_REPLAY_STAGE = "agent_replay"
+"""The stage of a call the replayed agent made on the attributor's own model (a chain-of-thought replay, say): a
+cost of the attribution, counted with it, but not a judgement of the attributor's."""
 
 
 class ErrorType(str, Enum):
@@ -346,12 +351,13 @@ class AttributionRecord(BaseModel):
             return None
         return self.intervention.correction
 
-    def with_calls_before(self, calls: Sequence[LLMCall]) -> AttributionRecord:
-        """This record with ``calls`` made for it before the method started (the triage verdict's), counted in
-        ``llm_calls`` and ``cost`` like the method's own."""
-        if not calls:
+    def with_calls(self, *, before: Sequence[LLMCall] = (), after: Sequence[LLMCall] = ()) -> AttributionRecord:
+        """This record with calls made for it outside the method, counted in ``llm_calls`` and ``cost`` like the
+        method's own: ``before`` it started (the triage verdict's), and ``after`` its own (the replayed agent's on
+        the attributor's model, which the method cannot see)."""
+        if not before and not after:
             return self
-        merged = (*calls, *self.llm_calls)
+        merged = (*before, *self.llm_calls, *after)
         return self.model_copy(update={"llm_calls": merged, "cost": stage_costs(merged)})
 
     @property
@@ -363,10 +369,29 @@ class AttributionRecord(BaseModel):
         return sum(c.calls for c in self.cost)
 
     @property
+    def auditor_cost(self) -> tuple[StageCost, ...]:
+        """The cost of the attributor's own calls: every stage but the replayed agent's."""
+        return tuple(c for c in self.cost if c.stage != AGENT_REPLAY_STAGE)
+
+    @property
+    def auditor_calls(self) -> int:
+        return sum(c.calls for c in self.auditor_cost)
+
+    @property
+    def auditor_tokens(self) -> int:
+        return sum(c.prompt_tokens + c.completion_tokens for c in self.auditor_cost)
+
+    @property
+    def agent_replay_cost(self) -> StageCost | None:
+        """What the replayed agent spent on the attributor's model, when it ran there."""
+        return next((c for c in self.cost if c.stage == AGENT_REPLAY_STAGE), None)
+
+    @property
     def annotator_kind(self) -> str:
         """Who made the judgement, as Phoenix and OpenInference annotations name it: ``LLM`` when the method asked
-        a model, ``CODE`` when it made no model call (the position floors, a rule)."""
-        return "LLM" if self.total_calls else "CODE"
+        a model, ``CODE`` when it made no model call of its own (the position floors, a rule; a replay it ran does
+        not judge)."""
+        return "LLM" if self.auditor_cost else "CODE"
 
     @property
     def failed(self) -> bool:

@@ -19,7 +19,7 @@ from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import BudgetedLLM, TokenBudget
 from reflect_otel.llm.recording import CallLog, RecordingLLM
 from reflect_otel.methods import MethodSpec
-from reflect_otel.record import AttributionMode, AttributionRecord, AttributionStatus
+from reflect_otel.record import AGENT_REPLAY_STAGE, AttributionMode, AttributionRecord, AttributionStatus
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.store import AttributionStore, RecordExporter
 from reflect_otel.trace import StructuredTrace
@@ -67,8 +67,9 @@ class AttributionService:
     flagged ones (online mode); without it every trace given is attributed (the method itself skips a correct one
     where it checks). ``replay_finder`` supplies an adapter when the caller passes none. ``budget`` caps the tokens
     per trace and per hour: a flagged run met with a spent hourly budget is stored, not attributed. Every model
-    call made for a trace (the triage audit, the method's stages, the audits of its replays) goes through that
-    budget and into the record's ``llm_calls`` and ``cost``, once.
+    call made for a trace (the triage audit, the method's stages, the audits of its replays, and the calls of a
+    found adapter's agent on this model) goes through that budget and into the record's ``llm_calls`` and
+    ``cost``, once. An adapter the caller passes runs its agent on the agent's own model: that is the agent's cost.
     """
 
     def __init__(
@@ -133,15 +134,16 @@ class AttributionService:
                 return Outcome(verdict, False, None, tokens=budgeted.used if budgeted is not None else 0)
         if self.budget is not None and self.budget.hour_is_spent:
             record = _budget_skip(trace, self.method.name, verdict, self.budget.per_hour)
-            record = record.with_calls_before(triage_calls.calls)
+            record = record.with_calls(before=triage_calls.calls)
             outcome = Outcome(verdict, flagged, record, budget_skipped=True, tokens=record.total_tokens)
             return self._finish(trace, verdict, record, outcome)
+        agent_calls = CallLog()  # a found adapter's agent runs on our model: its calls are this trace's cost too
         if replay is None and self.replay_finder is not None:
-            replay = self.replay_finder(trace, self.llm)
+            replay = self.replay_finder(trace, RecordingLLM(llm, agent_calls, stage=AGENT_REPLAY_STAGE))
         attributor = self.method.build(llm, verifier, self.config)
         record = attributor.attribute(
             trace, expected=expected, replay=replay, domain_context=domain_context, verdict=verdict
-        ).with_calls_before(triage_calls.calls)
+        ).with_calls(before=triage_calls.calls, after=agent_calls.calls)
         tokens = budgeted.used if budgeted is not None else record.total_tokens
         first = verdict or record.original_verdict
         return self._finish(trace, first, record, Outcome(first, flagged, record, tokens=tokens))

@@ -9,10 +9,14 @@ import pytest
 
 from reflect_otel import stages
 from reflect_otel.config import ReflectConfig
+from reflect_otel.llm.base import ChatMessage
 from reflect_otel.llm.budget import TokenBudget
+from reflect_otel.llm.recording import CallLog, RecordingLLM
 from reflect_otel.methods import METHODS
-from reflect_otel.prompts import PromptContext
+from reflect_otel.prompts import PromptContext, ReasoningContinuation
 from reflect_otel.proxy_verifier import PlanAnchoredVerifier
+from reflect_otel.record import AGENT_REPLAY_STAGE
+from reflect_otel.replay import find_replay_adapter
 from reflect_otel.service import AttributionService
 from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
 from reflect_otel.trace import StructuredTrace
@@ -150,3 +154,47 @@ def test_ics_and_reflect_build_the_same_prompt_context(layout: str, monkeypatch:
         attributor.attribute(trace, expected="Bangkok", replay=fixed_agent(), domain_context="a table of races")
     assert seen["reflect"] == seen["ics"]
     assert "values of Position" in seen["ics"].evidence and seen["ics"].domain_context_label == "About the table"
+
+
+def test_a_found_adapters_agent_on_our_model_is_counted_as_the_agents_cost() -> None:
+    """A chain-of-thought replay runs the agent on the attributor's own model: those calls are in the record and the
+    budget once, under ``agent_replay``, apart from the auditor's; the demo's "auditor calls" leave them out."""
+
+    def respond(request: ScriptedRequest) -> Any:
+        if request.stage == "localize":
+            return {"error_step": 2, "confidence": 0.5, "reasoning": "r", "what_should_have_been_done": "w"}
+        if request.stage == "agent_replay":
+            return {"steps": ["3 + 4 = 7."], "answer": "7"}
+        raise AssertionError(request.stage)
+
+    llm = ScriptedLLM(respond=respond)
+    budget = TokenBudget(per_trace=1_000_000, per_hour=10_000_000)
+    service = AttributionService(
+        llm,
+        METHODS["ics"],
+        verifier=OracleVerifier(),
+        config=ReflectConfig(rounds=1),
+        budget=budget,
+        replay_finder=find_replay_adapter,
+    )
+    chain = make_trace("What is 3 + 4?", [{"reasoning": "3 + 4 is 8."}, {"reasoning": "So the answer is 8"}])
+    outcome = service.process(chain, expected="7")
+    record = outcome.record
+    assert record is not None and record.corrected_answer is not None and "7" in record.corrected_answer
+    asked = [r.stage for r in llm.requests]
+    assert asked == ["localize", "agent_replay"]
+    assert [c.stage for c in record.llm_calls] == asked  # the method's calls, then its agent's
+    agent = record.agent_replay_cost
+    assert agent is not None and agent.calls == 1 and agent.prompt_tokens > 0
+    assert record.auditor_calls == 1 and record.total_calls == 2 and record.annotator_kind == "LLM"
+    assert record.total_tokens == record.auditor_tokens + agent.prompt_tokens + agent.completion_tokens
+    assert outcome.tokens == record.total_tokens == budget.spent_last_hour()
+
+
+def test_the_agents_calls_are_counted_under_its_stage_whatever_it_names() -> None:
+    log = CallLog()
+    recorder = RecordingLLM(
+        ScriptedLLM(respond=lambda _r: {"steps": ["7."], "answer": "7"}), log, stage=AGENT_REPLAY_STAGE
+    )
+    recorder.complete([ChatMessage(role="user", content="go on")], ReasoningContinuation, stage="localize")
+    assert [c.stage for c in log.calls] == [AGENT_REPLAY_STAGE]

@@ -14,8 +14,12 @@ from typing import Any
 import pytest
 
 from reflect_otel.cli import main
+from reflect_otel.config import ReflectConfig
+from reflect_otel.errors import InputError
 from reflect_otel.evaluation.loaders import load_benchmark
 from reflect_otel.evaluation.metrics import Prediction, compute_metrics, mean_se
+from reflect_otel.evaluation.runner import EvalOptions, run_eval
+from reflect_otel.testing import ScriptedLLM, ScriptedRequest
 
 
 def test_metrics_on_hand_made_predictions() -> None:
@@ -91,6 +95,25 @@ def test_resume_after_an_interrupted_run_writes_no_duplicates(shared_data: Path,
     assert metrics["traces"] == 5 and metrics["llm_calls_per_trace"]["mean"] == 0
     config = json.loads((out / "run_config.json").read_text())
     assert config["method"] == "first-step" and "versions" in config and config["mode"].startswith("localization-only")
+    # the resumed session is added to the first one, which keeps its start
+    assert len(config["sessions"]) == 2 and config["started_at"] == config["sessions"][0]["started_at"]
+    assert all(s["versions"]["python"] for s in config["sessions"])
+
+
+def test_resuming_with_other_settings_is_refused_naming_the_setting(shared_data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = ["eval", "--benchmark", "bbm", "--method", "first-step", "--data", str(shared_data), "--out", str(out)]
+    assert main([*args, "--limit", "2", "--seed", "0", "--rounds", "2"]) == 0
+    rows = (out / "results.jsonl").read_text()
+    with pytest.raises(InputError, match=r"reflect_config\.rounds: 2 -> 1.*new --out"):
+        run_eval(
+            EvalOptions(benchmark="bbm", method="first-step", data=shared_data, out=out, limit=3, seed=0,
+                        config=ReflectConfig(rounds=1)),
+            ScriptedLLM(respond=lambda _r: {}),
+        )  # fmt: skip
+    assert (out / "results.jsonl").read_text() == rows  # nothing added to the other measurement
+    assert main([*args, "--limit", "3", "--seed", "0", "--rounds", "2"]) == 0  # a larger sample resumes
+    assert len((out / "results.jsonl").read_text().splitlines()) == 3
 
 
 def test_compare_writes_a_table_and_a_chart(
@@ -177,11 +200,31 @@ def test_reflect_and_aao_on_three_bbm_traces_with_the_local_backend(shared_data:
         assert metrics["traces"] == 3 and 0 <= metrics["exact_match"]["mean"] <= 1
 
 
+def test_bbm_rows_count_the_replayed_agents_calls_apart_from_the_auditors(shared_data: Path, tmp_path: Path) -> None:
+    def respond(request: ScriptedRequest) -> object:
+        if request.stage == "agent_replay":
+            return {"steps": ["Working it out again."], "answer": "no answer here"}
+        return {"error_step": 1, "confidence": 0.5, "reasoning": "r", "what_should_have_been_done": "w"}
+
+    options = EvalOptions(
+        benchmark="bbm", method="ics", data=shared_data, out=tmp_path / "ics", limit=2, config=ReflectConfig(rounds=1)
+    )
+    metrics = run_eval(options, ScriptedLLM(respond=respond))
+    rows = [json.loads(line) for line in (tmp_path / "ics" / "results.jsonl").read_text().splitlines()]
+    assert [r["llm_calls"] for r in rows] == [1, 1]  # the localization
+    assert [r["agent_calls"] for r in rows] == [1, 1] and all(r["agent_tokens"] > 0 for r in rows)  # one resample
+    assert metrics["agent_calls_per_trace"]["mean"] == 1.0 and metrics["llm_calls_per_trace"]["mean"] == 1.0
+    table = (tmp_path / "ics" / "metrics.md").read_text()
+    agent_tokens = metrics["agent_tokens_per_trace"]
+    row = f"| 1.0 (0.0) | {agent_tokens['mean']:.1f} ({agent_tokens['se']:.1f}) |"
+    assert "| agent calls | agent tokens |" in table and table.splitlines()[2].endswith(row)
+
+
 def test_explanations_are_judged_only_where_the_step_matches(shared_data: Path, tmp_path: Path) -> None:
     from reflect_otel.config import ReflectConfig
     from reflect_otel.evaluation.loaders import load_benchmark
     from reflect_otel.evaluation.runner import EvalOptions, run_eval
-    from reflect_otel.testing import ScriptedLLM, ScriptedRequest
+    from reflect_otel.testing import ScriptedLLM
 
     items = load_benchmark("who-and-when", shared_data, limit=4)
     gold = {item.trace.question: min(item.gold_steps) for item in items}

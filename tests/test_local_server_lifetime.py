@@ -14,7 +14,12 @@ from reflect_otel.testing import wait_until
 STARTER = """
 import subprocess, sys
 from reflect_otel.llm.local import tied_to_this_process
-child = subprocess.Popen(tied_to_this_process("http.server", "0", "--bind", "127.0.0.1"))
+# the server's own output goes elsewhere: on this pipe it could come before the pid (seen under load)
+child = subprocess.Popen(
+    tied_to_this_process("http.server", "0", "--bind", "127.0.0.1"),
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+)
 print(child.pid, flush=True)
 child.wait()
 """

@@ -160,7 +160,7 @@ def _demo(args: argparse.Namespace) -> int:
             kind = f", {record.error_type.value}" if record.error_type else ""
             progress.say(
                 f"{names.get(record.trace_id, record.trace_id[:12])}: attribution {record.status.value} at {where}{kind} "
-                f"({record.total_calls} auditor calls)" + (f"; {record.reason}" if record.reason else "")
+                f"({record.auditor_calls} auditor calls)" + (f"; {record.reason}" if record.reason else "")
             )
 
     with _pipeline_progress(progress, names):

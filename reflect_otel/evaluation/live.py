@@ -23,6 +23,7 @@ from reflect_otel.config import ReflectConfig
 from reflect_otel.demo.wtq import WTQQuestion, load_questions
 from reflect_otel.errors import InputError
 from reflect_otel.evaluation.metrics import mean_se
+from reflect_otel.evaluation.run_config import write_run_config
 from reflect_otel.evaluation.runner import read_done
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.methods import METHODS, method_spec
@@ -107,8 +108,8 @@ def _method_row(llm: StructuredLLM, method: str, options: LiveOptions, run: Agen
             {"source": record.verified_by.source, "kind": record.verified_by.kind.value} if record.verified_by else None
         ),
         "replays": len(record.replays),
-        "llm_calls": record.total_calls,
-        "tokens": record.total_tokens,
+        "llm_calls": record.auditor_calls,  # the agent replays on its own model: its calls are not ours to count
+        "tokens": record.auditor_tokens,
         "prompt_tokens": sum(c.prompt_tokens for c in record.llm_calls),
         "cached_prompt_tokens": sum(c or 0 for c in cached) if any(c is not None for c in cached) else None,
         "seconds": round(time.perf_counter() - started, 3),
@@ -145,21 +146,20 @@ def run_live_eval(
     options.out.mkdir(parents=True, exist_ok=True)
     results = options.out / RESULTS
     done = read_done(results, key="question_id")
-    (options.out / "run_config.json").write_text(
-        json.dumps(
-            {
-                "benchmark": "wtq-live",
-                "methods": list(options.methods),
-                "data": str(options.data),
-                "limit_failed_runs": options.limit,
-                "seed": options.seed,
-                "exclude": list(options.exclude),
-                "max_replays": options.max_replays,
-                "model": llm.model_name,
-                "reflect_config": options.config.model_dump(mode="json"),
-            },
-            indent=2,
-        )
+    write_run_config(
+        options.out,
+        {
+            "benchmark": "wtq-live",
+            "methods": list(options.methods),
+            "data": str(options.data),
+            "limit_failed_runs": options.limit,
+            "seed": options.seed,
+            "exclude": list(options.exclude),
+            "max_replays": options.max_replays,
+            "model": llm.model_name,
+            "reflect_config": options.config.model_dump(mode="json"),
+        },
+        defining=("seed", "exclude", "max_replays", "model", "reflect_config"),  # methods may be added
     )
     failed_runs = sum(1 for r in done.values() if not r["correct"])
     errors_in_a_row = 0

@@ -1,7 +1,8 @@
 """The paper's metrics, each with its standard error (the standard deviation of the per-trace values over
 sqrt(n)): exact match (the predicted step is in the gold set), off-by-one (within 1 of a gold step), mean
 distance to the nearest gold step, correction rate, the verified share and the EM of verified and unverified
-records, and LLM calls, tokens and seconds per trace."""
+records, and LLM calls, tokens and seconds per trace: the attributor's calls, and apart from them the calls a
+replayed agent made on the attributor's model (where it ran there and the rows recorded it)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ class Prediction:
     earliest_high: int | None = None
     failed: bool = False
     """The method's stages failed and it gave no step: counted, never scored."""
+    agent_calls: int | None = None
+    """The replayed agent's calls on the attributor's model; None where not recorded (its own model, older rows)."""
+    agent_tokens: int | None = None
 
 
 def mean_se(values: Sequence[float]) -> dict[str, float | int]:
@@ -71,6 +75,8 @@ def compute_metrics(all_predictions: Sequence[Prediction]) -> dict[str, Any]:
         "llm_calls_per_trace": mean_se([float(p.llm_calls) for p in predictions]),
         "tokens_per_trace": mean_se([float(p.tokens) for p in predictions]),
         "seconds_per_trace": mean_se([p.seconds for p in predictions]),
+        "agent_calls_per_trace": mean_se([float(p.agent_calls) for p in predictions if p.agent_calls is not None]),
+        "agent_tokens_per_trace": mean_se([float(p.agent_tokens) for p in predictions if p.agent_tokens is not None]),
     }
 
 
@@ -86,15 +92,16 @@ def metrics_markdown(rows: Sequence[tuple[str, dict[str, Any]]]) -> str:
     where nothing was measured. "failed" counts traces whose stages failed, which no metric includes."""
     header = (
         "| run | traces | failed | EM | Off-1 | mean distance | correction | verified | EM verified | EM unverified "
-        "| calls | tokens |"
+        "| calls | tokens | agent calls | agent tokens |"
     )
-    lines = [header, "|" + " --- |" * 12]
+    lines = [header, "|" + " --- |" * 14]
     for label, m in rows:
         lines.append(
             f"| {label} | {m['traces']} | {m.get('failed', 0)} | {_cell(m['exact_match'], True)} | "
             f"{_cell(m['off_by_one'], True)} | "
             f"{_cell(m['mean_distance'], False)} | {_cell(m['correction_rate'], True)} | {_cell(m['verified_share'], True)} | "
             f"{_cell(m['exact_match_verified'], True)} | {_cell(m['exact_match_unverified'], True)} | "
-            f"{_cell(m['llm_calls_per_trace'], False)} | {_cell(m['tokens_per_trace'], False)} |"
+            f"{_cell(m['llm_calls_per_trace'], False)} | {_cell(m['tokens_per_trace'], False)} | "
+            f"{_cell(m.get('agent_calls_per_trace', {}), False)} | {_cell(m.get('agent_tokens_per_trace', {}), False)} |"
         )
     return "\n".join(lines) + "\n"

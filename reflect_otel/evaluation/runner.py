@@ -4,13 +4,10 @@ finishes; a re-run skips what is done), with ``run_config.json``, ``metrics.json
 from __future__ import annotations
 
 import json
-import platform
 import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +16,7 @@ from reflect_otel.config import ReflectConfig
 from reflect_otel.errors import InputError, LLMError
 from reflect_otel.evaluation.loaders import EvalItem, load_benchmark
 from reflect_otel.evaluation.metrics import Prediction, compute_metrics, metrics_markdown
+from reflect_otel.evaluation.run_config import write_run_config
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.methods import METHODS
 from reflect_otel.record import AttributionRecord, AttributionStatus
@@ -42,16 +40,6 @@ class EvalOptions:
     seed: int | None = None
     judge_explanations: bool = False
     config: ReflectConfig = field(default_factory=ReflectConfig)
-
-
-def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for package in ("reflect-otel", "openai", "pydantic", "duckdb", "opentelemetry-sdk", "langgraph"):
-        try:
-            out[package] = version(package)
-        except PackageNotFoundError:
-            continue
-    return out
 
 
 def read_done(path: Path, *, key: str = "trace_id") -> dict[str, dict[str, Any]]:
@@ -87,6 +75,14 @@ def _judge(llm: StructuredLLM, record: AttributionRecord, item: EvalItem, max_ch
     return out.value.similarity
 
 
+def _agent_cost(record: AttributionRecord) -> dict[str, int | None]:
+    """The replayed agent's calls on our model, apart from the attributor's; None when it made none there."""
+    cost = record.agent_replay_cost
+    if cost is None:
+        return {"agent_calls": None, "agent_tokens": None}
+    return {"agent_calls": cost.calls, "agent_tokens": cost.prompt_tokens + cost.completion_tokens}
+
+
 def run_eval(
     options: EvalOptions,
     llm: StructuredLLM,
@@ -106,19 +102,16 @@ def run_eval(
     results = options.out / RESULTS
     done = read_done(results)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items() if k != "config"}
-    (options.out / "run_config.json").write_text(
-        json.dumps(
-            config
-            | {
-                "reflect_config": options.config.model_dump(mode="json"),
-                "model": llm.model_name,
-                "versions": _versions(),
-                "started_at": datetime.now(UTC).isoformat(),
-                "traces": len(items),
-                "mode": REPLAYABLE.get(options.benchmark, "localization-only: no environment to replay"),
-            },
-            indent=2,
-        )
+    write_run_config(
+        options.out,
+        config
+        | {
+            "reflect_config": options.config.model_dump(mode="json"),
+            "model": llm.model_name,
+            "traces": len(items),
+            "mode": REPLAYABLE.get(options.benchmark, "localization-only: no environment to replay"),
+        },
+        defining=("benchmark", "method", "seed", "judge_explanations", "model", "reflect_config"),
     )
     service = AttributionService(
         llm,
@@ -146,8 +139,9 @@ def run_eval(
                 "status": record.status.value,
                 "mode": record.mode.value,
                 "corrected": any(a.flipped for a in record.replays),
-                "llm_calls": record.total_calls,
-                "tokens": record.total_tokens,
+                "llm_calls": record.auditor_calls,
+                "tokens": record.auditor_tokens,
+                **_agent_cost(record),
                 "seconds": round(time.perf_counter() - started, 3),
                 "explanation_similarity": _judge(llm, record, item, options.config.max_field_chars)
                 if options.judge_explanations
@@ -182,6 +176,8 @@ def metrics_from_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
             corrected=r["corrected"],
             llm_calls=r["llm_calls"],
             tokens=r["tokens"],
+            agent_calls=r.get("agent_calls"),
+            agent_tokens=r.get("agent_tokens"),
             seconds=r["seconds"],
             earliest_high=r.get("earliest_high"),
             failed=bool(r.get("failed")),

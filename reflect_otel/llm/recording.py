@@ -33,10 +33,12 @@ class CallLog:
 class RecordingLLM:
     """Wraps a backend so every call, failed ones included, lands in a :class:`CallLog` under its stage."""
 
-    def __init__(self, inner: StructuredLLM, log: CallLog) -> None:
+    def __init__(self, inner: StructuredLLM, log: CallLog, *, stage: str | None = None) -> None:
         self.inner = inner
         self.log = log
         self.model_name = inner.model_name
+        self.stage = stage
+        """When set, every call is logged under this stage, whatever stage the caller named (an agent's calls)."""
 
     def complete(
         self,
@@ -47,15 +49,16 @@ class RecordingLLM:
         check: Check[OutputT] | None = None,
     ) -> Completion[OutputT]:
         start = time.perf_counter()
+        logged = self.stage or stage
         try:
             completion = self.inner.complete(messages, output, stage=stage, check=check)
         except LLMOutputError as error:
-            self.log.add(self._call(stage, error.usage, time.perf_counter() - start, error.attempts, str(error)))
+            self.log.add(self._call(logged, error.usage, time.perf_counter() - start, error.attempts, str(error)))
             raise
         except LLMError as error:
-            self.log.add(self._call(stage, LLMUsage(), time.perf_counter() - start, 1, str(error)))
+            self.log.add(self._call(logged, LLMUsage(), time.perf_counter() - start, 1, str(error)))
             raise
-        self.log.add(self._call(stage, completion.usage, time.perf_counter() - start, completion.attempts, None))
+        self.log.add(self._call(logged, completion.usage, time.perf_counter() - start, completion.attempts, None))
         return completion
 
     def _call(self, stage: str, usage: LLMUsage, seconds: float, attempts: int, error: str | None) -> LLMCall:

@@ -1,0 +1,99 @@
+"""``run_config.json`` of a resumable evaluation: what the run measures, when it first started, and every session
+that added rows to it (with the package versions of each), so resuming never loses how earlier rows were made.
+
+A resumed run must measure the same thing as the rows it continues: the options that define a row (the method, the
+seed, the model, the REFLECT configuration) are checked against the stored ones, and a difference fails naming
+the fix instead of mixing two measurements in one table.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from reflect_otel.errors import InputError
+
+__all__ = ["RUN_CONFIG", "package_versions", "write_run_config"]
+
+RUN_CONFIG = "run_config.json"
+_MAX_BYTES = 1_000_000
+_PACKAGES = ("reflect-otel", "openai", "pydantic", "duckdb", "opentelemetry-sdk", "langgraph")
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for package in _PACKAGES:
+        try:
+            out[package] = version(package)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def write_run_config(folder: Path, config: Mapping[str, Any], *, defining: Sequence[str]) -> None:
+    """Write ``config`` to ``folder/run_config.json`` with this session appended to ``sessions``. When the folder
+    already holds a run, its first ``started_at`` is kept, and every key of ``defining`` must be unchanged (a
+    nested mapping compares on the keys both sides have, so a setting added since keeps old runs resumable)."""
+    path = folder / RUN_CONFIG
+    now = {"started_at": datetime.now(UTC).isoformat(), "versions": package_versions()}
+    previous = _read(path)
+    sessions: list[Any] = []
+    started = now["started_at"]
+    if previous is not None:
+        _check_unchanged(path, previous, config, defining)
+        sessions = previous.get("sessions") or (  # a run written before sessions were kept: its one known start
+            [{"started_at": previous["started_at"], "versions": previous.get("versions")}]
+            if previous.get("started_at")
+            else []
+        )
+        started = previous.get("started_at") or started
+    path.write_text(
+        json.dumps(
+            {**config, "started_at": started, "versions": now["versions"], "sessions": [*sessions, now]}, indent=2
+        )
+    )
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    if path.stat().st_size > _MAX_BYTES:
+        raise InputError(f"{path} is over {_MAX_BYTES} bytes, not a run configuration; use a new --out folder")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:
+        raise InputError(
+            f"{path} is not valid JSON ({error}); restore it from version control or use a new --out"
+        ) from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path} is not a JSON object; restore it from version control or use a new --out")
+    return data
+
+
+def _check_unchanged(
+    path: Path, previous: Mapping[str, Any], config: Mapping[str, Any], defining: Sequence[str]
+) -> None:
+    changed = [
+        f"{key}: {before!r} -> {after!r}"
+        for name in defining
+        if name in previous and name in config
+        for key, before, after in _differences(name, previous[name], config[name])
+    ]
+    if changed:
+        raise InputError(
+            f"{path.parent} holds a run made with other settings ({'; '.join(changed)}); resuming would mix two "
+            "measurements in one table: pass the settings it was made with, or a new --out folder"
+        )
+
+
+def _differences(name: str, before: Any, after: Any) -> list[tuple[str, Any, Any]]:
+    if isinstance(before, Mapping) and isinstance(after, Mapping):
+        return [
+            (f"{name}.{key}", before[key], after[key]) for key in before if key in after and before[key] != after[key]
+        ]
+    return [] if before == after else [(name, before, after)]
