@@ -90,7 +90,7 @@ def main() -> None:
             record = method.attribute(
                 item.trace,
                 expected=item.expected,
-                replay=ReasoningReplayAdapter(agent),
+                replay=ReasoningReplayAdapter(agent, task_context=item.domain_context),
                 domain_context=item.domain_context,
             )
             calls += record.total_calls

@@ -43,7 +43,10 @@ def _run(layout: Layout, items: list[DatasetItem], config: ReflectConfig) -> lis
     for item in items:
         started = time.perf_counter()
         record = pipeline.attribute(
-            item.trace, expected=item.expected, replay=ReasoningReplayAdapter(llm), domain_context=item.domain_context
+            item.trace,
+            expected=item.expected,
+            replay=ReasoningReplayAdapter(llm, task_context=item.domain_context),
+            domain_context=item.domain_context,
         )
         print(
             f"  {layout}: {item.trace.trace_id[:12]} {record.status.value} in {time.perf_counter() - started:.0f} s, "

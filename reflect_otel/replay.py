@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from enum import Enum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,6 +21,7 @@ __all__ = [
     "InjectionRole",
     "ReplayAdapter",
     "ReplayResult",
+    "TakesTaskContext",
     "check_rollback_point",
     "find_replay_adapter",
     "replay_with",
@@ -86,6 +87,17 @@ class ReplayAdapter(Protocol):
         injection_role: InjectionRole = InjectionRole.SYSTEM,
         action: StepAction | None = None,
     ) -> ReplayResult: ...
+
+
+@runtime_checkable
+class TakesTaskContext(Protocol):
+    """An adapter that writes the agent's prompt itself from the trace (a chain of thought), rather than resending
+    a recorded request: a trace holds the question, not the task the agent was set (BIG-Bench Mistake's
+    "complete the brackets"), so without it the replayed agent answers another task. ``with_task_context(text)``
+    returns the adapter that also tells its agent ``text``; the service gives a found adapter the run's domain
+    context this way."""
+
+    def with_task_context(self, text: str) -> ReplayAdapter: ...
 
 
 class BudgetedReplay:

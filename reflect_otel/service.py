@@ -20,7 +20,7 @@ from reflect_otel.llm.budget import BudgetedLLM, TokenBudget
 from reflect_otel.llm.recording import CallLog, RecordingLLM
 from reflect_otel.methods import MethodSpec
 from reflect_otel.record import AGENT_REPLAY_STAGE, AttributionMode, AttributionRecord, AttributionStatus
-from reflect_otel.replay import ReplayAdapter
+from reflect_otel.replay import BudgetedReplay, ReplayAdapter, TakesTaskContext
 from reflect_otel.store import AttributionStore, RecordExporter
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
@@ -65,8 +65,10 @@ class AttributionService:
     ``verifier`` judges runs with an expected answer; runs without one go to ``proxy`` when it is given (the
     plan-anchored verifier), else to ``verifier`` too. ``triage`` verifies every run first and attributes only the
     flagged ones (online mode); without it every trace given is attributed (the method itself skips a correct one
-    where it checks). ``replay_finder`` supplies an adapter when the caller passes none. ``budget`` caps the tokens
-    per trace and per hour: a flagged run met with a spent hourly budget is stored, not attributed. Every model
+    where it checks). ``replay_finder`` supplies an adapter when the caller passes none,
+    told the run's domain context when it writes its agent's prompt itself (:class:`TakesTaskContext`).
+    ``max_replays`` caps the replays of one trace, found adapter or passed, so every method compared gets the same
+    budget. ``budget`` caps the tokens per trace and per hour: a flagged run met with a spent hourly budget is stored, not attributed. Every model
     call made for a trace (the triage audit, the method's stages, the audits of its replays, and the calls of a
     found adapter's agent on this model) goes through that budget and into the record's ``llm_calls`` and
     ``cost``, once. An adapter the caller passes runs its agent on the agent's own model: that is the agent's cost.
@@ -86,6 +88,7 @@ class AttributionService:
         replay_finder: ReplayFinder | None = None,
         budget: TokenBudget | None = None,
         triage: bool = False,
+        max_replays: int | None = None,
     ) -> None:
         self.llm = llm
         self.method = method
@@ -98,6 +101,9 @@ class AttributionService:
         self.replay_finder = replay_finder
         self.budget = budget
         self.triage = triage
+        if max_replays is not None and max_replays < 1:
+            raise ValueError("max_replays must be at least 1 (None: no cap)")
+        self.max_replays = max_replays
 
     def verifier_for(self, expected: str | None) -> Verifier:
         return self.verifier if expected is not None or self.proxy is None else self.proxy
@@ -140,6 +146,10 @@ class AttributionService:
         agent_calls = CallLog()  # a found adapter's agent runs on our model: its calls are this trace's cost too
         if replay is None and self.replay_finder is not None:
             replay = self.replay_finder(trace, RecordingLLM(llm, agent_calls, stage=AGENT_REPLAY_STAGE))
+            if domain_context and isinstance(replay, TakesTaskContext):
+                replay = replay.with_task_context(domain_context)
+        if replay is not None and self.max_replays is not None:
+            replay = BudgetedReplay(replay, self.max_replays)  # per trace: the same for every method compared
         attributor = self.method.build(llm, verifier, self.config)
         record = attributor.attribute(
             trace, expected=expected, replay=replay, domain_context=domain_context, verdict=verdict

@@ -33,6 +33,10 @@ class ReasoningReplayAdapter:
         """Entry-point factory: claims chain-of-thought traces."""
         return cls(llm) if is_chain_of_thought(trace) else None
 
+    def with_task_context(self, text: str) -> ReasoningReplayAdapter:
+        """This adapter, its agent told the task too (see :class:`~reflect_otel.replay.TakesTaskContext`)."""
+        return ReasoningReplayAdapter(self.llm, task_context=text)
+
     def replay(
         self,
         trace: StructuredTrace,

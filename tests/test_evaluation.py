@@ -200,6 +200,30 @@ def test_reflect_and_aao_on_three_bbm_traces_with_the_local_backend(shared_data:
         assert metrics["traces"] == 3 and 0 <= metrics["exact_match"]["mean"] <= 1
 
 
+def test_bbm_replays_tell_the_agent_its_task_and_keep_to_the_replay_budget(shared_data: Path, tmp_path: Path) -> None:
+    """A chain of thought's trace holds the question (a bracket string, for dyck_languages), not the task: the
+    replayed agent must be told the task, or it answers another one. And --max-replays holds for bbm too."""
+    items = load_benchmark("bbm", shared_data, limit=2)
+    llm = ScriptedLLM(
+        respond=lambda r: (
+            {"steps": ["Again."], "answer": "no"}
+            if r.stage == "agent_replay"
+            else {"error_step": 1, "confidence": 0.5, "reasoning": "r", "what_should_have_been_done": "w"}
+        )
+    )
+    options = EvalOptions(
+        benchmark="bbm", method="ics", data=shared_data, out=tmp_path / "ics", limit=2, config=ReflectConfig(rounds=2),
+        max_replays=1,
+    )  # fmt: skip
+    run_eval(options, llm)
+    replays = [r for r in llm.requests if r.stage == "agent_replay"]
+    assert len(replays) == 2  # two rounds each, one replay allowed per trace
+    for request, item in zip(replays, items, strict=True):
+        assert item.domain_context and f"Task: {item.domain_context}" in request.text
+    config = json.loads((tmp_path / "ics" / "run_config.json").read_text())
+    assert config["max_replays"] == 1
+
+
 def test_bbm_rows_count_the_replayed_agents_calls_apart_from_the_auditors(shared_data: Path, tmp_path: Path) -> None:
     def respond(request: ScriptedRequest) -> object:
         if request.stage == "agent_replay":
@@ -355,3 +379,18 @@ def test_attribute_exits_non_zero_when_every_attribution_failed(tmp_path: Path, 
     assert code == 1
     err = capsys.readouterr().err
     assert "failed: stage errors, no attribution" in err and "every attribution failed" in err
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--benchmark", "who-and-when", "--max-replays", "3"], "who-and-when is localization-only"),
+        (["--benchmark", "bbm", "--exclude", "nt-1"], "--exclude names questions of wtq-live"),
+    ],
+)
+def test_eval_refuses_an_option_its_benchmark_would_ignore(
+    options: list[str], message: str, shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["eval", *options, "--method", "aao", "--data", str(shared_data), "--out", str(tmp_path / "run")]
+    assert main(args) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "run").exists()

@@ -61,8 +61,8 @@ def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument(
         "--max-replays",
         type=positive_int,
-        help=f"{LIVE}: replays each method may run per failed run, the same budget for every method compared "
-        "(default: each method's own)",
+        help=f"{LIVE} and the replayable benchmarks ({', '.join(REPLAYABLE)}): replays each method may run per "
+        "failed run, the same budget for every method compared (default: each method's own)",
     )
     parser.add_argument("--judge-explanations", action="store_true", help="LLM-judge explanation similarity")
     ablation = parser.add_argument_group("ablations (the paper's table, one flag per row)")
@@ -91,6 +91,10 @@ def _eval(args: argparse.Namespace) -> int:
         return _eval_live(args, config)
     if args.method not in METHODS:
         raise ConfigError(f"--method: choose one of {', '.join(METHODS)}")
+    if args.exclude:
+        raise ConfigError(f"--exclude names questions of {LIVE}; {args.benchmark} samples its traces by --seed")
+    if args.max_replays is not None and args.benchmark not in REPLAYABLE:
+        raise ConfigError(f"--max-replays: {args.benchmark} is localization-only, nothing is replayed")
     print(
         f"{args.benchmark}: {REPLAYABLE.get(args.benchmark, 'localization-only (no environment to replay)')}",
         file=sys.stderr,
@@ -104,7 +108,15 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"\r{line}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
 
     options = EvalOptions(
-        args.benchmark, args.method, args.data, args.out, args.limit, args.seed, args.judge_explanations, config
+        args.benchmark,
+        args.method,
+        args.data,
+        args.out,
+        args.limit,
+        args.seed,
+        args.judge_explanations,
+        config,
+        max_replays=args.max_replays,
     )
     metrics = run_eval(options, llm, progress=progress)
     if tty:

@@ -28,7 +28,7 @@ from reflect_otel.evaluation.runner import read_done
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.methods import METHODS, method_spec
 from reflect_otel.record import AttributionStatus
-from reflect_otel.replay import BudgetedReplay, ReplayAdapter
+from reflect_otel.replay import ReplayAdapter
 from reflect_otel.service import AttributionService
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verifiers import OracleVerifier, answers_match
@@ -89,10 +89,13 @@ def _questions(options: LiveOptions) -> list[WTQQuestion]:
 
 def _method_row(llm: StructuredLLM, method: str, options: LiveOptions, run: AgentRun, expected: str) -> dict[str, Any]:
     replay: ReplayAdapter = run.replay  # this run's agent, alive in this process
-    if options.max_replays is not None:
-        replay = BudgetedReplay(replay, options.max_replays)
     service = AttributionService(
-        llm, METHODS[method], verifier=OracleVerifier(), config=options.config, replay_finder=lambda _t, _l: replay
+        llm,
+        METHODS[method],
+        verifier=OracleVerifier(),
+        config=options.config,
+        replay_finder=lambda _t, _l: replay,
+        max_replays=options.max_replays,
     )
     started = time.perf_counter()
     outcome = service.process(run.trace, expected=expected, domain_context=run.context)

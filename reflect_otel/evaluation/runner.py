@@ -40,6 +40,8 @@ class EvalOptions:
     seed: int | None = None
     judge_explanations: bool = False
     config: ReflectConfig = field(default_factory=ReflectConfig)
+    max_replays: int | None = None
+    """Replays each method may run per trace (the same budget for every method compared); None: no cap."""
 
 
 def read_done(path: Path, *, key: str = "trace_id") -> dict[str, dict[str, Any]]:
@@ -111,7 +113,7 @@ def run_eval(
             "traces": len(items),
             "mode": REPLAYABLE.get(options.benchmark, "localization-only: no environment to replay"),
         },
-        defining=("benchmark", "method", "seed", "judge_explanations", "model", "reflect_config"),
+        defining=("benchmark", "method", "seed", "judge_explanations", "model", "reflect_config", "max_replays"),
     )
     service = AttributionService(
         llm,
@@ -120,6 +122,7 @@ def run_eval(
         config=options.config,
         # only where the benchmark's agent can be re-run; the others are localization-only
         replay_finder=find_replay_adapter if options.benchmark in REPLAYABLE else None,
+        max_replays=options.max_replays,
     )
     with results.open("a", encoding="utf-8") as out:
         for number, item in enumerate(items, start=1):
