@@ -5,6 +5,7 @@ written as step p+1, after the kept steps, and the model continues after it."""
 from __future__ import annotations
 
 import hashlib
+import re
 
 from reflect_otel.errors import LLMError, ReplayError
 from reflect_otel.llm.base import ChatMessage, StructuredLLM
@@ -13,6 +14,8 @@ from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_poin
 from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
 
 __all__ = ["ReasoningReplayAdapter", "is_chain_of_thought"]
+
+_ANSWER_LEAD = re.compile(r"^(?:so,?\s+)?the answer is:?\s*", re.IGNORECASE)
 
 
 def is_chain_of_thought(trace: StructuredTrace) -> bool:
@@ -73,7 +76,8 @@ class ReasoningReplayAdapter:
         except LLMError as error:
             raise ReplayError(f"the reasoning model failed: {error}") from None
         lines = [*thought, *(line.strip() for text in out.steps for line in text.splitlines() if line.strip())]
-        answer_line = f"So the answer is {out.answer.strip()}"
+        answer = _ANSWER_LEAD.sub("", out.answer.strip())  # models often repeat the lead-in: say it once
+        answer_line = f"So the answer is {answer}"
         lines.append(answer_line)
         replay_id = hashlib.sha256(f"{trace.trace_id}:{rollback_point}:{injection}:{thought}".encode()).hexdigest()
         new_steps = [

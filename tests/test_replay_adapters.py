@@ -421,6 +421,16 @@ def test_reasoning_adapter_conformance_with_scripted_model() -> None:
     assert "First add 2 and 3 to get 5.\nThen 5 * 4 = 20." in kept  # the prefix went to the model verbatim
 
 
+def test_a_reasoning_replay_says_its_answer_once() -> None:
+    from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
+    from reflect_otel.testing import ScriptedLLM, make_trace
+
+    llm = ScriptedLLM(respond=lambda _r: {"steps": ["3 * 4 = 12."], "answer": "So the answer is 14"})
+    trace = make_trace("What is 2 + 3 * 4?", [{"reasoning": "2 + 3 = 5."}, {"reasoning": "So the answer is 20"}])
+    result = ReasoningReplayAdapter(llm).replay(trace, rollback_point=1, injection="")
+    assert result.final_answer == "So the answer is 14"
+
+
 @pytest.mark.local_llm
 def test_reasoning_adapter_with_the_local_backend(default_llm: StructuredLLM) -> None:
     from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
