@@ -65,10 +65,10 @@ class AttributionService:
     ``verifier`` judges runs with an expected answer; runs without one go to ``proxy`` when it is given (the
     plan-anchored verifier), else to ``verifier`` too. ``triage`` verifies every run first and attributes only the
     flagged ones (online mode); without it every trace given is attributed (the method itself skips a correct one
-    where it checks). ``replay_finder`` supplies an adapter when the caller passes none,
-    told the run's domain context when it writes its agent's prompt itself (:class:`TakesTaskContext`).
-    ``max_replays`` caps the replays of one trace, found adapter or passed, so every method compared gets the same
-    budget. ``budget`` caps the tokens per trace and per hour: a flagged run met with a spent hourly budget is stored, not attributed. Every model
+    where it checks). ``replay_finder`` supplies an adapter when the caller passes none, told the run's domain
+    context when it writes its agent's prompt itself (:class:`TakesTaskContext`). ``max_replays`` caps the replays
+    of one trace, found adapter or passed, so every method compared gets the same budget. ``budget`` caps the tokens
+    per trace and per hour: a flagged run met with a spent hourly budget is stored, not attributed. Every model
     call made for a trace (the triage audit, the method's stages, the audits of its replays, and the calls of a
     found adapter's agent on this model) goes through that budget and into the record's ``llm_calls`` and
     ``cost``, once. An adapter the caller passes runs its agent on the agent's own model: that is the agent's cost.
