@@ -99,7 +99,7 @@ def test_reflect_replays_a_bbm_trace_with_the_default_model(default_llm: Structu
         record = pipeline.attribute(
             item.trace,
             expected=item.expected,
-            replay=ReasoningReplayAdapter(default_llm),
+            replay=ReasoningReplayAdapter(default_llm, task_context=item.domain_context),
             domain_context=item.domain_context,
         )
         assert_valid_record(record, len(item.trace.steps))
