@@ -101,7 +101,8 @@ def _method_row(llm: StructuredLLM, method: str, options: LiveOptions, run: Agen
     outcome = service.process(run.trace, expected=expected, domain_context=run.context)
     record = outcome.record
     assert record is not None  # without triage every trace is attributed
-    cached = [c.cached_prompt_tokens for c in record.llm_calls if c.ok]
+    auditor = record.auditor_cost  # the same calls as llm_calls and tokens below
+    cached = [c.cached_prompt_tokens for c in auditor]
     return {
         "status": record.status.value,
         "step": record.step_index,
@@ -113,7 +114,7 @@ def _method_row(llm: StructuredLLM, method: str, options: LiveOptions, run: Agen
         "replays": len(record.replays),
         "llm_calls": record.auditor_calls,  # the agent replays on its own model: its calls are not ours to count
         "tokens": record.auditor_tokens,
-        "prompt_tokens": sum(c.prompt_tokens for c in record.llm_calls),
+        "prompt_tokens": sum(c.prompt_tokens for c in auditor),
         "cached_prompt_tokens": sum(c or 0 for c in cached) if any(c is not None for c in cached) else None,
         "seconds": round(time.perf_counter() - started, 3),
         "failed": record.failed,
