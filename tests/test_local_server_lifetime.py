@@ -47,12 +47,14 @@ def _running(pid: int) -> bool:
 def test_a_tied_server_ends_when_its_starter_is_killed() -> None:
     starter = subprocess.Popen([sys.executable, "-c", STARTER], stdout=subprocess.PIPE, text=True)
     assert starter.stdout is not None
-    server = int(starter.stdout.readline())
-    # the server runs while its starter does: it comes to listen on a loopback port
-    wait_until(lambda: _listening(server), 30, "the tied server to listen")
-    assert _running(server)
-    starter.kill()  # kill -9: no atexit, no stop()
-    starter.wait(timeout=10)
+    try:
+        server = int(starter.stdout.readline())
+        # the server runs while its starter does: it comes to listen on a loopback port
+        wait_until(lambda: _listening(server), 30, "the tied server to listen")
+        assert _running(server)
+    finally:
+        starter.kill()  # kill -9: no atexit, no stop(); also when the test fails above, so nothing is left running
+        starter.wait(timeout=10)
     deadline = time.monotonic() + 10
     while _running(server) and time.monotonic() < deadline:
         time.sleep(0.2)
