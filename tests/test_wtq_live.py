@@ -37,11 +37,11 @@ def _wtq_folder(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-def _agent(request: ScriptedRequest) -> dict[str, Any]:
-    """Filters 1st places, sorts by year (descending only when a system message says "sort descending"), reads
-    the venue and answers it."""
+def _agent(request: ScriptedRequest, *, descending: bool = False) -> dict[str, Any]:
+    """Filters 1st places, sorts by year (descending only when a system message says "sort descending", or
+    ``descending``: the order a sampling agent may pick), reads the venue and answers it."""
     results = [m.content for m in request.messages if m.content.startswith("Result of ")]
-    corrected = any("sort descending" in m.content for m in request.messages if m.role == "system")
+    corrected = descending or any("sort descending" in m.content for m in request.messages if m.role == "system")
     if not results:
         return {
             "thought": "first 1st places",
@@ -191,6 +191,53 @@ def test_a_stop_during_a_method_keeps_the_methods_finished_before_it(
     )
     assert "nt-1: stored failure; adding reflect" in said  # ics is not run again
     assert metrics["methods"]["ics"]["runs"] == metrics["methods"]["reflect"]["runs"] == 1
+
+
+def test_replays_sample_on_the_replay_model_so_a_bare_resample_can_differ_from_the_run(
+    instrumented: Instrumented, tmp_path: Path
+) -> None:
+    from reflect_otel.cli.evaluate import table_agent_rebuilt, table_agent_runs
+    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+
+    llm = _model()  # greedy: the run sorts ascending and reads the first 1st place
+    sampling = ScriptedLLM(respond=lambda request: _agent(request, descending=True))  # the same agent, sampled
+    out, data = tmp_path / "out", _wtq_folder(tmp_path)
+    options = LiveOptions(("ics",), data, out, config=ReflectConfig(rounds=1), replay_temperature=0.2)
+    metrics = run_live_eval(
+        options,
+        llm,
+        table_agent_runs(llm, instrumented.provider, max_steps=6, replay_llm=sampling),
+        rebuild=table_agent_rebuilt(sampling, instrumented.provider, max_steps=6),
+    )
+
+    row = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()][1]
+    assert row["question_id"] == "nt-1" and row["answer"] == WRONG  # the run itself stayed on the greedy model
+    ics = row["methods"]["ics"]
+    assert ics["corrected_answer"] == "Bangkok, Thailand" and ics["replays"] == 1  # no hint: the sample differed
+    assert metrics["methods"]["ics"]["corrected"]["mean"] == 1
+    assert {r.stage for r in sampling.requests} == {"agent"}  # only the replay's turns were sampled
+    assert json.loads((out / "run_config.json").read_text())["replay_temperature"] == 0.2
+
+
+def test_a_run_resumed_at_another_replay_temperature_is_refused_also_one_written_before_it_was_recorded(
+    instrumented: Instrumented, tmp_path: Path
+) -> None:
+    from reflect_otel.cli.evaluate import table_agent_runs
+    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+
+    llm = _model()
+    out, data = tmp_path / "out", _wtq_folder(tmp_path)
+    greedy = LiveOptions(("ics",), data, out, config=ReflectConfig(rounds=1))
+    run_live_eval(greedy, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
+    config_file = out / "run_config.json"
+    older = json.loads(config_file.read_text())
+    del older["replay_temperature"]  # as the runs written before the setting existed
+    config_file.write_text(json.dumps(older))
+    sampled = LiveOptions(("ics",), data, out, config=ReflectConfig(rounds=1), replay_temperature=0.2)
+
+    with pytest.raises(InputError, match=r"replay_temperature: None -> 0\.2.*a new --out folder"):
+        run_live_eval(sampled, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
+    run_live_eval(greedy, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))  # as it was made: resumes
 
 
 def test_the_replay_budget_refuses_past_its_count() -> None:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from reflect_otel.config import REFLECT_VARIABLES, GateMode, ReflectConfig
 from reflect_otel.errors import ConfigError
 
-__all__ = ["add_pipeline_options", "pipeline_config", "positive_int"]
+__all__ = ["add_pipeline_options", "pipeline_config", "positive_int", "temperature"]
 
 _FLAGS: dict[str, dict[str, Any]] = {
     "rounds": {"type": int, "metavar": "D"},
@@ -70,4 +70,15 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is less than 1")
+    return value
+
+
+def temperature(text: str) -> float:
+    """An argparse type: a sampling temperature, from 0 (greedy) to 2."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 2:
+        raise argparse.ArgumentTypeError(f"{value} is not a temperature from 0 to 2")
     return value

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int
+from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int, temperature
 from reflect_otel.config import LLMConfig, ReflectConfig
 from reflect_otel.errors import ConfigError
 from reflect_otel.evaluation.compare import chart_svg, compare_markdown, load_runs
@@ -64,6 +65,13 @@ def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         help=f"{LIVE} and the replayable benchmarks ({', '.join(REPLAYABLE)}): replays each method may run per "
         "failed run, the same budget for every method compared (default: each method's own)",
     )
+    parser.add_argument(
+        "--replay-temperature",
+        type=temperature,
+        metavar="T",
+        help=f"{LIVE}: the agent samples its replays at T, for every method, its runs staying greedy (the paper's "
+        "RQ3 controls use 0.2; at 0 a bare resample repeats the run, so ICS cannot differ); default: as its runs",
+    )
     parser.add_argument("--judge-explanations", action="store_true", help="LLM-judge explanation similarity")
     ablation = parser.add_argument_group("ablations (the paper's table, one flag per row)")
     ablation.add_argument("--no-diagnostician", action="store_true", help="a null repair plan")
@@ -93,6 +101,10 @@ def _eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"--method: choose one of {', '.join(METHODS)}")
     if args.exclude:
         raise ConfigError(f"--exclude names questions of {LIVE}; {args.benchmark} samples its traces by --seed")
+    if args.replay_temperature is not None:
+        raise ConfigError(
+            f"--replay-temperature is the {LIVE} agent's; {args.benchmark} replays on the attributor's model"
+        )
     if args.max_replays is not None and args.benchmark not in REPLAYABLE:
         raise ConfigError(f"--max-replays: {args.benchmark} is localization-only, nothing is replayed")
     print(
@@ -149,14 +161,27 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
     print(f"{LIVE}: model {llm.model_name}; methods {', '.join(methods)}", file=sys.stderr)
     exclude = tuple(q.strip() for q in (args.exclude or "").split(",") if q.strip())
     options = LiveOptions(
-        methods, args.data, args.out, args.limit, args.seed, config, exclude=exclude, max_replays=args.max_replays
+        methods,
+        args.data,
+        args.out,
+        args.limit,
+        args.seed,
+        config,
+        exclude=exclude,
+        max_replays=args.max_replays,
+        replay_temperature=args.replay_temperature,
+    )
+    replay_llm = (  # the same model and endpoint, sampling
+        make_llm(LLMConfig.from_env(temperature=args.replay_temperature))
+        if args.replay_temperature is not None
+        else None
     )
     provider = instrumented_provider()
     metrics = run_live_eval(
         options,
         llm,
-        table_agent_runs(llm, provider, max_steps=args.max_steps),
-        rebuild=table_agent_rebuilt(llm, provider, max_steps=args.max_steps),
+        table_agent_runs(llm, provider, max_steps=args.max_steps, replay_llm=replay_llm),
+        rebuild=table_agent_rebuilt(replay_llm or llm, provider, max_steps=args.max_steps),
         progress=lambda text: print(text, file=sys.stderr, flush=True),
     )
     print((args.out / "metrics.md").read_text())
@@ -167,14 +192,20 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
     return 0
 
 
-def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps: int) -> RunAgent:
+def table_agent_runs(
+    llm: StructuredLLM, provider: TracerProvider, *, max_steps: int, replay_llm: StructuredLLM | None = None
+) -> RunAgent:
     """Runs the table-QA demo agent on a question, captures its trace from ``provider`` (which must carry the
-    LangChain instrumentation) and gives the LangGraph adapter that replays it from the run's checkpoints."""
+    LangChain instrumentation) and gives the LangGraph adapter that replays it from the run's checkpoints. With
+    ``replay_llm`` (the model sampling at another temperature), the replays run on it instead: the run as
+    :func:`table_agent_rebuilt` gives it, on that model."""
     from reflect_otel.demo.table_agent import TableQAAgent
     from reflect_otel.demo.wtq import WTQQuestion
     from reflect_otel.evaluation.live import AgentRun
     from reflect_otel.replay_adapters._capture import captured
     from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
+
+    resampled = table_agent_rebuilt(replay_llm, provider, max_steps=max_steps) if replay_llm is not None else None
 
     def run(question: WTQQuestion) -> AgentRun:
         agent = TableQAAgent(question, llm, max_steps=max_steps)
@@ -184,6 +215,8 @@ def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps:
         assert trace is not None
         if not trace.question:
             trace = trace.model_copy(update={"question": question.question})
+        if resampled is not None:
+            return dataclasses.replace(resampled(question, trace), answer=answer)
         adapter = LangGraphReplayAdapter(agent.graph, tracer_provider=provider, recursion_limit=agent.recursion_limit)
         return AgentRun(answer=answer, trace=trace, replay=adapter, context=agent.table_context)
 

@@ -74,6 +74,10 @@ class LiveOptions:
     """Question ids never run (the demo's, when measuring on questions it was not tuned on)."""
     max_replays: int | None = None
     """Replays each method may run per failed run (the same budget for every method compared); None: no cap."""
+    replay_temperature: float | None = None
+    """The temperature the agent samples its replays at, for every method (the app gives ``run_agent`` and
+    ``rebuild`` a replay model at it); None: as its runs. The paper's RQ3 controls sample at 0.2: a greedy agent
+    repeats its run from an unchanged prefix, so bare resampling (ICS) could never differ."""
 
 
 Progress = Callable[[str], None]
@@ -160,10 +164,13 @@ def run_live_eval(
             "seed": options.seed,
             "exclude": list(options.exclude),
             "max_replays": options.max_replays,
+            "replay_temperature": options.replay_temperature,
             "model": llm.model_name,
             "reflect_config": options.config.model_dump(mode="json"),
         },
-        defining=("seed", "exclude", "max_replays", "model", "reflect_config"),  # methods may be added
+        # methods may be added; a setting recorded since: runs without it replayed as they ran
+        defining=("seed", "exclude", "max_replays", "replay_temperature", "model", "reflect_config"),
+        absent_means={"replay_temperature": None},
     )
     failed_runs = sum(1 for r in done.values() if not r["correct"])
     errors_in_a_row = 0

@@ -35,17 +35,25 @@ def package_versions() -> dict[str, str]:
     return out
 
 
-def write_run_config(folder: Path, config: Mapping[str, Any], *, defining: Sequence[str]) -> None:
+def write_run_config(
+    folder: Path,
+    config: Mapping[str, Any],
+    *,
+    defining: Sequence[str],
+    absent_means: Mapping[str, Any] | None = None,
+) -> None:
     """Write ``config`` to ``folder/run_config.json`` with this session appended to ``sessions``. When the folder
     already holds a run, its first ``started_at`` is kept, and every key of ``defining`` must be unchanged (a
-    nested mapping compares on the keys both sides have, so a setting added since keeps old runs resumable)."""
+    nested mapping compares on the keys both sides have, so a setting added since keeps old runs resumable).
+    ``absent_means`` gives the value a defining key had in runs written before it was recorded, where that is
+    known: such a run is then checked against it instead of taken as compatible with any value."""
     path = folder / RUN_CONFIG
     now = {"started_at": datetime.now(UTC).isoformat(), "versions": package_versions()}
     previous = _read(path)
     sessions: list[Any] = []
     started = now["started_at"]
     if previous is not None:
-        _check_unchanged(path, previous, config, defining)
+        _check_unchanged(path, {**(absent_means or {}), **previous}, config, defining)
         sessions = previous.get("sessions") or (  # a run written before sessions were kept: its one known start
             [{"started_at": previous["started_at"], "versions": previous.get("versions")}]
             if previous.get("started_at")
