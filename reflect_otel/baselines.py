@@ -6,7 +6,7 @@
 | ``sbs`` step-by-step | index of the first flagged step, T when none is flagged |
 | ``bs`` binary search | ceil(log2 T) + 1 (bisections, then one call for the reason) |
 | ``ics`` bare-prefix resampling | up to D localizations; replays need no hint and no plan |
-| ``reflexion`` / ``reflexion-nogt`` | 2 (reflect, then name the step) |
+| ``reflexion`` / ``reflexion-nogt`` | 2 (reflect, then name the step); with a replay adapter, one retry from the start |
 | ``dover`` | 1 (hypotheses) + a replay per hypothesis + 1 (classify the supported one) |
 | ``evidence`` (the earliest decisive evidence finding) | 0 |
 | ``first-step`` / ``last-step`` | 0 |
@@ -228,6 +228,11 @@ class BinarySearch(Baseline):
 
 
 class Reflexion(Baseline):
+    """Reflect on the failed attempt, name the step the reflection blames, and, where the agent can be replayed,
+    retry the task from the start with the reflection as memory (Reflexion's trial). A retry that answers right
+    corrects the run but verifies no step: its trajectory shares no prefix with the original, so the record stays
+    unverified (correction is not attribution)."""
+
     method = "reflexion"
 
     def _attribute(
@@ -247,7 +252,33 @@ class Reflexion(Baseline):
             stage="reflexion_extract",
             check=_in_range(len(trace.steps)),
         ).value
-        return self._localized(run, out.error_step, out)
+        if replay is None:
+            return self._localized(run, out.error_step, out)
+        outcome = self._replay(
+            run,
+            replay,
+            trace,
+            expected,
+            rollback_point=0,
+            injection=prompts.reflexion_memory(reflection.reflection),
+            round_=1,
+            localized_step=out.error_step,
+        )
+        corrected = outcome.result.final_answer if outcome.attempt.flipped and outcome.result else None
+        return run.record(
+            status=AttributionStatus.UNVERIFIED,
+            mode=AttributionMode.REPLAY,
+            step_index=out.error_step,
+            error_type=out.error_type,
+            auditor_confidence=out.confidence,
+            explanation=out.reason,
+            replays=(outcome.attempt,),
+            corrected_answer=corrected,
+            rounds=1,
+            reason="the retry with the reflection answered right, but a retry from the start tests no step"
+            if corrected is not None
+            else "the retry with the reflection did not answer right",
+        )
 
 
 class ReflexionNoGT(Reflexion):

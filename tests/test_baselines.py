@@ -108,6 +108,21 @@ def test_reflexion_is_two_calls_and_nogt_withholds_the_answer(method: str) -> No
     assert ("right" in shown) == (method == "reflexion") and (WITHHELD in shown) == (method == "reflexion-nogt")
 
 
+@pytest.mark.parametrize("flips", [True, False])
+def test_reflexion_retries_from_the_start_with_its_reflection_and_verifies_no_step(flips: bool) -> None:
+    llm = answers()
+    retry = ScriptedReplayAdapter(
+        lambda trace, point, injection: [{"reasoning": f"The answer is {'right' if flips else 'still wrong'}"}]
+    )
+    record = attribute("reflexion", llm, replay=retry)
+    [call] = retry.calls
+    assert call.rollback_point == 0 and "I should have checked step 3" in call.injection  # a new trial, with memory
+    assert record.total_calls == 2 and record.step_index == 3  # the step its reflection blames
+    assert record.status is AttributionStatus.UNVERIFIED and record.confidence is None  # a retry tests no step
+    assert [a.flipped for a in record.replays] == [flips]
+    assert record.corrected_answer == ("The answer is right" if flips else None)
+
+
 def test_ics_localizes_once_per_iteration_and_resamples_with_no_hint() -> None:
     llm = answers()
     adapter = never_flips()

@@ -283,6 +283,7 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
         out["methods"][name] = {
             "runs": len(attributed),
             "failed": len(attributed) - len(scored),
+            "replayed_runs": sum(1 for m in scored if m["replays"]),  # a method that replays nothing corrects nothing
             "corrected": mean_se([1.0 if m["corrected"] else 0.0 for m in scored]),
             "verified": mean_se([1.0 if m["status"] == AttributionStatus.VERIFIED.value else 0.0 for m in scored]),
             "replays": mean_se([float(m["replays"]) for m in scored]),
@@ -324,13 +325,15 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str) -> str:
         f"wtq-live, model {model}: {metrics['questions']} questions, {metrics['agent_correct']} answered right, "
         f"{metrics['failed_runs']} failed runs attributed by each method (mean ± standard error per failed run)",
         "",
-        "| method | runs | stage failures | corrected | verified | replays | LLM calls | tokens | cached | seconds |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| method | runs | stage failures | replayed | corrected | verified | replays | LLM calls | tokens | cached | "
+        "seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, m in metrics["methods"].items():
         share = m.get("cached_share")
         lines.append(
-            f"| {name} | {m['runs']} | {m['failed']} | {_cell(m['corrected'], percent=True)} | "
+            f"| {name} | {m['runs']} | {m['failed']} | {m.get('replayed_runs', '-')} | "
+            f"{_cell(m['corrected'], percent=True)} | "
             f"{_cell(m['verified'], percent=True)} | {_cell(m['replays'])} | {_cell(m['llm_calls'])} | "
             f"{_cell(m['tokens'], digits=0)} | {'-' if share is None else f'{share * 100:.0f}%'} | "
             f"{_cell(m['seconds'], digits=0)} |"

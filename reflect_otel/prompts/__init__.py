@@ -30,6 +30,7 @@ from reflect_otel.prompts.baselines import (
     dover_hypotheses,
     reason_for_step,
     reflexion_extract,
+    reflexion_memory,
     reflexion_reflect,
     step_check,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "post_correction",
     "reason_for_step",
     "reflexion_extract",
+    "reflexion_memory",
     "reflexion_reflect",
     "repair_injection",
     "reply_format",

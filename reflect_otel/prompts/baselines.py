@@ -128,6 +128,15 @@ def reflexion_extract(ctx: PromptContext, steps: Sequence[Step], reflection: str
     return trace_prompt(ctx, steps, "an expert auditor of agent failures", task)
 
 
+def reflexion_memory(reflection: str) -> str:
+    """What Reflexion's retry is given: its reflection on the failed attempt, as the memory of a new attempt."""
+    return (
+        "Your previous attempt at this task failed. Your reflection on it:\n"
+        f"{reflection}\n"
+        "Keep it in mind in this new attempt."
+    )
+
+
 def dover_hypotheses(ctx: PromptContext, steps: Sequence[Step], count: int) -> list[ChatMessage]:
     task = (
         f"Propose up to {count} hypotheses for the failure, each naming the step it happened at (1 to "
