@@ -1,4 +1,5 @@
-"""Shared helpers: interleaved timing rounds (these machines are noisy), and a synthetic agent workload."""
+"""Shared helpers: interleaved timing rounds (these machines are noisy), a synthetic agent workload, and the
+failing BIG-Bench-Mistake traces and call summaries of the local-server benchmarks."""
 
 from __future__ import annotations
 
@@ -6,8 +7,12 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+from reflect_otel.datasets import DatasetItem, read_bbm
+from reflect_otel.record import AttributionRecord, LLMCall
 from reflect_otel.spans import SpanRecord
+from reflect_otel.verifiers import BBMVerifier
 
 
 def median_seconds(run: Callable[[], object], rounds: int) -> float:
@@ -110,3 +115,35 @@ def post_protobuf(port: int, bodies: list[bytes]) -> None:
             assert response.status == 200, response.status
     finally:
         connection.close()
+
+
+def failing_bbm_items(path: Path, count: int) -> list[DatasetItem]:
+    """The first ``count`` traces of a BIG-Bench-Mistake file whose answer is wrong."""
+    items = [i for i in read_bbm(path) if not BBMVerifier().verify(i.trace, expected=i.expected).is_correct]
+    return items[:count]
+
+
+def call_summary(records: list[AttributionRecord]) -> tuple[float, float, int]:
+    """(cached share of prompt tokens, median seconds, count) over the records' successful calls."""
+    calls = [c for r in records for c in r.llm_calls if c.ok]
+    prompt = sum(c.prompt_tokens for c in calls)
+    cached = sum(c.cached_prompt_tokens or 0 for c in calls)
+    return (cached / prompt if prompt else float("nan")), statistics.median(c.seconds for c in calls), len(calls)
+
+
+def per_stage_lines(records: list[AttributionRecord]) -> list[str]:
+    """One line per stage: calls, mean prompt and completion tokens, cached share, median seconds (where the time
+    goes: a cached prefix saves prompt evaluation, never generation)."""
+    stages: dict[str, list[LLMCall]] = {}
+    for call in (c for r in records for c in r.llm_calls if c.ok):
+        stages.setdefault(call.stage, []).append(call)
+    lines = []
+    for stage, calls in stages.items():
+        prompt = sum(c.prompt_tokens for c in calls)
+        cached = sum(c.cached_prompt_tokens or 0 for c in calls)
+        lines.append(
+            f"  {stage:<16} {len(calls):>3} calls  prompt {prompt / len(calls):>6.0f}  "
+            f"completion {sum(c.completion_tokens for c in calls) / len(calls):>5.0f}  "
+            f"cached {cached / prompt if prompt else 0:>4.2f}  median {statistics.median(c.seconds for c in calls):>6.2f} s"
+        )
+    return lines

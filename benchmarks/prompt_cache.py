@@ -9,14 +9,14 @@ Last line: ``prompt_cache_speedup=N``."""
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
+from benchmarks._common import call_summary, failing_bbm_items, per_stage_lines
 from reflect_otel.config import GateMode, ReflectConfig
-from reflect_otel.datasets import DatasetItem, read_bbm
+from reflect_otel.datasets import DatasetItem
 from reflect_otel.demo.examples import example_path
 from reflect_otel.llm.local import LocalLlamaServer, local_llm
 from reflect_otel.pipeline import ReflectPipeline
@@ -25,11 +25,6 @@ from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
 from reflect_otel.verifiers import BBMVerifier
 
 Layout = Literal["shared_prefix", "per_stage"]
-
-
-def _items(path: Path, count: int) -> list[DatasetItem]:
-    items = [i for i in read_bbm(path) if not BBMVerifier().verify(i.trace, expected=i.expected).is_correct]
-    return items[:count]
 
 
 def _run(layout: Layout, items: list[DatasetItem], config: ReflectConfig) -> list[AttributionRecord]:
@@ -58,38 +53,13 @@ def _run(layout: Layout, items: list[DatasetItem], config: ReflectConfig) -> lis
     return records
 
 
-def _summary(records: list[AttributionRecord]) -> tuple[float, float, int]:
-    calls = [c for r in records for c in r.llm_calls if c.ok]
-    prompt = sum(c.prompt_tokens for c in calls)
-    cached = sum(c.cached_prompt_tokens or 0 for c in calls)
-    return (cached / prompt if prompt else float("nan")), statistics.median(c.seconds for c in calls), len(calls)
-
-
-def _per_stage(records: list[AttributionRecord]) -> list[str]:
-    """One line per auditor stage: calls, mean prompt and completion tokens, cached share, median seconds (where
-    the time goes: a cached prefix saves prompt evaluation, never generation)."""
-    stages: dict[str, list[Any]] = {}
-    for call in (c for r in records for c in r.llm_calls if c.ok):
-        stages.setdefault(call.stage, []).append(call)
-    lines = []
-    for stage, calls in stages.items():
-        prompt = sum(c.prompt_tokens for c in calls)
-        cached = sum(c.cached_prompt_tokens or 0 for c in calls)
-        lines.append(
-            f"  {stage:<16} {len(calls):>3} calls  prompt {prompt / len(calls):>6.0f}  "
-            f"completion {sum(c.completion_tokens for c in calls) / len(calls):>5.0f}  "
-            f"cached {cached / prompt if prompt else 0:>4.2f}  median {statistics.median(c.seconds for c in calls):>6.2f} s"
-        )
-    return lines
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--data", type=Path, help="a BIG-Bench-Mistake .jsonl (default: the example shipped)")
     parser.add_argument("--traces", type=int, default=2)
     args = parser.parse_args()
     path = args.data or example_path("bbm/multistep_arithmetic.jsonl")
-    items = _items(path, args.traces)
+    items = failing_bbm_items(path, args.traces)
     if not items:
         raise SystemExit(f"{path}: no failing traces")
     config = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.SOFT)
@@ -99,8 +69,8 @@ def main() -> None:
         records = _run(layout, items, config)
         if not any(c.ok for r in records for c in r.llm_calls):
             raise SystemExit(f"{layout}: every auditor call failed; nothing was measured")
-        results[layout] = _summary(records)
-        details[layout] = _per_stage(records)
+        results[layout] = call_summary(records)
+        details[layout] = per_stage_lines(records)
     server = LocalLlamaServer._instance
     if server is not None:
         server.stop()

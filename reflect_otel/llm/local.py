@@ -41,8 +41,9 @@ _PREFIX_HIT = re.compile(rb"Llama\.generate: (\d+) prefix-match hit")
 _FULL_HIT = b"full prompt already cached"
 CACHE_BUDGET_BYTES = 3 << 30
 """Memory the server's cache of evaluated prompts may take, every byte of each saved state counted
-(:mod:`reflect_otel.llm._llama_server`): about eight states of 2,000 tokens of Qwen2.5, so the auditor's trace
-prefix survives the agent's replays in between."""
+(:mod:`reflect_otel.llm._llama_server`): with the last token's logits alone in a state, about fifty states of
+2,000 tokens of Qwen2.5 (29 kB a token of KV), so the auditor's trace prefix survives the agent's replays in
+between."""
 
 
 def free_port() -> int:
@@ -99,7 +100,10 @@ class LocalLlamaServer:
         threads: int = 2,
         cache_budget_bytes: int = CACHE_BUDGET_BYTES,
         startup_timeout_s: float = 300.0,
+        all_logits: bool = False,
     ) -> None:
+        """``all_logits``: llama-cpp-python's server default, the output layer computed for every prompt token and
+        kept in each cached state (for logprobs, which nothing here asks for); off, only the last token's."""
         if importlib.util.find_spec("llama_cpp") is None:
             raise MissingDependencyError("llama-cpp-python[server]", "local")
         self.model = model
@@ -130,6 +134,8 @@ class LocalLlamaServer:
             "ram",
             "--cache_size",
             str(cache_budget_bytes),
+            "--logits_all",
+            str(all_logits).lower(),
             "--verbose",
             "true",
         )
