@@ -229,7 +229,8 @@ class BinarySearch(Baseline):
 
 class Reflexion(Baseline):
     """Reflect on the failed attempt, name the step the reflection blames, and, where the agent can be replayed,
-    retry the task from the start with the reflection as memory (Reflexion's trial). A retry that answers right
+    retry the task from the start with the reflection as memory (Reflexion's trial), the expected answer taken out
+    of it as out of REFLECT's corrections (it would flip any retry and prove nothing). A retry that answers right
     corrects the run but verifies no step: its trajectory shares no prefix with the original, so the record stays
     unverified (correction is not attribution)."""
 
@@ -260,7 +261,7 @@ class Reflexion(Baseline):
             trace,
             expected,
             rollback_point=0,
-            injection=prompts.reflexion_memory(reflection.reflection),
+            injection=prompts.reflexion_memory(stages.answer_hidden(reflection.reflection, expected)),
             round_=1,
             localized_step=out.error_step,
         )

@@ -179,18 +179,23 @@ _HIDDEN_ANSWER = "[the answer]"
 _MIN_HIDDEN_CHARS = 2
 
 
-def without_answer(plan: RepairPlan, expected: str | None) -> RepairPlan:
-    """The plan with the expected answer taken out of everything the replayed agent reads. In the oracle regime the
+def answer_hidden(text: str, expected: str | None) -> str:
+    """``text`` with the expected answer taken out, for what a replayed agent reads. In the oracle regime the
     auditor sees the answer, and a correction that states it ("answer KM-45 Series") flips a replay from any step:
     the flip would prove nothing about the step. Each alternative (``a|b``) is replaced where it stands as a whole
     word, case-insensitively; one-character answers are left (a ``2`` cannot be told from a step number or a value
     in the data)."""
     pattern = answer_pattern(expected, min_chars=_MIN_HIDDEN_CHARS)
-    if pattern is None:
+    return text if pattern is None else pattern.sub(_HIDDEN_ANSWER, text)
+
+
+def without_answer(plan: RepairPlan, expected: str | None) -> RepairPlan:
+    """The plan with the expected answer taken out of everything the replayed agent reads (:func:`answer_hidden`)."""
+    if answer_pattern(expected, min_chars=_MIN_HIDDEN_CHARS) is None:
         return plan
 
     def hide(text: str) -> str:
-        return pattern.sub(_HIDDEN_ANSWER, text)
+        return answer_hidden(text, expected)
 
     arguments = plan.expected_next_arguments
     return plan.model_copy(

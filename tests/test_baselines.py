@@ -45,7 +45,7 @@ def answers(flag_at: int | None = None, halves: list[str] | None = None) -> Scri
                 "confidence": 0.6,
             }
         if stage == "reflect":
-            return {"reflection": "I should have checked step 3"}
+            return {"reflection": "I should have checked step 3; the answer is Right"}
         if stage == "localize":
             return {"error_step": 4, "confidence": 0.5, "reasoning": "r", "what_should_have_been_done": "w"}
         if stage == "dover_hypotheses":
@@ -117,6 +117,7 @@ def test_reflexion_retries_from_the_start_with_its_reflection_and_verifies_no_st
     record = attribute("reflexion", llm, replay=retry)
     [call] = retry.calls
     assert call.rollback_point == 0 and "I should have checked step 3" in call.injection  # a new trial, with memory
+    assert "Right" not in call.injection and "the answer is [the answer]" in call.injection  # never the answer
     assert record.total_calls == 2 and record.step_index == 3  # the step its reflection blames
     assert record.status is AttributionStatus.UNVERIFIED and record.confidence is None  # a retry tests no step
     assert [a.flipped for a in record.replays] == [flips]
