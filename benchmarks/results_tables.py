@@ -1,0 +1,60 @@
+"""The tables of a measurement in progress, from the rows its runs have written so far (``metrics.json`` is written
+only when a run ends): the wtq-live methods on their failed runs, and the BIG-Bench-Mistake methods both on each
+one's own traces and on the traces every one of them has done (the same sample, for a fair comparison while the
+runs are at different counts). No model is called. Last line: ``common_traces=N``.
+
+    python -m benchmarks.results_tables --wtq benchmarks/results/wtq-live-six-methods-seed24-t0.2 \\
+        --bbm benchmarks/results/bbm-qwen2.5-coder-1.5b
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from reflect_otel.evaluation.live import live_metrics, live_metrics_markdown
+from reflect_otel.evaluation.metrics import metrics_markdown
+from reflect_otel.evaluation.runner import metrics_from_rows, read_done
+
+
+def wtq_table(folder: Path) -> str:
+    config = json.loads((folder / "run_config.json").read_text())
+    rows = list(read_done(folder / "results.jsonl", key="question_id").values())
+    metrics = live_metrics(rows, config["methods"])
+    return live_metrics_markdown(metrics, config["model"])
+
+
+def bbm_tables(folder: Path) -> tuple[str, int]:
+    """The table on each method's own rows, then on the traces all methods have; and that common count."""
+    runs = {
+        method.name: read_done(method / "results.jsonl")
+        for method in sorted(p for p in folder.iterdir() if (p / "results.jsonl").is_file())
+    }
+    common = set.intersection(*(set(rows) for rows in runs.values())) if runs else set()
+    own = metrics_markdown([(name, metrics_from_rows(list(rows.values()))) for name, rows in runs.items()])
+    shared = metrics_markdown(
+        [(name, metrics_from_rows([r for t, r in rows.items() if t in common])) for name, rows in runs.items()]
+    )
+    return f"Each method's own traces:\n\n{own}\nThe {len(common)} traces every method has done:\n\n{shared}", len(
+        common
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--wtq", type=Path, help="a wtq-live run folder")
+    parser.add_argument("--bbm", type=Path, help="a folder of BIG-Bench-Mistake runs, one subfolder per method")
+    args = parser.parse_args()
+    if args.wtq is None and args.bbm is None:
+        parser.error("give --wtq, --bbm or both")
+    if args.wtq is not None:
+        print(wtq_table(args.wtq))
+    if args.bbm is not None:
+        text, common = bbm_tables(args.bbm)
+        print(text)
+        print(f"common_traces={common}")
+
+
+if __name__ == "__main__":
+    main()
