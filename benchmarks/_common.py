@@ -3,14 +3,20 @@ failing BIG-Bench-Mistake traces and call summaries of the local-server benchmar
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from reflect_otel.datasets import DatasetItem, read_bbm
+from reflect_otel.demo.examples import example_path
+from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.record import AttributionRecord, LLMCall
+from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
 from reflect_otel.spans import SpanRecord
 from reflect_otel.verifiers import BBMVerifier
 
@@ -117,10 +123,48 @@ def post_protobuf(port: int, bodies: list[bytes]) -> None:
         connection.close()
 
 
+def add_bbm_workload_options(parser: argparse.ArgumentParser) -> None:
+    """``--data`` and ``--traces``: the failing BIG-Bench-Mistake traces a local-server benchmark attributes."""
+    parser.add_argument("--data", type=Path, help="a BIG-Bench-Mistake .jsonl (default: the example shipped)")
+    parser.add_argument("--traces", type=int, default=2)
+
+
+def bbm_workload(args: argparse.Namespace) -> list[DatasetItem]:
+    """The first ``--traces`` failing traces of ``--data``; exits naming the file when it has none."""
+    path = args.data or example_path("bbm/multistep_arithmetic.jsonl")
+    items = failing_bbm_items(path, args.traces)
+    if not items:
+        raise SystemExit(f"{path}: no failing traces")
+    return items
+
+
 def failing_bbm_items(path: Path, count: int) -> list[DatasetItem]:
     """The first ``count`` traces of a BIG-Bench-Mistake file whose answer is wrong."""
     items = [i for i in read_bbm(path) if not BBMVerifier().verify(i.trace, expected=i.expected).is_correct]
     return items[:count]
+
+
+def attribute_replaying(
+    pipeline: ReflectPipeline, llm: StructuredLLM, items: list[DatasetItem], label: str
+) -> list[AttributionRecord]:
+    """REFLECT on each item, its chain of thought replayed by ``llm``, a progress line per item on stderr."""
+    records = []
+    for item in items:
+        started = time.perf_counter()
+        record = pipeline.attribute(
+            item.trace,
+            expected=item.expected,
+            replay=ReasoningReplayAdapter(llm, task_context=item.domain_context),
+            domain_context=item.domain_context,
+        )
+        print(
+            f"  {label}: {item.trace.trace_id[:12]} {record.status.value} in {time.perf_counter() - started:.0f} s, "
+            f"{record.total_calls} auditor calls",
+            file=sys.stderr,
+            flush=True,
+        )
+        records.append(record)
+    return records
 
 
 def call_summary(records: list[AttributionRecord]) -> tuple[float, float, int]:

@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
-from benchmarks._common import call_summary, failing_bbm_items, per_stage_lines
+from benchmarks._common import (
+    add_bbm_workload_options,
+    attribute_replaying,
+    bbm_workload,
+    call_summary,
+    per_stage_lines,
+)
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.datasets import DatasetItem
-from reflect_otel.demo.examples import example_path
 from reflect_otel.llm.local import LocalLlamaServer, local_llm
 from reflect_otel.llm.models import resolve_local_model
 from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.record import AttributionRecord
-from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
 from reflect_otel.verifiers import BBMVerifier
 
 SERVERS = {"all-logits (llama-cpp-python's default)": True, "last-logits (ours)": False}
@@ -48,22 +51,8 @@ def _run(
     LocalLlamaServer._instance = server  # local_llm() takes this one
     llm = local_llm()
     pipeline = ReflectPipeline(llm, verifier=BBMVerifier(), config=config)
-    records = []
     started = time.perf_counter()
-    for item in items:
-        record = pipeline.attribute(
-            item.trace,
-            expected=item.expected,
-            replay=ReasoningReplayAdapter(llm, task_context=item.domain_context),
-            domain_context=item.domain_context,
-        )
-        print(
-            f"  {'all' if all_logits else 'last'}-logits: {item.trace.trace_id[:12]} {record.status.value}, "
-            f"{record.total_calls} calls",
-            file=sys.stderr,
-            flush=True,
-        )
-        records.append(record)
+    records = attribute_replaying(pipeline, llm, items, f"{'all' if all_logits else 'last'}-logits")
     seconds = time.perf_counter() - started
     peak = _peak_rss_mb(server._process.pid)
     server.stop()
@@ -77,14 +66,10 @@ def _outcome(record: AttributionRecord) -> tuple[object, ...]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--data", type=Path, help="a BIG-Bench-Mistake .jsonl (default: the example shipped)")
-    parser.add_argument("--traces", type=int, default=2)
+    add_bbm_workload_options(parser)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="the servers' CPU threads")
     args = parser.parse_args()
-    path = args.data or example_path("bbm/multistep_arithmetic.jsonl")
-    items = failing_bbm_items(path, args.traces)
-    if not items:
-        raise SystemExit(f"{path}: no failing traces")
+    items = bbm_workload(args)
     config = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.SOFT)
     measured = {name: _run(all_logits, items, config, args.threads) for name, all_logits in SERVERS.items()}
     print(f"traces={len(items)} model={resolve_local_model().name} threads={args.threads}")

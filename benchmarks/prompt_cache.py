@@ -9,19 +9,20 @@ Last line: ``prompt_cache_speedup=N``."""
 from __future__ import annotations
 
 import argparse
-import sys
-import time
-from pathlib import Path
 from typing import Literal
 
-from benchmarks._common import call_summary, failing_bbm_items, per_stage_lines
+from benchmarks._common import (
+    add_bbm_workload_options,
+    attribute_replaying,
+    bbm_workload,
+    call_summary,
+    per_stage_lines,
+)
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.datasets import DatasetItem
-from reflect_otel.demo.examples import example_path
 from reflect_otel.llm.local import LocalLlamaServer, local_llm
 from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.record import AttributionRecord
-from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
 from reflect_otel.verifiers import BBMVerifier
 
 Layout = Literal["shared_prefix", "per_stage"]
@@ -34,34 +35,14 @@ def _run(layout: Layout, items: list[DatasetItem], config: ReflectConfig) -> lis
     LocalLlamaServer._instance = None
     llm = local_llm()
     pipeline = ReflectPipeline(llm, verifier=BBMVerifier(), config=config.model_copy(update={"prompt_layout": layout}))
-    records = []
-    for item in items:
-        started = time.perf_counter()
-        record = pipeline.attribute(
-            item.trace,
-            expected=item.expected,
-            replay=ReasoningReplayAdapter(llm, task_context=item.domain_context),
-            domain_context=item.domain_context,
-        )
-        print(
-            f"  {layout}: {item.trace.trace_id[:12]} {record.status.value} in {time.perf_counter() - started:.0f} s, "
-            f"{record.total_calls} auditor calls",
-            file=sys.stderr,
-            flush=True,
-        )
-        records.append(record)
-    return records
+    return attribute_replaying(pipeline, llm, items, layout)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--data", type=Path, help="a BIG-Bench-Mistake .jsonl (default: the example shipped)")
-    parser.add_argument("--traces", type=int, default=2)
+    add_bbm_workload_options(parser)
     args = parser.parse_args()
-    path = args.data or example_path("bbm/multistep_arithmetic.jsonl")
-    items = failing_bbm_items(path, args.traces)
-    if not items:
-        raise SystemExit(f"{path}: no failing traces")
+    items = bbm_workload(args)
     config = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.SOFT)
     results = {}
     details: dict[str, list[str]] = {}
