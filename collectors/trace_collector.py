@@ -84,7 +84,8 @@ class CollectorStats:
     spans_in_traces: int = 0
     traces_assembled: int = 0
     traces_skipped_replays: int = 0
-    """Replay runs reflect-otel made itself (root marked ``reflect.replay``): not application runs."""
+    """Replay runs reflect-otel made itself (any span marked ``reflect.replay``, so a fragment whose root never
+    came is skipped too): not application runs."""
     traces_expired: int = 0
     traces_incomplete_at_shutdown: int = 0
     assembly_errors: int = 0
@@ -338,7 +339,7 @@ class TraceCollector(Generic[ItemT]):
 
     def _emit(self, ready: list[tuple[str, _Gathering, bool]]) -> None:
         for trace_id, gathering, complete in ready:
-            if any(s.is_local_root and s.attributes.get(ReflectAttributes.REPLAY) is True for s in gathering.spans):
+            if any(s.attributes.get(ReflectAttributes.REPLAY) is True for s in gathering.spans):
                 self._stats.traces_skipped_replays += 1
                 continue
             warnings = []

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.trace import format_trace_id, use_span
 
 from reflect_otel.assembly import assemble_trace
@@ -26,14 +26,25 @@ class _SpanCapture(SpanProcessor):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._watched: dict[int, list[ReadableSpan]] = {}
+        self._marked: set[int] = set()
 
-    def watch(self, trace_id: int) -> None:
+    def watch(self, trace_id: int, *, mark_replay: bool) -> None:
         with self._lock:
             self._watched[trace_id] = []
+            if mark_replay:
+                self._marked.add(trace_id)
 
     def take(self, trace_id: int) -> list[ReadableSpan]:
         with self._lock:
+            self._marked.discard(trace_id)
             return self._watched.pop(trace_id, [])
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        # Every span of a replay carries the mark, not only its root: an exporter may send the children before
+        # the root (or the root not at all), and a collector must not take such a fragment for an application run.
+        context = span.context
+        if context is not None and context.trace_id in self._marked:
+            span.set_attribute(ReflectAttributes.REPLAY, True)
 
     def on_end(self, span: ReadableSpan) -> None:
         context = span.context
@@ -71,7 +82,7 @@ class Captured:
 def captured(provider: TracerProvider, name: str, *, replay: bool = True) -> Iterator[Captured]:
     """Run the block under a new root span (a new trace, not a child of the caller's) on ``provider``, which must
     be the provider the agent's instrumentation writes to; then assemble the spans of that trace. ``replay`` marks
-    the root ``reflect.replay`` (our collectors skip such traces)."""
+    every span of the trace ``reflect.replay`` (our collectors skip traces holding such a span)."""
     if not isinstance(provider, TracerProvider):
         raise ReplayError("replay needs the SDK TracerProvider the agent's OpenInference instrumentation uses")
     capture = _capture_for(provider)
@@ -87,7 +98,7 @@ def captured(provider: TracerProvider, name: str, *, replay: bool = True) -> Ite
     )
     trace_id = root.get_span_context().trace_id
     result.trace_id = format_trace_id(trace_id)
-    capture.watch(trace_id)
+    capture.watch(trace_id, mark_replay=replay)
     try:
         with use_span(root, end_on_exit=True):
             yield result

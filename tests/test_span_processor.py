@@ -7,7 +7,7 @@ import threading
 from opentelemetry.sdk.trace import TracerProvider
 
 from reflect_otel.collectors.span_processor import ReflectSpanProcessor
-from reflect_otel.collectors.trace_collector import BufferLimits
+from reflect_otel.collectors.trace_collector import BufferLimits, TraceCollector
 from reflect_otel.trace import StructuredTrace
 
 THREADS = 8
@@ -116,3 +116,32 @@ def test_unfinished_trace_is_written_at_shutdown_marked_incomplete() -> None:
     (trace,) = got
     assert [w.code.value for w in trace.warnings] == ["root_never_ended", "orphan_spans", "no_question"]
     assert processor.stats().traces_incomplete_at_shutdown == 1
+
+
+def test_a_replay_fragment_whose_root_never_came_is_not_taken_for_a_run() -> None:
+    """An exporter may deliver a replay's children before its root, and a collector may stop before the root
+    comes: every span of a replay is marked, so the fragment is skipped as a replay, not attributed as a run."""
+    from reflect_otel.replay_adapters._capture import captured
+    from reflect_otel.semconv import ReflectAttributes
+
+    got: list[StructuredTrace] = []
+    processor = ReflectSpanProcessor(got.append)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("t")
+    with (
+        captured(provider, "reflect.replay.test") as run,
+        tracer.start_as_current_span("llm", attributes={"openinference.span.kind": "LLM"}),
+    ):
+        pass
+    assert {r.attributes.get(ReflectAttributes.REPLAY) for r in run.records} == {True}
+    provider.shutdown()
+    assert got == [] and processor.stats().traces_skipped_replays == 1
+    # the same replay as a receiver may see it: its children only, the root never delivered
+    fragment = [r for r in run.records if not r.is_local_root]
+    assert fragment
+    collector = TraceCollector(got.append, convert=lambda record: record, collector_name="test")
+    for record in fragment:
+        collector.submit(record)
+    collector.shutdown()
+    assert got == [] and collector.stats().traces_skipped_replays == 1
