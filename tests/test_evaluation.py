@@ -242,6 +242,13 @@ def test_bbm_rows_count_the_replayed_agents_calls_apart_from_the_auditors(shared
     agent_tokens = metrics["agent_tokens_per_trace"]
     row = f"| 1.0 (0.0) | {agent_tokens['mean']:.1f} ({agent_tokens['se']:.1f}) |"
     assert "| agent calls | agent tokens |" in table and table.splitlines()[2].endswith(row)
+    assert table.endswith("mode: replay through the chain-of-thought adapter\n")
+    # a method that never replays says so, on a benchmark that could
+    aao = EvalOptions(
+        benchmark="bbm", method="aao", data=shared_data, out=tmp_path / "aao", limit=2, config=ReflectConfig(rounds=1)
+    )
+    run_eval(aao, ScriptedLLM(respond=respond))
+    assert (tmp_path / "aao" / "metrics.md").read_text().endswith("mode: localization-only: aao does not replay\n")
 
 
 def test_explanations_are_judged_only_where_the_step_matches(shared_data: Path, tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from reflect_otel.evaluation.metrics import Prediction, compute_metrics, metrics
 from reflect_otel.evaluation.run_config import write_run_config
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.methods import METHODS
-from reflect_otel.record import AttributionRecord, AttributionStatus
+from reflect_otel.record import AttributionMode, AttributionRecord, AttributionStatus
 from reflect_otel.replay import find_replay_adapter
 from reflect_otel.service import AttributionService
 from reflect_otel.verifiers import BBMVerifier, OracleVerifier
@@ -163,10 +163,18 @@ def run_eval(
     metrics = metrics_from_rows(list(done.values()))
     (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     label = f"{options.benchmark} / {options.method}"
-    (options.out / "metrics.md").write_text(
-        f"{metrics_markdown([(label, metrics)])}\nmode: {REPLAYABLE.get(options.benchmark, 'localization-only')}\n"
-    )
+    (options.out / "metrics.md").write_text(f"{metrics_markdown([(label, metrics)])}\nmode: {_mode(options, done)}\n")
     return metrics
+
+
+def _mode(options: EvalOptions, rows: dict[str, dict[str, Any]]) -> str:
+    """How the records were made, from the records: a method that never replays is localization-only even on a
+    benchmark that can replay."""
+    if any(r.get("mode") == AttributionMode.REPLAY.value for r in rows.values()):
+        return REPLAYABLE.get(options.benchmark, "replay")
+    if options.benchmark in REPLAYABLE:
+        return f"localization-only: {options.method} does not replay"
+    return "localization-only: no environment to replay"
 
 
 def metrics_from_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
