@@ -1,5 +1,5 @@
 """The tables of a measurement in progress, from the rows its runs have written so far (``metrics.json`` is written
-only when a run ends): the wtq-live methods on their failed runs, and the BIG-Bench-Mistake methods both on each
+only when a run ends): the wtq-live methods on the failed runs all of them have done, and the BIG-Bench-Mistake methods both on each
 one's own traces and on the traces every one of them has done (the same sample, for a fair comparison while the
 runs are at different counts). No model is called. Last line: ``common_traces=N``.
 
@@ -19,9 +19,15 @@ from reflect_otel.evaluation.runner import metrics_from_rows, read_done
 
 
 def wtq_table(folder: Path) -> str:
+    """The failed runs every method has attributed (a run in progress has some methods only)."""
     config = json.loads((folder / "run_config.json").read_text())
-    rows = list(read_done(folder / "results.jsonl", key="question_id").values())
-    metrics = live_metrics(rows, config["methods"])
+    methods = config["methods"]
+    rows = [
+        row
+        for row in read_done(folder / "results.jsonl", key="question_id").values()
+        if row["correct"] or set(methods) <= set(row["methods"])
+    ]
+    metrics = live_metrics(rows, methods)
     return live_metrics_markdown(metrics, config["model"])
 
 
