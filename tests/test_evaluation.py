@@ -94,7 +94,7 @@ def test_resume_after_an_interrupted_run_writes_no_duplicates(shared_data: Path,
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["traces"] == 5 and metrics["llm_calls_per_trace"]["mean"] == 0
     config = json.loads((out / "run_config.json").read_text())
-    assert config["method"] == "first-step" and "versions" in config and config["mode"].startswith("localization-only")
+    assert config["method"] == "first-step" and "versions" in config and config["replay_environment"].startswith("none")
     # the resumed session is added to the first one, which keeps its start
     assert len(config["sessions"]) == 2 and config["started_at"] == config["sessions"][0]["started_at"]
     assert all(s["versions"]["python"] for s in config["sessions"])
@@ -147,6 +147,20 @@ def test_compare_writes_a_table_and_a_chart(
     assert "| bbm / first-step | 20 |" in table and "| bbm / last-step | 20 |" in table
     svg = chart.read_text()
     assert svg.startswith("<svg") and svg.count("<rect") >= 4 + 2 and "bbm / last-step" in svg
+
+
+def test_compare_refuses_a_run_whose_files_are_not_json_objects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run_config.json").write_text('{"benchmark": "bbm", "method": "aao"}')
+    (run / "metrics.json").write_text('{"traces": 3, "exact_')  # cut off mid-write
+    assert main(["eval-compare", str(run)]) != 0
+    assert "metrics.json is not valid JSON" in capsys.readouterr().err
+    (run / "metrics.json").write_text("[1, 2]")
+    assert main(["eval-compare", str(run)]) != 0
+    assert "metrics.json is not a JSON object" in capsys.readouterr().err
 
 
 @pytest.mark.local_llm

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from typing import Any
 
 from reflect_otel.errors import InputError
 from reflect_otel.evaluation.metrics import metrics_markdown
+from reflect_otel.evaluation.run_config import read_json_object
 
 __all__ = ["chart_svg", "load_runs"]
 
@@ -21,8 +21,8 @@ def load_runs(folders: list[Path]) -> list[tuple[str, dict[str, Any]]]:
             raise InputError(
                 f"{folder}: not an evaluation run (no metrics.json / run_config.json); run 'reflect-otel eval' first"
             )
-        config = json.loads(config_path.read_text())
-        runs.append((f"{config.get('benchmark')} / {config.get('method')}", json.loads(metrics_path.read_text())))
+        config = read_json_object(config_path)
+        runs.append((f"{config.get('benchmark')} / {config.get('method')}", read_json_object(metrics_path)))
     return runs
 
 

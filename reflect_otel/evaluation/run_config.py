@@ -18,7 +18,7 @@ from typing import Any
 
 from reflect_otel.errors import InputError
 
-__all__ = ["RUN_CONFIG", "package_versions", "write_run_config"]
+__all__ = ["RUN_CONFIG", "package_versions", "read_json_object", "write_run_config"]
 
 RUN_CONFIG = "run_config.json"
 _MAX_BYTES = 1_000_000
@@ -49,7 +49,7 @@ def write_run_config(
     known: such a run is then checked against it instead of taken as compatible with any value."""
     path = folder / RUN_CONFIG
     now = {"started_at": datetime.now(UTC).isoformat(), "versions": package_versions()}
-    previous = _read(path)
+    previous = read_json_object(path) if path.is_file() else None
     sessions: list[Any] = []
     started = now["started_at"]
     if previous is not None:
@@ -67,11 +67,11 @@ def write_run_config(
     )
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
+def read_json_object(path: Path) -> dict[str, Any]:
+    """An evaluation run's JSON file (``run_config.json``, ``metrics.json``), bounded in bytes and checked to be an
+    object: :class:`InputError` naming the fix otherwise."""
     if path.stat().st_size > _MAX_BYTES:
-        raise InputError(f"{path} is over {_MAX_BYTES} bytes, not a run configuration; use a new --out folder")
+        raise InputError(f"{path} is over {_MAX_BYTES} bytes, not an evaluation run's file; use a new --out folder")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as error:

@@ -111,7 +111,8 @@ def run_eval(
             "reflect_config": options.config.model_dump(mode="json"),
             "model": llm.model_name,
             "traces": len(items),
-            "mode": REPLAYABLE.get(options.benchmark, "localization-only: no environment to replay"),
+            # the benchmark's, not the method's: whether its records replayed is in metrics.md's mode line
+            "replay_environment": REPLAYABLE.get(options.benchmark, "none: localization-only"),
         },
         defining=("benchmark", "method", "seed", "judge_explanations", "model", "reflect_config", "max_replays"),
     )
