@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from reflect_otel.semconv import VercelAIAttributes
 from reflect_otel.trace import TraceSource
 
 from .tree import AGENT, SpanTree
@@ -32,6 +33,8 @@ def _framework(tree: SpanTree, metadata: Mapping[str, Any], scopes: list[str]) -
         return "smolagents"
     if any("langchain" in scope for scope in scopes):
         return "langchain"
+    if any(VercelAIAttributes.OPERATION_ID in s.attributes for s in tree.spans.values()):
+        return "vercel-ai"
     if any("openai" in scope for scope in scopes):
         return "openai"
     return "unknown"
