@@ -53,7 +53,7 @@ def js_environment() -> Path:
         for name in ("package.json", "package-lock.json"):
             shutil.copy(JS / name, folder / name)
         installed = subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+            ["npm", "ci", "--no-audit", "--no-fund", "--prefer-offline", "--loglevel=error"],
             cwd=folder,
             capture_output=True,
             text=True,
