@@ -85,14 +85,22 @@ VIEWS: dict[str, str] = {
     "verified_share": """
         SELECT method, count(*) AS attributions,
                count(*) FILTER (WHERE status = 'verified') AS verified,
+               count(*) FILTER (WHERE status = 'not_attributable') AS not_attributable,
                count(*) FILTER (WHERE status = 'unverified') AS unverified,
                round(count(*) FILTER (WHERE status = 'verified') / nullif(count(*) FILTER (WHERE status <> 'skipped'), 0), 4)
                    AS verified_share
         FROM attributions GROUP BY ALL ORDER BY method""",
     "flip_rate_by_offset": """
-        SELECT localized_step - (rollback_point + 1) AS rollback_offset, count(*) AS replays,
-               count(*) FILTER (WHERE flipped) AS flips, round(count(*) FILTER (WHERE flipped) / count(*), 4) AS flip_rate
-        FROM replays WHERE error IS NULL AND localized_step IS NOT NULL GROUP BY ALL ORDER BY rollback_offset""",
+        SELECT localized_step - (rollback_point + 1) AS rollback_offset, coalesce(arm, 'intervention') AS arm,
+               count(*) AS replays, count(*) FILTER (WHERE flipped) AS flips,
+               round(count(*) FILTER (WHERE flipped) / count(*), 4) AS flip_rate
+        FROM replays WHERE error IS NULL AND localized_step IS NOT NULL GROUP BY ALL ORDER BY rollback_offset, arm""",
+    "replay_fidelity": """
+        SELECT json_extract_string(t.trace_json, '$.source.service') AS service, t.agent,
+               count(*) AS controls, count(*) FILTER (WHERE r.reproduced) AS reproduced,
+               round(count(*) FILTER (WHERE r.reproduced) / count(*), 4) AS fidelity
+        FROM replays r JOIN traces t USING (trace_id)
+        WHERE r.arm = 'control' AND r.error IS NULL GROUP BY ALL ORDER BY service, agent""",
     "cost_per_trace": """
         SELECT a.trace_id, a.method, a.llm_calls, a.tokens, c.cached_prompt_tokens, a.seconds
         FROM attributions a LEFT JOIN (SELECT trace_id, method, sum(cached_prompt_tokens) AS cached_prompt_tokens
@@ -142,7 +150,27 @@ ALTER TABLE attributions ADD COLUMN confidence_samples INTEGER;
 UPDATE attributions SET auditor_confidence = confidence, confidence = NULL
 """
 
-MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5]
+# v6: controlled verification: the effect's two arms (flips, replays, Wilson interval), replay fidelity, and each
+# replay's arm and whether it changed the step (a control: whether it reproduced the run)
+_SCHEMA_V6 = """
+ALTER TABLE attributions ADD COLUMN effect_step INTEGER;
+ALTER TABLE attributions ADD COLUMN effect_intervention_replays INTEGER;
+ALTER TABLE attributions ADD COLUMN effect_intervention_flips INTEGER;
+ALTER TABLE attributions ADD COLUMN effect_intervention_low DOUBLE;
+ALTER TABLE attributions ADD COLUMN effect_intervention_high DOUBLE;
+ALTER TABLE attributions ADD COLUMN effect_control_replays INTEGER;
+ALTER TABLE attributions ADD COLUMN effect_control_flips INTEGER;
+ALTER TABLE attributions ADD COLUMN effect_control_low DOUBLE;
+ALTER TABLE attributions ADD COLUMN effect_control_high DOUBLE;
+ALTER TABLE attributions ADD COLUMN effect_p_value DOUBLE;
+ALTER TABLE attributions ADD COLUMN fidelity_controls INTEGER;
+ALTER TABLE attributions ADD COLUMN fidelity_reproduced INTEGER;
+ALTER TABLE replays ADD COLUMN arm VARCHAR;
+ALTER TABLE replays ADD COLUMN changed_step BOOLEAN;
+ALTER TABLE replays ADD COLUMN reproduced BOOLEAN
+"""
+
+MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6]
 """Each schema version's DDL, in DuckDB's SQL (the PostgreSQL store translates the types)."""
 _MIGRATIONS = MIGRATIONS
 SCHEMA_VERSION = len(MIGRATIONS)

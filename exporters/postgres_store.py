@@ -68,15 +68,22 @@ PG_VIEWS: dict[str, str] = {
     "verified_share": f"""
         SELECT method, count(*) AS attributions,
                count(*) FILTER (WHERE status = 'verified') AS verified,
+               count(*) FILTER (WHERE status = 'not_attributable') AS not_attributable,
                count(*) FILTER (WHERE status = 'unverified') AS unverified,
                {_rate("count(*) FILTER (WHERE status = 'verified')", "count(*) FILTER (WHERE status <> 'skipped')")}
                    AS verified_share
         FROM attributions GROUP BY 1 ORDER BY method""",
     "flip_rate_by_offset": f"""
-        SELECT localized_step - (rollback_point + 1) AS rollback_offset, count(*) AS replays,
-               count(*) FILTER (WHERE flipped) AS flips, {_rate("count(*) FILTER (WHERE flipped)", "count(*)")}
-                   AS flip_rate
-        FROM replays WHERE error IS NULL AND localized_step IS NOT NULL GROUP BY 1 ORDER BY rollback_offset""",
+        SELECT localized_step - (rollback_point + 1) AS rollback_offset, coalesce(arm, 'intervention') AS arm,
+               count(*) AS replays, count(*) FILTER (WHERE flipped) AS flips,
+               {_rate("count(*) FILTER (WHERE flipped)", "count(*)")} AS flip_rate
+        FROM replays WHERE error IS NULL AND localized_step IS NOT NULL GROUP BY 1, 2 ORDER BY rollback_offset, arm""",
+    "replay_fidelity": f"""
+        SELECT t.trace_json -> 'source' ->> 'service' AS service, t.agent,
+               count(*) AS controls, count(*) FILTER (WHERE r.reproduced) AS reproduced,
+               {_rate("count(*) FILTER (WHERE r.reproduced)", "count(*)")} AS fidelity
+        FROM replays r JOIN traces t USING (trace_id)
+        WHERE r.arm = 'control' AND r.error IS NULL GROUP BY 1, 2 ORDER BY service, agent""",
     "cost_per_trace": """
         SELECT a.trace_id, a.method, a.llm_calls, a.tokens, c.cached_prompt_tokens, a.seconds
         FROM attributions a LEFT JOIN (SELECT trace_id, method, sum(cached_prompt_tokens) AS cached_prompt_tokens

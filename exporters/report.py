@@ -8,7 +8,14 @@ import html
 import json
 from collections.abc import Sequence
 
-from reflect_otel.record import AttributionRecord, AttributionStatus, Correction, InterventionKind
+from reflect_otel.record import (
+    AttributionRecord,
+    AttributionStatus,
+    Correction,
+    InterventionKind,
+    ReplayArm,
+    ReplayAttempt,
+)
 from reflect_otel.trace import Step, StructuredTrace
 
 __all__ = ["render_report"]
@@ -77,8 +84,13 @@ def _diagnosis(record: AttributionRecord, kind: str) -> str:
         text = (
             f"<b>Step {_e(record.step_index)} caused the wrong answer</b> ({_e(kind)}). The agent answered "
             f"<b>{_e(record.original_answer)}</b>{_stop(record.original_answer)} Replayed with {_kept(kept)} and step {_e(record.step_index)} "
-            f"{redone}, it answered <b>{_e(record.corrected_answer)}</b>, which verifies as correct: that replay is "
-            f"the evidence.{_proof(correction)}"
+            f"{redone}, it answered <b>{_e(record.corrected_answer)}</b>, which verifies as correct.{_control(record)}"
+            f"{_proof(correction)}"
+        )
+    elif record.status is AttributionStatus.NOT_ATTRIBUTABLE and record.effect is not None:
+        text = (
+            f"<b>Not attributable:</b> an intervention at step {_e(record.effect.step_index)} flipped the answer, but "
+            f"the flip cannot be credited to the step: {_e(record.reason)}{_stop(record.reason)}{_control(record)}"
         )
     elif record.step_index is not None:
         text = (
@@ -89,6 +101,21 @@ def _diagnosis(record: AttributionRecord, kind: str) -> str:
     else:
         text = f"No step could be attributed: {_e(record.reason)}."
     return f'<h2>Diagnosis</h2><div class="card"><p>{text}</p></div>'
+
+
+def _control(record: AttributionRecord) -> str:
+    """What the control replay did beside the intervention, and the replay fidelity."""
+    effect = record.effect
+    if effect is None:
+        return ""
+    answers = ", ".join(repr(a) for a in effect.control.answers[:5]) or "nothing"
+    fidelity = f" {_e(record.fidelity.text())}." if record.fidelity else ""
+    return (
+        f" Replayed from the same prefix with no intervention (the control), it answered {_e(answers)}: "
+        f"<b>{_e(effect.text())}</b> (Wilson 95%: intervention [{effect.intervention.low:.2f}, "
+        f"{effect.intervention.high:.2f}], control [{effect.control.low:.2f}, {effect.control.high:.2f}])."
+        f"{fidelity}"
+    )
 
 
 def _call(correction: Correction) -> str:
@@ -145,7 +172,9 @@ def _replays_tried(record: AttributionRecord) -> str:
         if gate is not None and not gate.is_faithful:
             outcome += f"; gate: {_e(gate.violation_type)} ({_e(gate.decided_by.value)})"
         correction = attempt.correction
-        if correction is not None and correction.kind is InterventionKind.ACTION and correction.replacement:
+        if attempt.arm is ReplayArm.CONTROL:
+            given = "<p><b>Control:</b> the same prefix, no intervention</p>"
+        elif correction is not None and correction.kind is InterventionKind.ACTION and correction.replacement:
             given = f"<p><b>Executed instead ({_e(correction.source)})</b></p><pre>{_e(correction.replacement.render())}</pre>"
         else:
             given = f"<p><b>Injected correction</b></p><pre>{_e(attempt.injection)}</pre>"
@@ -185,6 +214,8 @@ def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> s
             body.append(f"<p><b>Root cause</b></p><pre>{_e(record.root_cause)}</pre>")
         if record.reason:
             body.append(f"<p><b>Note:</b> {_e(record.reason)}</p>")
+        if record.fidelity is not None:
+            body.append(f"<p><b>Replay fidelity:</b> {_e(record.fidelity.text())} (control replays)</p>")
         body.append("</div>")
         intervention = record.intervention
         if intervention is not None and intervention.injection:
@@ -194,7 +225,7 @@ def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> s
             )
         body.append(_corrections(record))
     body.append("<h2>Steps</h2>")
-    flipped = next((a for a in record.replays if a.flipped), None) if record else None
+    flipped = _deciding(record) if record else None
     if record is not None and record.status is AttributionStatus.VERIFIED and flipped is not None:
         point = flipped.rollback_point
         kept_steps = f"Steps 1..{point} were kept; after them" if point else "No step was kept"
@@ -204,9 +235,19 @@ def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> s
         )
         if point:
             body.append(_steps(trace.steps[:point], decisive))
+        control = next(
+            (a for a in record.replays if a.arm is ReplayArm.CONTROL and a.rollback_point == point and not a.error),
+            None,
+        )
+        control_column = (
+            f"<div><h2>Control (no intervention)</h2>{_steps(control.continuation, None)}"
+            f"<p><b>Answer:</b> {_e(control.final_answer)}</p></div>"
+            if control is not None
+            else ""
+        )
         body.append(
             f'<div class="cols"><div><h2>Original continuation</h2>{_steps(trace.steps[point:], decisive)}'
-            f"<p><b>Answer:</b> {_e(record.original_answer)}</p></div>"
+            f"<p><b>Answer:</b> {_e(record.original_answer)}</p></div>{control_column}"
             f"<div><h2>Corrected continuation</h2>{_steps(flipped.continuation, None)}"
             f"<p><b>Answer:</b> {_e(flipped.final_answer)}</p></div></div>"
         )
@@ -231,6 +272,17 @@ def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> s
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'\">"
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>{''.join(body)}</body></html>"
     )
+
+
+def _deciding(record: AttributionRecord) -> ReplayAttempt | None:
+    """The intervention replay that verified the record (the first flip of its correction at its point)."""
+    intervention = record.intervention
+    flips = [a for a in record.replays if a.flipped and a.arm is ReplayArm.INTERVENTION]
+    if intervention is not None:
+        for attempt in flips:
+            if attempt.correction == intervention.correction and attempt.rollback_point == intervention.rollback_point:
+                return attempt
+    return flips[0] if flips else None
 
 
 def _stop(text: str | None) -> str:

@@ -67,7 +67,8 @@ class AttributionService:
     flagged ones (online mode); without it every trace given is attributed (the method itself skips a correct one
     where it checks). ``replay_finder`` supplies an adapter when the caller passes none, told the run's domain
     context when it writes its agent's prompt itself (:class:`TakesTaskContext`). ``max_replays`` caps the replays
-    of one trace, found adapter or passed, so every method compared gets the same budget. ``budget`` caps the tokens
+    of one trace, controls included, found adapter or passed, so every method compared gets the same budget (None:
+    the configuration's ``max_replays``). ``budget`` caps the tokens
     per trace and per hour: a flagged run met with a spent hourly budget is stored, not attributed. Every model
     call made for a trace (the triage audit, the method's stages, the audits of its replays, and the calls of a
     found adapter's agent on this model) goes through that budget and into the record's ``llm_calls`` and
@@ -102,8 +103,8 @@ class AttributionService:
         self.budget = budget
         self.triage = triage
         if max_replays is not None and max_replays < 1:
-            raise ValueError("max_replays must be at least 1 (None: no cap)")
-        self.max_replays = max_replays
+            raise ValueError("max_replays must be at least 1 (None: the configuration's)")
+        self.max_replays = max_replays if max_replays is not None else self.config.max_replays
 
     def verifier_for(self, expected: str | None) -> Verifier:
         return self.verifier if expected is not None or self.proxy is None else self.proxy
