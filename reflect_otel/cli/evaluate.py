@@ -94,7 +94,10 @@ def _eval(args: argparse.Namespace) -> int:
     if args.out.exists() and not args.out.is_dir():
         raise InputError(f"--out {args.out}: is a file; --out names the folder of this run (new, or one to resume)")
     if not args.data.is_dir():
-        raise InputError(f"--data {args.data}: no such folder; give the dataset folder, e.g. ../shared/data")
+        raise InputError(
+            f"--data {args.data}: no such folder; give the folder holding the datasets (bbm/, trail/, who_and_when/, "
+            "wtq/; see the README)"
+        )
     config = pipeline_config(
         args,
         use_diagnostician=False if args.no_diagnostician else None,
