@@ -12,7 +12,7 @@ from typing import Any
 
 from reflect_otel._files import check_input_file, check_output_file, replaced_on_success
 from reflect_otel._values import utf8_text
-from reflect_otel.cli._online import online_service
+from reflect_otel.cli._online import online_service, replay_endpoints
 from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int
 from reflect_otel.config import LLMConfig, ReflectConfig
 from reflect_otel.datasets import BBM_TASKS
@@ -24,7 +24,6 @@ from reflect_otel.methods import ATTRIBUTE_METHODS, llm_for, method_spec
 from reflect_otel.online.work import AttributionWorker, WorkerStats
 from reflect_otel.record import AttributionRecord, AttributionStatus
 from reflect_otel.replay import ReplayAdapter, find_replay_adapter
-from reflect_otel.replay_adapters.remote import load_replay_endpoints
 from reflect_otel.service import AttributionService, ReplayFinder
 from reflect_otel.store import check_store_target, open_exporter, open_store, store_path, store_target
 from reflect_otel.trace import StructuredTrace
@@ -149,7 +148,8 @@ def _replay_finder(config: Path | None) -> ReplayFinder:
     """The configured HTTP endpoints first (when a file is given), then the installed adapters."""
     if config is None:
         return find_replay_adapter
-    endpoints = load_replay_endpoints(config)
+    endpoints = replay_endpoints(config)
+    assert endpoints is not None
 
     def find(trace: StructuredTrace, llm: StructuredLLM) -> ReplayAdapter | None:
         return endpoints(trace, llm) or find_replay_adapter(trace, llm)
@@ -174,7 +174,7 @@ def _attribute_pending(args: argparse.Namespace) -> int:
             "attributes only runs judged wrong: drop --verifier and --include-correct"
         )
     check_store_target(args.store)
-    replays = load_replay_endpoints(args.replay_config) if args.replay_config is not None else None
+    replays = replay_endpoints(args.replay_config)
     store = open_store(args.store)
     service = online_service(args, store, replays, verifier="proxy", budget=TokenBudget(10**12, 10**12))
     worker = AttributionWorker(service, store)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from reflect_otel._files import check_output_file, replaced_on_success
-from reflect_otel.cli._online import add_online_options, online_service
+from reflect_otel.cli._online import add_online_options, online_service, replay_endpoints
 from reflect_otel.collectors.files import DEFAULT_MAX_FILE_BYTES, ImportReport, import_files
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits, parse_endpoint
 from reflect_otel.collectors.trace_collector import BufferLimits
@@ -19,8 +19,7 @@ from reflect_otel.demo.examples import example_path
 from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.online.shared import SharedQueue
 from reflect_otel.online.work import AttributionWorker, WorkerStats, expected_answer_of
-from reflect_otel.replay_adapters.remote import load_replay_endpoints
-from reflect_otel.store import AttributionStore, open_store, store_kind, store_target
+from reflect_otel.store import AttributionStore, check_store_target, open_store, store_kind, store_target
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, TraceWriter, check_traces_file, each_trace_row
 
@@ -108,6 +107,8 @@ def _collect(args: argparse.Namespace) -> int:
     if args.out is None:
         raise ConfigError("collect needs --out FILE, the JSONL file the traces are appended to")
     check_output_file(args.out, flag="--out", example="traces.jsonl")
+    if not args.no_store:
+        check_store_target(args.store)  # before the --out file is opened: a wrong store leaves no file behind
     http = None if args.http == "off" else parse_endpoint(args.http, default_port=4318)
     grpc_endpoint = None if args.grpc == "off" else parse_endpoint(args.grpc, default_port=4317)
     if args.max_body_bytes < 1:
@@ -138,7 +139,7 @@ def _collect(args: argparse.Namespace) -> int:
         buffer_limits=BufferLimits(grace_s=args.grace, ttl_s=args.ttl),
         allow_remote=args.allow_remote,
     )
-    replays = load_replay_endpoints(args.replay_config) if args.replay_config is not None else None
+    replays = replay_endpoints(args.replay_config)
     writer = TraceWriter(args.out)
     store = None if args.no_store else open_store(args.store)
     service = None

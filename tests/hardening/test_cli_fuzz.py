@@ -90,6 +90,10 @@ SLOTS: dict[str, tuple[list[str], tuple[str, ...]]] = {
     "collect --reingest": (["collect", "--reingest", X, "--store", "s.duckdb"], ("s.duckdb",)),
     "collect --reingest --store": (["collect", "--reingest", "traces.jsonl", "--store", X], (X,)),
     "collect --out": (["collect", "--out", X, "--http", "127.0.0.1:0", "--duration", "0", "--no-store"], (X,)),
+    "collect --store": (
+        ["collect", "--out", "out.jsonl", "--store", X, "--http", "127.0.0.1:0", "--duration", "0"],
+        ("out.jsonl", X),
+    ),
     "stats --store": (["stats", "--store", X], ()),
     "sql --store": (["sql", "SELECT count(*) FROM traces", "--store", X], ()),
     "report --store": (["report", TRACE.trace_id[:8], "-o", "r.html", "--store", X], ("r.html",)),
@@ -119,7 +123,11 @@ def _snapshot(folder: Path) -> dict[str, bytes | None]:
 
 @pytest.mark.parametrize(
     "slot",
-    [pytest.param(s, marks=pytest.mark.slow) if s == "collect --out" else s for s in SLOTS],  # a receiver per case
+    [
+        pytest.param(s, marks=pytest.mark.slow) if s.startswith("collect --") and "reingest" not in s else s
+        for s in SLOTS
+    ],
+    # (collect --out and --store start a receiver per case)
 )
 def test_no_traceback_and_no_lost_file(
     slot: str, tmp_path: Path, good_store: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
