@@ -211,7 +211,7 @@ def other_format(path: Path) -> str | None:
     except UnicodeDecodeError as error:
         if error.start < len(head) - 4:  # not just a character cut by the head's end
             return "this is not UTF-8 text, so not a JSONL file of traces"
-    first_line = next((line for line in head.splitlines() if line.strip()), b"")
+    first_line = _first_line(path)
     try:
         document: Any = json.loads(first_line)
     except (ValueError, RecursionError):
@@ -247,6 +247,15 @@ def other_format(path: Path) -> str | None:
             "this is a TRAIL annotation file; import its trace folder with 'reflect-otel import FOLDER -o traces.jsonl'"
         )
     return None
+
+
+def _first_line(path: Path) -> bytes:
+    """The first line that is not blank (whole, however long a trace makes it, up to :data:`MAX_LINE_BYTES`)."""
+    with path.open("rb") as file:
+        for line in iter(lambda: file.readline(MAX_LINE_BYTES), b""):
+            if line.strip():
+                return line
+    return b""
 
 
 _RECORD_KEYS = frozenset({"trace_id", "method", "status", "mode"})

@@ -320,3 +320,17 @@ def test_import_example_is_what_the_readme_says_to_try_first(tmp_path: Path) -> 
     out = tmp_path / "traces.jsonl"
     assert main(["import", "--example", "-o", str(out)]) == 0
     assert len(list(read_traces(out))) == 4
+
+
+def test_a_traces_file_is_not_mistaken_for_another_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A first line longer than the head read to tell formats apart, and a first line torn by a crash: still a
+    file of traces, read line by line."""
+    long = five_step_trace().model_copy(update={"trace_id": "1" * 32, "question": "x" * 200_000})
+    path = tmp_path / "traces.jsonl"
+    path.write_text(long.model_dump_json() + "\n")
+    assert main(["show", str(path)]) == 0
+    assert f"trace {'1' * 32}" in capsys.readouterr().out
+    path.write_text('{"trace_id": "torn\n' + five_step_trace().model_dump_json() + "\n")
+    assert main(["show", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert f"trace {five_step_trace().trace_id}" in captured.out and f"{path}:1: not valid JSON" in captured.err
