@@ -66,16 +66,19 @@ VIEWS: dict[str, str] = {
     "failure_stats": """
         SELECT CAST(date_trunc('day', coalesce(t.start_time, t.ingested_at)) AS DATE) AS day, t.agent,
                count(*) AS traces,
+               count(*) FILTER (WHERE v.is_correct IS NOT NULL) AS judged,
                count(*) FILTER (WHERE v.is_correct = false) AS failed,
                count(*) FILTER (WHERE v.is_correct = false OR v.label = 'HIGH_ERROR_SIGNAL') AS flagged,
-               round(count(*) FILTER (WHERE v.is_correct = false) / count(*), 4) AS failure_rate,
+               round(count(*) FILTER (WHERE v.is_correct = false)
+                     / nullif(count(*) FILTER (WHERE v.is_correct IS NOT NULL), 0), 4) AS failure_rate,
                round(count(*) FILTER (WHERE v.is_correct = false OR v.label = 'HIGH_ERROR_SIGNAL') / count(*), 4)
                    AS flag_rate
         FROM traces t LEFT JOIN (SELECT trace_id, bool_and(is_correct) AS is_correct, max(label) AS label
                                  FROM verdicts GROUP BY trace_id) v USING (trace_id)
         GROUP BY ALL ORDER BY day DESC, agent""",
     "error_types": """
-        SELECT coalesce(error_type, 'unknown') AS error_type, count(*) AS attributions,
+        SELECT coalesce(error_type, CASE WHEN step_index IS NULL THEN 'no_step' ELSE 'unclassified' END) AS error_type,
+               count(*) AS attributions,
                round(count(*) / sum(count(*)) OVER (), 4) AS share
         FROM attributions WHERE status <> 'skipped' GROUP BY ALL ORDER BY attributions DESC""",
     "decisive_step_position": """
@@ -239,11 +242,8 @@ class DuckDBStore(BatchedStore):
             self.path.parent.mkdir(parents=True)
         try:
             self._db = duckdb.connect(str(self.path), config={"memory_limit": _MEMORY_LIMIT})
-        except duckdb.IOException as error:
-            raise InputError(
-                f"cannot open the store {self.path}: {str(error).splitlines()[0]} (is another reflect-otel "
-                "process writing it?)"
-            ) from None
+        except duckdb.Error as error:
+            raise InputError(f"cannot open the store {self.path}: {_why(error)}") from None
         migrate(self._db)
         self._arrow_types = _arrow_types(self._db)
         self._monitor = self._db.cursor()  # a connection of its own: the writer thread owns ``_db``
@@ -361,7 +361,14 @@ def connect_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
     try:
         return duckdb.connect(str(path), read_only=True, config=dict(_USER_SQL_CONFIG))
     except duckdb.Error as error:
-        raise InputError(
-            f"cannot read the store {path}: {str(error).splitlines()[0]} (another process may be writing "
-            "it; stop it or query a copy)"
-        ) from None
+        raise InputError(f"cannot read the store {path}: {_why(error)}") from None
+
+
+def _why(error: duckdb.Error) -> str:
+    """DuckDB's reason, with the fix: another process is named only when a lock is what failed."""
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    if "lock" in first.lower():
+        return f"{first} (another process has it open for writing: stop it, or query a copy of the file)"
+    if "not a valid DuckDB database" in first:
+        return f"{first} (name a new path or an existing store)"
+    return first

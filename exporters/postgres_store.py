@@ -49,16 +49,19 @@ PG_VIEWS: dict[str, str] = {
     "failure_stats": f"""
         SELECT CAST(date_trunc('day', coalesce(t.start_time, t.ingested_at)) AS DATE) AS day, t.agent,
                count(*) AS traces,
+               count(*) FILTER (WHERE v.is_correct IS NOT NULL) AS judged,
                count(*) FILTER (WHERE v.is_correct = false) AS failed,
                count(*) FILTER (WHERE v.is_correct = false OR v.label = 'HIGH_ERROR_SIGNAL') AS flagged,
-               {_rate("count(*) FILTER (WHERE v.is_correct = false)", "count(*)")} AS failure_rate,
+               {_rate("count(*) FILTER (WHERE v.is_correct = false)", "count(*) FILTER (WHERE v.is_correct IS NOT NULL)")}
+                   AS failure_rate,
                {_rate("count(*) FILTER (WHERE v.is_correct = false OR v.label = 'HIGH_ERROR_SIGNAL')", "count(*)")}
                    AS flag_rate
         FROM traces t LEFT JOIN (SELECT trace_id, bool_and(is_correct) AS is_correct, max(label) AS label
                                  FROM verdicts GROUP BY trace_id) v USING (trace_id)
         GROUP BY 1, 2 ORDER BY day DESC, agent""",
     "error_types": f"""
-        SELECT coalesce(error_type, 'unknown') AS error_type, count(*) AS attributions,
+        SELECT coalesce(error_type, CASE WHEN step_index IS NULL THEN 'no_step' ELSE 'unclassified' END) AS error_type,
+               count(*) AS attributions,
                {_rate("count(*)", "sum(count(*)) OVER ()")} AS share
         FROM attributions WHERE status <> 'skipped' GROUP BY 1 ORDER BY attributions DESC""",
     "decisive_step_position": f"""

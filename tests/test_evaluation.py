@@ -263,7 +263,7 @@ def test_bbm_rows_count_the_replayed_agents_calls_apart_from_the_auditors(shared
         benchmark="bbm", method="aao", data=shared_data, out=tmp_path / "aao", limit=2, config=ReflectConfig(rounds=1)
     )
     run_eval(aao, ScriptedLLM(respond=respond))
-    assert (tmp_path / "aao" / "metrics.md").read_text().endswith("mode: localization-only: aao does not replay\n")
+    assert "\nmode: localization-only: aao does not replay\n" in (tmp_path / "aao" / "metrics.md").read_text()
 
 
 def test_explanations_are_judged_only_where_the_step_matches(shared_data: Path, tmp_path: Path) -> None:

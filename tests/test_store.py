@@ -192,7 +192,7 @@ def test_sql_and_stats_commands(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["sql", "SELEC nonsense", "--store", str(path)]) == 2
     assert "query failed" in capsys.readouterr().err
     assert main(["stats", "--store", str(tmp_path / "missing.duckdb")]) == 2
-    assert "no store at" in capsys.readouterr().err
+    assert "no store there" in capsys.readouterr().err
 
 
 def test_store_in_use_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -211,7 +211,7 @@ def test_store_in_use_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ok"
         assert main(["stats", "--store", str(path)]) == 2
-        assert "another process may be writing it" in capsys.readouterr().err
+        assert "another process has it open" in capsys.readouterr().err
     finally:
         holder.kill()
         holder.wait()

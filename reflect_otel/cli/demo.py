@@ -18,7 +18,7 @@ from reflect_otel.config import GateMode, LLMConfig
 from reflect_otel.errors import ConfigError
 from reflect_otel.llm.factory import make_llm
 from reflect_otel.record import AttributionRecord, AttributionStatus
-from reflect_otel.store import store_path
+from reflect_otel.store import check_store_target, store_path
 
 if TYPE_CHECKING:
     from reflect_otel.demo.wtq import WTQQuestion
@@ -120,6 +120,8 @@ def _selected(args: argparse.Namespace) -> list[WTQQuestion]:
 
 def _demo(args: argparse.Namespace) -> int:
     import os
+
+    check_store_target(args.store)  # before the model starts
 
     from opentelemetry import trace as otel_trace
     from opentelemetry.trace import format_trace_id

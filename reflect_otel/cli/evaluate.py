@@ -8,9 +8,10 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from reflect_otel._files import check_output_file, write_text_atomically
 from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int, temperature
 from reflect_otel.config import LLMConfig, ReflectConfig
-from reflect_otel.errors import ConfigError
+from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.evaluation.compare import chart_svg, compare_markdown, load_runs
 from reflect_otel.evaluation.loaders import BENCHMARKS
 from reflect_otel.evaluation.runner import REPLAYABLE, EvalOptions, run_eval
@@ -89,6 +90,13 @@ def add_eval_compare_command(subparsers: argparse._SubParsersAction[argparse.Arg
 
 
 def _eval(args: argparse.Namespace) -> int:
+    if args.out.exists() and not args.out.is_dir():
+        raise InputError(f"--out {args.out}: is a file; --out names the folder of this run (new, or one to resume)")
+    if not args.data.is_dir():
+        raise InputError(
+            f"--data {args.data}: no such folder; give the folder holding the datasets (bbm/, trail/, who_and_when/, "
+            "wtq/; see the README)"
+        )
     config = pipeline_config(
         args,
         use_diagnostician=False if args.no_diagnostician else None,
@@ -233,9 +241,11 @@ def table_agent_rebuilt(llm: StructuredLLM, provider: TracerProvider, *, max_ste
 
 
 def _compare(args: argparse.Namespace) -> int:
+    if args.chart:
+        check_output_file(args.chart, flag="--chart", example="chart.svg")
     runs = load_runs(args.runs)
     print(compare_markdown(runs))
     if args.chart:
-        args.chart.write_text(chart_svg(runs), encoding="utf-8")
+        write_text_atomically(args.chart, chart_svg(runs), flag="--chart")
         print(f"chart written to {args.chart}", file=sys.stderr)
     return 0
