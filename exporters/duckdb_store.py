@@ -101,6 +101,7 @@ VIEWS: dict[str, str] = {
     "replay_fidelity": """
         SELECT json_extract_string(t.trace_json, '$.source.service') AS service, t.agent,
                count(*) AS controls, count(*) FILTER (WHERE r.reproduced) AS reproduced,
+               count(*) FILTER (WHERE r.flipped) AS flipped,
                round(count(*) FILTER (WHERE r.reproduced) / count(*), 4) AS fidelity
         FROM replays r JOIN traces t USING (trace_id)
         WHERE r.arm = 'control' AND r.error IS NULL GROUP BY ALL ORDER BY service, agent""",

@@ -84,6 +84,7 @@ PG_VIEWS: dict[str, str] = {
     "replay_fidelity": f"""
         SELECT t.trace_json -> 'source' ->> 'service' AS service, t.agent,
                count(*) AS controls, count(*) FILTER (WHERE r.reproduced) AS reproduced,
+               count(*) FILTER (WHERE r.flipped) AS flipped,
                {_rate("count(*) FILTER (WHERE r.reproduced)", "count(*)")} AS fidelity
         FROM replays r JOIN traces t USING (trace_id)
         WHERE r.arm = 'control' AND r.error IS NULL GROUP BY 1, 2 ORDER BY service, agent""",

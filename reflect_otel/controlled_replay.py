@@ -19,10 +19,14 @@ recorded and never verifies). Bare resampling has no plan to follow: a step that
 
 * **Deterministic adapter** (greedy continuations): one replay per arm. The control of a rollback point runs once
   and is reused by every intervention tried there. *Verified* when the intervention changed step p and answered
-  right, and the control reproduced the original run's answer. A control that answers right (the run flips with
-  no intervention) makes a flip there *not attributable*: one intervention is replayed to show it, no more. A
-  control that answers anything else (the replay does not reproduce the run) means nothing can be proved from that
-  point: its interventions are not run.
+  right, and the control did not (it reproduced the run's outcome: a wrong answer). A control that answers right
+  (the run flips with no intervention) makes a flip there *not attributable*: one intervention is replayed to show
+  it, no more.
+
+Replay fidelity is recorded apart: whether each control gave the run's own answer. Greedy decoding on a real server
+is not bit-exact (a prompt evaluated from a cache can tie-break another way), so a control may take another path to
+another wrong answer; the contrast with the intervention still holds (both replays start from the same prefix in
+the same environment), and the record says how faithfully replay reproduced the run.
 * **Sampled adapter**: ``verify_samples`` replays per arm (the control once per point, reused). *Verified* when the
   one-sided Fisher exact test of "the intervention flips more often than the control" gives p <= 0.05, every
   counted flip having changed step p (at n = 3: 3 of 3 against 0 of 3). Flips that do not pass are *not
@@ -80,8 +84,6 @@ class Decision(str, Enum):
     NOT_ATTRIBUTABLE = "not_attributable"
     """An intervention flipped the outcome, but the control from the same prefix explains it (see the module)."""
     NO_FLIP = "no_flip"
-    NOT_PROVABLE = "not_provable"
-    """The control from this prefix did not reproduce the run: the intervention was not run."""
     NOT_TESTED = "not_tested"
     """Nothing ran: the budget could not pay for both arms, every candidate was refused, or the replay failed."""
 
@@ -200,7 +202,11 @@ class ControlledReplay:
         answered = [a for c in self._controls.values() for a in c.answered]
         if not answered:
             return None
-        return Fidelity(controls=len(answered), reproduced=sum(1 for a in answered if a.reproduced))
+        return Fidelity(
+            controls=len(answered),
+            reproduced=sum(1 for a in answered if a.reproduced),
+            flipped=sum(1 for a in answered if a.flipped),
+        )
 
     @property
     def remaining(self) -> int | None:
@@ -228,9 +234,6 @@ class ControlledReplay:
         control = self._control(point, trial)
         if not control.answered:
             return TrialResult(trial, Decision.NOT_TESTED, "the control replay failed; see errors")
-        unreproduced = self._unreproduced(control)
-        if unreproduced is not None:
-            return TrialResult(trial, Decision.NOT_PROVABLE, unreproduced)
         candidates, considered = self._candidates(trial)
         if not candidates:
             reason = "no proposal changed the step as the plan says" if considered else "nothing to replay"
@@ -246,18 +249,6 @@ class ControlledReplay:
         if trial.is_action and replacement is not None:
             texts.append(replacement.render())
         return texts
-
-    def _unreproduced(self, control: _Control) -> str | None:
-        """Why nothing can be proved from this prefix (a deterministic control that answers something else than
-        the run did, and not the right answer either), else None."""
-        if self.deterministic:
-            attempt = control.answered[0]
-            if not attempt.flipped and not attempt.reproduced:
-                return (
-                    f"the control replay from this prefix answers {attempt.final_answer!r}, not the run's "
-                    f"{self.trace.final_answer!r}: replay does not reproduce the run here, so nothing can be proved"
-                )
-        return None
 
     def _control(self, point: int, trial: Trial) -> _Control:
         cached = self._controls.get(point)
@@ -503,13 +494,13 @@ class ControlledReplay:
         if not counted:
             return False
         if self.deterministic:
-            return effect.control.flips == 0  # the control reproduced the run (checked before the intervention ran)
+            return effect.control.flips == 0
         return effect.p_value is not None and effect.p_value <= ALPHA
 
 
 RULE_DETERMINISTIC = (
-    "deterministic replay: the intervention changed step p and answered right; the control from the same prefix "
-    "reproduced the run's answer"
+    "deterministic replay: the intervention changed step p and answered right; the control from the same prefix, "
+    "with no intervention, did not"
 )
 RULE_SAMPLED = (
     f"sampled replay: the intervention (changed step p in each counted flip) flipped more often than the control, "

@@ -262,20 +262,22 @@ class Effect(BaseModel):
 
 class Fidelity(BaseModel):
     """Whether replay works for this agent: of the control replays (no intervention) that ran to an answer, how
-    many reproduced the original run's answer. A control that does not means nothing can be proved from its
-    rollback point."""
+    many gave the original run's own answer (``reproduced``), and how many answered right with no intervention at
+    all (``flipped``: from such a prefix nothing can be attributed)."""
 
     model_config = _FROZEN
 
     controls: int = Field(ge=0)
     reproduced: int = Field(ge=0)
+    flipped: int = Field(default=0, ge=0)
 
     @property
     def rate(self) -> float | None:
         return self.reproduced / self.controls if self.controls else None
 
     def text(self) -> str:
-        return f"replays of this agent reproduced its run {self.reproduced} of {self.controls} times"
+        flipped = f"; {self.flipped} answered right with no intervention" if self.flipped else ""
+        return f"replays of this agent reproduced its run {self.reproduced} of {self.controls} times{flipped}"
 
 
 class Intervention(BaseModel):

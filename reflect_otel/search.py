@@ -283,7 +283,7 @@ def _unverified_reason(
     if not results:
         return f"nothing could be tested: {note or 'no correction survived the checks'}"
     decisions = {r.decision for r in results}
-    if decisions <= {Decision.NOT_PROVABLE, Decision.NOT_TESTED}:
+    if decisions <= {Decision.NOT_TESTED}:
         notes = "; ".join(dict.fromkeys(r.reason for r in results if r.reason))
         return f"nothing was proved: {notes}"
     return f"no intervention flipped the outcome under control in {len(rounds)} round(s)"

@@ -133,15 +133,26 @@ def test_an_unfaithful_guidance_flip_never_verifies() -> None:
     assert off.status is AttributionStatus.NOT_ATTRIBUTABLE
 
 
-def test_a_control_that_does_not_reproduce_the_run_proves_nothing_from_its_point() -> None:
-    def drifting(trace: StructuredTrace, point: int, injection: str) -> list[dict[str, Any]]:
-        return [{"reasoning": "The answer is 40", "is_final_answer": True}]
+def test_a_control_that_takes_another_wrong_path_still_controls_and_fidelity_says_so() -> None:
+    """Greedy decoding on a real server is not bit-exact: a control may reach another wrong answer. The contrast with
+    the intervention holds (same prefix, same environment); the record says the replay did not give the run's own
+    answer."""
 
-    record = run(auditor(localize=[3]), ScriptedReplayAdapter(drifting, deterministic=True), rollback_points=1)
-    assert record.status is AttributionStatus.UNVERIFIED
-    assert controls(record) == [2] and interventions(record) == []
+    def drifting(trace: StructuredTrace, point: int, injection: str) -> list[dict[str, Any]]:
+        multiplied = any(s.tool_name == "multiply" for s in trace.steps[:point])
+        return [{"reasoning": f"The answer is {42 if multiplied else 40}", "is_final_answer": True}]
+
+    adapter = ScriptedProposingAdapter(
+        drifting,
+        lambda trace, point, injection, sample, temperature: {"tool": "multiply", "args": {"a": 6, "b": 7}},
+        tools={"multiply": lambda a, b: a * b},
+        deterministic=True,
+    )
+    record = run(auditor(localize=[3]), adapter, rollback_points=1)
+    assert record.status is AttributionStatus.VERIFIED
+    assert record.effect is not None and record.effect.control.answers == ("The answer is 40",)
     assert record.fidelity is not None and (record.fidelity.controls, record.fidelity.reproduced) == (1, 0)
-    assert "does not reproduce the run" in record.reason
+    assert record.fidelity.text() == "replays of this agent reproduced its run 0 of 1 times"
 
 
 def test_a_proposal_that_repeats_the_original_step_is_not_replayed() -> None:
