@@ -24,9 +24,10 @@ recorded and never verifies). Bare resampling has no plan to follow: a step that
   it, no more.
 
 Replay fidelity is recorded apart: whether each control gave the run's own answer. Greedy decoding on a real server
-is not bit-exact (a prompt evaluated from a cache can tie-break another way), so a control may take another path to
-another wrong answer; the contrast with the intervention still holds (both replays start from the same prefix in
-the same environment), and the record says how faithfully replay reproduced the run.
+is not bit-exact (a prompt evaluated from llama.cpp's cache can tie-break another way than the run did), so a
+control may take another path to another wrong answer. Then one control is not enough: before a flip at that point
+is credited, the control arm is brought to ``verify_samples`` replays, and none may answer right (when the budget
+cannot pay for them, the flip is not attributable). The record says how faithfully replay reproduced the run.
 * **Sampled adapter**: ``verify_samples`` replays per arm (the control once per point, reused). *Verified* when the
   one-sided Fisher exact test of "the intervention flips more often than the control" gives p <= 0.05, every
   counted flip having changed step p (at n = 3: 3 of 3 against 0 of 3). Flips that do not pass are *not
@@ -254,8 +255,12 @@ class ControlledReplay:
         cached = self._controls.get(point)
         if cached is not None:
             return cached
-        control = _Control()
-        for sample in range(self.samples):
+        control = self._controls[point] = _Control()
+        self._more_controls(control, point, trial, self.samples)
+        return control
+
+    def _more_controls(self, control: _Control, point: int, trial: Trial, count: int) -> None:
+        for sample in range(len(control.attempts), len(control.attempts) + count):
             planned = ReplayAttempt(
                 round=trial.round,
                 rollback_point=point,
@@ -275,8 +280,23 @@ class ControlledReplay:
                 attempt = attempt.model_copy(update={"reproduced": same})
             control.attempts.append(attempt)
             self._log.append(attempt)
-        self._controls[point] = control
-        return control
+
+    def _confirmed(self, control: _Control, point: int, trial: Trial) -> str | None:
+        """Before a deterministic flip is credited: when the control did not give the run's own answer, greedy
+        replay is not reproducing this run here, so one control is not enough; the control arm is brought to
+        ``verify_samples`` replays (none may flip). None when that is done or not needed, else why it could not be."""
+        if not self.deterministic or control.flips or all(a.reproduced for a in control.answered):
+            return None
+        missing = self.config.verify_samples - len(control.answered)
+        if missing <= 0:
+            return None
+        if self.remaining is not None and self.remaining < missing:
+            return (
+                "the control did not give the run's own answer, so replay does not reproduce the run here, and the "
+                f"replay budget left no room for the {missing} more control replay(s) that would check the flip"
+            )
+        self._more_controls(control, point, trial, missing)
+        return None
 
     def _candidates(self, trial: Trial) -> tuple[list[_Candidate], list[Correction]]:
         """The interventions to replay for ``trial``, in order, and every correction considered for it (the
@@ -366,7 +386,14 @@ class ControlledReplay:
             )
             if not flipped:
                 continue
+            unconfirmed = self._confirmed(control, trial.step - 1, trial) if counted else None
             effect = self._effect(trial, answered, len(counted), control)
+            if unconfirmed is not None:
+                settled = settled or TrialResult(
+                    trial, Decision.NOT_ATTRIBUTABLE, unconfirmed, (), (), effect, counted[0],
+                    results.get(id(counted[0])),
+                )  # fmt: skip
+                continue
             deciding = (counted or flipped)[0]
             if self._verifies(effect, counted):
                 return TrialResult(
