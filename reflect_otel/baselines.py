@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from reflect_otel import evidence, prompts, stages
 from reflect_otel._run import AttributionRun, MethodBase, replay_and_verify
-from reflect_otel.controlled_replay import GateFn, Trial, TrialResult
 from reflect_otel.leaks import leak
 from reflect_otel.pipeline import guidance_window
 from reflect_otel.record import (
@@ -49,6 +48,7 @@ from reflect_otel.search import (
     tested_steps,
 )
 from reflect_otel.trace import StepAction, StructuredTrace
+from reflect_otel.trial import GateFn, Trial, TrialResult
 from reflect_otel.verdict import Verdict
 
 __all__ = ["BASELINES", "Baseline", "HypothesesPolicy", "ResamplePolicy", "binary_search_calls"]

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from reflect_otel import corrections, prompts, stages
 from reflect_otel._run import MethodBase
 from reflect_otel.config import ReflectConfig
-from reflect_otel.controlled_replay import GateFn, Trial, TrialResult
 from reflect_otel.errors import LLMError
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.record import (
@@ -50,6 +49,7 @@ from reflect_otel.search import (
 )
 from reflect_otel.tool_definitions import available_tools
 from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
+from reflect_otel.trial import GateFn, Trial, TrialResult
 from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import Verifier
 
