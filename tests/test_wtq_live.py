@@ -294,3 +294,20 @@ def test_wtq_live_stops_after_three_agent_failures_in_a_row(tmp_path: Path) -> N
     with pytest.raises(InputError, match="3 agent runs in a row failed"):
         run_live_eval(LiveOptions(("reflect",), data, tmp_path / "o"), ScriptedLLM(), broken)
     assert len(attempts) == 3 and not (tmp_path / "o" / "results.jsonl").read_text()  # nothing recorded
+
+
+def test_the_langgraph_agent_resamples_its_run_with_every_decision_sampled(
+    instrumented: Instrumented, tmp_path: Path
+) -> None:
+    from reflect_otel.cli.evaluate import table_agent_runs
+    from reflect_otel.demo.wtq import load_questions
+
+    llm = _model(sampled_descending=True)
+    question = next(q for q in load_questions(data=_wtq_folder(tmp_path) / "wtq") if q.id == "nt-1")
+    run = table_agent_runs(llm, instrumented.provider, max_steps=6)(question)
+    assert run.answer == WRONG
+    before = len(llm.requests)
+    runs = run.replay.resample(run.trace, samples=2, temperature=0.5)  # type: ignore[attr-defined]
+    assert [r.final_answer for r in runs] == ["Bangkok, Thailand"] * 2  # sampled, it sorts descending
+    asked = [r.temperature for r in llm.requests[before:] if r.stage == "agent"]
+    assert asked and set(asked) == {0.5}  # every decision of the resampled runs, none greedy
