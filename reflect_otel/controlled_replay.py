@@ -274,8 +274,9 @@ class ControlledReplay:
 
 
 def _given_texts(trial: Trial) -> list[str]:
-    """What the trial puts into the replayed agent's context or executes there (the leak guard's input)."""
-    texts = [trial.injection]
+    """What the method puts into the replayed agent's context or executes there (the leak guard's input): the texts
+    it wrote, not the run's own record that its injection quotes (the agent saw that data in its run)."""
+    texts = list(trial.authored) if trial.authored is not None else [trial.injection]
     replacement = trial.correction.replacement
     if trial.is_action and replacement is not None:
         texts.append(replacement.render())

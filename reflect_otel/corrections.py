@@ -345,8 +345,6 @@ def refusal(correction: Correction, trace: StructuredTrace, expected: str | None
     step = trace.steps[correction.step_index - 1]
     if replacement.tool_name is not None and replacement.tool_name.casefold() in _final_answer_tools(trace):
         return "the replacement is a final answer: it would flip the run from any step"
-    if step.is_final_answer or step.kind is StepKind.FINAL_ANSWER:
-        return "it replaces the final answer step: it would flip the run from any step"
     leaked = leak(_texts(replacement), expected)
     if leaked is not None:
         return f"the replacement: {leaked}"

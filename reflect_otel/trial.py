@@ -39,6 +39,9 @@ class Trial:
     plan: RepairPlan | None = None
     round: int = 1
     localized_step: int | None = None
+    authored: tuple[str, ...] | None = None
+    """The texts of ``injection`` the method wrote (a plan, a hypothesis, a memory), which the leak guard reads; the
+    rest is the run's own record (the failed step and what it got back), data the agent saw. None: all of it."""
 
     @property
     def step(self) -> int:

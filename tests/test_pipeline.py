@@ -44,10 +44,11 @@ def test_rollback_points_are_the_localized_step_and_those_before() -> None:
     assert rollback_points(1, 3) == [1]
 
 
-def test_the_guidance_window_skips_the_answer_step() -> None:
-    trace = five_step_trace()  # step 5 is the answer
-    assert guidance_window(trace, 5, 2) == [4, 3]
+def test_the_guidance_window_is_the_localized_step_and_those_before_it() -> None:
+    trace = five_step_trace()  # step 5 is the answer: the agent's new decision there counts unless it answers again
+    assert guidance_window(trace, 5, 2) == [5, 4]
     assert guidance_window(trace, 3, 3) == [3, 2, 1]
+    assert guidance_window(trace, 9, 1) == [5]
 
 
 def test_a_step_is_verified_when_its_intervention_flips_and_the_control_from_the_same_prefix_does_not() -> None:

@@ -227,7 +227,7 @@ def test_proposals_are_sampled_so_a_bare_resample_can_differ_from_the_run_and_is
     assert ics["verified_by"] == {"source": "proposal:resample", "kind": "action"}
     # the sampled decision was asked at the configured temperature; every replay decided greedily
     sampled = [r.temperature for r in llm.requests if r.stage == "agent" and r.temperature is not None]
-    assert sampled == [0.7]
+    assert sampled == [1.0]
     assert metrics["methods"]["ics"]["verified"]["mean"] == 1
 
 
@@ -242,7 +242,7 @@ def test_a_run_resumed_with_other_settings_or_made_before_controlled_verificatio
     made = LiveOptions(("ics",), data, out, config=ReflectConfig(rounds=1))
     run_live_eval(made, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
     other = LiveOptions(("ics",), data, out, config=ReflectConfig(rounds=1, proposal_temperature=0.2))
-    with pytest.raises(InputError, match=r"proposal_temperature: 0\.7 -> 0\.2.*a new --out folder"):
+    with pytest.raises(InputError, match=r"proposal_temperature: 1\.0 -> 0\.2.*a new --out folder"):
         run_live_eval(other, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
     config_file = out / "run_config.json"
     older = json.loads(config_file.read_text())
