@@ -66,16 +66,19 @@ VIEWS: dict[str, str] = {
     "failure_stats": """
         SELECT CAST(date_trunc('day', coalesce(t.start_time, t.ingested_at)) AS DATE) AS day, t.agent,
                count(*) AS traces,
+               count(*) FILTER (WHERE v.is_correct IS NOT NULL) AS judged,
                count(*) FILTER (WHERE v.is_correct = false) AS failed,
                count(*) FILTER (WHERE v.is_correct = false OR v.label = 'HIGH_ERROR_SIGNAL') AS flagged,
-               round(count(*) FILTER (WHERE v.is_correct = false) / count(*), 4) AS failure_rate,
+               round(count(*) FILTER (WHERE v.is_correct = false)
+                     / nullif(count(*) FILTER (WHERE v.is_correct IS NOT NULL), 0), 4) AS failure_rate,
                round(count(*) FILTER (WHERE v.is_correct = false OR v.label = 'HIGH_ERROR_SIGNAL') / count(*), 4)
                    AS flag_rate
         FROM traces t LEFT JOIN (SELECT trace_id, bool_and(is_correct) AS is_correct, max(label) AS label
                                  FROM verdicts GROUP BY trace_id) v USING (trace_id)
         GROUP BY ALL ORDER BY day DESC, agent""",
     "error_types": """
-        SELECT coalesce(error_type, 'unknown') AS error_type, count(*) AS attributions,
+        SELECT coalesce(error_type, CASE WHEN step_index IS NULL THEN 'no_step' ELSE 'unclassified' END) AS error_type,
+               count(*) AS attributions,
                round(count(*) / sum(count(*)) OVER (), 4) AS share
         FROM attributions WHERE status <> 'skipped' GROUP BY ALL ORDER BY attributions DESC""",
     "decisive_step_position": """
@@ -85,14 +88,23 @@ VIEWS: dict[str, str] = {
     "verified_share": """
         SELECT method, count(*) AS attributions,
                count(*) FILTER (WHERE status = 'verified') AS verified,
+               count(*) FILTER (WHERE status = 'not_attributable') AS not_attributable,
                count(*) FILTER (WHERE status = 'unverified') AS unverified,
                round(count(*) FILTER (WHERE status = 'verified') / nullif(count(*) FILTER (WHERE status <> 'skipped'), 0), 4)
                    AS verified_share
         FROM attributions GROUP BY ALL ORDER BY method""",
     "flip_rate_by_offset": """
-        SELECT localized_step - (rollback_point + 1) AS rollback_offset, count(*) AS replays,
-               count(*) FILTER (WHERE flipped) AS flips, round(count(*) FILTER (WHERE flipped) / count(*), 4) AS flip_rate
-        FROM replays WHERE error IS NULL AND localized_step IS NOT NULL GROUP BY ALL ORDER BY rollback_offset""",
+        SELECT localized_step - (rollback_point + 1) AS rollback_offset, coalesce(arm, 'intervention') AS arm,
+               count(*) AS replays, count(*) FILTER (WHERE flipped) AS flips,
+               round(count(*) FILTER (WHERE flipped) / count(*), 4) AS flip_rate
+        FROM replays WHERE error IS NULL AND localized_step IS NOT NULL GROUP BY ALL ORDER BY rollback_offset, arm""",
+    "replay_fidelity": """
+        SELECT json_extract_string(t.trace_json, '$.source.service') AS service, t.agent,
+               count(*) AS controls, count(*) FILTER (WHERE r.reproduced) AS reproduced,
+               count(*) FILTER (WHERE r.flipped) AS flipped,
+               round(count(*) FILTER (WHERE r.reproduced) / count(*), 4) AS fidelity
+        FROM replays r JOIN traces t USING (trace_id)
+        WHERE r.arm = 'control' AND r.error IS NULL GROUP BY ALL ORDER BY service, agent""",
     "cost_per_trace": """
         SELECT a.trace_id, a.method, a.llm_calls, a.tokens, c.cached_prompt_tokens, a.seconds
         FROM attributions a LEFT JOIN (SELECT trace_id, method, sum(cached_prompt_tokens) AS cached_prompt_tokens
@@ -142,7 +154,27 @@ ALTER TABLE attributions ADD COLUMN confidence_samples INTEGER;
 UPDATE attributions SET auditor_confidence = confidence, confidence = NULL
 """
 
-MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5]
+# v6: controlled verification: the effect's two arms (flips, replays, Wilson interval), replay fidelity, and each
+# replay's arm and whether it changed the step (a control: whether it reproduced the run)
+_SCHEMA_V6 = """
+ALTER TABLE attributions ADD COLUMN effect_step INTEGER;
+ALTER TABLE attributions ADD COLUMN effect_intervention_replays INTEGER;
+ALTER TABLE attributions ADD COLUMN effect_intervention_flips INTEGER;
+ALTER TABLE attributions ADD COLUMN effect_intervention_low DOUBLE;
+ALTER TABLE attributions ADD COLUMN effect_intervention_high DOUBLE;
+ALTER TABLE attributions ADD COLUMN effect_control_replays INTEGER;
+ALTER TABLE attributions ADD COLUMN effect_control_flips INTEGER;
+ALTER TABLE attributions ADD COLUMN effect_control_low DOUBLE;
+ALTER TABLE attributions ADD COLUMN effect_control_high DOUBLE;
+ALTER TABLE attributions ADD COLUMN effect_p_value DOUBLE;
+ALTER TABLE attributions ADD COLUMN fidelity_controls INTEGER;
+ALTER TABLE attributions ADD COLUMN fidelity_reproduced INTEGER;
+ALTER TABLE replays ADD COLUMN arm VARCHAR;
+ALTER TABLE replays ADD COLUMN changed_step BOOLEAN;
+ALTER TABLE replays ADD COLUMN reproduced BOOLEAN
+"""
+
+MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6]
 """Each schema version's DDL, in DuckDB's SQL (the PostgreSQL store translates the types)."""
 _MIGRATIONS = MIGRATIONS
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -211,11 +243,8 @@ class DuckDBStore(BatchedStore):
             self.path.parent.mkdir(parents=True)
         try:
             self._db = duckdb.connect(str(self.path), config={"memory_limit": _MEMORY_LIMIT})
-        except duckdb.IOException as error:
-            raise InputError(
-                f"cannot open the store {self.path}: {str(error).splitlines()[0]} (is another reflect-otel "
-                "process writing it?)"
-            ) from None
+        except duckdb.Error as error:
+            raise InputError(f"cannot open the store {self.path}: {_why(error)}") from None
         migrate(self._db)
         self._arrow_types = _arrow_types(self._db)
         self._monitor = self._db.cursor()  # a connection of its own: the writer thread owns ``_db``
@@ -333,7 +362,14 @@ def connect_read_only(path: str | Path) -> duckdb.DuckDBPyConnection:
     try:
         return duckdb.connect(str(path), read_only=True, config=dict(_USER_SQL_CONFIG))
     except duckdb.Error as error:
-        raise InputError(
-            f"cannot read the store {path}: {str(error).splitlines()[0]} (another process may be writing "
-            "it; stop it or query a copy)"
-        ) from None
+        raise InputError(f"cannot read the store {path}: {_why(error)}") from None
+
+
+def _why(error: duckdb.Error) -> str:
+    """DuckDB's reason, with the fix: another process is named only when a lock is what failed."""
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    if "lock" in first.lower():
+        return f"{first} (another process has it open for writing: stop it, or query a copy of the file)"
+    if "not a valid DuckDB database" in first:
+        return f"{first} (name a new path or an existing store)"
+    return first

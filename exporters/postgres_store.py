@@ -49,16 +49,19 @@ PG_VIEWS: dict[str, str] = {
     "failure_stats": f"""
         SELECT CAST(date_trunc('day', coalesce(t.start_time, t.ingested_at)) AS DATE) AS day, t.agent,
                count(*) AS traces,
+               count(*) FILTER (WHERE v.is_correct IS NOT NULL) AS judged,
                count(*) FILTER (WHERE v.is_correct = false) AS failed,
                count(*) FILTER (WHERE v.is_correct = false OR v.label = 'HIGH_ERROR_SIGNAL') AS flagged,
-               {_rate("count(*) FILTER (WHERE v.is_correct = false)", "count(*)")} AS failure_rate,
+               {_rate("count(*) FILTER (WHERE v.is_correct = false)", "count(*) FILTER (WHERE v.is_correct IS NOT NULL)")}
+                   AS failure_rate,
                {_rate("count(*) FILTER (WHERE v.is_correct = false OR v.label = 'HIGH_ERROR_SIGNAL')", "count(*)")}
                    AS flag_rate
         FROM traces t LEFT JOIN (SELECT trace_id, bool_and(is_correct) AS is_correct, max(label) AS label
                                  FROM verdicts GROUP BY trace_id) v USING (trace_id)
         GROUP BY 1, 2 ORDER BY day DESC, agent""",
     "error_types": f"""
-        SELECT coalesce(error_type, 'unknown') AS error_type, count(*) AS attributions,
+        SELECT coalesce(error_type, CASE WHEN step_index IS NULL THEN 'no_step' ELSE 'unclassified' END) AS error_type,
+               count(*) AS attributions,
                {_rate("count(*)", "sum(count(*)) OVER ()")} AS share
         FROM attributions WHERE status <> 'skipped' GROUP BY 1 ORDER BY attributions DESC""",
     "decisive_step_position": f"""
@@ -68,15 +71,23 @@ PG_VIEWS: dict[str, str] = {
     "verified_share": f"""
         SELECT method, count(*) AS attributions,
                count(*) FILTER (WHERE status = 'verified') AS verified,
+               count(*) FILTER (WHERE status = 'not_attributable') AS not_attributable,
                count(*) FILTER (WHERE status = 'unverified') AS unverified,
                {_rate("count(*) FILTER (WHERE status = 'verified')", "count(*) FILTER (WHERE status <> 'skipped')")}
                    AS verified_share
         FROM attributions GROUP BY 1 ORDER BY method""",
     "flip_rate_by_offset": f"""
-        SELECT localized_step - (rollback_point + 1) AS rollback_offset, count(*) AS replays,
-               count(*) FILTER (WHERE flipped) AS flips, {_rate("count(*) FILTER (WHERE flipped)", "count(*)")}
-                   AS flip_rate
-        FROM replays WHERE error IS NULL AND localized_step IS NOT NULL GROUP BY 1 ORDER BY rollback_offset""",
+        SELECT localized_step - (rollback_point + 1) AS rollback_offset, coalesce(arm, 'intervention') AS arm,
+               count(*) AS replays, count(*) FILTER (WHERE flipped) AS flips,
+               {_rate("count(*) FILTER (WHERE flipped)", "count(*)")} AS flip_rate
+        FROM replays WHERE error IS NULL AND localized_step IS NOT NULL GROUP BY 1, 2 ORDER BY rollback_offset, arm""",
+    "replay_fidelity": f"""
+        SELECT t.trace_json -> 'source' ->> 'service' AS service, t.agent,
+               count(*) AS controls, count(*) FILTER (WHERE r.reproduced) AS reproduced,
+               count(*) FILTER (WHERE r.flipped) AS flipped,
+               {_rate("count(*) FILTER (WHERE r.reproduced)", "count(*)")} AS fidelity
+        FROM replays r JOIN traces t USING (trace_id)
+        WHERE r.arm = 'control' AND r.error IS NULL GROUP BY 1, 2 ORDER BY service, agent""",
     "cost_per_trace": """
         SELECT a.trace_id, a.method, a.llm_calls, a.tokens, c.cached_prompt_tokens, a.seconds
         FROM attributions a LEFT JOIN (SELECT trace_id, method, sum(cached_prompt_tokens) AS cached_prompt_tokens

@@ -26,7 +26,7 @@ from reflect_otel.tracefile import read_traces
 from reflect_otel.verifiers import BBMVerifier
 from tests.conftest import assert_valid_record, require_local_backend
 
-SMALL = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.HARD, gate_retries=1)
+SMALL = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.HARD, proposal_samples=2)
 
 
 pytestmark = [pytest.mark.local_llm, pytest.mark.slow]

@@ -121,12 +121,15 @@ def test_sql_stats_and_report_read_a_postgresql_store(
     )
     assert json.loads(capsys.readouterr().out) == [
         {"method": "aao", "status": "unverified"},
+        {"method": "evidence", "status": "unverified"},
+        {"method": "last-step", "status": "unverified"},
         {"method": "reflect", "status": "skipped"},
         {"method": "reflect", "status": "verified"},
     ]
     assert main(["stats", "--store", url]) == 0
     out = capsys.readouterr().out
-    assert "3 traces, 3 verdicts, 3 attributions, 2 run(s) pending attribution" in out and "verified_share" in out
+    assert "4 traces, 3 verdicts, 5 attributions, 2 run(s) pending attribution" in out and "verified_share" in out
+    assert "1 of 4 trace(s) were never judged right or wrong" in out and "no_step" in out
     assert main(["sql", "DELETE FROM traces", "--store", url]) == 2
     assert "read-only" in capsys.readouterr().err
     assert main(["sql", "SELECT 1; DELETE FROM traces", "--store", url]) == 2
@@ -134,7 +137,7 @@ def test_sql_stats_and_report_read_a_postgresql_store(
     assert main(["sql", "SELECT pg_read_file('/etc/hostname')", "--store", url]) == 2  # even for a superuser URL
     assert "permission denied" in capsys.readouterr().err
     assert main(["sql", "SELECT count(*) AS n FROM traces", "--store", url, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == [{"n": 3}]
+    assert json.loads(capsys.readouterr().out) == [{"n": 4}]
     report = tmp_path / "report.html"
     assert main(["report", "0", "--store", url, "-o", str(report), "--method", "reflect"]) == 0
     assert "verified" in report.read_text()

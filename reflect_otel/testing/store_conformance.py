@@ -37,7 +37,8 @@ def sample_writes() -> tuple[
     list[StructuredTrace], list[tuple[str, Verdict]], list[AttributionRecord], list[AttributionJob]
 ]:
     """Traces, verdicts, records and jobs touching every table and view: a verified REFLECT record with replays
-    and LLM calls, an unverified baseline record, a skipped one, a right run, and jobs in every status. Made
+    and LLM calls, unverified baseline records (with a type, without one, without a step), a skipped one, a right
+    run, a run never judged, and jobs in every status. Made
     once (the records' timings are measured), so every backend is given the same values."""
     trace, verified = verified_attribution()
     other = make_trace(
@@ -53,6 +54,12 @@ def sample_writes() -> tuple[
     skipped = verified.model_copy(
         update={"trace_id": other.trace_id, "status": AttributionStatus.SKIPPED, "step_index": None, "replays": ()}
     )
+    # baselines' records: one that named no step (its own error_types category), one with a step but no type
+    no_step = unverified.model_copy(
+        update={"trace_id": other.trace_id, "method": "evidence", "step_index": None, "error_type": None}
+    )
+    untyped = unverified.model_copy(update={"trace_id": other.trace_id, "method": "last-step", "error_type": None})
+    unjudged = other.model_copy(update={"trace_id": "a1" * 16})  # no verdict: not in failure_rate
     wrong = Verdict(verifier="oracle", is_correct=False, confidence=1.0, label="wrong", reasoning="41 != 42")
     verdicts = [
         (trace.trace_id, wrong),
@@ -65,7 +72,7 @@ def sample_writes() -> tuple[
         AttributionJob(right.trace_id, "running", 2, None),
         AttributionJob("d" * 32, "failed", 3, None, "the trace is not in the store"),
     ]
-    return [trace, other, right], verdicts, [verified, unverified, skipped], jobs
+    return [trace, other, right, unjudged], verdicts, [verified, unverified, skipped, no_step, untyped], jobs
 
 
 def write_sample(store: AttributionStore, *, twice: bool = True) -> None:
