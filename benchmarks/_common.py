@@ -247,6 +247,7 @@ def scripted_reply(request: ScriptedRequest) -> Any:
         "diagnose": {
             "root_cause": "r",
             "correction_instruction": "recompute carefully",
+            "corrected_thought": "Recompute the sum term by term.",
             "forbidden_actions": ["guess"],
             "expected_next_tool": None,
             "confidence": 0.6,
