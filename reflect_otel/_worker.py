@@ -14,6 +14,12 @@ its own, such as assembling traces whose grace period has passed; True when it d
 then sleeps until woken or for ``tick_s``. :meth:`~BatchWorker.flush` waits until everything queued before it was
 handled, and runs ``then`` on the thread at that point. :meth:`~BatchWorker.close` refuses further items, then
 stops the thread after what is queued (``drain=True``) or after the batch in hand.
+
+Bounds: ``max_items`` queued items, and ``max_bytes`` of the sizes given with them, counted until their batch has
+been handled, plus ``held_bytes()`` (what the handler keeps of them afterwards, such as spans being gathered into
+traces). When nothing is held an item or batch over ``max_bytes`` is still taken, so that one cannot be refused
+for ever. ``max_batch`` items go to ``handle`` at a time (None: everything queued); with ``linger_s`` the thread
+waits that long after the first item for a batch to fill, unless a flush or stop is waiting.
 """
 
 from __future__ import annotations
@@ -48,14 +54,9 @@ class _Flush:
 
 
 class BatchWorker(Generic[T]):
-    """A bounded queue of ``T`` and the one thread that handles it (see the module's docstring).
-
-    Bounds: ``max_items`` queued items, and ``max_bytes`` of the sizes given with them, counted until their batch
-    has been handled, plus ``held_bytes()`` (what the handler keeps of them afterwards, such as spans being gathered
-    into traces). When nothing is held an item or batch over ``max_bytes`` is still taken, so that one cannot be
-    refused for ever. ``max_batch`` items go to ``handle`` at a time (None: everything queued); with ``linger_s``
-    the thread waits that long after the first item for a batch to fill, unless a flush or stop is waiting.
-    """
+    """A bounded queue of ``T`` and the one thread that handles it (see the module's docstring). ``refusing`` is
+    True once puts are refused (:meth:`stop_admitting`, :meth:`close`); ``stopping`` once :meth:`close` was called,
+    when work of the thread's own (``idle``) should end soon."""
 
     def __init__(
         self,
@@ -86,8 +87,8 @@ class BatchWorker(Generic[T]):
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
         self._wake = threading.Event()
-        self._refusing = False
-        self._closing = False
+        self.refusing = False
+        self.stopping = False
         self._drain = True
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -98,7 +99,7 @@ class BatchWorker(Generic[T]):
     # -- producers (any thread; never raise) ------------------------------------------------------------------
     def append(self, item: T) -> Admission:
         """Queue ``item`` for the thread's next tick: the hot path (see the module's docstring)."""
-        if self._refusing:
+        if self.refusing:
             return "stopping"
         if len(self._queue) >= self._limit:
             return "full"
@@ -132,7 +133,7 @@ class BatchWorker(Generic[T]):
 
     def _admits(self, count: int, size: int) -> Admission:
         """Whether ``count`` items of ``size`` bytes fit now (under the lock)."""
-        if self._refusing:
+        if self.refusing:
             return "stopping"
         if len(self._queue) + count > self._limit:
             return "full"
@@ -164,16 +165,6 @@ class BatchWorker(Generic[T]):
         """Bytes of the items queued or in the batch being handled."""
         return self._bytes
 
-    @property
-    def refusing(self) -> bool:
-        """True once :meth:`stop_admitting` or :meth:`close` was called."""
-        return self._refusing
-
-    @property
-    def stopping(self) -> bool:
-        """True once :meth:`close` was called: work of the thread's own (``idle``) should end soon."""
-        return self._closing
-
     # -- control ------------------------------------------------------------------------------------------------
     def flush(self, timeout_s: float = 30.0, *, then: Callable[[], None] | None = None) -> bool:
         """Wait until everything queued before this call has been handled, ``then`` run on the thread after it;
@@ -190,7 +181,7 @@ class BatchWorker(Generic[T]):
     def stop_admitting(self) -> None:
         """Refuse every later put (``"stopping"``); what was queued is still handled."""
         with self._room:
-            self._refusing = True
+            self.refusing = True
             self._room.notify_all()
 
     def close(self, timeout_s: float = 30.0, *, drain: bool = True) -> bool:
@@ -198,7 +189,7 @@ class BatchWorker(Generic[T]):
         in hand (the rest stays queued, see :meth:`discard`). True when the thread stopped within ``timeout_s``."""
         self.stop_admitting()
         self._drain = drain and self._drain
-        self._closing = True
+        self.stopping = True
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
@@ -207,10 +198,10 @@ class BatchWorker(Generic[T]):
     def discard(self) -> int:
         """Empty the queue (after :meth:`close`); how many items were in it."""
         with self._lock:
-            left = sum(1 for entry in self._queue if not isinstance(entry, _Flush))
-            for entry in self._queue:
-                if isinstance(entry, _Flush):
-                    entry.done.set()
+            marks = [entry for entry in self._queue if isinstance(entry, _Flush)]
+            left = len(self._queue) - len(marks)
+            for mark in marks:
+                mark.done.set()
             self._queue.clear()
             self._bytes = 0
         return left
@@ -218,21 +209,21 @@ class BatchWorker(Generic[T]):
     # -- the thread -------------------------------------------------------------------------------------------
     def _run(self) -> None:
         while True:
-            if not self._closing:
+            if not self.stopping:
                 self._wake.wait(self._tick_s)
             self._wake.clear()
             try:
                 self._cycle()
             except Exception:  # a bug here must not stop the thread and silently stop the work
                 _log.exception("%s: worker error; continuing", self._thread.name)
-            if self._closing and (not self._drain or not self._queue):
+            if self.stopping and (not self._drain or not self._queue):
                 return
 
     def _cycle(self) -> None:
         """Handle batches while they come full (or up to a flush mark), then ``idle`` while it finds work. What is
         queued meanwhile waits for the next wake-up or tick, as in the SDK's ``BatchProcessor``: a producer adding
         without a wake-up is not raced item by item."""
-        while not (self._closing and not self._drain):
+        while not (self.stopping and not self._drain):
             batch, size, mark = self._take()
             if batch:
                 try:
@@ -249,7 +240,7 @@ class BatchWorker(Generic[T]):
                 continue
             if batch and self._max_batch is not None and len(batch) >= self._max_batch:
                 continue
-            if self._closing or self._idle is None or not self._idle():
+            if self.stopping or self._idle is None or not self._idle():
                 return
 
     def _take(self) -> tuple[list[tuple[T, int]], int, _Flush | None]:
@@ -261,7 +252,7 @@ class BatchWorker(Generic[T]):
                 limit is not None
                 and len(self._queue) < limit
                 and not self._flushes
-                and not self._closing
+                and not self.stopping
                 and (left := deadline - time.monotonic()) > 0
             ):
                 self._wake.wait(left)

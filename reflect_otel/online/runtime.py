@@ -8,7 +8,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.trace import Tracer
@@ -30,53 +30,41 @@ MAX_PENDING = 10_000
 
 
 @dataclass(slots=True)
-class OnlineStats:
-    """Counters of the online worker: runs started, traces received and dropped (queue full), what became of the
-    ones judged (``outcomes``; read as ``traces_verified``, ``traces_flagged`` and so on), and worker failures."""
+class OnlineStats(OutcomeCounts):
+    """Counters of the online worker: what became of the runs judged (:class:`OutcomeCounts`, whose ``verified``,
+    ``flagged``, ``attributed`` and ``verified_attributions`` read here as ``traces_*``), runs started, traces
+    received and dropped (queue full), and worker failures."""
 
     runs: int = 0
     traces_received: int = 0
     traces_dropped: int = 0
-    outcomes: OutcomeCounts = field(default_factory=OutcomeCounts)
     worker_errors: int = 0
 
     @property
     def traces_verified(self) -> int:
-        return self.outcomes.verified
+        return self.verified
 
     @property
     def traces_flagged(self) -> int:
-        return self.outcomes.flagged
+        return self.flagged
 
     @property
     def traces_attributed(self) -> int:
-        return self.outcomes.attributed
+        return self.attributed
 
     @property
     def traces_verified_attributions(self) -> int:
-        return self.outcomes.verified_attributions
-
-    @property
-    def budget_skips(self) -> int:
-        return self.outcomes.budget_skips
-
-    @property
-    def export_errors(self) -> int:
-        return self.outcomes.export_errors
-
-    @property
-    def tokens(self) -> int:
-        return self.outcomes.tokens
+        return self.verified_attributions
 
     def as_dict(self) -> dict[str, int]:
         return {
             "runs": self.runs,
             "traces_received": self.traces_received,
             "traces_dropped": self.traces_dropped,
-            "traces_verified": self.traces_verified,
-            "traces_flagged": self.traces_flagged,
-            "traces_attributed": self.traces_attributed,
-            "traces_verified_attributions": self.traces_verified_attributions,
+            "traces_verified": self.verified,
+            "traces_flagged": self.flagged,
+            "traces_attributed": self.attributed,
+            "traces_verified_attributions": self.verified_attributions,
             "budget_skips": self.budget_skips,
             "export_errors": self.export_errors,
             "worker_errors": self.worker_errors,
@@ -166,7 +154,7 @@ class Runtime:
             if run is None:
                 continue
             outcome = self.service.process(trace, expected=run.expected, replay=run.replay, domain_context=run.context)
-            self.stats.outcomes.count(outcome)
+            self.stats.count(outcome)
             if outcome.record is not None:
                 with self._lock:
                     self.records.append(outcome.record)
