@@ -20,10 +20,12 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from benchmarks._common import add_smoke_option, smoke_sizes, synthetic_trace
@@ -93,7 +95,10 @@ def fleet(server: str, collectors: int, workers: int, runs: int, wait_s: float =
     PostgresStore(url).close()
     reply = {"error_step": 1, "responsible_agent": None, "reason": "r", "error_type": "tool_error", "confidence": 0.5}
     processes: list[subprocess.Popen[Any]] = []
-    with ScriptedOpenAIServer(lambda body: ScriptedTurn(text=json.dumps(reply))) as model:
+    with (
+        ScriptedOpenAIServer(lambda body: ScriptedTurn(text=json.dumps(reply))) as model,
+        tempfile.TemporaryDirectory(prefix="reflect-fleet-") as folder,  # each collector's --out file
+    ):
         env = os.environ | {"REFLECT_LLM_BASE_URL": model.base_url, "REFLECT_LLM_API_KEY": "t",
                             "REFLECT_LLM_MODEL": "scripted", "PYTHONUNBUFFERED": "1"}  # fmt: skip
         ports = []
@@ -103,11 +108,12 @@ def fleet(server: str, collectors: int, workers: int, runs: int, wait_s: float =
                 ports.append(port)
                 process = subprocess.Popen(
                     [sys.executable, "-m", "reflect_otel", "collect", "--http", f"127.0.0.1:{port}", "-o",
-                     os.devnull, "--store", url, "--attribute", "--grace", "0.1"],
+                     str(Path(folder) / f"runs-{number}.jsonl"), "--store", url, "--attribute", "--grace", "0.1"],
                     stderr=subprocess.PIPE, text=True, env=env,
                 )  # fmt: skip
                 processes.append(process)
-                assert process.stderr is not None and "listening" in process.stderr.readline(), number
+                line = process.stderr.readline() if process.stderr is not None else ""
+                assert "listening" in line, f"collect {number} did not start: {line}"
             for _ in range(workers):
                 processes.append(
                     subprocess.Popen(

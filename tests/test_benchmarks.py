@@ -27,7 +27,7 @@ def _run(script: str, *extra: str) -> subprocess.CompletedProcess[str]:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=540,  # under pytest-timeout's 600 s: the probe's smoke run took 62 s alone, over 300 s under load
     )
 
 
