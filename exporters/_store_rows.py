@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, get_args
 
+from reflect_otel.errors import InputError
 from reflect_otel.record import AttributionRecord
 from reflect_otel.store import AttributionJob, JobStatus
 from reflect_otel.trace import StructuredTrace
@@ -27,6 +28,7 @@ __all__ = [
     "Write",
     "as_columns",
     "job_rows",
+    "migrations_to_apply",
     "record_rows",
     "trace_rows",
     "verdict_rows",
@@ -75,7 +77,7 @@ Columns = dict[str, list[Any]]
 REPLAY_COLUMNS = (
     "trace_id", "method", "seq", "round", "rollback_point", "localized_step", "gate_retry", "sample", "faithful",
     "violation_type", "flipped", "final_answer", "error", "correction_source", "correction_kind", "replaced_step",
-    "original_call", "replacement_call",
+    "original_call", "replacement_call", "arm", "changed_step", "reproduced",
 )  # fmt: skip
 CALL_COLUMNS = (
     "trace_id", "method", "seq", "stage", "model", "prompt_tokens", "cached_prompt_tokens", "completion_tokens",
@@ -165,6 +167,27 @@ def job_rows(job: AttributionJob) -> Write:
     return Write("job", (job.trace_id,), {"attribution_jobs": as_columns([row], list(row))})
 
 
+def _effect_columns(record: AttributionRecord) -> dict[str, Any]:
+    """The controlled test behind the record (both arms, each with its Wilson interval) and replay fidelity."""
+    effect, fidelity = record.effect, record.fidelity
+    arms: dict[str, Any] = {}
+    for name in ("intervention", "control"):
+        arm = getattr(effect, name) if effect is not None else None
+        arms |= {
+            f"effect_{name}_replays": arm.replays if arm else None,
+            f"effect_{name}_flips": arm.flips if arm else None,
+            f"effect_{name}_low": arm.low if arm else None,
+            f"effect_{name}_high": arm.high if arm else None,
+        }
+    return {
+        "effect_step": effect.step_index if effect else None,
+        **arms,
+        "effect_p_value": effect.p_value if effect else None,
+        "fidelity_controls": fidelity.controls if fidelity else None,
+        "fidelity_reproduced": fidelity.reproduced if fidelity else None,
+    }
+
+
 def record_rows(record: AttributionRecord) -> Write:
     key: dict[str, Any] = {"trace_id": record.trace_id, "method": record.method}
     verified_by = record.verified_by
@@ -190,6 +213,7 @@ def record_rows(record: AttributionRecord) -> Write:
         "record_json": record.model_dump_json(),
         "verified_by_source": verified_by.source if verified_by else None,
         "verified_by_kind": verified_by.kind.value if verified_by else None,
+        **_effect_columns(record),
     }
     replays = [
         key
@@ -212,6 +236,9 @@ def record_rows(record: AttributionRecord) -> Write:
             "replacement_call": a.correction.replacement.render()
             if a.correction and a.correction.replacement
             else None,
+            "arm": a.arm.value,
+            "changed_step": a.changed_step,
+            "reproduced": a.reproduced,
         }
         for seq, a in enumerate(record.replays)
     ]
@@ -239,3 +266,16 @@ def record_rows(record: AttributionRecord) -> Write:
             "llm_calls": as_columns(calls, CALL_COLUMNS),
         },
     )
+
+
+def migrations_to_apply(current: int, migrations: Sequence[str]) -> list[tuple[int, list[str]]]:
+    """(version, its statements) for each schema version after ``current`` in a backend's ``migrations``; raises
+    :class:`InputError` naming the fix when the store is newer than this reflect-otel."""
+    if current > len(migrations):
+        raise InputError(
+            f"the store was written by a newer reflect-otel (schema {current} > {len(migrations)}); upgrade"
+        )
+    return [
+        (version, [s for s in migrations[version - 1].split(";") if s.strip()])
+        for version in range(current + 1, len(migrations) + 1)
+    ]

@@ -53,6 +53,13 @@ def record_attributes(record: AttributionRecord) -> dict[str, str | int | float 
         ReflectAttributes.REPLACEMENT_CALL: (
             verified_by.replacement.render()[:1000] if verified_by and verified_by.replacement else None
         ),
+        ReflectAttributes.EFFECT: record.effect.text() if record.effect else None,
+        ReflectAttributes.EFFECT_INTERVENTION_FLIPS: record.effect.intervention.flips if record.effect else None,
+        ReflectAttributes.EFFECT_INTERVENTION_REPLAYS: record.effect.intervention.replays if record.effect else None,
+        ReflectAttributes.EFFECT_CONTROL_FLIPS: record.effect.control.flips if record.effect else None,
+        ReflectAttributes.EFFECT_CONTROL_REPLAYS: record.effect.control.replays if record.effect else None,
+        ReflectAttributes.FIDELITY_CONTROLS: record.fidelity.controls if record.fidelity else None,
+        ReflectAttributes.FIDELITY_REPRODUCED: record.fidelity.reproduced if record.fidelity else None,
         SpanAttributes.INPUT_VALUE: record.trace_id,
         SpanAttributes.OUTPUT_VALUE: _explanation(record) or None,
         AnnotationAttributes.ANNOTATION_NAME: ANNOTATION_NAME,

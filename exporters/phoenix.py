@@ -1,7 +1,8 @@
 """Attributions as Phoenix annotations, through Phoenix's REST API (Phoenix ignores inline annotation attributes
 and span links on ingest). On the decisive span: ``decisive_error`` (label = the error type, marked as a hypothesis
 when no replay verified it; the explanation; the intervention in its metadata) and, only when a replay measured
-it, ``replay_flip_rate`` (score = the share of replays from the rollback point that flipped the outcome). On the
+it, ``replay_flip_rate`` (score = the share of the intervention's replays that flipped the outcome; its
+explanation says what the control replay from the same prefix did). On the
 trace: ``reflect_attribution`` (label = verified or unverified). Phoenix's UI shows an annotation's score in place
 of its label when it has one, so no annotation carries both: a number always sits under a name that says what it
 measured. Each has a stable ``identifier``, so posting a record again updates it instead of adding another.
@@ -17,7 +18,7 @@ from typing import Any
 import httpx
 
 from reflect_otel.errors import ReflectError
-from reflect_otel.record import AttributionRecord, AttributionStatus
+from reflect_otel.record import AttributionRecord, AttributionStatus, ReplayArm
 
 __all__ = ["PhoenixAnnotationError", "PhoenixAnnotationExporter", "annotation_payloads"]
 
@@ -32,7 +33,7 @@ class PhoenixAnnotationError(ReflectError):
 
 def annotation_payloads(record: AttributionRecord) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(span annotations, none when the record names no span; trace annotation), as Phoenix's REST API takes them."""
-    flipped = any(a.flipped for a in record.replays)
+    flipped = any(a.flipped for a in record.replays if a.arm is ReplayArm.INTERVENTION)
     metadata: dict[str, Any] = {
         "method": record.method,
         "status": record.status.value,
@@ -43,6 +44,8 @@ def annotation_payloads(record: AttributionRecord) -> tuple[list[dict[str, Any]]
         "injection": record.intervention.injection if record.intervention else None,
         "corrected_answer": record.corrected_answer,
         "confidence": record.confidence_text,
+        "effect": record.effect.text() if record.effect else None,
+        "fidelity": record.fidelity.text() if record.fidelity else None,
         "auditor_confidence": record.auditor_confidence,  # the auditor's self-report: never shown as a score
     }
     label = record.error_type.value if record.error_type else "unknown"

@@ -1,15 +1,24 @@
-"""A self-contained HTML report of one attribution: the steps as a timeline with the decisive step marked, the
-verdict, the injected correction, and the original and corrected continuations side by side. Every piece of trace
+"""A self-contained HTML report of one attribution: the steps as a timeline with the decisive step (and the
+benchmark's labelled steps) marked, what the run was judged against, the injected correction, and the original and corrected continuations side by side. Every piece of trace
 content is HTML-escaped (it is untrusted); the page loads nothing from outside."""
 
 from __future__ import annotations
 
 import html
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
-from reflect_otel.record import AttributionRecord, AttributionStatus, Correction, InterventionKind
+from reflect_otel._describe import confidence_text, error_type_text, labels_text, named_by, verdict_text
+from reflect_otel.record import (
+    AttributionRecord,
+    AttributionStatus,
+    Correction,
+    InterventionKind,
+    ReplayArm,
+    ReplayAttempt,
+)
 from reflect_otel.trace import Step, StructuredTrace
+from reflect_otel.verdict import Verdict
 
 __all__ = ["render_report"]
 
@@ -28,6 +37,7 @@ font-weight:600;font-size:.85rem;margin-left:.5rem} .verified{background:#d3f5dd
 pre{white-space:pre-wrap;word-break:break-word;margin:.3rem 0 0;font-size:.85rem;background:#f1f3f6;padding:.4rem;border-radius:.3rem}
 .cols{display:grid;grid-template-columns:1fr 1fr;gap:1rem} table{border-collapse:collapse;font-size:.85rem}
 td,th{border:1px solid #dde1e7;padding:.25rem .6rem;text-align:left} .flag{color:#d93f3f;font-weight:700}
+.label{color:#11632b;font-weight:700}
 """
 
 
@@ -35,13 +45,15 @@ def _e(value: object) -> str:
     return html.escape("" if value is None else str(value))
 
 
-def _step(step: Step, decisive: bool) -> str:
+def _step(step: Step, decisive: bool, labelled: bool = False) -> str:
     parts = [
         f'<li class="step{" decisive" if decisive else ""}" id="step-{step.index}">',
         f'<span class="idx">{step.index}</span><span class="kind">{_e(step.kind.value)}</span>',
     ]
     if decisive:
         parts.append(' <span class="flag">decisive error</span>')
+    if labelled:
+        parts.append(' <span class="label">labelled by the benchmark</span>')
     if step.tool_name:
         parts.append(
             f"<pre>{_e(step.tool_name)}({_e(json.dumps(step.tool_args, ensure_ascii=False, default=str)[:1000])})</pre>"
@@ -54,10 +66,12 @@ def _step(step: Step, decisive: bool) -> str:
     return "".join(parts)
 
 
-def _steps(steps: Sequence[Step], decisive: int | None) -> str:
+def _steps(steps: Sequence[Step], decisive: int | None, labelled: Collection[int] = ()) -> str:
     if not steps:
         return "<p class='meta'>(none)</p>"
-    return '<ul class="timeline">' + "".join(_step(s, s.index == decisive) for s in steps) + "</ul>"
+    return (
+        '<ul class="timeline">' + "".join(_step(s, s.index == decisive, s.index in labelled) for s in steps) + "</ul>"
+    )
 
 
 def _kept(rollback_point: int) -> str:
@@ -77,18 +91,39 @@ def _diagnosis(record: AttributionRecord, kind: str) -> str:
         text = (
             f"<b>Step {_e(record.step_index)} caused the wrong answer</b> ({_e(kind)}). The agent answered "
             f"<b>{_e(record.original_answer)}</b>{_stop(record.original_answer)} Replayed with {_kept(kept)} and step {_e(record.step_index)} "
-            f"{redone}, it answered <b>{_e(record.corrected_answer)}</b>, which verifies as correct: that replay is "
-            f"the evidence.{_proof(correction)}"
+            f"{redone}, it answered <b>{_e(record.corrected_answer)}</b>, which verifies as correct.{_control(record)}"
+            f"{_proof(correction)}"
+        )
+    elif record.status is AttributionStatus.NOT_ATTRIBUTABLE and record.effect is not None:
+        text = (
+            f"<b>Not attributable:</b> an intervention at step {_e(record.effect.step_index)} flipped the answer, but "
+            f"the flip cannot be credited to the step: {_e(record.reason)}{_stop(record.reason)}{_control(record)}"
         )
     elif record.step_index is not None:
+        typed = f" ({_e(kind)})" if record.error_type is not None else ""
         text = (
-            f"<b>Hypothesis, not verified:</b> the auditor names step {_e(record.step_index)} as the decisive error "
-            f"({_e(kind)}). No replay proved it: {_e(record.reason or 'no replay flipped the outcome')}"
+            f"<b>Hypothesis, not verified:</b> {_e(named_by(record))} names step {_e(record.step_index)} as the "
+            f"decisive error{typed}. No replay proved it: {_e(record.reason or 'no replay flipped the outcome')}"
             f"{_stop(record.reason or 'x')}"
         )
     else:
-        text = f"No step could be attributed: {_e(record.reason)}."
+        text = f"No step was named: {_e(record.reason or 'see the errors below')}{_stop(record.reason or 'x')}"
     return f'<h2>Diagnosis</h2><div class="card"><p>{text}</p></div>'
+
+
+def _control(record: AttributionRecord) -> str:
+    """What the control replay did beside the intervention, and the replay fidelity."""
+    effect = record.effect
+    if effect is None:
+        return ""
+    answers = ", ".join(repr(a) for a in effect.control.answers[:5]) or "nothing"
+    fidelity = f" {_e(record.fidelity.text())}." if record.fidelity else ""
+    return (
+        f" Replayed from the same prefix with no intervention (the control), it answered {_e(answers)}: "
+        f"<b>{_e(effect.text())}</b> (Wilson 95%: intervention [{effect.intervention.low:.2f}, "
+        f"{effect.intervention.high:.2f}], control [{effect.control.low:.2f}, {effect.control.high:.2f}])."
+        f"{fidelity}"
+    )
 
 
 def _call(correction: Correction) -> str:
@@ -145,7 +180,9 @@ def _replays_tried(record: AttributionRecord) -> str:
         if gate is not None and not gate.is_faithful:
             outcome += f"; gate: {_e(gate.violation_type)} ({_e(gate.decided_by.value)})"
         correction = attempt.correction
-        if correction is not None and correction.kind is InterventionKind.ACTION and correction.replacement:
+        if attempt.arm is ReplayArm.CONTROL:
+            given = "<p><b>Control:</b> the same prefix, no intervention</p>"
+        elif correction is not None and correction.kind is InterventionKind.ACTION and correction.replacement:
             given = f"<p><b>Executed instead ({_e(correction.source)})</b></p><pre>{_e(correction.replacement.render())}</pre>"
         else:
             given = f"<p><b>Injected correction</b></p><pre>{_e(attempt.injection)}</pre>"
@@ -157,9 +194,36 @@ def _replays_tried(record: AttributionRecord) -> str:
     return f'<h2>Replays tried</h2><div class="card">{"".join(items)}</div>' if items else ""
 
 
-def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> str:
-    """The report as one HTML string."""
+def _judged(
+    trace: StructuredTrace, record: AttributionRecord | None, verdict: Verdict | None, expected: str | None
+) -> str:
+    """What the run was judged against (the expected answer, the verifier's verdict) and the benchmark's labels,
+    beside the attribution."""
+    rows = [f"<p><b>Judged:</b> {_e(verdict_text(verdict, expected))}</p>"]
+    compared = labels_text(trace.labels, record.step_index if record else None)
+    if compared:
+        items = "".join(
+            f"<li>{'step ' + _e(label.step_index) if label.step_index is not None else 'no step'}: "
+            f"{_e(label.category)}{' (' + _e(label.impact) + ')' if label.impact else ''}"
+            f"{': ' + _e(label.description[:600]) if label.description else ''}</li>"
+            for label in trace.labels
+        )
+        rows.append(f"<p><b>The benchmark's labels:</b> {_e(compared)}</p><ul>{items}</ul>")
+    return "".join(rows)
+
+
+def render_report(
+    trace: StructuredTrace,
+    record: AttributionRecord | None,
+    *,
+    verdict: Verdict | None = None,
+    expected: str | None = None,
+) -> str:
+    """The report as one HTML string. ``verdict`` is the run's verdict when the record carries none (the store's);
+    ``expected`` the expected answer, when known."""
     decisive = record.step_index if record else None
+    verdict = (record.original_verdict if record is not None else None) or verdict
+    labelled = {label.step_index for label in trace.labels if label.step_index is not None}
     status = record.status.value if record else "not attributed"
     badge = f'<span class="badge {_e(status) if record else "skipped"}">{_e(status)}</span>'
     body = [
@@ -167,24 +231,34 @@ def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> s
         f'<p class="meta">{_e(trace.source.framework)} &middot; {len(trace.steps)} steps &middot; '
         f"collected by {_e(trace.source.collector)}</p>",
         f'<div class="card"><b>Question</b><pre>{_e(trace.question[:4000])}</pre>'
-        f"<b>Final answer</b><pre>{_e(trace.final_answer)}</pre></div>",
+        f"<b>Final answer</b><pre>{_e(trace.final_answer)}</pre>"
+        + (f"<b>Expected answer</b><pre>{_e(expected)}</pre>" if expected is not None else "")
+        + _judged(trace, record, verdict, expected)
+        + "</div>",
     ]
     if record is not None:
-        kind = record.error_type.value if record.error_type else "unknown"
+        kind = error_type_text(record)
         verified = record.status is AttributionStatus.VERIFIED
         body.append(_diagnosis(record, kind))
+        step = (
+            f"<b>Decisive step:</b> {_e(record.step_index)} &middot; <b>Error type:</b> {_e(kind)}"
+            if record.step_index is not None
+            else "<b>Decisive step:</b> none named"
+        )
         body.append(
             '<h2>Attribution</h2><div class="card">'
-            f"<p><b>Decisive step:</b> {_e(record.step_index)} &middot; <b>Error type:</b> {_e(kind)} &middot; "
-            f"<b>Method:</b> {_e(record.method)} ({_e(record.mode.value)})</p>"
-            f"<p><b>Confidence:</b> {_e(record.confidence_text)}</p>"
-            f"<p><b>{'Explanation' if verified else 'The auditor&#39;s hypothesis (not verified)'}</b></p>"
-            f"<pre>{_e(record.explanation)}</pre>"
+            f"<p>{step} &middot; <b>Method:</b> {_e(record.method)} ({_e(record.mode.value)})</p>"
+            f"<p><b>Confidence:</b> {_e(confidence_text(record))}</p>"
         )
+        if record.explanation:
+            heading = "Explanation" if verified else f"The hypothesis of {named_by(record)} (not verified)"
+            body.append(f"<p><b>{_e(heading)}</b></p><pre>{_e(record.explanation)}</pre>")
         if record.root_cause:
             body.append(f"<p><b>Root cause</b></p><pre>{_e(record.root_cause)}</pre>")
         if record.reason:
             body.append(f"<p><b>Note:</b> {_e(record.reason)}</p>")
+        if record.fidelity is not None:
+            body.append(f"<p><b>Replay fidelity:</b> {_e(record.fidelity.text())} (control replays)</p>")
         body.append("</div>")
         intervention = record.intervention
         if intervention is not None and intervention.injection:
@@ -194,7 +268,7 @@ def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> s
             )
         body.append(_corrections(record))
     body.append("<h2>Steps</h2>")
-    flipped = next((a for a in record.replays if a.flipped), None) if record else None
+    flipped = _deciding(record) if record else None
     if record is not None and record.status is AttributionStatus.VERIFIED and flipped is not None:
         point = flipped.rollback_point
         kept_steps = f"Steps 1..{point} were kept; after them" if point else "No step was kept"
@@ -203,15 +277,25 @@ def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> s
             f"{_e(record.corrected_answer)}).</p>"
         )
         if point:
-            body.append(_steps(trace.steps[:point], decisive))
+            body.append(_steps(trace.steps[:point], decisive, labelled))
+        control = next(
+            (a for a in record.replays if a.arm is ReplayArm.CONTROL and a.rollback_point == point and not a.error),
+            None,
+        )
+        control_column = (
+            f"<div><h2>Control (no intervention)</h2>{_steps(control.continuation, None)}"
+            f"<p><b>Answer:</b> {_e(control.final_answer)}</p></div>"
+            if control is not None
+            else ""
+        )
         body.append(
-            f'<div class="cols"><div><h2>Original continuation</h2>{_steps(trace.steps[point:], decisive)}'
-            f"<p><b>Answer:</b> {_e(record.original_answer)}</p></div>"
+            f'<div class="cols"><div><h2>Original continuation</h2>{_steps(trace.steps[point:], decisive, labelled)}'
+            f"<p><b>Answer:</b> {_e(record.original_answer)}</p></div>{control_column}"
             f"<div><h2>Corrected continuation</h2>{_steps(flipped.continuation, None)}"
             f"<p><b>Answer:</b> {_e(flipped.final_answer)}</p></div></div>"
         )
     else:
-        body.append(_steps(trace.steps, decisive))
+        body.append(_steps(trace.steps, decisive, labelled))
         if record is not None:
             body.append(_replays_tried(record))
     if record is not None and record.cost:
@@ -231,6 +315,17 @@ def render_report(trace: StructuredTrace, record: AttributionRecord | None) -> s
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'\">"
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>{''.join(body)}</body></html>"
     )
+
+
+def _deciding(record: AttributionRecord) -> ReplayAttempt | None:
+    """The intervention replay that verified the record (the first flip of its correction at its point)."""
+    intervention = record.intervention
+    flips = [a for a in record.replays if a.flipped and a.arm is ReplayArm.INTERVENTION]
+    if intervention is not None:
+        for attempt in flips:
+            if attempt.correction == intervention.correction and attempt.rollback_point == intervention.rollback_point:
+                return attempt
+    return flips[0] if flips else None
 
 
 def _stop(text: str | None) -> str:

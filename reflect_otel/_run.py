@@ -1,13 +1,14 @@
 """What REFLECT and the baselines share: the run's bookkeeping (recorded LLM calls, stage errors, the record's
-cost), the typed record constructor, and the one replay-and-verify step."""
+cost), the typed record constructor, and the one error boundary."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from reflect_otel.config import ReflectConfig
+from reflect_otel.errors import LLMError
 from reflect_otel.evidence import find_evidence, render_findings
 from reflect_otel.llm.base import StructuredLLM, prompt_budget
 from reflect_otel.llm.recording import CallLog, RecordingLLM
@@ -17,22 +18,22 @@ from reflect_otel.record import (
     AttributionRecord,
     AttributionStatus,
     Correction,
+    Effect,
     ErrorType,
-    FlipRate,
-    GateVerdict,
+    Fidelity,
     Intervention,
     Localization,
     ReplayAttempt,
     StageError,
-    measured_confidence,
     stage_costs,
 )
-from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult, replay_with
-from reflect_otel.trace import StepAction, StructuredTrace
+from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import Verifier, bound_to
 
-__all__ = ["AttributionRun", "MethodBase", "ReplayOutcome", "is_correct", "replay_and_verify"]
+__all__ = ["AttributionRun", "MethodBase", "is_correct"]
+
+_log = logging.getLogger("reflect_otel.methods")
 
 
 class AttributionRun:
@@ -77,17 +78,18 @@ class AttributionRun:
         intervention: Intervention | None = None,
         replays: Sequence[ReplayAttempt] = (),
         corrections: Sequence[Correction] = (),
-        flip_rates: Sequence[FlipRate] = (),
+        effect: Effect | None = None,
+        fidelity: Fidelity | None = None,
         corrected_answer: str | None = None,
         original_verdict: Verdict | None = None,
         rounds: int = 0,
         localizations: Sequence[Localization] = (),
     ) -> AttributionRecord:
         """The record, with the run's cost, calls and errors. ``span_id`` defaults to the span of ``step_index``
-        in the run's trace. ``auditor_confidence`` is the auditor's own figure; the record's confidence is measured
-        from ``replays`` (:func:`~reflect_otel.record.measured_confidence`)."""
+        in the run's trace. ``auditor_confidence`` is the auditor's own figure; a verified record's confidence is
+        measured: the share of its intervention's replays that flipped (``effect``)."""
         calls = self.log.calls
-        measured, samples = measured_confidence(status, intervention, replays)
+        measured = effect.intervention if effect is not None and status is AttributionStatus.VERIFIED else None
         if span_id is None and step_index is not None and 1 <= step_index <= len(self.trace.steps):
             span_id = self.trace.steps[step_index - 1].span_id
         return AttributionRecord(
@@ -99,15 +101,16 @@ class AttributionRun:
             span_id=span_id,
             reason=reason,
             error_type=error_type,
-            confidence=measured,
-            confidence_samples=samples,
+            confidence=measured.rate if measured is not None else None,
+            confidence_samples=measured.replays if measured is not None else None,
             auditor_confidence=auditor_confidence,
             explanation=explanation,
             root_cause=root_cause,
             intervention=intervention,
             replays=tuple(replays),
             corrections=tuple(corrections),
-            flip_rates=tuple(flip_rates),
+            effect=effect,
+            fidelity=fidelity,
             original_answer=self.trace.final_answer,
             corrected_answer=corrected_answer,
             original_verdict=original_verdict or self.original_verdict,
@@ -157,50 +160,22 @@ class MethodBase:
         settings = self.config.model_dump(mode="json") | {"verifier": self.verifier.name}
         return AttributionRun(self.method, self.llm, trace, settings, self.verifier, verdict)
 
+    def guarded(
+        self, run: AttributionRun, mode: AttributionMode, work: Callable[[], AttributionRecord]
+    ) -> AttributionRecord:
+        """``work()``, the one error boundary of every method: a stage's :class:`LLMError` or any other exception
+        (a bug, an adapter's surprise) becomes a recorded outcome with what was reached, never an exception."""
+        try:
+            return work()
+        except LLMError as error:
+            run.error(self.method, error)
+            reason = f"{self.method} failed; see errors"
+        except Exception as error:
+            _log.exception("%s on trace %s failed", self.method, run.trace.trace_id)
+            run.error(self.method, error)
+            reason = f"internal error: {error}"
+        return run.record(status=AttributionStatus.UNVERIFIED, mode=mode, step_index=None, reason=reason)
+
 
 def is_correct(verdict: Verdict | None) -> bool:
     return verdict is not None and verdict.is_correct is True
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayOutcome:
-    """One replay as recorded, and what it produced (None when the replay failed)."""
-
-    attempt: ReplayAttempt
-    result: ReplayResult | None
-
-
-def replay_and_verify(
-    run: AttributionRun,
-    replay: ReplayAdapter,
-    trace: StructuredTrace,
-    planned: ReplayAttempt,
-    *,
-    expected: str | None,
-    injection_role: InjectionRole,
-    action: StepAction | None = None,
-    gate: Callable[[ReplayResult], GateVerdict | None] | None = None,
-) -> ReplayOutcome:
-    """Replay ``trace`` as ``planned`` (its rollback point, injection, round, sample and retry; ``action`` executed
-    as the first regenerated step when given), gate the continuation (when ``gate`` is given) and verify the new
-    answer with the run's verifier. A failed replay is recorded in the attempt and in the run's errors, never raised: an adapter, or the
-    agent it runs, may fail in any way."""
-    try:
-        result = replay_with(replay, trace, planned.rollback_point, planned.injection, injection_role, action)
-    except Exception as error:
-        run.error("replay", error, planned.round)
-        return ReplayOutcome(planned.model_copy(update={"error": str(error)[:2000]}), None)
-    gate_verdict = gate(result) if gate is not None else None
-    verdict = run.verifier.verify(result.trace, expected=expected)
-    attempt = planned.model_copy(
-        update={
-            "gate": gate_verdict,
-            "verdict": verdict,
-            "flipped": is_correct(verdict),
-            "final_answer": result.final_answer,
-            "prefix_verified": result.prefix_verified,
-            "continuation": result.continuation,
-            "adapter_info": result.adapter_info,
-        }
-    )
-    return ReplayOutcome(attempt, result)

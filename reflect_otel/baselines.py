@@ -5,38 +5,54 @@
 | ``aao`` all-at-once | 1 |
 | ``sbs`` step-by-step | index of the first flagged step, T when none is flagged |
 | ``bs`` binary search | ceil(log2 T) + 1 (bisections, then one call for the reason) |
-| ``ics`` bare-prefix resampling | up to D localizations; replays need no hint and no plan |
+| ``ics`` bare-prefix resampling | up to D localizations; the agent's own resampled steps, replayed under control |
 | ``reflexion`` / ``reflexion-nogt`` | 2 (reflect, then name the step); with a replay adapter, one retry from the start |
-| ``dover`` | 1 (hypotheses) + a replay per hypothesis + 1 (classify the supported one) |
+| ``dover`` | 1 (hypotheses) + 1 (classify) + the gate's calls; each hypothesis's intervention replayed under control |
+
+ICS and DoVer replay through the same search as REFLECT (:mod:`reflect_otel.search`): the same budget and the same
+control rule. Every method shares one error boundary (:meth:`~reflect_otel._run.MethodBase.guarded`).
 | ``evidence`` (the earliest decisive evidence finding) | 0 |
 | ``first-step`` / ``last-step`` | 0 |
 """
 
 from __future__ import annotations
 
-import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from reflect_otel import evidence, prompts, stages
-from reflect_otel._run import AttributionRun, MethodBase, ReplayOutcome, replay_and_verify
-from reflect_otel.errors import LLMError
+from reflect_otel._replayer import Replayer
+from reflect_otel._run import AttributionRun, MethodBase
+from reflect_otel.leaks import leak
+from reflect_otel.pipeline import guidance_window
 from reflect_otel.record import (
     AttributionMode,
     AttributionRecord,
     AttributionStatus,
-    Intervention,
+    Correction,
+    InterventionKind,
     Localization,
     RepairPlan,
     ReplayAttempt,
 )
 from reflect_otel.replay import ReplayAdapter
-from reflect_otel.trace import StructuredTrace
+from reflect_otel.search import (
+    Diagnosis,
+    Explanation,
+    Round,
+    SearchContext,
+    SearchPolicy,
+    faithfulness_gate,
+    localized_steps,
+    search,
+    tested_steps,
+)
+from reflect_otel.trace import StepAction, StructuredTrace
+from reflect_otel.trial import GateFn, Trial, TrialResult
 from reflect_otel.verdict import Verdict
 
-__all__ = ["BASELINES", "Baseline", "binary_search_calls"]
-
-_log = logging.getLogger("reflect_otel.baselines")
+__all__ = ["BASELINES", "Baseline", "HypothesesPolicy", "ResamplePolicy", "binary_search_calls"]
 
 
 def binary_search_calls(step_count: int) -> int:
@@ -75,25 +91,9 @@ class Baseline(MethodBase):
             domain_context=domain_context,
             config=self.config,
         )
-        try:
-            return self._attribute(run, trace, ctx, expected, replay)
-        except LLMError as error:
-            run.error(self.method, error)
-            return run.record(
-                status=AttributionStatus.UNVERIFIED,
-                mode=AttributionMode.LOCALIZATION_ONLY,
-                step_index=None,
-                reason=f"{self.method} failed; see errors",
-            )
-        except Exception as error:
-            _log.exception("%s on trace %s failed", self.method, trace.trace_id)
-            run.error(self.method, error)
-            return run.record(
-                status=AttributionStatus.UNVERIFIED,
-                mode=AttributionMode.LOCALIZATION_ONLY,
-                step_index=None,
-                reason=f"internal error: {error}",
-            )
+        return self.guarded(
+            run, AttributionMode.LOCALIZATION_ONLY, lambda: self._attribute(run, trace, ctx, expected, replay)
+        )
 
     def _attribute(
         self,
@@ -104,31 +104,6 @@ class Baseline(MethodBase):
         replay: ReplayAdapter | None,
     ) -> AttributionRecord:
         raise NotImplementedError
-
-    def _replay(
-        self,
-        run: AttributionRun,
-        replay: ReplayAdapter,
-        trace: StructuredTrace,
-        expected: str | None,
-        *,
-        rollback_point: int,
-        injection: str,
-        round_: int,
-        localized_step: int,
-    ) -> ReplayOutcome:
-        """One replay and its verdict (no gate): the step REFLECT shares with every replaying baseline."""
-        planned = ReplayAttempt(
-            round=round_, rollback_point=rollback_point, localized_step=localized_step, injection=injection
-        )
-        return replay_and_verify(
-            run,
-            replay,
-            trace,
-            planned,
-            expected=expected,
-            injection_role=self.config.injection_role,
-        )
 
     @staticmethod
     def _localized(
@@ -229,10 +204,10 @@ class BinarySearch(Baseline):
 
 class Reflexion(Baseline):
     """Reflect on the failed attempt, name the step the reflection blames, and, where the agent can be replayed,
-    retry the task from the start with the reflection as memory (Reflexion's trial), the expected answer taken out
-    of it as out of REFLECT's corrections (it would flip any retry and prove nothing). A retry that answers right
-    corrects the run but verifies no step: its trajectory shares no prefix with the original, so the record stays
-    unverified (correction is not attribution)."""
+    retry the task from the start with the reflection as memory (Reflexion's trial). A memory that carries the
+    expected answer, or states one, is refused (:mod:`reflect_otel.leaks`): it would flip any retry and prove
+    nothing. A retry that answers right corrects the run but verifies no step: its trajectory shares no prefix
+    with the original, so the record stays unverified (correction is not attribution)."""
 
     method = "reflexion"
 
@@ -255,17 +230,27 @@ class Reflexion(Baseline):
         ).value
         if replay is None:
             return self._localized(run, out.error_step, out)
-        outcome = self._replay(
-            run,
-            replay,
-            trace,
-            expected,
-            rollback_point=0,
-            injection=prompts.reflexion_memory(stages.answer_hidden(reflection.reflection, expected)),
-            round_=1,
-            localized_step=out.error_step,
+        memory = prompts.reflexion_memory(reflection.reflection)
+        retry = Correction(
+            source="reflexion", kind=InterventionKind.GUIDANCE, step_index=1, finding=reflection.reflection[:500]
         )
-        corrected = outcome.result.final_answer if outcome.attempt.flipped and outcome.result else None
+        leaked = leak(memory, expected)
+        if leaked is not None:
+            return run.record(
+                status=AttributionStatus.UNVERIFIED,
+                mode=AttributionMode.LOCALIZATION_ONLY,
+                step_index=out.error_step,
+                error_type=out.error_type,
+                auditor_confidence=out.confidence,
+                explanation=out.reason,
+                corrections=(retry.model_copy(update={"refused": leaked}),),
+                reason=f"the retry was not run: its memory {leaked}",
+            )
+        attempt, result = Replayer(run, replay, expected=expected, injection_role=self.config.injection_role).replay(
+            ReplayAttempt(round=1, rollback_point=0, localized_step=out.error_step, injection=memory, correction=retry),
+            action=None,
+        )
+        corrected = result.final_answer if attempt.flipped and result else None
         return run.record(
             status=AttributionStatus.UNVERIFIED,
             mode=AttributionMode.REPLAY,
@@ -273,7 +258,8 @@ class Reflexion(Baseline):
             error_type=out.error_type,
             auditor_confidence=out.confidence,
             explanation=out.reason,
-            replays=(outcome.attempt,),
+            replays=(attempt,),
+            corrections=(retry.model_copy(update={"replays": 1, "flipped": attempt.flipped}),),
             corrected_answer=corrected,
             rounds=1,
             reason="the retry with the reflection answered right, but a retry from the start tests no step"
@@ -287,87 +273,95 @@ class ReflexionNoGT(Reflexion):
     uses_expected = False
 
 
-class ICS(Baseline):
-    """Untargeted resampling: localize without the expected answer, replay from the bare prefix before the
-    localized step with no hint, verify; otherwise re-localize on the new trace, up to D iterations."""
+class _Searching(Baseline):
+    """A baseline that replays: the shared search (:mod:`reflect_otel.search`) with this method's policy."""
+
+    def policy(self) -> SearchPolicy:
+        raise NotImplementedError
+
+    def attribute(
+        self,
+        trace: StructuredTrace,
+        *,
+        expected: str | None = None,
+        replay: ReplayAdapter | None = None,
+        domain_context: str = "",
+        verdict: Verdict | None = None,
+    ) -> AttributionRecord:
+        run = self.start(trace, verdict)
+        mode = AttributionMode.REPLAY if replay is not None else AttributionMode.LOCALIZATION_ONLY
+        return self.guarded(
+            run,
+            mode,
+            lambda: search(
+                run, self.policy(), expected=expected, replay=replay, domain_context=domain_context, config=self.config
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class ResamplePolicy:
+    """ICS: localize without the expected answer, then let the agent redo the localized step (and the K-1 before
+    it) with no hint at all; each resampled step that differs from the original is replayed under control."""
+
+    def diagnose(self, ctx: SearchContext, rounds: Sequence[Round]) -> Diagnosis | None:
+        trace = ctx.trace
+        tested, localized = tested_steps(rounds), localized_steps(rounds)
+        if len(localized) >= len(trace.steps):
+            return None
+        localization = stages.localize(
+            ctx.run.llm, ctx.prompt_context(show_expected=False), trace, tested=tested, excluded=localized
+        )
+        if not ctx.replayable:
+            return Diagnosis(localization)
+        located = localization.step_index
+        trials = tuple(
+            Trial(
+                Correction(
+                    source="resample",
+                    kind=InterventionKind.GUIDANCE,
+                    step_index=point,
+                    original=StepAction.of_step(trace.steps[point - 1]),
+                    finding="the agent's own step, resampled with no hint",
+                ),
+                round=len(rounds) + 1,
+                localized_step=located,
+            )
+            for point in guidance_window(trace, located, ctx.config.rollback_points)
+            if point not in tested
+        )
+        return Diagnosis(localization, trials=trials)
+
+    def gate(self, ctx: SearchContext) -> GateFn | None:
+        return None  # no plan to follow: a step that differs is the intervention
+
+    def explain(self, ctx: SearchContext, round_: Round, verified: TrialResult) -> Explanation | None:
+        return None
+
+
+class ICS(_Searching):
+    """Untargeted resampling (the paper's no-hint control): see :class:`ResamplePolicy`."""
 
     method = "ics"
     uses_expected = False
 
-    def _attribute(
-        self,
-        run: AttributionRun,
-        trace: StructuredTrace,
-        ctx: prompts.PromptContext,
-        expected: str | None,
-        replay: ReplayAdapter | None,
-    ) -> AttributionRecord:
-        current: StructuredTrace = trace
-        attempts: list[ReplayAttempt] = []
-        localization: Localization | None = None
-        for round_ in range(1, self.config.rounds + 1):
-            ctx = run.prompt_context(  # built as for every method: evidence, layout and labels included
-                current, expected, include_expected=False, domain_context=ctx.domain_context, config=self.config
-            )
-            localization = stages.localize(run.llm, ctx, current)
-            if replay is None:
-                break
-            point = localization.step_index - 1  # resample the localized step itself
-            outcome = self._replay(
-                run,
-                replay,
-                current,
-                expected,
-                rollback_point=point,
-                injection="",
-                round_=round_,
-                localized_step=localization.step_index,
-            )
-            attempts.append(outcome.attempt)
-            result = outcome.result
-            if result is None:
-                break
-            if outcome.attempt.flipped:
-                return run.record(
-                    status=AttributionStatus.VERIFIED,
-                    mode=AttributionMode.REPLAY,
-                    step_index=localization.step_index,
-                    auditor_confidence=localization.confidence,
-                    explanation=localization.reasoning,
-                    replays=tuple(attempts),
-                    corrected_answer=result.final_answer,
-                    rounds=round_,
-                    localizations=(localization,),
-                )
-            current = result.trace
-        assert localization is not None
-        return run.record(
-            status=AttributionStatus.UNVERIFIED,
-            mode=AttributionMode.REPLAY if replay else AttributionMode.LOCALIZATION_ONLY,
-            step_index=min(localization.step_index, len(trace.steps)),
-            auditor_confidence=localization.confidence,
-            explanation=localization.reasoning,
-            replays=tuple(attempts),
-            rounds=len(attempts),
-            reason="no resample flipped the outcome" if replay else "localization only: no replay adapter",
-        )
+    def policy(self) -> SearchPolicy:
+        return ResamplePolicy()
 
 
-class DoVer(Baseline):
-    """Hypothesis -> intervention -> validate, without re-localization: each hypothesis's intervention is replayed
-    at its step; the first that flips the outcome is the attribution, else the first hypothesis, unverified."""
+@dataclass(frozen=True)
+class HypothesesPolicy:
+    """DoVer: hypothesis -> intervention -> validate, without re-localization: each hypothesis's intervention is
+    the agent's guidance at its step, tested under control; the first verified one is the attribution, else the
+    first hypothesis, unverified."""
 
-    method = "dover"
-    hypotheses = 3
+    hypotheses: int = 3
 
-    def _attribute(
-        self,
-        run: AttributionRun,
-        trace: StructuredTrace,
-        ctx: prompts.PromptContext,
-        expected: str | None,
-        replay: ReplayAdapter | None,
-    ) -> AttributionRecord:
+    def diagnose(self, ctx: SearchContext, rounds: Sequence[Round]) -> Diagnosis | None:
+        if rounds:
+            return None
+        run, trace = ctx.run, ctx.trace
+        prompt = ctx.prompt_context(show_expected=True)
         count = len(trace.steps)
 
         def check(out: prompts.HypothesesOutput) -> str | None:
@@ -375,53 +369,56 @@ class DoVer(Baseline):
             return f"every step must be from 1 to {count}; got {bad}" if bad else None
 
         found = run.llm.complete(
-            prompts.dover_hypotheses(ctx, trace.steps, self.hypotheses),
+            prompts.dover_hypotheses(prompt, trace.steps, self.hypotheses),
             prompts.HypothesesOutput,
             stage="dover_hypotheses",
             check=check,
         ).value.hypotheses[: self.hypotheses]
-        attempts: list[ReplayAttempt] = []
-        chosen, flipped_result = found[0], None
-        for hypothesis in found:
-            if replay is None:
-                break
-            outcome = self._replay(
-                run,
-                replay,
-                trace,
-                expected,
-                rollback_point=hypothesis.step - 1,
-                injection=hypothesis.intervention,
-                round_=1,
-                localized_step=hypothesis.step,
-            )
-            attempts.append(outcome.attempt)
-            if outcome.result is None:
-                continue
-            if outcome.attempt.flipped:
-                chosen, flipped_result = hypothesis, outcome.result
-                break
-        classification = stages.classify(run.llm, ctx, trace, chosen.step)
-        plan = RepairPlan(root_cause=chosen.hypothesis, correction_instruction=chosen.intervention)
-        return run.record(
-            status=AttributionStatus.VERIFIED if flipped_result else AttributionStatus.UNVERIFIED,
-            mode=AttributionMode.REPLAY if replay else AttributionMode.LOCALIZATION_ONLY,
-            step_index=chosen.step,
-            error_type=classification.error_type,
-            auditor_confidence=classification.confidence,
-            explanation=chosen.hypothesis,
-            root_cause=chosen.hypothesis,
-            intervention=Intervention(plan=plan, injection=chosen.intervention, rollback_point=chosen.step - 1),
-            replays=tuple(attempts),
-            corrected_answer=flipped_result.final_answer if flipped_result else None,
-            rounds=1,
-            localizations=(
-                Localization(step_index=chosen.step, confidence=classification.confidence, reasoning=chosen.hypothesis),
-            ),
-            reason=""
-            if flipped_result
-            else ("no hypothesis was supported by replay" if replay else "localization only: no replay adapter"),
+        first = found[0]
+        classification = stages.classify(run.llm, prompt, trace, first.step)
+        localization = Localization(
+            step_index=first.step, confidence=classification.confidence, reasoning=first.hypothesis
         )
+        trials = tuple(
+            Trial(
+                Correction(
+                    source="dover",
+                    kind=InterventionKind.GUIDANCE,
+                    step_index=h.step,
+                    original=StepAction.of_step(trace.steps[h.step - 1]),
+                    finding=h.intervention,
+                ),
+                injection=h.intervention,
+                plan=RepairPlan(root_cause=h.hypothesis, correction_instruction=h.intervention),
+                localized_step=h.step,
+            )
+            for h in found
+            if ctx.replayable
+        )
+        plan = RepairPlan(root_cause=first.hypothesis, correction_instruction=first.intervention)
+        return Diagnosis(localization, classification, plan, trials)
+
+    def gate(self, ctx: SearchContext) -> GateFn | None:
+        return faithfulness_gate(ctx)
+
+    def explain(self, ctx: SearchContext, round_: Round, verified: TrialResult) -> Explanation | None:
+        plan = verified.trial.plan
+        return (
+            Explanation(
+                round_.diagnosis.classification.error_type if round_.diagnosis.classification else None, plan.root_cause
+            )
+            if plan
+            else None
+        )
+
+
+class DoVer(_Searching):
+    """See :class:`HypothesesPolicy`."""
+
+    method = "dover"
+
+    def policy(self) -> SearchPolicy:
+        return HypothesesPolicy()
 
 
 class _Pick(Baseline):

@@ -112,11 +112,12 @@ class GateMode(str, Enum):
     SOFT = "soft"
     """Record the verdict and go on."""
     HARD = "hard"
-    """Reject the replay and retry it with feedback, up to ``gate_retries`` times."""
+    """An unfaithful proposal is not replayed (the next proposal is tried instead)."""
 
 
 class ReflectConfig(BaseModel):
-    """The REFLECT pipeline's settings; defaults are the paper's (D = K = 3, hard gate with R = 3)."""
+    """The REFLECT pipeline's settings; defaults are the paper's (D = K = 3, hard gate), with its gate's retries
+    replaced by sampled proposals (``proposal_samples``) that a hard gate screens before they cost a replay."""
 
     model_config = _FROZEN
 
@@ -124,19 +125,44 @@ class ReflectConfig(BaseModel):
     rollback_points: int = Field(default=3, ge=1, le=10, description="K: rollback points per round.")
     gate: GateMode = Field(
         default=GateMode.HARD,
-        description="The faithfulness gate: hard (reject and retry an unfaithful replay), soft (record only), off.",
+        description="The faithfulness gate on a guidance correction's new step: hard (an unfaithful proposal is "
+        "not replayed), soft (replayed and recorded), off (not judged). Only a step the gate judged faithful can "
+        "verify.",
     )
-    gate_retries: int = Field(default=3, ge=0, le=10, description="R: hard-gate retries per rollback point.")
-    replay_samples: int = Field(
-        default=1, ge=1, le=10, description="Continuations per rollback point; >1 reports a flip rate."
+    max_replays: int | None = Field(
+        default=8,
+        ge=1,
+        le=200,
+        description="Replays one attribution may run, controls included (None: no cap); every method compared "
+        "gets the same budget.",
     )
-    replay_concurrency: int = Field(
+    verify_samples: int = Field(
+        default=3,
+        ge=1,
+        le=20,
+        description="Replays per arm of a controlled test (intervention and control) when the adapter's "
+        "continuations are sampled; a deterministic adapter needs one per arm.",
+    )
+    proposal_samples: int = Field(
+        default=3,
+        ge=1,
+        le=10,
+        description="The agent's own decisions sampled at a rollback point for a guidance correction (or bare "
+        "resampling); each distinct one that changes the step is replayed as an action.",
+    )
+    proposal_temperature: float = Field(
+        default=1.0,
+        ge=0,
+        le=2,
+        description="The temperature proposals are sampled at (the agent's decisions, the auditor's extra "
+        "diagnoses); the continuations a replay runs are the agent's own, greedy where the adapter is deterministic.",
+    )
+    auditor_samples: int = Field(
         default=1,
         ge=1,
-        le=16,
-        description="Replays run at once (a round's rollback points, a point's samples). Raise it when the endpoint "
-        "serves requests in parallel (a remote API, a server with several slots); on one local CPU model it only "
-        "queues. The attributed step is the same either way: the nearest point that flips, in window order.",
+        le=5,
+        description="Diagnoses per round: the first greedy, the others sampled at proposal_temperature; each "
+        "corrected call is an action to test.",
     )
     use_diagnostician: bool = Field(default=True, description="Ablation: off gives a null repair plan.")
     actions: bool = Field(
@@ -187,11 +213,14 @@ REFLECT_VARIABLES: dict[str, str] = {
     "rounds": "REFLECT_ROUNDS",
     "rollback_points": "REFLECT_ROLLBACK_POINTS",
     "gate": "REFLECT_GATE",
-    "gate_retries": "REFLECT_GATE_RETRIES",
     "max_field_chars": "REFLECT_MAX_FIELD_CHARS",
     "evidence_in_prompts": "REFLECT_EVIDENCE_IN_PROMPTS",
     "attribute_uncertain": "REFLECT_ATTRIBUTE_UNCERTAIN",
-    "replay_concurrency": "REFLECT_REPLAY_CONCURRENCY",
+    "max_replays": "REFLECT_MAX_REPLAYS",
+    "verify_samples": "REFLECT_VERIFY_SAMPLES",
+    "proposal_samples": "REFLECT_PROPOSAL_SAMPLES",
+    "proposal_temperature": "REFLECT_PROPOSAL_TEMPERATURE",
+    "auditor_samples": "REFLECT_AUDITOR_SAMPLES",
     "actions": "REFLECT_ACTIONS",
     "max_corrections": "REFLECT_MAX_CORRECTIONS",
 }

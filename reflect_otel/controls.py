@@ -1,7 +1,8 @@
 """The paper's faithfulness controls (RQ3), as methods measured beside REFLECT on the same failures.
 
-Each is REFLECT's guidance pipeline (localize, diagnose, inject the plan, replay, verify; no concrete actions) with
-one thing changed, so that a flip it gets is a flip the changed thing did not need:
+Each is REFLECT's guidance policy (localize, diagnose, inject the plan, let the agent redo the step, replay under
+control; no concrete actions) with one thing changed, so that what it verifies is what the changed thing did not
+need:
 
 * ``control-placebo``: the plan injected is one the same auditor wrote for *another* failure (another question),
   in the same message at the same rollback points: a correction of the right form and length, whose content does
@@ -10,8 +11,7 @@ one thing changed, so that a flip it gets is a flip the changed thing did not ne
   where the run has such a step before its answer, else before it); a run with no such step is not replayed. What
   the localized step gains over it is what the localization does.
 
-A flip under a control is a corrected run, never evidence for the step it names: compare corrected rates, not
-"verified".
+Both go through the same search, budget and control rule as REFLECT (:mod:`reflect_otel.search`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import hashlib
 
 from reflect_otel.config import ReflectConfig
 from reflect_otel.llm.base import StructuredLLM
-from reflect_otel.pipeline import ReflectPipeline, RoundState
-from reflect_otel.record import Correction, InterventionKind, RepairPlan
-from reflect_otel.trace import StepAction, StepKind, StructuredTrace
+from reflect_otel.pipeline import ReflectPipeline, ReflectPolicy
+from reflect_otel.record import RepairPlan
+from reflect_otel.search import SearchContext
+from reflect_otel.trace import StepKind, StructuredTrace
 from reflect_otel.verifiers import Verifier
 
 __all__ = ["PLACEBO_PLANS", "PlaceboControl", "WrongStepControl", "placebo_plan", "wrong_step"]
@@ -111,6 +112,16 @@ def wrong_step(trace: StructuredTrace, localized: int) -> int | None:
     return None
 
 
+def _swap_for_placebo(ctx: SearchContext, own: RepairPlan) -> RepairPlan:
+    """The auditor's call is made and paid for, as REFLECT's is; its plan is replaced by a placebo."""
+    return placebo_plan(ctx.trace).model_copy(update={"confidence": own.confidence})
+
+
+def _wrong_step_points(trace: StructuredTrace, localized: int, count: int) -> list[int]:
+    target = wrong_step(trace, localized)
+    return [target] if target is not None else []
+
+
 def _guidance_only(config: ReflectConfig) -> ReflectConfig:
     return config.model_copy(update={"actions": False})
 
@@ -121,11 +132,14 @@ class PlaceboControl(ReflectPipeline):
     method = "control-placebo"
 
     def __init__(self, llm: StructuredLLM, *, verifier: Verifier, config: ReflectConfig | None = None) -> None:
-        super().__init__(llm, verifier=verifier, config=_guidance_only(config or ReflectConfig()))
-
-    def _plan(self, state: RoundState) -> RepairPlan:
-        own = super()._plan(state)  # the auditor's call is made and paid for, as REFLECT's is
-        return placebo_plan(state.run.trace).model_copy(update={"confidence": own.confidence})
+        guidance = _guidance_only(config or ReflectConfig())
+        policy = ReflectPolicy(
+            llm_source="control:placebo",
+            actions=False,
+            use_diagnostician=guidance.use_diagnostician,
+            swap_plan=_swap_for_placebo,
+        )
+        super().__init__(llm, verifier=verifier, config=guidance, policy=policy)
 
 
 class WrongStepControl(ReflectPipeline):
@@ -134,22 +148,12 @@ class WrongStepControl(ReflectPipeline):
     method = "control-wrong-step"
 
     def __init__(self, llm: StructuredLLM, *, verifier: Verifier, config: ReflectConfig | None = None) -> None:
-        super().__init__(llm, verifier=verifier, config=_guidance_only(config or ReflectConfig()))
-
-    def _round_corrections(self, state: RoundState) -> list[Correction]:
-        plan, located = state.plan, state.located.step_index
-        assert plan is not None, "plan first"
-        target = wrong_step(state.current, located)
-        steps = state.current.steps
-        moved = Correction(
-            source="control:wrong-step",
-            kind=InterventionKind.GUIDANCE,
-            step_index=target or located,
-            original=StepAction.of_step(steps[(target or located) - 1]) if steps else None,
-            finding=plan.correction_instruction,
-            refused=None
-            if target is not None
-            else f"the run has no step at distance {WRONG_STEP_DISTANCE} from step {located} before its answer",
+        guidance = _guidance_only(config or ReflectConfig())
+        policy = ReflectPolicy(
+            llm_source="control:wrong-step",
+            actions=False,
+            use_diagnostician=guidance.use_diagnostician,
+            points=_wrong_step_points,
+            no_points=f"the run has no step at distance {WRONG_STEP_DISTANCE} from the localized one before its answer",
         )
-        state.corrections.append(moved)
-        return [moved] if target is not None else []
+        super().__init__(llm, verifier=verifier, config=guidance, policy=policy)

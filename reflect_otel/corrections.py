@@ -9,8 +9,8 @@ writes it (quoted lists, ``are:``, ``one of``, ``did you mean``, pipe-separated 
 knows a dataset or a framework. What they cannot see: a right value the data does not show, a fix that needs
 another tool, or several arguments wrong at once.
 
-A replacement that is the final answer, or whose arguments carry the expected answer, is refused: it would flip a
-replay from any step and prove nothing about the step (see :func:`refusal`).
+A replacement that is the final answer, or whose arguments carry the expected answer (:mod:`reflect_otel.leaks`), is
+refused: it would flip a replay from any step and prove nothing about the step (see :func:`refusal`).
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from reflect_otel.evidence import empty_call, failed_call, question_constraints
+from reflect_otel.leaks import leak
 from reflect_otel.record import Correction, InterventionKind
 from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
 
 __all__ = [
     "RULES",
     "Table",
-    "answer_pattern",
     "evidence_corrections",
     "listed_options",
     "nearest_option",
@@ -330,15 +330,6 @@ def evidence_corrections(trace: StructuredTrace, *, near: int | None = None, con
     return list(found.values())
 
 
-def answer_pattern(expected: str | None, *, min_chars: int = 2) -> re.Pattern[str] | None:
-    """A pattern matching any alternative of ``expected`` (``a|b``) as a whole word, case-insensitively; None when
-    no alternative has ``min_chars`` characters (a one-character answer cannot be told from a value in the data)."""
-    answers = [a.strip() for a in (expected or "").split("|") if len(a.strip()) >= min_chars]
-    if not answers:
-        return None
-    return re.compile("|".join(rf"(?<!\w){re.escape(a)}(?!\w)" for a in answers), re.IGNORECASE)
-
-
 def _final_answer_tools(trace: StructuredTrace) -> set[str]:
     return {s.tool_name.casefold() for s in trace.steps if s.tool_name and s.is_final_answer} | _FINAL_TOOL_WORDS
 
@@ -354,11 +345,9 @@ def refusal(correction: Correction, trace: StructuredTrace, expected: str | None
     step = trace.steps[correction.step_index - 1]
     if replacement.tool_name is not None and replacement.tool_name.casefold() in _final_answer_tools(trace):
         return "the replacement is a final answer: it would flip the run from any step"
-    if step.is_final_answer or step.kind is StepKind.FINAL_ANSWER:
-        return "it replaces the final answer step: it would flip the run from any step"
-    pattern = answer_pattern(expected)
-    if pattern is not None and pattern.search(_texts(replacement)):
-        return "the replacement carries the expected answer: it would flip the run from any step"
+    leaked = leak(_texts(replacement), expected)
+    if leaked is not None:
+        return f"the replacement: {leaked}"
     if replacement == StepAction.of_step(step):
         return "the replacement repeats the original step"
     return None

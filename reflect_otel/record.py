@@ -20,8 +20,10 @@ __all__ = [
     "AttributionStatus",
     "Classification",
     "Correction",
+    "Effect",
+    "EffectArm",
     "ErrorType",
-    "FlipRate",
+    "Fidelity",
     "GateDecider",
     "GateVerdict",
     "Intervention",
@@ -29,6 +31,7 @@ __all__ = [
     "LLMCall",
     "Localization",
     "RepairPlan",
+    "ReplayArm",
     "ReplayAttempt",
     "StageCost",
     "StageError",
@@ -60,7 +63,11 @@ class ErrorType(str, Enum):
 
 class AttributionStatus(str, Enum):
     VERIFIED = "verified"
-    """A targeted replay from the attributed step flipped the outcome to correct."""
+    """A controlled replay proved the step: the intervention changed the step and flipped the outcome to correct,
+    and a control replay from the same prefix, without the intervention, did not (see :class:`Effect`)."""
+    NOT_ATTRIBUTABLE = "not_attributable"
+    """An intervention flipped the outcome, but the flip cannot be credited to the step: the control replay from the
+    same prefix flipped too, or did not reproduce the run (see ``effect`` and ``fidelity``)."""
     UNVERIFIED = "unverified"
     """The best localization, without intervention evidence (replay failed, or none was possible)."""
     SKIPPED = "skipped"
@@ -170,21 +177,39 @@ class GateVerdict(BaseModel):
     decided_by: GateDecider
 
 
+class ReplayArm(str, Enum):
+    """Which arm of a controlled test a replay belongs to."""
+
+    INTERVENTION = "intervention"
+    """The step replaced (an action) or regenerated with a correction in context."""
+    CONTROL = "control"
+    """The same prefix, replayed with no intervention at all: what the agent does from there on its own."""
+
+
 class ReplayAttempt(BaseModel):
-    """One replay: where, with what, whether the first new step followed the plan, and the outcome."""
+    """One replay: where, with what, whether the replaced step followed the plan, and the outcome."""
 
     model_config = _FROZEN
 
     round: int
     rollback_point: int = Field(description="Original steps 1..rollback_point were kept; the replay resumed after.")
+    arm: ReplayArm = ReplayArm.INTERVENTION
     gate_retry: int = Field(default=0, description="0 for the first try; n for the n-th hard-gate retry.")
     sample: int = Field(default=0, description="Which of the repeated continuations at this point (0-based).")
     localized_step: int | None = Field(default=None, description="The step localized in this round.")
     injection: str
     correction: Correction | None = Field(default=None, description="The correction this replay tested.")
     gate: GateVerdict | None = None
+    changed_step: bool | None = Field(
+        default=None,
+        description="Whether the replay's step rollback_point+1 differs from the original one (None for a control).",
+    )
     verdict: Verdict | None = None
     flipped: bool = False
+    reproduced: bool | None = Field(
+        default=None,
+        description="A control only: whether it gave the original run's answer (under the judge's normalisation).",
+    )
     final_answer: str | None = None
     prefix_verified: bool | None = None
     continuation: tuple[Step, ...] = Field(default=(), description="The regenerated steps after the rollback point.")
@@ -192,20 +217,67 @@ class ReplayAttempt(BaseModel):
     error: str | None = None
 
 
-class FlipRate(BaseModel):
-    """How often repeated continuations from one rollback point flipped the outcome (faithful ones only under a
-    hard gate): real models are not deterministic, so one flip is weaker evidence than three of three."""
+class EffectArm(BaseModel):
+    """One arm of a controlled test: how many replays ran to an answer, how many flipped the outcome to correct (for
+    the intervention, only replays that changed the step as intended count), the answers they gave, and the Wilson
+    95% interval ``[low, high]`` of the flip rate."""
 
     model_config = _FROZEN
 
-    round: int
-    rollback_point: int
-    samples: int
-    flips: int
+    replays: int = Field(ge=0)
+    flips: int = Field(ge=0)
+    answers: tuple[str | None, ...] = ()
+    low: float = Field(ge=0, le=1)
+    high: float = Field(ge=0, le=1)
 
     @property
-    def rate(self) -> float:
-        return self.flips / self.samples if self.samples else 0.0
+    def rate(self) -> float | None:
+        return self.flips / self.replays if self.replays else None
+
+    def text(self) -> str:
+        return f"{self.flips} of {self.replays}"
+
+
+class Effect(BaseModel):
+    """The controlled test behind a record: the intervention at step ``step_index`` against the control from the
+    same prefix (steps 1..``rollback_point`` kept) with the same sampling. ``rule`` is the decision rule applied,
+    in words (:mod:`reflect_otel.controlled_replay` documents it)."""
+
+    model_config = _FROZEN
+
+    step_index: int = Field(ge=1)
+    rollback_point: int = Field(ge=0)
+    intervention: EffectArm
+    control: EffectArm
+    deterministic: bool = Field(description="The adapter runs continuations greedily: one replay per arm decides.")
+    p_value: float | None = Field(
+        default=None, description="One-sided Fisher exact test, intervention flips more than control (sampled arms)."
+    )
+    rule: str = ""
+
+    def text(self) -> str:
+        """``intervention flipped k of n, control j of n``, as the report and spans say it."""
+        return f"intervention flipped {self.intervention.text()}, control {self.control.text()}"
+
+
+class Fidelity(BaseModel):
+    """Whether replay works for this agent: of the control replays (no intervention) that ran to an answer, how
+    many gave the original run's own answer (``reproduced``), and how many answered right with no intervention at
+    all (``flipped``: from such a prefix nothing can be attributed)."""
+
+    model_config = _FROZEN
+
+    controls: int = Field(ge=0)
+    reproduced: int = Field(ge=0)
+    flipped: int = Field(default=0, ge=0)
+
+    @property
+    def rate(self) -> float | None:
+        return self.reproduced / self.controls if self.controls else None
+
+    def text(self) -> str:
+        flipped = f"; {self.flipped} answered right with no intervention" if self.flipped else ""
+        return f"replays of this agent reproduced its run {self.reproduced} of {self.controls} times{flipped}"
 
 
 class Intervention(BaseModel):
@@ -257,23 +329,6 @@ class StageError(BaseModel):
     round: int | None = None
 
 
-def measured_confidence(
-    status: AttributionStatus, intervention: Intervention | None, replays: Sequence[ReplayAttempt]
-) -> tuple[float | None, int | None]:
-    """(share flipped, replays) over the replays from a verified record's rollback point that ran to an answer; (None,
-    None) for any other record: nothing was measured."""
-    if status is not AttributionStatus.VERIFIED:
-        return None, None
-    flipped = [a for a in replays if a.flipped]
-    point = (
-        intervention.rollback_point if intervention is not None else (flipped[-1].rollback_point if flipped else None)
-    )
-    tried = [a for a in replays if a.rollback_point == point and a.error is None]
-    if point is None or not tried:
-        return None, None
-    return sum(a.flipped for a in tried) / len(tried), len(tried)
-
-
 class AttributionRecord(BaseModel):
     """The answer to "which step caused this failure", with its evidence."""
 
@@ -289,8 +344,8 @@ class AttributionRecord(BaseModel):
     error_type: ErrorType | None = None
     confidence: float | None = Field(
         default=None,
-        description="Measured, or None: for a verified record, the share of the replays from its rollback point "
-        "that flipped the outcome (of confidence_samples replays); never the auditor's own figure.",
+        description="Measured, or None: for a verified record, the share of its intervention's replays that "
+        "flipped the outcome (of confidence_samples replays; see effect); never the auditor's own figure.",
     )
     confidence_samples: int | None = Field(default=None, description="How many replays the confidence counts.")
     auditor_confidence: float | None = Field(
@@ -305,7 +360,14 @@ class AttributionRecord(BaseModel):
     corrections: tuple[Correction, ...] = Field(
         default=(), description="Every correction considered, in the order tried; refused ones say why."
     )
-    flip_rates: tuple[FlipRate, ...] = Field(default=(), description="Per rollback point, when replay_samples > 1.")
+    effect: Effect | None = Field(
+        default=None,
+        description="The controlled test that decided a verified or not-attributable record: the intervention's "
+        "arm against the control's, from the same prefix.",
+    )
+    fidelity: Fidelity | None = Field(
+        default=None, description="How often this record's control replays reproduced the run (None: none ran)."
+    )
     original_answer: str | None = None
     corrected_answer: str | None = None
     original_verdict: Verdict | None = None
@@ -319,30 +381,34 @@ class AttributionRecord(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _self_report_of_earlier_versions(cls, data: Any) -> Any:
-        """Records written before ``auditor_confidence`` existed held the auditor's figure as ``confidence``."""
-        if isinstance(data, dict) and "confidence" in data and "auditor_confidence" not in data:
-            return {**data, "confidence": None, "confidence_samples": None, "auditor_confidence": data["confidence"]}
+    def _earlier_versions(cls, data: Any) -> Any:
+        """Records written before ``auditor_confidence`` existed held the auditor's figure as ``confidence``;
+        records written before controlled verification carried ``flip_rates`` (sample counts now in ``effect``)."""
+        if not isinstance(data, dict):
+            return data
+        if "confidence" in data and "auditor_confidence" not in data:
+            data = {**data, "confidence": None, "confidence_samples": None, "auditor_confidence": data["confidence"]}
+        if "flip_rates" in data:
+            data = {k: v for k, v in data.items() if k != "flip_rates"}
         return data
 
     @model_validator(mode="after")
     def _measured_when_verified(self) -> AttributionRecord:
-        """A verified record read without a measured confidence (an earlier version's) gets it from its replays."""
-        if self.confidence is None and self.status is AttributionStatus.VERIFIED:
-            measured, samples = measured_confidence(self.status, self.intervention, self.replays)
-            object.__setattr__(self, "confidence", measured)  # frozen: set once, while validating
-            object.__setattr__(self, "confidence_samples", samples)
+        """A verified record read without a measured confidence (an earlier version's) gets it from its effect."""
+        if self.confidence is None and self.status is AttributionStatus.VERIFIED and self.effect is not None:
+            object.__setattr__(self, "confidence", self.effect.intervention.rate)  # frozen: set once, validating
+            object.__setattr__(self, "confidence_samples", self.effect.intervention.replays)
         return self
 
     @property
     def confidence_text(self) -> str:
-        """How the record's confidence was obtained, for people: measured with its count, or not measured."""
-        if self.confidence is None or not self.confidence_samples:
-            if self.status is AttributionStatus.VERIFIED:
-                return "not measured (no replay from the rollback point ran to an answer)"
-            return "not measured (an unverified attribution is the auditor's hypothesis)"
-        flips = round(self.confidence * self.confidence_samples)
-        return f"{flips} of {self.confidence_samples} replay(s) from the rollback point flipped the outcome (measured)"
+        """How the record's confidence was obtained, for people: the controlled test with its counts, or why there
+        is none."""
+        if self.effect is not None:
+            return f"{self.effect.text()} (measured)"
+        if self.status is AttributionStatus.VERIFIED:
+            return "not measured (a record from before controlled verification)"
+        return "not measured (an unverified attribution is the auditor's hypothesis)"
 
     @property
     def verified_by(self) -> Correction | None:

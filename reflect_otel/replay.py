@@ -17,14 +17,21 @@ from reflect_otel.errors import ReplayError
 from reflect_otel.trace import Step, StepAction, StructuredTrace
 
 __all__ = [
+    "SAMPLING_TEMPERATURE",
     "BudgetedReplay",
     "InjectionRole",
+    "ProposedStep",
+    "ProposesSteps",
     "ReplayAdapter",
     "ReplayResult",
+    "SamplesRuns",
     "TakesTaskContext",
     "check_rollback_point",
     "find_replay_adapter",
+    "is_deterministic",
+    "proposer",
     "replay_with",
+    "resampler",
 ]
 
 
@@ -76,6 +83,10 @@ class ReplayAdapter(Protocol):
     parallel tool calls (keeping only some results would leave calls unanswered), the action is of a kind the
     adapter cannot execute, or the agent fails. May be called from a worker thread; calls for different traces may
     run concurrently.
+
+    An adapter whose continuations are greedy (the agent's model at temperature 0, as the adapter runs it) says so
+    with a ``deterministic = True`` attribute: then one replay per arm decides a controlled test, and the control
+    replay of a rollback point is run once and reused (:func:`is_deterministic`; absent means False).
     """
 
     def replay(
@@ -87,6 +98,81 @@ class ReplayAdapter(Protocol):
         injection_role: InjectionRole = InjectionRole.SYSTEM,
         action: StepAction | None = None,
     ) -> ReplayResult: ...
+
+
+SAMPLING_TEMPERATURE = "reflect_temperature"
+"""The key under which an adapter that runs a LangChain/LangGraph agent passes a proposal's sampling temperature in
+the run's ``config["configurable"]``. A chat model made configurable on it samples proposals at that temperature
+(``model.configurable_fields(temperature=ConfigurableField(id="reflect_temperature"))``); one that is not decides
+as it always does."""
+
+
+class ProposedStep(BaseModel):
+    """What the agent would do next, as its model decided it, not executed: a tool call or a thought
+    (``action``), or its final answer (``is_final_answer``, the answer in ``action.text``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    action: StepAction
+    is_final_answer: bool = False
+
+
+@runtime_checkable
+class ProposesSteps(Protocol):
+    """A replay adapter that can also ask the agent what it would do at a rollback point, without doing it.
+
+    ``propose(trace, rollback_point=p, injection=text, samples=n, temperature=t)`` puts the agent where
+    ``replay`` would (steps ``1..p`` kept, ``injection`` in its context as a message of ``injection_role``) and
+    returns the next decision of its model ``n`` times, each sampled at temperature ``t`` (the adapter passes it
+    to the agent's model; an agent whose model cannot take it decides as it always does). Nothing is executed and
+    no tool runs. Proposals are candidate corrections: each is then executed as an action by ``replay``, where
+    the continuation is the agent's own. Raises :class:`~reflect_otel.errors.ReplayError` as ``replay`` does."""
+
+    def propose(
+        self,
+        trace: StructuredTrace,
+        *,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole = InjectionRole.SYSTEM,
+        samples: int = 1,
+        temperature: float = 0.0,
+    ) -> tuple[ProposedStep, ...]: ...
+
+
+@runtime_checkable
+class SamplesRuns(Protocol):
+    """A replay adapter that can also run the agent again on the run's own input, its every decision sampled.
+
+    ``resample(trace, samples=n, temperature=t)`` re-runs the agent from the start (no step kept, no injection) ``n``
+    times, each run's model calls sampled at temperature ``t`` (passed as :data:`SAMPLING_TEMPERATURE` to LangChain
+    agents), and returns each run as a :class:`ReplayResult` with ``rollback_point`` 0. Self-consistency checks use
+    it: an answer the agent's own resamples do not reproduce is suspect. Irreversible tools stop a resample as they
+    stop a replay. Raises :class:`~reflect_otel.errors.ReplayError` as ``replay`` does."""
+
+    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]: ...
+
+
+def resampler(adapter: ReplayAdapter) -> SamplesRuns | None:
+    """``adapter`` as a :class:`SamplesRuns` (looking through a :class:`BudgetedReplay`), or None."""
+    inner = adapter.inner if isinstance(adapter, BudgetedReplay) else adapter
+    if getattr(inner, "resamples", True) is False:  # an adapter whose agent may not serve resamples says so
+        return None
+    return inner if isinstance(inner, SamplesRuns) else None
+
+
+def is_deterministic(adapter: ReplayAdapter) -> bool:
+    """Whether ``adapter`` runs continuations greedily (see :class:`ReplayAdapter`)."""
+    return getattr(adapter, "deterministic", False) is True
+
+
+def proposer(adapter: ReplayAdapter) -> ProposesSteps | None:
+    """``adapter`` as a :class:`ProposesSteps`, looking through a :class:`BudgetedReplay` (proposals execute
+    nothing, so they are not replays to budget); None when it cannot propose."""
+    inner = adapter.inner if isinstance(adapter, BudgetedReplay) else adapter
+    if getattr(inner, "proposes", True) is False:  # an adapter whose agent may not serve proposals says so
+        return None
+    return inner if isinstance(inner, ProposesSteps) else None
 
 
 @runtime_checkable
@@ -111,7 +197,14 @@ class BudgetedReplay:
         self.inner = inner
         self.max_replays = max_replays
         self.used = 0
+        self.deterministic = is_deterministic(inner)
         self._lock = threading.Lock()
+
+    @property
+    def remaining(self) -> int:
+        """Replays still allowed: a method plans with it (a controlled test needs its control too)."""
+        with self._lock:
+            return self.max_replays - self.used
 
     def replay(
         self,

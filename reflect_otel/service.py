@@ -64,10 +64,12 @@ class AttributionService:
 
     ``verifier`` judges runs with an expected answer; runs without one go to ``proxy`` when it is given (the
     plan-anchored verifier), else to ``verifier`` too. ``triage`` verifies every run first and attributes only the
-    flagged ones (online mode); without it every trace given is attributed (the method itself skips a correct one
-    where it checks). ``replay_finder`` supplies an adapter when the caller passes none, told the run's domain
+    flagged ones (online mode). ``skip_correct`` judges every run first too, and records a run judged right as
+    skipped (with its verdict) without attributing it; a run the verifier cannot judge is attributed. With neither,
+    every trace given is attributed (the method itself skips a correct one where it checks). ``replay_finder`` supplies an adapter when the caller passes none, told the run's domain
     context when it writes its agent's prompt itself (:class:`TakesTaskContext`). ``max_replays`` caps the replays
-    of one trace, found adapter or passed, so every method compared gets the same budget. ``budget`` caps the tokens
+    of one trace, controls included, found adapter or passed, so every method compared gets the same budget (None:
+    the configuration's ``max_replays``). ``budget`` caps the tokens
     per trace and per hour: a flagged run met with a spent hourly budget is stored, not attributed. Every model
     call made for a trace (the triage audit, the method's stages, the audits of its replays, and the calls of a
     found adapter's agent on this model) goes through that budget and into the record's ``llm_calls`` and
@@ -88,6 +90,7 @@ class AttributionService:
         replay_finder: ReplayFinder | None = None,
         budget: TokenBudget | None = None,
         triage: bool = False,
+        skip_correct: bool = False,
         max_replays: int | None = None,
     ) -> None:
         self.llm = llm
@@ -101,9 +104,10 @@ class AttributionService:
         self.replay_finder = replay_finder
         self.budget = budget
         self.triage = triage
+        self.skip_correct = skip_correct
         if max_replays is not None and max_replays < 1:
-            raise ValueError("max_replays must be at least 1 (None: no cap)")
-        self.max_replays = max_replays
+            raise ValueError("max_replays must be at least 1 (None: the configuration's)")
+        self.max_replays = max_replays if max_replays is not None else self.config.max_replays
 
     def verifier_for(self, expected: str | None) -> Verifier:
         return self.verifier if expected is not None or self.proxy is None else self.proxy
@@ -138,6 +142,13 @@ class AttributionService:
                 self.metrics.trace_seen(trace, flagged=flagged, uncertain=uncertain)
             if not flagged:
                 return Outcome(verdict, False, None, tokens=budgeted.used if budgeted is not None else 0)
+        elif self.skip_correct:
+            verdict = bound_to(verifier, RecordingLLM(llm, triage_calls)).verify(trace, expected=expected)
+            flagged = verdict.is_correct is not True
+            if not flagged:
+                record = _correct_skip(trace, self.method.name, verdict).with_calls(before=triage_calls.calls)
+                outcome = Outcome(verdict, False, record, tokens=budgeted.used if budgeted is not None else 0)
+                return self._finish(trace, verdict, record, outcome)
         if self.budget is not None and self.budget.hour_is_spent:
             record = _budget_skip(trace, self.method.name, verdict, self.budget.per_hour)
             record = record.with_calls(before=triage_calls.calls)
@@ -198,6 +209,18 @@ class AttributionService:
             exporter.close()
         if self.store is not None:
             self.store.close()
+
+
+def _correct_skip(trace: StructuredTrace, method: str, verdict: Verdict) -> AttributionRecord:
+    return AttributionRecord(
+        trace_id=trace.trace_id,
+        method=method,
+        status=AttributionStatus.SKIPPED,
+        mode=AttributionMode.NONE,
+        original_verdict=verdict,
+        original_answer=trace.final_answer,
+        reason=f"the answer was judged right by the {verdict.verifier} verifier: nothing to attribute",
+    )
 
 
 def _budget_skip(trace: StructuredTrace, method: str, verdict: Verdict | None, per_hour: int) -> AttributionRecord:

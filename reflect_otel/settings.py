@@ -13,6 +13,9 @@ Two kinds, one table (:func:`variables`, printed by ``reflect-otel settings`` an
 
 from __future__ import annotations
 
+import difflib
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,17 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from reflect_otel.config import LLM_VARIABLES, REFLECT_VARIABLES, LLMConfig, ReflectConfig
 from reflect_otel.errors import ConfigError
 
-__all__ = ["PREFIX", "Settings", "Variable", "check_environment", "settings", "variables", "variables_markdown"]
+__all__ = [
+    "PREFIX",
+    "Settings",
+    "Variable",
+    "check_environment",
+    "check_spelling",
+    "known_variables",
+    "settings",
+    "variables",
+    "variables_markdown",
+]
 
 PREFIX = "REFLECT_"
 
@@ -86,12 +99,40 @@ def settings() -> Settings:
         raise ConfigError(f"{name}={first.get('input')!r}: {first['msg']}; fix or unset the variable") from None
 
 
-def check_environment() -> None:
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
     """Validate every ``REFLECT_*`` variable (process, LLM and pipeline settings) at once; raise the first
-    :class:`ConfigError`, which names the variable."""
+    :class:`ConfigError`, which names the variable. A ``REFLECT_*`` variable reflect-otel does not read but that is
+    close to one it does (a misspelling, which would otherwise be silently ignored) is refused, naming the real one."""
+    check_spelling(os.environ if environ is None else environ)
     settings()
     LLMConfig.from_env()
     ReflectConfig.from_env()
+
+
+OTHER_VARIABLES = frozenset({"REFLECT_TEST_ENVS", "REFLECT_CI_VENV"})
+"""``REFLECT_*`` variables the project's own tooling reads (the tests' side environments, CI's venv)."""
+
+
+def known_variables() -> frozenset[str]:
+    """Every ``REFLECT_*`` variable that means something here."""
+    names = {name for variable in variables() for name in variable.name.split(" / ")}
+    return frozenset(name for name in names if name.startswith(PREFIX)) | OTHER_VARIABLES
+
+
+def check_spelling(environ: Mapping[str, str]) -> None:
+    """Refuse a ``REFLECT_*`` variable that is unknown but close to a known one (``REFLECT_ROUDNS``), naming the
+    known one; an unknown name close to none is left alone (it may be another tool's)."""
+    known = known_variables()
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(PREFIX) or upper in known:
+            continue
+        close = difflib.get_close_matches(upper, sorted(known), n=1, cutoff=0.8)
+        if close:
+            raise ConfigError(
+                f"{name} is not a reflect-otel variable: did you mean {close[0]}? Rename it, or unset it "
+                "('reflect-otel settings' lists every variable)"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,12 +6,12 @@ Each raises :class:`~reflect_otel.errors.LLMError` on failure; the pipeline deci
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from pydantic import BaseModel
 
 from reflect_otel import prompts
-from reflect_otel.corrections import answer_pattern
+from reflect_otel.leaks import leak
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.prompts._tool_calls import arguments_of
 from reflect_otel.record import Classification, Correction, GateDecider, GateVerdict, Localization, RepairPlan
@@ -29,21 +29,34 @@ __all__ = [
 ]
 
 
-def step_in_range(count: int) -> Callable[[prompts.LocalizationOutput], str | None]:
+def step_in_range(count: int, excluded: Collection[int] = ()) -> Callable[[prompts.LocalizationOutput], str | None]:
     def check(out: prompts.LocalizationOutput) -> str | None:
         if not 1 <= out.error_step <= count:
             return f"error_step must be a step number from 1 to {count}, got {out.error_step}"
+        if out.error_step in excluded:
+            return f"step {out.error_step} was localized and tested already; name another step"
         return None
 
     return check
 
 
-def localize(llm: StructuredLLM, ctx: prompts.PromptContext, trace: StructuredTrace) -> Localization:
+def localize(
+    llm: StructuredLLM,
+    ctx: prompts.PromptContext,
+    trace: StructuredTrace,
+    *,
+    tested: Mapping[int, str] | None = None,
+    excluded: Collection[int] = (),
+) -> Localization:
+    """The earliest decisive error step. ``tested`` maps steps replays tested already to what came of it, shown to
+    the localizer; it must not name a step of ``excluded`` (those earlier rounds localized)."""
+    tested = tested or {}
+    summary = "\n".join(f"step {step}: {outcome}" for step, outcome in sorted(tested.items()))
     out = llm.complete(
-        prompts.localization(ctx, trace.steps),
+        prompts.localization(ctx, trace.steps, summary),
         prompts.LocalizationOutput,
         stage="localize",
-        check=step_in_range(len(trace.steps)),
+        check=step_in_range(len(trace.steps), excluded),
     ).value
     return Localization(
         step_index=out.error_step,
@@ -75,10 +88,14 @@ def diagnose(
     tools: Sequence[ToolDefinition] = (),
     candidates: Sequence[Correction] = (),
     corrected_step: bool = True,
+    expected: str | None = None,
+    temperature: float | None = None,
 ) -> RepairPlan:
     """The repair plan. With ``corrected_step`` it includes the erroneous step rewritten: a call of one of
     ``tools`` (under a schema that admits no other tool), or for a chain of thought a thought; without, or when the
-    agent has neither, the paper's plan. ``candidates`` are shown to the auditor as options."""
+    agent has neither, the paper's plan. ``candidates`` are shown to the auditor as options. A plan that would
+    carry ``expected`` (or state an answer) into a replay is sent back once (:mod:`reflect_otel.leaks`); the
+    stage fails when the model insists. ``temperature`` samples the diagnosis (a second opinion)."""
     index = localization.step_index
     output = (
         prompts.diagnosis_output(tools, chain_of_thought=not tools and _chain_of_thought(trace))
@@ -96,7 +113,13 @@ def diagnose(
         output,
         [f"Step {c.step_index}: {c.replacement.render()}  (from: {c.finding})" for c in candidates if c.replacement],
     )
-    out = llm.complete(messages, output, stage="diagnose").value
+    out = llm.complete(
+        messages,
+        output,
+        stage="diagnose",
+        check=lambda value: leak(_plan_texts(value), expected),
+        temperature=temperature,
+    ).value
     corrected = _corrected_step(out)
     if original is not None and corrected == StepAction.of_step(original):
         corrected = None  # repeats the erroneous step: nothing to test (a retry costs a call and rarely fixes it)
@@ -120,6 +143,19 @@ def diagnose(
         confidence=getattr(out, "confidence", 0.0),
         corrected_step=corrected,
     )
+
+
+def _plan_texts(out: BaseModel) -> list[str]:
+    """What of a diagnosis reaches the replayed agent: its texts and its corrected step."""
+    texts = [str(getattr(out, name, "") or "") for name in ("root_cause", "correction_instruction")]
+    texts += [str(a) for a in getattr(out, "forbidden_actions", []) or []]
+    arguments = getattr(out, "expected_next_arguments", None)
+    if isinstance(arguments, Mapping):
+        texts += [str(v) for v in arguments.values()]
+    corrected = _corrected_step(out)
+    if corrected is not None:
+        texts.append(corrected.render())
+    return texts
 
 
 def _chain_of_thought(trace: StructuredTrace) -> bool:
@@ -173,41 +209,6 @@ def _not_contradicting(forbidden: Sequence[str], instruction: str, expected_tool
             continue
         kept.append(action)
     return tuple(kept)
-
-
-_HIDDEN_ANSWER = "[the answer]"
-_MIN_HIDDEN_CHARS = 2
-
-
-def answer_hidden(text: str, expected: str | None) -> str:
-    """``text`` with the expected answer taken out, for what a replayed agent reads. In the oracle regime the
-    auditor sees the answer, and a correction that states it ("answer KM-45 Series") flips a replay from any step:
-    the flip would prove nothing about the step. Each alternative (``a|b``) is replaced where it stands as a whole
-    word, case-insensitively; one-character answers are left (a ``2`` cannot be told from a step number or a value
-    in the data)."""
-    pattern = answer_pattern(expected, min_chars=_MIN_HIDDEN_CHARS)
-    return text if pattern is None else pattern.sub(_HIDDEN_ANSWER, text)
-
-
-def without_answer(plan: RepairPlan, expected: str | None) -> RepairPlan:
-    """The plan with the expected answer taken out of everything the replayed agent reads (:func:`answer_hidden`)."""
-    if answer_pattern(expected, min_chars=_MIN_HIDDEN_CHARS) is None:
-        return plan
-
-    def hide(text: str) -> str:
-        return answer_hidden(text, expected)
-
-    arguments = plan.expected_next_arguments
-    return plan.model_copy(
-        update={
-            "root_cause": hide(plan.root_cause),
-            "correction_instruction": hide(plan.correction_instruction),
-            "forbidden_actions": tuple(hide(a) for a in plan.forbidden_actions),
-            "expected_next_arguments": (
-                {k: hide(v) if isinstance(v, str) else v for k, v in arguments.items()} if arguments else arguments
-            ),
-        }
-    )
 
 
 def null_plan(localization: Localization, classification: Classification | None) -> RepairPlan:

@@ -1,8 +1,9 @@
 """The store contract: where traces, verdicts and attribution records are kept for SQL, dashboards and reports.
 
 Backends are chosen by name (entry-point group ``reflect_otel.stores``; see :mod:`reflect_otel.plugins`): the
-built-in one is DuckDB (``reflect_otel.exporters.duckdb_store``). Record exporters likewise (group
-``reflect_otel.record_exporters``): ``otlp`` and ``phoenix``.
+built-in ones are DuckDB (``reflect_otel.exporters.duckdb_store``) and PostgreSQL (``postgres_store``), each with its
+DDL and views in its own dialect; :func:`store_kind` is the one place that says which of them a target names.
+Record exporters likewise (group ``reflect_otel.record_exporters``): ``otlp`` and ``phoenix``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from reflect_otel import plugins
+from reflect_otel.errors import ConfigError
 from reflect_otel.record import AttributionRecord
 from reflect_otel.settings import settings
 from reflect_otel.trace import StructuredTrace
@@ -23,6 +25,7 @@ __all__ = [
     "AttributionStore",
     "JobStatus",
     "RecordExporter",
+    "check_store_target",
     "open_exporter",
     "open_store",
     "store_kind",
@@ -90,13 +93,76 @@ def store_path(explicit: str | os.PathLike[str] | None = None) -> Path:
 
 
 def store_kind(target: str) -> str:
-    """The backend a store target names: ``postgresql`` for a ``postgresql://`` URL, else ``duckdb``."""
+    """The backend a store target names: ``postgresql`` for a ``postgresql://`` (or ``postgres://``) URL, else
+    ``duckdb`` (a file). Every command and :func:`open_store` ask this, and nothing else tells them apart."""
     return "postgresql" if target.startswith(("postgresql://", "postgres://")) else "duckdb"
 
 
+_DUCKDB_MAGIC = b"DUCK"
+"""Bytes 8 to 12 of every DuckDB database file."""
+
+
+def check_store_target(explicit: str | os.PathLike[str] | None = None, *, reading: bool = False) -> str:
+    """The store :func:`store_target` names, when it can be one: a ``postgresql://`` URL, an existing DuckDB file,
+    or (unless ``reading``) a new path where a file can be created. Anything else raises :class:`ConfigError`
+    naming the setting it came from (``--store``, ``REFLECT_STORE``) and the fix, before any work starts: a
+    folder, a JSONL or other file that is not a DuckDB database, another URL scheme, a file that cannot be read."""
+    target = store_target(explicit)
+    named = (
+        f"--store {target}" if explicit else f"REFLECT_STORE={target}" if settings().store else f"the store {target}"
+    )
+    if store_kind(target) == "postgresql":
+        return target
+    scheme, separator, _ = target.partition("://")
+    if separator and scheme.isalpha():
+        raise ConfigError(f"{named}: a store is a DuckDB file or a postgresql:// URL; {scheme}:// is neither")
+    path = Path(target)
+    example = path / DEFAULT_STORE
+    if path.is_dir():
+        raise ConfigError(f"{named}: is a folder; name a DuckDB file in it, e.g. --store {example}")
+    if path.exists():
+        return _check_duckdb_file(path, named)
+    if reading:
+        raise ConfigError(
+            f"{named}: no store there; write one with 'reflect-otel attribute TRACES.jsonl -o records.jsonl "
+            f"--store {path}' (or 'collect'), or name the store with --store / REFLECT_STORE"
+        )
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{named}: {parent} is a file, not a folder; name a DuckDB file in a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{named}: cannot create the store in {parent} (permission denied); choose another folder")
+    return target
+
+
+def _check_duckdb_file(path: Path, named: str) -> str:
+    if not path.is_file():
+        raise ConfigError(f"{named}: is not a regular file; name a DuckDB file or a new path")
+    try:
+        with path.open("rb") as file:
+            head = file.read(16)
+    except OSError as error:
+        raise ConfigError(f"{named}: cannot read it ({error.strerror}); fix its permissions or name another") from None
+    if head[8:12] == _DUCKDB_MAGIC:
+        return str(path)
+    if not head:
+        what = "an empty file"
+    elif head.lstrip()[:1] in (b"{", b"["):
+        what = "a JSON or JSONL file (traces or records?)"
+    else:
+        what = "a file that is not a DuckDB database"
+    raise ConfigError(
+        f"{named}: is {what}, not a store; the store is a DuckDB file of its own: name a new path (e.g. "
+        f"--store {DEFAULT_STORE}) or an existing store. Nothing was written to {path}"
+    )
+
+
 def open_store(path: str | os.PathLike[str] | None = None, *, kind: str | None = None) -> AttributionStore:
-    """The store at :func:`store_target` (``path``), of ``kind`` (by default, the backend the target names)."""
-    target = store_target(path)
+    """The store at :func:`store_target` (``path``), of ``kind`` (by default, the backend the target names),
+    checked first (:func:`check_store_target`)."""
+    target = check_store_target(path) if kind is None else store_target(path)
     chosen = kind or store_kind(target)
     store: AttributionStore = plugins.load(plugins.STORES, chosen)(Path(target) if chosen == "duckdb" else target)
     return store

@@ -8,26 +8,44 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TextIO
 
 from pydantic import ValidationError
 
+from reflect_otel._files import check_input_file, check_output_file
 from reflect_otel._values import utf8_clean
 from reflect_otel.errors import InputError
 from reflect_otel.trace import StructuredTrace
 
-__all__ = ["TraceRow", "TraceWriter", "each_trace_row", "good_trace_rows", "read_trace_rows", "read_traces"]
+__all__ = [
+    "TraceRow",
+    "TraceWriter",
+    "check_traces_file",
+    "each_trace_row",
+    "good_trace_rows",
+    "other_format",
+    "read_trace_rows",
+    "read_traces",
+]
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 
 
 class TraceWriter:
-    """Appends traces to a JSONL file; thread-safe; each line is flushed whole so a crash loses no written trace."""
+    """Appends traces to a JSONL file (never truncating it); thread-safe; each line is flushed whole so a crash
+    loses no written trace. A file whose last line was torn by a crash gets a line break first, so the next trace
+    is a line of its own. ``stream`` writes to an open file instead (``import`` writes a new file whole through
+    :func:`reflect_otel._files.replaced_on_success`)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, stream: TextIO | None = None) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a", encoding="utf-8")
+        if stream is None:
+            check_output_file(self.path)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            stream = self.path.open("a", encoding="utf-8")
+            if stream.tell() > 0 and not _ends_a_line(self.path):
+                stream.write("\n")
+        self._file = stream
         self._lock = threading.Lock()
         self.written = 0
 
@@ -53,6 +71,12 @@ class TraceWriter:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _ends_a_line(path: Path) -> bool:
+    with path.open("rb") as file:
+        file.seek(-1, 2)
+        return file.read(1) == b"\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,36 +114,161 @@ def each_trace_row(path: str | Path, *, extra_fields: tuple[str, ...] = ()) -> I
     """Every line of a JSONL file of traces, as a :class:`TraceRow` or the :class:`InputError` (naming file and
     line) that says why the line is not one, so a reader can keep the good lines around a bad one (a line torn by
     a crash mid-write, for instance). Raises :class:`InputError` only when the file cannot be read."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such file; write one with 'reflect-otel collect' or 'reflect-otel import'")
+    path = check_traces_file(Path(path))
+    first_bad: list[InputError] = []  # held until a good line shows that this is a file of traces
+    seen_good = False
     with path.open("rb") as file:
         for number, raw in enumerate(file, start=1):
-            if len(raw) > MAX_LINE_BYTES:
-                yield InputError(f"{path}:{number}: line is over {MAX_LINE_BYTES} bytes")
+            row = _row(path, number, raw, extra_fields)
+            if row is None:
                 continue
-            if not raw.strip():
-                continue
+            if seen_good:
+                yield row
+            elif isinstance(row, InputError):
+                first_bad.append(row)
+                if len(first_bad) == _BAD_LINES_BEFORE_A_GOOD_ONE:
+                    raise InputError(
+                        f"{path}: none of its first {len(first_bad)} lines is a trace ({first_bad[0]}), so it "
+                        f"is not a file of traces; {_TRACES_HINT}"
+                    )
+            else:
+                seen_good = True
+                yield from first_bad
+                yield row
+    yield from ([] if seen_good else first_bad)
+
+
+_BAD_LINES_BEFORE_A_GOOD_ONE = 20
+"""A file whose first this-many lines are all bad is refused whole (one message, not a line per line)."""
+
+_TRACES_HINT = "write one with 'reflect-otel collect' or 'reflect-otel import'"
+
+
+def check_traces_file(path: Path) -> Path:
+    """``path`` when it may be a JSONL file of traces; else :class:`InputError` saying what it is and which
+    command reads it: missing, a folder, unreadable, empty, binary, or a file of a known other format (a TRAIL,
+    BIG-Bench-Mistake, Who&When or OTLP/JSON file, a file of attribution records, a store)."""
+    check_input_file(path, what="JSONL file of traces", hint=_TRACES_HINT)
+    if path.stat().st_size == 0:
+        raise InputError(f"{path}: the file is empty; {_TRACES_HINT}")
+    other = other_format(path)
+    if other is not None:
+        raise InputError(f"{path}: {other}")
+    return path
+
+
+def _row(path: Path, number: int, raw: bytes, extra_fields: tuple[str, ...]) -> TraceRow | InputError | None:
+    if len(raw) > MAX_LINE_BYTES:
+        return InputError(f"{path}:{number}: line is over {MAX_LINE_BYTES} bytes")
+    if not raw.strip():
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError as error:
+        return InputError(f"{path}:{number}: not valid JSON ({error})")
+    except RecursionError:
+        return InputError(f"{path}:{number}: JSON nested too deeply")
+    if b"\\u" in raw:  # only escapes can carry a lone surrogate
+        data = utf8_clean(data)
+    if not isinstance(data, dict):
+        return InputError(f"{path}:{number}: expected a JSON object")
+    extras = {name: data.pop(name) for name in extra_fields if name in data}
+    try:
+        return TraceRow(StructuredTrace.model_validate(data), extras)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return InputError(f"{path}:{number}: not a StructuredTrace ({where}: {first['msg']})")
+
+
+_HEAD_BYTES = 64 * 1024
+_WHOLE_DOCUMENT_BYTES = 256 * 1024 * 1024
+"""A file this large or smaller whose first line is not JSON is parsed whole, to name its format."""
+
+
+def _import_first(kind: str, path: Path) -> str:
+    return f"this is {kind}, not a file of traces: run 'reflect-otel import {path} -o traces.jsonl' first"
+
+
+def other_format(path: Path) -> str | None:
+    """What ``path`` is when it is plainly not a JSONL file of traces (and which command reads it), else None.
+    Reads the file's head, and the whole file only when its first line is not JSON (a pretty-printed document)."""
+    from reflect_otel.datasets.bbm import is_bbm_row
+    from reflect_otel.datasets.trail import is_trail_document
+
+    with path.open("rb") as file:
+        head = file.read(_HEAD_BYTES)
+    if head[8:12] == b"DUCK":
+        return f"this is a DuckDB store; read it with 'reflect-otel stats --store {path}' (or sql, report)"
+    if head.startswith(b"SQLite format 3\0"):
+        return "this is an SQLite database, not a file of traces"
+    if head.startswith((b"\x1f\x8b", b"PK\x03\x04", b"\x28\xb5\x2f\xfd", b"BZh")):
+        return "this is a compressed file (gzip, zip, zstd or bzip2); decompress it first"
+    if b"\0" in head:
+        return "this is a binary file, not a JSONL file of traces (one JSON object per line)"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as error:
+        if error.start < len(head) - 4:  # not just a character cut by the head's end
+            return "this is not UTF-8 text, so not a JSONL file of traces"
+    first_line = _first_line(path)
+    try:
+        document: Any = json.loads(first_line)
+    except (ValueError, RecursionError):
+        document = None
+        if path.stat().st_size <= _WHOLE_DOCUMENT_BYTES:
             try:
-                data = json.loads(raw)
-            except ValueError as error:
-                yield InputError(f"{path}:{number}: not valid JSON ({error})")
-                continue
-            except RecursionError:
-                yield InputError(f"{path}:{number}: JSON nested too deeply")
-                continue
-            if b"\\u" in raw:  # only escapes can carry a lone surrogate
-                data = utf8_clean(data)
-            if not isinstance(data, dict):
-                yield InputError(f"{path}:{number}: expected a JSON object")
-                continue
-            extras = {name: data.pop(name) for name in extra_fields if name in data}
-            try:
-                yield TraceRow(StructuredTrace.model_validate(data), extras)
-            except ValidationError as error:
-                first = error.errors()[0]
-                where = ".".join(str(p) for p in first["loc"])
-                yield InputError(f"{path}:{number}: not a StructuredTrace ({where}: {first['msg']})")
+                document = json.loads(path.read_bytes())
+            except (ValueError, RecursionError):
+                return None  # not JSON as a whole either: each bad line is reported
+            if not isinstance(document, dict | list):
+                return None
+            if not is_trail_document(document) and not _is_otlp(document) and not _is_who_and_when(document):
+                kind = "a JSON array" if isinstance(document, list) else "one JSON document over several lines"
+                return f"this is {kind}, not JSONL (one trace per line); {_TRACES_HINT}"
+    if is_trail_document(document):
+        return _import_first("a TRAIL trace file", path)
+    if _is_otlp(document):
+        return _import_first("an OTLP/JSON export", path)
+    if is_bbm_row(document):
+        return _import_first("a BIG-Bench-Mistake file", path)
+    if _is_who_and_when(document):
+        return (
+            "this is a Who&When log, not a file of traces: 'reflect-otel eval --benchmark who-and-when --data "
+            "FOLDER' reads these"
+        )
+    if isinstance(document, dict) and document.keys() >= _RECORD_KEYS and "steps" not in document:
+        return (
+            "this is a file of attribution records (from 'reflect-otel attribute'), not traces: show them with "
+            f"'reflect-otel show TRACES.jsonl --records {path}'"
+        )
+    if isinstance(document, dict) and isinstance(document.get("errors"), list) and "spans" not in document:
+        return (
+            "this is a TRAIL annotation file; import its trace folder with 'reflect-otel import FOLDER -o traces.jsonl'"
+        )
+    return None
+
+
+def _first_line(path: Path) -> bytes:
+    """The first line that is not blank (whole, however long a trace makes it, up to :data:`MAX_LINE_BYTES`)."""
+    with path.open("rb") as file:
+        for line in iter(lambda: file.readline(MAX_LINE_BYTES), b""):
+            if line.strip():
+                return line
+    return b""
+
+
+_RECORD_KEYS = frozenset({"trace_id", "method", "status", "mode"})
+
+
+def _is_otlp(document: object) -> bool:
+    return isinstance(document, dict) and isinstance(
+        document.get("resourceSpans", document.get("resource_spans")), list
+    )
+
+
+def _is_who_and_when(document: object) -> bool:
+    return isinstance(document, dict) and "history" in document and "mistake_step" in document
 
 
 def read_traces(path: str | Path) -> Iterator[StructuredTrace]:

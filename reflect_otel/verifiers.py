@@ -9,13 +9,11 @@
 from __future__ import annotations
 
 import re
-import unicodedata
-from datetime import datetime
-from decimal import Decimal, InvalidOperation
 from typing import Protocol
 
 from reflect_otel import prompts
 from reflect_otel.errors import LLMError
+from reflect_otel.judge import answer_value, answers_match
 from reflect_otel.llm.base import StructuredLLM, prompt_budget
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
@@ -29,6 +27,7 @@ __all__ = [
     "bound_to",
     "extract_answer",
     "extract_bbm_answer",
+    "judged_correct",
     "normalise_answer",
 ]
 
@@ -63,9 +62,6 @@ _ANSWER_MARKERS = re.compile(
     re.IGNORECASE,
 )
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
-_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
-_NUMBER = re.compile(r"^[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?$", re.IGNORECASE)
-_LIST_SPLIT = re.compile(r"\s*(?:[,;|\n]|\band\b)\s*", re.IGNORECASE)
 
 
 def extract_answer(text: str | None) -> str | None:
@@ -83,73 +79,31 @@ def extract_answer(text: str | None) -> str | None:
     return answer or None
 
 
-def _number(text: str) -> Decimal | None:
-    candidate = text.replace(" ", "").lstrip("$").rstrip("%")
-    if _THOUSANDS.match(candidate):
-        candidate = candidate.replace(",", "")
-    if not _NUMBER.match(candidate):
-        return None
-    try:
-        return Decimal(candidate).normalize()
-    except InvalidOperation:
-        return None
-
-
-_ORDINAL_DAY = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)\b", re.IGNORECASE)
-_DATE_FORMATS = ("%d %B %Y", "%B %d %Y", "%d %b %Y", "%b %d %Y", "%Y-%m-%d", "%B %Y", "%b %Y")
-"""Dates written out in words or ISO; all-numeric forms like 02/03/2012 are left alone (day and month are
-ambiguous)."""
-
-
-def _date(text: str) -> str | None:
-    """``text`` as an ISO date ("2012-02-28", or "2012-02" for a month) when it is a date written in one of
-    :data:`_DATE_FORMATS` (commas and ordinal suffixes ignored), else None."""
-    cleaned = " ".join(_ORDINAL_DAY.sub(r"\1", text.replace(",", " ")).split())
-    if not cleaned or not any(c.isdigit() for c in cleaned) or len(cleaned) > 40:
-        return None
-    for form in _DATE_FORMATS:
-        try:
-            parsed = datetime.strptime(cleaned, form)
-        except ValueError:
-            continue
-        return parsed.strftime("%Y-%m" if "%d" not in form else "%Y-%m-%d")
-    return None
+def judged_correct(text: str | None, expected: str) -> bool:
+    """Whether a final message ``text`` states ``expected``: the answer it states (:func:`extract_answer`) under the
+    judge. The one test of a run's answer, for runs, replays and every method."""
+    extracted = extract_answer(text)
+    return extracted is not None and answers_match(extracted, expected)
 
 
 def normalise_answer(text: str) -> str:
-    """Case, accents, whitespace and punctuation folded; numbers in one form ("12,467" == "12467", "3.0" == "3");
-    dates in words or ISO in one form ("28 February 2012" == "February 28, 2012" == "2012-02-28")."""
-    number = _number(text.strip())
-    if number is not None:
-        return format(number, "f").rstrip("0").rstrip(".") if "." in format(number, "f") else format(number, "f")
-    date = _date(text.strip())
-    if date is not None:
-        return date
-    folded = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
-    folded = re.sub(r"[^\w\s.-]", " ", folded)
-    folded = re.sub(r"(?<!\d)\.|\.(?!\d)", " ", folded)
-    folded = re.sub(r"\b(the|a|an)\b", " ", folded)
-    return " ".join(folded.split())
+    """One value of an answer as the judge compares it (:mod:`reflect_otel.judge`): a number in one form
+    ("12,467" == "12467", "3.0" == "3"), a date as yyyy-mm-dd, else the normalised text."""
+    value = answer_value(text)
+    if value.number is not None:
+        return format(value.number, "g") if abs(value.number) < 1e15 else str(value.number)
+    if value.date is not None:
+        return "-".join("xx" if part < 0 else f"{part:02d}" for part in value.date)
+    return value.text
 
 
-def _items(text: str) -> list[str]:
-    if _THOUSANDS.match(text.strip()):
-        return [normalise_answer(text)]
-    return sorted(normalise_answer(part) for part in _LIST_SPLIT.split(text) if part.strip())
-
-
-def answers_match(answer: str, expected: str) -> bool:
-    """Normalised equality; several values (``a|b``, ``a, b``) match as sets, in any order."""
-    if normalise_answer(answer) == normalise_answer(expected):
-        return True
-    expected_items = (
-        sorted(normalise_answer(part) for part in expected.split("|")) if "|" in expected else _items(expected)
-    )
-    return len(expected_items) > 1 and _items(answer) == expected_items
+def _number(text: str) -> float | None:
+    return answer_value(text).number
 
 
 class OracleVerifier:
-    """Extract, normalise, match. A missing expected answer gives ``is_correct=None`` (it cannot tell)."""
+    """Extract the answer the final message states, then the judge (:mod:`reflect_otel.judge`, the official
+    WikiTableQuestions evaluator's rules). A missing expected answer gives ``is_correct=None`` (it cannot tell)."""
 
     name = "oracle"
 

@@ -44,7 +44,10 @@ class ToolLoopReplay(Generic[Resume]):
         irreversible_tools: Collection[str] = (),
         allow_irreversible: bool = False,
         execute_tool: ExecuteTool | None = None,
+        deterministic: bool = False,
     ) -> None:
+        self.deterministic = deterministic
+        """Pass True when the loop's model runs greedily (temperature 0): one replay per arm decides a test."""
         self._resume = resume
         self._provider = tracer_provider
         self._guard = ToolGuard(irreversible_tools, allow=allow_irreversible)

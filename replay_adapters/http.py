@@ -20,6 +20,15 @@ Version 2 (``"protocol": "reflect-otel.replay.v2"``) adds an optional ``"action"
 "arguments": {...}}`` (or ``{"text": "..."}`` for a chain of thought), which the agent executes for real as step
 ``rollback_point + 1`` before continuing (the replay contract's action intervention). The adapter sends version 1
 for guidance, so agents that serve only version 1 keep working; :func:`replay_handler` serves both.
+
+Version 3 (``"protocol": "reflect-otel.replay.v3"``) adds proposals: a request with ``"propose": {"samples": n,
+"temperature": t}`` asks the agent what it would do at the rollback point (with the injection) without doing it,
+and is answered ``{"proposals": [{"action": {...}, "is_final_answer": false}, ...]}``
+(:class:`~reflect_otel.replay.ProposesSteps`). The adapter sends it only when its endpoint says ``propose = true``;
+a response may also say ``"deterministic": true`` of the agent, which the endpoint's ``deterministic`` setting
+states for reflect-otel. A request with ``"resample": {"samples": n, "temperature": t}`` (and ``rollback_point`` 0)
+asks for n new runs of the agent on the run's input, sampled (:class:`~reflect_otel.replay.SamplesRuns`), and is
+answered ``{"runs": [<an answer as to a replay>, ...]}``; sent only when the endpoint says ``resample = true``.
 """
 
 from __future__ import annotations
@@ -34,14 +43,25 @@ from pydantic import ValidationError
 from reflect_otel.assembly import assemble_trace
 from reflect_otel.collectors.otlp import decode_json_document
 from reflect_otel.errors import InputError, ReplayError
-from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult, check_rollback_point
+from reflect_otel.replay import (
+    InjectionRole,
+    ProposedStep,
+    ReplayAdapter,
+    ReplayResult,
+    check_rollback_point,
+    is_deterministic,
+    proposer,
+    resampler,
+)
 from reflect_otel.replay_adapters._stitch import stitch
 from reflect_otel.trace import StepAction, StructuredTrace
 
-__all__ = ["PROTOCOL", "PROTOCOL_V2", "HTTPReplayAdapter", "replay_handler"]
+__all__ = ["PROTOCOL", "PROTOCOL_V2", "PROTOCOL_V3", "HTTPReplayAdapter", "replay_handler"]
 
 PROTOCOL = "reflect-otel.replay.v1"
 PROTOCOL_V2 = "reflect-otel.replay.v2"
+PROTOCOL_V3 = "reflect-otel.replay.v3"
+_MAX_PROPOSALS = 20
 
 
 class HTTPReplayAdapter:
@@ -55,9 +75,15 @@ class HTTPReplayAdapter:
         headers: Mapping[str, str] | None = None,
         max_response_bytes: int = 64 * 1024 * 1024,
         client: httpx.Client | None = None,
+        deterministic: bool = False,
+        proposes: bool = False,
+        resamples: bool = False,
     ) -> None:
         self.url = url
         self.max_response_bytes = max_response_bytes
+        self.deterministic = deterministic
+        self.proposes = proposes
+        self.resamples = resamples
         self._client = client or httpx.Client(timeout=timeout_s, headers=dict(headers or {}))
 
     def replay(
@@ -79,6 +105,53 @@ class HTTPReplayAdapter:
         }
         if action is not None:
             body["action"] = action.model_dump(mode="json")
+        return self._result(trace, rollback_point, self._answer(body))
+
+    def propose(
+        self,
+        trace: StructuredTrace,
+        *,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole = InjectionRole.SYSTEM,
+        samples: int = 1,
+        temperature: float = 0.0,
+    ) -> tuple[ProposedStep, ...]:
+        check_rollback_point(trace, rollback_point)
+        body: dict[str, Any] = {
+            "protocol": PROTOCOL_V3,
+            "trace": trace.model_dump(mode="json"),
+            "rollback_point": rollback_point,
+            "injection": injection,
+            "injection_role": InjectionRole(injection_role).value,
+            "propose": {"samples": samples, "temperature": temperature},
+        }
+        payload = self._answer(body)
+        raw = payload.get("proposals")
+        if not isinstance(raw, list) or len(raw) > _MAX_PROPOSALS:
+            raise ReplayError(f"replay endpoint {self.url} answered a proposal request without a 'proposals' list")
+        try:
+            return tuple(ProposedStep.model_validate(item) for item in raw)
+        except ValidationError as error:
+            raise ReplayError(
+                f"replay endpoint {self.url} sent an invalid proposal: {error.errors()[0]['msg']}"
+            ) from None
+
+    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+        body: dict[str, Any] = {
+            "protocol": PROTOCOL_V3,
+            "trace": trace.model_dump(mode="json"),
+            "rollback_point": 0,
+            "injection": "",
+            "injection_role": InjectionRole.SYSTEM.value,
+            "resample": {"samples": samples, "temperature": temperature},
+        }
+        runs = self._answer(body).get("runs")
+        if not isinstance(runs, list) or not runs or len(runs) > _MAX_PROPOSALS:
+            raise ReplayError(f"replay endpoint {self.url} answered a resample request without a 'runs' list")
+        return tuple(self._result(trace, 0, run) for run in runs if isinstance(run, dict))
+
+    def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
         status, content = self._post(body)
         try:
             payload = json.loads(content)
@@ -88,7 +161,7 @@ class HTTPReplayAdapter:
             message = payload.get("error") if isinstance(payload, dict) else None
             shown = message or content[:300].decode("utf-8", "replace")
             raise ReplayError(f"replay endpoint {self.url} answered {status}: {shown}")
-        return self._result(trace, rollback_point, payload)
+        return payload
 
     def _post(self, body: dict[str, Any]) -> tuple[int, bytes]:
         """The response's status and body, read as a stream that stops at ``max_response_bytes`` (decoded size, so
@@ -152,11 +225,15 @@ def replay_handler(adapter: ReplayAdapter, body: bytes) -> tuple[int, bytes]:
     """Serve one protocol request with ``adapter``: (status, JSON body). For the agent's side of the wire."""
     try:
         request = json.loads(body)
-        if not isinstance(request, dict) or request.get("protocol") not in (PROTOCOL, PROTOCOL_V2):
-            raise ValueError(f"expected a {PROTOCOL} or {PROTOCOL_V2} request")
-        if "action" in request and request["protocol"] != PROTOCOL_V2:
-            raise ValueError(f"an action needs {PROTOCOL_V2}")
+        if not isinstance(request, dict) or request.get("protocol") not in (PROTOCOL, PROTOCOL_V2, PROTOCOL_V3):
+            raise ValueError(f"expected a {PROTOCOL}, {PROTOCOL_V2} or {PROTOCOL_V3} request")
+        if "action" in request and request["protocol"] == PROTOCOL:
+            raise ValueError(f"an action needs {PROTOCOL_V2} or later")
         trace = StructuredTrace.model_validate(request["trace"])
+        if request.get("propose") is not None:
+            return _serve_proposals(adapter, trace, request)
+        if request.get("resample") is not None:
+            return _serve_resamples(adapter, trace, request)
         action = StepAction.model_validate(request["action"]) if request.get("action") is not None else None
         result = adapter.replay(
             trace,
@@ -169,10 +246,59 @@ def replay_handler(adapter: ReplayAdapter, body: bytes) -> tuple[int, bytes]:
         return 400, json.dumps({"error": f"bad replay request: {error}"}).encode()
     except ReplayError as error:
         return 422, json.dumps({"error": str(error)}).encode()
-    answer = {
+    return 200, json.dumps(_result_body(adapter, result)).encode()
+
+
+def _result_body(adapter: ReplayAdapter, result: ReplayResult) -> dict[str, Any]:
+    return {
         "trace": result.trace.model_dump(mode="json"),
         "final_answer": result.final_answer,
         "prefix_verified": result.prefix_verified,
         "adapter_info": result.adapter_info,
+        "deterministic": is_deterministic(adapter),
     }
-    return 200, json.dumps(answer).encode()
+
+
+def _serve_resamples(adapter: ReplayAdapter, trace: StructuredTrace, request: dict[str, Any]) -> tuple[int, bytes]:
+    if request.get("protocol") != PROTOCOL_V3:
+        raise ValueError(f"a resample request needs {PROTOCOL_V3}")
+    source = resampler(adapter)
+    if source is None:
+        return 422, json.dumps({"error": "this agent's replay adapter cannot resample runs"}).encode()
+    options = request["resample"]
+    if not isinstance(options, dict):
+        raise ValueError("'resample' must be an object")
+    samples = int(options.get("samples", 1))
+    if not 1 <= samples <= _MAX_PROPOSALS:
+        raise ValueError(f"'resample.samples' must be from 1 to {_MAX_PROPOSALS}")
+    try:
+        runs = source.resample(trace, samples=samples, temperature=float(options.get("temperature", 0.7)))
+    except ReplayError as error:
+        return 422, json.dumps({"error": str(error)}).encode()
+    return 200, json.dumps({"runs": [_result_body(adapter, run) for run in runs]}).encode()
+
+
+def _serve_proposals(adapter: ReplayAdapter, trace: StructuredTrace, request: dict[str, Any]) -> tuple[int, bytes]:
+    if request.get("protocol") != PROTOCOL_V3:
+        raise ValueError(f"a proposal request needs {PROTOCOL_V3}")
+    source = proposer(adapter)
+    if source is None:
+        return 422, json.dumps({"error": "this agent's replay adapter cannot propose steps"}).encode()
+    options = request["propose"]
+    if not isinstance(options, dict):
+        raise ValueError("'propose' must be an object")
+    samples = int(options.get("samples", 1))
+    if not 1 <= samples <= _MAX_PROPOSALS:
+        raise ValueError(f"'propose.samples' must be from 1 to {_MAX_PROPOSALS}")
+    try:
+        proposals = source.propose(
+            trace,
+            rollback_point=int(request["rollback_point"]),
+            injection=str(request.get("injection", "")),
+            injection_role=InjectionRole(request.get("injection_role", "system")),
+            samples=samples,
+            temperature=float(options.get("temperature", 0.0)),
+        )
+    except ReplayError as error:
+        return 422, json.dumps({"error": str(error)}).encode()
+    return 200, json.dumps({"proposals": [p.model_dump(mode="json") for p in proposals]}).encode()

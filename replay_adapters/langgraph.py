@@ -10,6 +10,12 @@ An action (a corrected tool call) is written into the new thread as the model no
 (``update_state(..., as_node=<model node>)`` with an ``AIMessage`` carrying the call), so the graph's own tools node
 executes it for real and the model continues from its result.
 
+``propose`` forks the same way and runs the model node only (interrupted before the tools node), passing the
+sampling temperature as ``config["configurable"]["reflect_temperature"]``
+(:data:`~reflect_otel.replay.SAMPLING_TEMPERATURE`); the decision it made is read and nothing is executed. Pass
+``deterministic=True`` when the graph's model runs greedily (temperature 0): controlled tests then need one replay
+per arm.
+
 Known limits: a graph whose model node adds its own system prompt is seeded from spans with that prompt in the
 messages; a subgraph's checkpoints are not forked (replay the inner graph on its own); chat formatters that
 reject mid-conversation system messages need ``injection_role="user"``.
@@ -25,7 +31,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from reflect_otel import _values
 from reflect_otel.errors import MissingDependencyError, ReplayError
-from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_point
+from reflect_otel.replay import SAMPLING_TEMPERATURE, InjectionRole, ProposedStep, ReplayResult, check_rollback_point
 from reflect_otel.replay_adapters._capture import captured
 from reflect_otel.replay_adapters._guard import ToolGuard
 from reflect_otel.replay_adapters._stitch import stitch
@@ -96,8 +102,10 @@ class LangGraphReplayAdapter:
         irreversible_tools: Collection[str] = (),
         allow_irreversible: bool = False,
         recursion_limit: int = 50,
+        deterministic: bool = False,
     ) -> None:
         self.graph = graph
+        self.deterministic = deterministic
         self._provider = tracer_provider
         self.model_node = model_node
         self.tools_node = tools_node
@@ -158,6 +166,67 @@ class LangGraphReplayAdapter:
                 self._guard(call["name"], call.get("args"))
             self.graph.invoke(None, config, interrupt_before=interrupt)
 
+    def _fork(
+        self, trace: StructuredTrace, rollback_point: int, injection: str, injection_role: InjectionRole
+    ) -> tuple[dict[str, Any], str, list[BaseMessage]]:
+        """The state right after step ``rollback_point`` (values, where it came from, messages with the
+        injection appended)."""
+        check_rollback_point(trace, rollback_point)
+        forked = self._checkpoint_after(trace, rollback_point)
+        if forked is not None:
+            values, source = forked
+            messages = list(values.get("messages", []))
+        else:
+            values, source = {}, "spans"
+            messages = list(self._messages_from_spans(trace, rollback_point))
+        if injection:
+            messages.append(_injection_message(injection, injection_role))
+        return values, source, messages
+
+    def propose(
+        self,
+        trace: StructuredTrace,
+        *,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole = InjectionRole.SYSTEM,
+        samples: int = 1,
+        temperature: float = 0.0,
+    ) -> tuple[ProposedStep, ...]:
+        values, _, messages = self._fork(trace, rollback_point, injection, injection_role)
+        node = (trace.steps[rollback_point - 1].langgraph_node or self.tools_node) if rollback_point else None
+        proposals = []
+        for _ in range(samples):
+            config: dict[str, Any] = {
+                "configurable": {"thread_id": f"reflect-propose-{uuid.uuid4().hex}", SAMPLING_TEMPERATURE: temperature},
+                "recursion_limit": self.recursion_limit,
+            }
+            with captured(self._provider, "reflect.propose.langgraph"):
+                try:
+                    if node is None:
+                        self.graph.invoke({**values, "messages": messages}, config, interrupt_before=[self.tools_node])
+                    else:
+                        self.graph.update_state(config, {**values, "messages": messages}, as_node=node)
+                        self.graph.invoke(None, config, interrupt_before=[self.tools_node])
+                except GraphRecursionError:
+                    continue  # no decision within the limit: not a proposal
+                except Exception as error:  # the graph may fail in any way
+                    raise ReplayError(f"the graph failed while proposing: {type(error).__name__}: {error}") from error
+            decided = self.graph.get_state(config).values.get("messages", [])
+            last = decided[-1] if decided else None
+            calls = getattr(last, "tool_calls", None) or []
+            if calls:
+                call = calls[0]
+                proposals.append(ProposedStep(action=StepAction(tool_name=call["name"], arguments=dict(call["args"]))))
+            elif isinstance(last, AIMessage):
+                proposals.append(
+                    ProposedStep(action=StepAction(text=_values.as_text(last.content)), is_final_answer=True)
+                )
+        return tuple(proposals)
+
+    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+        return tuple(self._run_from(trace, 0, "", InjectionRole.SYSTEM, None, temperature) for _ in range(samples))
+
     def replay(
         self,
         trace: StructuredTrace,
@@ -167,21 +236,27 @@ class LangGraphReplayAdapter:
         injection_role: InjectionRole = InjectionRole.SYSTEM,
         action: StepAction | None = None,
     ) -> ReplayResult:
-        check_rollback_point(trace, rollback_point)
+        return self._run_from(trace, rollback_point, injection, injection_role, action, None)
+
+    def _run_from(
+        self,
+        trace: StructuredTrace,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole,
+        action: StepAction | None,
+        temperature: float | None,
+    ) -> ReplayResult:
         decided = _action_message(action) if action is not None else None
-        forked = self._checkpoint_after(trace, rollback_point)
-        if forked is not None:
-            values, source = forked
-            messages = list(values.get("messages", []))
-        else:
-            values, source = {}, "spans"
-            messages = self._messages_from_spans(trace, rollback_point)
-        if injection:
-            messages.append(_injection_message(injection, injection_role))
+        values, source, messages = self._fork(trace, rollback_point, injection, injection_role)
         if decided is not None:
             messages.append(decided)
         thread = f"reflect-replay-{uuid.uuid4().hex}"
-        config: dict[str, Any] = {"configurable": {"thread_id": thread}, "recursion_limit": self.recursion_limit}
+        sampling = {SAMPLING_TEMPERATURE: temperature} if temperature is not None else {}
+        config: dict[str, Any] = {
+            "configurable": {"thread_id": thread, **sampling},
+            "recursion_limit": self.recursion_limit,
+        }
         unfinished = False
         with captured(self._provider, "reflect.replay.langgraph") as run:
             try:

@@ -9,6 +9,9 @@ prompt injection make the collector call any address it can reach). The file, TO
     agent = "table_qa"                 # optional: only runs of this agent (the root span's agent name)
     url = "http://10.0.0.7:8900/replay"
     timeout_s = 300                    # optional, default 300
+    deterministic = true               # optional: the agent replays greedily (one replay per arm decides)
+    propose = true                     # optional: the endpoint serves proposals (protocol v3)
+    resample = true                    # optional: the endpoint serves resampled runs (protocol v3)
     max_response_bytes = 67108864      # optional, default 64 MiB
     headers = { "X-Team" = "search" }                       # optional, sent as written
     headers_from_env = { "Authorization" = "AGENT_TOKEN" }  # optional: header -> variable holding its value
@@ -53,6 +56,9 @@ class ReplayEndpoint(BaseModel):
     max_response_bytes: int = Field(default=64 << 20, ge=1_024, le=1 << 30)
     headers: dict[_HeaderName, Annotated[str, StringConstraints(max_length=8_192)]] = Field(default_factory=dict)
     headers_from_env: dict[_HeaderName, _Name] = Field(default_factory=dict)
+    deterministic: bool = False
+    propose: bool = False
+    resample: bool = False
 
     @field_validator("url")
     @classmethod
@@ -88,7 +94,13 @@ class ReplayEndpoints:
         self.endpoints = endpoints
         self._adapters: list[ReplayAdapter] = [
             HTTPReplayAdapter(
-                e.url, timeout_s=e.timeout_s, headers=e.resolved_headers(env), max_response_bytes=e.max_response_bytes
+                e.url,
+                timeout_s=e.timeout_s,
+                headers=e.resolved_headers(env),
+                max_response_bytes=e.max_response_bytes,
+                deterministic=e.deterministic,
+                proposes=e.propose,
+                resamples=e.resample,
             )
             for e in endpoints
         ]

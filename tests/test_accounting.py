@@ -18,7 +18,7 @@ from reflect_otel.proxy_verifier import PlanAnchoredVerifier
 from reflect_otel.record import AGENT_REPLAY_STAGE
 from reflect_otel.replay import find_replay_adapter
 from reflect_otel.service import AttributionService
-from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
+from reflect_otel.testing import ScriptedLLM, ScriptedProposingAdapter, ScriptedRequest, make_trace
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verifiers import OracleVerifier, SelfVerifier
 
@@ -60,8 +60,19 @@ def auditor() -> ScriptedLLM:
     return ScriptedLLM(respond=respond)
 
 
-def fixed_agent() -> ScriptedReplayAdapter:
-    return ScriptedReplayAdapter(lambda trace, point, injection: [{"reasoning": "Nile", "is_final_answer": True}])
+def fixed_agent() -> ScriptedProposingAdapter:
+    """A greedy agent: left alone it answers Danube again; its resampled step 2 (a search for the Nile) fixes it."""
+
+    def continue_with(trace: StructuredTrace, point: int, injection: str) -> list[dict[str, Any]]:
+        found = any(s.tool_args.get("q") == "nile" for s in trace.steps[:point])
+        return [{"reasoning": "Nile" if found else "Danube", "is_final_answer": True}]
+
+    return ScriptedProposingAdapter(
+        continue_with,
+        lambda trace, point, injection, sample, temperature: {"tool": "search", "args": {"q": "nile"}},
+        tools={"search": lambda q: f"{q} is the longest"},
+        deterministic=True,
+    )
 
 
 def online(llm: ScriptedLLM, budget: TokenBudget) -> AttributionService:
@@ -85,10 +96,11 @@ def test_online_the_triage_audit_and_every_replay_audit_are_in_the_record_and_th
     record = outcome.record
     assert outcome.flagged and record is not None and record.corrected_answer == "Nile"
     asked = [r.stage for r in llm.requests]
-    # the original run is audited once (triage), not again by the method; the replay is audited once
-    assert asked == ["proxy_anchors", "proxy_audit", "localize", "proxy_anchors", "proxy_audit"]
+    # the original run is audited once (triage), not again by the method; each replay (control, intervention) once
+    audit = ["proxy_anchors", "proxy_audit"]
+    assert asked == [*audit, "localize", *audit, *audit]
     assert [c.stage for c in record.llm_calls] == asked
-    assert {c.stage: c.calls for c in record.cost} == {"proxy_anchors": 2, "proxy_audit": 2, "localize": 1}
+    assert {c.stage: c.calls for c in record.cost} == {"proxy_anchors": 3, "proxy_audit": 3, "localize": 1}
     assert record.original_verdict is not None and record.original_verdict.verifier == "plan_anchored"
     assert outcome.tokens == record.total_tokens == budget.spent_last_hour() > 0
 
@@ -126,7 +138,12 @@ def test_attribute_with_a_model_verifier_counts_its_verdicts_on_replays() -> Non
     outcome = service.process(failed_run(), expected="Nile", replay=fixed_agent())
     record = outcome.record
     assert record is not None and record.corrected_answer == "Nile"
-    assert [c.stage for c in record.llm_calls] == [r.stage for r in llm.requests] == ["localize", "verify"]
+    # the run judged (a right run is not attributed), localize, then the control replay and the intervention judged
+    assert (
+        [c.stage for c in record.llm_calls]
+        == [r.stage for r in llm.requests]
+        == ["verify", "localize", "verify", "verify"]
+    )
     assert outcome.tokens == record.total_tokens == budget.spent_last_hour()
 
 
@@ -135,7 +152,7 @@ def test_ics_and_reflect_build_the_same_prompt_context(layout: str, monkeypatch:
     seen: dict[str, PromptContext] = {}
     method = ""
 
-    def capture(llm: Any, ctx: PromptContext, trace: StructuredTrace) -> Any:
+    def capture(llm: Any, ctx: PromptContext, trace: StructuredTrace, **_: Any) -> Any:
         seen[method] = ctx
         raise RuntimeError("captured")  # stop here: only the context is compared
 
@@ -162,9 +179,12 @@ def test_a_found_adapters_agent_on_our_model_is_counted_as_the_agents_cost() -> 
 
     def respond(request: ScriptedRequest) -> Any:
         if request.stage == "localize":
-            return {"error_step": 2, "confidence": 0.5, "reasoning": "r", "what_should_have_been_done": "w"}
-        if request.stage == "agent_replay":
+            return {"error_step": 1, "confidence": 0.5, "reasoning": "r", "what_should_have_been_done": "w"}
+        if request.stage == "agent_replay" and request.temperature:  # a proposal, sampled
             return {"steps": ["3 + 4 = 7."], "answer": "7"}
+        if request.stage == "agent_replay":  # a replay, greedy: the control redoes the run, the action fixes it
+            fixed = "3 + 4 = 7." in request.text
+            return {"steps": ["So it is 7."] if fixed else ["3 + 4 is 8."], "answer": "7" if fixed else "8"}
         raise AssertionError(request.stage)
 
     llm = ScriptedLLM(respond=respond)
@@ -173,7 +193,7 @@ def test_a_found_adapters_agent_on_our_model_is_counted_as_the_agents_cost() -> 
         llm,
         METHODS["ics"],
         verifier=OracleVerifier(),
-        config=ReflectConfig(rounds=1),
+        config=ReflectConfig(rounds=1, proposal_samples=1),
         budget=budget,
         replay_finder=find_replay_adapter,
     )
@@ -182,11 +202,11 @@ def test_a_found_adapters_agent_on_our_model_is_counted_as_the_agents_cost() -> 
     record = outcome.record
     assert record is not None and record.corrected_answer is not None and "7" in record.corrected_answer
     asked = [r.stage for r in llm.requests]
-    assert asked == ["localize", "agent_replay"]
+    assert asked == ["localize", "agent_replay", "agent_replay", "agent_replay"]  # control, proposal, intervention
     assert [c.stage for c in record.llm_calls] == asked  # the method's calls, then its agent's
     agent = record.agent_replay_cost
-    assert agent is not None and agent.calls == 1 and agent.prompt_tokens > 0
-    assert record.auditor_calls == 1 and record.total_calls == 2 and record.annotator_kind == "LLM"
+    assert agent is not None and agent.calls == 3 and agent.prompt_tokens > 0
+    assert record.auditor_calls == 1 and record.total_calls == 4 and record.annotator_kind == "LLM"
     assert record.total_tokens == record.auditor_tokens + agent.prompt_tokens + agent.completion_tokens
     assert outcome.tokens == record.total_tokens == budget.spent_last_hour()
 

@@ -10,7 +10,13 @@ from reflect_otel.baselines import BASELINES, binary_search_calls
 from reflect_otel.config import ReflectConfig
 from reflect_otel.prompts import WITHHELD
 from reflect_otel.record import AttributionStatus
-from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
+from reflect_otel.testing import (
+    ScriptedLLM,
+    ScriptedProposingAdapter,
+    ScriptedReplayAdapter,
+    ScriptedRequest,
+    make_trace,
+)
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verifiers import OracleVerifier
 
@@ -24,8 +30,11 @@ def trace_of(length: int) -> StructuredTrace:
     )
 
 
-def answers(flag_at: int | None = None, halves: list[str] | None = None) -> ScriptedLLM:
+def answers(
+    flag_at: int | None = None, halves: list[str] | None = None, reflection: str = "I should have checked step 3"
+) -> ScriptedLLM:
     halves = list(halves or [])
+    localized = iter([4, 3, 2])
 
     def respond(request: ScriptedRequest) -> Any:
         stage = request.stage
@@ -45,9 +54,12 @@ def answers(flag_at: int | None = None, halves: list[str] | None = None) -> Scri
                 "confidence": 0.6,
             }
         if stage == "reflect":
-            return {"reflection": "I should have checked step 3; the answer is Right"}
+            return {"reflection": reflection}
         if stage == "localize":
-            return {"error_step": 4, "confidence": 0.5, "reasoning": "r", "what_should_have_been_done": "w"}
+            step = next(localized)
+            return {"error_step": step, "confidence": 0.5, "reasoning": "r", "what_should_have_been_done": "w"}
+        if stage == "gate":
+            return {"is_faithful": True, "violation_reason": None, "violation_type": None}
         if stage == "dover_hypotheses":
             return {
                 "hypotheses": [
@@ -117,32 +129,59 @@ def test_reflexion_retries_from_the_start_with_its_reflection_and_verifies_no_st
     record = attribute("reflexion", llm, replay=retry)
     [call] = retry.calls
     assert call.rollback_point == 0 and "I should have checked step 3" in call.injection  # a new trial, with memory
-    assert "Right" not in call.injection and "the answer is [the answer]" in call.injection  # never the answer
     assert record.total_calls == 2 and record.step_index == 3  # the step its reflection blames
     assert record.status is AttributionStatus.UNVERIFIED and record.confidence is None  # a retry tests no step
     assert [a.flipped for a in record.replays] == [flips]
     assert record.corrected_answer == ("The answer is right" if flips else None)
 
 
-def test_ics_localizes_once_per_iteration_and_resamples_with_no_hint() -> None:
+@pytest.mark.parametrize("memory", ["I should have checked step 3; the answer is Right", "Next time answer Right."])
+def test_a_reflexion_memory_that_carries_or_states_the_answer_is_never_replayed(memory: str) -> None:
+    retry = never_flips()
+    record = attribute("reflexion", answers(reflection=memory), replay=retry)
+    assert retry.calls == [] and record.replays == ()
+    (refused,) = record.corrections
+    assert refused.source == "reflexion" and refused.refused is not None
+    assert "the retry was not run" in record.reason
+
+
+def resampling_agent() -> ScriptedProposingAdapter:
+    """Greedy; left alone it answers as the run did; its resampled steps differ from the run's but fix nothing."""
+    return ScriptedProposingAdapter(
+        lambda trace, point, injection: [{"reasoning": "The answer is wrong", "is_final_answer": True}],
+        lambda trace, point, injection, sample, temperature: {"tool": "step", "args": {"i": 100 + point}},
+        tools={"step": lambda i: str(i)},
+        deterministic=True,
+    )
+
+
+def test_ics_localizes_once_per_round_and_resamples_with_no_hint_under_control() -> None:
     llm = answers()
-    adapter = never_flips()
-    record = attribute("ics", llm, replay=adapter, rounds=3)
-    assert record.total_calls == 3 and [c.injection for c in adapter.calls] == ["", "", ""]
-    assert [c.rollback_point for c in adapter.calls] == [3, 3, 3]  # bare prefix before the localized step 4
+    adapter = resampling_agent()
+    record = attribute("ics", llm, replay=adapter, rounds=3, rollback_points=1)
+    # one localization per round, each naming a new step; the agent resamples that step with no hint
+    assert [loc.step_index for loc in record.localizations] == [4, 3, 2]
+    assert record.total_calls == 3 and [p.injection for p in adapter.proposals] == ["", "", ""]
+    assert [c.rollback_point for c in adapter.calls] == [3, 3, 2, 2, 1, 1]  # a control, then the resample
+    assert [c.action is None for c in adapter.calls] == [True, False] * 3
     assert all(WITHHELD in r.text for r in llm.requests)
     assert record.status is AttributionStatus.UNVERIFIED
 
 
-def test_dover_validates_each_hypothesis_without_relocalizing() -> None:
+def test_dover_validates_each_hypothesis_under_control_without_relocalizing() -> None:
     llm = answers()
-    flips_at_4 = ScriptedReplayAdapter(
-        lambda trace, point, injection: [{"reasoning": "The answer is right" if point == 4 else "The answer is wrong"}]
+    follows_y = ScriptedReplayAdapter(
+        lambda trace, point, injection: [
+            {"reasoning": "The answer is right" if injection == "do y" else "The answer is wrong"}
+        ],
+        deterministic=True,
     )
-    record = attribute("dover", llm, replay=flips_at_4)
-    assert [c.injection for c in flips_at_4.calls] == ["do x", "do y"]
-    assert record.total_calls == 2  # hypotheses + classification of the supported one
+    record = attribute("dover", llm, replay=follows_y)
+    # each hypothesis's step: the control from its prefix, then its intervention
+    assert [(c.rollback_point, c.injection) for c in follows_y.calls] == [(1, ""), (1, "do x"), (4, ""), (4, "do y")]
+    assert [r.stage for r in llm.requests] == ["dover_hypotheses", "classify", "gate", "gate"]
     assert record.status is AttributionStatus.VERIFIED and record.step_index == 5
+    assert record.effect is not None and record.effect.text() == "intervention flipped 1 of 1, control 0 of 1"
     unsupported = attribute("dover", answers(), replay=never_flips())
     assert unsupported.status is AttributionStatus.UNVERIFIED and unsupported.step_index == 2
 

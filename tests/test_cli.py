@@ -66,8 +66,10 @@ def test_import_trail_folder_reports_mapping(shared_data: Path, tmp_path: Path) 
 def test_import_errors_name_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{oops")
-    assert main(["import", str(bad), "-o", str(tmp_path / "o.jsonl")]) == 1
-    assert "bad.json: not valid JSON" in capsys.readouterr().err
+    assert main(["import", str(bad), "-o", str(tmp_path / "o.jsonl")]) == 2  # no trace read: nothing written
+    err = capsys.readouterr().err
+    assert "bad.json: not valid JSON" in err and "o.jsonl was not written" in err
+    assert not (tmp_path / "o.jsonl").exists()
     assert main(["import", str(tmp_path / "missing.json"), "-o", str(tmp_path / "o.jsonl")]) == 2
     assert "no such file or folder" in capsys.readouterr().err
     assert main(["import", "-o", str(tmp_path / "o.jsonl")]) == 2

@@ -38,11 +38,14 @@ def auditor(step: int) -> ScriptedLLM:
 
 
 def agent_that_follows(instruction: str) -> ScriptedReplayAdapter:
-    """Answers right when the injection carries ``instruction``."""
+    """A greedy agent that redoes its step (a lookup it did not make) and answers right when the injection carries
+    ``instruction``; left alone, it answers as the run did."""
     return ScriptedReplayAdapter(
         lambda trace, point, injection: [
-            {"reasoning": "Bangkok" if instruction in injection else "Nowhere.", "is_final_answer": True}
-        ]
+            {"tool": "lookup", "args": {"table": "t0", "row": 99}, "result": "row 99"},
+            {"reasoning": "Bangkok" if instruction in injection else "Nowhere.", "is_final_answer": True},
+        ],
+        deterministic=True,
     )
 
 
@@ -62,12 +65,14 @@ def test_the_wrong_step_is_two_steps_away_and_never_the_answer() -> None:
 def test_wrong_step_injects_the_runs_own_plan_two_steps_from_the_localized_one() -> None:
     agent = agent_that_follows(OWN_INSTRUCTION)
     record = attribute("control-wrong-step", 2, agent)
-    (call,) = agent.calls
+    control, call = agent.calls
+    assert control.rollback_point == 3 and control.injection == ""  # the control from the same prefix
     assert call.rollback_point == 3 and OWN_INSTRUCTION in call.injection  # regenerates step 4, not step 2
     assert [(c.source, c.kind.value, c.step_index) for c in record.corrections] == [
         ("control:wrong-step", "guidance", 4)
     ]
-    assert record.corrected_answer == "Bangkok"  # a flip here is a corrected run, not evidence for step 4
+    # the same rule as REFLECT's: the plan at the wrong step flipped the run and its control did not
+    assert record.status is AttributionStatus.VERIFIED and record.step_index == 4
 
 
 def test_wrong_step_does_not_replay_a_run_without_such_a_step() -> None:
@@ -75,13 +80,13 @@ def test_wrong_step_does_not_replay_a_run_without_such_a_step() -> None:
     short = make_trace("q", [{"tool": "a", "args": {}, "result": "r"}, {"reasoning": "x", "is_final_answer": True}])
     record = attribute("control-wrong-step", 1, agent, short)
     assert agent.calls == [] and record.status is AttributionStatus.UNVERIFIED
-    assert "no step at distance 2" in (record.corrections[0].refused or "")
+    assert "no step at distance 2" in record.reason
 
 
 def test_placebo_injects_a_plan_written_for_another_question_in_place_of_the_auditors() -> None:
     agent = agent_that_follows(OWN_INSTRUCTION)
     record = attribute("control-placebo", 2, agent)
-    (call,) = agent.calls
+    _control, call = agent.calls
     placebo = placebo_plan(five_steps())
     assert placebo.correction_instruction in call.injection and OWN_INSTRUCTION not in call.injection
     assert call.rollback_point == 1  # the localized step, as REFLECT's guidance

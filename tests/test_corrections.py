@@ -14,7 +14,7 @@ from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.errors import LLMError
 from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.prompts import PromptContext, diagnosis_output
-from reflect_otel.record import AttributionStatus, Correction, GateDecider, InterventionKind, Localization
+from reflect_otel.record import AttributionStatus, Correction, GateDecider, InterventionKind, Localization, ReplayArm
 from reflect_otel.spans import SpanRecord
 from reflect_otel.stages import diagnose
 from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
@@ -346,7 +346,8 @@ def test_corrections_that_would_prove_nothing_are_refused() -> None:
     assert "final answer" in (corrections.refusal(_action(1, final), trace, "Bangkok") or "")
     assert "expected answer" in (corrections.refusal(_action(1, carries), trace, "Bangkok|Thailand") or "")
     assert "repeats the original" in (corrections.refusal(_action(1, same), trace, "Bangkok") or "")
-    assert "final answer step" in (corrections.refusal(_action(2, good), trace, "Bangkok") or "")
+    # a call in place of the answer step is no answer: it is tested under control like any other
+    assert corrections.refusal(_action(2, good), trace, "Bangkok") is None
     assert corrections.refusal(_action(1, good), trace, "Bangkok") is None
     assert corrections.refusal(_action(1, carries), trace, None) is None  # the proxy regime knows no answer
 
@@ -405,7 +406,9 @@ def _table_agent() -> ScriptedReplayAdapter:
     def lookup(table: str, column: str, row: int = 1) -> str:
         return "Doha"
 
-    return ScriptedReplayAdapter(continue_with, tools={"filter_rows": filter_rows, "lookup": lookup})
+    return ScriptedReplayAdapter(
+        continue_with, tools={"filter_rows": filter_rows, "lookup": lookup}, deterministic=True
+    )
 
 
 def _attribute(llm: ScriptedLLM, agent: ScriptedReplayAdapter, **config: Any) -> Any:
@@ -420,18 +423,18 @@ def test_the_auditors_action_is_executed_and_verifies() -> None:
     agent = _table_agent()
     record = _attribute(_auditor(GOOD_CALL), agent)
     assert record.status is AttributionStatus.VERIFIED and record.step_index == 1
-    (call,) = agent.calls
+    control, call = agent.calls  # the control replay from the same prefix first, then the action
+    assert control.action is None and control.injection == "" and control.rollback_point == 0
     assert call.action == StepAction(tool_name="filter_rows", arguments=GOOD_CALL["arguments"]) and call.injection == ""
-    (attempt,) = record.replays
+    kept, attempt = record.replays
+    assert kept.arm is ReplayArm.CONTROL and kept.reproduced and not kept.flipped
     assert attempt.gate is not None and attempt.gate.decided_by is GateDecider.ACTION and attempt.gate.is_faithful
     assert attempt.continuation[0].tool_result == "t2: 1 rows; Bangkok"  # executed by the agent's tool
     assert record.verified_by is not None and (record.verified_by.source, record.verified_by.kind) == ("llm", "action")
     assert record.intervention is not None and record.intervention.correction == record.verified_by
+    assert record.effect is not None and record.effect.text() == "intervention flipped 1 of 1, control 0 of 1"
     # the evidence rule proposed the same call: tried once, under the auditor's name
-    assert [(c.source, c.kind.value, c.flipped, c.replays) for c in record.corrections] == [
-        ("llm", "action", True, 1),
-        ("llm", "guidance", False, 0),
-    ]
+    assert [(c.source, c.kind.value, c.flipped, c.replays) for c in record.corrections] == [("llm", "action", True, 1)]
 
 
 def test_evidence_is_tried_when_the_auditors_own_correction_fails() -> None:
@@ -439,7 +442,8 @@ def test_evidence_is_tried_when_the_auditors_own_correction_fails() -> None:
     useless = {"tool": "lookup", "arguments": {"table": "t0", "column": "City", "row": 1}}
     record = _attribute(_auditor(useless), agent)
     assert record.status is AttributionStatus.VERIFIED
-    assert [c.action.tool_name for c in agent.calls] == ["lookup", "filter_rows"]  # type: ignore[union-attr]
+    # one control for both actions at step 1
+    assert [c.action.tool_name if c.action else None for c in agent.calls] == [None, "lookup", "filter_rows"]
     assert record.verified_by is not None and record.verified_by.source == "evidence:listed_values"
     assert [(c.source, c.flipped) for c in record.corrections][:2] == [("llm", False), ("evidence:listed_values", True)]
     assert "its result lists '2nd', '1st'" in record.verified_by.finding
@@ -449,14 +453,22 @@ def test_without_actions_only_the_papers_guidance_is_tried() -> None:
     agent = _table_agent()
     record = _attribute(_auditor(GOOD_CALL), agent, actions=False)
     assert record.status is AttributionStatus.UNVERIFIED
-    assert all(c.action is None and c.injection for c in agent.calls) and len(agent.calls) == 1  # K: step 1 only
+    # K: step 1 only; the control, then the guidance (this agent cannot propose: it redoes the step in the replay)
+    control, guided = agent.calls
+    assert control.action is None and not control.injection and guided.action is None and guided.injection
     assert [c.kind.value for c in record.corrections] == ["guidance"]
 
 
 def test_an_answer_carrying_call_is_never_replayed() -> None:
     agent = _table_agent()
     carrying = {"tool": "filter_rows", "arguments": {"table": "t0", "column": "City", "op": "=", "value": "Bangkok"}}
-    record = _attribute(_auditor(carrying), agent, max_corrections=1)
+    llm = _auditor(carrying)
+    record = _attribute(llm, agent, max_corrections=1)
     assert all(c.action is None or c.action.arguments.get("value") != "Bangkok" for c in agent.calls)
-    refused = [c for c in record.corrections if c.refused]
-    assert [c.source for c in refused] == ["llm"] and "expected answer" in (refused[0].refused or "")
+    # the diagnosis is sent back once naming the leak, and its stage fails when the model insists
+    repair = [r for r in llm.requests if r.stage == "diagnose"][1]
+    assert "carries the expected answer 'Bangkok'" in repair.messages[-1].content
+    assert "diagnose" in [e.stage for e in record.errors]
+    # the evidence rule's own call is tried instead, and carries no answer
+    assert record.status is AttributionStatus.VERIFIED and record.verified_by is not None
+    assert record.verified_by.source == "evidence:listed_values"

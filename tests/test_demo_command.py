@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,11 @@ def test_demo_runs_the_questions_through_observe(
     tmp_path: Path, monkeypatch: Any, capsys: pytest.CaptureFixture[str], instrumented: Instrumented
 ) -> None:
     def respond(request: ScriptedRequest) -> Any:
-        if request.stage == "agent":  # the table agent: answer at once, wrongly
+        if request.stage == "agent" and request.temperature:  # a proposal for step 1: another call
+            return {"thought": "count", "action": {"tool": "count_rows", "table": "t0"}}
+        if request.stage == "agent" and "Result of describe" not in request.text:  # the table agent: a look, then
+            return {"thought": "look", "action": {"tool": "describe", "table": "t0"}}
+        if request.stage == "agent":  # a wrong answer
             return {"thought": "guess", "action": {"tool": "final_answer", "answer": "Paris"}}
         return {
             "localize": {
@@ -39,6 +44,7 @@ def test_demo_runs_the_questions_through_observe(
                 "expected_next_tool": None,
                 "confidence": 0.5,
             },
+            "gate": {"is_faithful": True, "violation_reason": None, "violation_type": None},
             "explain": {"reasoning": "r", "error_type": "hallucination", "explanation": "e"},
         }[request.stage]
 
@@ -53,8 +59,9 @@ def test_demo_runs_the_questions_through_observe(
     out = captured.out
     # progress while REFLECT works, named by question (stderr, plain lines)
     assert "nt-1: round 1: step 1 localized (hallucination)" in captured.err
-    assert "nt-3: replay regenerating step 1: answered 'Paris', still wrong" in captured.err
-    assert "flagged (wrong answers)  2" in out and "attributed               2" in out
+    assert "nt-3: testing guidance (llm) at step 1" in captured.err
+    assert "nt-3: guidance (llm) at step 1: no_flip (no intervention flipped the outcome)" in captured.err
+    assert re.search(r"flagged \(wrong answers\) +2\n", out) and re.search(r"attributed +2\n", out)
     assert f"reflect-otel stats --store {store}" in out
     with duckdb.connect(str(store), read_only=True) as db:
         assert db.execute("SELECT count(*), count(*) FILTER (WHERE agent = 'table_qa') FROM traces").fetchone() == (
@@ -67,7 +74,7 @@ def test_demo_runs_the_questions_through_observe(
 
 
 def test_bad_settings_are_refused_before_the_model_starts(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--rounds", "0", "--gate-retries", "20"]) == 2
+    assert main(["demo", "--rounds", "0", "--proposal-samples", "20"]) == 2
     err = capsys.readouterr().err
-    assert "--rounds 0: Input should be greater than or equal to 1" in err and "--gate-retries" in err
+    assert "--rounds 0: Input should be greater than or equal to 1" in err and "--proposal-samples 20" in err
     assert "starting the model" not in err

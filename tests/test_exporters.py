@@ -46,8 +46,16 @@ def test_record_becomes_an_evaluator_span_inside_the_judged_trace() -> None:
         ReflectAttributes.CONFIDENCE: 1.0,  # measured: the one replay from step 1 flipped (the auditor said 0.8)
         ReflectAttributes.CONFIDENCE_SAMPLES: 1,
         ReflectAttributes.CORRECTED_ANSWER: "The answer is 42",
-        ReflectAttributes.VERIFIED_BY_SOURCE: "llm",  # the auditor's plan, injected as guidance
-        ReflectAttributes.VERIFIED_BY_KIND: "guidance",
+        ReflectAttributes.VERIFIED_BY_SOURCE: "proposal:llm",  # the agent's own step under the auditor's plan
+        ReflectAttributes.VERIFIED_BY_KIND: "action",  # executed as an action
+        ReflectAttributes.REPLACEMENT_CALL: 'multiply({"a": 6, "b": 7})',
+        ReflectAttributes.EFFECT: "intervention flipped 1 of 1, control 0 of 1",
+        ReflectAttributes.EFFECT_INTERVENTION_FLIPS: 1,
+        ReflectAttributes.EFFECT_INTERVENTION_REPLAYS: 1,
+        ReflectAttributes.EFFECT_CONTROL_FLIPS: 0,
+        ReflectAttributes.EFFECT_CONTROL_REPLAYS: 1,
+        ReflectAttributes.FIDELITY_CONTROLS: 2,
+        ReflectAttributes.FIDELITY_REPRODUCED: 2,
         SpanAttributes.INPUT_VALUE: record.trace_id,
         SpanAttributes.OUTPUT_VALUE: record.explanation,
         AnnotationAttributes.ANNOTATION_NAME: ANNOTATION_NAME,
@@ -84,7 +92,13 @@ def test_no_surface_shows_a_self_reported_figure_as_confidence() -> None:
     trace, verified = verified_attribution()
     record = AttributionRecord.model_validate(
         verified.model_dump()
-        | {"status": AttributionStatus.UNVERIFIED, "intervention": None, "confidence": None, "confidence_samples": None}
+        | {
+            "status": AttributionStatus.UNVERIFIED,
+            "intervention": None,
+            "effect": None,
+            "confidence": None,
+            "confidence_samples": None,
+        }
     )
     assert record.auditor_confidence == 0.8 and record.confidence is None
     attributes = record_attributes(record)
@@ -99,14 +113,12 @@ def test_no_surface_shows_a_self_reported_figure_as_confidence() -> None:
     # verified: the measured rate under a name that says what it is, apart from the error type's label
     spans, whole = annotation_payloads(verified)
     assert [(a["name"], a["result"]["score"]) for a in spans] == [("decisive_error", None), ("replay_flip_rate", 1.0)]
-    assert (
-        spans[1]["result"]["explanation"] == "1 of 1 replay(s) from the rollback point flipped the outcome (measured)"
-    )
+    assert spans[1]["result"]["explanation"] == "intervention flipped 1 of 1, control 0 of 1 (measured)"
     assert (whole["result"]["label"], whole["result"]["score"]) == ("verified", None)
     html = render_report(trace, record)
     assert "0.8" not in html and "Hypothesis, not verified" in html and "not measured" in html
     verified_html = render_report(trace, verified)
-    assert "1 of 1 replay(s) from the rollback point flipped the outcome (measured)" in verified_html
+    assert "intervention flipped 1 of 1, control 0 of 1 (measured)" in verified_html
 
 
 def test_a_record_of_an_earlier_version_keeps_its_self_report_apart() -> None:

@@ -1,14 +1,20 @@
-"""REFLECT's semantics (Algorithm 1) with a scripted auditor and a scripted agent."""
+"""REFLECT's semantics (Algorithm 1 under controlled verification) with a scripted auditor and a scripted agent.
+
+The scripted agent (``reflect_otel.testing.examples.scripted_agent``) redoes the original run when left alone (the
+control) and answers right only when the step is redone as a multiplication at a step that fixes it."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.errors import LLMError
-from reflect_otel.pipeline import ReflectPipeline, rollback_points
-from reflect_otel.record import AttributionRecord, AttributionStatus, ErrorType
-from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter
+from reflect_otel.pipeline import ReflectPipeline, guidance_window, rollback_points
+from reflect_otel.record import AttributionRecord, AttributionStatus, ErrorType, ReplayArm
+from reflect_otel.replay import BudgetedReplay, ReplayAdapter
+from reflect_otel.testing import ScriptedLLM, ScriptedProposingAdapter, ScriptedReplayAdapter
 from reflect_otel.testing.examples import EXPECTED, five_step_trace
 from reflect_otel.testing.examples import scripted_agent as agent
 from reflect_otel.testing.examples import scripted_auditor as auditor
@@ -16,11 +22,20 @@ from reflect_otel.trace import StructuredTrace
 from reflect_otel.verifiers import OracleVerifier
 
 
-def run(llm: ScriptedLLM, adapter: ScriptedReplayAdapter | None, **config: Any) -> AttributionRecord:
+def run(llm: ScriptedLLM, adapter: ReplayAdapter | None, **config: Any) -> AttributionRecord:
     """The paper's Algorithm 1 (guidance only) unless a test turns actions on; tests/test_corrections.py covers
-    actions."""
-    pipeline = ReflectPipeline(llm, verifier=OracleVerifier(), config=ReflectConfig(**{"actions": False, **config}))
+    actions. One proposal per rollback point unless a test asks for more."""
+    settings = {"actions": False, "proposal_samples": 1, "max_replays": None, **config}
+    pipeline = ReflectPipeline(llm, verifier=OracleVerifier(), config=ReflectConfig(**settings))
     return pipeline.attribute(five_step_trace(), expected=EXPECTED, replay=adapter)
+
+
+def controls(record: AttributionRecord) -> list[int]:
+    return [a.rollback_point for a in record.replays if a.arm is ReplayArm.CONTROL]
+
+
+def interventions(record: AttributionRecord) -> list[int]:
+    return [a.rollback_point for a in record.replays if a.arm is ReplayArm.INTERVENTION]
 
 
 def test_rollback_points_are_the_localized_step_and_those_before() -> None:
@@ -29,91 +44,207 @@ def test_rollback_points_are_the_localized_step_and_those_before() -> None:
     assert rollback_points(1, 3) == [1]
 
 
-def test_success_at_i0_minus_1_is_the_verified_attribution() -> None:
+def test_the_guidance_window_is_the_localized_step_and_those_before_it() -> None:
+    trace = five_step_trace()  # step 5 is the answer: the agent's new decision there counts unless it answers again
+    assert guidance_window(trace, 5, 2) == [5, 4]
+    assert guidance_window(trace, 3, 3) == [3, 2, 1]
+    assert guidance_window(trace, 9, 1) == [5]
+
+
+def test_a_step_is_verified_when_its_intervention_flips_and_the_control_from_the_same_prefix_does_not() -> None:
     llm = auditor(localize=[3])
-    # the scripted agent gets the kept prefix's length: it answers right when step 2 is regenerated (step 1 kept)
-    adapter = agent(lambda kept, _: "42" if kept == 1 else "41")
-    record = run(llm, adapter)
-    assert record.status is AttributionStatus.VERIFIED
+    record = run(llm, agent(fixed_at=(2,)), rollback_points=3)
+    assert record.status is AttributionStatus.VERIFIED, record.reason
     assert record.step_index == 2
     assert record.span_id == five_step_trace().steps[1].span_id
     assert record.intervention is not None and record.intervention.rollback_point == 1
-    assert [c.rollback_point for c in adapter.calls] == [2, 1]  # step 3 then step 2 regenerated; stop at the flip
-    assert [a.flipped for a in record.replays] == [False, True]
+    # step 3 redone (control first, then the intervention), then step 2: stop at the controlled flip
+    assert [(a.arm.value, a.rollback_point) for a in record.replays] == [
+        ("control", 2),
+        ("intervention", 2),
+        ("control", 1),
+        ("intervention", 1),
+    ]
+    assert record.effect is not None and record.effect.text() == "intervention flipped 1 of 1, control 0 of 1"
+    assert record.effect.deterministic and record.effect.control.answers == ("The answer is 41",)
+    assert record.fidelity is not None and (record.fidelity.controls, record.fidelity.reproduced) == (2, 2)
+    assert record.confidence == 1.0 and record.confidence_samples == 1
     assert record.corrected_answer == "The answer is 42"
     assert record.error_type is ErrorType.INCORRECT_PROBLEM_IDENTIFICATION
     assert "adding was the wrong operation" in record.explanation  # refined by the post-correction explanation
     assert record.root_cause == "it added instead of multiplying"
     assert llm.stages() == ["localize", "classify", "diagnose", "gate", "gate", "explain"]
-    # the injection is the paper's repair message, naming the localized step
-    assert adapter.calls[0].injection.startswith("IMPORTANT - CORRECTION CONTEXT:")
-    assert "failed at Step 3" in adapter.calls[0].injection and "- add" in adapter.calls[0].injection
+    # the agent proposed its step with the paper's repair message in context; the proposal was executed as an action
+    verifying = record.intervention.correction
+    assert verifying is not None and verifying.source == "proposal:llm" and verifying.kind.value == "action"
+    assert verifying.replacement is not None and verifying.replacement.tool_name == "multiply"
+    assert record.intervention.injection.startswith("IMPORTANT - CORRECTION CONTEXT:")
+    assert "failed at Step 3" in record.intervention.injection
 
 
-def test_hard_gate_rejects_unfaithful_first_step_and_retry_carries_feedback() -> None:
-    plan = {
-        "root_cause": "wrong tool",
-        "correction_instruction": "call multiply",
-        "forbidden_actions": [],
-        "expected_next_tool": "multiply",
-        "confidence": 0.9,
-    }
-    llm = auditor(localize=[3], plan=plan)
-
-    def continue_with(trace: StructuredTrace, point: int, injection: str) -> list[dict[str, Any]]:
-        tool = "multiply" if "GATE RETRY FEEDBACK (retry 1 failed)" in injection else "subtract"
-        return [{"tool": tool, "args": {"a": 6, "b": 7}, "result": "42"}, {"reasoning": "The answer is 42"}]
-
-    adapter = ScriptedReplayAdapter(continue_with)
-    record = run(llm, adapter, gate=GateMode.HARD, gate_retries=3)
-    first, second = record.replays[:2]
-    # the first try flipped the answer, but its first step ignored the plan: not accepted as evidence
-    assert first.flipped and first.gate is not None and not first.gate.is_faithful
-    assert first.gate.violation_type == "ignores_instruction" and first.gate.decided_by == "rule"
-    assert "GATE RETRY FEEDBACK (retry 1 failed)" in second.injection
-    assert "Previous first regenerated tool: subtract" in second.injection
-    assert "expected_next_tool=multiply" in second.injection
-    assert second.gate_retry == 1 and second.flipped
-    assert record.status is AttributionStatus.VERIFIED and record.step_index == 3
-    assert record.intervention is not None and "GATE RETRY FEEDBACK" in record.intervention.injection
+def _resampled(step: int, sample: int) -> dict[str, Any]:
+    return [{"tool": "subtract", "args": {"a": 7, "b": 6}}, {"tool": "double", "args": {"v": 6}}][sample % 2]
 
 
-def test_soft_gate_logs_but_accepts() -> None:
-    llm = auditor(localize=[3], gate_faithful=False)
-    record = run(llm, agent(lambda point, _: "42"), gate=GateMode.SOFT)
-    assert record.status is AttributionStatus.VERIFIED and record.step_index == 3
-    assert record.replays[0].gate is not None and not record.replays[0].gate.is_faithful
-    assert len(record.replays) == 1
+def test_the_control_of_a_rollback_point_runs_once_and_serves_every_correction_tried_there() -> None:
+    # two different proposals for step 3 under a plan that names no tool: both replayed against one control
+    plan = {"root_cause": "it added", "correction_instruction": "fix the operation", "forbidden_actions": [],
+            "expected_next_tool": None, "confidence": 0.9}  # fmt: skip
+    adapter = agent(fixed_at=(1,), resample=_resampled)
+    record = run(auditor(localize=[3], plan=plan), adapter, rollback_points=1, rounds=1, proposal_samples=2)
+    assert controls(record) == [2]
+    assert interventions(record) == [2, 2]
+    assert [c.replacement.tool_name for c in record.corrections if c.replacement] == ["subtract", "double"]
+    assert record.status is AttributionStatus.UNVERIFIED
 
 
-def test_failed_round_relocalizes_on_the_best_candidate() -> None:
-    llm = auditor(localize=[4, 3])
-    # round 1 (from step 4's localization) never flips; round 2 flips regenerating step 3 of the candidate trace
-    adapter = agent(lambda kept, injection: "42" if len(adapter.calls) > 3 and kept == 2 else "41")
-    record = run(llm, adapter, rounds=2, rollback_points=3)
+def test_a_flip_the_control_also_produces_is_not_attributable() -> None:
+    llm = auditor(localize=[3])
+    lucky = ScriptedReplayAdapter(  # redoes its step its own way and answers right, told anything or nothing
+        lambda trace, point, injection: [
+            {"tool": "multiply", "args": {"a": 6, "b": 7}, "result": "42"},
+            {"reasoning": "The answer is 42", "is_final_answer": True},
+        ],
+        tools={"multiply": lambda a, b: a * b},
+        deterministic=True,
+    )
+    record = run(llm, lucky, rollback_points=1)
+    assert record.status is AttributionStatus.NOT_ATTRIBUTABLE
+    assert record.effect is not None and record.effect.text() == "intervention flipped 1 of 1, control 1 of 1"
+    assert "control replay from the same prefix answers right" in record.reason
+    assert record.confidence is None  # no measured confidence for what was not proved
+    assert record.corrected_answer is None
+
+
+def test_an_unfaithful_guidance_flip_never_verifies() -> None:
+    # the soft gate replays a proposal it judged unfaithful; the flip is recorded, not verified
+    record = run(
+        auditor(localize=[3], gate_faithful=False), agent(fixed_at=(3,)), gate=GateMode.SOFT, rollback_points=1
+    )
+    assert record.status is AttributionStatus.NOT_ATTRIBUTABLE
+    (flip,) = [a for a in record.replays if a.arm is ReplayArm.INTERVENTION]
+    assert flip.flipped and flip.gate is not None and not flip.gate.is_faithful
+    assert "gate did not judge its step p faithful" in record.reason
+    # the hard gate does not even replay it
+    hard = run(auditor(localize=[3], gate_faithful=False), agent(fixed_at=(3,)), gate=GateMode.HARD, rollback_points=1)
+    assert hard.status is AttributionStatus.UNVERIFIED and interventions(hard) == []
+    assert any(c.refused and "unfaithful" in c.refused for c in hard.corrections)
+    # with the gate off nothing is judged, so a guidance flip cannot verify either
+    off = run(auditor(localize=[3]), agent(fixed_at=(3,)), gate=GateMode.OFF, rollback_points=1)
+    assert off.status is AttributionStatus.NOT_ATTRIBUTABLE
+
+
+def test_a_control_that_takes_another_wrong_path_is_checked_again_before_a_flip_counts() -> None:
+    """Greedy decoding on a real server is not bit-exact: a control may reach another wrong answer. Then a flip at
+    its point is credited only after verify_samples controls all stay wrong; the record says the replays did not give
+    the run's own answer."""
+    answers = iter([40, 39, 41])
+
+    def drifting(trace: StructuredTrace, point: int, injection: str) -> list[dict[str, Any]]:
+        multiplied = any(s.tool_name == "multiply" for s in trace.steps[:point])
+        return [{"reasoning": f"The answer is {42 if multiplied else next(answers)}", "is_final_answer": True}]
+
+    adapter = ScriptedProposingAdapter(
+        drifting,
+        lambda trace, point, injection, sample, temperature: {"tool": "multiply", "args": {"a": 6, "b": 7}},
+        tools={"multiply": lambda a, b: a * b},
+        deterministic=True,
+    )
+    record = run(auditor(localize=[3]), adapter, rollback_points=1)
     assert record.status is AttributionStatus.VERIFIED
+    assert [a.arm.value for a in record.replays] == ["control", "intervention", "control", "control"]
+    assert record.effect is not None and record.effect.text() == "intervention flipped 1 of 1, control 0 of 3"
+    assert record.fidelity is not None and (record.fidelity.controls, record.fidelity.reproduced) == (3, 1)
+    assert record.fidelity.text() == "replays of this agent reproduced its run 1 of 3 times"
+    # a budget with no room for the extra controls: the flip is recorded, not credited
+    answers = iter([40, 39, 41])
+    short = run(auditor(localize=[3]), BudgetedReplay(adapter, 3), rollback_points=1)
+    assert short.status is AttributionStatus.NOT_ATTRIBUTABLE and "left no room" in short.reason
+    # a control that leaves the extra controls answering right: not attributable
+    answers = iter([40, 42, 40])
+    lucky = run(auditor(localize=[3]), adapter, rollback_points=1)
+    assert lucky.status is AttributionStatus.NOT_ATTRIBUTABLE
+    assert lucky.effect is not None and lucky.effect.text() == "intervention flipped 1 of 1, control 1 of 3"
+
+
+def test_a_proposal_that_repeats_the_original_step_is_not_replayed() -> None:
+    plan = {"root_cause": "x", "correction_instruction": "check the sum", "forbidden_actions": [],
+            "expected_next_tool": None, "confidence": 0.5}  # fmt: skip
+    record = run(auditor(localize=[3], plan=plan), agent(), rollback_points=1)
+    assert interventions(record) == []
+    assert any(c.refused == "the replacement repeats the original step" for c in record.corrections)
+
+
+def test_sampled_arms_verify_by_the_fisher_test() -> None:
+    flips = iter([True, True, True])
+
+    def sampled(trace: StructuredTrace, point: int, injection: str) -> list[dict[str, Any]]:
+        multiplied = any(s.tool_name == "multiply" for s in trace.steps)
+        right = multiplied and next(flips)
+        return [{"reasoning": f"The answer is {42 if right else 41}", "is_final_answer": True}]
+
+    def propose(trace: StructuredTrace, point: int, injection: str, sample: int, temperature: float) -> Any:
+        return {"tool": "multiply", "args": {"a": 6, "b": 7}}
+
+    adapter = ScriptedProposingAdapter(sampled, propose, tools={"multiply": lambda a, b: a * b})
+    record = run(auditor(localize=[3]), adapter, rollback_points=1, verify_samples=3)
+    assert record.status is AttributionStatus.VERIFIED
+    assert record.effect is not None and record.effect.text() == "intervention flipped 3 of 3, control 0 of 3"
+    assert record.effect.p_value == pytest.approx(0.05) and not record.effect.deterministic
+    assert record.effect.intervention.low == pytest.approx(0.438503, abs=1e-5)
+    assert record.confidence == 1.0 and record.confidence_samples == 3
+
+    flips = iter([True, True, False])
+    weaker = run(auditor(localize=[3]), adapter, rollback_points=1, verify_samples=3)
+    assert weaker.status is AttributionStatus.NOT_ATTRIBUTABLE
+    assert weaker.effect is not None and weaker.effect.p_value == pytest.approx(0.2)
+
+
+def test_every_replay_controls_included_comes_out_of_the_budget() -> None:
+    # four replays: step 3 (control + intervention), step 2 (control + intervention); step 1 is never started
+    budgeted = BudgetedReplay(agent(fixed_at=(1,)), 4)
+    record = run(auditor(localize=[3]), budgeted, rollback_points=3)
+    assert len(record.replays) == 4 and budgeted.used == 4
+    assert record.status is AttributionStatus.UNVERIFIED
+    # three replays cannot pay for step 2's test after step 3's: it is not started
+    short = BudgetedReplay(agent(fixed_at=(2,)), 3)
+    record = run(auditor(localize=[3]), short, rollback_points=3)
+    assert len(record.replays) == 2 and record.status is AttributionStatus.UNVERIFIED
+
+
+def test_a_later_round_names_another_step_and_is_told_what_was_tested() -> None:
+    llm = auditor(localize=[4, 3])
+    record = run(llm, agent(fixed_at=(3,)), rounds=2, rollback_points=1)
+    assert record.status is AttributionStatus.VERIFIED and record.step_index == 3
     assert record.rounds == 2
     assert [loc.step_index for loc in record.localizations] == [4, 3]
     relocalize = [r for r in llm.requests if r.stage == "localize"][1]
-    # round 2 audits the best candidate of round 1: the faithful replay that kept the longest prefix (3 steps)
-    assert '"try": 3' in relocalize.text and "The answer is 41" in relocalize.text
-    assert [c.rollback_point for c in adapter.calls] == [3, 2, 1, 2]
+    assert "TESTED_STEPS" in relocalize.text and "step 4: no flip" in relocalize.text
+    assert controls(record) == [3, 2]
 
 
-def test_exhaustion_gives_unverified_record_with_last_localization() -> None:
+def test_a_localization_of_a_tested_step_is_sent_back() -> None:
+    llm = auditor(localize=[3, 3, 2])  # round 2 names step 3 again, then step 2
+    record = run(llm, agent(fixed_at=(2,)), rounds=2, rollback_points=1)
+    assert [loc.step_index for loc in record.localizations] == [3, 2]
+    repair = [r for r in llm.requests if r.stage == "localize"][2]
+    assert "step 3 was localized and tested already; name another step" in repair.messages[-1].content
+    assert record.status is AttributionStatus.VERIFIED and record.step_index == 2
+
+
+def test_exhaustion_gives_an_unverified_record_with_the_last_localization() -> None:
     llm = auditor(localize=[4, 3])
-    adapter = agent(lambda point, _: "41")
-    record = run(llm, adapter, rounds=2, rollback_points=2)
+    record = run(llm, agent(fixed_at=()), rounds=2, rollback_points=2)
     assert record.status is AttributionStatus.UNVERIFIED
     assert record.step_index == 3 and record.rounds == 2
-    assert "no replay flipped the outcome in 2 round(s)" in record.reason
-    assert len(record.replays) == 4 and not any(a.flipped for a in record.replays)
+    assert "no intervention flipped the outcome under control in 2 round(s)" in record.reason
+    assert not any(a.flipped for a in record.replays)
     assert record.mode == "replay"
 
 
 def test_malformed_json_gets_one_repair_retry_then_a_recorded_stage_error() -> None:
     llm = ScriptedLLM(by_stage={"localize": ["this is not json", "{still: broken"]})
-    record = run(llm, agent(lambda point, _: "42"))
+    record = run(llm, agent())
     assert record.status is AttributionStatus.UNVERIFIED and record.step_index is None
     assert [e.stage for e in record.errors] == ["localize"]
     assert "after one repair attempt" in record.errors[0].message
@@ -127,7 +258,7 @@ def test_malformed_json_gets_one_repair_retry_then_a_recorded_stage_error() -> N
 def test_malformed_then_valid_json_succeeds_on_the_repair() -> None:
     base = auditor(localize=[3])
     llm = ScriptedLLM(by_stage={"localize": ["```json\n{oops```"]}, respond=base._respond)
-    record = run(llm, agent(lambda point, _: "42"))
+    record = run(llm, agent(fixed_at=(3,)))
     assert record.status is AttributionStatus.VERIFIED
     assert record.llm_calls[0].attempts == 2 and record.llm_calls[0].ok
 
@@ -136,14 +267,14 @@ def test_out_of_range_step_is_sent_back_once() -> None:
     base = auditor(localize=[3])
     bad = {"error_step": 99, "confidence": 0.5, "reasoning": "x", "what_should_have_been_done": "y"}
     llm = ScriptedLLM(by_stage={"localize": [bad]}, respond=base._respond)
-    record = run(llm, agent(lambda point, _: "42"))
+    record = run(llm, agent(fixed_at=(3,)))
     assert "error_step must be a step number from 1 to 5, got 99" in llm.requests[1].messages[-1].content
     assert record.status is AttributionStatus.VERIFIED and record.step_index == 3
 
 
 def test_cost_sums_per_stage() -> None:
     llm = auditor(localize=[3])
-    record = run(llm, agent(lambda kept, _: "42" if kept == 1 else "41"))
+    record = run(llm, agent(fixed_at=(2,)), rollback_points=2)
     by_stage = {c.stage: c for c in record.cost}
     assert {s: c.calls for s, c in by_stage.items()} == {
         "localize": 1,
@@ -153,7 +284,6 @@ def test_cost_sums_per_stage() -> None:
         "explain": 1,
     }
     assert record.total_calls == len(record.llm_calls) == len(llm.requests)
-    assert sum(c.prompt_tokens for c in record.cost) == sum(c.prompt_tokens for c in record.llm_calls)
     expected_prompt = sum(sum(len(m.content) for m in r.messages) // 4 for r in llm.requests)
     assert sum(c.prompt_tokens for c in record.cost) == expected_prompt
     assert record.total_tokens == sum(c.prompt_tokens + c.completion_tokens for c in record.llm_calls)
@@ -163,6 +293,7 @@ def test_no_adapter_means_localization_only() -> None:
     record = run(auditor(localize=[4]), None)
     assert record.mode == "localization_only" and record.status is AttributionStatus.UNVERIFIED
     assert record.step_index == 4 and "no replay adapter" in record.reason
+    assert record.effect is None and record.fidelity is None
 
 
 def test_correct_answer_is_skipped_without_llm_calls() -> None:
@@ -177,15 +308,16 @@ def test_replay_and_llm_failures_are_recorded_not_raised() -> None:
         raise RuntimeError("agent crashed")
 
     llm = auditor(localize=[3])
-    record = run(llm, ScriptedReplayAdapter(broken), rounds=2)
-    assert record.status is AttributionStatus.UNVERIFIED and record.step_index == 3
-    assert {e.stage for e in record.errors} == {"replay"}
-    assert all(a.error == "agent crashed" for a in record.replays)
+    record = run(llm, ScriptedReplayAdapter(broken, deterministic=True), rounds=2)
+    assert record.status is AttributionStatus.UNVERIFIED and record.step_index is not None
+    # round 2's localizer names step 3 again and is refused: recorded, the search stops
+    assert {e.stage for e in record.errors} == {"replay", "relocalize"}
+    assert record.replays and all(a.error == "agent crashed" for a in record.replays)
     # an endpoint failure in a later stage keeps what was reached
     failing = ScriptedLLM(
         by_stage={"classify": [LLMError("endpoint down"), LLMError("endpoint down")]}, respond=auditor()._respond
     )
-    record = run(failing, agent(lambda point, _: "42"))
+    record = run(failing, agent(fixed_at=(3,)))
     assert record.status is AttributionStatus.VERIFIED
     assert [e.stage for e in record.errors] == ["classify"]
 
@@ -203,73 +335,28 @@ def test_parallel_tool_call_turn_cannot_be_split() -> None:
     trace = StructuredTrace(trace_id="1" * 32, steps=steps)
     check_rollback_point(trace, 0)
     check_rollback_point(trace, 2)
-    import pytest
-
     with pytest.raises(ReplayError, match="parallel tool calls"):
         check_rollback_point(trace, 1)
     with pytest.raises(ReplayError, match="outside"):
         check_rollback_point(trace, 3)
 
 
-def test_repeated_replays_report_the_flip_rate() -> None:
-    outcomes = iter(["42", "41", "42", "41", "41", "41"])
-    adapter = agent(lambda point, _: next(outcomes))
-    record = run(auditor(localize=[3]), adapter, replay_samples=3, gate=GateMode.SOFT)
-    assert record.status is AttributionStatus.VERIFIED and record.step_index == 3
-    (rate,) = record.flip_rates
-    assert (rate.rollback_point, rate.samples, rate.flips) == (2, 3, 2) and abs(rate.rate - 2 / 3) < 1e-9
-    assert [a.sample for a in record.replays] == [0, 1, 2]
-    assert len(adapter.calls) == 3  # all samples run to measure the rate, then the flip is accepted
-
-
-def test_concurrent_replays_attribute_the_same_step_as_sequential_ones() -> None:
-    """With replay_concurrency 3 the window's three points replay at once (a barrier only three concurrent
-    replays pass); the attributed step is still the nearest that flips, and the record lists attempts in window
-    order up to it."""
-    import threading
-
-    together = threading.Barrier(3, timeout=10)
-
-    def answer(kept: int, _injection: str) -> str:
-        together.wait()  # raises (a failed replay) unless all three run at once
-        return "42" if kept <= 1 else "41"  # regenerating step 2 or step 1 flips it
-
-    adapter = agent(answer)
-    record = run(auditor(localize=[3]), adapter, rollback_points=3, replay_concurrency=3, gate=GateMode.SOFT)
-    assert record.status is AttributionStatus.VERIFIED and record.step_index == 2, record.errors
-    assert [a.rollback_point for a in record.replays] == [2, 1]
-    assert sorted(c.rollback_point for c in adapter.calls) == [0, 1, 2]  # the third ran too; its result is dropped
-    sequential = run(auditor(localize=[3]), agent(lambda kept, _: "42" if kept <= 1 else "41"), rollback_points=3)
-    assert (sequential.step_index, [a.rollback_point for a in sequential.replays]) == (2, [2, 1])
-
-
-def test_a_plan_that_states_the_expected_answer_is_not_shown_it() -> None:
+def test_a_plan_that_states_the_expected_answer_is_sent_back_then_refused() -> None:
     """A correction that says the answer would flip a replay from any step and prove nothing about the step."""
-    plan = {
+    leaking = {
         "root_cause": f"it added; the answer is {EXPECTED}",
-        "correction_instruction": f"Answer {EXPECTED} by multiplying 6 and 7 (not {EXPECTED}0)",
+        "correction_instruction": f"Answer {EXPECTED} by multiplying 6 and 7",
         "forbidden_actions": [],
         "expected_next_tool": "final_answer",
-        "expected_next_arguments": {"answer": EXPECTED},
         "confidence": 0.9,
     }
-    adapter = agent(lambda kept, _: "41")
-    record = run(auditor(localize=[3], plan=plan), adapter)
-    # what the plan says: after the failed step's own record (data the agent saw) and before any gate feedback
-    shown = "\n".join(c.injection.split("<<<END FAILED_STEP>>>")[-1].split("GATE RETRY")[0] for c in adapter.calls)
-    assert adapter.calls and EXPECTED not in shown.replace(
-        f"{EXPECTED}0", ""
-    )  # a longer number that contains it is not it
-    assert "Answer [the answer] by multiplying 6 and 7" in shown and '{"answer": "[the answer]"}' in shown
-    assert "the answer is [the answer]" in shown and f"(not {EXPECTED}0)" in shown
-    assert record.status is AttributionStatus.UNVERIFIED
-
-
-def test_an_answer_too_short_to_tell_from_data_is_left_in_the_plan() -> None:
-    from reflect_otel import stages
-    from reflect_otel.record import RepairPlan
-
-    plan = RepairPlan(correction_instruction="filter Silver = 2, then look up row 2")
-    assert stages.without_answer(plan, "2") == plan
-    hidden = stages.without_answer(plan.model_copy(update={"root_cause": "Kenya|Spain were missed"}), "Kenya|Spain")
-    assert hidden.root_cause == "[the answer]|[the answer] were missed"
+    llm = auditor(localize=[3], plan=leaking)
+    adapter = agent(fixed_at=(3,))
+    record = run(llm, adapter, rollback_points=1)
+    diagnoses = [r for r in llm.requests if r.stage == "diagnose"]
+    assert len(diagnoses) == 2  # sent back once with the reason, then the stage fails
+    assert "it states an answer" in diagnoses[1].messages[-1].content
+    assert "diagnose" in [e.stage for e in record.errors]
+    # the fallback plan is the localizer's own suggestion ("multiply"): it carries no answer and is tried
+    assert not any(EXPECTED in p.injection for p in adapter.proposals)
+    assert record.status is AttributionStatus.VERIFIED

@@ -78,12 +78,20 @@ def test_report_command_and_chromium_screenshot(tmp_path: Path, capsys: pytest.C
 def test_an_unverified_report_shows_each_replay_tried() -> None:
     from reflect_otel.config import ReflectConfig
     from reflect_otel.pipeline import ReflectPipeline
-    from reflect_otel.testing.examples import EXPECTED, scripted_agent, scripted_auditor
+    from reflect_otel.testing import ScriptedReplayAdapter
+    from reflect_otel.testing.examples import EXPECTED, scripted_auditor
     from reflect_otel.verifiers import OracleVerifier
 
-    trace = five_step_trace()
+    trace = five_step_trace().model_copy(update={"final_answer": "The answer is <b>41</b>"})
+    stubborn = ScriptedReplayAdapter(  # redoes its step its own way, and answers as the run did
+        lambda t, point, injection: [
+            {"tool": "multiply", "args": {"a": 6, "b": 7}, "result": "42"},
+            {"reasoning": "The answer is <b>41</b>", "is_final_answer": True},
+        ],
+        deterministic=True,
+    )
     pipeline = ReflectPipeline(scripted_auditor(localize=[3]), verifier=OracleVerifier(), config=ReflectConfig())
-    record = pipeline.attribute(trace, expected=EXPECTED, replay=scripted_agent(lambda kept, _: "<b>41</b>"))
+    record = pipeline.attribute(trace, expected=EXPECTED, replay=stubborn)
     assert record.status.value == "unverified" and len(record.replays) >= 2
     page = render_report(trace, record)
     assert "<h2>Replays tried</h2>" in page and "Corrected continuation" not in page
@@ -92,7 +100,9 @@ def test_an_unverified_report_shows_each_replay_tried() -> None:
         in page
     )
     assert page.count("<details>") == len(record.replays)
-    assert page.count("IMPORTANT - CORRECTION CONTEXT") == len(record.replays)
+    assert page.count("<b>Control:</b> the same prefix, no intervention") == len(record.replays) // 2
+    assert page.count("IMPORTANT - CORRECTION CONTEXT") == len(record.replays) // 2
+    assert "Replay fidelity:</b> replays of this agent reproduced its run 3 of 3 times" in page
 
 
 def test_report_of_an_action_shows_what_proved_it() -> None:
@@ -104,9 +114,11 @@ def test_report_of_an_action_shows_what_proved_it() -> None:
     original = "filter_rows({&quot;column&quot;: &quot;Position&quot;, &quot;op&quot;: &quot;=&quot;, "
     assert f"<pre>{original}&quot;table&quot;: &quot;t0&quot;, &quot;value&quot;: &quot;1&quot;}})</pre>" in page
     assert "&rArr; filter_rows(" in page and "&quot;value&quot;: &quot;1st&quot;" in page
-    assert "<h2>Corrections tried</h2>" in page and "<td>guidance</td>" in page
-    # both continuations, each with its answer
-    assert "<p><b>Answer:</b> No 1st place finishes found.</p>" in page and "<p><b>Answer:</b> Bangkok</p>" in page
+    assert "<h2>Corrections tried</h2>" in page and "<td>action</td>" in page
+    assert "intervention flipped 1 of 1, control 0 of 1" in page
+    # the three continuations (the run's, the control's, the corrected one), each with its answer
+    assert page.count("<p><b>Answer:</b> No 1st place finishes found.</p>") == 2
+    assert "<h2>Control (no intervention)</h2>" in page and "<p><b>Answer:</b> Bangkok</p>" in page
     assert "Injected correction" not in page  # an action injects no text
 
 

@@ -87,22 +87,31 @@ def test_views_compute_the_statistics(tmp_path: Path) -> None:
         assert db.execute("SELECT method, verified, verified_share FROM verified_share").fetchall() == [
             ("reflect", 1, 1.0)
         ]
-        # the localized step was 3: rollback point 3 (offset 0) did not flip, point 2 (offset 1) did
-        assert db.execute("SELECT rollback_offset, replays, flips FROM flip_rate_by_offset").fetchall() == [
-            (0, 1, 0),
-            (1, 1, 1),
+        # the localized step was 3: at each point a control, then the intervention; only step 2's flipped
+        assert db.execute("SELECT rollback_offset, arm, replays, flips FROM flip_rate_by_offset").fetchall() == [
+            (0, "control", 1, 0),
+            (0, "intervention", 1, 0),
+            (1, "control", 1, 0),
+            (1, "intervention", 1, 1),
         ]
+        assert db.execute("SELECT service, agent, controls, reproduced, fidelity FROM replay_fidelity").fetchall() == [
+            (None, "unknown", 2, 2, 1.0)
+        ]
+        assert db.execute(
+            "SELECT effect_step, effect_intervention_flips, effect_intervention_replays, effect_control_flips, "
+            "effect_control_replays, fidelity_controls, fidelity_reproduced FROM attributions"
+        ).fetchall() == [(2, 1, 1, 0, 1, 2, 2)]
         stages = dict(db.execute("SELECT stage, calls FROM cost_per_stage").fetchall())
         assert stages == {c.stage: c.calls for c in record.cost}
         assert db.execute("SELECT tokens FROM cost_per_trace").fetchone() == (record.total_tokens,)
-        # what proved it: the auditor's plan as guidance, on the replay that regenerated step 2
+        # what proved it: the agent's own step 2 under the auditor's plan, executed as an action
         assert db.execute("SELECT method, source, kind, verified FROM verified_by_source").fetchall() == [
-            ("reflect", "llm", "guidance", 1)
+            ("reflect", "proposal:llm", "action", 1)
         ]
         assert db.execute(
             "SELECT replaced_step, correction_source, correction_kind, original_call, replacement_call FROM replays "
             "WHERE flipped"
-        ).fetchall() == [(2, "llm", "guidance", 'read({"x": 7})', None)]
+        ).fetchall() == [(2, "proposal:llm", "action", 'read({"x": 7})', 'multiply({"a": 6, "b": 7})')]
 
 
 def test_invalid_input_is_rejected_and_counted(tmp_path: Path) -> None:
@@ -183,7 +192,7 @@ def test_sql_and_stats_commands(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["sql", "SELEC nonsense", "--store", str(path)]) == 2
     assert "query failed" in capsys.readouterr().err
     assert main(["stats", "--store", str(tmp_path / "missing.duckdb")]) == 2
-    assert "no store at" in capsys.readouterr().err
+    assert "no store there" in capsys.readouterr().err
 
 
 def test_store_in_use_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -202,7 +211,7 @@ def test_store_in_use_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ok"
         assert main(["stats", "--store", str(path)]) == 2
-        assert "another process may be writing it" in capsys.readouterr().err
+        assert "another process has it open" in capsys.readouterr().err
     finally:
         holder.kill()
         holder.wait()

@@ -25,7 +25,8 @@ def _trace(answer: str | None):  # type: ignore[no-untyped-def]
         ("The answer is Paris.", "paris", True),
         ("FINAL ANSWER: 33149", "33149", True),
         ("b, a", "a|b", True),
-        ("Rome and Paris", "paris, rome", True),
+        ("Rome and Paris", "paris|rome", True),
+        ("Rome and Paris", "paris, rome", False),  # one expected value (lists are written a|b): compared whole
         ("Café", "cafe", True),
         ("\\boxed{17}", "17", True),
         ("3", "3.5", False),

@@ -1,6 +1,7 @@
 """``eval --benchmark wtq-live``: the real LangGraph table agent (real instrumentation, real tools) driven by a
 scripted model; its wrong run is attributed by each method from the same run, REFLECT's correction flips it by a
-LangGraph replay, the table says so, and a re-run resumes without running anything again."""
+LangGraph replay while the control replay from the same prefix does not, the table says so, and a re-run resumes
+without running anything again."""
 
 from __future__ import annotations
 
@@ -37,11 +38,13 @@ def _wtq_folder(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-def _agent(request: ScriptedRequest, *, descending: bool = False) -> dict[str, Any]:
-    """Filters 1st places, sorts by year (descending only when a system message says "sort descending", or
-    ``descending``: the order a sampling agent may pick), reads the venue and answers it."""
+def _agent(request: ScriptedRequest, *, sampled_descending: bool = False) -> dict[str, Any]:
+    """Filters 1st places, sorts by year (descending only when a system message says "sort descending", or, with
+    ``sampled_descending``, when the decision is sampled: the order a sampling agent may pick), reads the venue and
+    answers it."""
     results = [m.content for m in request.messages if m.content.startswith("Result of ")]
-    corrected = descending or any("sort descending" in m.content for m in request.messages if m.role == "system")
+    sampled = sampled_descending and bool(request.temperature)
+    corrected = sampled or any("sort descending" in m.content for m in request.messages if m.role == "system")
     if not results:
         return {
             "thought": "first 1st places",
@@ -58,7 +61,7 @@ def _agent(request: ScriptedRequest, *, descending: bool = False) -> dict[str, A
     return {"thought": "done", "action": {"tool": "final_answer", "answer": last[1]}}
 
 
-def _model() -> ScriptedLLM:
+def _model(*, sampled_descending: bool = False) -> ScriptedLLM:
     auditor = scripted_auditor(
         localize=(2,),
         plan={
@@ -72,7 +75,9 @@ def _model() -> ScriptedLLM:
     assert auditor._respond is not None
 
     def respond(request: ScriptedRequest) -> Any:
-        return _agent(request) if request.stage == "agent" else auditor._respond(request)  # type: ignore[misc]
+        if request.stage == "agent":
+            return _agent(request, sampled_descending=sampled_descending)
+        return auditor._respond(request)  # type: ignore[misc]
 
     return ScriptedLLM(respond=respond)
 
@@ -98,24 +103,31 @@ def test_wtq_live_attributes_the_same_failed_run_with_each_method_and_resumes(
 
     assert (metrics["questions"], metrics["agent_correct"], metrics["failed_runs"]) == (2, 1, 1)
     reflect, ics = metrics["methods"]["reflect"], metrics["methods"]["ics"]
-    assert (reflect["runs"], reflect["failed"], reflect["corrected"]["mean"], reflect["verified"]["mean"]) == (
+    assert (reflect["runs"], reflect["failed"], reflect["flipped"]["mean"], reflect["verified"]["mean"]) == (
         1,
         0,
         1,
         1,
     )
-    assert (ics["runs"], ics["corrected"]["mean"], ics["verified"]["mean"]) == (1, 0, 0)  # bare resampling repeats it
+    # this agent decides the same sampled or not: its resampled step repeats the run's, and is never replayed
+    assert (ics["runs"], ics["flipped"]["mean"], ics["verified"]["mean"]) == (1, 0, 0)
+    assert reflect["fidelity"] == {"reproduced": 1, "controls": 1}
     rows = {r["question_id"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
     failed = rows["nt-1"]
     assert failed["answer"] == WRONG and not failed["correct"] and failed["trace"]["question"]
     assert failed["methods"]["reflect"]["corrected_answer"] == "Bangkok, Thailand"
-    assert failed["methods"]["reflect"]["step"] == 2  # the sort, regenerated with the correction
+    assert failed["methods"]["reflect"]["step"] == 2  # the sort, redone as the correction says
+    assert failed["methods"]["reflect"]["effect"] == {"step": 2, "intervention": [1, 1], "control": [0, 1],
+                                                      "p_value": None}  # fmt: skip
+    record = failed["methods"]["reflect"]["record"]
+    control = next(a for a in record["replays"] if a["arm"] == "control")
+    assert control["final_answer"] == WRONG and control["reproduced"]  # the greedy agent redid its run
     assert rows["nt-1-first"]["correct"] and rows["nt-1-first"]["methods"] == {}
     table = (out / "metrics.md").read_text()
     assert (
         "| reflect | 1 | 0 | 1 | 100.0% ± 0.0 | 100.0% ± 0.0 |" in table and "| ics | 1 | 0 | 1 | 0.0% ± 0.0 |" in table
     )
-    assert any("reflect: verified at step 2, corrected" in line for line in said)
+    assert any("reflect: verified at step 2, flipped" in line for line in said)
 
     calls = len(llm.requests)
     again = run_live_eval(options, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
@@ -131,11 +143,11 @@ def test_a_method_added_later_gets_the_stored_failures_replayed_from_their_trace
     llm = _model()
     out, data = tmp_path / "out", _wtq_folder(tmp_path)
     config = ReflectConfig(rounds=1, rollback_points=2)
-    first = LiveOptions(("ics",), data, out, config=config, max_replays=1)
+    first = LiveOptions(("ics",), data, out, config=config, max_replays=2)
     run_live_eval(first, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
     agent_calls = sum(1 for r in llm.requests if r.stage == "agent")
 
-    later = LiveOptions(("ics", "reflect-guidance"), data, out, config=config, max_replays=1)
+    later = LiveOptions(("ics", "reflect-guidance"), data, out, config=config, max_replays=2)
     said: list[str] = []
     metrics = run_live_eval(
         later,
@@ -154,15 +166,16 @@ def test_a_method_added_later_gets_the_stored_failures_replayed_from_their_trace
         ("nt-1", ["ics", "reflect-guidance"]),
     ]
     added = rows[-1]["methods"]["reflect-guidance"]
-    # the same failure, replayed in a new process-state from its spans: the guidance flips it, within one replay
-    assert added["corrected_answer"] == "Bangkok, Thailand" and added["replays"] == 1
+    # the same failure, replayed in a new process-state from its spans: the guidance flips it, the control does not
+    assert added["corrected_answer"] == "Bangkok, Thailand" and added["replays"] == 2
+    assert added["control_replays"] == 1 and added["status"] == "verified"
     assert rows[-1]["methods"]["ics"] == rows[1]["methods"]["ics"]  # what was measured stays as measured
     assert metrics["methods"]["reflect-guidance"]["verified_steps"] == [{"question_id": "nt-1", "step": 2}]
-    assert metrics["methods"]["ics"]["replays"]["mean"] == 1  # ICS's D=1 round; the budget allows no more
+    assert metrics["methods"]["ics"]["replays"]["mean"] == 1  # its control; its resample repeated the step
     # no agent run again: the stored failure was replayed (the agent model asked only for its continuation)
     assert not [line for line in said if "answered" in line]
     assert sum(1 for r in llm.requests if r.stage == "agent") > agent_calls
-    assert json.loads((out / "run_config.json").read_text())["max_replays"] == 1
+    assert json.loads((out / "run_config.json").read_text())["max_replays"] == 2
 
 
 def test_a_stop_during_a_method_keeps_the_methods_finished_before_it(
@@ -195,33 +208,30 @@ def test_a_stop_during_a_method_keeps_the_methods_finished_before_it(
     assert metrics["methods"]["ics"]["runs"] == metrics["methods"]["reflect"]["runs"] == 1
 
 
-def test_replays_sample_on_the_replay_model_so_a_bare_resample_can_differ_from_the_run(
+def test_proposals_are_sampled_so_a_bare_resample_can_differ_from_the_run_and_is_tested_under_control(
     instrumented: Instrumented, tmp_path: Path
 ) -> None:
-    from reflect_otel.cli.evaluate import table_agent_rebuilt, table_agent_runs
+    from reflect_otel.cli.evaluate import table_agent_runs
     from reflect_otel.evaluation.live import LiveOptions, run_live_eval
 
-    llm = _model()  # greedy: the run sorts ascending and reads the first 1st place
-    sampling = ScriptedLLM(respond=lambda request: _agent(request, descending=True))  # the same agent, sampled
+    llm = _model(sampled_descending=True)  # greedy: sorts ascending; a sampled decision sorts descending
     out, data = tmp_path / "out", _wtq_folder(tmp_path)
-    options = LiveOptions(("ics",), data, out, config=ReflectConfig(rounds=1), replay_temperature=0.2)
-    metrics = run_live_eval(
-        options,
-        llm,
-        table_agent_runs(llm, instrumented.provider, max_steps=6, replay_llm=sampling),
-        rebuild=table_agent_rebuilt(sampling, instrumented.provider, max_steps=6),
-    )
+    options = LiveOptions(("ics",), data, out, config=ReflectConfig(rounds=1, rollback_points=1, proposal_samples=1))
+    metrics = run_live_eval(options, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
 
     row = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()][1]
-    assert row["question_id"] == "nt-1" and row["answer"] == WRONG  # the run itself stayed on the greedy model
+    assert row["question_id"] == "nt-1" and row["answer"] == WRONG  # the run itself stayed greedy
     ics = row["methods"]["ics"]
-    assert ics["corrected_answer"] == "Bangkok, Thailand" and ics["replays"] == 1  # no hint: the sample differed
-    assert metrics["methods"]["ics"]["corrected"]["mean"] == 1
-    assert {r.stage for r in sampling.requests} == {"agent"}  # only the replay's turns were sampled
-    assert json.loads((out / "run_config.json").read_text())["replay_temperature"] == 0.2
+    assert ics["corrected_answer"] == "Bangkok, Thailand" and ics["status"] == "verified"
+    assert ics["replays"] == 2 and ics["control_replays"] == 1 and ics["proposals"] == 1
+    assert ics["verified_by"] == {"source": "proposal:resample", "kind": "action"}
+    # the sampled decision was asked at the configured temperature; every replay decided greedily
+    sampled = [r.temperature for r in llm.requests if r.stage == "agent" and r.temperature is not None]
+    assert sampled == [1.0]
+    assert metrics["methods"]["ics"]["verified"]["mean"] == 1
 
 
-def test_a_run_resumed_at_another_replay_temperature_is_refused_also_one_written_before_it_was_recorded(
+def test_a_run_resumed_with_other_settings_or_made_before_controlled_verification_is_refused(
     instrumented: Instrumented, tmp_path: Path
 ) -> None:
     from reflect_otel.cli.evaluate import table_agent_runs
@@ -229,17 +239,18 @@ def test_a_run_resumed_at_another_replay_temperature_is_refused_also_one_written
 
     llm = _model()
     out, data = tmp_path / "out", _wtq_folder(tmp_path)
-    greedy = LiveOptions(("ics",), data, out, config=ReflectConfig(rounds=1))
-    run_live_eval(greedy, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
+    made = LiveOptions(("ics",), data, out, config=ReflectConfig(rounds=1))
+    run_live_eval(made, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
+    other = LiveOptions(("ics",), data, out, config=ReflectConfig(rounds=1, proposal_temperature=0.2))
+    with pytest.raises(InputError, match=r"proposal_temperature: 1\.0 -> 0\.2.*a new --out folder"):
+        run_live_eval(other, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
     config_file = out / "run_config.json"
     older = json.loads(config_file.read_text())
-    del older["replay_temperature"]  # as the runs written before the setting existed
+    del older["verification"]  # as the runs written before controlled verification
     config_file.write_text(json.dumps(older))
-    sampled = LiveOptions(("ics",), data, out, config=ReflectConfig(rounds=1), replay_temperature=0.2)
-
-    with pytest.raises(InputError, match=r"replay_temperature: None -> 0\.2.*a new --out folder"):
-        run_live_eval(sampled, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
-    run_live_eval(greedy, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))  # as it was made: resumes
+    with pytest.raises(InputError, match=r"verification: 'uncontrolled' -> 'controlled'"):
+        run_live_eval(made, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
+    assert json.loads(config_file.read_text())["code"]["commit"]  # the code's commit is recorded
 
 
 def test_the_replay_budget_refuses_past_its_count() -> None:
@@ -283,3 +294,20 @@ def test_wtq_live_stops_after_three_agent_failures_in_a_row(tmp_path: Path) -> N
     with pytest.raises(InputError, match="3 agent runs in a row failed"):
         run_live_eval(LiveOptions(("reflect",), data, tmp_path / "o"), ScriptedLLM(), broken)
     assert len(attempts) == 3 and not (tmp_path / "o" / "results.jsonl").read_text()  # nothing recorded
+
+
+def test_the_langgraph_agent_resamples_its_run_with_every_decision_sampled(
+    instrumented: Instrumented, tmp_path: Path
+) -> None:
+    from reflect_otel.cli.evaluate import table_agent_runs
+    from reflect_otel.demo.wtq import load_questions
+
+    llm = _model(sampled_descending=True)
+    question = next(q for q in load_questions(data=_wtq_folder(tmp_path) / "wtq") if q.id == "nt-1")
+    run = table_agent_runs(llm, instrumented.provider, max_steps=6)(question)
+    assert run.answer == WRONG
+    before = len(llm.requests)
+    runs = run.replay.resample(run.trace, samples=2, temperature=0.5)  # type: ignore[attr-defined]
+    assert [r.final_answer for r in runs] == ["Bangkok, Thailand"] * 2  # sampled, it sorts descending
+    asked = [r.temperature for r in llm.requests[before:] if r.stage == "agent"]
+    assert asked and set(asked) == {0.5}  # every decision of the resampled runs, none greedy

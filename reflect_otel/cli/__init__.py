@@ -1,7 +1,9 @@
 """The ``reflect-otel`` command: the composition root that wires the built-in parts by import.
 
 Each command module has ``add_<name>_command(subparsers)``, which adds one subparser and sets ``handler`` on it:
-``handler(args) -> int`` returns the exit code and may raise :class:`ReflectError` for a clean one-line error.
+``handler(args) -> int`` returns the exit code and may raise :class:`ReflectError` for a clean one-line error
+(exit 2). No command prints a traceback: an ``OSError`` is one line naming the file (exit 2), anything else is
+reported as a bug (exit 70; ``-v`` prints the traceback).
 Third-party commands register the same function under the entry-point group ``reflect_otel.commands``.
 """
 
@@ -10,13 +12,17 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 
 from reflect_otel import plugins
 from reflect_otel.errors import ReflectError
 from reflect_otel.settings import check_environment
 
-__all__ = ["build_parser", "main"]
+__all__ = ["INTERNAL_ERROR", "build_parser", "main"]
+
+INTERNAL_ERROR = 70
+"""The exit code of a bug (``EX_SOFTWARE``); 2 is a usage or input error, 1 a partial failure."""
 
 
 def _builtin_commands() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
@@ -93,7 +99,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"reflect-otel {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        print(f"reflect-otel {args.command}: interrupted; files it was writing are left as they were", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into head and the like
         sys.stderr.close()
         return 0
+    except OSError as error:  # the disk, a permission or a path the checks could not foresee (full disk, a race)
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"reflect-otel {args.command}: error: {where}{error.strerror or error}", file=sys.stderr)
+        return 2
+    except Exception as error:  # a bug: one line that says so, the traceback with -v
+        if args.verbose:
+            traceback.print_exc()
+        print(
+            f"reflect-otel {args.command}: internal error ({type(error).__name__}: {error}); this is a bug in "
+            "reflect-otel: please report it with the output of 'reflect-otel -v ...'",
+            file=sys.stderr,
+        )
+        return INTERNAL_ERROR

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from reflect_otel._files import check_input_file
 from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int
 from reflect_otel.config import LLMConfig
 from reflect_otel.llm.base import StructuredLLM
@@ -13,11 +14,12 @@ from reflect_otel.llm.budget import TokenBudget
 from reflect_otel.llm.factory import LazyLLM
 from reflect_otel.methods import ATTRIBUTE_METHODS, llm_for, method_spec
 from reflect_otel.proxy_verifier import EvidenceVerifier, PlanAnchoredVerifier
+from reflect_otel.replay_adapters.remote import load_replay_endpoints
 from reflect_otel.service import AttributionService, ReplayFinder
 from reflect_otel.store import AttributionStore, open_exporter
 from reflect_otel.verifiers import OracleVerifier, Verifier
 
-__all__ = ["add_online_options", "online_service"]
+__all__ = ["add_online_options", "online_service", "replay_endpoints"]
 
 
 def add_online_options(parser: argparse.ArgumentParser, online: argparse._ArgumentGroup) -> None:
@@ -59,6 +61,14 @@ def add_online_options(parser: argparse.ArgumentParser, online: argparse._Argume
         help="LLM token budget per hour; a flagged run met with a spent budget is stored and counted, not attributed",
     )
     add_pipeline_options(parser.add_argument_group("REFLECT's settings"))
+
+
+def replay_endpoints(path: Path | None) -> ReplayFinder | None:
+    """The HTTP replay endpoints of ``--replay-config`` (checked to be a readable file first), or None."""
+    if path is None:
+        return None
+    check_input_file(path, flag="--replay-config", what="TOML file of replay endpoints")
+    return load_replay_endpoints(path)
 
 
 def online_service(

@@ -22,7 +22,9 @@ _FLAGS: dict[str, dict[str, Any]] = {
     "rollback_points": {"type": int, "metavar": "K"},
     "max_corrections": {"type": int, "metavar": "M"},
     "gate": {"choices": [g.value for g in GateMode]},
-    "gate_retries": {"type": int, "metavar": "R"},
+    "proposal_samples": {"type": int, "metavar": "N"},
+    "proposal_temperature": {"type": float, "metavar": "T"},
+    "verify_samples": {"type": int, "metavar": "N"},
 }
 
 
@@ -39,7 +41,8 @@ def _help(setting: str, own: Mapping[str, Any]) -> str:
 def add_pipeline_options(
     parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, defaults: Mapping[str, Any] | None = None
 ) -> None:
-    """Add ``--rounds``, ``--rollback-points``, ``--max-corrections``, ``--gate`` and ``--gate-retries``.
+    """Add ``--rounds``, ``--rollback-points``, ``--max-corrections``, ``--gate``, ``--proposal-samples``,
+    ``--proposal-temperature`` and ``--verify-samples``.
     ``defaults`` are this command's own (they win over the variables); the others stay unset until given."""
     own = dict(defaults or {})
     for setting, options in _FLAGS.items():

@@ -6,28 +6,35 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from reflect_otel._files import check_input_file, check_output_file, replaced_on_success
 from reflect_otel._values import utf8_text
-from reflect_otel.cli._online import online_service
+from reflect_otel.cli._online import online_service, replay_endpoints
 from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int
-from reflect_otel.config import LLMConfig
+from reflect_otel.config import LLMConfig, ReflectConfig
 from reflect_otel.datasets import BBM_TASKS
 from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import TokenBudget
+from reflect_otel.llm.factory import make_llm
 from reflect_otel.methods import ATTRIBUTE_METHODS, llm_for, method_spec
 from reflect_otel.online.work import AttributionWorker, WorkerStats
+from reflect_otel.record import AttributionRecord, AttributionStatus
 from reflect_otel.replay import ReplayAdapter, find_replay_adapter
-from reflect_otel.replay_adapters.remote import load_replay_endpoints
 from reflect_otel.service import AttributionService, ReplayFinder
-from reflect_otel.store import open_exporter, open_store, store_path
+from reflect_otel.store import check_store_target, open_exporter, open_store, store_path, store_target
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, good_trace_rows
+from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, TraceRow, check_traces_file, good_trace_rows
+from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import BBMVerifier, OracleVerifier, SelfVerifier, Verifier
 
 __all__ = ["add_attribute_command"]
+
+VERIFIERS = ("oracle", "bbm", "self")
+_MAX_EXPECTED_BYTES = 256 * 1024 * 1024
 
 
 def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,16 +74,28 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
     expected.add_argument("--expected-file", type=Path, help="JSON object or JSONL of {trace_id, expected_answer}")
     parser.add_argument(
         "--verifier",
-        choices=("oracle", "bbm", "self"),
-        default="oracle",
-        help="oracle: match the expected answer; bbm: BIG-Bench-Mistake answers; self: an LLM judge",
+        choices=VERIFIERS,
+        help="how each run's answer is judged before it is attributed (and, for methods that replay, each replay's): "
+        "oracle: match the expected answer (the default); bbm: BIG-Bench-Mistake answers (the default for "
+        "BIG-Bench-Mistake traces); self: an LLM judge, which needs no expected answer. Runs judged right are not "
+        "attributed (see --include-correct); runs that cannot be judged (no expected answer) are",
+    )
+    parser.add_argument(
+        "--include-correct",
+        action="store_true",
+        help="also attribute runs judged right (a baseline then names a step of a right run; REFLECT skips them "
+        "anyway: no replay can flip a right answer)",
     )
     parser.add_argument("--domain-context", default="", help="task description or table context for the prompts")
     parser.add_argument("--limit", type=positive_int, help="attribute at most N traces")
     add_pipeline_options(parser.add_argument_group("REFLECT's settings"))
     parser.add_argument("--withhold-expected", action="store_true", help="show [WITHHELD] instead of the answer")
     parser.add_argument(
-        "-o", "--out", type=Path, help="JSONL file of records to write (replaced; required with a file)"
+        "-o",
+        "--out",
+        type=Path,
+        help="JSONL file of records to write (required with a file); replaced when the command completes, left as "
+        "it was when it fails or is interrupted",
     )
     parser.add_argument(
         "--store", help="DuckDB file for traces, verdicts and records (default: REFLECT_STORE, then ./reflect.duckdb)"
@@ -94,8 +113,9 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
 
 
 def _expected_answers(path: Path) -> dict[str, str]:
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
+    check_input_file(path, flag="--expected-file", what="file of expected answers")
+    if path.stat().st_size > _MAX_EXPECTED_BYTES:
+        raise InputError(f"--expected-file {path}: over {_MAX_EXPECTED_BYTES} bytes; is it the right file?")
     text = path.read_text(encoding="utf-8", errors="replace")
     try:
         data: Any = json.loads(text)
@@ -128,7 +148,8 @@ def _replay_finder(config: Path | None) -> ReplayFinder:
     """The configured HTTP endpoints first (when a file is given), then the installed adapters."""
     if config is None:
         return find_replay_adapter
-    endpoints = load_replay_endpoints(config)
+    endpoints = replay_endpoints(config)
+    assert endpoints is not None
 
     def find(trace: StructuredTrace, llm: StructuredLLM) -> ReplayAdapter | None:
         return endpoints(trace, llm) or find_replay_adapter(trace, llm)
@@ -143,9 +164,17 @@ def _dataset_context(trace: StructuredTrace) -> str:
 
 
 def _attribute_pending(args: argparse.Namespace) -> int:
-    if args.traces is not None or args.no_store:
-        raise ConfigError("--pending takes the runs waiting in the store: drop the trace file and --no-store")
-    replays = load_replay_endpoints(args.replay_config) if args.replay_config is not None else None
+    if args.traces is not None or args.no_store or args.out is not None:
+        raise ConfigError(
+            "--pending takes the runs waiting in the store and writes there: drop the trace file, -o and --no-store"
+        )
+    if args.verifier is not None or args.include_correct:
+        raise ConfigError(
+            "--pending judges each run against its expected answer, else with the plan-anchored proxy verifier, and "
+            "attributes only runs judged wrong: drop --verifier and --include-correct"
+        )
+    check_store_target(args.store)
+    replays = replay_endpoints(args.replay_config)
     store = open_store(args.store)
     service = online_service(args, store, replays, verifier="proxy", budget=TokenBudget(10**12, 10**12))
     worker = AttributionWorker(service, store)
@@ -171,11 +200,39 @@ def _attribute_pending(args: argparse.Namespace) -> int:
     return 1 if stats.failed else 0
 
 
+def _verifier(name: str, llm: StructuredLLM, config: ReflectConfig, domain_context: str) -> Verifier:
+    if name == "self":
+        return SelfVerifier(llm, max_chars=config.max_field_chars, domain_context=domain_context)
+    return BBMVerifier() if name == "bbm" else OracleVerifier()
+
+
+def _default_verifier(rows: list[TraceRow]) -> str:
+    """bbm for a file of BIG-Bench-Mistake traces (their targets are in a form the oracle does not read), else
+    oracle."""
+    return "bbm" if rows and all(row.trace.metadata.get("dataset") == "bbm" for row in rows) else "oracle"
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    """Every path the command was given, before any work: a wrong one fails naming the fix, and no file is
+    touched."""
+    check_traces_file(args.traces)
+    check_output_file(args.out, flag="-o", example="records.jsonl")
+    if args.expected_file is not None:
+        check_input_file(args.expected_file, flag="--expected-file", what="file of expected answers")
+    if args.replay_config is not None:
+        check_input_file(args.replay_config, flag="--replay-config", what="TOML file")
+    if not args.no_store:
+        check_store_target(args.store)
+
+
 def _attribute(args: argparse.Namespace) -> int:
     if args.pending:
         return _attribute_pending(args)
     if args.traces is None or args.out is None:
         raise ConfigError("attribute needs a JSONL file of traces and -o FILE for the records (or --pending)")
+    if args.no_store and args.store:
+        raise ConfigError("--store and --no-store say opposite things; drop one")
+    _check_paths(args)
     config = pipeline_config(args, include_expected_answer=False if args.withhold_expected else None)
     answers = _expected_answers(args.expected_file) if args.expected_file else {}
     bad_lines: list[InputError] = []
@@ -188,13 +245,12 @@ def _attribute(args: argparse.Namespace) -> int:
     if not rows:
         raise InputError(f"{args.traces}: no valid traces")
     spec = method_spec(args.method)
-    llm = llm_for(spec, LLMConfig.from_env())
-    verifier: Verifier
-    if args.verifier == "self":
-        verifier = SelfVerifier(llm, max_chars=config.max_field_chars, domain_context=args.domain_context)
-    else:
-        verifier = BBMVerifier() if args.verifier == "bbm" else OracleVerifier()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    verifier_name = args.verifier or _default_verifier(rows)
+    # the verifier is honoured for every method: a model judge gets the configured model even for a method
+    # that asks none
+    llm = make_llm(LLMConfig.from_env()) if verifier_name == "self" else llm_for(spec, LLMConfig.from_env())
+    verifier = _verifier(verifier_name, llm, config, args.domain_context)
+    replay_finder = _replay_finder(args.replay_config)
     service = AttributionService(
         llm,
         spec,
@@ -202,49 +258,100 @@ def _attribute(args: argparse.Namespace) -> int:
         config=config,
         store=None if args.no_store else open_store(args.store),
         exporters={name: open_exporter(name) for name in dict.fromkeys(args.export)},
-        replay_finder=_replay_finder(args.replay_config),
+        replay_finder=replay_finder,
+        skip_correct=not args.include_correct,
     )
-    export_failures: dict[str, int] = {}
-    started = time.monotonic()
-    counts: dict[str, int] = {}
-    failed = 0
-    with args.out.open("w", encoding="utf-8") as out:
-        for number, row in enumerate(rows, start=1):
-            expected = answers.get(row.trace.trace_id) or row.extras.get(args.expected_field)
-            outcome = service.process(
-                row.trace,
-                expected=str(expected) if expected is not None else None,
-                domain_context=args.domain_context or _dataset_context(row.trace),
-            )
-            record = outcome.record
-            assert record is not None  # without triage every trace is attributed
-            out.write(record.model_dump_json() + "\n")
-            out.flush()
-            for name, message in outcome.export_failures:
-                export_failures[name] = export_failures.get(name, 0) + 1
-                print(f"  export to {name} failed: {message}", file=sys.stderr)
-            counts[record.status.value] = counts.get(record.status.value, 0) + 1
-            failed += record.failed
-            where = f"step {record.step_index}" if record.step_index else "no step"
-            print(
-                f"[{number}/{len(rows)}] {row.trace.trace_id[:12]} {record.status.value:<10} {where:<8} "
-                f"{record.mode.value:<17} calls {record.total_calls:>3} tokens {record.total_tokens:>6}"
-                + (f"  ({record.reason})" if record.reason else ""),
-                file=sys.stderr,
-            )
-    service.close()
-    for name, count in export_failures.items():
-        print(f"{count} record(s) could not be exported to {name}", file=sys.stderr)
-    if service.store is not None:
-        print(f"written to the store {store_path(args.store)}", file=sys.stderr)
-    summary = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
     print(
-        f"{len(rows)} trace(s) in {time.monotonic() - started:.1f} s: {summary}"
-        + (f" ({failed} failed: stage errors, no attribution)" if failed else "")
+        f"attribute: {len(rows)} trace(s) with {spec.name}; answers judged by the {verifier_name} verifier"
+        + ("" if args.include_correct else ", runs judged right are not attributed"),
+        file=sys.stderr,
+    )
+    tally = _Tally()
+    started = time.monotonic()
+    try:
+        with replaced_on_success(args.out, flag="-o") as out:
+            for number, row in enumerate(rows, start=1):
+                expected = answers.get(row.trace.trace_id) or row.extras.get(args.expected_field)
+                outcome = service.process(
+                    row.trace,
+                    expected=str(expected) if expected is not None else None,
+                    domain_context=args.domain_context or _dataset_context(row.trace),
+                )
+                record = outcome.record
+                assert record is not None  # without triage every trace gets a record
+                out.write(record.model_dump_json() + "\n")
+                tally.add(record, outcome.verdict, outcome.export_failures)
+                print(
+                    f"[{number}/{len(rows)}] {row.trace.trace_id[:12]} {_line(record, outcome.verdict)}",
+                    file=sys.stderr,
+                )
+    finally:
+        service.close()
+    return _summary(args, tally, len(rows), time.monotonic() - started, bad_lines)
+
+
+def _line(record: AttributionRecord, verdict: Verdict | None) -> str:
+    judged = {True: "right", False: "wrong", None: "not judged"}[verdict.is_correct if verdict else None]
+    if record.status is AttributionStatus.SKIPPED and verdict is not None and verdict.is_correct:
+        return f"{judged:<10} not attributed"
+    where = f"step {record.step_index}" if record.step_index else "no step"
+    return (
+        f"{judged:<10} {record.status.value:<10} {where:<8} {record.mode.value:<17} calls {record.total_calls:>3} "
+        f"tokens {record.total_tokens:>6}" + (f"  ({record.reason})" if record.reason else "")
+    )
+
+
+class _Tally:
+    """What the run did, for the summary."""
+
+    def __init__(self) -> None:
+        self.statuses: dict[str, int] = {}
+        self.judged: dict[str, int] = {}
+        self.failed = 0
+        self.right_skipped = 0
+        self.export_failures: dict[str, int] = {}
+
+    def add(
+        self, record: AttributionRecord, verdict: Verdict | None, export_failures: Sequence[tuple[str, str]]
+    ) -> None:
+        judged = {True: "right", False: "wrong", None: "not judged"}[verdict.is_correct if verdict else None]
+        self.judged[judged] = self.judged.get(judged, 0) + 1
+        if record.status is AttributionStatus.SKIPPED and verdict is not None and verdict.is_correct:
+            self.right_skipped += 1
+        else:
+            self.statuses[record.status.value] = self.statuses.get(record.status.value, 0) + 1
+        self.failed += record.failed
+        for name, message in export_failures:
+            self.export_failures[name] = self.export_failures.get(name, 0) + 1
+            print(f"  export to {name} failed: {message}", file=sys.stderr)
+
+
+def _summary(args: argparse.Namespace, tally: _Tally, total: int, seconds: float, bad_lines: list[InputError]) -> int:
+    for name, count in tally.export_failures.items():
+        print(f"{count} record(s) could not be exported to {name}", file=sys.stderr)
+    if not args.no_store:
+        print(f"written to the store {store_target(args.store)}", file=sys.stderr)
+    judged = ", ".join(f"{n} {kind}" for kind, n in sorted(tally.judged.items()))
+    statuses = ", ".join(f"{n} {status}" for status, n in sorted(tally.statuses.items())) or "none"
+    print(
+        f"{total} trace(s) in {seconds:.1f} s; judged: {judged}; attributions: {statuses}"
+        + (f" ({tally.failed} failed: stage errors, no attribution)" if tally.failed else "")
+        + (
+            f"; {tally.right_skipped} right run(s) not attributed (--include-correct attributes them)"
+            if tally.right_skipped
+            else ""
+        )
         + f"; records in {args.out}",
         file=sys.stderr,
     )
-    if failed == len(rows):
+    if tally.judged.get("not judged"):
+        print(
+            f"{tally.judged['not judged']} run(s) could not be judged (no expected answer: give --expected-file, or "
+            "--verifier self) and were attributed as failures",
+            file=sys.stderr,
+        )
+    attempted = total - tally.right_skipped
+    if attempted and tally.failed == attempted:
         print(f"every attribution failed; the records in {args.out} say which stage and why", file=sys.stderr)
         return 1
     if bad_lines:
@@ -253,7 +360,7 @@ def _attribute(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    if export_failures:
+    if tally.export_failures:
         print(
             f"exit 1: the records are in {args.out} but not every export succeeded (see above); fix the exporter's "
             "endpoint and re-run with --export to send them again",

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reflect_otel.cli._online import add_online_options, online_service
+from reflect_otel._files import check_output_file, replaced_on_success
+from reflect_otel.cli._online import add_online_options, online_service, replay_endpoints
 from reflect_otel.collectors.files import DEFAULT_MAX_FILE_BYTES, ImportReport, import_files
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits, parse_endpoint
 from reflect_otel.collectors.trace_collector import BufferLimits
@@ -18,10 +19,9 @@ from reflect_otel.demo.examples import example_path
 from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.online.shared import SharedQueue
 from reflect_otel.online.work import AttributionWorker, WorkerStats, expected_answer_of
-from reflect_otel.replay_adapters.remote import load_replay_endpoints
-from reflect_otel.store import AttributionStore, open_store, store_kind, store_target
+from reflect_otel.store import AttributionStore, check_store_target, open_store, store_kind, store_target
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, TraceWriter, each_trace_row
+from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, TraceWriter, check_traces_file, each_trace_row
 
 __all__ = ["add_collect_command", "add_import_command"]
 
@@ -77,6 +77,7 @@ def add_collect_command(subparsers: argparse._SubParsersAction[argparse.Argument
 def _reingest(path: Path, store_path: str | None) -> int:
     """Every trace of ``path`` (a --out file, or an ``import`` output, whose lines carry expected answers) into the
     store; bad lines (a line torn by a crash) are named and skipped."""
+    check_traces_file(path)  # before the store is opened: a wrong file creates no store
     store = open_store(store_path)
     written = bad = 0
     try:
@@ -105,6 +106,9 @@ def _collect(args: argparse.Namespace) -> int:
         return _reingest(args.reingest, args.store)
     if args.out is None:
         raise ConfigError("collect needs --out FILE, the JSONL file the traces are appended to")
+    check_output_file(args.out, flag="--out", example="traces.jsonl")
+    if not args.no_store:
+        check_store_target(args.store)  # before the --out file is opened: a wrong store leaves no file behind
     http = None if args.http == "off" else parse_endpoint(args.http, default_port=4318)
     grpc_endpoint = None if args.grpc == "off" else parse_endpoint(args.grpc, default_port=4317)
     if args.max_body_bytes < 1:
@@ -135,7 +139,7 @@ def _collect(args: argparse.Namespace) -> int:
         buffer_limits=BufferLimits(grace_s=args.grace, ttl_s=args.ttl),
         allow_remote=args.allow_remote,
     )
-    replays = load_replay_endpoints(args.replay_config) if args.replay_config is not None else None
+    replays = replay_endpoints(args.replay_config)
     writer = TraceWriter(args.out)
     store = None if args.no_store else open_store(args.store)
     service = None
@@ -225,7 +229,13 @@ def add_import_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         ),
     )
     parser.add_argument("paths", nargs="*", type=Path, help="files or folders to read")
-    parser.add_argument("-o", "--out", required=True, type=Path, help="JSONL file to write (replaced)")
+    parser.add_argument(
+        "-o",
+        "--out",
+        required=True,
+        type=Path,
+        help="JSONL file to write; replaced only when the import read some trace (a failed import leaves it as it was)",
+    )
     parser.add_argument(
         "--example",
         action="store_true",
@@ -242,20 +252,44 @@ def _import(args: argparse.Namespace) -> int:
         paths.extend(example_path(name) for name in EXAMPLE_FILES)
     if not paths:
         raise ConfigError("name at least one file or folder, or pass --example")
-    if args.out.exists():
-        args.out.unlink()
+    check_output_file(args.out, flag="-o")
+    for path in paths:
+        if not path.exists():
+            raise InputError(f"{path}: no such file or folder")
     tty = sys.stderr.isatty()
 
     def progress(report: ImportReport) -> None:
         if tty:
             print(f"\rread {report.files_read} file(s), {report.traces} trace(s)", end="", file=sys.stderr)
 
-    with TraceWriter(args.out) as writer:
-        report = import_files(paths, writer.write, max_file_bytes=args.max_file_bytes, progress=progress)
+    try:
+        # a new file, renamed over -o only when some trace was read: a failed import leaves -o as it was
+        with replaced_on_success(args.out, flag="-o") as file:
+            report = import_files(
+                paths, TraceWriter(args.out, stream=file).write, max_file_bytes=args.max_file_bytes, progress=progress
+            )
+            if not report.traces:
+                raise _NothingImported(report)
+    except _NothingImported as nothing:
+        report = nothing.report
+        if tty:
+            print(file=sys.stderr)
+        _print_report(report, args.out)
+        kept = f"{args.out} was left as it was" if args.out.exists() else f"{args.out} was not written"
+        raise InputError(
+            f"no trace in {', '.join(map(str, paths))}; {kept}. import reads OTLP/JSON exports, TRAIL trace files "
+            "and BIG-Bench-Mistake .jsonl files"
+        ) from None
     if tty:
         print(file=sys.stderr)
     _print_report(report, args.out)
     return 1 if report.failures else 0
+
+
+class _NothingImported(Exception):
+    def __init__(self, report: ImportReport) -> None:
+        super().__init__("no trace imported")
+        self.report = report
 
 
 def _print_report(report: ImportReport, out: Any) -> None:

@@ -18,7 +18,7 @@ from reflect_otel.config import GateMode, LLMConfig
 from reflect_otel.errors import ConfigError
 from reflect_otel.llm.factory import make_llm
 from reflect_otel.record import AttributionRecord, AttributionStatus
-from reflect_otel.store import store_path
+from reflect_otel.store import check_store_target, store_path
 
 if TYPE_CHECKING:
     from reflect_otel.demo.wtq import WTQQuestion
@@ -50,10 +50,11 @@ def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         help="also annotate attributions in the Phoenix at this URL (default: PHOENIX_COLLECTOR_ENDPOINT if set)",
     )
     parser.add_argument("--max-steps", type=int, default=6, help="tool calls an agent run may make (default 6)")
-    # the demo's own defaults keep it short on a 2-core CPU: one round, guidance at the localized step only
+    # the demo's own defaults keep it short on a 2-core CPU: one round, guidance at the localized step only, two
+    # proposals; every test is controlled (a control replay from the same prefix) as everywhere
     add_pipeline_options(
         parser.add_argument_group("REFLECT's settings (the demo's defaults)"),
-        defaults={"rounds": 1, "rollback_points": 1, "gate": GateMode.SOFT.value, "gate_retries": 1},
+        defaults={"rounds": 1, "rollback_points": 1, "gate": GateMode.HARD.value, "proposal_samples": 2},
     )
     parser.set_defaults(handler=_demo)
 
@@ -71,7 +72,7 @@ class _Progress:
 @contextlib.contextmanager
 def _pipeline_progress(progress: _Progress, names: dict[str, str]) -> Iterator[None]:
     """Show REFLECT's progress lines while the demo runs; the logger is as it was afterwards."""
-    log = logging.getLogger("reflect_otel.pipeline")
+    log = logging.getLogger("reflect_otel.search")
     handler, level, propagate = _PipelineProgress(progress, names), log.level, log.propagate
     log.addHandler(handler)
     log.setLevel(logging.INFO)
@@ -85,7 +86,7 @@ def _pipeline_progress(progress: _Progress, names: dict[str, str]) -> Iterator[N
 
 
 class _PipelineProgress(logging.Handler):
-    """REFLECT's progress records (``reflect_otel.pipeline`` at INFO) as progress lines, named by question."""
+    """REFLECT's progress records (``reflect_otel.search`` at INFO) as progress lines, named by question."""
 
     def __init__(self, progress: _Progress, names: dict[str, str]) -> None:
         super().__init__(logging.INFO)
@@ -120,12 +121,14 @@ def _selected(args: argparse.Namespace) -> list[WTQQuestion]:
 def _demo(args: argparse.Namespace) -> int:
     import os
 
+    check_store_target(args.store)  # before the model starts
+
     from opentelemetry import trace as otel_trace
     from opentelemetry.trace import format_trace_id
 
     from reflect_otel.demo.table_agent import TableQAAgent
     from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
-    from reflect_otel.verifiers import answers_match
+    from reflect_otel.verifiers import judged_correct
 
     questions = _selected(args)
     reflect_config = pipeline_config(args)  # before the model starts: a bad setting must not cost a model load
@@ -138,8 +141,8 @@ def _demo(args: argparse.Namespace) -> int:
     llm = make_llm(LLMConfig.from_env())
     progress.say(
         f"model: {llm.model_name}; {len(questions)} question(s); REFLECT with D={reflect_config.rounds}, "
-        f"K={reflect_config.rollback_points}, M={reflect_config.max_corrections}, {reflect_config.gate.value} gate"
-        + (f" (R={reflect_config.gate_retries})" if reflect_config.gate is GateMode.HARD else "")
+        f"K={reflect_config.rollback_points}, M={reflect_config.max_corrections}, {reflect_config.gate.value} gate, "
+        f"{reflect_config.proposal_samples} proposals per step; every test controlled"
     )
     runtime = reflect_otel.configure(
         store=args.store,
@@ -167,8 +170,8 @@ def _demo(args: argparse.Namespace) -> int:
         for number, question in enumerate(questions, start=1):
             progress.say(f"[{number}/{len(questions)}] {question.id}: {question.question}")
             agent = TableQAAgent(question, llm, max_steps=args.max_steps)
-            adapter = LangGraphReplayAdapter(
-                agent.graph, tracer_provider=runtime.provider, recursion_limit=agent.recursion_limit
+            adapter = LangGraphReplayAdapter(  # the agent decides greedily: one control replay per point decides
+                agent.graph, tracer_provider=runtime.provider, recursion_limit=agent.recursion_limit, deterministic=True
             )
 
             def ask(text: str, agent: TableQAAgent = agent, qid: str = question.id) -> str:
@@ -185,7 +188,7 @@ def _demo(args: argparse.Namespace) -> int:
                     failures += 1
                     progress.say(f"{question.id}: the agent failed: {error}")
                     continue
-            wrong = not answers_match(answer, question.expected)
+            wrong = not judged_correct(answer, question.expected)
             verdict = "wrong: REFLECT attributes it now" if wrong else "right"
             progress.say(f"{question.id}: answered {answer!r} (expected {question.expected!r}): {verdict}")
             # one model on one CPU: the attribution runs before the next question, so that neither evicts the other's
@@ -217,7 +220,7 @@ def _summary(
         ("correct", stats.traces_verified - stats.traces_flagged),
         ("flagged (wrong answers)", stats.traces_flagged),
         ("attributed", stats.traces_attributed),
-        ("verified by replay", len(verified)),
+        ("verified (controlled replay)", len(verified)),
         ("agent failures", failures),
         ("top error types", ", ".join(f"{t} ({n})" for t, n in types.most_common(3)) or "-"),
         ("auditor tokens", stats.tokens),
@@ -228,10 +231,12 @@ def _summary(
     for name, value in rows:
         print(f"  {name.ljust(width)}  {value}")
     for record in verified:
+        control = record.effect.control.answers[0] if record.effect and record.effect.control.answers else None
         print(
             f"\n  {names.get(record.trace_id, record.trace_id[:12])}: step {record.step_index} caused the wrong answer "
             f"{record.original_answer!r}; replayed from there with the correction, the agent answered "
-            f"{record.corrected_answer!r}."
+            f"{record.corrected_answer!r}, and replayed from the same point without it (the control), "
+            f"{control!r}."
         )
     store = store_path(args.store)
     example = next(iter(verified or [r for r in records if r.step_index]), None)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from reflect_otel._files import check_output_file, write_text_atomically
 from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int, temperature
 from reflect_otel.config import LLMConfig, ReflectConfig
-from reflect_otel.errors import ConfigError
+from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.evaluation.compare import chart_svg, compare_markdown, load_runs
 from reflect_otel.evaluation.loaders import BENCHMARKS
 from reflect_otel.evaluation.runner import REPLAYABLE, EvalOptions, run_eval
@@ -69,8 +69,8 @@ def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         "--replay-temperature",
         type=temperature,
         metavar="T",
-        help=f"{LIVE}: the agent samples its replays at T, for every method, its runs staying greedy (the paper's "
-        "RQ3 controls use 0.2; at 0 a bare resample repeats the run, so ICS cannot differ); default: as its runs",
+        help="removed: replays now run greedily and are compared with a control replay; proposals (the agent's "
+        "own decisions at a step) are sampled at --proposal-temperature",
     )
     parser.add_argument("--judge-explanations", action="store_true", help="LLM-judge explanation similarity")
     ablation = parser.add_argument_group("ablations (the paper's table, one flag per row)")
@@ -90,21 +90,29 @@ def add_eval_compare_command(subparsers: argparse._SubParsersAction[argparse.Arg
 
 
 def _eval(args: argparse.Namespace) -> int:
+    if args.out.exists() and not args.out.is_dir():
+        raise InputError(f"--out {args.out}: is a file; --out names the folder of this run (new, or one to resume)")
+    if not args.data.is_dir():
+        raise InputError(
+            f"--data {args.data}: no such folder; give the folder holding the datasets (bbm/, trail/, who_and_when/, "
+            "wtq/; see the README)"
+        )
     config = pipeline_config(
         args,
         use_diagnostician=False if args.no_diagnostician else None,
         relocalize=False if args.no_relocalize else None,
     )
+    if args.replay_temperature is not None:
+        raise ConfigError(
+            "--replay-temperature was removed: replays run greedily and each is compared with a control replay "
+            "from the same prefix; sample the agent's proposals with --proposal-temperature T instead"
+        )
     if args.benchmark == LIVE:
         return _eval_live(args, config)
     if args.method not in METHODS:
         raise ConfigError(f"--method: choose one of {', '.join(METHODS)}")
     if args.exclude:
         raise ConfigError(f"--exclude names questions of {LIVE}; {args.benchmark} samples its traces by --seed")
-    if args.replay_temperature is not None:
-        raise ConfigError(
-            f"--replay-temperature is the {LIVE} agent's; {args.benchmark} replays on the attributor's model"
-        )
     if args.max_replays is not None and args.benchmark not in REPLAYABLE:
         raise ConfigError(f"--max-replays: {args.benchmark} is localization-only, nothing is replayed")
     print(
@@ -169,19 +177,13 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
         config,
         exclude=exclude,
         max_replays=args.max_replays,
-        replay_temperature=args.replay_temperature,
-    )
-    replay_llm = (  # the same model and endpoint, sampling
-        make_llm(LLMConfig.from_env(temperature=args.replay_temperature))
-        if args.replay_temperature is not None
-        else None
     )
     provider = instrumented_provider()
     metrics = run_live_eval(
         options,
         llm,
-        table_agent_runs(llm, provider, max_steps=args.max_steps, replay_llm=replay_llm),
-        rebuild=table_agent_rebuilt(replay_llm or llm, provider, max_steps=args.max_steps),
+        table_agent_runs(llm, provider, max_steps=args.max_steps),
+        rebuild=table_agent_rebuilt(llm, provider, max_steps=args.max_steps),
         progress=lambda text: print(text, file=sys.stderr, flush=True),
     )
     print((args.out / "metrics.md").read_text())
@@ -192,20 +194,15 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
     return 0
 
 
-def table_agent_runs(
-    llm: StructuredLLM, provider: TracerProvider, *, max_steps: int, replay_llm: StructuredLLM | None = None
-) -> RunAgent:
+def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps: int) -> RunAgent:
     """Runs the table-QA demo agent on a question, captures its trace from ``provider`` (which must carry the
-    LangChain instrumentation) and gives the LangGraph adapter that replays it from the run's checkpoints. With
-    ``replay_llm`` (the model sampling at another temperature), the replays run on it instead: the run as
-    :func:`table_agent_rebuilt` gives it, on that model."""
+    LangChain instrumentation) and gives the LangGraph adapter that replays it from the run's checkpoints, greedily
+    as it ran (``deterministic``), its proposals sampled."""
     from reflect_otel.demo.table_agent import TableQAAgent
     from reflect_otel.demo.wtq import WTQQuestion
     from reflect_otel.evaluation.live import AgentRun
     from reflect_otel.replay_adapters._capture import captured
     from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
-
-    resampled = table_agent_rebuilt(replay_llm, provider, max_steps=max_steps) if replay_llm is not None else None
 
     def run(question: WTQQuestion) -> AgentRun:
         agent = TableQAAgent(question, llm, max_steps=max_steps)
@@ -215,9 +212,9 @@ def table_agent_runs(
         assert trace is not None
         if not trace.question:
             trace = trace.model_copy(update={"question": question.question})
-        if resampled is not None:
-            return dataclasses.replace(resampled(question, trace), answer=answer)
-        adapter = LangGraphReplayAdapter(agent.graph, tracer_provider=provider, recursion_limit=agent.recursion_limit)
+        adapter = LangGraphReplayAdapter(
+            agent.graph, tracer_provider=provider, recursion_limit=agent.recursion_limit, deterministic=True
+        )
         return AgentRun(answer=answer, trace=trace, replay=adapter, context=agent.table_context)
 
     return run
@@ -235,16 +232,20 @@ def table_agent_rebuilt(llm: StructuredLLM, provider: TracerProvider, *, max_ste
     def rebuilt(question: WTQQuestion, trace: StructuredTrace) -> AgentRun:
         agent = TableQAAgent(question, llm, max_steps=max_steps)
         agent.restore(trace)  # the tables its steps made, as the live run left them
-        adapter = LangGraphReplayAdapter(agent.graph, tracer_provider=provider, recursion_limit=agent.recursion_limit)
+        adapter = LangGraphReplayAdapter(
+            agent.graph, tracer_provider=provider, recursion_limit=agent.recursion_limit, deterministic=True
+        )
         return AgentRun(answer=trace.final_answer or "", trace=trace, replay=adapter, context=agent.table_context)
 
     return rebuilt
 
 
 def _compare(args: argparse.Namespace) -> int:
+    if args.chart:
+        check_output_file(args.chart, flag="--chart", example="chart.svg")
     runs = load_runs(args.runs)
     print(compare_markdown(runs))
     if args.chart:
-        args.chart.write_text(chart_svg(runs), encoding="utf-8")
+        write_text_atomically(args.chart, chart_svg(runs), flag="--chart")
         print(f"chart written to {args.chart}", file=sys.stderr)
     return 0

@@ -8,18 +8,21 @@ import sys
 from collections.abc import Sequence
 from datetime import date, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import duckdb
 
+from reflect_otel._files import check_output_file, write_text_atomically
 from reflect_otel.errors import InputError
 from reflect_otel.exporters.duckdb_store import connect_read_only
-from reflect_otel.store import store_kind, store_target
+from reflect_otel.store import check_store_target, store_kind, store_target
 
 __all__ = ["add_report_command", "add_sql_command", "add_stats_command"]
 
 STATS_VIEWS = (
-    "failure_stats", "error_types", "verified_share", "flip_rate_by_offset", "cost_per_stage", "attribution_queue",
+    "failure_stats", "error_types", "verified_share", "replay_fidelity", "flip_rate_by_offset", "cost_per_stage",
+    "attribution_queue",
 )  # fmt: skip
 
 
@@ -33,8 +36,8 @@ def add_sql_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         help="run a read-only SQL query on the store",
         description=(
             "Query the store with DuckDB SQL. Tables: traces, steps, verdicts, attributions, replays, llm_calls. "
-            "Views: failure_stats, error_types, decisive_step_position, verified_share, flip_rate_by_offset, "
-            "cost_per_trace, cost_per_stage."
+            "Views: failure_stats, error_types, decisive_step_position, verified_share, replay_fidelity, "
+            "flip_rate_by_offset, cost_per_trace, cost_per_stage."
         ),
     )
     parser.add_argument("query", help='e.g. "SELECT * FROM error_types"')
@@ -61,8 +64,8 @@ def _plain(value: Any) -> Any:
 
 
 def connect_store_read_only(explicit: str | None) -> Any:
-    """A read-only connection to the store ``--store`` names (a DuckDB file, or a PostgreSQL URL)."""
-    target = store_target(explicit)
+    """A read-only connection to the store ``--store`` names (a DuckDB file, or a PostgreSQL URL), checked first."""
+    target = check_store_target(explicit, reading=True)
     if store_kind(target) == "postgresql":
         from reflect_otel.exporters.postgres_store import connect_read_only_postgres
 
@@ -152,6 +155,20 @@ def _stats(args: argparse.Namespace) -> int:
             f"attributions, {pending} run(s) pending attribution"
             + (" ('attribute --pending' takes them)" if pending else "")
         )
+        row = db.execute(
+            "SELECT count(*) FROM traces WHERE trace_id NOT IN "
+            "(SELECT trace_id FROM verdicts WHERE is_correct IS NOT NULL)"
+        ).fetchone()
+        unjudged = int(row[0]) if row else 0
+        if unjudged:
+            print(
+                f"{unjudged} of {counts['traces']} trace(s) were never judged right or wrong (no expected answer, or a "
+                "verifier that could not tell): failure_rate counts judged runs only, and is empty where none was"
+            )
+        _, fidelity, _ = _query(db, "SELECT service, agent, controls, reproduced FROM replay_fidelity LIMIT 20", 20)
+        for service, agent, controls, reproduced in fidelity:
+            who = " / ".join(str(v) for v in (service, agent) if v) or "agents without a service name"
+            print(f"replays of {who} reproduce its runs {reproduced} of {controls} times (control replays)")
         for view in STATS_VIEWS:
             columns, rows, _ = _query(db, f"SELECT * FROM {view} LIMIT 20", 20)
             print(f"\n{view}")
@@ -176,12 +193,12 @@ def add_report_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
 
 
 def _report(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from reflect_otel.exporters.report import render_report
     from reflect_otel.record import AttributionRecord
     from reflect_otel.trace import StructuredTrace
+    from reflect_otel.verdict import Verdict
 
+    out = check_output_file(Path(args.out), flag="-o", example="report.html")
     db = connect_store_read_only(args.store)
     try:
         found = _rows(db, "SELECT trace_id, trace_json FROM traces WHERE starts_with(trace_id, ?)", [args.trace_id])
@@ -194,10 +211,24 @@ def _report(args: argparse.Namespace) -> int:
         trace_id, trace_json = found[0]
         query = "SELECT record_json FROM attributions WHERE trace_id = ?" + (" AND method = ?" if args.method else "")
         records = _rows(db, query + " ORDER BY created_at DESC", [trace_id, *([args.method] if args.method else [])])
+        verdicts = _rows(
+            db,
+            "SELECT verifier, is_correct, extracted_answer, reasoning FROM verdicts WHERE trace_id = ? "
+            "ORDER BY created_at DESC",
+            [trace_id],
+        )
+        jobs = _rows(db, "SELECT expected_answer FROM attribution_jobs WHERE trace_id = ?", [trace_id])
     finally:
         db.close()
     trace = _model(StructuredTrace, trace_json)
     record = _model(AttributionRecord, records[0][0]) if records else None
-    Path(args.out).write_text(render_report(trace, record), encoding="utf-8")
-    print(f"wrote {args.out}" + ("" if record else " (the trace has no attribution yet)"), file=sys.stderr)
+    verdict = None
+    if verdicts:
+        verifier, is_correct, extracted, reasoning = verdicts[0]
+        verdict = Verdict(
+            verifier=verifier, is_correct=is_correct, extracted_answer=extracted, reasoning=reasoning or ""
+        )
+    expected = jobs[0][0] if jobs and jobs[0][0] is not None else None
+    write_text_atomically(out, render_report(trace, record, verdict=verdict, expected=expected), flag="-o")
+    print(f"wrote {out}" + ("" if record else " (the trace has no attribution yet)"), file=sys.stderr)
     return 0

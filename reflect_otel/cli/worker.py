@@ -8,10 +8,9 @@ import socket
 import sys
 import time
 
-from reflect_otel.cli._online import add_online_options, online_service
+from reflect_otel.cli._online import add_online_options, online_service, replay_endpoints
 from reflect_otel.errors import ConfigError
 from reflect_otel.online.work import AttributionWorker
-from reflect_otel.replay_adapters.remote import load_replay_endpoints
 from reflect_otel.store import open_store, store_kind, store_target
 
 __all__ = ["add_worker_command"]
@@ -49,7 +48,7 @@ def _worker(args: argparse.Namespace) -> int:
     if args.stalled_after <= 0:
         raise ConfigError("--stalled-after must be positive")
     target = store_target(args.store)
-    replays = load_replay_endpoints(args.replay_config) if args.replay_config is not None else None
+    replays = replay_endpoints(args.replay_config)
     store = open_store(target)
     service = online_service(args, store, replays)
     worker = AttributionWorker(service, store)

@@ -17,12 +17,14 @@ from reflect_otel.demo.table_tools import TableWorkspace
 from reflect_otel.demo.wtq import WTQQuestion
 from reflect_otel.errors import MissingDependencyError, ReplayError
 from reflect_otel.llm.base import ChatMessage, OutputT, StructuredLLM, schema_instruction
+from reflect_otel.replay import SAMPLING_TEMPERATURE
 from reflect_otel.trace import StructuredTrace
 
 try:
     from langchain_core.language_models.chat_models import BaseChatModel
     from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import StructuredTool
     from langchain_core.utils.function_calling import convert_to_openai_tool
     from langgraph.checkpoint.memory import InMemorySaver
@@ -185,13 +187,16 @@ class StructuredToolChatModel(BaseChatModel):
         call, so the instrumentation records them on the LLM span as any tool-calling model's would."""
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools])
 
-    def _decide(self, conversation: list[ChatMessage], final: bool) -> TableDecision | FinalDecision:
-        return self._ask(conversation, FinalDecision) if final else self._ask(conversation, TableDecision)
+    def _decide(
+        self, conversation: list[ChatMessage], final: bool, temperature: float | None = None
+    ) -> TableDecision | FinalDecision:
+        output: type[TableDecision | FinalDecision] = FinalDecision if final else TableDecision
+        return self._ask(conversation, output, temperature)
 
-    def _ask(self, conversation: list[ChatMessage], output: type[OutputT]) -> OutputT:
+    def _ask(self, conversation: list[ChatMessage], output: type[OutputT], temperature: float | None) -> OutputT:
         system = ChatMessage(role="system", content=f"{self.system_prompt}\n\n{schema_instruction(output)}")
         llm: StructuredLLM = self.llm
-        return llm.complete([system, *conversation], output, stage="agent").value
+        return llm.complete([system, *conversation], output, stage="agent", temperature=temperature).value
 
     def _generate(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
@@ -199,7 +204,9 @@ class StructuredToolChatModel(BaseChatModel):
         conversation = _render(messages)
         done = [(c["name"], c["args"]) for m in messages if isinstance(m, AIMessage) for c in m.tool_calls]
         final = len(done) >= self.max_steps
-        decision = self._decide(conversation, final)
+        sampled = kwargs.get("temperature")  # a proposal's first decision (see TableQAAgent)
+        temperature = float(sampled) if isinstance(sampled, int | float) else None
+        decision = self._decide(conversation, final, temperature)
         action = decision.action
         if _repeats(action, done):
             repeat = f"{action.tool}({action.model_dump(exclude={'tool'})})"
@@ -212,10 +219,10 @@ class StructuredToolChatModel(BaseChatModel):
                     "result, call another tool, or give the final answer.",
                 ),
             ]
-            decision = self._decide(conversation, final)
+            decision = self._decide(conversation, final, temperature)
             action = decision.action
             if _repeats(action, done):
-                decision = self._decide(conversation, final=True)  # repeating again: it must answer now
+                decision = self._decide(conversation, True, temperature)  # repeating again: it must answer now
                 action = decision.action
         if isinstance(action, FinalAnswer):
             message = AIMessage(content=action.answer)
@@ -230,7 +237,9 @@ class StructuredToolChatModel(BaseChatModel):
 
 class TableQAAgent:
     """One question, its table and its graph. ``graph`` is compiled with an in-memory checkpointer, so its runs
-    can be forked for replay (``LangGraphReplayAdapter(agent.graph, ...)``)."""
+    can be forked for replay (``LangGraphReplayAdapter(agent.graph, ..., deterministic=True)``: the agent decides
+    greedily, except for a proposal's decision, sampled at the temperature its config carries under
+    :data:`~reflect_otel.replay.SAMPLING_TEMPERATURE`)."""
 
     def __init__(self, question: WTQQuestion, llm: StructuredLLM, *, max_steps: int = 8) -> None:
         self.question = question
@@ -254,7 +263,14 @@ class TableQAAgent:
         )
         graph = StateGraph(MessagesState)
         bound = model.bind_tools(tools)
-        graph.add_node("agent", lambda state: {"messages": [bound.invoke(state["messages"])]})
+
+        def decide(state: MessagesState, config: RunnableConfig) -> dict[str, list[BaseMessage]]:
+            # a replay adapter's proposal asks for a sampled decision; runs and replays decide greedily
+            sampled = (config.get("configurable") or {}).get(SAMPLING_TEMPERATURE)
+            model = bound.bind(temperature=float(sampled)) if isinstance(sampled, int | float) else bound
+            return {"messages": [model.invoke(state["messages"])]}
+
+        graph.add_node("agent", decide)
         graph.add_node("tools", ToolNode(tools))
         graph.add_edge(START, "agent")
         graph.add_conditional_edges("agent", tools_condition)

@@ -27,11 +27,11 @@ from reflect_otel.evaluation.run_config import write_run_config
 from reflect_otel.evaluation.runner import read_done
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.methods import METHODS, method_spec
-from reflect_otel.record import AttributionStatus
+from reflect_otel.record import AttributionStatus, ReplayArm
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.service import AttributionService
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.verifiers import OracleVerifier, answers_match
+from reflect_otel.verifiers import OracleVerifier, judged_correct
 
 __all__ = ["AgentRun", "LiveOptions", "check_methods", "live_metrics", "live_metrics_markdown", "run_live_eval"]
 
@@ -73,11 +73,9 @@ class LiveOptions:
     exclude: tuple[str, ...] = ()
     """Question ids never run (the demo's, when measuring on questions it was not tuned on)."""
     max_replays: int | None = None
-    """Replays each method may run per failed run (the same budget for every method compared); None: no cap."""
-    replay_temperature: float | None = None
-    """The temperature the agent samples its replays at, for every method (the app gives ``run_agent`` and
-    ``rebuild`` a replay model at it); None: as its runs. The paper's RQ3 controls sample at 0.2: a greedy agent
-    repeats its run from an unchanged prefix, so bare resampling (ICS) could never differ."""
+    """Replays each method may run per failed run, controls included (the same budget for every method compared);
+    None: no cap. The agent runs and replays greedily; proposals are sampled at the configuration's
+    ``proposal_temperature``, for every method."""
 
 
 Progress = Callable[[str], None]
@@ -107,15 +105,30 @@ def _method_row(llm: StructuredLLM, method: str, options: LiveOptions, run: Agen
     assert record is not None  # without triage every trace is attributed
     auditor = record.auditor_cost  # the same calls as llm_calls and tokens below
     cached = [c.cached_prompt_tokens for c in auditor]
+    interventions = [a for a in record.replays if a.arm is ReplayArm.INTERVENTION]
+    effect, fidelity = record.effect, record.fidelity
     return {
         "status": record.status.value,
         "step": record.step_index,
-        "corrected": any(a.flipped for a in record.replays),
+        "flipped": any(a.flipped for a in interventions),
         "corrected_answer": record.corrected_answer,
         "verified_by": (
             {"source": record.verified_by.source, "kind": record.verified_by.kind.value} if record.verified_by else None
         ),
+        "effect": (
+            {
+                "step": effect.step_index,
+                "intervention": [effect.intervention.flips, effect.intervention.replays],
+                "control": [effect.control.flips, effect.control.replays],
+                "p_value": effect.p_value,
+            }
+            if effect is not None
+            else None
+        ),
+        "fidelity": [fidelity.reproduced, fidelity.controls] if fidelity is not None else None,
         "replays": len(record.replays),
+        "control_replays": len(record.replays) - len(interventions),
+        "proposals": sum(1 for c in record.corrections if c.source.startswith("proposal:")),
         "llm_calls": record.auditor_calls,  # the agent replays on its own model: its calls are not ours to count
         "tokens": record.auditor_tokens,
         "prompt_tokens": sum(c.prompt_tokens for c in auditor),
@@ -164,13 +177,13 @@ def run_live_eval(
             "seed": options.seed,
             "exclude": list(options.exclude),
             "max_replays": options.max_replays,
-            "replay_temperature": options.replay_temperature,
+            "verification": "controlled",
             "model": llm.model_name,
             "reflect_config": options.config.model_dump(mode="json"),
         },
-        # methods may be added; a setting recorded since: runs without it replayed as they ran
-        defining=("seed", "exclude", "max_replays", "replay_temperature", "model", "reflect_config"),
-        absent_means={"replay_temperature": None},
+        # methods may be added; runs made before controlled verification cannot be resumed by it
+        defining=("seed", "exclude", "max_replays", "verification", "model", "reflect_config"),
+        absent_means={"verification": "uncontrolled"},
     )
     failed_runs = sum(1 for r in done.values() if not r["correct"])
     errors_in_a_row = 0
@@ -196,7 +209,7 @@ def run_live_eval(
                     ) from error
                 continue
             errors_in_a_row = 0
-            correct = answers_match(run.answer, question.expected)
+            correct = judged_correct(run.answer, question.expected)
             row: dict[str, Any] = {
                 "question_id": question.id,
                 "question": question.question,
@@ -260,14 +273,14 @@ def _attributed(
     row = _method_row(llm, name, options, run, question.expected)
     say(
         f"{question.id}: {name}: {row['status']} at step {row['step']}, "
-        f"{'corrected' if row['corrected'] else 'not corrected'} ({row['replays']} replays, {row['llm_calls']} calls, "
+        f"{'flipped' if row['flipped'] else 'no flip'} ({row['replays']} replays, {row['llm_calls']} calls, "
         f"{row['seconds']:.0f} s)"
     )
     return row
 
 
 def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
-    """Per method, over the failed runs it attributed without a stage failure: the share corrected (a replay
+    """Per method, over the failed runs it attributed without a stage failure: the share flipped (a replay
     flipped the answer to the expected one) and verified, and calls, tokens and seconds per run; each with its
     standard error. Runs whose stages failed are counted apart, never scored."""
     failed = [r for r in rows if not r["correct"]]
@@ -280,13 +293,23 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
     for name in methods:
         attributed = [r["methods"][name] for r in failed if name in r["methods"]]
         scored = [m for m in attributed if not m["failed"]]
+        fidelity = [m["fidelity"] for m in scored if m.get("fidelity")]
         out["methods"][name] = {
             "runs": len(attributed),
             "failed": len(attributed) - len(scored),
             "replayed_runs": sum(1 for m in scored if m["replays"]),  # a method that replays nothing corrects nothing
-            "corrected": mean_se([1.0 if m["corrected"] else 0.0 for m in scored]),
+            "flipped": mean_se([1.0 if m.get("flipped", m.get("corrected")) else 0.0 for m in scored]),
             "verified": mean_se([1.0 if m["status"] == AttributionStatus.VERIFIED.value else 0.0 for m in scored]),
+            "not_attributable": mean_se(
+                [1.0 if m["status"] == AttributionStatus.NOT_ATTRIBUTABLE.value else 0.0 for m in scored]
+            ),
+            "fidelity": {
+                "reproduced": sum(f[0] for f in fidelity),
+                "controls": sum(f[1] for f in fidelity),
+            },
             "replays": mean_se([float(m["replays"]) for m in scored]),
+            "control_replays": mean_se([float(m.get("control_replays", 0)) for m in scored]),
+            "proposals": mean_se([float(m.get("proposals", 0)) for m in scored]),
             "llm_calls": mean_se([float(m["llm_calls"]) for m in scored]),
             "tokens": mean_se([float(m["tokens"]) for m in scored]),
             "cached_share": _cached_share(scored),
@@ -323,20 +346,25 @@ def _cell(stat: dict[str, Any], *, percent: bool = False, digits: int = 1) -> st
 def live_metrics_markdown(metrics: dict[str, Any], model: str) -> str:
     lines = [
         f"wtq-live, model {model}: {metrics['questions']} questions, {metrics['agent_correct']} answered right, "
-        f"{metrics['failed_runs']} failed runs attributed by each method (mean ± standard error per failed run)",
+        f"{metrics['failed_runs']} failed runs attributed by each method (mean ± standard error per failed run). "
+        "flipped: an intervention replay answered right; verified: under control (the control replay from the same "
+        "prefix did not flip and reproduced the run); not attributable: a flip its control explains; fidelity: "
+        "control replays that reproduced the run's answer.",
         "",
-        "| method | runs | stage failures | replayed | corrected | verified | replays | LLM calls | tokens | cached | "
-        "seconds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | runs | stage failures | replayed | flipped | verified | not attributable | fidelity | replays "
+        "(controls) | proposals | LLM calls | tokens | cached | seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, m in metrics["methods"].items():
         share = m.get("cached_share")
+        fidelity = m.get("fidelity") or {"reproduced": 0, "controls": 0}
         lines.append(
             f"| {name} | {m['runs']} | {m['failed']} | {m.get('replayed_runs', '-')} | "
-            f"{_cell(m['corrected'], percent=True)} | "
-            f"{_cell(m['verified'], percent=True)} | {_cell(m['replays'])} | {_cell(m['llm_calls'])} | "
-            f"{_cell(m['tokens'], digits=0)} | {'-' if share is None else f'{share * 100:.0f}%'} | "
-            f"{_cell(m['seconds'], digits=0)} |"
+            f"{_cell(m['flipped'], percent=True)} | {_cell(m['verified'], percent=True)} | "
+            f"{_cell(m['not_attributable'], percent=True)} | {fidelity['reproduced']} of {fidelity['controls']} | "
+            f"{_cell(m['replays'])} ({_cell(m['control_replays'])}) | {_cell(m['proposals'])} | "
+            f"{_cell(m['llm_calls'])} | {_cell(m['tokens'], digits=0)} | "
+            f"{'-' if share is None else f'{share * 100:.0f}%'} | {_cell(m['seconds'], digits=0)} |"
         )
     sources = [
         f"- {name}: " + ", ".join(f"{how} {count}" for how, count in m["verified_by"].items())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import platform
+import subprocess
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -18,11 +19,34 @@ from typing import Any
 
 from reflect_otel.errors import InputError
 
-__all__ = ["RUN_CONFIG", "package_versions", "read_json_object", "write_run_config"]
+__all__ = ["RUN_CONFIG", "code_version", "package_versions", "read_json_object", "write_run_config"]
 
 RUN_CONFIG = "run_config.json"
 _MAX_BYTES = 1_000_000
 _PACKAGES = ("reflect-otel", "openai", "pydantic", "duckdb", "opentelemetry-sdk", "langgraph")
+
+
+_CODE_FOLDERS = ("reflect_otel", "collectors", "exporters", "replay_adapters")
+
+
+def code_version() -> dict[str, str | bool]:
+    """The commit the package's code was run from, and whether its code folders had changes not committed: a
+    results table names the code that made it. ``{"commit": "unknown"}`` outside a git checkout."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--", *_CODE_FOLDERS],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": "unknown"}
+    return {"commit": commit, "uncommitted_code_changes": bool(status.strip())}
 
 
 def package_versions() -> dict[str, str]:
@@ -48,7 +72,7 @@ def write_run_config(
     ``absent_means`` gives the value a defining key had in runs written before it was recorded, where that is
     known: such a run is then checked against it instead of taken as compatible with any value."""
     path = folder / RUN_CONFIG
-    now = {"started_at": datetime.now(UTC).isoformat(), "versions": package_versions()}
+    now = {"started_at": datetime.now(UTC).isoformat(), "versions": package_versions(), "code": code_version()}
     previous = read_json_object(path) if path.is_file() else None
     sessions: list[Any] = []
     started = now["started_at"]
@@ -60,9 +84,17 @@ def write_run_config(
             else []
         )
         started = previous.get("started_at") or started
+    first_code = (sessions[0].get("code") if sessions and isinstance(sessions[0], dict) else None) or now["code"]
     path.write_text(
         json.dumps(
-            {**config, "started_at": started, "versions": now["versions"], "sessions": [*sessions, now]}, indent=2
+            {
+                **config,
+                "started_at": started,
+                "code": first_code,
+                "versions": now["versions"],
+                "sessions": [*sessions, now],
+            },
+            indent=2,
         )
     )
 

@@ -19,7 +19,7 @@ from reflect_otel.evaluation.metrics import Prediction, compute_metrics, metrics
 from reflect_otel.evaluation.run_config import write_run_config
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.methods import METHODS
-from reflect_otel.record import AttributionMode, AttributionRecord, AttributionStatus
+from reflect_otel.record import AttributionMode, AttributionRecord, AttributionStatus, ReplayArm
 from reflect_otel.replay import find_replay_adapter
 from reflect_otel.service import AttributionService
 from reflect_otel.verifiers import BBMVerifier, OracleVerifier
@@ -113,9 +113,13 @@ def run_eval(
             "traces": len(items),
             # the benchmark's, not the method's: whether its records replayed is in metrics.md's mode line
             "replay_environment": REPLAYABLE.get(options.benchmark, "none: localization-only"),
+            "verification": "controlled",
         },
-        defining=("benchmark", "method", "seed", "judge_explanations", "model", "reflect_config", "max_replays"),
-    )
+        defining=(
+            "benchmark", "method", "seed", "judge_explanations", "model", "reflect_config", "max_replays", "verification"
+        ),
+        absent_means={"verification": "uncontrolled"},
+    )  # fmt: skip
     service = AttributionService(
         llm,
         METHODS[options.method],
@@ -142,7 +146,8 @@ def run_eval(
                 "earliest_high": item.earliest_high,
                 "status": record.status.value,
                 "mode": record.mode.value,
-                "corrected": any(a.flipped for a in record.replays),
+                "corrected": any(a.flipped for a in record.replays if a.arm is ReplayArm.INTERVENTION),
+                "fidelity": [record.fidelity.reproduced, record.fidelity.controls] if record.fidelity else None,
                 "llm_calls": record.auditor_calls,
                 "tokens": record.auditor_tokens,
                 **_agent_cost(record),
@@ -164,7 +169,14 @@ def run_eval(
     metrics = metrics_from_rows(list(done.values()))
     (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     label = f"{options.benchmark} / {options.method}"
-    (options.out / "metrics.md").write_text(f"{metrics_markdown([(label, metrics)])}\nmode: {_mode(options, done)}\n")
+    fidelity = metrics["fidelity"]
+    controlled = (
+        f"verified (controlled) {metrics['verified']}, not attributable {metrics['not_attributable']}; replay "
+        f"fidelity: {fidelity['reproduced']} of {fidelity['controls']} control replays reproduced the run's answer"
+    )
+    (options.out / "metrics.md").write_text(
+        f"{metrics_markdown([(label, metrics)])}\nmode: {_mode(options, done)}\n{controlled}\n"
+    )
     return metrics
 
 
@@ -205,4 +217,7 @@ def metrics_from_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
         metrics["explanation_high"] = mean_se([1.0 if s >= 0.7 else 0.0 for s in judged])
         metrics["explanation_similarity_coverage"] = {"mean": sum(judged) / len(rows), "n": len(rows)}
     metrics["verified"] = sum(1 for r in rows if r["status"] == AttributionStatus.VERIFIED.value)
+    metrics["not_attributable"] = sum(1 for r in rows if r["status"] == AttributionStatus.NOT_ATTRIBUTABLE.value)
+    fidelity = [r["fidelity"] for r in rows if r.get("fidelity")]
+    metrics["fidelity"] = {"reproduced": sum(f[0] for f in fidelity), "controls": sum(f[1] for f in fidelity)}
     return metrics

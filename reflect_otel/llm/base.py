@@ -91,7 +91,9 @@ class StructuredLLM(Protocol):
     """A chat model that returns JSON validated into a pydantic model.
 
     ``complete`` sends ``messages`` asking for JSON matching ``output``'s schema, parses and validates the reply
-    (and runs ``check`` on it); on failure it retries once, telling the model what was wrong. Returns a
+    (and runs ``check`` on it); on failure it retries once, telling the model what was wrong. ``temperature``
+    samples this one call at another temperature than the configured one (proposals are sampled, tests are
+    greedy); None keeps the configured one. Returns a
     :class:`Completion`. Raises :class:`LLMError` when the endpoint fails after its retries (429, 5xx, connection
     errors, timeouts) or :class:`LLMOutputError` when the output still does not validate. Must be safe to call
     from several threads.
@@ -109,6 +111,7 @@ class StructuredLLM(Protocol):
         *,
         stage: str,
         check: Check[OutputT] | None = None,
+        temperature: float | None = None,
     ) -> Completion[OutputT]: ...
 
 

@@ -50,12 +50,18 @@ class BudgetedLLM:
         self.used = 0
 
     def complete(
-        self, messages: Sequence[ChatMessage], output: type[OutputT], *, stage: str, check: Check[OutputT] | None = None
+        self,
+        messages: Sequence[ChatMessage],
+        output: type[OutputT],
+        *,
+        stage: str,
+        check: Check[OutputT] | None = None,
+        temperature: float | None = None,
     ) -> Completion[OutputT]:
         if self.used >= self.limit:
             raise LLMError(f"the token budget for one trace ({self.limit}) is spent; raise max_tokens_per_trace")
         try:
-            completion = self.inner.complete(messages, output, stage=stage, check=check)
+            completion = self.inner.complete(messages, output, stage=stage, check=check, temperature=temperature)
         except LLMOutputError as error:  # the replies were paid for even though none could be used
             self._spend(error.usage)
             raise

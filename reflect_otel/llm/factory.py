@@ -29,7 +29,9 @@ class NoModel:
 
     model_name = "none"
 
-    def complete(self, messages: object, output: object, *, stage: str, check: object = None) -> NoReturn:
+    def complete(
+        self, messages: object, output: object, *, stage: str, check: object = None, temperature: object = None
+    ) -> NoReturn:
         raise LLMError(f"no model is configured for stage {stage!r}")
 
 
@@ -54,6 +56,12 @@ class LazyLLM:
         return self.inner.model_name
 
     def complete(
-        self, messages: Sequence[ChatMessage], output: type[OutputT], *, stage: str, check: Check[OutputT] | None = None
+        self,
+        messages: Sequence[ChatMessage],
+        output: type[OutputT],
+        *,
+        stage: str,
+        check: Check[OutputT] | None = None,
+        temperature: float | None = None,
     ) -> Completion[OutputT]:
-        return self.inner.complete(messages, output, stage=stage, check=check)
+        return self.inner.complete(messages, output, stage=stage, check=check, temperature=temperature)

@@ -225,12 +225,14 @@ class LocalLLM(OpenAICompatibleLLM):
             return estimated_tokens(text)
         return len(tokenizer.tokenize(text.encode("utf-8", "replace"), add_bos=False, special=False))
 
-    def _send_unsuppressed(self, messages: list[ChatMessage], output: type[BaseModel]) -> tuple[str, LLMUsage]:
+    def _send_unsuppressed(
+        self, messages: list[ChatMessage], output: type[BaseModel], temperature: float
+    ) -> tuple[str, LLMUsage]:
         if not self.server.alive():
             raise LLMError(f"the local llama.cpp server stopped:\n{self.server._log_tail()}")
         with self.server.request_lock:
             offset = self.server.log_offset()
-            text, usage = super()._send_unsuppressed(messages, output)
+            text, usage = super()._send_unsuppressed(messages, output, temperature)
             reused = self.server.reused_prompt_tokens(offset)
         if reused is None:
             return text, usage.model_copy(update={"cached_prompt_tokens": 0})

@@ -94,6 +94,7 @@ class OpenAICompatibleLLM:
         *,
         stage: str,
         check: Check[OutputT] | None = None,
+        temperature: float | None = None,
     ) -> Completion[OutputT]:
         instruction = schema_instruction(output)
         if messages and instruction in messages[0].content:
@@ -101,7 +102,10 @@ class OpenAICompatibleLLM:
         else:  # last, after the content every stage shares
             last = messages[-1]
             framed = [*messages[:-1], ChatMessage(role=last.role, content=f"{last.content}\n\n{instruction}")]
-        return complete_with_repair(lambda conversation: self._send(conversation, output), framed, output, check)
+        sampling = self.config.temperature if temperature is None else temperature
+        return complete_with_repair(
+            lambda conversation: self._send(conversation, output, sampling), framed, output, check
+        )
 
     def _response_format(self, output: type[BaseModel]) -> dict[str, Any]:
         schema = output.model_json_schema()
@@ -111,18 +115,20 @@ class OpenAICompatibleLLM:
             return {"type": "json_object", "schema": schema}
         return {"type": "json_object"}
 
-    def _send(self, messages: list[ChatMessage], output: type[BaseModel]) -> tuple[str, LLMUsage]:
+    def _send(self, messages: list[ChatMessage], output: type[BaseModel], temperature: float) -> tuple[str, LLMUsage]:
         # reflect-otel's own model calls must not show up as spans of the user's application (the auditor's
         # calls would be taken for agent runs), and inside a traced chat-model wrapper they would be duplicates
         token = context.attach(context.set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         try:
-            return self._send_unsuppressed(messages, output)
+            return self._send_unsuppressed(messages, output, temperature)
         finally:
             context.detach(token)
 
-    def _send_unsuppressed(self, messages: list[ChatMessage], output: type[BaseModel]) -> tuple[str, LLMUsage]:
+    def _send_unsuppressed(
+        self, messages: list[ChatMessage], output: type[BaseModel], temperature: float
+    ) -> tuple[str, LLMUsage]:
         start = time.perf_counter()
-        response = self._create(messages, output)
+        response = self._create(messages, output, temperature)
         choice = response.choices[0] if response.choices else None
         text = (choice.message.content if choice is not None else None) or ""
         usage = response.usage
@@ -135,7 +141,7 @@ class OpenAICompatibleLLM:
             cached_prompt_tokens=cached if isinstance(cached, int) else None,
         )
 
-    def _create(self, messages: list[ChatMessage], output: type[BaseModel]) -> Any:
+    def _create(self, messages: list[ChatMessage], output: type[BaseModel], temperature: float) -> Any:
         openai = self._openai
         probing = not self._confirmed  # a mode not yet known to work: no retries, so a refusal is seen at once
         retries_left = self.config.max_retries > 0
@@ -147,7 +153,7 @@ class OpenAICompatibleLLM:
                     model=self.model_name,
                     messages=[m.model_dump() for m in messages],
                     response_format=self._response_format(output),
-                    temperature=self.config.temperature,
+                    temperature=temperature,
                     max_tokens=self.config.max_output_tokens,
                 )
             except openai.APIStatusError as error:

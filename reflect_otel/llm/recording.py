@@ -47,11 +47,12 @@ class RecordingLLM:
         *,
         stage: str,
         check: Check[OutputT] | None = None,
+        temperature: float | None = None,
     ) -> Completion[OutputT]:
         start = time.perf_counter()
         logged = self.stage or stage
         try:
-            completion = self.inner.complete(messages, output, stage=stage, check=check)
+            completion = self.inner.complete(messages, output, stage=stage, check=check, temperature=temperature)
         except LLMOutputError as error:
             self.log.add(self._call(logged, error.usage, time.perf_counter() - start, error.attempts, str(error)))
             raise

@@ -37,8 +37,8 @@ __all__ = [
     "diagnosis",
     "diagnosis_output",
     "gate",
-    "gate_feedback",
     "localization",
+    "plan_texts",
     "post_correction",
     "repair_injection",
 ]
@@ -136,10 +136,18 @@ class PostCorrectionOutput(BaseModel):
     explanation: Explanation = Field(description="short summary")
 
 
-def localization(ctx: PromptContext, steps: Sequence[Step]) -> list[ChatMessage]:
+def localization(ctx: PromptContext, steps: Sequence[Step], tested: str = "") -> list[ChatMessage]:
+    """The localization prompt. ``tested`` (one line per step) says which steps replays have already tested
+    without fixing the run, as data: a later round names another step."""
+    already = (
+        "Steps already tested by replaying the agent with a correction there; the run stayed wrong, so name "
+        f"another step:\n{data_block('TESTED_STEPS', cut(tested, ctx.max_chars * 2))}\n"
+        if tested
+        else ""
+    )
     task = (
         "The run above is known to be incorrect. "
-        f"Identify the FIRST step (1 to {len(steps)}) where the error was introduced.\n"
+        f"{already}Identify the FIRST step (1 to {len(steps)}) where the error was introduced.\n"
         + reply_format(LocalizationOutput)
     )
     return trace_prompt(ctx, steps, "an expert auditor analyzing an agent trace", task)
@@ -235,6 +243,17 @@ def gate(ctx: PromptContext, steps: Sequence[Step], plan: RepairPlan, proposed: 
     )
 
 
+def plan_texts(plan: RepairPlan) -> tuple[str, ...]:
+    """What of ``plan`` :func:`repair_injection` writes into the agent's context (the leak guard reads these)."""
+    return (
+        plan.root_cause,
+        plan.correction_instruction,
+        *plan.forbidden_actions,
+        plan.expected_next_tool or "",
+        _arguments(plan) if plan.expected_next_arguments else "",
+    )
+
+
 def repair_injection(
     plan: RepairPlan, error_step_index: int, failed_step: Step | None = None, max_chars: int = 500
 ) -> str:
@@ -268,19 +287,6 @@ def repair_injection(
 
 def _arguments(plan: RepairPlan) -> str:
     return cut(json.dumps(dict(plan.expected_next_arguments or {}), ensure_ascii=False), 500)
-
-
-def gate_feedback(retry: int, violation_type: str | None, reason: str | None, proposed: Step, plan: RepairPlan) -> str:
-    """Appended to the injection when the hard gate rejected the previous regenerated step."""
-    return (
-        f"GATE RETRY FEEDBACK (retry {retry} failed):\n"
-        f"- Previous violation_type: {violation_type}\n"
-        f"- Previous violation_reason: {reason}\n"
-        f"- Previous first regenerated tool: {proposed.tool_name}\n"
-        f"- Previous first regenerated args: {json.dumps(proposed.tool_args, ensure_ascii=False, default=str)[:300]}\n"
-        f"- Regenerate Step {proposed.index} again and do not repeat the same first action.\n"
-        f"- First regenerated tool must satisfy expected_next_tool={plan.expected_next_tool}."
-    )
 
 
 def post_correction(

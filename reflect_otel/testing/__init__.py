@@ -16,11 +16,12 @@ from pydantic import BaseModel
 
 from reflect_otel.errors import LLMError, ReplayError
 from reflect_otel.llm.base import ChatMessage, Check, Completion, LLMUsage, OutputT, complete_with_repair
-from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_point
+from reflect_otel.replay import InjectionRole, ProposedStep, ReplayResult, check_rollback_point
 from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
 
 __all__ = [
     "ScriptedLLM",
+    "ScriptedProposingAdapter",
     "ScriptedReplayAdapter",
     "ScriptedReplayCall",
     "ScriptedRequest",
@@ -40,6 +41,8 @@ class ScriptedRequest:
     stage: str
     messages: tuple[ChatMessage, ...]
     output: str
+    temperature: float | None = None
+    """The temperature the caller asked this call to sample at (None: the model's configured one)."""
 
     @property
     def text(self) -> str:
@@ -74,9 +77,12 @@ class ScriptedLLM:
         *,
         stage: str,
         check: Check[OutputT] | None = None,
+        temperature: float | None = None,
     ) -> Completion[OutputT]:
         def send(conversation: list[ChatMessage]) -> tuple[str, LLMUsage]:
-            request = ScriptedRequest(stage=stage, messages=tuple(conversation), output=output.__name__)
+            request = ScriptedRequest(
+                stage=stage, messages=tuple(conversation), output=output.__name__, temperature=temperature
+            )
             with self._lock:
                 self.requests.append(request)
                 reply = self._next(request)
@@ -124,9 +130,17 @@ class ScriptedReplayAdapter:
     is executed by ``tools[name](**arguments)`` (a replacement thought needs no tool), appended as the first new
     step, and ``continue_with`` is called with the trace up to and including it."""
 
-    def __init__(self, continue_with: Continuation, *, tools: Mapping[str, Callable[..., Any]] | None = None) -> None:
+    def __init__(
+        self,
+        continue_with: Continuation,
+        *,
+        tools: Mapping[str, Callable[..., Any]] | None = None,
+        deterministic: bool = False,
+    ) -> None:
         self._continue = continue_with
         self._tools = dict(tools or {})
+        self.deterministic = deterministic
+        """Whether its continuations stand for a greedy agent (see :class:`~reflect_otel.replay.ReplayAdapter`)."""
         self.calls: list[ScriptedReplayCall] = []
 
     def replay(
@@ -173,6 +187,62 @@ class ScriptedReplayAdapter:
             raise ReplayError(f"the scripted agent has no tool {action.tool_name!r}")
         result = self._tools[action.tool_name](**action.arguments)
         return {"tool": action.tool_name, "args": dict(action.arguments), "result": str(result)}
+
+
+Proposal = Callable[[StructuredTrace, int, str, int, float], "ProposedStep | StepAction | Mapping[str, Any]"]
+"""``propose_with(trace, rollback_point, injection, sample, temperature)``: the agent's next decision, not
+executed: a :class:`ProposedStep`, a :class:`StepAction`, or a mapping (``tool``/``args``, ``text``, ``final``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptedProposal:
+    rollback_point: int
+    injection: str
+    samples: int
+    temperature: float
+
+
+class ScriptedProposingAdapter(ScriptedReplayAdapter):
+    """A :class:`ScriptedReplayAdapter` that can also propose the agent's next step
+    (:class:`~reflect_otel.replay.ProposesSteps`) through ``propose_with``."""
+
+    def __init__(
+        self,
+        continue_with: Continuation,
+        propose_with: Proposal,
+        *,
+        tools: Mapping[str, Callable[..., Any]] | None = None,
+        deterministic: bool = False,
+    ) -> None:
+        super().__init__(continue_with, tools=tools, deterministic=deterministic)
+        self._propose = propose_with
+        self.proposals: list[ScriptedProposal] = []
+
+    def propose(
+        self,
+        trace: StructuredTrace,
+        *,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole = InjectionRole.SYSTEM,
+        samples: int = 1,
+        temperature: float = 0.0,
+    ) -> tuple[ProposedStep, ...]:
+        check_rollback_point(trace, rollback_point)
+        self.proposals.append(ScriptedProposal(rollback_point, injection, samples, temperature))
+        return tuple(_proposed(self._propose(trace, rollback_point, injection, i, temperature)) for i in range(samples))
+
+
+def _proposed(value: ProposedStep | StepAction | Mapping[str, Any]) -> ProposedStep:
+    if isinstance(value, ProposedStep):
+        return value
+    if isinstance(value, StepAction):
+        return ProposedStep(action=value)
+    if value.get("final"):
+        return ProposedStep(action=StepAction(text=str(value["final"])), is_final_answer=True)
+    if "tool" in value:
+        return ProposedStep(action=StepAction(tool_name=str(value["tool"]), arguments=dict(value.get("args", {}))))
+    return ProposedStep(action=StepAction(text=str(value.get("text", ""))))
 
 
 def _as_step(value: Step | Mapping[str, Any], *, index: int, trace_id: str) -> Step:

@@ -1,17 +1,17 @@
 """A worked example for tests and benchmarks: a five-step tool trace that answers 41 to "What is 6 times 7?"
-(step 3 adds where it should multiply), a scripted auditor that diagnoses it, and a scripted agent whose replay
-multiplies. :func:`verified_attribution` runs REFLECT on them."""
+(step 3 adds where it should multiply), a scripted auditor that diagnoses it, and a scripted agent that answers right
+only when the step is redone as a multiplication. :func:`verified_attribution` runs REFLECT on them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.record import AttributionRecord
-from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
-from reflect_otel.trace import StructuredTrace
+from reflect_otel.testing import ScriptedLLM, ScriptedProposingAdapter, ScriptedRequest, make_trace
+from reflect_otel.trace import Step, StepAction, StructuredTrace
 from reflect_otel.verifiers import OracleVerifier
 
 __all__ = ["EXPECTED", "five_step_trace", "scripted_agent", "scripted_auditor", "verified_attribution"]
@@ -83,25 +83,65 @@ def scripted_auditor(
     return ScriptedLLM(respond=respond)
 
 
-def scripted_agent(answer_at: Callable[[int, str], str]) -> ScriptedReplayAdapter:
-    """A scripted agent: after the kept prefix it multiplies, then answers ``answer_at(kept, injection)``, where
-    ``kept`` is the replay's ``rollback_point`` (how many original steps it kept)."""
+def scripted_agent(
+    *,
+    fixed_at: Collection[int] = (3,),
+    deterministic: bool = True,
+    resample: Callable[[int, int], Mapping[str, Any]] | None = None,
+) -> ScriptedProposingAdapter:
+    """A scripted agent for :func:`five_step_trace`. Left alone (a control replay) it redoes the original steps and
+    answers 41 again. When step p is a ``multiply`` call, executed as an action or decided under a correction that
+    says to multiply, it answers 42 if p is in ``fixed_at``, else 41. Asked what it would do at step p
+    (``propose``), it multiplies when the injection says so, else repeats its original step p, or
+    ``resample(p, sample)`` when given (bare resampling)."""
+    original = five_step_trace()
 
-    def continue_with(trace: StructuredTrace, point: int, injection: str) -> list[dict[str, Any]]:
-        return [
-            {"tool": "multiply", "args": {"a": 6, "b": 7, "try": point}, "result": "42", "reasoning": "multiply"},
-            {"reasoning": f"The answer is {answer_at(point, injection)}", "is_final_answer": True},
-        ]
+    def continue_with(trace: StructuredTrace, point: int, injection: str) -> list[Mapping[str, Any]]:
+        multiplied = next((s.index for s in trace.steps[:point] if s.tool_name == "multiply"), None)
+        if multiplied is None:  # its own steps from here: the original run again
+            return [_as_fields(step) for step in original.steps[point:]]
+        answer = "42" if multiplied in fixed_at else "41"
+        return [{"reasoning": f"The answer is {answer}", "is_final_answer": True}]
 
-    return ScriptedReplayAdapter(continue_with)
+    def propose_with(trace: StructuredTrace, point: int, injection: str, sample: int, temperature: float) -> Any:
+        if "multiply" in injection.lower().split("you must follow this correction:")[-1]:
+            return {"tool": "multiply", "args": {"a": 6, "b": 7}}
+        if resample is not None:
+            return resample(point + 1, sample)
+        return StepAction.of_step(original.steps[point])
+
+    return ScriptedProposingAdapter(
+        continue_with,
+        propose_with,
+        tools={
+            "multiply": lambda a, b: a * b,
+            "add": lambda a, b: a + b,
+            "read": lambda x: x,
+            "double": lambda v: 2 * v,
+        },
+        deterministic=deterministic,
+    )
+
+
+def _as_fields(step: Step) -> dict[str, Any]:
+    if step.tool_name:
+        return {
+            "tool": step.tool_name,
+            "args": dict(step.tool_args),
+            "result": step.tool_result,
+            "reasoning": step.reasoning,
+        }
+    return {"reasoning": step.reasoning, "is_final_answer": step.is_final_answer}
 
 
 def verified_attribution() -> tuple[StructuredTrace, AttributionRecord]:
-    """The five-step trace and REFLECT's verified record of it: step 3 is localized, regenerating it fails, and
-    regenerating step 2 (step 1 kept) answers 42."""
+    """The five-step trace and REFLECT's verified record of it: step 3 is localized, the agent's step redone under
+    the plan (multiply) does not fix the run there, and redone at step 2 (step 1 kept) it answers 42 while the
+    control replay from the same prefix answers 41."""
     trace = five_step_trace()
-    adapter = scripted_agent(lambda kept, _: "42" if kept == 1 else "41")
     pipeline = ReflectPipeline(
-        scripted_auditor(localize=[3]), verifier=OracleVerifier(), config=ReflectConfig(gate=GateMode.HARD)
+        scripted_auditor(localize=[3]),
+        verifier=OracleVerifier(),
+        config=ReflectConfig(gate=GateMode.HARD, rollback_points=2, proposal_samples=1),
     )
-    return trace, pipeline.attribute(trace, expected=EXPECTED, replay=adapter)
+    return trace, pipeline.attribute(trace, expected=EXPECTED, replay=scripted_agent(fixed_at=(2,)))

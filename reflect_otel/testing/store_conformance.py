@@ -19,7 +19,7 @@ from reflect_otel.testing.examples import five_step_trace, verified_attribution
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
-__all__ = ["StoreUnderTest", "normalised", "sample_writes", "view_rows", "write_sample"]
+__all__ = ["Schema", "StoreUnderTest", "normalised", "sample_writes", "schema", "view_rows", "write_sample"]
 
 Query = Callable[[str], list[tuple[Any, ...]]]
 
@@ -37,7 +37,8 @@ def sample_writes() -> tuple[
     list[StructuredTrace], list[tuple[str, Verdict]], list[AttributionRecord], list[AttributionJob]
 ]:
     """Traces, verdicts, records and jobs touching every table and view: a verified REFLECT record with replays
-    and LLM calls, an unverified baseline record, a skipped one, a right run, and jobs in every status. Made
+    and LLM calls, unverified baseline records (with a type, without one, without a step), a skipped one, a right
+    run, a run never judged, and jobs in every status. Made
     once (the records' timings are measured), so every backend is given the same values."""
     trace, verified = verified_attribution()
     other = make_trace(
@@ -53,6 +54,12 @@ def sample_writes() -> tuple[
     skipped = verified.model_copy(
         update={"trace_id": other.trace_id, "status": AttributionStatus.SKIPPED, "step_index": None, "replays": ()}
     )
+    # baselines' records: one that named no step (its own error_types category), one with a step but no type
+    no_step = unverified.model_copy(
+        update={"trace_id": other.trace_id, "method": "evidence", "step_index": None, "error_type": None}
+    )
+    untyped = unverified.model_copy(update={"trace_id": other.trace_id, "method": "last-step", "error_type": None})
+    unjudged = other.model_copy(update={"trace_id": "a1" * 16})  # no verdict: not in failure_rate
     wrong = Verdict(verifier="oracle", is_correct=False, confidence=1.0, label="wrong", reasoning="41 != 42")
     verdicts = [
         (trace.trace_id, wrong),
@@ -65,7 +72,7 @@ def sample_writes() -> tuple[
         AttributionJob(right.trace_id, "running", 2, None),
         AttributionJob("d" * 32, "failed", 3, None, "the trace is not in the store"),
     ]
-    return [trace, other, right], verdicts, [verified, unverified, skipped], jobs
+    return [trace, other, right, unjudged], verdicts, [verified, unverified, skipped, no_step, untyped], jobs
 
 
 def write_sample(store: AttributionStore, *, twice: bool = True) -> None:
@@ -104,3 +111,40 @@ def view_rows(query: Query, view: str, order: Sequence[str] = ()) -> list[tuple[
     """Every row of ``view``, normalised, in a stable order."""
     rows = [tuple(normalised(v) for v in row) for row in query(f"SELECT * FROM {view}")]
     return sorted(rows, key=lambda row: tuple((v is None, str(v)) for v in row))
+
+
+Schema = dict[str, tuple[tuple[str, str], ...]]
+"""Each table's and view's columns in order, as (name, type family); a view's columns carry no type (its
+aggregates' types are each engine's own: a count is BIGINT, a sum HUGEINT in DuckDB and NUMERIC in PostgreSQL)."""
+
+_FAMILIES = {
+    "varchar": "text",
+    "text": "text",
+    "character varying": "text",
+    "json": "json",
+    "jsonb": "json",
+    "integer": "integer",
+    "double": "double",
+    "double precision": "double",
+    "boolean": "boolean",
+    "timestamp with time zone": "timestamptz",
+}
+"""Column types as each backend names them (DuckDB's and PostgreSQL's ``information_schema``), by what they hold."""
+
+
+def schema(query: Query) -> Schema:
+    """The store's tables and views as :data:`Schema` (from ``information_schema``, which both engines have); a
+    table column of a type neither backend should use is named as such, so that a comparison fails on it."""
+    tables = {name for (name,) in query(
+        "SELECT table_name FROM information_schema.tables "
+        "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+    )}  # fmt: skip
+    rows = query(
+        "SELECT table_name, column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position"
+    )
+    found: dict[str, list[tuple[str, str]]] = {}
+    for relation, column, data_type in rows:
+        family = _FAMILIES.get(str(data_type).lower(), f"unexpected {data_type}") if relation in tables else ""
+        found.setdefault(relation, []).append((column, family))
+    return {relation: tuple(columns) for relation, columns in found.items()}

@@ -1,0 +1,336 @@
+"""What a new user meets when they get something wrong (issue 42): a mistake never destroys a file, every error is
+one line that names the fix, and every surface says what ran. Each command runs in process, on real files and a
+real DuckDB store."""
+
+from __future__ import annotations
+
+import json
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from reflect_otel.cli import main
+from reflect_otel.record import AttributionRecord, AttributionStatus
+from reflect_otel.service import AttributionService
+from reflect_otel.testing.examples import five_step_trace
+from reflect_otel.trace import StructuredTrace
+from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, TraceWriter, read_traces
+
+EXAMPLES = Path(str(files("reflect_otel.demo"))) / "data" / "examples"
+
+
+def _traces(path: Path, answers: dict[str, tuple[str, str | None]]) -> list[StructuredTrace]:
+    """A traces file of the five-step trace, once per ``trace_id: (final answer, expected answer)``."""
+    traces = []
+    with TraceWriter(path) as writer:
+        for trace_id, (answer, expected) in answers.items():
+            trace = five_step_trace().model_copy(update={"trace_id": trace_id, "final_answer": answer})
+            writer.write(trace, {EXPECTED_ANSWER_FIELD: expected} if expected is not None else None)
+            traces.append(trace)
+    return traces
+
+
+def _records(path: Path) -> list[AttributionRecord]:
+    return [AttributionRecord.model_validate_json(line) for line in path.read_text().splitlines()]
+
+
+def _listing(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _trail_file(path: Path) -> None:
+    """A small TRAIL trace file, as the dataset ships them: one pretty-printed JSON document."""
+    span = {
+        "span_id": "a" * 16,
+        "parent_span_id": None,
+        "timestamp": "2025-01-01T00:00:00Z",
+        "span_name": "llm",
+        "span_attributes": {"openinference.span.kind": "LLM", "llm.output_messages.0.message.content": "hi"},
+        "child_spans": [],
+    }
+    path.write_text(json.dumps({"trace_id": "e" * 32, "spans": [span]}, indent=2))
+
+
+# -- 1. nothing lost by a mistake ---------------------------------------------------------------------------------
+def test_a_failed_import_leaves_the_output_as_it_was(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    keep = tmp_path / "keep.jsonl"
+    assert main(["import", "--example", "-o", str(keep)]) == 0
+    before = keep.read_bytes()
+    assert main(["import", str(tmp_path / "nosuch.json"), "-o", str(keep)]) == 2
+    assert "nosuch.json: no such file or folder" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text("{oops")
+    assert main(["import", str(tmp_path / "bad.json"), "-o", str(keep)]) == 2
+    assert "keep.jsonl was left as it was" in capsys.readouterr().err
+    assert keep.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "keep.jsonl"]  # no temporary file left
+
+
+def test_an_interrupted_attribute_leaves_the_records_as_they_were(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    traces = tmp_path / "traces.jsonl"
+    _traces(traces, {f"{n:032x}": ("The answer is 41", "42") for n in (1, 2, 3)})
+    out = tmp_path / "records.jsonl"
+    assert main(["attribute", str(traces), "--method", "first-step", "-o", str(out), "--no-store"]) == 0
+    before = out.read_bytes()
+    assert len(_records(out)) == 3
+    real = AttributionService.process
+    calls = {"n": 0}
+
+    def interrupted(self: AttributionService, trace: StructuredTrace, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt  # Ctrl-C during the second trace
+        return real(self, trace, **kwargs)
+
+    monkeypatch.setattr(AttributionService, "process", interrupted)
+    assert main(["attribute", str(traces), "--method", "last-step", "-o", str(out), "--no-store"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["records.jsonl", "traces.jsonl"]
+
+
+def test_a_store_that_is_not_a_store_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    traces = tmp_path / "traces.jsonl"
+    _traces(traces, {"1" * 32: ("The answer is 41", "42")})
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(traces.read_bytes())
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    noise = tmp_path / "noise.bin"
+    noise.write_bytes(bytes(range(256)) * 4)
+    before = _listing(tmp_path)
+    for store, says in [
+        (copy, "is a JSON or JSONL file (traces or records?), not a store"),
+        (folder, f"is a folder; name a DuckDB file in it, e.g. --store {folder / 'reflect.duckdb'}"),
+        (noise, "is a file that is not a DuckDB database, not a store"),
+        ("sqlite:///x.db", "a store is a DuckDB file or a postgresql:// URL; sqlite:// is neither"),
+    ]:
+        out = tmp_path / "records.jsonl"
+        args = ["attribute", str(traces), "--method", "first-step", "-o", str(out), "--store", str(store)]
+        assert main(args) == 2, store
+        err = capsys.readouterr().err
+        assert says in err and "another" not in err, err
+        assert _listing(tmp_path) == before  # no record, no store, no temporary file
+        for command in (["stats"], ["sql", "SELECT 1"], ["report", "1", "-o", str(tmp_path / "r.html")]):
+            assert main([*command, "--store", str(store)]) == 2
+            err = capsys.readouterr().err
+            assert "another" not in err and "Traceback" not in err and (says in err or "not a store" in err), err
+    assert _listing(tmp_path) == before
+
+
+def test_a_store_variable_is_named_when_it_is_wrong(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REFLECT_STORE", str(tmp_path))
+    assert main(["stats"]) == 2
+    assert f"REFLECT_STORE={tmp_path}: is a folder" in capsys.readouterr().err
+
+
+def test_collect_appends_after_a_torn_line_and_refuses_a_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "traces.jsonl"
+    first = five_step_trace()
+    out.write_text(first.model_dump_json() + "\n" + '{"trace_id": "torn by a cr')  # a crash mid-line
+    with TraceWriter(out) as writer:
+        writer.write(first.model_copy(update={"trace_id": "2" * 32}))
+    lines = out.read_text().splitlines()
+    assert lines[0] == first.model_dump_json() and lines[1] == '{"trace_id": "torn by a cr'  # kept as it was
+    assert json.loads(lines[2])["trace_id"] == "2" * 32
+    assert main(["collect", "--out", str(tmp_path), "--no-store", "--duration", "0"]) == 2
+    assert f"--out {tmp_path}: is a folder; name a file in it" in capsys.readouterr().err
+
+
+# -- 2. every error names the fix, no tracebacks -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (
+            lambda p: p.write_bytes((EXAMPLES / "bbm" / "multistep_arithmetic.jsonl").read_bytes()),
+            "a BIG-Bench-Mistake file",
+        ),
+        (lambda p: p.write_bytes((EXAMPLES / "langgraph_agent.otlp.json").read_bytes()), "an OTLP/JSON export"),
+        (_trail_file, "a TRAIL trace file"),
+    ],
+    ids=["bbm", "otlp", "trail"],
+)
+def test_a_file_of_another_format_names_the_command_that_reads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: Any, says: str
+) -> None:
+    path = tmp_path / "raw.json"
+    make(path)
+    for command in (["show", str(path)], ["attribute", str(path), "-o", str(tmp_path / "r.jsonl"), "--no-store"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err  # one line, not one per line of the file
+        assert says in err and f"run 'reflect-otel import {path} -o traces.jsonl' first" in err
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_wrong_files_say_what_they_are(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    traces = tmp_path / "traces.jsonl"
+    _traces(traces, {"1" * 32: ("The answer is 41", "42")})
+    records = tmp_path / "records.jsonl"
+    assert main(["attribute", str(traces), "--method", "first-step", "-o", str(records), "--no-store"]) == 0
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n \n")
+    capsys.readouterr()
+    for argv, says in [
+        (["show", str(tmp_path)], f"{tmp_path}: is a folder; name a JSONL file of traces in it"),
+        (["show", str(empty)], "the file is empty; write one with 'reflect-otel collect' or 'reflect-otel import'"),
+        (["show", str(blank)], "no traces in it"),
+        (["show", str(records)], f"show them with 'reflect-otel show TRACES.jsonl --records {records}'"),
+        (["show", str(traces), "--records", str(tmp_path)], f"--records {tmp_path}: is a folder"),
+        (["show", str(traces), "--records", str(traces)], "this is a file of traces, not records"),
+        (["attribute", str(traces), "-o", str(tmp_path), "--no-store"], f"-o {tmp_path}: is a folder"),
+        (["import", "--example", "-o", str(tmp_path)], f"-o {tmp_path}: is a folder"),
+        (["import", "--example", "-o", str(traces / "x.jsonl")], f"{traces} is a file, not a folder"),
+        (["report", "x", "-o", str(tmp_path)], f"-o {tmp_path}: is a folder"),
+        (["attribute", str(traces), "-o", str(tmp_path / "o.jsonl"), "--expected-file", str(tmp_path)], "is a folder"),
+    ]:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1 and "Traceback" not in err, (argv, err)
+
+
+def test_a_misspelt_variable_is_named_with_the_real_one(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("REFLECT_ROUDNS", "1")
+    assert main(["show", str(tmp_path / "t.jsonl")]) == 2
+    assert "REFLECT_ROUDNS is not a reflect-otel variable: did you mean REFLECT_ROUNDS?" in capsys.readouterr().err
+    monkeypatch.delenv("REFLECT_ROUDNS")
+    monkeypatch.setenv("REFLECT_SOMETHING_OF_ANOTHER_TOOL", "1")  # close to nothing: another tool's, left alone
+    assert main(["show", str(tmp_path / "t.jsonl")]) == 2
+    assert "no such JSONL file of traces" in capsys.readouterr().err
+
+
+def test_a_bug_is_one_line_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    traces = tmp_path / "traces.jsonl"
+    _traces(traces, {"1" * 32: ("The answer is 41", "42")})
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(AttributionService, "process", broken)
+    assert (
+        main(["attribute", str(traces), "-o", str(tmp_path / "r.jsonl"), "--method", "first-step", "--no-store"]) == 70
+    )
+    err = capsys.readouterr().err
+    assert "internal error (ZeroDivisionError: a bug); this is a bug in reflect-otel" in err and "Traceback" not in err
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+# -- 3. surfaces say what ran ---------------------------------------------------------------------------------------
+def test_verifier_is_honoured_and_right_runs_are_not_attributed_unless_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """'12 apples' against the target 12: wrong to the oracle (an exact answer), right to the BIG-Bench-Mistake
+    verifier (a number in the target's form). A run judged right is recorded as skipped, with its verdict."""
+    traces = tmp_path / "traces.jsonl"
+    _traces(traces, {"a" * 32: ("The answer is 12 apples", "12"), "b" * 32: ("The answer is 41", "42")})
+    out = tmp_path / "records.jsonl"
+    by_verifier = {}
+    for verifier in ("oracle", "bbm"):
+        argv = ["attribute", str(traces), "--method", "first-step", "--verifier", verifier, "-o", str(out)]
+        assert main([*argv, "--no-store"]) == 0
+        by_verifier[verifier] = {r.trace_id[0]: r for r in _records(out)}
+        assert f"judged by the {verifier} verifier" in capsys.readouterr().err
+    oracle, bbm = by_verifier["oracle"], by_verifier["bbm"]
+    assert oracle["a"].step_index == 1 and oracle["a"].original_verdict is not None
+    assert oracle["a"].original_verdict.is_correct is False
+    assert bbm["a"].status is AttributionStatus.SKIPPED and bbm["a"].step_index is None
+    assert bbm["a"].original_verdict is not None and bbm["a"].original_verdict.verifier == "bbm"
+    assert bbm["b"].step_index == 1  # the wrong run is attributed either way
+    argv = ["attribute", str(traces), "--method", "first-step", "--verifier", "bbm", "-o", str(out), "--no-store"]
+    assert main([*argv, "--include-correct"]) == 0
+    assert "1 right run(s) not attributed" not in capsys.readouterr().err
+    assert {r.trace_id[0]: r.step_index for r in _records(out)} == {"a": 1, "b": 1}
+    assert main(["attribute", "--pending", "--verifier", "bbm"]) == 2
+    assert "drop --verifier" in capsys.readouterr().err
+
+
+def test_store_views_and_stats_say_what_was_judged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The bundled examples: three failed BIG-Bench-Mistake chains (with their answers; the evidence checks find
+    nothing in them) and a LangGraph run without an expected answer."""
+    traces = tmp_path / "traces.jsonl"
+    assert main(["import", "--example", "-o", str(traces)]) == 0
+    store = tmp_path / "s.duckdb"
+    for method in ("evidence", "first-step"):
+        argv = ["attribute", str(traces), "--method", method, "-o", str(tmp_path / f"{method}.jsonl")]
+        assert main([*argv, "--store", str(store)]) == 0
+    err = capsys.readouterr().err
+    assert "1 run(s) could not be judged (no expected answer" in err
+    with duckdb.connect(str(store), read_only=True) as db:
+        stats = db.execute("SELECT agent, traces, judged, failed, failure_rate FROM failure_stats ORDER BY agent")
+        assert stats.fetchall() == [("agent", 1, 0, 0, None), ("chain_of_thought", 3, 3, 3, 1.0)]
+        types = dict(db.execute("SELECT error_type, attributions FROM error_types").fetchall())
+    assert types == {"no_step": 3, "unclassified": 5}  # no step is a category of its own, not "unknown"
+    assert main(["stats", "--store", str(store)]) == 0
+    assert "1 of 4 trace(s) were never judged right or wrong" in capsys.readouterr().out
+
+
+def test_show_and_report_of_a_baseline_say_what_ran(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bundled BIG-Bench-Mistake chain (its label: step 2; its target: -7) attributed by two baselines: the
+    evidence checks, which find nothing in it, and last-step. Neither is an auditor, and neither page hides what
+    the run was judged against or what the benchmark labelled."""
+    examples = tmp_path / "examples.jsonl"
+    assert main(["import", "--example", "-o", str(examples)]) == 0
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text(examples.read_text().splitlines()[0] + "\n")
+    (trace,) = read_traces(traces)
+    assert [label.step_index for label in trace.labels] == [2]
+    store = tmp_path / "s.duckdb"
+    for method in ("evidence", "last-step"):
+        records = tmp_path / f"{method}.jsonl"
+        argv = ["attribute", str(traces), "--method", method, "-o", str(records), "--store", str(store)]
+        assert main(argv) == 0
+        assert main(["show", str(traces), "--records", str(records)]) == 0
+        shown = capsys.readouterr().out
+        assert "auditor" not in shown
+        assert "expected answer: -7" in shown
+        assert "judged wrong by the bbm verifier (answer read: '0')" in shown
+        assert "label: step 2 reasoning_mistake" in shown
+        report = tmp_path / f"{method}.html"
+        assert main(["report", trace.trace_id[:12], "-o", str(report), "--store", str(store), "--method", method]) == 0
+        page = report.read_text()
+        assert "auditor" not in page and "Error type:</b> unknown" not in page
+        assert "judged wrong by the bbm verifier" in page and "The benchmark's labels" in page
+        assert "the benchmark labels step(s) 2" in page and "labelled by the benchmark" in page
+        if method == "evidence":  # no step: said so, and no empty "Decisive step" line
+            assert "no step named" in shown and "labels: the benchmark labels step(s) 2; no step was named" in shown
+            assert "Decisive step:</b> none named" in page and "Error type" not in page
+        else:
+            assert "step 4, error type not classified" in shown
+            assert "the last-step baseline (no model call) names step 4" in page
+            assert "step 4 is not one of them" in page
+
+
+def test_import_example_is_what_the_readme_says_to_try_first(tmp_path: Path) -> None:
+    out = tmp_path / "traces.jsonl"
+    assert main(["import", "--example", "-o", str(out)]) == 0
+    assert len(list(read_traces(out))) == 4
+
+
+def test_a_traces_file_is_not_mistaken_for_another_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A first line longer than the head read to tell formats apart, and a first line torn by a crash: still a
+    file of traces, read line by line."""
+    long = five_step_trace().model_copy(update={"trace_id": "1" * 32, "question": "x" * 200_000})
+    path = tmp_path / "traces.jsonl"
+    path.write_text(long.model_dump_json() + "\n")
+    assert main(["show", str(path)]) == 0
+    assert f"trace {'1' * 32}" in capsys.readouterr().out
+    path.write_text('{"trace_id": "torn\n' + five_step_trace().model_dump_json() + "\n")
+    assert main(["show", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert f"trace {five_step_trace().trace_id}" in captured.out and f"{path}:1: not valid JSON" in captured.err

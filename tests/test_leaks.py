@@ -1,0 +1,109 @@
+"""The leak guard (reflect_otel.leaks): no text or action carrying the expected answer reaches a replay, for any
+method: REFLECT's guidance and actions, the controls' plans, Reflexion's memory, DoVer's interventions, ICS."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from reflect_otel.config import ReflectConfig
+from reflect_otel.leaks import leak
+from reflect_otel.methods import METHODS
+from reflect_otel.record import AttributionStatus
+from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
+from reflect_otel.trace import StructuredTrace
+from reflect_otel.verifiers import OracleVerifier
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "leaks"),
+    [
+        ("Look at step 5 again", "5", True),  # a lone one-character answer is not exempt
+        ("Count the rows where Rank is 7.", "7", True),
+        ("Count the rows where Rank is 17.", "7", False),  # a longer number is not it
+        ("Subtract the two figures: 12467 passengers.", "12,467", True),  # numbers under the judge
+        ("Use the row dated February 28, 2012.", "2012-02-28", True),  # dates in any form the judge reads
+        ("Use the row dated February 27, 2012.", "2012-02-28", False),
+        ("Filter on 'bangkok, thailand' in City", "Bangkok, Thailand", True),  # multi-word, case folded
+        ("Filter City on Bangkok", "Bangkok, Thailand", False),  # part of it is not it
+        ("List Kenya first", "Kenya|Spain", True),  # any value of a list answer
+        ("The correct answer is [the answer].", "Oslo", True),  # stating an answer, masked or not
+        ("Answer: the first row", "Oslo", True),
+        ("Filter the Position column on '1st'.", "Bangkok, Thailand", False),
+    ],
+)
+def test_the_guard_reads_the_answer_under_the_judge(text: str, expected: str, leaks: bool) -> None:
+    assert (leak(text, expected) is not None) is leaks
+
+
+def _trace() -> StructuredTrace:
+    steps = [{"tool": "lookup", "args": {"row": i}, "result": f"row {i}"} for i in (1, 2, 3)]
+    return make_trace("How many?", [*steps, {"reasoning": "4", "is_final_answer": True}], final_answer="4")
+
+
+def _auditor(text: str) -> ScriptedLLM:
+    def respond(request: ScriptedRequest) -> Any:
+        return {
+            "localize": {"error_step": 2, "confidence": 0.5, "reasoning": "r", "what_should_have_been_done": text},
+            "classify": {"error_type": "tool_error", "confidence": 0.5, "explanation": "e", "suggested_correction": text},
+            "diagnose": {"root_cause": "r", "correction_instruction": text, "forbidden_actions": [],
+                         "expected_next_tool": None, "confidence": 0.5},
+            "gate": {"is_faithful": True, "violation_reason": None, "violation_type": None},
+            "reflect": {"reflection": text},
+            "reflexion_extract": {"error_step": 2, "responsible_agent": None, "reason": "r",
+                                  "error_type": "tool_error", "confidence": 0.5},
+            "dover_hypotheses": {"hypotheses": [{"step": 2, "hypothesis": "h", "intervention": text}]},
+            "explain": {"reasoning": "r", "error_type": "tool_error", "explanation": "e"},
+        }[request.stage]  # fmt: skip
+
+    return ScriptedLLM(respond=respond)
+
+
+def _agent() -> ScriptedReplayAdapter:
+    return ScriptedReplayAdapter(
+        lambda trace, point, injection: [
+            {"tool": "lookup", "args": {"row": 9}, "result": "row 9"},
+            {"reasoning": "5", "is_final_answer": True},
+        ],
+        deterministic=True,
+    )
+
+
+@pytest.mark.parametrize("method", ["reflect", "reflect-guidance", "control-wrong-step", "reflexion", "dover"])
+@pytest.mark.parametrize("expected", ["5", "12,467", "2012-02-28", "Bangkok, Thailand"])
+def test_no_method_shows_a_replay_the_expected_answer(method: str, expected: str) -> None:
+    said = {"5": "count again: it is 5", "12,467": "the sum is 12467", "2012-02-28": "it was on 28 February 2012",
+            "Bangkok, Thailand": "answer with bangkok, thailand"}[expected]  # fmt: skip
+    agent = _agent()
+    config = ReflectConfig(rounds=1, rollback_points=3, max_replays=None)
+    record = (
+        METHODS[method]
+        .build(_auditor(said), OracleVerifier(), config)
+        .attribute(_trace(), expected=expected, replay=agent)
+    )
+    shown = [c.injection for c in agent.calls] + [c.action.render() for c in agent.calls if c.action]
+    assert all(leak(text, expected) is None for text in shown), shown
+    refused = [c for c in record.corrections if c.refused] + [
+        e for e in record.errors if "expected answer" in e.message or "states an answer" in e.message
+    ]
+    assert refused or not agent.calls, record  # the leak was refused and the refusal recorded
+    assert record.status is not AttributionStatus.VERIFIED
+
+
+def test_a_placebo_plan_that_carries_the_answer_is_refused() -> None:
+    from reflect_otel.controls import placebo_plan
+
+    trace = _trace()
+    plan = placebo_plan(trace)
+    words = plan.correction_instruction.split()
+    expected = next(w.strip("'.,") for w in words if len(w.strip("'.,")) > 3)  # a word the placebo's text holds
+    agent = _agent()
+    config = ReflectConfig(rounds=1, rollback_points=1, max_replays=None)
+    record = (
+        METHODS["control-placebo"]
+        .build(_auditor("redo it"), OracleVerifier(), config)
+        .attribute(trace, expected=expected, replay=agent)
+    )
+    assert all(c.injection == "" for c in agent.calls)  # only the control ran
+    assert "refused" in record.reason or any(c.refused for c in record.corrections)
