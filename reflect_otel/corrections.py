@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from reflect_otel.evidence import empty_call, failed_call, question_constraints
 from reflect_otel.leaks import leak
 from reflect_otel.record import Correction, InterventionKind
-from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
+from reflect_otel.trace import FINAL_ANSWER_TOOLS, Step, StepAction, StepKind, StructuredTrace
 
 __all__ = [
     "RULES",
@@ -51,9 +51,6 @@ _LISTING = re.compile(
 _QUOTED_ITEM = re.compile(r"'([^'\n]{1,80})'|\"([^\"\n]{1,80})\"|`([^`\n]{1,80})`")
 _SPLIT = re.compile(r"\s*(?:,|\||\bor\b)\s*")
 _NUMBER_IN = re.compile(r"-?\d+(?:\.\d+)?")
-_FINAL_TOOL_WORDS = frozenset(
-    {"final_answer", "finalanswer", "answer", "submit_final_answer", "final_result", "submit"}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,7 +328,7 @@ def evidence_corrections(trace: StructuredTrace, *, near: int | None = None, con
 
 
 def _final_answer_tools(trace: StructuredTrace) -> set[str]:
-    return {s.tool_name.casefold() for s in trace.steps if s.tool_name and s.is_final_answer} | _FINAL_TOOL_WORDS
+    return {s.tool_name.casefold() for s in trace.steps if s.tool_name and s.is_final_answer} | FINAL_ANSWER_TOOLS
 
 
 def refusal(correction: Correction, trace: StructuredTrace, expected: str | None) -> str | None:

@@ -344,6 +344,9 @@ def test_corrections_that_would_prove_nothing_are_refused() -> None:
         tool_name="filter_rows", arguments={"table": "t0", "column": "Position", "op": "=", "value": "1st"}
     )
     assert "final answer" in (corrections.refusal(_action(1, final), trace, "Bangkok") or "")
+    for name in ("submit", "final_result"):  # the final-answer tools assembly knows, whatever the agent's own
+        named = StepAction(tool_name=name, arguments={"answer": "Nowhere"})
+        assert "final answer" in (corrections.refusal(_action(1, named), trace, "Bangkok") or "")
     assert "expected answer" in (corrections.refusal(_action(1, carries), trace, "Bangkok|Thailand") or "")
     assert "repeats the original" in (corrections.refusal(_action(1, same), trace, "Bangkok") or "")
     # a call in place of the answer step is no answer: it is tested under control like any other

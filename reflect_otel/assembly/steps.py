@@ -7,14 +7,11 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from reflect_otel.trace import Step, StepKind, StepStatus
+from reflect_otel.trace import FINAL_ANSWER_TOOLS, Step, StepKind, StepStatus
 
 from .context import StepContext
 
-__all__ = ["FINAL_ANSWER_TOOLS", "StepDraft", "mark_final_answer", "split_chain_of_thought"]
-
-FINAL_ANSWER_TOOLS = frozenset({"final_answer", "finalanswer", "finalanswertool", "submit_final_answer"})
-"""Tools (lower-cased) through which agents give their answer: the last call of one is the final-answer step."""
+__all__ = ["StepDraft", "mark_final_answer", "split_chain_of_thought"]
 
 
 _NO_ARGS: Mapping[str, Any] = MappingProxyType({})
@@ -111,7 +108,7 @@ def split_chain_of_thought(drafts: tuple[StepDraft, ...]) -> tuple[StepDraft, ..
 def mark_final_answer(drafts: tuple[StepDraft, ...]) -> tuple[StepDraft, ...]:
     """The last call of a final-answer tool, else a last step that is a model's reply, is the final answer."""
     chosen = next(
-        (i for i in reversed(range(len(drafts))) if (drafts[i].tool_name or "").lower() in FINAL_ANSWER_TOOLS), None
+        (i for i in reversed(range(len(drafts))) if (drafts[i].tool_name or "").casefold() in FINAL_ANSWER_TOOLS), None
     )
     if chosen is None and drafts and drafts[-1].kind is StepKind.REASONING:
         chosen = len(drafts) - 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from reflect_otel.assembly.context import StepContext
 from reflect_otel.assembly.steps import StepDraft, mark_final_answer, split_chain_of_thought
 from reflect_otel.trace import StepKind, StepStatus
@@ -44,6 +46,14 @@ def test_the_last_final_answer_tool_call_wins_over_a_later_reply() -> None:
     marked = mark_final_answer(drafts)
     assert [d.kind for d in marked] == [StepKind.TOOL_CALL, StepKind.FINAL_ANSWER, StepKind.REASONING]
     assert [d.is_final_answer for d in marked] == [False, True, False]
+
+
+@pytest.mark.parametrize("tool", ["final_result", "Submit", "answer", "submit_final_answer"])
+def test_each_final_answer_tool_gives_the_answer_step(tool: str) -> None:
+    """pydantic-ai's output tool, Inspect's submit and the rest: the one list assembly and corrections share."""
+    marked = mark_final_answer((_call("search"), _call(tool)._replace(tool_args={"answer": "42"})))
+    assert [d.is_final_answer for d in marked] == [False, True]
+    assert marked[-1].step(2).kind is StepKind.FINAL_ANSWER
 
 
 def test_without_such_a_tool_the_last_reply_is_the_answer_and_a_last_tool_call_is_not() -> None:
