@@ -4,10 +4,11 @@ same byte limit as sized ones, and a malformed or ambiguous one refused with a c
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 
 import pytest
 
-from reflect_otel.collectors.receiver import ReceiverLimits
+from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits
 from reflect_otel.testing import TraceSink
 from tests.hardening.test_receiver_limits import body, span, start
 
@@ -45,6 +46,16 @@ def test_a_chunked_export_is_received_whole() -> None:
     assert f"{31:032x}" in collected.traces
 
 
+@pytest.fixture(scope="module")
+def refusing() -> Iterator[OTLPReceiver]:
+    """One receiver for every refused body: each comes on a connection of its own (a shutdown waits 0.5 s)."""
+    receiver = start(TraceSink())
+    try:
+        yield receiver
+    finally:
+        receiver.shutdown(10)
+
+
 @pytest.mark.parametrize(
     ("headers", "payload", "status", "says"),
     [
@@ -56,12 +67,10 @@ def test_a_chunked_export_is_received_whole() -> None:
         ("", b"", 411, "chunked body"),
     ],
 )
-def test_a_malformed_or_ambiguous_body_is_refused(headers: str, payload: bytes, status: int, says: str) -> None:
-    receiver = start(TraceSink())
-    try:
-        answer = _post(receiver.http_port, headers, payload)
-    finally:
-        receiver.shutdown(10)
+def test_a_malformed_or_ambiguous_body_is_refused(
+    refusing: OTLPReceiver, headers: str, payload: bytes, status: int, says: str
+) -> None:
+    answer = _post(refusing.http_port, headers, payload)
     assert answer.startswith(f"HTTP/1.1 {status}") and says in answer, answer
 
 
