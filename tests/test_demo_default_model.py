@@ -1,5 +1,5 @@
 """The README's main job, end to end, with the default local model: ``reflect-otel demo`` runs the table-QA agent
-on its questions with Qwen2.5-Coder-1.5B-Instruct on llama.cpp (no recorded output); every wrong answer is
+on its question with Qwen2.5-Coder-1.5B-Instruct on llama.cpp (no recorded output); every wrong answer is
 attributed by REFLECT with real replays of the LangGraph agent, stored, and reported, and at least one attribution
 is verified: a correction executed in place of the decisive step flipped the answer (on nt-1, the filter on '1'
 replaced by the filter on '1st' that its own empty result lists) and a control replayed from the same point without
@@ -34,9 +34,7 @@ def test_the_demo_attributes_its_wrong_answers_with_replays_with_the_default_mod
     }
     store = tmp_path / "demo.duckdb"
     result = subprocess.run(
-        # nt-1 alone (the README's run adds nt-3): its failure is the one a concrete correction proves, and each
-        # question costs minutes on a CPU
-        [sys.executable, "-m", "reflect_otel", "demo", "--questions", "nt-1", "--store", str(store)],
+        [sys.executable, "-m", "reflect_otel", "demo", "--store", str(store)],  # as the README runs it: nt-1
         capture_output=True,
         text=True,
         timeout=1800,
@@ -46,7 +44,9 @@ def test_the_demo_attributes_its_wrong_answers_with_replays_with_the_default_mod
     assert result.returncode == 0, result.stderr[-4000:]
     assert "model: qwen2.5-coder-1.5b-instruct" in result.stderr
     summary = dict(re.findall(r"^  (\S[^\n]*?)\s{2,}(\S[^\n]*)$", result.stdout, re.MULTILINE))
-    assert int(summary["questions"]) == 1, result.stdout
+    from reflect_otel.demo.wtq import DEMO_QUESTIONS
+
+    assert int(summary["questions"]) == len(DEMO_QUESTIONS), result.stdout
     wrong = int(summary["flagged (wrong answers)"])
     assert int(summary["attributed"]) == wrong and wrong >= 1, result.stdout
     report = re.search(r"reflect-otel report (\w+) -o report.html", result.stdout)
