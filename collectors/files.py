@@ -16,8 +16,7 @@ from reflect_otel.datasets import bbm_item, is_bbm_row
 from reflect_otel.datasets.trail import is_trail_document, read_trail_file
 from reflect_otel.errors import InputError
 from reflect_otel.spans import SpanRecord
-from reflect_otel.trace import StructuredTrace
-from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD
+from reflect_otel.trace import EXPECTED_ANSWER_FIELD, StructuredTrace
 
 __all__ = ["ImportReport", "expand_paths", "import_files"]
 

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 __all__ = [
+    "EXPECTED_ANSWER_FIELD",
     "FINAL_ANSWER_TOOLS",
     "ErrorLabel",
     "ReplayMetadata",
@@ -29,6 +30,10 @@ __all__ = [
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _BOOL: TypeAdapter[bool] = TypeAdapter(bool)
+
+EXPECTED_ANSWER_FIELD = "expected_answer"
+"""The key of a run's expected answer: in a trace's metadata, and the extra field ``import`` writes beside a trace
+in a trace file for datasets that know the correct answer."""
 
 FINAL_ANSWER_TOOLS = frozenset(
     {"final_answer", "finalanswer", "finalanswertool", "submit_final_answer", "final_result", "submit", "answer"}

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 from reflect_otel import _values
 from reflect_otel.semconv import ReflectAttributes, SpanAttributes
-from reflect_otel.trace import Step
-from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD
+from reflect_otel.trace import EXPECTED_ANSWER_FIELD, Step
 
 from .scrub import Scrubber, TextRules
 from .tree import SpanTree
