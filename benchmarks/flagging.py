@@ -1,46 +1,86 @@
-"""Flagging without an expected answer: precision and recall of HIGH_ERROR_SIGNAL on labelled runs, for the
-evidence checks alone (a critical finding), the plan-anchored proxy verifier alone (its audit, evidence off) and
-both combined (the default verifier), each with its standard error.
+"""Flagging without an expected answer, measured on labelled runs: recall, precision and F1 of each verifier's
+HIGH_ERROR_SIGNAL, with Wilson intervals, model calls, agent runs and seconds per run.
 
-Runs: ``--bbm DATA`` takes equal numbers of right and wrong BIG-Bench-Mistake chains of thought (development
-data, seeded sample); ``--live RESULTS`` takes the demo agent's runs recorded by ``eval --benchmark wtq-live``
-(``results.jsonl``: each run's trace and whether its answer was right). The proxy verifiers call the configured
-model (the local server by default); a run whose verifier call failed is counted as failed, never scored.
+Verifiers (``--verifiers``, any of): ``evidence`` (a critical evidence finding, no model call), ``proxy`` (the
+plan-anchored verifier: evidence, then the audit), ``consistency`` (the agent run again ``--samples`` times at
+``--temperature``; an answer fewer than half of its resamples reproduce is flagged) and ``combined`` (evidence, then
+consistency, then the audit where they do not decide, shown the resamples; see ``reflect_otel.flagging``).
 
-For the proxy verifiers it also prints how often verdicts on each basis were right (the counts a
-:class:`~reflect_otel.proxy_verifier.ConfidenceCalibration` holds); ``--calibration-out FILE`` writes those of the
-last proxy verifier run as one, for ``REFLECT_PROXY_CALIBRATION``.
+Runs: ``--live RESULTS`` reads the ``results.jsonl`` of an ``eval --benchmark wtq-live`` run, each run once (the
+file has a row per finished method; the last row of a question wins), right and wrong runs as they came; the
+consistency check re-runs the demo agent on each run's question (``--data``, default the run's own, from its
+``run_config.json``). ``--bbm DATA`` takes equal numbers of right and wrong BIG-Bench-Mistake chains of thought,
+resampled by the chain-of-thought replay adapter. The proxy and combined audits call the configured model (the
+local server by default); a verifier that failed on a run is counted apart, never scored.
 
-    python -m benchmarks.flagging --bbm ../shared/data --per-class 10 --verifiers evidence,proxy,both
+Long: every model call and agent run is kept in ``--out DIR/flagging.jsonl`` as it finishes, and a second run with
+the same ``--out`` resumes (what is there is not run again). ``--calibration-out FILE`` writes the precision per
+basis of the ``--calibrate`` verifier's verdicts (default combined), for ``REFLECT_PROXY_CALIBRATION``.
+
+    python -m benchmarks.flagging --live benchmarks/results/RUN/results.jsonl --out /tmp/flag \\
+        --verifiers evidence,proxy,consistency,combined --calibration-out calibration.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 from benchmarks._common import RESULTS, add_smoke_option, scripted_llm
+from reflect_otel._stats import wilson
+from reflect_otel.calibration import BASES, ConfidenceCalibration
+from reflect_otel.consistency import ConsistencyVerifier, consistency_verdict
 from reflect_otel.datasets.bbm import read_bbm
-from reflect_otel.evidence import Severity, find_evidence
+from reflect_otel.evidence import find_evidence
+from reflect_otel.flagging import CombinedVerifier
+from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.factory import make_llm
-from reflect_otel.proxy_verifier import BASES, ConfidenceCalibration, PlanAnchoredVerifier, ProxyVerifierConfig
+from reflect_otel.llm.recording import CallLog, RecordingLLM
+from reflect_otel.proxy_verifier import PlanAnchoredVerifier, ProxyVerifierConfig, critical_evidence_verdict
+from reflect_otel.replay import SamplesRuns, resampler
 from reflect_otel.trace import StructuredTrace
+from reflect_otel.verdict import ConsistencyCheck, Verdict
 from reflect_otel.verifiers import BBMVerifier
+
+VERIFIERS = ("evidence", "proxy", "consistency", "combined")
+_NO_CALIBRATION = ConfidenceCalibration()  # measured here, so nothing earlier may colour the verdicts
 
 
 @dataclass(frozen=True, slots=True)
 class Labelled:
+    key: str
     trace: StructuredTrace
     wrong: bool
+    question_id: str | None = None
+
+
+def live_runs(results: Path) -> list[Labelled]:
+    """Each run of ``results.jsonl`` once: the last row of a question that carries its trace."""
+    rows: dict[str, dict[str, Any]] = {}
+    for number, line in enumerate(results.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise SystemExit(
+                f"{results}:{number}: not a JSON line; is this an eval --benchmark wtq-live results.jsonl?"
+            ) from None
+        if isinstance(row, dict) and "trace" in row and "correct" in row:
+            rows[str(row.get("question_id") or number)] = row
+    return [
+        Labelled(key, StructuredTrace.model_validate(row["trace"]), wrong=not row["correct"], question_id=key)
+        for key, row in rows.items()
+    ]
 
 
 def bbm_runs(data: Path, per_class: int, seed: int) -> list[Labelled]:
@@ -50,130 +90,307 @@ def bbm_runs(data: Path, per_class: int, seed: int) -> list[Labelled]:
     for path in sorted((data / "bbm").glob("*.jsonl")):
         for item in read_bbm(path):
             verdict = verifier.verify(item.trace, expected=item.expected).is_correct
+            key = f"{path.stem}:{item.trace.trace_id}"
             if verdict is True and not item.trace.labels:
-                right.append(Labelled(item.trace, wrong=False))
+                right.append(Labelled(key, item.trace, wrong=False))
             elif verdict is False and item.trace.labels:
-                wrong.append(Labelled(item.trace, wrong=True))
+                wrong.append(Labelled(key, item.trace, wrong=True))
     rng = random.Random(seed)
     rng.shuffle(right)
     rng.shuffle(wrong)
     return right[:per_class] + wrong[:per_class]
 
 
-def live_runs(results: Path) -> list[Labelled]:
-    runs = []
-    for line in results.read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
-        if "trace" in row:
-            runs.append(Labelled(StructuredTrace.model_validate(row["trace"]), wrong=not row["correct"]))
-    return runs
+@dataclass
+class Measured:
+    """One verifier's verdict on one run, and what it cost."""
+
+    verdict: Verdict | None
+    calls: int = 0
+    agent_runs: int = 0
+    seconds: float = 0.0
+
+    def row(self, key: str, verifier: str) -> dict[str, Any]:
+        return {
+            "key": key,
+            "verifier": verifier,
+            "verdict": self.verdict.model_dump(mode="json") if self.verdict is not None else None,
+            "calls": self.calls,
+            "agent_runs": self.agent_runs,
+            "seconds": round(self.seconds, 3),
+        }
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> Measured:
+        verdict = Verdict.model_validate(row["verdict"]) if row.get("verdict") else None
+        return cls(verdict, int(row["calls"]), int(row["agent_runs"]), float(row["seconds"]))
 
 
-Flagger = Callable[[Labelled], bool | None]
-"""True: HIGH_ERROR_SIGNAL; False: not flagged; None: the verifier failed (counted apart)."""
+class Journal:
+    """``flagging.jsonl``: each measurement appended as it finishes; read back on resume."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.done: dict[tuple[str, str], Measured] = {}
+        if path is not None and path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    self.done[(row["key"], row["verifier"])] = Measured.of(row)
+
+    def get(self, key: str, verifier: str, measure: Callable[[], Measured]) -> Measured:
+        if (key, verifier) in self.done:
+            return self.done[(key, verifier)]
+        measured = measure()
+        self.done[(key, verifier)] = measured
+        if self.path is not None:
+            with self.path.open("a", encoding="utf-8") as out:
+                out.write(json.dumps(measured.row(key, verifier)) + "\n")
+        return measured
 
 
-def evidence_flag(run: Labelled) -> bool:
-    return any(f.severity is Severity.CRITICAL for f in find_evidence(run.trace))
+class _KnownCheck(ConsistencyVerifier):
+    """The consistency check already made for this run (its resamples are not run again for the combined
+    verdict: the same agent runs, counted once)."""
+
+    def __init__(self, outcome: ConsistencyCheck | str) -> None:
+        super().__init__(calibration=_NO_CALIBRATION)
+        self.outcome = outcome
+
+    def check(self, trace: StructuredTrace) -> ConsistencyCheck | str:
+        return self.outcome
 
 
-class ProxyFlagger:
-    """A :data:`Flagger` over the proxy verifier that also counts, per verdict basis, the verdicts that were right."""
+@dataclass
+class Bench:
+    llm: StructuredLLM | None
+    runs_for: Callable[[Labelled], SamplesRuns | None]
+    journal: Journal
+    samples: int
+    temperature: float
+    config: ProxyVerifierConfig = field(default_factory=lambda: ProxyVerifierConfig(calibration=_NO_CALIBRATION))
 
-    def __init__(self, verifier: PlanAnchoredVerifier) -> None:
-        self.verifier = verifier
-        self.right: Counter[str] = Counter()
-        self.judged: Counter[str] = Counter()
+    def measure(self, name: str, run: Labelled) -> Measured:
+        if name == "evidence":
+            flagged = critical_evidence_verdict(find_evidence(run.trace), "evidence", _NO_CALIBRATION)
+            return Measured(flagged or Verdict(verifier="evidence", is_correct=None, confidence=None))
+        if name == "proxy":
+            return self.journal.get(run.key, name, lambda: self._audit(run, ""))
+        if name == "consistency":
+            return self.journal.get(run.key, name, lambda: self._consistency(run))
+        if name == "combined":
+            return self._combined(run)
+        raise ValueError(name)
 
-    def __call__(self, run: Labelled) -> bool | None:
-        verdict, basis = self.verifier.judge(run.trace)
-        if verdict.label == "UNCERTAIN" and "failed" in verdict.reasoning:
-            return None
-        if basis is not None:
-            self.judged[basis] += 1
-            self.right[basis] += verdict.is_correct is (not run.wrong)
-        return verdict.label == "HIGH_ERROR_SIGNAL"
+    def _audit(self, run: Labelled, context: str) -> Measured:
+        assert self.llm is not None
+        log = CallLog()
+        started = time.perf_counter()
+        verdict, _ = PlanAnchoredVerifier(RecordingLLM(self.llm, log), config=self.config).judge(run.trace, context)
+        failed = verdict.label == "UNCERTAIN" and "failed" in verdict.reasoning
+        return Measured(None if failed else verdict, len(log.calls), 0, time.perf_counter() - started)
 
-    def calibration(self, source: str) -> ConfidenceCalibration:
-        counts = {b: (self.right[b], self.judged[b]) for b in BASES if self.judged[b]}
-        return ConfidenceCalibration(model=self.verifier.llm.model_name, counts=counts, source=source)
+    def _consistency(self, run: Labelled) -> Measured:
+        source = self.runs_for(run)
+        started = time.perf_counter()
+        verifier = ConsistencyVerifier(
+            source, samples=self.samples, temperature=self.temperature, calibration=_NO_CALIBRATION
+        )
+        verdict = verifier.verify(run.trace, expected=None)
+        runs = len(verdict.consistency.runs) if verdict.consistency is not None else 0
+        return Measured(verdict if verdict.is_correct is not None else None, 0, runs, time.perf_counter() - started)
+
+    def _combined(self, run: Labelled) -> Measured:
+        """Evidence, then the consistency check already measured, then (where they do not decide) an audit shown
+        the resamples, kept apart from the plain proxy audit."""
+        critical = critical_evidence_verdict(find_evidence(run.trace), "combined", _NO_CALIBRATION)
+        if critical is not None:
+            return Measured(critical)
+        consistency = self.measure("consistency", run)
+        check = consistency.verdict.consistency if consistency.verdict is not None else None
+        decided = consistency_verdict(check, "combined", _NO_CALIBRATION) if check is not None else None
+        if decided is not None and decided.basis in ("consistency_disagree", "consistency_agree"):
+            return Measured(decided, 0, consistency.agent_runs, consistency.seconds)
+
+        def audit() -> Measured:
+            assert self.llm is not None
+            log = CallLog()
+            started = time.perf_counter()
+            proxy = PlanAnchoredVerifier(RecordingLLM(self.llm, log), config=self.config)
+            combined = CombinedVerifier(proxy, _KnownCheck(check or "no check"), calibration=_NO_CALIBRATION)
+            verdict = combined.verify(run.trace, expected=None)
+            failed = verdict.is_correct is None and "failed" in verdict.reasoning
+            return Measured(None if failed else verdict, len(log.calls), 0, time.perf_counter() - started)
+
+        audited = self.journal.get(run.key, "combined_audit", audit)
+        return Measured(
+            audited.verdict,
+            audited.calls,
+            consistency.agent_runs,
+            consistency.seconds + audited.seconds,
+        )
 
 
-def share(hits: int, total: int) -> str:
+def _rate(hits: int, total: int) -> str:
     if total == 0:
-        return "n/a (0 runs)"
-    p = hits / total
-    return f"{p:.2f} ± {math.sqrt(p * (1 - p) / total):.2f} ({hits}/{total})"
+        return "n/a"
+    return f"{hits / total:.2f}"
 
 
-def score(name: str, runs: Iterable[Labelled], flag: Flagger) -> str:
-    flagged_wrong = flagged_right = missed = failed = uncertain_right = 0
-    started = time.perf_counter()
-    for run in runs:
-        outcome = flag(run)
-        if outcome is None:
+def _interval(hits: int, total: int) -> str:
+    low, high = wilson(hits, total)
+    return f"[{low:.2f}, {high:.2f}] ({hits} of {total})" if total else "(none)"
+
+
+def report(name: str, runs: list[Labelled], results: list[Measured]) -> tuple[str, Counter[str], Counter[str]]:
+    """The verifier's lines, and per basis the verdicts right and judged (what a calibration holds). A run the
+    verifier failed on is counted apart; one it could not judge (UNCERTAIN) is not flagged."""
+    flagged_wrong = flagged_right = missed = failed = 0
+    right: Counter[str] = Counter()
+    judged: Counter[str] = Counter()
+    for run, measured in zip(runs, results, strict=True):
+        verdict = measured.verdict
+        if verdict is None:
             failed += 1
-        elif outcome and run.wrong:
-            flagged_wrong += 1
-        elif outcome:
-            flagged_right += 1
-        elif run.wrong:
-            missed += 1
-        else:
-            uncertain_right += 1
-        print(".", end="", file=sys.stderr, flush=True)
-    print(file=sys.stderr)
-    flagged = flagged_wrong + flagged_right
-    return (
-        f"| {name} | {share(flagged_wrong, flagged)} | {share(flagged_wrong, flagged_wrong + missed)} | "
-        f"{failed} | {time.perf_counter() - started:.0f} |"
-    )
+            continue
+        flagged = verdict.is_correct is False
+        flagged_wrong += flagged and run.wrong
+        flagged_right += flagged and not run.wrong
+        missed += (not flagged) and run.wrong
+        if verdict.basis and verdict.is_correct is not None:
+            judged[verdict.basis] += 1
+            right[verdict.basis] += verdict.is_correct is (not run.wrong)
+    wrong_runs, flagged_runs = flagged_wrong + missed, flagged_wrong + flagged_right
+    recall = flagged_wrong / wrong_runs if wrong_runs else 0.0
+    precision = flagged_wrong / flagged_runs if flagged_runs else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    count = len(runs) or 1
+    lines = [
+        f"flagging verifier={name} runs={len(runs)} recall={_rate(flagged_wrong, wrong_runs)} "
+        f"precision={_rate(flagged_wrong, flagged_runs)} f1={f1:.2f}",
+        f"  recall 95% {_interval(flagged_wrong, wrong_runs)} wrong runs flagged; precision 95% "
+        f"{_interval(flagged_wrong, flagged_runs)} flagged runs wrong; the verifier failed on {failed} runs",
+        f"  per run: {sum(m.calls for m in results) / count:.2f} model calls, "
+        f"{sum(m.agent_runs for m in results) / count:.2f} agent runs, {sum(m.seconds for m in results) / count:.1f} s",
+    ]
+    if judged:
+        shown = [f"{basis} {right[basis]} of {judged[basis]} right" for basis in BASES if judged[basis]]
+        lines.append("  verdicts per basis: " + "; ".join(shown))
+    return "\n".join(lines), right, judged
+
+
+def _live_resampler(results: Path, data: Path | None, llm: StructuredLLM | None) -> Callable[[Labelled], Any]:
+    """The demo agent rebuilt on each run's question, its replay adapter resampling (the model: ``llm``)."""
+    from reflect_otel.cli.evaluate import table_agent_rebuilt
+    from reflect_otel.demo.wtq import load_questions
+    from reflect_otel.online.setup import instrumented_provider
+
+    config_path = results.parent / "run_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+    folder = data or (Path(config["data"]) if config.get("data") else None)
+    if folder is None:
+        raise SystemExit("--live: give --data (the WikiTableQuestions folder the run used); no run_config.json says")
+    folder = folder / "wtq" if (folder / "wtq" / "questions.tsv").is_file() else folder
+    questions = {q.id: q for q in load_questions(data=folder)}
+    assert llm is not None
+    rebuild = table_agent_rebuilt(llm, instrumented_provider(), max_steps=int(config.get("max_steps", 6)))
+
+    def runs_for(run: Labelled) -> SamplesRuns | None:
+        question = questions.get(run.question_id or "")
+        return resampler(rebuild(question, run.trace).replay) if question is not None else None
+
+    return runs_for
+
+
+def _bbm_resampler(llm: StructuredLLM | None) -> Callable[[Labelled], SamplesRuns | None]:
+    from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
+
+    assert llm is not None
+    return lambda run: resampler(ReasoningReplayAdapter(llm))
+
+
+def _no_resampler(_run: Labelled) -> SamplesRuns | None:
+    return None
+
+
+def _smoke_resampler(run: Labelled) -> SamplesRuns | None:
+    """Under --smoke: resamples that repeat the run (the plumbing is checked, nothing is measured)."""
+    from reflect_otel.testing import ScriptedResampler
+
+    def repeat(trace: StructuredTrace, _sample: int, _t: float) -> Iterator[dict[str, Any]]:
+        for step in trace.steps:
+            yield (
+                {"tool": step.tool_name, "args": step.tool_args, "reasoning": step.reasoning}
+                if step.tool_name
+                else {"reasoning": trace.final_answer or step.reasoning}
+            )
+
+    return ScriptedResampler(lambda trace, sample, t: list(repeat(trace, sample, t)))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bbm", type=Path, help="dataset folder holding bbm/*.jsonl")
     parser.add_argument("--live", type=Path, help="results.jsonl of eval --benchmark wtq-live")
+    parser.add_argument("--data", type=Path, help="--live: the WikiTableQuestions folder (default: the run's own)")
     parser.add_argument("--per-class", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--verifiers", default="evidence,proxy,both")
-    parser.add_argument("--calibration-out", type=Path, help="write the last proxy verifier's calibration here")
+    parser.add_argument("--verifiers", default="evidence,proxy,consistency,combined")
+    parser.add_argument("--samples", type=int, default=3, help="resamples per run (REFLECT_FLAG_SAMPLES's default)")
+    parser.add_argument("--temperature", type=float, default=0.7, help="the resamples' temperature")
+    parser.add_argument("--limit", type=int, help="at most N runs (in file order)")
+    parser.add_argument("--out", type=Path, help="folder for flagging.jsonl: every measurement kept; resumes")
+    parser.add_argument("--calibrate", default="combined", help="the verifier whose verdicts --calibration-out counts")
+    parser.add_argument("--calibration-out", type=Path, help="write the per-basis precision here (a calibration)")
     add_smoke_option(parser)
     args = parser.parse_args()
-    if args.smoke:  # the demo agent's 7 live runs kept in the repository, the proxy's auditor scripted
+    if args.smoke:  # the demo agent's 7 live runs kept in the repository, the auditor scripted
         args.live, args.bbm = RESULTS / "wtq-live-qwen2.5-coder-1.5b" / "results.jsonl", None
     if (args.bbm is None) == (args.live is None):
         parser.error("give exactly one of --bbm DATA and --live RESULTS")
+    names = [n.strip() for n in args.verifiers.split(",") if n.strip()]
+    unknown = [n for n in names if n not in VERIFIERS]
+    if unknown:
+        parser.error(f"unknown verifier(s) {unknown}; choose from {', '.join(VERIFIERS)}")
+    if args.live is not None and not args.live.is_file():
+        parser.error(f"--live {args.live}: no such file (the results.jsonl of an eval --benchmark wtq-live run)")
     runs = bbm_runs(args.bbm, args.per_class, args.seed) if args.bbm else live_runs(args.live)
+    runs = runs[: args.limit] if args.limit else runs
     wrong = sum(r.wrong for r in runs)
     print(f"{len(runs)} runs: {wrong} wrong, {len(runs) - wrong} right")
-    print("| verifier | precision of HIGH_ERROR_SIGNAL | recall | verifier failed | seconds |")
-    print("|---|---|---|---|---|")
-    names = [n.strip() for n in args.verifiers.split(",") if n.strip()]
-    llm = (scripted_llm() if args.smoke else make_llm()) if {"proxy", "both"} & set(names) else None
-    calibrations: list[tuple[str, ConfidenceCalibration]] = []
+    needs_model = bool({"proxy", "consistency", "combined"} & set(names))
+    llm = (scripted_llm() if args.smoke else make_llm()) if needs_model else None
+    runs_for: Callable[[Labelled], SamplesRuns | None] = _no_resampler
+    if args.smoke:
+        runs_for = _smoke_resampler
+    elif {"consistency", "combined"} & set(names):
+        runs_for = _live_resampler(args.live, args.data, llm) if args.live is not None else _bbm_resampler(llm)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+    journal = Journal(args.out / "flagging.jsonl" if args.out is not None else None)
+    bench = Bench(llm, runs_for, journal, args.samples, args.temperature)
     data = f"--bbm {args.bbm} --per-class {args.per_class} --seed {args.seed}" if args.bbm else f"--live {args.live}"
+    counted: dict[str, tuple[Counter[str], Counter[str]]] = {}
     for name in names:
-        if name == "evidence":
-            print(score("evidence checks alone", runs, evidence_flag), flush=True)
-        elif name in ("proxy", "both"):
-            assert llm is not None
-            config = ProxyVerifierConfig(use_evidence=name == "both")
-            label = "proxy verifier alone" if name == "proxy" else "proxy + evidence (default)"
-            flagger = ProxyFlagger(PlanAnchoredVerifier(llm, config=config))
-            print(score(label, runs, flagger), flush=True)
-            source = (
-                f"{len(runs)} labelled runs, {date.today()}: python -m benchmarks.flagging {data} --verifiers {name}"
-            )
-            calibrations.append((label, flagger.calibration(source)))
-        else:
-            parser.error(f"unknown verifier {name!r}; choose from evidence, proxy, both")
-    for label, calibration in calibrations:
-        print(f"\n{label}, verdicts right per basis (model {calibration.model}):")
-        for basis, (right, judged) in calibration.counts.items():
-            print(f"- {basis}: {right}/{judged}, calibrated confidence {(right + 1) / (judged + 2):.2f}")
-    if args.calibration_out and calibrations:
-        args.calibration_out.write_text(calibrations[-1][1].model_dump_json(indent=2) + "\n", encoding="utf-8")
+        results = []
+        for run in runs:
+            results.append(bench.measure(name, run))
+            print(".", end="", file=sys.stderr, flush=True)
+        print(file=sys.stderr)
+        text, right, judged = report(name, runs, results)
+        counted[name] = (right, judged)
+        print(text, flush=True)
+    if args.calibration_out:
+        if args.calibrate not in counted:
+            parser.error(f"--calibrate {args.calibrate}: not among --verifiers")
+        right, judged = counted[args.calibrate]
+        calibration = ConfidenceCalibration(
+            model=llm.model_name if llm is not None else "",
+            counts={b: (right[b], judged[b]) for b in BASES if judged[b]},
+            source=f"{len(runs)} labelled runs ({wrong} wrong), {date.today()}: python -m benchmarks.flagging {data} "
+            f"--verifiers {args.calibrate} --samples {args.samples} --temperature {args.temperature}",
+        )
+        args.calibration_out.write_text(calibration.model_dump_json(indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.calibration_out} (use it with REFLECT_PROXY_CALIBRATION={args.calibration_out})")
     print(f"flagging_runs={len(runs)}")
 

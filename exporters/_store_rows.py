@@ -148,6 +148,12 @@ def verdict_rows(trace_id: str, verdict: Verdict) -> Write:
         "extracted_answer": verdict.extracted_answer,
         "reasoning": verdict.reasoning,
         "created_at": datetime.now(UTC),
+        "basis": verdict.basis,
+        "confidence_low": verdict.measured.low if verdict.measured is not None else None,
+        "confidence_high": verdict.measured.high if verdict.measured is not None else None,
+        "confidence_runs": verdict.measured.judged if verdict.measured is not None else None,
+        "resamples": verdict.consistency.finished if verdict.consistency is not None else None,
+        "resamples_agreeing": verdict.consistency.agreeing if verdict.consistency is not None else None,
     }
     return Write("verdict", (trace_id, verdict.verifier), {"verdicts": as_columns([row], list(row))})
 

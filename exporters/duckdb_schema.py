@@ -86,7 +86,18 @@ ALTER TABLE replays ADD COLUMN changed_step BOOLEAN;
 ALTER TABLE replays ADD COLUMN reproduced BOOLEAN
 """
 
-MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6]
+# v7: what a verdict without an expected answer rests on, its measured precision (Wilson interval, runs), and the
+# consistency check's resamples (how many finished, how many reproduced the answer)
+_SCHEMA_V7 = """
+ALTER TABLE verdicts ADD COLUMN basis VARCHAR;
+ALTER TABLE verdicts ADD COLUMN confidence_low DOUBLE;
+ALTER TABLE verdicts ADD COLUMN confidence_high DOUBLE;
+ALTER TABLE verdicts ADD COLUMN confidence_runs INTEGER;
+ALTER TABLE verdicts ADD COLUMN resamples INTEGER;
+ALTER TABLE verdicts ADD COLUMN resamples_agreeing INTEGER
+"""
+
+MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6, _SCHEMA_V7]
 """Each schema version's DDL (``postgres_schema.MIGRATIONS`` holds the same versions in PostgreSQL's SQL)."""
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -78,7 +78,13 @@ ALTER TABLE attributions ADD COLUMN effect_step INTEGER,
 ALTER TABLE replays ADD COLUMN arm TEXT, ADD COLUMN changed_step BOOLEAN, ADD COLUMN reproduced BOOLEAN
 """
 
-MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6]
+_SCHEMA_V7 = """
+ALTER TABLE verdicts ADD COLUMN basis TEXT, ADD COLUMN confidence_low DOUBLE PRECISION,
+    ADD COLUMN confidence_high DOUBLE PRECISION, ADD COLUMN confidence_runs INTEGER, ADD COLUMN resamples INTEGER,
+    ADD COLUMN resamples_agreeing INTEGER
+"""
+
+MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6, _SCHEMA_V7]
 """Each schema version's DDL: the versions of ``duckdb_schema.MIGRATIONS``, in PostgreSQL's SQL."""
 SCHEMA_VERSION = len(MIGRATIONS)
 

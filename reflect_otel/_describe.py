@@ -47,6 +47,14 @@ def verdict_text(verdict: Verdict | None, expected: str | None = None) -> str:
         text = f"{judged} by the {verdict.verifier} verifier"
         if verdict.extracted_answer is not None:
             text += f" (answer read: {verdict.extracted_answer!r})"
+        if verdict.basis is not None:  # a verdict without an expected answer: on what, and how often that is right
+            text += f", on {verdict.basis}: " + (
+                f"precision {verdict.measured.text()} on labelled runs"
+                if verdict.measured is not None
+                else "precision not measured (no calibration file: REFLECT_PROXY_CALIBRATION)"
+            )
+        if verdict.consistency is not None:
+            text += f"; {verdict.consistency.summary()}"
         if verdict.is_correct is None and verdict.reasoning:
             text += f": {verdict.reasoning}"
         parts.append(text)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from reflect_otel.config import ReflectConfig
+from reflect_otel.consistency import render_consistency
 from reflect_otel.errors import LLMError
 from reflect_otel.evidence import find_evidence, render_findings
 from reflect_otel.llm.base import StructuredLLM, prompt_budget
@@ -141,8 +142,17 @@ class AttributionRun:
             max_chars=config.max_field_chars,
             budget=prompt_budget(self.llm),
             layout=config.prompt_layout,
-            evidence=render_findings(find_evidence(of)) if config.evidence_in_prompts else "",
+            evidence=self._evidence(of) if config.evidence_in_prompts else "",
         )
+
+    def _evidence(self, of: StructuredTrace) -> str:
+        """The evidence checks' findings on ``of``; on the original run, also its consistency check's resamples
+        (where they departed from it: localization evidence) when the run was flagged by one."""
+        findings = render_findings(find_evidence(of))
+        check = self.original_verdict.consistency if self.original_verdict is not None else None
+        if check is None or of.trace_id != self.trace.trace_id:
+            return findings
+        return "\n".join(part for part in (findings, render_consistency(check)) if part)
 
 
 class MethodBase:

@@ -10,10 +10,10 @@ from reflect_otel.baselines import BASELINES
 from reflect_otel.config import LLMConfig, ReflectConfig
 from reflect_otel.controls import PlaceboControl, WrongStepControl
 from reflect_otel.errors import ConfigError
+from reflect_otel.flagging import proxy_regime_verifier
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.factory import NoModel, make_llm
 from reflect_otel.pipeline import ReflectPipeline
-from reflect_otel.proxy_verifier import PlanAnchoredVerifier
 from reflect_otel.record import AttributionRecord
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.trace import StructuredTrace
@@ -60,7 +60,7 @@ class MethodSpec:
 
 def _reflect_proxy(llm: StructuredLLM, verifier: Verifier, config: ReflectConfig) -> Attributor:
     withheld = config.model_copy(update={"include_expected_answer": False})
-    return ReflectPipeline(llm, verifier=PlanAnchoredVerifier(llm), config=withheld)
+    return ReflectPipeline(llm, verifier=proxy_regime_verifier(llm), config=withheld)
 
 
 def _reflect_guidance(llm: StructuredLLM, verifier: Verifier, config: ReflectConfig) -> Attributor:

@@ -14,44 +14,34 @@
 5. Scores: the error signal ``E = sigmoid(scale * (S - offset))`` of the severity-weighted deviation sum ``S``
    (resolved deviations weigh 30%); the confidence ``C`` starts at 1 and is penalised for ambiguity. Labels:
    ``HIGH_ERROR_SIGNAL`` (C >= 0.3 and E >= 0.5), ``LOW_ERROR_SIGNAL`` (C >= 0.3, E < 0.5), ``UNCERTAIN`` (C < 0.3).
-6. Reported confidence: ``C`` says how ambiguous the audit was, not how often such a verdict is right. The verdict
-   reports ``min(C, p)``, where ``p`` is how often verdicts on the same basis (:data:`BASES`) were right on labelled
-   runs with the same auditor model (:class:`ConfidenceCalibration`, Laplace-smoothed); a basis or model never
-   measured reports :data:`UNMEASURED_CONFIDENCE`, so an audit that found nothing is never "sure" by default. A run
-   flagged by critical evidence (no audit) reports its measured rate, else the configured prior
-   ``evidence_confidence``.
+6. Reported confidence: ``C`` says how ambiguous the audit was, not how often such a verdict is right, so it is
+   never shown as a confidence. The verdict's ``confidence`` is the precision measured for its basis
+   (:mod:`reflect_otel.calibration`: labelled runs of your agent, with the same auditor model), with its Wilson
+   interval and count in ``measured``; a basis never measured reports no number (None).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from reflect_otel.errors import ConfigError, LLMError
+from reflect_otel.calibration import Basis, ConfidenceCalibration
+from reflect_otel.errors import LLMError
 from reflect_otel.evidence import Finding, Severity, find_evidence, render_findings
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.prompts import format_step
 from reflect_otel.prompts.proxy import Anchors, AuditedStep, AuditOutput, anchors_prompt, audit_prompt
-from reflect_otel.settings import settings
 from reflect_otel.trace import Step, StepStatus, StructuredTrace
 from reflect_otel.verdict import Verdict
 
 __all__ = [
-    "BASES",
     "BENIGN",
-    "CALIBRATION_ENV",
     "DEVIATIONS",
-    "UNMEASURED_CONFIDENCE",
     "Anchors",
     "AuditOutput",
-    "Basis",
-    "ConfidenceCalibration",
     "EvidenceVerifier",
     "MacroStep",
     "PlanAnchoredVerifier",
@@ -71,67 +61,6 @@ DEVIATIONS = (
     "Missed_Required_Subgoal",
     "Output_Drift",
 )
-
-
-Basis = Literal["critical_evidence", "audit_high", "audit_low_with_deviations", "audit_low_clean"]
-BASES: tuple[Basis, ...] = ("critical_evidence", "audit_high", "audit_low_with_deviations", "audit_low_clean")
-"""What a verdict rests on: a critical evidence finding; an audit whose deviations flag the run; an audit that
-found deviations too light to flag it; an audit that found none."""
-
-UNMEASURED_CONFIDENCE = 0.5
-"""The confidence of a verdict whose basis was never measured for the auditor model: a coin, not certainty."""
-
-CALIBRATION_ENV = "REFLECT_PROXY_CALIBRATION"
-"""A JSON file of :class:`ConfidenceCalibration` (``python -m benchmarks.flagging ... --calibration-out FILE``
-writes one from labelled runs), used instead of the one shipped."""
-
-
-class ConfidenceCalibration(BaseModel):
-    """How often verdicts on each basis were right on labelled runs, with one auditor model.
-
-    ``counts[basis] = (right, judged)``; the calibrated confidence is ``(right + 1) / (judged + 2)``. Counts apply
-    only when the auditor is ``model``: another model's verdicts are as good as that model, which was not measured.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    model: str = ""
-    counts: dict[Basis, tuple[int, int]] = Field(default_factory=dict)
-    source: str = ""
-    """What was measured: data, run count, date, command."""
-
-    def confidence(self, basis: Basis, model: str) -> float | None:
-        """The measured rate for ``basis`` with ``model`` (Laplace-smoothed); None when never measured."""
-        if not self.model or model != self.model:
-            return None
-        right, judged = self.counts.get(basis, (0, 0))
-        return (right + 1) / (judged + 2) if judged else None
-
-    @classmethod
-    def from_env(cls) -> ConfidenceCalibration:
-        """The file named by ``REFLECT_PROXY_CALIBRATION``, else the calibration shipped with the package."""
-        path = settings().proxy_calibration
-        if path is None:
-            return SHIPPED_CALIBRATION
-        try:
-            return cls.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
-        except (OSError, ValueError) as error:
-            raise ConfigError(
-                f"{CALIBRATION_ENV}={path}: not a readable calibration ({error}); write one with "
-                "python -m benchmarks.flagging --calibration-out FILE, or unset the variable"
-            ) from None
-
-
-SHIPPED_CALIBRATION = ConfidenceCalibration(
-    model="qwen2.5-coder-1.5b-instruct",
-    counts={"audit_low_clean": (2, 7)},
-    source="7 labelled runs of the demo agent with the default local model (5 wrong, 2 right), 2026-11-22: python -m "
-    "benchmarks.flagging --live benchmarks/results/wtq-live-qwen2.5-coder-1.5b/results.jsonl --verifiers both",
-)
-"""Measured for the default local model only: every audit found nothing, and 2 of those 7 verdicts were right, so
-such a verdict reports (2 + 1) / (7 + 2) = 0.33. Until calibrated (``REFLECT_PROXY_CALIBRATION``), other models and
-the other audit bases report :data:`UNMEASURED_CONFIDENCE`, and a run flagged by critical evidence reports the
-configured prior ``ProxyVerifierConfig.evidence_confidence``."""
 
 
 class ProxyVerifierConfig(BaseModel):
@@ -160,11 +89,8 @@ class ProxyVerifierConfig(BaseModel):
     max_field_chars: int = 500
     use_evidence: bool = True
     """Combine the evidence checks with the audit (off measures the audit alone)."""
-    evidence_confidence: float = Field(default=0.9, ge=0, le=1)
-    """The confidence reported for a run flagged by a critical evidence finding when ``calibration`` has no
-    measurement of that basis (a prior: the critical checks name failures that hold whatever the task)."""
     calibration: ConfidenceCalibration = Field(default_factory=ConfidenceCalibration.from_env)
-    """Measured rates per basis (see the module's step 6)."""
+    """Measured precision per basis (see the module's step 6); empty unless ``REFLECT_PROXY_CALIBRATION`` names one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,40 +261,29 @@ class PlanAnchoredVerifier:
     def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
         return self.judge(trace)[0]
 
-    def judge(self, trace: StructuredTrace) -> tuple[Verdict, Basis | None]:
-        """The verdict, and what it rests on (None when UNCERTAIN): the pair a calibration counts."""
+    def judge(self, trace: StructuredTrace, context: str = "") -> tuple[Verdict, Basis | None]:
+        """The verdict, and what it rests on (None when UNCERTAIN): the pair a calibration counts. ``context`` is
+        more evidence about the run (a consistency check's resamples), shown to the audit as data."""
         steps = macro_steps(trace)
         if not steps:
             return Verdict(
-                verifier=self.name, is_correct=None, confidence=0.0, label="UNCERTAIN", reasoning="no steps"
+                verifier=self.name, is_correct=None, confidence=None, label="UNCERTAIN", reasoning="no steps"
             ), None
         findings = find_evidence(trace) if self.config.use_evidence else ()
-        measured = self.config.calibration.confidence("critical_evidence", self.llm.model_name)
-        flagged = critical_evidence_verdict(
-            findings, self.name, self.config.evidence_confidence if measured is None else measured
-        )
+        flagged = critical_evidence_verdict(findings, self.name, self.config.calibration)
         if flagged is not None:
             return flagged, "critical_evidence"
+        evidence = "\n".join(part for part in (render_findings(findings), context) if part)
         try:
             anchors = self.anchors(trace.question)
-            audited = self.audit(trace.question, anchors, steps, render_findings(findings))
+            audited = self.audit(trace.question, anchors, steps, evidence)
             if _degenerate(audited):
-                return Verdict(
-                    verifier=self.name,
-                    is_correct=None,
-                    confidence=0.0,
-                    label="UNCERTAIN",
-                    reasoning="degenerate audit: every macro-step got the same verdict and the same rationale",
+                return _uncertain(
+                    self.name, "degenerate audit: every macro-step got the same verdict and the same rationale"
                 ), None
             scores = score_audit(audited, self.config)
         except LLMError as error:
-            return Verdict(
-                verifier=self.name,
-                is_correct=None,
-                confidence=0.0,
-                label="UNCERTAIN",
-                reasoning=f"the proxy verifier failed: {error}",
-            ), None
+            return _uncertain(self.name, f"the proxy verifier failed: {error}"), None
         is_correct = {"HIGH_ERROR_SIGNAL": False, "LOW_ERROR_SIGNAL": True}.get(scores.label)
         described = "; ".join(
             f"{d.category} at macro-step {d.first_step}"
@@ -377,38 +292,45 @@ class PlanAnchoredVerifier:
             for d in scores.deviations
         )
         basis = verdict_basis(scores)
-        measured = self.config.calibration.confidence(basis, self.llm.model_name) if basis else None
-        confidence = min(scores.confidence, UNMEASURED_CONFIDENCE if measured is None else measured)
+        measured = self.config.calibration.measured(basis, self.llm.model_name) if basis else None
         verdict = Verdict(
             verifier=self.name,
             is_correct=is_correct,
-            confidence=confidence if basis else scores.confidence,
+            confidence=measured.rate if measured is not None else None,
             score=scores.error_signal,
             label=scores.label,
             reasoning=f"E={scores.error_signal:.3f} C={scores.confidence:.2f} "
-            + (
-                f"({basis}: {'measured' if measured is not None else 'not calibrated'} {confidence:.2f}); "
-                if basis
-                else "; "
-            )
+            + (f"({basis}: {measured.text() if measured else 'precision not measured'}); " if basis else "; ")
             + (described or "no deviations"),
+            basis=basis,
+            measured=measured,
         )
         return verdict, basis
 
 
-def critical_evidence_verdict(findings: Sequence[Finding], verifier: str, confidence: float) -> Verdict | None:
-    """The run judged wrong on its critical findings (no LLM call), naming them; None when it has none."""
+def _uncertain(verifier: str, reasoning: str) -> Verdict:
+    return Verdict(verifier=verifier, is_correct=None, confidence=None, label="UNCERTAIN", reasoning=reasoning)
+
+
+def critical_evidence_verdict(
+    findings: Sequence[Finding], verifier: str, calibration: ConfidenceCalibration
+) -> Verdict | None:
+    """The run judged wrong on its critical findings (no LLM call), naming them; None when it has none. Its
+    confidence is the precision ``calibration`` measured for critical evidence, else none."""
     critical = [f for f in findings if f.severity is Severity.CRITICAL]
     if not critical:
         return None
     named = "; ".join(f"step {f.step_index} {f.kind.value}: {f.evidence}" for f in critical[:3])
+    measured = calibration.measured("critical_evidence", "")
     return Verdict(
         verifier=verifier,
         is_correct=False,
-        confidence=confidence,
+        confidence=measured.rate if measured is not None else None,
         score=1.0,
         label="HIGH_ERROR_SIGNAL",
         reasoning=f"critical evidence (no audit needed): {named}",
+        basis="critical_evidence",
+        measured=measured,
     )
 
 
@@ -423,13 +345,9 @@ class EvidenceVerifier:
         self.config = config or ProxyVerifierConfig()
 
     def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
-        flagged = critical_evidence_verdict(find_evidence(trace), self.name, self.config.evidence_confidence)
-        return flagged or Verdict(
-            verifier=self.name,
-            is_correct=None,
-            confidence=0.0,
-            label="UNCERTAIN",
-            reasoning="no critical evidence; a silent failure needs the proxy verifier or an expected answer",
+        flagged = critical_evidence_verdict(find_evidence(trace), self.name, self.config.calibration)
+        return flagged or _uncertain(
+            self.name, "no critical evidence; a silent failure needs the proxy verifier or an expected answer"
         )
 
 

@@ -36,10 +36,11 @@ from reflect_otel.record import (
     Localization,
     RepairPlan,
 )
-from reflect_otel.replay import ReplayAdapter
+from reflect_otel.replay import ReplayAdapter, resampler
 from reflect_otel.trace import Step, StructuredTrace
 from reflect_otel.trial import Decision, GateFn, Trial, TrialResult
 from reflect_otel.verdict import Verdict
+from reflect_otel.verifiers import bound_to_original, bound_to_runs
 
 __all__ = [
     "Diagnosis",
@@ -145,7 +146,10 @@ def search(
 ) -> AttributionRecord:
     """The loop (see the module). Raises only for bugs; the method's boundary turns them into a record."""
     mode = AttributionMode.REPLAY if replay is not None else AttributionMode.LOCALIZATION_ONLY
+    if replay is not None and run.original_verdict is None:  # a consistency check of the run resamples its agent
+        run.verifier = bound_to_runs(run.verifier, resampler(replay))
     verdict = run.original_verdict or run.verifier.verify(run.trace, expected=expected)
+    run.verifier = bound_to_original(run.verifier, run.trace, verdict)  # the proxy regime judges replays by it
     if is_correct(verdict):
         return run.record(
             status=AttributionStatus.SKIPPED,

@@ -20,11 +20,11 @@ from reflect_otel.llm.budget import BudgetedLLM, TokenBudget
 from reflect_otel.llm.recording import CallLog, RecordingLLM
 from reflect_otel.methods import MethodSpec
 from reflect_otel.record import AGENT_REPLAY_STAGE, AttributionMode, AttributionRecord, AttributionStatus
-from reflect_otel.replay import BudgetedReplay, ReplayAdapter, TakesTaskContext
+from reflect_otel.replay import BudgetedReplay, ReplayAdapter, TakesTaskContext, resampler
 from reflect_otel.store import AttributionStore, RecordExporter
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
-from reflect_otel.verifiers import Verifier, bound_to
+from reflect_otel.verifiers import Verifier, bound_to, bound_to_runs, takes_runs
 
 __all__ = ["AttributionMetrics", "AttributionService", "Outcome", "ReplayFinder"]
 
@@ -129,12 +129,25 @@ class AttributionService:
         budgeted = BudgetedLLM(self.llm, self.budget) if self.budget is not None else None
         if budgeted is not None:
             llm = budgeted
-        verifier = self.verifier_for(expected)
+        agent_calls = CallLog()  # a found adapter's agent runs on our model: its calls are this trace's cost too
+
+        def found() -> ReplayAdapter | None:
+            if self.replay_finder is None:
+                return None
+            adapter = self.replay_finder(trace, RecordingLLM(llm, agent_calls, stage=AGENT_REPLAY_STAGE))
+            if domain_context and isinstance(adapter, TakesTaskContext):
+                adapter = adapter.with_task_context(domain_context)
+            return adapter
+
+        verifier = judge = self.verifier_for(expected)
+        if (self.triage or self.skip_correct) and takes_runs(verifier):  # a consistency check resamples the agent
+            replay = replay if replay is not None else found()
+            judge = bound_to_runs(verifier, resampler(replay) if replay is not None else None)
         verdict: Verdict | None = None
         triage_calls = CallLog()
         flagged = True
         if self.triage:
-            verdict = bound_to(verifier, RecordingLLM(llm, triage_calls)).verify(trace, expected=expected)
+            verdict = self._judge(judge, trace, expected, llm, triage_calls, agent_calls)
             uncertain = verdict.is_correct is None
             flagged = verdict.is_correct is False or (uncertain and self.config.attribute_uncertain)
             self._store(trace, verdict, None)
@@ -143,7 +156,7 @@ class AttributionService:
             if not flagged:
                 return Outcome(verdict, False, None, tokens=budgeted.used if budgeted is not None else 0)
         elif self.skip_correct:
-            verdict = bound_to(verifier, RecordingLLM(llm, triage_calls)).verify(trace, expected=expected)
+            verdict = self._judge(judge, trace, expected, llm, triage_calls, agent_calls)
             flagged = verdict.is_correct is not True
             if not flagged:
                 record = _correct_skip(trace, self.method.name, verdict).with_calls(before=triage_calls.calls)
@@ -154,11 +167,8 @@ class AttributionService:
             record = record.with_calls(before=triage_calls.calls)
             outcome = Outcome(verdict, flagged, record, budget_skipped=True, tokens=record.total_tokens)
             return self._finish(trace, verdict, record, outcome)
-        agent_calls = CallLog()  # a found adapter's agent runs on our model: its calls are this trace's cost too
-        if replay is None and self.replay_finder is not None:
-            replay = self.replay_finder(trace, RecordingLLM(llm, agent_calls, stage=AGENT_REPLAY_STAGE))
-            if domain_context and isinstance(replay, TakesTaskContext):
-                replay = replay.with_task_context(domain_context)
+        if replay is None:
+            replay = found()
         if replay is not None and self.max_replays is not None:
             replay = BudgetedReplay(replay, self.max_replays)  # per trace: the same for every method compared
         attributor = self.method.build(llm, verifier, self.config)
@@ -168,6 +178,24 @@ class AttributionService:
         tokens = budgeted.used if budgeted is not None else record.total_tokens
         first = verdict or record.original_verdict
         return self._finish(trace, first, record, Outcome(first, flagged, record, tokens=tokens))
+
+    def _judge(
+        self,
+        verifier: Verifier,
+        trace: StructuredTrace,
+        expected: str | None,
+        llm: StructuredLLM,
+        calls: CallLog,
+        agent_calls: CallLog,
+    ) -> Verdict:
+        """The verdict, its model calls in ``calls``. A consistency check's resamples count against the hourly
+        budget: through ``llm`` when the agent ran on our model (its calls are in ``agent_calls``), else by the
+        tokens its resampled traces report (the agent's own model)."""
+        before = len(agent_calls.calls)
+        verdict = bound_to(verifier, RecordingLLM(llm, calls)).verify(trace, expected=expected)
+        if self.budget is not None and verdict.consistency is not None and len(agent_calls.calls) == before:
+            self.budget.spend(verdict.consistency.agent_tokens)
+        return verdict
 
     def _finish(
         self, trace: StructuredTrace, verdict: Verdict | None, record: AttributionRecord, outcome: Outcome

@@ -79,8 +79,26 @@ class Settings(BaseSettings):
     )
     proxy_calibration: Path | None = Field(
         default=None,
-        description="A proxy-verifier calibration file (python -m benchmarks.flagging --calibration-out FILE); "
-        "default: the one shipped.",
+        description="A calibration file of the flagging verifiers' precision per basis, measured on labelled runs of "
+        "your agent (python -m benchmarks.flagging --live RESULTS --calibration-out FILE); default: none, and "
+        "verdicts show no confidence.",
+    )
+    flag_samples: int = Field(
+        default=3,
+        ge=1,
+        le=16,
+        description="Consistency check (--verifier consistency or combined): runs of the agent again on the same "
+        "input, sampled, whose answers are compared with the original's.",
+    )
+    flag_sample_rate: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="The share of runs (by trace id) the consistency check resamples; each costs "
+        "REFLECT_FLAG_SAMPLES agent runs.",
+    )
+    flag_temperature: float = Field(
+        default=0.7, ge=0.0, le=2.0, description="The temperature the consistency check's resamples run at."
     )
 
 

@@ -15,6 +15,7 @@ from reflect_otel import prompts
 from reflect_otel.errors import LLMError
 from reflect_otel.judge import answer_value, answers_match
 from reflect_otel.llm.base import StructuredLLM, prompt_budget
+from reflect_otel.replay import SamplesRuns
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
@@ -25,10 +26,13 @@ __all__ = [
     "Verifier",
     "answers_match",
     "bound_to",
+    "bound_to_original",
+    "bound_to_runs",
     "extract_answer",
     "extract_bbm_answer",
     "judged_correct",
     "normalise_answer",
+    "takes_runs",
 ]
 
 
@@ -53,6 +57,32 @@ def bound_to(verifier: Verifier, llm: StructuredLLM) -> Verifier:
     if not callable(rebind):
         return verifier
     bound: Verifier = rebind(llm)
+    return bound
+
+
+def takes_runs(verifier: Verifier) -> bool:
+    """Whether ``verifier`` resamples the agent (it implements ``with_runs(source) -> Verifier``, as the
+    consistency and combined verifiers do)."""
+    return callable(getattr(verifier, "with_runs", None))
+
+
+def bound_to_runs(verifier: Verifier, runs: SamplesRuns | None) -> Verifier:
+    """``verifier`` resampling the run's agent through ``runs`` (its replay adapter; None: it cannot); one that
+    does not resample is returned as it is."""
+    rebind = getattr(verifier, "with_runs", None)
+    if not callable(rebind):
+        return verifier
+    bound: Verifier = rebind(runs)
+    return bound
+
+
+def bound_to_original(verifier: Verifier, trace: StructuredTrace, verdict: Verdict) -> Verifier:
+    """``verifier`` judging the replays of ``trace`` (judged ``verdict``) against it, when it does so (it implements
+    ``with_original(trace, verdict)``, as the proxy regime's consensus verifier does); else as it is."""
+    rebind = getattr(verifier, "with_original", None)
+    if not callable(rebind):
+        return verifier
+    bound: Verifier = rebind(trace, verdict)
     return bound
 
 

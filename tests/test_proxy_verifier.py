@@ -9,12 +9,10 @@ from typing import Any
 
 import pytest
 
+from reflect_otel.calibration import BASES, CALIBRATION_ENV, ConfidenceCalibration
 from reflect_otel.errors import ConfigError
 from reflect_otel.proxy_verifier import (
-    CALIBRATION_ENV,
-    UNMEASURED_CONFIDENCE,
     AuditedStep,
-    ConfidenceCalibration,
     PlanAnchoredVerifier,
     ProxyVerifierConfig,
     chunks,
@@ -274,31 +272,41 @@ def _clean_audit_llm(model_name: str = "scripted-llm") -> ScriptedLLM:
     return ScriptedLLM([ANCHORS, {"steps": steps}], model_name=model_name)
 
 
-def test_an_audit_that_found_nothing_is_not_sure_unless_measured(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Structural confidence 1.0 is how unambiguous the audit was; the verdict reports how often such verdicts were
-    right with this auditor model, and a coin when that was never measured."""
+def test_an_audit_that_found_nothing_shows_no_confidence_unless_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Structural confidence 1.0 is how unambiguous the audit was, never shown as a confidence; the verdict reports
+    the precision measured for its basis with this auditor model (its Wilson interval and count), and no number
+    when that was never measured."""
     monkeypatch.delenv(CALIBRATION_ENV, raising=False)
     verdict = PlanAnchoredVerifier(_clean_audit_llm()).verify(_long_trace(3), expected=None)
-    assert verdict.label == "LOW_ERROR_SIGNAL" and verdict.confidence == UNMEASURED_CONFIDENCE
-    assert "audit_low_clean: not calibrated" in verdict.reasoning
+    assert verdict.label == "LOW_ERROR_SIGNAL" and verdict.confidence is None and verdict.measured is None
+    assert verdict.basis == "audit_low_clean" and "audit_low_clean: precision not measured" in verdict.reasoning
     measured = ConfidenceCalibration(model="scripted-llm", counts={"audit_low_clean": (3, 8)}, source="test")
     config = ProxyVerifierConfig(calibration=measured)
     verdict = PlanAnchoredVerifier(_clean_audit_llm(), config=config).verify(_long_trace(3), expected=None)
-    assert verdict.confidence == pytest.approx(4 / 10)  # (3 + 1) / (8 + 2)
+    assert verdict.confidence == pytest.approx(3 / 8) and verdict.measured is not None
+    assert (verdict.measured.right, verdict.measured.judged) == (3, 8)
+    assert verdict.measured.low == pytest.approx(0.1368, abs=1e-3) and verdict.measured.high == pytest.approx(
+        0.6943, abs=1e-3
+    )
+    assert "0.38 [0.14, 0.69] (3 of 8 right)" in verdict.reasoning
     verdict = PlanAnchoredVerifier(_clean_audit_llm("another-model"), config=config).verify(
         _long_trace(3), expected=None
     )
-    assert verdict.confidence == UNMEASURED_CONFIDENCE  # measured with another auditor: does not apply
+    assert verdict.confidence is None  # measured with another auditor: does not apply
 
 
-def test_critical_evidence_reports_its_measured_rate_or_else_its_prior() -> None:
+def test_critical_evidence_reports_its_measured_precision_or_no_number() -> None:
     loop = {"tool": "sort", "args": {"col": "Year"}, "result": "t2: 5 rows"}
     trace = make_trace("Which year?", [loop, loop, loop], final_answer="")
-    prior = PlanAnchoredVerifier(ScriptedLLM([]), config=ProxyVerifierConfig(calibration=ConfidenceCalibration()))
-    assert prior.verify(trace, expected=None).confidence == 0.9
+    unmeasured = PlanAnchoredVerifier(ScriptedLLM([]), config=ProxyVerifierConfig(calibration=ConfidenceCalibration()))
+    assert unmeasured.verify(trace, expected=None).confidence is None
     measured = ConfidenceCalibration(model="scripted-llm", counts={"critical_evidence": (9, 10)})
     verifier = PlanAnchoredVerifier(ScriptedLLM([]), config=ProxyVerifierConfig(calibration=measured))
-    assert verifier.verify(trace, expected=None).confidence == pytest.approx(10 / 12)
+    verdict = verifier.verify(trace, expected=None)
+    assert verdict.confidence == pytest.approx(0.9) and verdict.basis == "critical_evidence"
+    # evidence is judged without an auditor: its precision holds whatever the model
+    other = PlanAnchoredVerifier(ScriptedLLM([], model_name="other"), config=ProxyVerifierConfig(calibration=measured))
+    assert other.verify(trace, expected=None).confidence == pytest.approx(0.9)
 
 
 def test_a_calibration_file_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -311,13 +319,8 @@ def test_a_calibration_file_from_the_environment(tmp_path: Path, monkeypatch: py
         ProxyVerifierConfig()
 
 
-def test_the_shipped_calibration_is_the_default_local_models_and_says_what_was_measured(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_no_calibration_is_shipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seven runs of one agent are no measurement of a user's agent: without a file, nothing is measured."""
     monkeypatch.delenv(CALIBRATION_ENV, raising=False)
     shipped = ProxyVerifierConfig().calibration
-    assert shipped.model == "qwen2.5-coder-1.5b-instruct" and "benchmarks.flagging" in shipped.source
-    clean = shipped.confidence("audit_low_clean", shipped.model)
-    assert clean is not None and clean < UNMEASURED_CONFIDENCE  # most runs this model called clean were wrong
-    verdict = PlanAnchoredVerifier(_clean_audit_llm(shipped.model)).verify(_long_trace(3), expected=None)
-    assert verdict.confidence == pytest.approx(clean) and "audit_low_clean: measured" in verdict.reasoning
+    assert shipped.counts == {} and all(shipped.measured(b, "qwen2.5-coder-1.5b-instruct") is None for b in BASES)

@@ -81,12 +81,12 @@ def _results(messages: list[dict[str, Any]]) -> list[str]:
     return [str(m.get("content") or "") for m in messages if str(m.get("content") or "").startswith("Result of ")]
 
 
-def _agent_turn(schema: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """The table agent on nt-1: it filters on Position '1' (nothing matches) and answers 'none'; given rows, it
-    sorts them by year, newest first, reads the venue and answers with it."""
+def _agent_turn(schema: str, messages: list[dict[str, Any]], first_place: str = "1") -> dict[str, Any]:
+    """The table agent on nt-1: it filters on Position ``first_place`` ('1' matches nothing, and it answers 'none');
+    given rows, it sorts them by year, newest first, reads the venue and answers with it."""
     results = _results(messages)
     if not results:
-        action = {"tool": "filter_rows", "table": "t0", "column": "Position", "op": "=", "value": "1"}
+        action = {"tool": "filter_rows", "table": "t0", "column": "Position", "op": "=", "value": first_place}
         return {"thought": "first places", "action": action}
     tool, _, shown = results[-1].partition(":\n")
     table = shown.split(":")[0]
@@ -133,6 +133,21 @@ def _turn(body: dict[str, Any]) -> ScriptedTurn:
     return ScriptedTurn(text=json.dumps(reply if reply is not None else _agent_turn(schema, body["messages"])))
 
 
+def _sampling_turn(body: dict[str, Any]) -> ScriptedTurn:
+    """As :func:`_turn`, but the agent sampled (a resample: temperature above 0) filters on '1st' and answers
+    'Bangkok, Thailand' on nt-1, where its greedy run answered 'none'; on nt-3 it answers '12,467' at once, greedy
+    or sampled."""
+    schema = str(((body.get("response_format") or {}).get("json_schema") or {}).get("name", ""))
+    if schema in _AUDITOR:
+        return ScriptedTurn(text=json.dumps(_AUDITOR[schema]))
+    if "saskatoon" in json.dumps(body["messages"]).lower():
+        return ScriptedTurn(
+            text=json.dumps({"thought": "known", "action": {"tool": "final_answer", "answer": "12,467"}})
+        )
+    first_place = "1st" if float(body.get("temperature") or 0) > 0.3 else "1"
+    return ScriptedTurn(text=json.dumps(_agent_turn(schema, body["messages"], first_place)))
+
+
 @dataclass
 class _Online:
     """What one end-to-end run left: the agent's answer, the collector's last lines, the store's rows."""
@@ -142,6 +157,7 @@ class _Online:
     rows: list[tuple[Any, ...]]
     jobs: list[tuple[Any, ...]]
     replays: int
+    verdicts: list[tuple[Any, ...]]
 
 
 def _run_online(
@@ -151,15 +167,18 @@ def _run_online(
     *,
     other_service: str | None,
     timeout_s: float,
+    questions: tuple[str, ...] = ("nt-1",),
+    agent_args: tuple[str, ...] = (),
+    collect_args: tuple[str, ...] = (),
 ) -> _Online:
-    """The demo agent on nt-1 and ``collect --attribute`` in their own processes, the model at ``llm_env``; with
-    ``other_service`` (an address) a second run of another service naming it. Waits for the attribution spans of
-    the runs answered wrong to reach ``second``, then stops both and reads the store."""
+    """The demo agent on ``questions`` (nt-1) and ``collect --attribute`` in their own processes, the model at
+    ``llm_env``; with ``other_service`` (an address) a second run of another service naming it. Waits for the
+    attribution spans of nt-1 answered wrong to reach ``second``, then stops both and reads the store."""
     collect_port, replay_port = free_port(), free_port()
     config = tmp_path / "replay.toml"
     config.write_text(
         f'[[endpoint]]\nservice = "table-agent"\nurl = "http://127.0.0.1:{replay_port}/replay"\n'
-        'headers_from_env = { "X-Replay-Token" = "TABLE_AGENT_TOKEN" }\n'
+        'headers_from_env = { "X-Replay-Token" = "TABLE_AGENT_TOKEN" }\nresample = true\n'
     )
     store = tmp_path / "online.duckdb"
     env = (
@@ -175,7 +194,7 @@ def _run_online(
         [
             *CLI, "collect", "--http", f"127.0.0.1:{collect_port}", "-o", str(tmp_path / "runs.jsonl"),
             "--store", str(store), "--attribute", "--replay-config", str(config), "--export", "otlp",
-            "--grace", "0.5", "--rounds", "1", "--rollback-points", "1", "--gate", "soft",
+            "--grace", "0.5", "--rounds", "1", "--rollback-points", "1", "--gate", "soft", *collect_args,
         ],
         stderr=subprocess.PIPE,
         text=True,
@@ -188,8 +207,9 @@ def _run_online(
         assert "listening for OTLP/HTTP" in collector.stderr.readline()
         agent = subprocess.Popen(
             [
-                *CLI, "demo-agent", "--question", "nt-1", "--replay-port", str(replay_port),
-                "--otlp-endpoint", f"http://127.0.0.1:{collect_port}/v1/traces",
+                *CLI, "demo-agent", *(a for q in questions for a in ("--question", q)),
+                "--replay-port", str(replay_port), "--otlp-endpoint", f"http://127.0.0.1:{collect_port}/v1/traces",
+                *agent_args,
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -197,8 +217,9 @@ def _run_online(
         )  # fmt: skip
         assert agent.stdout is not None
         assert agent.stdout.readline().startswith("replay endpoint http://127.0.0.1:")
-        answered = agent.stdout.readline().strip()
-        assert answered.startswith("answered nt-1: "), answered
+        for _question in questions:  # nt-1 last
+            answered = agent.stdout.readline().strip()
+            assert answered.startswith(f"answered {_question}: "), answered
         answer = answered.removeprefix("answered nt-1: ")
         if other_service is not None:
             _other_service_run(collect_port, other_service)
@@ -217,9 +238,13 @@ def _run_online(
             "SELECT t.agent, a.status, a.mode, a.step_index, a.verified_by_kind, a.corrected_answer "
             "FROM attributions a JOIN traces t USING (trace_id) ORDER BY t.agent"
         ).fetchall()
+        verdicts = db.execute(
+            "SELECT t.question, v.verifier, v.is_correct, v.basis, v.resamples, v.resamples_agreeing "
+            "FROM verdicts v JOIN traces t USING (trace_id) ORDER BY t.question"
+        ).fetchall()
         jobs = db.execute("SELECT status, count(*) FROM attribution_jobs GROUP BY ALL").fetchall()
         replays = db.execute("SELECT count(*) FROM replays WHERE error IS NULL").fetchone()
-    return _Online(answer, errors, rows, jobs, replays[0] if replays else 0)
+    return _Online(answer, errors, rows, jobs, replays[0] if replays else 0, verdicts)
 
 
 def test_a_remote_agents_wrong_answer_is_flagged_replayed_over_http_verified_stored_and_exported(
@@ -271,3 +296,33 @@ def _other_service_run(port: int, address: str) -> None:
         with tracer.start_as_current_span("fetch", attributes=tool):
             pass
     provider.shutdown()
+
+
+def test_without_an_expected_answer_the_combined_verifier_flags_the_wrong_run_through_its_resamples(
+    tmp_path: Path, recorders: tuple[_Recorder, _Recorder]
+) -> None:
+    """Issue 43's end to end: the remote agent sends no expected answer; ``collect --attribute --verifier
+    combined`` re-runs it through its replay endpoint. On nt-1 its resamples answer 'Bangkok, Thailand' where the
+    run said 'none': flagged, and attributed with the replays judged by that consensus (no answer known anywhere).
+    On nt-3 its resamples repeat '12,467': left alone."""
+    second, _ = recorders
+    with ScriptedOpenAIServer(_sampling_turn) as model:
+        llm_env = {"REFLECT_LLM_BASE_URL": model.base_url, "REFLECT_LLM_API_KEY": "t", "REFLECT_LLM_MODEL": "scripted"}
+        online = _run_online(
+            tmp_path,
+            llm_env,
+            second,
+            other_service=None,
+            timeout_s=180,
+            questions=("nt-3", "nt-1"),
+            agent_args=("--no-expected",),
+            collect_args=("--verifier", "combined"),
+        )
+    assert online.answer == "none"
+    by_question = {row[0][:20]: row[1:] for row in online.verdicts}
+    assert by_question["in what city did pio"] == ("combined", False, "consistency_disagree", 3, 0)
+    assert by_question["how many more passen"] == ("combined", True, "consistency_agree", 3, 3)
+    ((_, status, mode, step, kind, corrected),) = online.rows  # the right run is not attributed
+    assert (status, mode, step, kind, corrected) == ("verified", "replay", 1, "action", "Bangkok, Thailand")
+    assert "consistency checked 2 of 2 (6 agent resamples)" in online.errors
+    assert "consistency check: 100% of runs without an expected answer" in online.errors

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from opentelemetry.trace import format_trace_id
 
+from reflect_otel.consistency import ConsistencyVerifier
 from reflect_otel.errors import ReplayError
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
@@ -182,6 +183,10 @@ def test_irreversible_tools_stop_the_replay(
     lg = LangGraphReplayAdapter(graph, tracer_provider=instrumented.provider, irreversible_tools={"add"})
     with pytest.raises(IrreversibleToolError):
         lg.replay(langgraph_case.trace, rollback_point=1, injection=replay_agents.FIX)
+    with pytest.raises(IrreversibleToolError):  # a consistency check's resample stops as a replay does
+        lg.resample(langgraph_case.trace, samples=1, temperature=0.7)
+    unchecked = ConsistencyVerifier(lg, samples=2).verify(langgraph_case.trace, expected=None)
+    assert unchecked.is_correct is None and "marked irreversible" in unchecked.reasoning
     allowed = LangGraphReplayAdapter(
         graph, tracer_provider=instrumented.provider, irreversible_tools={"add"}, allow_irreversible=True
     )

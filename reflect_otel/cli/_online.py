@@ -9,11 +9,11 @@ from pathlib import Path
 from reflect_otel._files import check_input_file
 from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int
 from reflect_otel.config import LLMConfig
+from reflect_otel.flagging import VERIFIER_NAMES, flagging_verifier
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import TokenBudget
 from reflect_otel.llm.factory import LazyLLM
 from reflect_otel.methods import ATTRIBUTE_METHODS, llm_for, method_spec
-from reflect_otel.proxy_verifier import EvidenceVerifier, PlanAnchoredVerifier
 from reflect_otel.replay_adapters.remote import load_replay_endpoints
 from reflect_otel.service import AttributionService, ReplayFinder
 from reflect_otel.store import AttributionStore, open_exporter
@@ -29,9 +29,11 @@ def add_online_options(parser: argparse.ArgumentParser, online: argparse._Argume
     )
     online.add_argument(
         "--verifier",
-        choices=("proxy", "evidence"),
+        choices=VERIFIER_NAMES,
         default="proxy",
-        help="for runs without an expected answer: proxy (the plan-anchored verifier: evidence checks, then an "
+        help="for runs without an expected answer: consistency (the agent run again REFLECT_FLAG_SAMPLES times "
+        "through its replay endpoint; an answer most resamples do not reproduce is flagged), combined (evidence, "
+        "then consistency, then the audit where they do not decide), proxy (the plan-anchored verifier: evidence checks, then an "
         "LLM audit) or evidence (critical evidence checks only, no LLM call; silent failures go unflagged)",
     )
     online.add_argument(
@@ -86,7 +88,7 @@ def online_service(
     spec = method_spec(args.method)
     llm: StructuredLLM = LazyLLM(lambda: llm_for(spec, LLMConfig.from_env()))  # started at the first flagged run
     chosen = verifier or args.verifier
-    proxy: Verifier = PlanAnchoredVerifier(llm) if chosen == "proxy" else EvidenceVerifier()
+    proxy: Verifier = flagging_verifier(chosen, llm)
     return AttributionService(
         llm,
         spec,

@@ -19,6 +19,7 @@ from reflect_otel.demo.examples import example_path
 from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.online.shared import SharedQueue
 from reflect_otel.online.work import AttributionWorker, WorkerStats, expected_answer_of
+from reflect_otel.settings import settings
 from reflect_otel.store import AttributionStore, check_store_target, open_store, store_kind, store_target
 from reflect_otel.trace import EXPECTED_ANSWER_FIELD, StructuredTrace
 from reflect_otel.tracefile import TraceWriter, check_traces_file, each_trace_row
@@ -158,6 +159,14 @@ def _collect(args: argparse.Namespace) -> int:
     if receiver.grpc_port is not None and grpc_endpoint is not None:
         where.append(f"OTLP/gRPC on {grpc_endpoint[0]}:{receiver.grpc_port}")
     print(f"reflect-otel collect: listening for {' and '.join(where)}; writing to {args.out}", file=sys.stderr)
+    if args.attribute and args.verifier in ("consistency", "combined"):
+        current = settings()
+        print(
+            f"consistency check: {current.flag_sample_rate:.0%} of runs without an expected answer "
+            f"(REFLECT_FLAG_SAMPLE_RATE), each run again {current.flag_samples} times through its --replay-config "
+            "endpoint (REFLECT_FLAG_SAMPLES); their tokens count against --max-tokens-per-hour",
+            file=sys.stderr,
+        )
     deadline = None if args.duration is None else time.monotonic() + args.duration
     try:
         while not stop.wait(1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))):
@@ -211,6 +220,8 @@ def _status(stats: dict[str, int], written: int, work: WorkerStats | None, *, en
             f"flagged {w.flagged}, attributed {w.attributed} ({w.verified_attributions} verified), "
             f"budget skips {w.budget_skips}, failed {w.failed}"
         )
+        if w.consistency_checked:
+            line += f"; consistency checked {w.consistency_checked} of {w.verified} ({w.resamples} agent resamples)"
     if quiet and line == _last_status[0]:
         return  # print only when something changed, so logs stay short
     _last_status[0] = line

@@ -4,7 +4,8 @@ in its own process, instrumented with OpenInference, sending its spans over OTLP
 (see reflect_otel/replay_adapters/http.py) so that the collector can re-run it from any step.
 
 It answers each ``--question`` once, under a root AGENT span that carries the question's expected answer as
-``reflect.expected_answer`` (how a canary or a test tells the collector what is right), then serves replays until
+``reflect.expected_answer`` (how a canary or a test tells the collector what is right; ``--no-expected`` leaves it
+out, so the collector must judge the run as a user's, with its ``--verifier``), then serves replays and resamples until
 stopped (Ctrl-C, SIGTERM or ``--duration``). The model is ``REFLECT_LLM_*`` (else the local llama.cpp server).
 Prints ``replay endpoint URL`` once listening, then ``answered ID: ANSWER`` for each question, flushed.
 """
@@ -21,7 +22,7 @@ from typing import Any
 from reflect_otel.config import LLMConfig
 from reflect_otel.errors import ConfigError, ReplayError
 from reflect_otel.llm.factory import make_llm
-from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult
+from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult, resampler
 from reflect_otel.semconv import OpenInferenceSpanKindValues, ReflectAttributes, SpanAttributes
 from reflect_otel.trace import StepAction, StructuredTrace
 
@@ -46,12 +47,21 @@ class _ByThread:
         injection_role: InjectionRole = InjectionRole.SYSTEM,
         action: StepAction | None = None,
     ) -> ReplayResult:
+        return self._for(trace).replay(
+            trace, rollback_point=rollback_point, injection=injection, injection_role=injection_role, action=action
+        )
+
+    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+        source = resampler(self._for(trace))
+        if source is None:
+            raise ReplayError("this agent's replay adapter cannot resample runs")
+        return source.resample(trace, samples=samples, temperature=temperature)
+
+    def _for(self, trace: StructuredTrace) -> ReplayAdapter:
         adapter = self.adapters.get(trace.replay.thread_id or "")
         if adapter is None:
             raise ReplayError(f"no agent here ran thread {trace.replay.thread_id!r}")
-        return adapter.replay(
-            trace, rollback_point=rollback_point, injection=injection, injection_role=injection_role, action=action
-        )
+        return adapter
 
 
 def _server(adapter: ReplayAdapter, port: int) -> ThreadingHTTPServer:
@@ -89,6 +99,11 @@ def add_demo_agent_command(subparsers: argparse._SubParsersAction[argparse.Argum
     parser.add_argument("--service", default="table-agent", help="the resource's service.name (default table-agent)")
     parser.add_argument("--replay-port", type=int, default=0, help="replay endpoint port on 127.0.0.1 (0: any free)")
     parser.add_argument("--max-steps", type=int, default=8, help="the agent's step limit")
+    parser.add_argument(
+        "--no-expected",
+        action="store_true",
+        help="leave out the expected answer: the collector judges the run with its --verifier, as a user's run",
+    )
     parser.add_argument("--duration", type=float, help="stop serving after this many seconds (default: until stopped)")
     parser.set_defaults(handler=_serve)
 
@@ -136,8 +151,9 @@ def _serve(args: argparse.Namespace) -> int:
             attributes = {
                 SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.AGENT.value,
                 SpanAttributes.INPUT_VALUE: question.question,
-                ReflectAttributes.EXPECTED_ANSWER: question.expected,
             }
+            if not args.no_expected:
+                attributes[ReflectAttributes.EXPECTED_ANSWER] = question.expected
             with tracer.start_as_current_span("table_qa", attributes=attributes) as span:
                 answer = agent.answer(thread_id=thread)
                 span.set_attribute(SpanAttributes.OUTPUT_VALUE, answer)

@@ -165,6 +165,20 @@ def _stats(args: argparse.Namespace) -> int:
                 f"{unjudged} of {counts['traces']} trace(s) were never judged right or wrong (no expected answer, or a "
                 "verifier that could not tell): failure_rate counts judged runs only, and is empty where none was"
             )
+        _, bases, _ = _query(
+            db,
+            "SELECT basis, count(*), count(*) FILTER (WHERE is_correct = false), max(confidence), "
+            "max(confidence_runs), sum(resamples) FROM verdicts WHERE basis IS NOT NULL GROUP BY basis ORDER BY 2 DESC",
+            20,
+        )
+        for basis, runs, flagged, precision, measured_on, resamples in bases:
+            shown = (
+                f"precision {precision:.2f} measured on {measured_on} labelled runs"
+                if precision is not None
+                else ("precision not measured")
+            )
+            extra = f", {resamples} agent resamples" if resamples else ""
+            print(f"verdicts on {basis}: {runs} ({flagged} flagged; {shown}{extra})")
         _, fidelity, _ = _query(db, "SELECT service, agent, controls, reproduced FROM replay_fidelity LIMIT 20", 20)
         for service, agent, controls, reproduced in fidelity:
             who = " / ".join(str(v) for v in (service, agent) if v) or "agents without a service name"

@@ -14,7 +14,8 @@ __all__ = ["OutcomeCounts"]
 @dataclass(slots=True)
 class OutcomeCounts:
     """Counters of :class:`~reflect_otel.service.Outcome` s: runs judged, flagged (judged wrong), attributed and
-    verified among them, flagged runs a spent token budget left unattributed, exports that failed, tokens spent."""
+    verified among them, flagged runs a spent token budget left unattributed, exports that failed, tokens spent;
+    runs a consistency check resampled, and the agent runs it cost."""
 
     verified: int = 0
     flagged: int = 0
@@ -23,11 +24,17 @@ class OutcomeCounts:
     budget_skips: int = 0
     export_errors: int = 0
     tokens: int = 0
+    consistency_checked: int = 0
+    resamples: int = 0
 
     def count(self, outcome: Outcome) -> None:
         """Add one run's outcome."""
         self.verified += 1
         self.export_errors += len(outcome.export_failures)
+        check = outcome.verdict.consistency if outcome.verdict is not None else None
+        if check is not None:
+            self.consistency_checked += 1
+            self.resamples += len(check.runs)
         if not outcome.flagged:
             return
         self.flagged += 1

@@ -10,12 +10,12 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
 from reflect_otel.config import LLMConfig, ReflectConfig
+from reflect_otel.flagging import VERIFIER_NAMES, flagging_verifier
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import TokenBudget
 from reflect_otel.llm.factory import LazyLLM, make_llm
 from reflect_otel.methods import method_spec
 from reflect_otel.online.runtime import Runtime
-from reflect_otel.proxy_verifier import PlanAnchoredVerifier
 from reflect_otel.service import AttributionService
 from reflect_otel.settings import check_environment
 from reflect_otel.store import open_exporter, open_store
@@ -72,6 +72,7 @@ def configure(
     llm_config: LLMConfig | None = None,
     reflect_config: ReflectConfig | None = None,
     proxy: bool = True,
+    verifier: str = "proxy",
     exporters: Sequence[str] = (),
     metrics_port: int | None = None,
     max_tokens_per_trace: int = 200_000,
@@ -82,12 +83,15 @@ def configure(
     """Set up online mode (optional: ``observe`` calls it with the defaults). Settings not given come from
     ``REFLECT_*`` variables: the store from ``REFLECT_STORE`` (else ``./reflect.duckdb``), the LLM from
     ``REFLECT_LLM_*``/``OPENAI_*`` (else the local llama.cpp server, started on first use, off the agent's path).
-    Runs inside ``expect(answer)`` are judged against the answer; the others by the plan-anchored proxy verifier
-    (``proxy=True``) or not at all."""
+    Runs inside ``expect(answer)`` are judged against the answer; the others (``proxy=True``) by ``verifier``: one of
+    :data:`~reflect_otel.flagging.VERIFIER_NAMES` (``consistency`` and ``combined`` resample the agent through the
+    replay adapter given to ``observe``), or not at all (``proxy=False``)."""
     from reflect_otel.collectors.span_processor import ReflectSpanProcessor
     from reflect_otel.exporters.metrics import AttributionMetrics
 
     global _runtime
+    if verifier not in VERIFIER_NAMES:
+        raise ValueError(f"verifier={verifier!r}: choose from {', '.join(VERIFIER_NAMES)}")
     check_environment()  # a bad REFLECT_* variable fails here, named (observe logs it and runs the agent untraced)
     with _runtime_lock:
         if _runtime is not None:
@@ -99,7 +103,7 @@ def configure(
             model,
             method_spec("reflect"),
             verifier=OracleVerifier(),  # without an expected answer and without the proxy: stored, not flagged
-            proxy=PlanAnchoredVerifier(model) if proxy else None,
+            proxy=flagging_verifier(verifier, model) if proxy else None,
             config=reflect_config or ReflectConfig.from_env(),
             store=None if no_store else open_store(store),
             exporters={name: open_exporter(name) for name in dict.fromkeys(exporters)},

@@ -25,6 +25,7 @@ __all__ = [
     "ScriptedReplayAdapter",
     "ScriptedReplayCall",
     "ScriptedRequest",
+    "ScriptedResampler",
     "TraceSink",
     "make_step",
     "make_trace",
@@ -275,6 +276,44 @@ def make_trace(
     built = [make_step(i, **dict(s)) for i, s in enumerate(steps, start=1)]
     answer = final_answer if final_answer is not None else (built[-1].reasoning if built else None)
     return StructuredTrace(trace_id=trace_id, question=question, final_answer=answer, steps=tuple(built))
+
+
+class ScriptedResampler(ScriptedReplayAdapter):
+    """A replay adapter double that can also resample runs (:class:`~reflect_otel.replay.SamplesRuns`):
+    ``resample_with(trace, sample, temperature)`` gives each resampled run's steps from the start (the last one's
+    text or ``final_answer`` call is its answer), or raises :class:`ReplayError`. ``resampled`` counts the runs."""
+
+    def __init__(
+        self,
+        resample_with: Callable[[StructuredTrace, int, float], Sequence[Step | Mapping[str, Any]]],
+        continue_with: Continuation | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(continue_with or (lambda _t, _p, _i: resample_with(_t, 0, 0.0)), **options)
+        self._resample = resample_with
+        self.resampled: list[float] = []
+
+    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+        runs = []
+        for sample in range(samples):
+            self.resampled.append(temperature)
+            new = list(self._resample(trace, sample, temperature))
+            steps = tuple(_as_step(s, index=i, trace_id=trace.trace_id) for i, s in enumerate(new, start=1))
+            last = steps[-1] if steps else None
+            answer = (
+                (last.tool_args.get("answer") if last.tool_name == "final_answer" else last.reasoning) if last else None
+            )
+            rerun = trace.model_copy(
+                update={
+                    "trace_id": f"{trace.trace_id[:24]}{len(self.resampled):08x}",
+                    "steps": steps,
+                    "final_answer": str(answer) if answer is not None else None,
+                }
+            )
+            runs.append(
+                ReplayResult(trace=rerun, rollback_point=0, final_answer=rerun.final_answer, prefix_verified=True)
+            )
+        return tuple(runs)
 
 
 class TraceSink:

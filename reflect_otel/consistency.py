@@ -1,0 +1,300 @@
+"""Self-consistency: an answer the agent's own resamples do not reproduce is suspect.
+
+The :class:`ConsistencyVerifier` re-runs the agent on the run's own input ``samples`` times (through a replay
+adapter that :class:`~reflect_otel.replay.SamplesRuns`, its decisions sampled at ``temperature``), and compares
+each resample's answer with the original's under the judge's normalisation (:func:`reflect_otel.judge.answers_match`:
+numbers, dates, case, punctuation, answer lists as sets). No expected answer and no model call of ours: the
+signal is the agent's disagreement with itself, the standard reference-free error signal.
+
+Decision rule (fixed before any measurement, the same for every agent):
+
+* fewer than half of the resamples that finished reproduce the original answer: ``HIGH_ERROR_SIGNAL`` (basis
+  ``consistency_disagree``);
+* all of them reproduce it: ``LOW_ERROR_SIGNAL`` (basis ``consistency_agree``);
+* otherwise (at least half, not all): ``LOW_ERROR_SIGNAL`` on basis ``consistency_partial``, which the combined
+  verifier (:mod:`reflect_otel.flagging`) hands to the audit;
+* no resample finished, no adapter, or the run not drawn by the sample rate: ``UNCERTAIN`` (``is_correct`` None).
+
+The resamples are kept in the verdict (:class:`ConsistencyCheck`): each one's answer and the first step at which it
+departed from the original, which the proxy audit and REFLECT's localizer read as evidence (as delimited data).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Sequence
+
+from reflect_otel.calibration import ConfidenceCalibration
+from reflect_otel.errors import ReplayError
+from reflect_otel.judge import answers_match
+from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.replay import SamplesRuns
+from reflect_otel.trace import Step, StructuredTrace
+from reflect_otel.verdict import ConsistencyCheck, Resample, Verdict
+from reflect_otel.verifiers import Verifier, bound_to, extract_answer
+
+__all__ = [
+    "ConsensusVerifier",
+    "ConsistencyVerifier",
+    "answers_agree",
+    "check_consistency",
+    "consistency_basis",
+    "consistency_verdict",
+    "drawn_for_sampling",
+    "first_divergence",
+    "majority_answer",
+    "render_consistency",
+]
+
+_MAX_SHOWN_ANSWER = 200
+
+
+def drawn_for_sampling(trace_id: str, rate: float) -> bool:
+    """Whether the run ``trace_id`` is among the share ``rate`` of runs checked: a hash of its id, so the same run
+    is drawn (or not) by every collector and on every retry."""
+    if rate >= 1.0:
+        return True
+    if rate <= 0.0:
+        return False
+    digest = hashlib.sha256(trace_id.encode("utf-8", "replace")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < rate
+
+
+def _shape(step: Step) -> tuple[str, str]:
+    """What a step decided, for comparing two runs: its tool and arguments, or its text when it called none."""
+    if step.tool_name:
+        return step.tool_name, json.dumps(step.tool_args, sort_keys=True, default=str)
+    return "", " ".join(step.reasoning.split()).casefold()
+
+
+def first_divergence(original: StructuredTrace, other: StructuredTrace) -> int | None:
+    """The 1-based index of the first step at which ``other`` decided differently from ``original`` (another
+    tool, other arguments, other text, or one run ending first); None when they decided the same throughout."""
+    for position, (mine, theirs) in enumerate(zip(original.steps, other.steps, strict=False), start=1):
+        if _shape(mine) != _shape(theirs):
+            return position
+    if len(original.steps) != len(other.steps):
+        return min(len(original.steps), len(other.steps)) + 1
+    return None
+
+
+def answers_agree(original: str | None, answer: str | None) -> bool:
+    """Two answers are the same under the judge's normalisation, each way (None only matches None)."""
+    if original is None or answer is None:
+        return original is None and answer is None
+    return answers_match(answer, original) and answers_match(original, answer)
+
+
+def _tokens(trace: StructuredTrace) -> int:
+    return sum((s.prompt_tokens or 0) + (s.completion_tokens or 0) for s in trace.steps)
+
+
+def check_consistency(
+    trace: StructuredTrace, runs: SamplesRuns, *, samples: int, temperature: float
+) -> ConsistencyCheck:
+    """Resample the run ``samples`` times and compare each answer with the original's. A resample the adapter
+    refuses or fails (:class:`ReplayError`) is kept with its error and left out of the agreement."""
+    original = extract_answer(trace.final_answer)
+    try:
+        results: Sequence[object] = runs.resample(trace, samples=samples, temperature=temperature)
+        failure = None
+    except ReplayError as error:
+        results, failure = (), str(error)[:300]
+    kept: list[Resample] = []
+    for result in results:
+        rerun = getattr(result, "trace", None)
+        if not isinstance(rerun, StructuredTrace):
+            continue
+        answer = extract_answer(getattr(result, "final_answer", None) or rerun.final_answer)
+        kept.append(
+            Resample(
+                answer=answer[:_MAX_SHOWN_ANSWER] if answer else None,
+                agrees=answers_agree(original, answer),
+                diverged_at=first_divergence(trace, rerun),
+                steps=len(rerun.steps),
+                agent_tokens=_tokens(rerun),
+            )
+        )
+    if failure is not None:
+        kept.extend(Resample(answer=None, agrees=False, error=failure) for _ in range(samples))
+    return ConsistencyCheck(
+        original_answer=original[:_MAX_SHOWN_ANSWER] if original else None,
+        runs=tuple(kept),
+        temperature=temperature,
+    )
+
+
+def consistency_basis(check: ConsistencyCheck) -> str | None:
+    """``consistency_disagree``, ``consistency_partial`` or ``consistency_agree`` (see the module's rule); None when
+    no resample finished."""
+    finished = check.finished
+    if not finished:
+        return None
+    if 2 * check.agreeing < finished:
+        return "consistency_disagree"
+    return "consistency_agree" if check.agreeing == finished else "consistency_partial"
+
+
+def render_consistency(check: ConsistencyCheck) -> str:
+    """The resamples as evidence lines for an auditor's prompt (the caller shows them as data)."""
+    lines = [
+        f"The agent was run again on the same input {len(check.runs)} times (sampled at temperature "
+        f"{check.temperature:g}): {check.summary()}."
+    ]
+    for number, run in enumerate(check.runs, start=1):
+        if run.error is not None:
+            lines.append(f"Resample {number}: did not finish.")
+            continue
+        where = f"; it first decided otherwise at step {run.diverged_at}" if run.diverged_at else ""
+        lines.append(
+            f"Resample {number}: answered {run.answer!r} ({'the same' if run.agrees else 'different'}){where}."
+        )
+    return "\n".join(lines)
+
+
+class ConsistencyVerifier:
+    """A :class:`~reflect_otel.verifiers.Verifier` for runs without an expected answer, through the run's replay
+    adapter (bound per run with :meth:`with_runs`). ``sample_rate`` is the share of runs checked (the others are
+    ``UNCERTAIN``, with no agent run spent)."""
+
+    name = "consistency"
+
+    def __init__(
+        self,
+        runs: SamplesRuns | None = None,
+        *,
+        samples: int = 3,
+        temperature: float = 0.7,
+        sample_rate: float = 1.0,
+        calibration: ConfidenceCalibration | None = None,
+    ) -> None:
+        if samples < 1:
+            raise ValueError("samples must be at least 1")
+        if not 0.0 <= sample_rate <= 1.0:
+            raise ValueError("sample_rate must lie in [0, 1]")
+        self.runs = runs
+        self.samples = samples
+        self.temperature = temperature
+        self.sample_rate = sample_rate
+        self.calibration = calibration if calibration is not None else ConfidenceCalibration.from_env()
+
+    def with_runs(self, runs: SamplesRuns | None) -> ConsistencyVerifier:
+        """The same verifier resampling through ``runs`` (the adapter found for one run)."""
+        return ConsistencyVerifier(
+            runs,
+            samples=self.samples,
+            temperature=self.temperature,
+            sample_rate=self.sample_rate,
+            calibration=self.calibration,
+        )
+
+    def with_original(self, trace: StructuredTrace, verdict: Verdict) -> ConsensusVerifier:
+        """The judge of ``trace``'s replays: the agent's consensus where the check found one (else uncertain)."""
+        return ConsensusVerifier(self.with_runs(None), trace, verdict.consistency, self.calibration)
+
+    def check(self, trace: StructuredTrace) -> ConsistencyCheck | str:
+        """The check, or why it was not made (no adapter, not drawn)."""
+        if self.runs is None:
+            return (
+                "no replay adapter that can resample this agent: pass one to observe(), or give its --replay-config "
+                "endpoint resample = true"
+            )
+        if not drawn_for_sampling(trace.trace_id, self.sample_rate):
+            return f"not drawn for a consistency check (sample rate {self.sample_rate:g})"
+        return check_consistency(trace, self.runs, samples=self.samples, temperature=self.temperature)
+
+    def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
+        outcome = self.check(trace)
+        if isinstance(outcome, str):
+            return Verdict(verifier=self.name, is_correct=None, confidence=None, label="UNCERTAIN", reasoning=outcome)
+        return consistency_verdict(outcome, self.name, self.calibration)
+
+
+def consistency_verdict(check: ConsistencyCheck, verifier: str, calibration: ConfidenceCalibration) -> Verdict:
+    """The verdict of one check under the module's rule, its reasoning naming the answers the resamples gave, its
+    confidence the precision ``calibration`` measured for its basis (else none)."""
+    basis = consistency_basis(check)
+    if basis is None:
+        errors = {r.error for r in check.runs if r.error}
+        return Verdict(
+            verifier=verifier,
+            is_correct=None,
+            confidence=None,
+            label="UNCERTAIN",
+            reasoning="no resample finished" + (f": {sorted(errors)[0]}" if errors else ""),
+            consistency=check,
+        )
+    measured = calibration.measured(basis, "")
+    return Verdict(
+        verifier=verifier,
+        is_correct=basis != "consistency_disagree",
+        extracted_answer=check.original_answer,
+        confidence=measured.rate if measured is not None else None,
+        score=round(1.0 - check.agreeing / check.finished, 6),
+        label="HIGH_ERROR_SIGNAL" if basis == "consistency_disagree" else "LOW_ERROR_SIGNAL",
+        reasoning=f"{basis}: {check.summary()}" + (f" (precision {measured.text()})" if measured else ""),
+        basis=basis,
+        measured=measured,
+        consistency=check,
+    )
+
+
+def majority_answer(check: ConsistencyCheck) -> str | None:
+    """The answer most resamples gave when more than half of them gave it (under the judge), else None: the
+    agent's own consensus, used to judge a replay's answer where no answer is known."""
+    answers = [r.answer for r in check.runs if r.error is None and r.answer]
+    if not answers:
+        return None
+    # each answer counted under the first one it matches: equal answers written differently vote together
+    groups = Counter(next(j for j, other in enumerate(answers) if answers_agree(other, answer)) for answer in answers)
+    leader, count = groups.most_common(1)[0]
+    return answers[leader] if 2 * count > check.finished else None
+
+
+class ConsensusVerifier:
+    """The judge of a run's replays where no answer is known (online attribution, ``reflect-proxy``).
+
+    Where most of the run's resamples agreed on an answer other than the run's, a replay is right when it gives that
+    answer and wrong otherwise (basis ``consistency_majority``): the agent's own consensus stands in for the
+    expected answer. Without such a consensus, ``fallback`` judges the replay (it does not resample replays)."""
+
+    name = "consensus"
+
+    def __init__(
+        self,
+        fallback: Verifier,
+        original: StructuredTrace,
+        check: ConsistencyCheck | None,
+        calibration: ConfidenceCalibration,
+    ) -> None:
+        self.fallback = fallback
+        self.original = original
+        self.check = check
+        self.calibration = calibration
+
+    def with_llm(self, llm: StructuredLLM) -> ConsensusVerifier:
+        return ConsensusVerifier(bound_to(self.fallback, llm), self.original, self.check, self.calibration)
+
+    def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
+        check = self.check
+        consensus = majority_answer(check) if check is not None else None
+        if trace is self.original or check is None or consensus is None:
+            return self.fallback.verify(trace, expected=None)
+        if answers_agree(consensus, check.original_answer):
+            return self.fallback.verify(trace, expected=None)
+        answer = extract_answer(trace.final_answer)
+        right = answer is not None and answers_agree(answer, consensus)
+        measured = self.calibration.measured("consistency_majority", "")
+        return Verdict(
+            verifier=self.name,
+            is_correct=right,
+            extracted_answer=answer,
+            confidence=measured.rate if measured is not None else None,
+            label="LOW_ERROR_SIGNAL" if right else "HIGH_ERROR_SIGNAL",
+            reasoning=f"the replay answered {answer!r}; the agent's resamples of the run agreed on {consensus!r} "
+            f"({check.summary()})",
+            basis="consistency_majority",
+            measured=measured,
+        )

@@ -1,0 +1,128 @@
+"""One verdict on a run without an expected answer, from the evidence checks, the agent's own resamples and the
+plan-anchored audit, with the basis that decided it and that basis's measured precision.
+
+The rule, in order (fixed before any measurement; the cheapest signal first):
+
+1. a critical evidence finding (no answer, a step limit, a loop, an answer right after a failed call) flags the
+   run (basis ``critical_evidence``; no model call, no agent run);
+2. where the run's replay adapter can resample it and the run is drawn by the sample rate, the consistency check
+   (:mod:`reflect_otel.consistency`): fewer than half of the resamples reproducing the answer flags the run
+   (``consistency_disagree``), all of them clears it (``consistency_agree``);
+3. otherwise (some resamples disagree, or no check was made) the plan-anchored audit decides
+   (:mod:`reflect_otel.proxy_verifier`), shown the resamples' answers and where they departed from the run.
+
+The verdict's ``confidence`` is the precision measured for the deciding basis
+(:class:`~reflect_otel.calibration.ConfidenceCalibration`), None where it was never measured.
+"""
+
+from __future__ import annotations
+
+from reflect_otel.calibration import ConfidenceCalibration
+from reflect_otel.consistency import ConsensusVerifier, ConsistencyVerifier, consistency_basis, render_consistency
+from reflect_otel.evidence import find_evidence
+from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.proxy_verifier import EvidenceVerifier, PlanAnchoredVerifier, critical_evidence_verdict
+from reflect_otel.replay import SamplesRuns
+from reflect_otel.settings import settings
+from reflect_otel.trace import StructuredTrace
+from reflect_otel.verdict import ConsistencyCheck, Verdict
+from reflect_otel.verifiers import Verifier
+
+__all__ = ["VERIFIER_NAMES", "CombinedVerifier", "flagging_verifier", "proxy_regime_verifier"]
+
+
+class CombinedVerifier:
+    """A :class:`~reflect_otel.verifiers.Verifier` for runs without an expected answer (see the module's rule).
+    Bound per run to the model (:meth:`with_llm`) and to the run's adapter (:meth:`with_runs`)."""
+
+    name = "combined"
+
+    def __init__(
+        self,
+        proxy: PlanAnchoredVerifier,
+        consistency: ConsistencyVerifier,
+        *,
+        calibration: ConfidenceCalibration | None = None,
+    ) -> None:
+        self.proxy = proxy
+        self.consistency = consistency
+        self.calibration = calibration if calibration is not None else proxy.config.calibration
+
+    def with_llm(self, llm: StructuredLLM) -> CombinedVerifier:
+        return CombinedVerifier(self.proxy.with_llm(llm), self.consistency, calibration=self.calibration)
+
+    def with_runs(self, runs: SamplesRuns | None) -> CombinedVerifier:
+        return CombinedVerifier(self.proxy, self.consistency.with_runs(runs), calibration=self.calibration)
+
+    def with_original(self, trace: StructuredTrace, verdict: Verdict) -> ConsensusVerifier:
+        """The judge of ``trace``'s replays: the agent's consensus where its check found one, else this verifier
+        without resampling (evidence, then the audit)."""
+        return ConsensusVerifier(self.with_runs(None), trace, verdict.consistency, self.calibration)
+
+    def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
+        critical = critical_evidence_verdict(find_evidence(trace), self.name, self.calibration)
+        if critical is not None:
+            return critical
+        outcome = self.consistency.check(trace)
+        check = outcome if isinstance(outcome, ConsistencyCheck) else None
+        basis = consistency_basis(check) if check is not None else None
+        if check is not None and basis in ("consistency_disagree", "consistency_agree"):
+            return self._decided(basis, check, f"{basis}: {check.summary()}")
+        context = render_consistency(check) if check is not None else ""  # shown inside the audit's EVIDENCE block
+        audit, audit_basis = self.proxy.judge(trace, context=context)
+        reasoning = f"audit ({check.summary() if check is not None else outcome}): {audit.reasoning}"
+        if audit_basis is None:  # the audit could not tell, or failed: uncertain, the resamples kept
+            return audit.model_copy(update={"verifier": self.name, "consistency": check, "reasoning": reasoning})
+        return self._decided(audit_basis, check, reasoning, score=audit.score)
+
+    def _decided(
+        self, basis: str, check: ConsistencyCheck | None, reasoning: str, *, score: float | None = None
+    ) -> Verdict:
+        measured = self.calibration.measured(basis, self.proxy.llm.model_name)
+        flagged = basis in ("consistency_disagree", "audit_high")
+        if score is None and check is not None and check.finished:
+            score = round(1 - check.agreeing / check.finished, 6)
+        return Verdict(
+            verifier=self.name,
+            is_correct=not flagged,
+            extracted_answer=check.original_answer if check is not None else None,
+            confidence=measured.rate if measured is not None else None,
+            score=score,
+            label="HIGH_ERROR_SIGNAL" if flagged else "LOW_ERROR_SIGNAL",
+            reasoning=reasoning,
+            basis=basis,
+            measured=measured,
+            consistency=check,
+        )
+
+
+VERIFIER_NAMES = ("proxy", "evidence", "consistency", "combined")
+"""The verifiers for runs without an expected answer, by the name ``--verifier`` takes."""
+
+
+def _consistency() -> ConsistencyVerifier:
+    current = settings()
+    return ConsistencyVerifier(
+        samples=current.flag_samples, temperature=current.flag_temperature, sample_rate=current.flag_sample_rate
+    )
+
+
+def proxy_regime_verifier(llm: StructuredLLM) -> CombinedVerifier:
+    """``reflect-proxy``'s judge: the combined verdict on the run (resampling as :func:`flagging_verifier` does),
+    then its replays judged by the agent's consensus (:meth:`CombinedVerifier.with_original`)."""
+    return CombinedVerifier(PlanAnchoredVerifier(llm), _consistency())
+
+
+def flagging_verifier(name: str, llm: StructuredLLM) -> Verifier:
+    """The verifier ``name`` (:data:`VERIFIER_NAMES`): the consistency check's samples, rate and temperature come
+    from ``REFLECT_FLAG_SAMPLES``, ``REFLECT_FLAG_SAMPLE_RATE`` and ``REFLECT_FLAG_TEMPERATURE``."""
+    if name == "evidence":
+        return EvidenceVerifier()
+    if name == "proxy":
+        return PlanAnchoredVerifier(llm)
+    consistency = _consistency()
+    if name == "consistency":
+        return consistency
+    if name == "combined":
+        return CombinedVerifier(PlanAnchoredVerifier(llm), consistency)
+    raise ValueError(f"unknown verifier {name!r}; choose from {', '.join(VERIFIER_NAMES)}")

@@ -1,0 +1,271 @@
+"""The consistency check and the combined verdict: the agent's own resamples as the reference-free signal, the
+rule's order (evidence, consistency, audit), costs counted, and confidence only where measured."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from reflect_otel._run import AttributionRun
+from reflect_otel.calibration import ConfidenceCalibration
+from reflect_otel.config import ReflectConfig
+from reflect_otel.consistency import (
+    ConsistencyVerifier,
+    drawn_for_sampling,
+    first_divergence,
+    majority_answer,
+)
+from reflect_otel.errors import ReplayError
+from reflect_otel.flagging import CombinedVerifier, flagging_verifier
+from reflect_otel.llm.budget import TokenBudget
+from reflect_otel.methods import METHODS
+from reflect_otel.proxy_verifier import PlanAnchoredVerifier, ProxyVerifierConfig
+from reflect_otel.replay import ReplayResult
+from reflect_otel.service import AttributionService
+from reflect_otel.testing import ScriptedLLM, ScriptedResampler, make_step, make_trace
+from reflect_otel.testing.examples import five_step_trace, scripted_agent, scripted_auditor
+from reflect_otel.trace import StructuredTrace
+from reflect_otel.verifiers import OracleVerifier
+
+QUESTION = "Where was the first-place finish?"
+WRONG_FILTER = {"tool": "filter_rows", "args": {"column": "Position", "value": "1"}, "result": "0 rows"}
+RIGHT_FILTER = {"tool": "filter_rows", "args": {"column": "Position", "value": "1st"}, "result": "1 row: Bangkok"}
+
+
+def _run(answer: str, first: Mapping[str, Any] = WRONG_FILTER, trace_id: str = "0" * 31 + "1") -> StructuredTrace:
+    steps = [first, {"tool": "final_answer", "args": {"answer": answer}, "is_final_answer": True}]
+    return make_trace(QUESTION, steps, final_answer=answer, trace_id=trace_id)
+
+
+def _answering(*answers: str, tokens: int = 0) -> ScriptedResampler:
+    """Resamples that answer ``answers[i]`` in turn: after the right filter when the answer is Bangkok's."""
+
+    def resample(_trace: StructuredTrace, sample: int, _t: float) -> Sequence[Mapping[str, Any]]:
+        answer = answers[sample % len(answers)]
+        first = dict(RIGHT_FILTER if "Bangkok" in answer else WRONG_FILTER, prompt_tokens=tokens)
+        return [first, {"tool": "final_answer", "args": {"answer": answer}}]
+
+    return ScriptedResampler(resample)
+
+
+def test_the_sample_rate_draws_runs_by_id_the_same_way_every_time() -> None:
+    ids = [f"{i:032x}" for i in range(4000)]
+    drawn = [drawn_for_sampling(i, 0.25) for i in ids]
+    assert 0.22 < sum(drawn) / len(ids) < 0.28
+    assert drawn == [drawn_for_sampling(i, 0.25) for i in ids]  # another collector, a retry: the same runs
+    assert all(drawn_for_sampling(i, 1.0) for i in ids[:50]) and not any(drawn_for_sampling(i, 0.0) for i in ids[:50])
+
+
+def test_the_first_step_a_resample_decided_otherwise() -> None:
+    original = _run("none")
+    assert first_divergence(original, _run("none")) is None
+    assert first_divergence(original, _run("Bangkok, Thailand", RIGHT_FILTER)) == 1
+    assert first_divergence(original, _run("Bangkok")) == 2  # the same filter, another answer
+    shorter = original.model_copy(update={"steps": original.steps[:1]})
+    assert first_divergence(original, shorter) == 2
+
+
+def test_an_answer_the_resamples_do_not_reproduce_is_flagged_and_the_resamples_are_kept() -> None:
+    runs = _answering("Bangkok, Thailand", "Bangkok, Thailand", "none")
+    verdict = ConsistencyVerifier(runs, samples=3, temperature=0.7).verify(_run("none"), expected=None)
+    assert verdict.is_correct is False and verdict.label == "HIGH_ERROR_SIGNAL"
+    assert runs.resampled == [0.7, 0.7, 0.7]
+    check = verdict.consistency
+    assert check is not None and (check.agreeing, check.finished) == (1, 3)
+    assert [r.diverged_at for r in check.runs] == [1, 1, None] and check.first_divergence == 1
+    assert "1 of 3 resamples reproduced the answer 'none'" in verdict.reasoning
+    assert "'Bangkok, Thailand'" in verdict.reasoning and "first diverging at step 1" in verdict.reasoning
+    assert verdict.confidence is None  # never measured: no number
+    assert majority_answer(check) == "Bangkok, Thailand"
+
+
+def test_answers_are_compared_under_the_judges_normalisation() -> None:
+    """'16.0' is '16', and 'paris' is 'Paris.': a resample that writes the same answer otherwise agrees."""
+    numbers = ConsistencyVerifier(_answering("16.0", "16", " 16 "), samples=3).verify(_run("16"), expected=None)
+    assert numbers.is_correct is True and numbers.consistency is not None and numbers.consistency.agreeing == 3
+    words = ConsistencyVerifier(_answering("paris", "Paris.", "Lyon"), samples=3).verify(_run("Paris"), expected=None)
+    assert words.is_correct is True and "consistency_partial" in words.reasoning  # 2 of 3: not flagged alone
+
+
+def test_no_adapter_a_failed_resample_or_a_run_not_drawn_is_uncertain_never_a_verdict() -> None:
+    assert ConsistencyVerifier(None).verify(_run("none"), expected=None).is_correct is None
+
+    def failing(_t: StructuredTrace, _s: int, _temp: float) -> Sequence[Mapping[str, Any]]:
+        raise ReplayError("replay endpoint answered 503")
+
+    failed = ConsistencyVerifier(ScriptedResampler(failing), samples=2).verify(_run("none"), expected=None)
+    assert failed.is_correct is None and "503" in failed.reasoning
+    runs = _answering("Bangkok, Thailand")
+    skipped = ConsistencyVerifier(runs, sample_rate=0.0).verify(_run("none"), expected=None)
+    assert skipped.is_correct is None and "sample rate" in skipped.reasoning and runs.resampled == []
+
+
+def _audit_llm(category: str = "Aligned") -> ScriptedLLM:
+    anchors = {
+        "hard": {"entities": [], "filters": [], "target_property": "venue", "operation": "lookup", "output_form": ""},
+        "plans": [{"subgoals": ["filter", "read"]}],
+    }
+    steps = [
+        {"macro_step": i, "category": category, "severity": "critical", "anchor": "hard", "rationale": f"step {i}"}
+        for i in (1, 2)
+    ]
+    return ScriptedLLM([anchors, {"steps": steps}])
+
+
+def _combined(
+    llm: ScriptedLLM, runs: ScriptedResampler | None, calibration: ConfidenceCalibration | None = None
+) -> CombinedVerifier:
+    empty = ConfidenceCalibration()
+    proxy = PlanAnchoredVerifier(llm, config=ProxyVerifierConfig(calibration=calibration or empty))
+    return CombinedVerifier(proxy, ConsistencyVerifier(samples=3)).with_runs(runs)
+
+
+def test_combined_evidence_first_then_consistency_then_the_audit() -> None:
+    # a critical finding decides with no resample and no model call
+    runs = _answering("none")
+    looped = make_trace(QUESTION, [WRONG_FILTER, WRONG_FILTER, WRONG_FILTER], final_answer="")
+    verdict = _combined(ScriptedLLM([]), runs).verify(looped, expected=None)
+    assert verdict.basis == "critical_evidence" and verdict.is_correct is False and runs.resampled == []
+    # resamples that disagree decide, with no audit
+    llm = ScriptedLLM([])
+    verdict = _combined(llm, _answering("Bangkok, Thailand")).verify(_run("none"), expected=None)
+    assert (verdict.basis, verdict.is_correct, llm.requests) == ("consistency_disagree", False, [])
+    # resamples that all agree clear it, with no audit
+    verdict = _combined(llm, _answering("none")).verify(_run("none"), expected=None)
+    assert (verdict.basis, verdict.is_correct, llm.requests) == ("consistency_agree", True, [])
+
+
+def test_a_split_check_goes_to_the_audit_which_sees_the_resamples_as_data() -> None:
+    llm = _audit_llm("Evidence_Contradiction")
+    verdict = _combined(llm, _answering("none", "Bangkok, Thailand", "none")).verify(_run("none"), expected=None)
+    assert verdict.basis == "audit_high" and verdict.is_correct is False and verdict.verifier == "combined"
+    audit = llm.requests[-1].text
+    evidence = audit[audit.index("BEGIN EVIDENCE") : audit.index("END EVIDENCE")]
+    assert "2 of 3 resamples reproduced the answer 'none'" in evidence
+    assert "Resample 2: answered 'Bangkok, Thailand' (different); it first decided otherwise at step 1" in evidence
+    assert verdict.consistency is not None and verdict.consistency.agreeing == 2
+    # without an adapter, the audit alone decides
+    verdict = _combined(_audit_llm(), None).verify(_run("none"), expected=None)
+    assert verdict.basis == "audit_low_clean" and verdict.is_correct is True and verdict.consistency is None
+
+
+def test_the_combined_confidence_is_the_measured_precision_of_the_deciding_basis() -> None:
+    calibration = ConfidenceCalibration(
+        model="scripted-llm", counts={"consistency_disagree": (17, 20), "audit_high": (1, 4)}, source="test runs"
+    )
+    verdict = _combined(ScriptedLLM([]), _answering("Bangkok, Thailand"), calibration).verify(
+        _run("none"), expected=None
+    )
+    assert verdict.confidence == pytest.approx(0.85) and verdict.measured is not None
+    assert (verdict.measured.low, verdict.measured.high) == pytest.approx((0.6396, 0.9476), abs=1e-3)
+    agreed = _combined(ScriptedLLM([]), _answering("none"), calibration).verify(_run("none"), expected=None)
+    assert agreed.confidence is None and agreed.measured is None  # consistency_agree never measured
+
+
+def test_the_service_resamples_through_the_found_adapter_and_counts_the_agents_tokens() -> None:
+    """Online triage with the combined verifier: the wrong run is flagged through its adapter's resamples and
+    attributed; the right one is left alone; each resample's tokens (the agent's own model) count against the
+    hourly budget."""
+    budget = TokenBudget(per_trace=10**6, per_hour=10**6)
+    adapters = {"wrong": _answering("Bangkok, Thailand", tokens=100), "right": _answering("Bangkok", tokens=100)}
+
+    def find(trace: StructuredTrace, _llm: object) -> ScriptedResampler:
+        return adapters["wrong" if trace.final_answer == "none" else "right"]
+
+    llm = ScriptedLLM(respond=lambda _r: {})  # no audit is needed: every check is unanimous
+    service = AttributionService(
+        llm,
+        METHODS["first-step"],
+        verifier=OracleVerifier(),
+        proxy=flagging_verifier("combined", llm),
+        config=ReflectConfig(),
+        replay_finder=find,
+        budget=budget,
+        triage=True,
+    )
+    flagged = service.process(_run("none", trace_id="a" * 32))
+    assert flagged.flagged and flagged.record is not None and flagged.verdict is not None
+    assert flagged.verdict.basis == "consistency_disagree"
+    assert budget.spent_last_hour() == 300  # three resamples of 100 tokens, none on our model
+    right = service.process(_run("Bangkok", RIGHT_FILTER, trace_id="b" * 32))
+    assert not right.flagged and right.record is None and right.verdict is not None
+    assert right.verdict.basis == "consistency_agree" and budget.spent_last_hour() == 600
+    assert llm.requests == []
+
+
+def test_flagging_verifiers_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REFLECT_FLAG_SAMPLES", "5")
+    monkeypatch.setenv("REFLECT_FLAG_SAMPLE_RATE", "0.5")
+    made = flagging_verifier("consistency", ScriptedLLM([]))
+    assert isinstance(made, ConsistencyVerifier) and (made.samples, made.sample_rate) == (5, 0.5)
+    assert {flagging_verifier(n, ScriptedLLM([])).name for n in ("proxy", "evidence", "combined")} == {
+        "plan_anchored",
+        "evidence",
+        "combined",
+    }
+    with pytest.raises(ValueError, match="choose from"):
+        flagging_verifier("oracle", ScriptedLLM([]))
+
+
+def test_reflects_localizer_sees_where_the_resamples_departed_from_the_run() -> None:
+    """The check that flagged a run is localization evidence: REFLECT's prompts about the original run show the
+    resamples (inside the evidence block), not its replays'."""
+    run = _run("none")
+    flagged = ConsistencyVerifier(_answering("Bangkok, Thailand"), samples=2).verify(run, expected=None)
+    attribution = AttributionRun("reflect", ScriptedLLM([]), run, {}, OracleVerifier(), flagged)
+    context = attribution.prompt_context(run, None, include_expected=False, domain_context="", config=ReflectConfig())
+    assert "Resample 1: answered 'Bangkok, Thailand' (different); it first decided otherwise at step 1" in (
+        context.evidence
+    )
+    replayed = run.model_copy(update={"trace_id": "f" * 32})
+    other = attribution.prompt_context(
+        replayed, None, include_expected=False, domain_context="", config=ReflectConfig()
+    )
+    assert "Resample" not in other.evidence
+
+
+class _ResamplingAgent:
+    """The five-step example's agent (:func:`scripted_agent`), which resampled from the start multiplies and
+    answers 42 (its consensus) where its greedy run added and answered 41."""
+
+    def __init__(self) -> None:
+        self.agent = scripted_agent()
+        self.deterministic = True
+        self.resampled = 0
+
+    def replay(self, trace: StructuredTrace, **kwargs: Any) -> Any:
+        return self.agent.replay(trace, **kwargs)
+
+    def propose(self, trace: StructuredTrace, **kwargs: Any) -> Any:
+        return self.agent.propose(trace, **kwargs)
+
+    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+        self.resampled += samples
+        runs = []
+        for n in range(samples):
+            steps = (*trace.steps[:2], make_step(3, tool="multiply", args={"a": 6, "b": 7}, result="42"))
+            steps += (make_step(4, reasoning="The answer is 42", is_final_answer=True),)
+            rerun = trace.model_copy(
+                update={"trace_id": f"{n:032x}", "steps": steps, "final_answer": "The answer is 42"}
+            )
+            runs.append(
+                ReplayResult(trace=rerun, rollback_point=0, final_answer="The answer is 42", prefix_verified=True)
+            )
+        return tuple(runs)
+
+
+def test_reflect_proxy_judges_the_run_and_its_replays_by_the_agents_own_consensus() -> None:
+    """No expected answer anywhere: the run is flagged because its resamples agree on another answer (no audit),
+    and a replay counts as corrected when it gives that consensus answer; the control, answering 41 again, does
+    not, so the step is verified under control without the answer ever being known."""
+    agent = _ResamplingAgent()
+    method = METHODS["reflect-proxy"].build(scripted_auditor(), OracleVerifier(), ReflectConfig(rounds=1))
+    record = method.attribute(five_step_trace(), expected=None, replay=agent)
+    assert agent.resampled == 3  # the run checked once; replays are judged against it, not resampled again
+    assert record.original_verdict is not None and record.original_verdict.basis == "consistency_disagree"
+    assert record.status.value == "verified" and record.corrected_answer == "The answer is 42"
+    judged = [r.verdict for r in record.replays if r.verdict is not None]
+    assert judged and {v.basis for v in judged} == {"consistency_majority"}
+    assert record.effect is not None and record.effect.control.flips == 0
