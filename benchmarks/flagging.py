@@ -38,7 +38,7 @@ from typing import Any
 from benchmarks._common import RESULTS, add_smoke_option, scripted_llm
 from reflect_otel._stats import wilson
 from reflect_otel.calibration import BASES, ConfidenceCalibration
-from reflect_otel.consistency import ConsistencyVerifier, consistency_verdict
+from reflect_otel.consistency import ConsistencyVerifier
 from reflect_otel.datasets.bbm import read_bbm
 from reflect_otel.evidence import find_evidence
 from reflect_otel.flagging import CombinedVerifier
@@ -52,6 +52,8 @@ from reflect_otel.verdict import ConsistencyCheck, Verdict
 from reflect_otel.verifiers import BBMVerifier
 
 VERIFIERS = ("evidence", "proxy", "consistency", "combined")
+VERIFIER_OF = {"evidence": "evidence", "proxy": "plan_anchored", "consistency": "consistency", "combined": "combined"}
+"""Each benchmark verifier's name on its verdicts: the name a calibration applies to."""
 _NO_CALIBRATION = ConfidenceCalibration()  # measured here, so nothing earlier may colour the verdicts
 
 
@@ -103,12 +105,17 @@ def bbm_runs(data: Path, per_class: int, seed: int) -> list[Labelled]:
 
 @dataclass
 class Measured:
-    """One verifier's verdict on one run, and what it cost."""
+    """One verifier's verdict on one run, and what it cost. ``verdict`` None, or one with ``error`` set: the
+    verifier failed on the run (counted apart, never scored, and measured again on resume)."""
 
     verdict: Verdict | None
     calls: int = 0
     agent_runs: int = 0
     seconds: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict is None or self.verdict.error is not None
 
     def row(self, key: str, verifier: str) -> dict[str, Any]:
         return {
@@ -127,21 +134,40 @@ class Measured:
 
 
 class Journal:
-    """``flagging.jsonl``: each measurement appended as it finishes; read back on resume."""
+    """``flagging.jsonl``: its first line the settings measured under, then each measurement appended as it
+    finishes (failures are not kept: a resume measures them again). A resume with other settings is refused; a
+    last line cut by a stop is dropped."""
 
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, settings: dict[str, Any]) -> None:
         self.path = path
         self.done: dict[tuple[str, str], Measured] = {}
-        if path is not None and path.is_file():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                if line.strip():
-                    row = json.loads(line)
-                    self.done[(row["key"], row["verifier"])] = Measured.of(row)
+        if path is None:
+            return
+        if not path.is_file():
+            path.write_text(json.dumps({"settings": settings}) + "\n", encoding="utf-8")
+            return
+        lines = path.read_text(encoding="utf-8").splitlines()
+        header = json.loads(lines[0]) if lines else {}
+        if header.get("settings") != settings:
+            raise SystemExit(
+                f"{path} was measured with {header.get('settings')}, not {settings}: give another --out to measure "
+                "with these settings"
+            )
+        for number, line in enumerate(lines[1:], start=2):
+            try:
+                row = json.loads(line)
+            except ValueError:
+                if number == len(lines):  # cut by a stop mid-write
+                    continue
+                raise SystemExit(f"{path}:{number}: not a JSON line; the journal is damaged") from None
+            self.done[(row["key"], row["verifier"])] = Measured.of(row)
 
     def get(self, key: str, verifier: str, measure: Callable[[], Measured]) -> Measured:
         if (key, verifier) in self.done:
             return self.done[(key, verifier)]
         measured = measure()
+        if measured.failed:
+            return measured
         self.done[(key, verifier)] = measured
         if self.path is not None:
             with self.path.open("a", encoding="utf-8") as out:
@@ -175,20 +201,19 @@ class Bench:
             flagged = critical_evidence_verdict(find_evidence(run.trace), "evidence", _NO_CALIBRATION)
             return Measured(flagged or Verdict(verifier="evidence", is_correct=None, confidence=None))
         if name == "proxy":
-            return self.journal.get(run.key, name, lambda: self._audit(run, ""))
+            return self.journal.get(run.key, name, lambda: self._proxy(run))
         if name == "consistency":
             return self.journal.get(run.key, name, lambda: self._consistency(run))
         if name == "combined":
             return self._combined(run)
         raise ValueError(name)
 
-    def _audit(self, run: Labelled, context: str) -> Measured:
+    def _proxy(self, run: Labelled) -> Measured:
         assert self.llm is not None
         log = CallLog()
         started = time.perf_counter()
-        verdict, _ = PlanAnchoredVerifier(RecordingLLM(self.llm, log), config=self.config).judge(run.trace, context)
-        failed = verdict.label == "UNCERTAIN" and "failed" in verdict.reasoning
-        return Measured(None if failed else verdict, len(log.calls), 0, time.perf_counter() - started)
+        verdict = PlanAnchoredVerifier(RecordingLLM(self.llm, log), config=self.config).verify(run.trace, expected=None)
+        return Measured(verdict, len(log.calls), 0, time.perf_counter() - started)
 
     def _consistency(self, run: Labelled) -> Measured:
         source = self.runs_for(run)
@@ -197,37 +222,34 @@ class Bench:
             source, samples=self.samples, temperature=self.temperature, calibration=_NO_CALIBRATION
         )
         verdict = verifier.verify(run.trace, expected=None)
-        runs = len(verdict.consistency.runs) if verdict.consistency is not None else 0
-        return Measured(verdict if verdict.is_correct is not None else None, 0, runs, time.perf_counter() - started)
+        if source is None:  # nothing could re-run this run's agent: a failure of the setup, not a verdict
+            verdict = verdict.model_copy(update={"error": verdict.reasoning})
+        runs = verdict.consistency.agent_runs if verdict.consistency is not None else 0
+        return Measured(verdict, 0, runs, time.perf_counter() - started)
 
     def _combined(self, run: Labelled) -> Measured:
-        """Evidence, then the consistency check already measured, then (where they do not decide) an audit shown
-        the resamples, kept apart from the plain proxy audit."""
-        critical = critical_evidence_verdict(find_evidence(run.trace), "combined", _NO_CALIBRATION)
-        if critical is not None:
-            return Measured(critical)
+        """The combined verifier itself, its consistency check the one measured for ``consistency`` (the same agent
+        runs, counted once); its audit (where evidence and the check do not decide) journaled as its own."""
         consistency = self.measure("consistency", run)
         check = consistency.verdict.consistency if consistency.verdict is not None else None
-        decided = consistency_verdict(check, "combined", _NO_CALIBRATION) if check is not None else None
-        if decided is not None and decided.basis in ("consistency_disagree", "consistency_agree"):
-            return Measured(decided, 0, consistency.agent_runs, consistency.seconds)
+        outcome: ConsistencyCheck | str = check if check is not None else "no consistency check"
 
-        def audit() -> Measured:
+        def verdict() -> Measured:
             assert self.llm is not None
             log = CallLog()
             started = time.perf_counter()
             proxy = PlanAnchoredVerifier(RecordingLLM(self.llm, log), config=self.config)
-            combined = CombinedVerifier(proxy, _KnownCheck(check or "no check"), calibration=_NO_CALIBRATION)
-            verdict = combined.verify(run.trace, expected=None)
-            failed = verdict.is_correct is None and "failed" in verdict.reasoning
-            return Measured(None if failed else verdict, len(log.calls), 0, time.perf_counter() - started)
+            combined = CombinedVerifier(proxy, _KnownCheck(outcome), calibration=_NO_CALIBRATION)
+            judged = combined.verify(run.trace, expected=None)
+            return Measured(judged, len(log.calls), 0, time.perf_counter() - started)
 
-        audited = self.journal.get(run.key, "combined_audit", audit)
+        own = self.journal.get(run.key, "combined", verdict)
+        used = own.verdict is not None and own.verdict.basis != "critical_evidence"  # evidence decides with no check
         return Measured(
-            audited.verdict,
-            audited.calls,
-            consistency.agent_runs,
-            consistency.seconds + audited.seconds,
+            own.verdict,
+            own.calls,
+            consistency.agent_runs if used else 0,
+            own.seconds + (consistency.seconds if used else 0.0),
         )
 
 
@@ -250,7 +272,7 @@ def report(name: str, runs: list[Labelled], results: list[Measured]) -> tuple[st
     judged: Counter[str] = Counter()
     for run, measured in zip(runs, results, strict=True):
         verdict = measured.verdict
-        if verdict is None:
+        if verdict is None or measured.failed:
             failed += 1
             continue
         flagged = verdict.is_correct is False
@@ -354,6 +376,8 @@ def main() -> None:
         parser.error(f"unknown verifier(s) {unknown}; choose from {', '.join(VERIFIERS)}")
     if args.live is not None and not args.live.is_file():
         parser.error(f"--live {args.live}: no such file (the results.jsonl of an eval --benchmark wtq-live run)")
+    if args.calibration_out and args.calibrate not in names:
+        parser.error(f"--calibrate {args.calibrate}: not among --verifiers {','.join(names)}")
     runs = bbm_runs(args.bbm, args.per_class, args.seed) if args.bbm else live_runs(args.live)
     runs = runs[: args.limit] if args.limit else runs
     wrong = sum(r.wrong for r in runs)
@@ -367,7 +391,16 @@ def main() -> None:
         runs_for = _live_resampler(args.live, args.data, llm) if args.live is not None else _bbm_resampler(llm)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-    journal = Journal(args.out / "flagging.jsonl" if args.out is not None else None)
+    settings = {
+        "runs": str(args.live or args.bbm),
+        "per_class": args.per_class if args.bbm else None,
+        "seed": args.seed if args.bbm else None,
+        "samples": args.samples,
+        "temperature": args.temperature,
+        "model": llm.model_name if llm is not None else None,
+        "smoke": args.smoke,
+    }
+    journal = Journal(args.out / "flagging.jsonl" if args.out is not None else None, settings)
     bench = Bench(llm, runs_for, journal, args.samples, args.temperature)
     data = f"--bbm {args.bbm} --per-class {args.per_class} --seed {args.seed}" if args.bbm else f"--live {args.live}"
     counted: dict[str, tuple[Counter[str], Counter[str]]] = {}
@@ -381,11 +414,12 @@ def main() -> None:
         counted[name] = (right, judged)
         print(text, flush=True)
     if args.calibration_out:
-        if args.calibrate not in counted:
-            parser.error(f"--calibrate {args.calibrate}: not among --verifiers")
         right, judged = counted[args.calibrate]
         calibration = ConfidenceCalibration(
+            verifier=VERIFIER_OF[args.calibrate],
             model=llm.model_name if llm is not None else "",
+            samples=args.samples,
+            temperature=args.temperature,
             counts={b: (right[b], judged[b]) for b in BASES if judged[b]},
             source=f"{len(runs)} labelled runs ({wrong} wrong), {date.today()}: python -m benchmarks.flagging {data} "
             f"--verifiers {args.calibrate} --samples {args.samples} --temperature {args.temperature}",

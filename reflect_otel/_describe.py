@@ -51,7 +51,7 @@ def verdict_text(verdict: Verdict | None, expected: str | None = None) -> str:
             text += f", on {verdict.basis}: " + (
                 f"precision {verdict.measured.text()} on labelled runs"
                 if verdict.measured is not None
-                else "precision not measured (no calibration file: REFLECT_PROXY_CALIBRATION)"
+                else "precision not measured (REFLECT_PROXY_CALIBRATION names no calibration of this verifier and basis)"
             )
         if verdict.consistency is not None:
             text += f"; {verdict.consistency.summary()}"

@@ -6,8 +6,11 @@ measured on labelled runs of your agent (``python -m benchmarks.flagging --live 
 and read from the file named by ``REFLECT_PROXY_CALIBRATION``. Nothing is shipped: without a file, or for a basis
 the file never measured, a verdict carries no number (``confidence`` None), never a default that looks measured.
 
-The audit bases depend on the auditor model, so their counts apply only when the auditor is the file's ``model``;
-the evidence and consistency bases call no auditor and apply whatever the model.
+A calibration holds one verifier's verdicts (``verifier``: the combined verifier's audits see only the runs its
+consistency check split, shown the resamples, so they are not the plain proxy verifier's), and applies only to that
+verifier. The audit bases depend on the auditor model, so they apply only when the auditor is the file's ``model``;
+the consistency bases depend on how many resamples were drawn and at what temperature, so they apply only with the
+file's ``samples`` and ``temperature``.
 """
 
 from __future__ import annotations
@@ -61,14 +64,30 @@ class ConfidenceCalibration(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    verifier: str = ""
     model: str = ""
+    samples: int | None = None
+    temperature: float | None = None
     counts: dict[Basis, tuple[int, int]] = Field(default_factory=dict)
     source: str = ""
 
-    def measured(self, basis: str, model: str) -> MeasuredPrecision | None:
-        """The precision measured for ``basis`` (with ``model`` as the auditor, for an audit basis), with its Wilson
-        interval and count; None when never measured."""
+    def measured(
+        self,
+        basis: str,
+        *,
+        verifier: str,
+        model: str = "",
+        samples: int | None = None,
+        temperature: float | None = None,
+    ) -> MeasuredPrecision | None:
+        """The precision measured for ``basis`` of ``verifier``'s verdicts (with ``model`` as the auditor for an
+        audit basis; ``samples`` resamples at ``temperature`` for a consistency basis), with its Wilson interval and
+        count; None when never measured under those conditions."""
+        if self.verifier and verifier != self.verifier:
+            return None
         if basis.startswith("audit") and (not self.model or model != self.model):
+            return None
+        if basis.startswith("consistency") and (samples, temperature) != (self.samples, self.temperature):
             return None
         right, judged = self.counts.get(basis, (0, 0))  # type: ignore[call-overload]
         if judged <= 0 or not 0 <= right <= judged:

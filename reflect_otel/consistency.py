@@ -95,10 +95,11 @@ def check_consistency(
     trace: StructuredTrace, runs: SamplesRuns, *, samples: int, temperature: float
 ) -> ConsistencyCheck:
     """Resample the run ``samples`` times and compare each answer with the original's. A resample the adapter
-    refuses or fails (:class:`ReplayError`) is kept with its error and left out of the agreement."""
+    refused, failed or did not return (an endpoint answering fewer runs than asked) is kept with its error and left
+    out of the agreement; runs beyond ``samples`` are ignored."""
     original = extract_answer(trace.final_answer)
     try:
-        results: Sequence[object] = runs.resample(trace, samples=samples, temperature=temperature)
+        results: Sequence[object] = runs.resample(trace, samples=samples, temperature=temperature)[:samples]
         failure = None
     except ReplayError as error:
         results, failure = (), str(error)[:300]
@@ -106,6 +107,7 @@ def check_consistency(
     for result in results:
         rerun = getattr(result, "trace", None)
         if not isinstance(rerun, StructuredTrace):
+            kept.append(Resample(answer=None, agrees=False, error="the adapter returned a resample without a trace"))
             continue
         answer = extract_answer(getattr(result, "final_answer", None) or rerun.final_answer)
         kept.append(
@@ -117,20 +119,21 @@ def check_consistency(
                 agent_tokens=_tokens(rerun),
             )
         )
-    if failure is not None:
-        kept.extend(Resample(answer=None, agrees=False, error=failure) for _ in range(samples))
+    missing = failure or f"the adapter returned {len(results)} of the {samples} resamples asked"
+    kept.extend(Resample(answer=None, agrees=False, error=missing) for _ in range(samples - len(kept)))
     return ConsistencyCheck(
         original_answer=original[:_MAX_SHOWN_ANSWER] if original else None,
         runs=tuple(kept),
         temperature=temperature,
+        samples=samples,
     )
 
 
 def consistency_basis(check: ConsistencyCheck) -> str | None:
     """``consistency_disagree``, ``consistency_partial`` or ``consistency_agree`` (see the module's rule); None when
-    no resample finished."""
+    no resample finished, or the run gave no answer to compare (that is the evidence checks' finding to make)."""
     finished = check.finished
-    if not finished:
+    if not finished or check.original_answer is None:
         return None
     if 2 * check.agreeing < finished:
         return "consistency_disagree"
@@ -214,19 +217,21 @@ class ConsistencyVerifier:
 
 def consistency_verdict(check: ConsistencyCheck, verifier: str, calibration: ConfidenceCalibration) -> Verdict:
     """The verdict of one check under the module's rule, its reasoning naming the answers the resamples gave, its
-    confidence the precision ``calibration`` measured for its basis (else none)."""
+    confidence the precision ``calibration`` measured for ``verifier``'s verdicts on its basis (else none)."""
     basis = consistency_basis(check)
     if basis is None:
-        errors = {r.error for r in check.runs if r.error}
+        errors = sorted({r.error for r in check.runs if r.error})
+        why = "the run gave no answer to compare" if check.original_answer is None else "no resample finished"
         return Verdict(
             verifier=verifier,
             is_correct=None,
             confidence=None,
             label="UNCERTAIN",
-            reasoning="no resample finished" + (f": {sorted(errors)[0]}" if errors else ""),
+            reasoning=why + (f": {errors[0]}" if errors and check.original_answer is not None else ""),
             consistency=check,
+            error=errors[0] if errors and not check.finished else None,
         )
-    measured = calibration.measured(basis, "")
+    measured = calibration.measured(basis, verifier=verifier, samples=len(check.runs), temperature=check.temperature)
     return Verdict(
         verifier=verifier,
         is_correct=basis != "consistency_disagree",
@@ -286,7 +291,9 @@ class ConsensusVerifier:
             return self.fallback.verify(trace, expected=None)
         answer = extract_answer(trace.final_answer)
         right = answer is not None and answers_agree(answer, consensus)
-        measured = self.calibration.measured("consistency_majority", "")
+        measured = self.calibration.measured(
+            "consistency_majority", verifier=self.name, samples=len(check.runs), temperature=check.temperature
+        )
         return Verdict(
             verifier=self.name,
             is_correct=right,

@@ -18,7 +18,13 @@ The verdict's ``confidence`` is the precision measured for the deciding basis
 from __future__ import annotations
 
 from reflect_otel.calibration import ConfidenceCalibration
-from reflect_otel.consistency import ConsensusVerifier, ConsistencyVerifier, consistency_basis, render_consistency
+from reflect_otel.consistency import (
+    ConsensusVerifier,
+    ConsistencyVerifier,
+    consistency_basis,
+    consistency_verdict,
+    render_consistency,
+)
 from reflect_otel.evidence import find_evidence
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.proxy_verifier import EvidenceVerifier, PlanAnchoredVerifier, critical_evidence_verdict
@@ -65,34 +71,23 @@ class CombinedVerifier:
             return critical
         outcome = self.consistency.check(trace)
         check = outcome if isinstance(outcome, ConsistencyCheck) else None
-        basis = consistency_basis(check) if check is not None else None
-        if check is not None and basis in ("consistency_disagree", "consistency_agree"):
-            return self._decided(basis, check, f"{basis}: {check.summary()}")
+        if check is not None and consistency_basis(check) in ("consistency_disagree", "consistency_agree"):
+            return consistency_verdict(check, self.name, self.calibration)
         context = render_consistency(check) if check is not None else ""  # shown inside the audit's EVIDENCE block
-        audit, audit_basis = self.proxy.judge(trace, context=context)
+        audit, basis = self.proxy.judge(trace, context=context)
         reasoning = f"audit ({check.summary() if check is not None else outcome}): {audit.reasoning}"
-        if audit_basis is None:  # the audit could not tell, or failed: uncertain, the resamples kept
-            return audit.model_copy(update={"verifier": self.name, "consistency": check, "reasoning": reasoning})
-        return self._decided(audit_basis, check, reasoning, score=audit.score)
-
-    def _decided(
-        self, basis: str, check: ConsistencyCheck | None, reasoning: str, *, score: float | None = None
-    ) -> Verdict:
-        measured = self.calibration.measured(basis, self.proxy.llm.model_name)
-        flagged = basis in ("consistency_disagree", "audit_high")
-        if score is None and check is not None and check.finished:
-            score = round(1 - check.agreeing / check.finished, 6)
-        return Verdict(
-            verifier=self.name,
-            is_correct=not flagged,
-            extracted_answer=check.original_answer if check is not None else None,
-            confidence=measured.rate if measured is not None else None,
-            score=score,
-            label="HIGH_ERROR_SIGNAL" if flagged else "LOW_ERROR_SIGNAL",
-            reasoning=reasoning,
-            basis=basis,
-            measured=measured,
-            consistency=check,
+        measured = (
+            self.calibration.measured(basis, verifier=self.name, model=self.proxy.llm.model_name) if basis else None
+        )
+        return audit.model_copy(  # the audit's verdict, as the combined verifier's (its own calibration)
+            update={
+                "verifier": self.name,
+                "consistency": check,
+                "reasoning": reasoning,
+                "confidence": measured.rate if measured is not None else None,
+                "measured": measured,
+                "extracted_answer": check.original_answer if check is not None else audit.extracted_answer,
+            }
         )
 
 

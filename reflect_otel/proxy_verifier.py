@@ -273,7 +273,9 @@ class PlanAnchoredVerifier:
         flagged = critical_evidence_verdict(findings, self.name, self.config.calibration)
         if flagged is not None:
             return flagged, "critical_evidence"
-        evidence = "\n".join(part for part in (render_findings(findings), context) if part)
+        evidence = "\n".join(
+            part for part in (context, render_findings(findings)) if part
+        )  # context first: kept if cut
         try:
             anchors = self.anchors(trace.question)
             audited = self.audit(trace.question, anchors, steps, evidence)
@@ -283,7 +285,8 @@ class PlanAnchoredVerifier:
                 ), None
             scores = score_audit(audited, self.config)
         except LLMError as error:
-            return _uncertain(self.name, f"the proxy verifier failed: {error}"), None
+            failed = _uncertain(self.name, f"the proxy verifier failed: {error}")
+            return failed.model_copy(update={"error": str(error)[:500]}), None
         is_correct = {"HIGH_ERROR_SIGNAL": False, "LOW_ERROR_SIGNAL": True}.get(scores.label)
         described = "; ".join(
             f"{d.category} at macro-step {d.first_step}"
@@ -292,7 +295,8 @@ class PlanAnchoredVerifier:
             for d in scores.deviations
         )
         basis = verdict_basis(scores)
-        measured = self.config.calibration.measured(basis, self.llm.model_name) if basis else None
+        calibration = self.config.calibration
+        measured = calibration.measured(basis, verifier=self.name, model=self.llm.model_name) if basis else None
         verdict = Verdict(
             verifier=self.name,
             is_correct=is_correct,
@@ -321,7 +325,7 @@ def critical_evidence_verdict(
     if not critical:
         return None
     named = "; ".join(f"step {f.step_index} {f.kind.value}: {f.evidence}" for f in critical[:3])
-    measured = calibration.measured("critical_evidence", "")
+    measured = calibration.measured("critical_evidence", verifier=verifier)
     return Verdict(
         verifier=verifier,
         is_correct=False,

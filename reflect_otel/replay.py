@@ -154,11 +154,14 @@ class SamplesRuns(Protocol):
 
 
 def resampler(adapter: ReplayAdapter) -> SamplesRuns | None:
-    """``adapter`` as a :class:`SamplesRuns` (looking through a :class:`BudgetedReplay`), or None."""
+    """``adapter`` as a :class:`SamplesRuns`, or None. A :class:`BudgetedReplay` resamples within its budget (each
+    resampled run is a replay of the failure, counted as one)."""
     inner = adapter.inner if isinstance(adapter, BudgetedReplay) else adapter
     if getattr(inner, "resamples", True) is False:  # an adapter whose agent may not serve resamples says so
         return None
-    return inner if isinstance(inner, SamplesRuns) else None
+    if not isinstance(inner, SamplesRuns):
+        return None
+    return adapter if isinstance(adapter, BudgetedReplay) else inner
 
 
 def is_deterministic(adapter: ReplayAdapter) -> bool:
@@ -220,6 +223,20 @@ class BudgetedReplay:
                 raise ReplayError(f"the replay budget of this failure ({self.max_replays}) is spent")
             self.used += 1
         return replay_with(self.inner, trace, rollback_point, injection, injection_role, action)
+
+    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+        """``inner``'s resamples, each counted against the budget (refused whole when fewer remain)."""
+        source = self.inner
+        if not isinstance(source, SamplesRuns):
+            raise ReplayError("this agent's replay adapter cannot resample runs")
+        with self._lock:
+            if self.used + samples > self.max_replays:
+                raise ReplayError(
+                    f"the replay budget of this failure ({self.max_replays}) leaves {self.max_replays - self.used}, "
+                    f"fewer than the {samples} resamples asked"
+                )
+            self.used += samples
+        return source.resample(trace, samples=samples, temperature=temperature)
 
 
 def replay_with(

@@ -149,6 +149,7 @@ def search(
     if replay is not None and run.original_verdict is None:  # a consistency check of the run resamples its agent
         run.verifier = bound_to_runs(run.verifier, resampler(replay))
     verdict = run.original_verdict or run.verifier.verify(run.trace, expected=expected)
+    run.original_verdict = verdict  # its consistency check, if any, is localization evidence (see AttributionRun)
     run.verifier = bound_to_original(run.verifier, run.trace, verdict)  # the proxy regime judges replays by it
     if is_correct(verdict):
         return run.record(

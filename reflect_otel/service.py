@@ -142,7 +142,8 @@ class AttributionService:
         verifier = judge = self.verifier_for(expected)
         if (self.triage or self.skip_correct) and takes_runs(verifier):  # a consistency check resamples the agent
             replay = replay if replay is not None else found()
-            judge = bound_to_runs(verifier, resampler(replay) if replay is not None else None)
+            spent = self.budget is not None and self.budget.hour_is_spent  # no agent runs past the hourly budget
+            judge = bound_to_runs(verifier, resampler(replay) if replay is not None and not spent else None)
         verdict: Verdict | None = None
         triage_calls = CallLog()
         flagged = True
@@ -159,12 +160,14 @@ class AttributionService:
             verdict = self._judge(judge, trace, expected, llm, triage_calls, agent_calls)
             flagged = verdict.is_correct is not True
             if not flagged:
-                record = _correct_skip(trace, self.method.name, verdict).with_calls(before=triage_calls.calls)
+                record = _correct_skip(trace, self.method.name, verdict).with_calls(
+                    before=triage_calls.calls, after=agent_calls.calls
+                )
                 outcome = Outcome(verdict, False, record, tokens=budgeted.used if budgeted is not None else 0)
                 return self._finish(trace, verdict, record, outcome)
         if self.budget is not None and self.budget.hour_is_spent:
             record = _budget_skip(trace, self.method.name, verdict, self.budget.per_hour)
-            record = record.with_calls(before=triage_calls.calls)
+            record = record.with_calls(before=triage_calls.calls, after=agent_calls.calls)
             outcome = Outcome(verdict, flagged, record, budget_skipped=True, tokens=record.total_tokens)
             return self._finish(trace, verdict, record, outcome)
         if replay is None:

@@ -31,6 +31,7 @@ class ConsistencyCheck(BaseModel):
     original_answer: str | None
     runs: tuple[Resample, ...]
     temperature: float
+    samples: int = Field(default=0, ge=0, description="Resamples asked for (``runs`` holds one entry for each).")
 
     @property
     def finished(self) -> int:
@@ -39,6 +40,11 @@ class ConsistencyCheck(BaseModel):
     @property
     def agreeing(self) -> int:
         return sum(1 for r in self.runs if r.error is None and r.agrees)
+
+    @property
+    def agent_runs(self) -> int:
+        """The agent runs this check cost: those that finished (a refused or failed request ran none to the end)."""
+        return self.finished
 
     @property
     def agent_tokens(self) -> int:
@@ -88,7 +94,8 @@ class Verdict(BaseModel):
 
     ``confidence`` is how often such a verdict is right where that was measured; None when it was not (a verifier
     without a calibration shows no number). ``basis`` names what the verdict rests on and ``measured`` its
-    calibration; ``consistency`` keeps the resamples a consistency check ran."""
+    calibration; ``consistency`` keeps the resamples a consistency check ran; ``error`` says why a verifier that
+    failed (not one that could not tell) gave no verdict."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -102,3 +109,6 @@ class Verdict(BaseModel):
     basis: str | None = None
     measured: MeasuredPrecision | None = None
     consistency: ConsistencyCheck | None = None
+    error: str | None = Field(
+        default=None, description="Why the verifier could not run (its model or the agent's adapter failed)."
+    )

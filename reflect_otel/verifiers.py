@@ -50,14 +50,19 @@ class Verifier(Protocol):
     def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict: ...
 
 
+def _rebound(verifier: Verifier, hook: str, *args: object) -> Verifier:
+    """``verifier.<hook>(*args)`` where the verifier has that hook, else the verifier as it is."""
+    rebind = getattr(verifier, hook, None)
+    if not callable(rebind):
+        return verifier
+    bound: Verifier = rebind(*args)
+    return bound
+
+
 def bound_to(verifier: Verifier, llm: StructuredLLM) -> Verifier:
     """``verifier`` making its model calls through ``llm`` (see :class:`Verifier`); one that calls no model is
     returned as it is."""
-    rebind = getattr(verifier, "with_llm", None)
-    if not callable(rebind):
-        return verifier
-    bound: Verifier = rebind(llm)
-    return bound
+    return _rebound(verifier, "with_llm", llm)
 
 
 def takes_runs(verifier: Verifier) -> bool:
@@ -69,21 +74,14 @@ def takes_runs(verifier: Verifier) -> bool:
 def bound_to_runs(verifier: Verifier, runs: SamplesRuns | None) -> Verifier:
     """``verifier`` resampling the run's agent through ``runs`` (its replay adapter; None: it cannot); one that
     does not resample is returned as it is."""
-    rebind = getattr(verifier, "with_runs", None)
-    if not callable(rebind):
-        return verifier
-    bound: Verifier = rebind(runs)
-    return bound
+    return _rebound(verifier, "with_runs", runs)
 
 
 def bound_to_original(verifier: Verifier, trace: StructuredTrace, verdict: Verdict) -> Verifier:
     """``verifier`` judging the replays of ``trace`` (judged ``verdict``) against it, when it does so (it implements
-    ``with_original(trace, verdict)``, as the proxy regime's consensus verifier does); else as it is."""
-    rebind = getattr(verifier, "with_original", None)
-    if not callable(rebind):
-        return verifier
-    bound: Verifier = rebind(trace, verdict)
-    return bound
+    ``with_original(trace, verdict)``, as the consistency and combined verifiers do: by the agent's consensus);
+    else as it is."""
+    return _rebound(verifier, "with_original", trace, verdict)
 
 
 # -- extraction and normalisation --------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from reflect_otel.flagging import CombinedVerifier, flagging_verifier
 from reflect_otel.llm.budget import TokenBudget
 from reflect_otel.methods import METHODS
 from reflect_otel.proxy_verifier import PlanAnchoredVerifier, ProxyVerifierConfig
-from reflect_otel.replay import ReplayResult
+from reflect_otel.replay import BudgetedReplay, ReplayResult, resampler
 from reflect_otel.service import AttributionService
 from reflect_otel.testing import ScriptedLLM, ScriptedResampler, make_step, make_trace
 from reflect_otel.testing.examples import five_step_trace, scripted_agent, scripted_auditor
@@ -37,6 +37,12 @@ RIGHT_FILTER = {"tool": "filter_rows", "args": {"column": "Position", "value": "
 def _run(answer: str, first: Mapping[str, Any] = WRONG_FILTER, trace_id: str = "0" * 31 + "1") -> StructuredTrace:
     steps = [first, {"tool": "final_answer", "args": {"answer": answer}, "is_final_answer": True}]
     return make_trace(QUESTION, steps, final_answer=answer, trace_id=trace_id)
+
+
+@pytest.fixture(autouse=True)
+def _no_calibration_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's own REFLECT_PROXY_CALIBRATION must not colour these verdicts."""
+    monkeypatch.delenv("REFLECT_PROXY_CALIBRATION", raising=False)
 
 
 def _answering(*answers: str, tokens: int = 0) -> ScriptedResampler:
@@ -153,7 +159,12 @@ def test_a_split_check_goes_to_the_audit_which_sees_the_resamples_as_data() -> N
 
 def test_the_combined_confidence_is_the_measured_precision_of_the_deciding_basis() -> None:
     calibration = ConfidenceCalibration(
-        model="scripted-llm", counts={"consistency_disagree": (17, 20), "audit_high": (1, 4)}, source="test runs"
+        verifier="combined",
+        model="scripted-llm",
+        samples=3,
+        temperature=0.7,
+        counts={"consistency_disagree": (17, 20), "audit_high": (1, 4)},
+        source="test runs",
     )
     verdict = _combined(ScriptedLLM([]), _answering("Bangkok, Thailand"), calibration).verify(
         _run("none"), expected=None
@@ -162,6 +173,12 @@ def test_the_combined_confidence_is_the_measured_precision_of_the_deciding_basis
     assert (verdict.measured.low, verdict.measured.high) == pytest.approx((0.6396, 0.9476), abs=1e-3)
     agreed = _combined(ScriptedLLM([]), _answering("none"), calibration).verify(_run("none"), expected=None)
     assert agreed.confidence is None and agreed.measured is None  # consistency_agree never measured
+    # measured with 3 resamples: says nothing of a check drawing 5, nor of another verifier's verdicts
+    proxy = PlanAnchoredVerifier(ScriptedLLM([]), config=ProxyVerifierConfig(calibration=calibration))
+    five = CombinedVerifier(proxy, ConsistencyVerifier(samples=5)).with_runs(_answering("Bangkok, Thailand"))
+    assert five.verify(_run("none"), expected=None).confidence is None
+    alone = ConsistencyVerifier(_answering("Bangkok, Thailand"), samples=3, calibration=calibration)
+    assert alone.verify(_run("none"), expected=None).confidence is None
 
 
 def test_the_service_resamples_through_the_found_adapter_and_counts_the_agents_tokens() -> None:
@@ -261,11 +278,71 @@ def test_reflect_proxy_judges_the_run_and_its_replays_by_the_agents_own_consensu
     and a replay counts as corrected when it gives that consensus answer; the control, answering 41 again, does
     not, so the step is verified under control without the answer ever being known."""
     agent = _ResamplingAgent()
-    method = METHODS["reflect-proxy"].build(scripted_auditor(), OracleVerifier(), ReflectConfig(rounds=1))
+    auditor = scripted_auditor()
+    method = METHODS["reflect-proxy"].build(auditor, OracleVerifier(), ReflectConfig(rounds=1))
     record = method.attribute(five_step_trace(), expected=None, replay=agent)
+    localize = next(r for r in auditor.requests if r.stage == "localize")
+    assert "Resample 1: answered '42' (different); it first decided otherwise at step 3" in localize.text
     assert agent.resampled == 3  # the run checked once; replays are judged against it, not resampled again
     assert record.original_verdict is not None and record.original_verdict.basis == "consistency_disagree"
     assert record.status.value == "verified" and record.corrected_answer == "The answer is 42"
     judged = [r.verdict for r in record.replays if r.verdict is not None]
     assert judged and {v.basis for v in judged} == {"consistency_majority"}
     assert record.effect is not None and record.effect.control.flips == 0
+
+
+def test_a_run_without_an_answer_is_not_cleared_by_resamples_without_one() -> None:
+    """Three resamples that also never answer 'agree' with a run that never answered: that is no evidence the run
+    was right (the evidence checks flag such runs), so the check says nothing."""
+    silent = make_trace(QUESTION, [WRONG_FILTER], final_answer=None)
+    runs = ScriptedResampler(lambda _t, _s, _temp: [WRONG_FILTER])
+    verdict = ConsistencyVerifier(runs, samples=3).verify(silent, expected=None)
+    assert verdict.is_correct is None and "no answer to compare" in verdict.reasoning
+
+
+def test_an_endpoint_answering_fewer_or_more_runs_than_asked_is_held_to_the_request() -> None:
+    class Endpoint:
+        def __init__(self, count: int) -> None:
+            self.source = _answering("Bangkok, Thailand")
+            self.count = count
+
+        def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+            return self.source.resample(trace, samples=self.count, temperature=temperature)
+
+    short = ConsistencyVerifier(Endpoint(1), samples=3).verify(_run("none"), expected=None)
+    assert short.consistency is not None and (short.consistency.finished, len(short.consistency.runs)) == (1, 3)
+    assert "returned 1 of the 3 resamples asked" in (short.consistency.runs[-1].error or "")
+    assert short.is_correct is False  # 1 of 1 finished disagrees
+    long = ConsistencyVerifier(Endpoint(20), samples=3).verify(_run("none"), expected=None)
+    assert long.consistency is not None and len(long.consistency.runs) == 3
+
+
+def test_a_spent_hourly_budget_stops_resampling_and_skips_cost_nothing_more() -> None:
+    budget = TokenBudget(per_trace=10**6, per_hour=100)
+    budget.spend(100)
+    adapter = _answering("Bangkok, Thailand", tokens=100)
+    audit = _audit_llm("Evidence_Contradiction")  # the run is flagged by the audit, no resample drawn
+    service = AttributionService(
+        audit,
+        METHODS["first-step"],
+        verifier=OracleVerifier(),
+        proxy=CombinedVerifier(PlanAnchoredVerifier(audit), ConsistencyVerifier(samples=3)),
+        replay_finder=lambda _t, _l: adapter,
+        budget=budget,
+        triage=True,
+    )
+    outcome = service.process(_run("none"))
+    assert adapter.resampled == [] and outcome.budget_skipped
+    assert outcome.verdict is not None and "no replay adapter" in outcome.verdict.reasoning
+
+
+def test_resamples_within_a_replay_budget_count_as_replays() -> None:
+    """reflect-proxy's check of a failure it attributes spends that failure's replay budget, as every method's
+    replays do: no method gets agent runs the others do not."""
+    budgeted = BudgetedReplay(_answering("none"), 4)
+    source = resampler(budgeted)
+    assert source is budgeted
+    source.resample(_run("none"), samples=3, temperature=0.7)
+    assert budgeted.remaining == 1
+    with pytest.raises(ReplayError, match="leaves 1"):
+        source.resample(_run("none"), samples=3, temperature=0.7)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.flagging import Journal, Labelled, Measured, live_runs, report
-from reflect_otel.testing import make_trace
+import pytest
+
+from benchmarks.flagging import Bench, Journal, Labelled, Measured, live_runs, report
+from reflect_otel.testing import ScriptedLLM, ScriptedResampler, make_trace
 from reflect_otel.verdict import Verdict
 
 
@@ -60,13 +62,54 @@ def test_the_report_line_and_its_intervals() -> None:
     assert "consistency_disagree 2 of 3 right" in bases
 
 
-def test_a_resumed_measurement_runs_nothing_twice(tmp_path: Path) -> None:
+SETTINGS = {"runs": "results.jsonl", "samples": 3, "temperature": 0.7, "model": "m"}
+
+
+def test_a_resumed_measurement_runs_nothing_twice_but_what_failed(tmp_path: Path) -> None:
     calls: list[str] = []
 
     def measure() -> Measured:
         calls.append("measured")
         return _verdict(True, "audit_high")
 
-    first = Journal(tmp_path / "flagging.jsonl").get("nt-1", "proxy", measure)
-    again = Journal(tmp_path / "flagging.jsonl").get("nt-1", "proxy", measure)
-    assert calls == ["measured"] and again.verdict == first.verdict and again.calls == 2
+    def fail() -> Measured:
+        calls.append("failed")
+        return Measured(Verdict(verifier="v", is_correct=None, error="the model server is down"))
+
+    path = tmp_path / "flagging.jsonl"
+    first = Journal(path, SETTINGS).get("nt-1", "proxy", measure)
+    assert Journal(path, SETTINGS).get("nt-2", "proxy", fail).failed
+    with path.open("a") as out:
+        out.write('{"key": "nt-3", "verif')  # a stop mid-write
+    resumed = Journal(path, SETTINGS)
+    again = resumed.get("nt-1", "proxy", measure)
+    retried = resumed.get("nt-2", "proxy", measure)  # a failure is measured again
+    assert calls == ["measured", "failed", "measured"] and again.verdict == first.verdict and again.calls == 2
+    assert not retried.failed
+    with pytest.raises(SystemExit, match="give another --out"):
+        Journal(path, SETTINGS | {"samples": 5})
+
+
+def test_the_combined_verdict_reuses_the_consistency_checks_agent_runs(tmp_path: Path) -> None:
+    """Measuring consistency and combined on a run costs its resamples once; a split check goes to an audit that
+    is journaled as the combined verifier's, apart from the plain proxy's."""
+    runs = ScriptedResampler(lambda _t, sample, _temp: [{"reasoning": "Paris" if sample < 2 else "Lyon"}])
+    trace = make_trace("capital?", [{"reasoning": "Paris", "is_final_answer": True}], final_answer="Paris")
+    run = Labelled("q1", trace, wrong=False)
+    anchors = {
+        "hard": {"entities": [], "filters": [], "target_property": "capital", "operation": "lookup", "output_form": ""},
+        "plans": [{"subgoals": ["name it"]}],
+    }
+    audit = {
+        "steps": [{"macro_step": 1, "category": "Aligned", "severity": "minor", "anchor": "none", "rationale": "ok"}]
+    }
+    auditor = ScriptedLLM(by_stage={"proxy_anchors": [anchors], "proxy_audit": [audit]})
+    bench = Bench(auditor, lambda _r: runs, Journal(tmp_path / "j.jsonl", SETTINGS), 3, 0.7)
+    consistency = bench.measure("consistency", run)
+    assert consistency.agent_runs == 3 and consistency.verdict is not None
+    assert consistency.verdict.basis == "consistency_partial"
+    combined = bench.measure("combined", run)
+    assert len(runs.resampled) == 3  # not resampled again
+    assert combined.agent_runs == 3 and combined.verdict is not None and combined.verdict.verifier == "combined"
+    assert {key[1] for key in bench.journal.done} == {"consistency", "combined"}
+    assert combined.calls == 2 and "2 of 3 resamples reproduced" in auditor.requests[-1].text

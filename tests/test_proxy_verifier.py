@@ -280,7 +280,9 @@ def test_an_audit_that_found_nothing_shows_no_confidence_unless_measured(monkeyp
     verdict = PlanAnchoredVerifier(_clean_audit_llm()).verify(_long_trace(3), expected=None)
     assert verdict.label == "LOW_ERROR_SIGNAL" and verdict.confidence is None and verdict.measured is None
     assert verdict.basis == "audit_low_clean" and "audit_low_clean: precision not measured" in verdict.reasoning
-    measured = ConfidenceCalibration(model="scripted-llm", counts={"audit_low_clean": (3, 8)}, source="test")
+    measured = ConfidenceCalibration(
+        verifier="plan_anchored", model="scripted-llm", counts={"audit_low_clean": (3, 8)}, source="test"
+    )
     config = ProxyVerifierConfig(calibration=measured)
     verdict = PlanAnchoredVerifier(_clean_audit_llm(), config=config).verify(_long_trace(3), expected=None)
     assert verdict.confidence == pytest.approx(3 / 8) and verdict.measured is not None
@@ -323,4 +325,6 @@ def test_no_calibration_is_shipped(monkeypatch: pytest.MonkeyPatch) -> None:
     """Seven runs of one agent are no measurement of a user's agent: without a file, nothing is measured."""
     monkeypatch.delenv(CALIBRATION_ENV, raising=False)
     shipped = ProxyVerifierConfig().calibration
-    assert shipped.counts == {} and all(shipped.measured(b, "qwen2.5-coder-1.5b-instruct") is None for b in BASES)
+    assert shipped.counts == {} and all(
+        shipped.measured(b, verifier="combined", model="qwen2.5-coder-1.5b-instruct") is None for b in BASES
+    )

@@ -160,13 +160,7 @@ def _collect(args: argparse.Namespace) -> int:
         where.append(f"OTLP/gRPC on {grpc_endpoint[0]}:{receiver.grpc_port}")
     print(f"reflect-otel collect: listening for {' and '.join(where)}; writing to {args.out}", file=sys.stderr)
     if args.attribute and args.verifier in ("consistency", "combined"):
-        current = settings()
-        print(
-            f"consistency check: {current.flag_sample_rate:.0%} of runs without an expected answer "
-            f"(REFLECT_FLAG_SAMPLE_RATE), each run again {current.flag_samples} times through its --replay-config "
-            "endpoint (REFLECT_FLAG_SAMPLES); their tokens count against --max-tokens-per-hour",
-            file=sys.stderr,
-        )
+        _say_consistency(replays)
     deadline = None if args.duration is None else time.monotonic() + args.duration
     try:
         while not stop.wait(1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))):
@@ -194,6 +188,25 @@ def _collect(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _say_consistency(replays: object) -> None:
+    """What the consistency check will cost, or why it cannot run (no endpoint that serves resamples)."""
+    resampling = [e.service for e in getattr(replays, "endpoints", ()) if e.resample]
+    if not resampling:
+        print(
+            "warning: --verifier consistency/combined needs an agent to re-run, and no --replay-config endpoint has "
+            "resample = true: no run will be checked for consistency (combined falls back to the audit)",
+            file=sys.stderr,
+        )
+        return
+    current = settings()
+    print(
+        f"consistency check: {current.flag_sample_rate:.0%} of runs without an expected answer "
+        f"(REFLECT_FLAG_SAMPLE_RATE) of {', '.join(resampling)}, each run again {current.flag_samples} times through "
+        "its replay endpoint (REFLECT_FLAG_SAMPLES); their tokens count against --max-tokens-per-hour",
+        file=sys.stderr,
+    )
 
 
 def _end() -> str:

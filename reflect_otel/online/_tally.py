@@ -34,7 +34,7 @@ class OutcomeCounts:
         check = outcome.verdict.consistency if outcome.verdict is not None else None
         if check is not None:
             self.consistency_checked += 1
-            self.resamples += len(check.runs)
+            self.resamples += check.agent_runs
         if not outcome.flagged:
             return
         self.flagged += 1

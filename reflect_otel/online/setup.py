@@ -10,6 +10,7 @@ from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
 from reflect_otel.config import LLMConfig, ReflectConfig
+from reflect_otel.errors import ConfigError
 from reflect_otel.flagging import VERIFIER_NAMES, flagging_verifier
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import TokenBudget
@@ -91,7 +92,7 @@ def configure(
 
     global _runtime
     if verifier not in VERIFIER_NAMES:
-        raise ValueError(f"verifier={verifier!r}: choose from {', '.join(VERIFIER_NAMES)}")
+        raise ConfigError(f"verifier={verifier!r}: choose from {', '.join(VERIFIER_NAMES)}")
     check_environment()  # a bad REFLECT_* variable fails here, named (observe logs it and runs the agent untraced)
     with _runtime_lock:
         if _runtime is not None:
