@@ -313,7 +313,7 @@ def test_without_an_expected_answer_the_combined_verifier_flags_the_wrong_run_th
             llm_env,
             second,
             other_service=None,
-            timeout_s=180,
+            timeout_s=300,
             questions=("nt-3", "nt-1"),
             agent_args=("--no-expected",),
             collect_args=("--verifier", "combined"),
