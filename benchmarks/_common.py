@@ -12,13 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from reflect_otel.datasets import DatasetItem, read_bbm
+from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.demo.examples import example_path
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.record import AttributionRecord, LLMCall
 from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
 from reflect_otel.spans import SpanRecord
-from reflect_otel.verifiers import BBMVerifier
 
 
 def median_seconds(run: Callable[[], object], rounds: int) -> float:

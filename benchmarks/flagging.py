@@ -28,12 +28,11 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from reflect_otel.datasets.bbm import read_bbm
+from reflect_otel.datasets.bbm import BBMVerifier, read_bbm
 from reflect_otel.evidence import Severity, find_evidence
 from reflect_otel.llm.factory import make_llm
 from reflect_otel.proxy_verifier import BASES, ConfidenceCalibration, PlanAnchoredVerifier, ProxyVerifierConfig
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.verifiers import BBMVerifier
 
 
 @dataclass(frozen=True, slots=True)

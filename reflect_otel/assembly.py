@@ -75,10 +75,23 @@ _KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
 _NEVER = 2**63
 _INPUT_LEN = len(INPUT_MESSAGES_PREFIX)
 _OUTPUT_LEN = len(OUTPUT_MESSAGES_PREFIX)
-_FINAL_ANSWER_TOOLS = frozenset({"final_answer", "finalanswer", "finalanswertool", "submit_final_answer"})
 _STATUS = {"ok": StepStatus.OK, "error": StepStatus.ERROR}
 _RAW_VALUE_CHARS = 2_000
 _TOKEN_COUNTS = (SpanAttributes.LLM_TOKEN_COUNT_PROMPT, SpanAttributes.LLM_TOKEN_COUNT_COMPLETION)
+
+
+def _scalar_values(arguments: Mapping[str, Any]) -> list[str]:
+    """A call's argument values that are text or numbers, one level into a list (``{"answers": ["a"]}``)."""
+    out = []
+    for value in arguments.values():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str | int | float) and not isinstance(item, bool):
+                out.append(str(item))
+    return out
+
+
+def _normal_answer(text: str) -> str:
+    return " ".join(text.split()).casefold()
 
 
 def _is_object(value: object) -> bool:
@@ -653,17 +666,25 @@ class _Assembler:
         ]
 
     def _mark_final_answer(self) -> None:
-        chosen: _Draft | None = None
-        for draft in reversed(self.drafts):
-            tool = str(draft.fields.get("tool_name") or "").lower()
-            if tool in _FINAL_ANSWER_TOOLS:
-                chosen = draft
-                break
-        if chosen is None and self.drafts and self.drafts[-1].fields["kind"] is StepKind.REASONING:
-            chosen = self.drafts[-1]
-        if chosen is not None:
-            chosen.fields["kind"] = StepKind.FINAL_ANSWER
-            chosen.fields["is_final_answer"] = True
+        """The run's final step, by how the run ends, whatever its tools are called: its last model turn when that
+        turn calls no tool, or the call that ended the run when it carries the run's answer (one of its arguments is
+        the run's output, or the call returned its own argument, as an answer tool does)."""
+        last = self.drafts[-1] if self.drafts else None
+        if last is None:
+            return
+        if last.fields["kind"] is StepKind.REASONING or (last.fields.get("tool_name") and self._answers_with(last)):
+            last.fields["kind"] = StepKind.FINAL_ANSWER
+            last.fields["is_final_answer"] = True
+
+    def _answers_with(self, call: _Draft) -> bool:
+        values = {_normal_answer(v) for v in _scalar_values(call.fields.get("tool_args") or {})} - {""}
+        outputs = [
+            _values.answer_text(span.attributes.get(SpanAttributes.OUTPUT_VALUE))
+            for span in (self.root, self._first_agent())
+            if span is not None
+        ]
+        outputs.append(str(call.fields.get("tool_result") or ""))
+        return any(_normal_answer(o) in values for o in outputs if o)
 
     # -- trace ------------------------------------------------------------------------------------------------
     def _first_agent(self) -> SpanRecord | None:

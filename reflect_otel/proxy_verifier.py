@@ -83,7 +83,7 @@ UNMEASURED_CONFIDENCE = 0.5
 
 CALIBRATION_ENV = "REFLECT_PROXY_CALIBRATION"
 """A JSON file of :class:`ConfidenceCalibration` (``python -m benchmarks.flagging ... --calibration-out FILE``
-writes one from labelled runs), used instead of the one shipped."""
+writes one from labelled runs of your agent); none is shipped."""
 
 
 class ConfidenceCalibration(BaseModel):
@@ -109,10 +109,12 @@ class ConfidenceCalibration(BaseModel):
 
     @classmethod
     def from_env(cls) -> ConfidenceCalibration:
-        """The file named by ``REFLECT_PROXY_CALIBRATION``, else the calibration shipped with the package."""
+        """The file named by ``REFLECT_PROXY_CALIBRATION``, else none: nothing measured on one agent's runs is
+        shipped as another's calibration, so until measured every basis reports :data:`UNMEASURED_CONFIDENCE` (a
+        run flagged by critical evidence, the configured prior ``ProxyVerifierConfig.evidence_confidence``)."""
         path = settings().proxy_calibration
         if path is None:
-            return SHIPPED_CALIBRATION
+            return cls()
         try:
             return cls.model_validate(json.loads(Path(path).read_text(encoding="utf-8")))
         except (OSError, ValueError) as error:
@@ -120,18 +122,6 @@ class ConfidenceCalibration(BaseModel):
                 f"{CALIBRATION_ENV}={path}: not a readable calibration ({error}); write one with "
                 "python -m benchmarks.flagging --calibration-out FILE, or unset the variable"
             ) from None
-
-
-SHIPPED_CALIBRATION = ConfidenceCalibration(
-    model="qwen2.5-coder-1.5b-instruct",
-    counts={"audit_low_clean": (2, 7)},
-    source="7 labelled runs of the demo agent with the default local model (5 wrong, 2 right), 2026-11-22: python -m "
-    "benchmarks.flagging --live benchmarks/results/wtq-live-qwen2.5-coder-1.5b/results.jsonl --verifiers both",
-)
-"""Measured for the default local model only: every audit found nothing, and 2 of those 7 verdicts were right, so
-such a verdict reports (2 + 1) / (7 + 2) = 0.33. Until calibrated (``REFLECT_PROXY_CALIBRATION``), other models and
-the other audit bases report :data:`UNMEASURED_CONFIDENCE`, and a run flagged by critical evidence reports the
-configured prior ``ProxyVerifierConfig.evidence_confidence``."""
 
 
 class ProxyVerifierConfig(BaseModel):

@@ -18,12 +18,12 @@ import pytest
 
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.datasets import DatasetItem, read_bbm
+from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.record import AttributionRecord, AttributionStatus
 from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
 from reflect_otel.tracefile import read_traces
-from reflect_otel.verifiers import BBMVerifier
 from tests.conftest import assert_valid_record, require_local_backend
 
 SMALL = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.HARD, proposal_samples=2)

@@ -311,13 +311,12 @@ def test_a_calibration_file_from_the_environment(tmp_path: Path, monkeypatch: py
         ProxyVerifierConfig()
 
 
-def test_the_shipped_calibration_is_the_default_local_models_and_says_what_was_measured(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_nothing_is_calibrated_unless_measured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No calibration is shipped (one measured on the demo agent's runs would be another agent's): with no
+    calibration file, the default local model's clean audit reports a coin, like any other model's."""
     monkeypatch.delenv(CALIBRATION_ENV, raising=False)
-    shipped = ProxyVerifierConfig().calibration
-    assert shipped.model == "qwen2.5-coder-1.5b-instruct" and "benchmarks.flagging" in shipped.source
-    clean = shipped.confidence("audit_low_clean", shipped.model)
-    assert clean is not None and clean < UNMEASURED_CONFIDENCE  # most runs this model called clean were wrong
-    verdict = PlanAnchoredVerifier(_clean_audit_llm(shipped.model)).verify(_long_trace(3), expected=None)
-    assert verdict.confidence == pytest.approx(clean) and "audit_low_clean: measured" in verdict.reasoning
+    assert ProxyVerifierConfig().calibration == ConfidenceCalibration()
+    verdict = PlanAnchoredVerifier(_clean_audit_llm("qwen2.5-coder-1.5b-instruct")).verify(
+        _long_trace(3), expected=None
+    )
+    assert verdict.confidence == UNMEASURED_CONFIDENCE and "audit_low_clean: not calibrated" in verdict.reasoning
