@@ -1,5 +1,6 @@
-"""Shared helpers: interleaved timing rounds (these machines are noisy), a synthetic agent workload, and the
-failing BIG-Bench-Mistake traces and call summaries of the local-server benchmarks."""
+"""Shared helpers: interleaved timing rounds (these machines are noisy), a synthetic agent workload, the failing
+BIG-Bench-Mistake traces and call summaries of the local-server benchmarks, and ``--smoke`` (every script's mode
+that checks it still runs: a few traces in seconds, the local model replaced by a scripted double)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from reflect_otel.datasets import DatasetItem, read_bbm
 from reflect_otel.datasets.bbm import BBMVerifier
@@ -19,6 +21,27 @@ from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.record import AttributionRecord, LLMCall
 from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
 from reflect_otel.spans import SpanRecord
+from reflect_otel.testing import ScriptedLLM, ScriptedRequest
+
+RESULTS = Path(__file__).resolve().parent / "results"
+"""Measured runs kept in the repository (``benchmarks/results``)."""
+
+
+def add_smoke_option(parser: argparse.ArgumentParser) -> None:
+    """``--smoke``: the script on a few traces in seconds, with a scripted model where it would call one. It checks
+    that the script still runs against the package as it is (``tests/test_benchmarks.py`` runs every script so);
+    its figures are not measurements."""
+    parser.add_argument(
+        "--smoke", action="store_true", help="a few traces in seconds, to check the script runs (no measurement)"
+    )
+
+
+def smoke_sizes(args: argparse.Namespace, **sizes: Any) -> None:
+    """Under ``--smoke``, set each option named in ``sizes`` to its small value (and say so on stderr)."""
+    if args.smoke:
+        for name, value in sizes.items():
+            setattr(args, name, value)
+        print("--smoke: a check that the script runs; its figures are not measurements", file=sys.stderr)
 
 
 def median_seconds(run: Callable[[], object], rounds: int) -> float:
@@ -191,3 +214,73 @@ def per_stage_lines(records: list[AttributionRecord]) -> list[str]:
             f"cached {cached / prompt if prompt else 0:>4.2f}  median {statistics.median(c.seconds for c in calls):>6.2f} s"
         )
     return lines
+
+
+_ANCHORS = {
+    "hard": {"entities": ["answer"], "filters": [], "target_property": "value", "operation": "lookup",
+             "output_form": "a number"},
+    "plans": [{"subgoals": ["search", "answer"]}],
+}  # fmt: skip
+
+
+def scripted_reply(request: ScriptedRequest) -> Any:
+    """A scripted model's reply to every stage the benchmarks reach, at once: REFLECT and the baselines localize
+    the middle step and their replays never flip the outcome (the worst case for the replay methods); the proxy
+    verifier's audit calls every macro-step aligned (runs judged correct, as most are); the table agent answers at
+    its first turn."""
+    steps = request.text.count("\nStep ") or 1
+    found = {"error_step": 1, "responsible_agent": None, "reason": "r", "error_type": "goal_deviation",
+             "confidence": 0.5}  # fmt: skip
+    replies: dict[str, Any] = {
+        "localize": {
+            "error_step": max(1, steps // 2),
+            "confidence": 0.6,
+            "reasoning": "r",
+            "what_should_have_been_done": "w",
+        },
+        "classify": {
+            "error_type": "incorrect_problem_identification",
+            "confidence": 0.6,
+            "explanation": "e",
+            "suggested_correction": "s",
+        },
+        "diagnose": {
+            "root_cause": "r",
+            "correction_instruction": "recompute carefully",
+            "corrected_thought": "Recompute the sum term by term.",
+            "forbidden_actions": ["guess"],
+            "expected_next_tool": None,
+            "confidence": 0.6,
+        },
+        "gate": {"is_faithful": True, "violation_reason": None, "violation_type": None},
+        "explain": {"reasoning": "r", "error_type": "incorrect_problem_identification", "explanation": "e"},
+        "aao": found,
+        "reflexion_extract": found,
+        "sbs": {"is_error": False, "reason": "r"},
+        "bs": {"half": "first", "reason": "r"},
+        "bs_reason": {"reason": "r", "error_type": "goal_deviation", "confidence": 0.5},
+        "reflect": {"reflection": "I should have recomputed."},
+        "dover_hypotheses": {
+            "hypotheses": [
+                {"step": 1, "hypothesis": "h", "intervention": "i"},
+                {"step": 2, "hypothesis": "h", "intervention": "i"},
+            ]
+        },
+        "agent_replay": {"steps": ["Recomputing.", "Still the same."], "answer": "999999"},
+        "agent": {"thought": "t", "action": {"tool": "final_answer", "answer": "unknown"}},
+        "proxy_anchors": _ANCHORS,
+    }
+    if request.stage == "proxy_audit":
+        shown = [int(line.split()[1]) for line in request.text.splitlines() if line.startswith("Macro-step ")]
+        return {
+            "steps": [
+                {"macro_step": i, "category": "Aligned", "severity": "minor", "anchor": "hard", "rationale": "ok"}
+                for i in shown
+            ]
+        }
+    return replies[request.stage]
+
+
+def scripted_llm() -> ScriptedLLM:
+    """A scripted model answering every stage with :func:`scripted_reply` (no model time)."""
+    return ScriptedLLM(respond=scripted_reply)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from collections import defaultdict
 
-from benchmarks._common import interleaved, synthetic_trace
+from benchmarks._common import add_smoke_option, interleaved, smoke_sizes, synthetic_trace
 from reflect_otel.assembly import assemble_trace
 from reflect_otel.spans import SpanRecord
 
@@ -31,14 +31,15 @@ def assemble_all(traces: list[list[SpanRecord]]) -> None:
         assemble_trace(spans)
 
 
-def scaling(rounds: int) -> None:
-    """Spans/s for one trace of each size; the last line is the largest trace's rate over the smallest's."""
+def scaling(rounds: int, sizes: tuple[int, ...] = (4, 499, 49_999), small_repeats: int = 1_000) -> None:
+    """Spans/s for one trace of each size (``sizes``: tool calls, two spans each), a trace of up to 1,000 spans
+    assembled ``small_repeats`` times per round; the last line is the largest trace's rate over the smallest's."""
     rates = []
-    for tool_calls in (4, 499, 49_999):
+    for tool_calls in sizes:
         trace = [synthetic_trace(0, tool_calls=tool_calls)]
         seconds = interleaved(
             {"baseline": lambda t=trace: group_and_sort(t), "assembly": lambda t=trace: assemble_all(t)},
-            rounds if len(trace[0]) > 1_000 else rounds * 1_000,
+            rounds if len(trace[0]) > 1_000 else rounds * small_repeats,
         )
         spans = len(trace[0])
         rate = spans / seconds["assembly"]
@@ -56,8 +57,12 @@ def main() -> None:
     parser.add_argument("--traces", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scaling", action="store_true", help="one trace each of 10, 1,000 and 100,000 spans")
+    add_smoke_option(parser)
     args = parser.parse_args()
-    if args.scaling:
+    smoke_sizes(args, traces=20, rounds=1)
+    if args.smoke:
+        scaling(1, sizes=(4, 49), small_repeats=3)
+    elif args.scaling:
         scaling(args.rounds)
         return
     traces = [synthetic_trace(n) for n in range(args.traces)]

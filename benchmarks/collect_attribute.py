@@ -16,9 +16,8 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-from benchmarks._common import post_protobuf, synthetic_trace
+from benchmarks._common import add_smoke_option, post_protobuf, scripted_llm, smoke_sizes, synthetic_trace
 from benchmarks.receiver import encode
 from reflect_otel.collectors.receiver import OTLPReceiver
 from reflect_otel.collectors.trace_collector import BufferLimits
@@ -28,32 +27,8 @@ from reflect_otel.methods import method_spec
 from reflect_otel.online.work import AttributionWorker
 from reflect_otel.proxy_verifier import EvidenceVerifier, PlanAnchoredVerifier
 from reflect_otel.service import AttributionService
-from reflect_otel.testing import ScriptedLLM, ScriptedRequest
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verifiers import OracleVerifier, Verifier
-
-_ANCHORS = {
-    "hard": {"entities": ["answer"], "filters": [], "target_property": "value", "operation": "lookup",
-             "output_form": "a number"},
-    "plans": [{"subgoals": ["search", "answer"]}],
-}  # fmt: skip
-
-
-def _scripted_auditor() -> ScriptedLLM:
-    """Anchors, and an audit calling every macro-step aligned: runs judged correct, as most are."""
-
-    def respond(request: ScriptedRequest) -> Any:
-        if request.stage == "proxy_anchors":
-            return _ANCHORS
-        shown = [int(line.split()[1]) for line in request.text.splitlines() if line.startswith("Macro-step ")]
-        return {
-            "steps": [
-                {"macro_step": i, "category": "Aligned", "severity": "minor", "anchor": "hard", "rationale": "ok"}
-                for i in shown
-            ]
-        }
-
-    return ScriptedLLM(respond=respond)
 
 
 def _receive(bodies: list[bytes], traces: int, verifier: Verifier | None) -> tuple[float, float, int]:
@@ -98,7 +73,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--traces", type=int, default=1_000)
     parser.add_argument("--traces-per-request", type=int, default=50)
+    add_smoke_option(parser)
     args = parser.parse_args()
+    smoke_sizes(args, traces=20, traces_per_request=10)
     traces = [synthetic_trace(n) for n in range(args.traces)]
     step = args.traces_per_request
     bodies = [encode(traces[i : i + step]) for i in range(0, len(traces), step)]
@@ -107,7 +84,7 @@ def main() -> None:
     setups: dict[str, Verifier | None] = {
         "receiver alone (baseline)": None,
         "flagging: evidence checks": EvidenceVerifier(),
-        "flagging: proxy verifier, scripted auditor": PlanAnchoredVerifier(_scripted_auditor()),
+        "flagging: proxy verifier, scripted auditor": PlanAnchoredVerifier(scripted_llm()),
     }
     rates = {}
     for name, verifier in setups.items():

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import SpanContext, TraceFlags
 
-from benchmarks._common import synthetic_trace
+from benchmarks._common import add_smoke_option, smoke_sizes, synthetic_trace
 from reflect_otel.collectors.receiver import OTLPReceiver
 from reflect_otel.collectors.trace_collector import BufferLimits
 from reflect_otel.exporters.duckdb_store import DuckDBStore
@@ -221,7 +221,9 @@ def main() -> None:
     parser.add_argument("--traces-per-request", type=int, default=50)
     parser.add_argument("--soak-seconds", type=float, default=0.0)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the medians are compared")
+    add_smoke_option(parser)
     args = parser.parse_args()
+    smoke_sizes(args, traces=20, traces_per_request=10, rounds=1, soak_seconds=1.0)
     receiver_only = batches(args.traces, args.traces_per_request, trace_offset=0)
     spans = sum(len(b) for b in receiver_only)
     alone_times: list[float] = []

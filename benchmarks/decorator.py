@@ -14,7 +14,8 @@ from pathlib import Path
 from opentelemetry.sdk.trace import TracerProvider
 
 import reflect_otel
-from benchmarks._common import interleaved
+from benchmarks._common import add_smoke_option, interleaved, smoke_sizes
+from reflect_otel.llm.factory import NoModel
 from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes
 
 
@@ -56,12 +57,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--turns", type=int, default=5, help="tool-calling turns per run")
     parser.add_argument("--work", type=int, default=3000, help="hash iterations standing in for one model call")
+    add_smoke_option(parser)
     args = parser.parse_args()
+    smoke_sizes(args, runs=5, rounds=1, turns=2, work=10)
     provider = TracerProvider()
     plain = make_agent(provider, args.turns, args.work)
     with tempfile.TemporaryDirectory() as folder:
-        runtime = reflect_otel.configure(
-            store=str(Path(folder) / "bench.duckdb"), tracer_provider=provider, proxy=False, max_queue=10_000
+        runtime = reflect_otel.configure(  # no expected answer and no proxy: runs are stored, never judged
+            store=str(Path(folder) / "bench.duckdb"),
+            llm=NoModel(),
+            tracer_provider=provider,
+            proxy=False,
+            max_queue=10_000,
         )
         observed = reflect_otel.observe(name="bench_agent")(make_agent(provider, args.turns, args.work))
         seconds = interleaved(
@@ -74,6 +81,7 @@ def main() -> None:
         runtime.drain(120)
         stats = runtime.stats.as_dict()
         reflect_otel.shutdown()
+    assert stats["worker_errors"] == 0 and stats["traces_verified"] == stats["runs"], stats
     ratio = seconds["observed"] / seconds["plain"]
     per_run = {k: v / args.runs * 1e3 for k, v in seconds.items()}
     print(

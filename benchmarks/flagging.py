@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
+from benchmarks._common import RESULTS, add_smoke_option, scripted_llm
 from reflect_otel.datasets.bbm import BBMVerifier, read_bbm
 from reflect_otel.evidence import Severity, find_evidence
 from reflect_otel.llm.factory import make_llm
@@ -136,7 +137,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--verifiers", default="evidence,proxy,both")
     parser.add_argument("--calibration-out", type=Path, help="write the last proxy verifier's calibration here")
+    add_smoke_option(parser)
     args = parser.parse_args()
+    if args.smoke:  # the demo agent's 7 live runs kept in the repository, the proxy's auditor scripted
+        args.live, args.bbm = RESULTS / "wtq-live-qwen2.5-coder-1.5b" / "results.jsonl", None
     if (args.bbm is None) == (args.live is None):
         parser.error("give exactly one of --bbm DATA and --live RESULTS")
     runs = bbm_runs(args.bbm, args.per_class, args.seed) if args.bbm else live_runs(args.live)
@@ -145,7 +149,7 @@ def main() -> None:
     print("| verifier | precision of HIGH_ERROR_SIGNAL | recall | verifier failed | seconds |")
     print("|---|---|---|---|---|")
     names = [n.strip() for n in args.verifiers.split(",") if n.strip()]
-    llm = make_llm() if {"proxy", "both"} & set(names) else None
+    llm = (scripted_llm() if args.smoke else make_llm()) if {"proxy", "both"} & set(names) else None
     calibrations: list[tuple[str, ConfidenceCalibration]] = []
     data = f"--bbm {args.bbm} --per-class {args.per_class} --seed {args.seed}" if args.bbm else f"--live {args.live}"
     for name in names:
@@ -170,6 +174,7 @@ def main() -> None:
     if args.calibration_out and calibrations:
         args.calibration_out.write_text(calibrations[-1][1].model_dump_json(indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.calibration_out} (use it with REFLECT_PROXY_CALIBRATION={args.calibration_out})")
+    print(f"flagging_runs={len(runs)}")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ Columns, per probe: ``tried`` inputs; ``crashes`` (a 5xx, gRPC INTERNAL/UNKNOWN,
 answer, a Python traceback, a process that died); ``hangs`` (no answer within the timeout); ``lost`` (acknowledged,
 then missing or cut in the ``--out`` file or the store); ``wrong status`` (an answer other than the one the input
 calls for); ``other`` (what a row's note names: a secret written verbatim, a file the ``sql`` command touched).
-All inputs are seeded, so two runs send the same bytes. ``--quick`` sends a tenth of them.
+All inputs are seeded, so two runs send the same bytes. ``--quick`` sends a tenth of them, ``--smoke`` a
+hundredth (every probe once, to check the script runs).
 Last line: ``hardening_failures=N`` (every column but ``tried``, summed).
 """
 
@@ -33,6 +34,7 @@ import duckdb
 import grpc
 import httpx
 
+from benchmarks._common import add_smoke_option
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits
 from reflect_otel.collectors.trace_collector import BufferLimits
 from reflect_otel.llm.local import free_port
@@ -501,14 +503,14 @@ def _deep_trail(depth: int) -> str:
     return opening + "[]" + "}]" * depth
 
 
-def probe_files(folder: Path) -> Row:
+def probe_files(folder: Path, limit: int | None = None) -> Row:
     """Each malformed file imported beside a good one (and shown, when it is JSONL). Right: exit 1 with a line that
     names the file, or exit 0 when the file's own traces were written whole (a value replaced or clamped, with a
     warning on the trace); either way the good file's trace is written."""
     row = Row("malformed files (import, show)")
     good = folder / "good.json"
     good.write_text(json.dumps(json_trace(9)))
-    for path in _malformed_files(folder):
+    for path in _malformed_files(folder)[:limit]:
         out = path.with_name(path.name + ".out.jsonl")
         commands = [[*CLI, "import", str(good), str(path), "-o", str(out)]]
         if path.suffix == ".jsonl":
@@ -576,7 +578,7 @@ def _sql_statements(folder: Path, secret: Path) -> list[str]:
     ]
 
 
-def probe_sql(folder: Path) -> Row:
+def probe_sql(folder: Path, limit: int | None = None) -> Row:
     """30 statements that read or write outside the store, or change it: each refused, the store unchanged, no file
     appears; a store query still answers afterwards."""
     row = Row("sql statements outside the store")
@@ -590,7 +592,7 @@ def probe_sql(folder: Path) -> Row:
     secret = folder / "secret.txt"
     secret.write_text("OPENAI_API_KEY=sk-test-0123456789abcdef")
     before = sorted(p.name for p in folder.iterdir())
-    for statement in _sql_statements(folder, secret):
+    for statement in _sql_statements(folder, secret)[:limit]:
         row.tried += 1
         try:
             done = subprocess.run(
@@ -712,8 +714,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tenth of the fuzzed bodies, fewer runs")
     parser.add_argument("--only", default="", help="run only the probes whose function name contains this")
+    add_smoke_option(parser)
     args = parser.parse_args(argv)
-    scale = 0.1 if args.quick else 1.0
+    # (share of the fuzzed bodies, shutdown runs, kill runs, flood requests, contention rounds, files and statements)
+    scale, shutdowns, kills, flood, contention, cases = (
+        (0.01, 1, 1, 2, 1, 3) if args.smoke else (0.1, 2, 1, 8, 1, None) if args.quick else (1.0, 4, 3, 40, 3, None)
+    )
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="reflect-hardening-") as tmp:
         folder = Path(tmp)
@@ -721,12 +727,12 @@ def main(argv: list[str] | None = None) -> int:
             "fuzz": lambda: probe_fuzz(folder, scale),
             "bad_values": lambda: [probe_bad_values(folder)],
             "framing": lambda: [probe_framing(folder)],
-            "shutdown": lambda: [probe_shutdown(folder, 2 if args.quick else 4)],
-            "kill": lambda: [probe_kill(folder, 1 if args.quick else 3)],
-            "memory": lambda: [probe_memory(8 if args.quick else 40)],
-            "files": lambda: [probe_files(folder / "files")],
-            "sql": lambda: [probe_sql(folder / "sql")],
-            "contention": lambda: [probe_contention(folder, 1 if args.quick else 3)],
+            "shutdown": lambda: [probe_shutdown(folder, shutdowns)],
+            "kill": lambda: [probe_kill(folder, kills)],
+            "memory": lambda: [probe_memory(flood)],
+            "files": lambda: [probe_files(folder / "files", cases)],
+            "sql": lambda: [probe_sql(folder / "sql", cases)],
+            "contention": lambda: [probe_contention(folder, contention)],
             "secrets": lambda: [probe_secrets(folder)],
         }
         (folder / "files").mkdir()

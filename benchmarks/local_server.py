@@ -16,10 +16,13 @@ from pathlib import Path
 
 from benchmarks._common import (
     add_bbm_workload_options,
+    add_smoke_option,
     attribute_replaying,
     bbm_workload,
     call_summary,
     per_stage_lines,
+    scripted_llm,
+    smoke_sizes,
 )
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.datasets import DatasetItem
@@ -41,22 +44,29 @@ def _peak_rss_mb(pid: int) -> float:
 
 
 def _run(
-    all_logits: bool, items: list[DatasetItem], config: ReflectConfig, threads: int
+    all_logits: bool, items: list[DatasetItem], config: ReflectConfig, threads: int, *, smoke: bool = False
 ) -> tuple[list[AttributionRecord], float, float]:
-    """The records, their seconds and the server's peak RSS (MB), on a freshly started server."""
-    previous = LocalLlamaServer._instance
-    if previous is not None:
-        previous.stop()
-    server = LocalLlamaServer(resolve_local_model(), threads=threads, all_logits=all_logits)
-    LocalLlamaServer._instance = server  # local_llm() takes this one
-    llm = local_llm()
+    """The records, their seconds and the server's peak RSS (MB), on a freshly started server (``smoke``: on the
+    scripted model, no server, no RSS)."""
+    server = None
+    if smoke:
+        llm = scripted_llm()
+    else:
+        previous = LocalLlamaServer._instance
+        if previous is not None:
+            previous.stop()
+        server = LocalLlamaServer(resolve_local_model(), threads=threads, all_logits=all_logits)
+        LocalLlamaServer._instance = server  # local_llm() takes this one
+        llm = local_llm()
     pipeline = ReflectPipeline(llm, verifier=BBMVerifier(), config=config)
     started = time.perf_counter()
     records = attribute_replaying(pipeline, llm, items, f"{'all' if all_logits else 'last'}-logits")
     seconds = time.perf_counter() - started
-    peak = _peak_rss_mb(server._process.pid)
-    server.stop()
-    LocalLlamaServer._instance = None
+    peak = float("nan")
+    if server is not None:
+        peak = _peak_rss_mb(server._process.pid)
+        server.stop()
+        LocalLlamaServer._instance = None
     return records, seconds, peak
 
 
@@ -68,11 +78,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     add_bbm_workload_options(parser)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="the servers' CPU threads")
+    add_smoke_option(parser)
     args = parser.parse_args()
+    smoke_sizes(args, traces=1)
     items = bbm_workload(args)
     config = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.SOFT)
-    measured = {name: _run(all_logits, items, config, args.threads) for name, all_logits in SERVERS.items()}
-    print(f"traces={len(items)} model={resolve_local_model().name} threads={args.threads}")
+    measured = {
+        name: _run(all_logits, items, config, args.threads, smoke=args.smoke) for name, all_logits in SERVERS.items()
+    }
+    model = "scripted-llm" if args.smoke else resolve_local_model().name
+    print(f"traces={len(items)} model={model} threads={args.threads}")
     print("server                                  seconds  calls  cached_share  median_call_s  peak_rss_mb")
     for name, (records, seconds, peak) in measured.items():
         share, median, calls = call_summary(records)

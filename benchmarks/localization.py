@@ -17,17 +17,21 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import add_smoke_option, scripted_llm
 from reflect_otel import prompts, stages
 from reflect_otel._run import AttributionRun
 from reflect_otel.baselines import BASELINES
 from reflect_otel.config import ReflectConfig
 from reflect_otel.datasets.bbm import BBMVerifier
+from reflect_otel.demo.examples import example_path
 from reflect_otel.errors import LLMError
 from reflect_otel.evaluation.loaders import BENCHMARKS, EvalItem, load_benchmark
 from reflect_otel.evaluation.metrics import Prediction, compute_metrics, mean_se
@@ -132,22 +136,35 @@ def _pct(stat: dict[str, float | int]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, required=True, help="the dataset folder, e.g. ../shared/data")
+    parser.add_argument("--data", type=Path, help="the dataset folder, e.g. ../shared/data")
     parser.add_argument("--benchmarks", default=",".join(BENCHMARKS), help="comma-separated (default: all)")
     parser.add_argument("--limit", type=int, default=8, help="traces per benchmark (default 8)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, required=True, help="folder for rows.jsonl and table.md (resumable)")
+    parser.add_argument("--out", type=Path, help="folder for rows.jsonl and table.md (resumable)")
+    add_smoke_option(parser)
     args = parser.parse_args(argv)
+    if args.smoke:  # the BIG-Bench-Mistake example shipped with the package, a scripted model, a folder thrown away
+        with tempfile.TemporaryDirectory(prefix="reflect-localization-smoke-") as folder:
+            (Path(folder) / "bbm").mkdir()
+            shutil.copy(example_path("bbm/multistep_arithmetic.jsonl"), Path(folder) / "bbm")
+            return run(Path(folder), ["bbm"], 2, args.seed, Path(folder) / "out", scripted_llm())
+    if args.data is None or args.out is None:
+        parser.error("give --data and --out (or --smoke)")
     chosen = [b.strip() for b in args.benchmarks.split(",") if b.strip()]
     unknown = sorted(set(chosen) - set(BENCHMARKS))
     if unknown or args.limit < 1:
         parser.error(f"unknown benchmark(s) {unknown}; choose from {BENCHMARKS}" if unknown else "--limit must be >= 1")
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "rows.jsonl"
+    return run(args.data, chosen, args.limit, args.seed, args.out, make_llm())
+
+
+def run(data: Path, chosen: list[str], limit: int, seed: int, out_folder: Path, llm: StructuredLLM) -> int:
+    """Every method on ``limit`` sampled traces of each benchmark in ``chosen``, rows appended to ``out_folder``."""
+    out_folder.mkdir(parents=True, exist_ok=True)
+    path = out_folder / "rows.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
     done = {(r["benchmark"], r["trace_id"]) for r in rows}
-    config, llm = ReflectConfig(), make_llm()
-    items = [item for b in chosen for item in _sample(b, args.data, args.limit, args.seed)]
+    config = ReflectConfig()
+    items = [item for b in chosen for item in _sample(b, data, limit, seed)]
     with path.open("a", encoding="utf-8") as out:
         for number, item in enumerate(items, start=1):
             if (item.benchmark, item.trace.trace_id) in done:
@@ -172,8 +189,9 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     rendered = table(rows)
-    (args.out / "table.md").write_text(rendered + "\n", encoding="utf-8")
+    (out_folder / "table.md").write_text(rendered + "\n", encoding="utf-8")
     print(rendered)
+    print(f"localization_traces={len(rows)}")
     return 0
 
 

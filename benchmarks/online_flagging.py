@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import reflect_otel
+from benchmarks._common import add_smoke_option, scripted_llm, smoke_sizes
 from reflect_otel.demo.table_agent import TableQAAgent
 from reflect_otel.demo.wtq import load_questions
 from reflect_otel.exporters.duckdb_store import connect_read_only
@@ -30,10 +31,14 @@ from reflect_otel.verifiers import answers_match
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--questions", required=True, help="comma-separated bundled question ids, e.g. nt-1,nt-13")
+    parser.add_argument("--questions", help="comma-separated bundled question ids, e.g. nt-1,nt-13")
     parser.add_argument("--max-steps", type=int, default=6, help="the agent's tool-call limit (default 6)")
     parser.add_argument("--store", type=Path, help="the DuckDB store to write (default: a temporary file)")
+    add_smoke_option(parser)
     args = parser.parse_args(argv)
+    smoke_sizes(args, questions="nt-1,nt-13", max_steps=2)  # the agent and the auditor scripted
+    if not args.questions:
+        parser.error("give --questions (or --smoke)")
     bundled = {q.id: q for q in load_questions()}
     ids = [i.strip() for i in args.questions.split(",") if i.strip()]
     unknown = [i for i in ids if i not in bundled]
@@ -41,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no bundled question {', '.join(unknown)}" if unknown else "--max-steps must be >= 1")
     folder = Path(tempfile.mkdtemp(prefix="reflect-online-flagging-"))
     store = args.store or folder / "flagging.duckdb"
-    llm = make_llm()
+    llm = scripted_llm() if args.smoke else make_llm()
     # the proxy regime, flagging only: an hourly budget of 0 tokens stores and counts flagged runs unattributed
     runtime = reflect_otel.configure(store=str(store), llm=llm, proxy=True, max_tokens_per_hour=0)
     runs: list[tuple[str, str, bool, float]] = []
@@ -81,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{'-' if confidence is None else f'{confidence:.2f}'} | {shown} |"
         )
     print(f"flagged {flagged} of {len(runs)} runs; {flagged_wrong} of the {wrong} wrong ones")
+    print(f"online_flagging_flagged={flagged}")
     return 0
 
 

@@ -8,7 +8,8 @@ the tables in one transaction. Last line: ``postgres_ingest_ratio=R`` (store ste
 Fleet: for each N, M in ``--fleet`` (e.g. ``1x1,2x2,4x4``), N real ``collect --attribute`` processes and M real
 ``worker`` processes on one server, a scripted model on loopback answering at once, ``--runs`` wrong runs posted
 round-robin to the collectors; jobs/s until every job is done, and a check that none was lost or done twice.
-Needs PostgreSQL's binaries (a server is started in a temporary folder) and ``reflect-otel[postgresql]``.
+Needs PostgreSQL's binaries (a server is started in a temporary folder; ``--url`` names a running one instead) and
+``reflect-otel[postgresql]``.
 """
 
 from __future__ import annotations
@@ -19,11 +20,15 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from benchmarks._common import synthetic_trace
+from benchmarks._common import add_smoke_option, smoke_sizes, synthetic_trace
 from reflect_otel.assembly import assemble_trace
 from reflect_otel.exporters._store_rows import PARENT, trace_rows
 from reflect_otel.exporters.postgres_store import PostgresStore, connect_postgres
@@ -33,14 +38,25 @@ from reflect_otel.testing.otlp_bodies import wrong_run_body
 from reflect_otel.testing.postgres import PostgresServer
 
 
-def _database(server: PostgresServer, name: str) -> str:
-    with connect_postgres(server.url, autocommit=True) as admin:
+def _database(server: str, name: str) -> str:
+    """A new, empty database ``name`` on the server at URL ``server`` (dropped first if it is there); its URL."""
+    with connect_postgres(server, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {name}")
         admin.execute(f"CREATE DATABASE {name}")
-    return server.url.rsplit("/", 1)[0] + f"/{name}"
+    return server.rsplit("/", 1)[0] + f"/{name}"
 
 
-def ingest(server: PostgresServer, count: int) -> float:
+@contextmanager
+def _server(url: str | None) -> Iterator[str]:
+    """The server at ``url``, else one started in a temporary folder for the run."""
+    if url:
+        yield url
+        return
+    with PostgresServer() as server:
+        yield server.url
+
+
+def ingest(server: str, count: int) -> float:
     traces = [assemble_trace(synthetic_trace(n, tool_calls=19)) for n in range(count)]
     steps = sum(len(t.steps) for t in traces)
     store = PostgresStore(_database(server, "bench_store"))
@@ -73,13 +89,16 @@ def ingest(server: PostgresServer, count: int) -> float:
     return (steps / store_s) / (steps / copy_s)
 
 
-def fleet(server: PostgresServer, collectors: int, workers: int, runs: int) -> tuple[float, int, int]:
-    """(jobs/s, jobs done, jobs done more than once)."""
+def fleet(server: str, collectors: int, workers: int, runs: int, wait_s: float = 900) -> tuple[float, int, int]:
+    """(jobs/s, jobs done, jobs done more than once), waiting up to ``wait_s`` for every job to be done."""
     url = _database(server, f"bench_fleet_{collectors}x{workers}")
     PostgresStore(url).close()
     reply = {"error_step": 1, "responsible_agent": None, "reason": "r", "error_type": "tool_error", "confidence": 0.5}
     processes: list[subprocess.Popen[Any]] = []
-    with ScriptedOpenAIServer(lambda body: ScriptedTurn(text=json.dumps(reply))) as model:
+    with (
+        ScriptedOpenAIServer(lambda body: ScriptedTurn(text=json.dumps(reply))) as model,
+        tempfile.TemporaryDirectory(prefix="reflect-fleet-") as folder,  # each collector's --out file
+    ):
         env = os.environ | {"REFLECT_LLM_BASE_URL": model.base_url, "REFLECT_LLM_API_KEY": "t",
                             "REFLECT_LLM_MODEL": "scripted", "PYTHONUNBUFFERED": "1"}  # fmt: skip
         ports = []
@@ -89,11 +108,12 @@ def fleet(server: PostgresServer, collectors: int, workers: int, runs: int) -> t
                 ports.append(port)
                 process = subprocess.Popen(
                     [sys.executable, "-m", "reflect_otel", "collect", "--http", f"127.0.0.1:{port}", "-o",
-                     os.devnull, "--store", url, "--attribute", "--grace", "0.1"],
+                     str(Path(folder) / f"runs-{number}.jsonl"), "--store", url, "--attribute", "--grace", "0.1"],
                     stderr=subprocess.PIPE, text=True, env=env,
                 )  # fmt: skip
                 processes.append(process)
-                assert process.stderr is not None and "listening" in process.stderr.readline(), number
+                line = process.stderr.readline() if process.stderr is not None else ""
+                assert "listening" in line, f"collect {number} did not start: {line}"
             for _ in range(workers):
                 processes.append(
                     subprocess.Popen(
@@ -111,7 +131,7 @@ def fleet(server: PostgresServer, collectors: int, workers: int, runs: int) -> t
                 with urllib.request.urlopen(request, timeout=30) as response:
                     assert response.status == 200
             with connect_postgres(url, autocommit=True) as db:
-                while time.perf_counter() - start < 900:
+                while time.perf_counter() - start < wait_s:
                     row = db.execute("SELECT count(*) FROM attribution_jobs WHERE status = 'done'").fetchone()
                     if row and row[0] >= runs:
                         break
@@ -136,14 +156,18 @@ def main() -> None:
     parser.add_argument("--traces", type=int, default=2_000)
     parser.add_argument("--fleet", default="", help="N collectors x M workers, e.g. 1x1,2x2,4x4 (default: none)")
     parser.add_argument("--runs", type=int, default=200, help="runs per fleet set-up")
+    parser.add_argument("--url", help="a running server (its bench_* databases are made again); default: start one")
+    add_smoke_option(parser)
     args = parser.parse_args()
-    with PostgresServer() as server:
+    smoke_sizes(args, traces=20, fleet="1x1", runs=2)
+    with _server(args.url) as server:
         ratio = ingest(server, args.traces)
         for shape in [s for s in args.fleet.split(",") if s]:
             collectors, workers = (int(x) for x in shape.lower().split("x"))
-            rate, done, twice = fleet(server, collectors, workers, args.runs)
+            rate, done, twice = fleet(server, collectors, workers, args.runs, wait_s=120 if args.smoke else 900)
             print(f"fleet {collectors} collector(s) x {workers} worker(s): {rate:6.1f} jobs/s; "
                   f"{done} of {args.runs} done, {twice} done more than once")  # fmt: skip
+            assert not args.smoke or (done, twice) == (args.runs, 0), (done, twice)
         print(f"postgres_ingest_ratio={ratio:.2f}")
 
 

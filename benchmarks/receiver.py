@@ -11,7 +11,7 @@ import time
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from benchmarks._common import post_protobuf, synthetic_trace
+from benchmarks._common import add_smoke_option, post_protobuf, smoke_sizes, synthetic_trace
 from reflect_otel.collectors.otlp import decode_protobuf
 from reflect_otel.collectors.receiver import OTLPReceiver
 from reflect_otel.collectors.trace_collector import BufferLimits
@@ -45,7 +45,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--traces", type=int, default=5_000)
     parser.add_argument("--traces-per-request", type=int, default=50)
+    add_smoke_option(parser)
     args = parser.parse_args()
+    smoke_sizes(args, traces=20, traces_per_request=10)
     traces = [synthetic_trace(n) for n in range(args.traces)]
     step = args.traces_per_request
     bodies = [encode(traces[i : i + step]) for i in range(0, len(traces), step)]

@@ -13,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+from benchmarks._common import RESULTS, add_smoke_option
 from reflect_otel.evaluation.live import live_metrics, live_metrics_markdown
 from reflect_otel.evaluation.metrics import metrics_markdown
 from reflect_otel.evaluation.runner import metrics_from_rows, read_done
@@ -51,7 +52,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--wtq", type=Path, help="a wtq-live run folder")
     parser.add_argument("--bbm", type=Path, help="a folder of BIG-Bench-Mistake runs, one subfolder per method")
+    add_smoke_option(parser)
     args = parser.parse_args()
+    if args.smoke:  # the measured runs kept in the repository
+        args.wtq = RESULTS / "wtq-live-six-methods-seed24-t0.2"
+        args.bbm = RESULTS / "bbm-qwen2.5-coder-1.5b"
     if args.wtq is None and args.bbm is None:
         parser.error("give --wtq, --bbm or both")
     if args.wtq is not None:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from benchmarks._common import interleaved
+from benchmarks._common import add_smoke_option, interleaved, smoke_sizes
 from reflect_otel.collectors.span_processor import ReflectSpanProcessor
 from reflect_otel.collectors.trace_collector import BufferLimits
 
@@ -94,8 +94,12 @@ def main() -> None:
     parser.add_argument("--spans", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--flood-threads", type=int, default=0)
+    add_smoke_option(parser)
     args = parser.parse_args()
-    if args.flood_threads:
+    smoke_sizes(args, spans=400, rounds=2)  # queues of 2 x spans: over the SDK's batch of 512
+    if args.smoke:
+        flood(finished_spans(args.spans), 2)
+    elif args.flood_threads:
         flood(finished_spans(args.spans), args.flood_threads)
         return
     spans = finished_spans(args.spans)

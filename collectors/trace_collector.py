@@ -9,11 +9,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Generic, Literal, TypeVar
+from typing import Generic, TypeVar
 
+from reflect_otel._worker import Admission, BatchWorker
 from reflect_otel.assembly import AssemblyLimits, assemble_trace
 from reflect_otel.errors import ConfigError
 from reflect_otel.semconv import ReflectAttributes
@@ -28,7 +29,6 @@ TraceSink = Callable[[StructuredTrace], None]
 """Receives each assembled trace on the collector's worker thread; exceptions are caught and counted."""
 
 ItemT = TypeVar("ItemT")
-Admission = Literal["ok", "full", "stopping"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +173,8 @@ class _TraceBuffer:
 
 
 class TraceCollector(Generic[ItemT]):
-    """Queue -> worker thread -> per-trace buffer -> assembly -> sink.
+    """Queue -> worker thread -> per-trace buffer -> assembly -> sink (the queue and thread:
+    :class:`~reflect_otel._worker.BatchWorker`).
 
     ``submit`` (the in-process hot path) is O(1), never blocks and never raises: it appends to a bounded deque
     (``deque.append`` is atomic) or counts a drop. Conversion of submitted items to :class:`SpanRecord`
@@ -199,61 +200,47 @@ class TraceCollector(Generic[ItemT]):
         self._collector_name = collector_name
         self._limits = limits or BufferLimits()
         self._assembly_limits = assembly_limits
-        self._tick_s = tick_s
-        self._queue: deque[tuple[ItemT, int]] = deque()
-        self._queued_bytes = 0
         self._stats = CollectorStats()
         self._drop_lock = threading.Lock()
-        self._admit_lock = threading.Lock()
-        self._wake = threading.Event()
-        self._flush_requests: deque[tuple[threading.Event, bool]] = deque()
-        self._stopping = False
-        """Set first at shutdown: nothing more is admitted."""
-        self._exiting = False
-        """Set once the shutdown flush is done: the worker may stop."""
+        self._exited = False
         self._buffer = _TraceBuffer(self._limits, self._stats)
-        self._worker = threading.Thread(target=self._run, name=f"reflect-otel-{collector_name}", daemon=True)
-        self._worker.start()
+        self._queue: BatchWorker[ItemT] = BatchWorker(
+            self._take,
+            name=f"reflect-otel-{collector_name}",
+            max_items=self._limits.max_queue_size,
+            max_bytes=self._limits.max_buffered_bytes,
+            held_bytes=lambda: self._buffer.bytes,
+            max_batch=None,
+            tick_s=tick_s,
+            idle=self._emit_ready,
+        ).start()
+        self._append = self._queue.append
 
     # -- producer side (any thread) ---------------------------------------------------------------------------
     def submit(self, item: ItemT) -> None:
         """Queue one item for the worker, or count it dropped when the queue is full or the collector stopped."""
-        if self._stopping or len(self._queue) >= self._limits.max_queue_size:
+        answer = self._append(item)  # its size is counted once converted, on the worker
+        if answer != "ok":
             with self._drop_lock:
-                if self._stopping:
+                if answer == "stopping":
                     self._stats.spans_dropped_at_shutdown += 1
                 else:
                     self._stats.spans_dropped_queue_full += 1
-            return
-        self._queue.append((item, 0))  # its size is counted once converted, on the worker
 
     def submit_many(self, items: Iterable[ItemT]) -> None:
         for item in items:
             self.submit(item)
-        self._wake.set()
+        self._queue.wake()
 
     def has_room(self, size: int) -> bool:
         """Whether ``size`` more bytes would fit now (a hint before costly decoding; :meth:`offer` decides)."""
-        held = self._queued_bytes + self._buffer.bytes
-        return held == 0 or held + size <= self._limits.max_buffered_bytes
+        return self._queue.has_room(size)
 
     def offer(self, items: Sequence[ItemT], sizes: Sequence[int]) -> Admission:
         """Queue all of ``items`` (``sizes`` in bytes, one per item) or none: ``"stopping"`` once shutdown has
         begun, ``"full"`` when the queue's spans or the bytes held (queued and buffered) would pass their bounds.
         A refused batch is not counted as dropped: the caller answers so that the sender retries."""
-        total = sum(sizes)
-        with self._admit_lock:
-            if self._stopping:
-                return "stopping"
-            held = self._queued_bytes + self._buffer.bytes
-            if len(self._queue) + len(items) > self._limits.max_queue_size or (
-                held > 0 and held + total > self._limits.max_buffered_bytes
-            ):
-                return "full"
-            self._queue.extend(zip(items, sizes, strict=True))
-            self._queued_bytes += total
-        self._wake.set()
-        return "ok"
+        return self._queue.put_all(items, sizes)
 
     def stats(self) -> CollectorStats:
         """A snapshot of the counters."""
@@ -262,68 +249,34 @@ class TraceCollector(Generic[ItemT]):
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         """Process everything queued so far and assemble every trace whose root has ended. True when done in time."""
-        return self._request(ignore_grace_only=True, timeout_s=timeout_s)
+        return self._queue.flush(timeout_s, then=lambda: self._emit_now(everything=False))
 
     def stop_admitting(self) -> None:
         """Refuse every later :meth:`offer` (``"stopping"``) and drop later :meth:`submit` s (counted); what was
         admitted is still assembled by :meth:`shutdown`."""
-        with self._admit_lock:  # after this no offer() is admitted, so the shutdown flush sees every admitted span
-            self._stopping = True
+        self._queue.stop_admitting()  # under offer()'s lock: the shutdown flush sees every admitted span
 
     def shutdown(self, timeout_s: float = 30.0) -> bool:
         """Stop accepting spans, assemble everything admitted (incomplete traces marked so), stop the worker."""
-        if self._exiting:
+        if self._exited:
             return True
         self.stop_admitting()
-        done = self._request(ignore_grace_only=False, timeout_s=timeout_s)
-        self._exiting = True
-        self._wake.set()
-        self._worker.join(timeout=max(0.0, timeout_s))
-        left = len(self._queue)  # submit() raced the flush: counted, never silently lost
+        done = self._queue.flush(timeout_s, then=lambda: self._emit_now(everything=True))
+        self._exited = True
+        stopped = self._queue.close(max(0.0, timeout_s), drain=False)
+        left = self._queue.discard()  # submit() raced the flush: counted, never silently lost
         if left:
-            self._queue.clear()
             with self._drop_lock:
                 self._stats.spans_dropped_at_shutdown += left
-        return done and not self._worker.is_alive()
-
-    def _request(self, *, ignore_grace_only: bool, timeout_s: float) -> bool:
-        if not self._worker.is_alive():
-            return False
-        done = threading.Event()
-        self._flush_requests.append((done, not ignore_grace_only))
-        self._wake.set()
-        return done.wait(timeout_s)
+        return done and stopped
 
     # -- worker ----------------------------------------------------------------------------------------------
-    def _run(self) -> None:
-        while True:
-            self._wake.wait(self._tick_s)
-            self._wake.clear()
-            try:
-                self._drain()
-                while self._flush_requests:
-                    done, everything = self._flush_requests.popleft()
-                    self._drain()
-                    self._emit(self._buffer.pop_ready(time.monotonic(), ignore_grace=True, everything=everything))
-                    done.set()
-                self._emit(self._buffer.pop_ready(time.monotonic()))
-            except Exception:  # a bug here must not kill the worker and silently stop collection
-                _log.exception("reflect-otel collector worker error; continuing")
-            if self._exiting and not self._queue and not self._flush_requests:
-                return
-
-    def _drain(self) -> None:
-        queue = self._queue
-        depth = len(queue)
-        if depth > self._stats.peak_queue_depth:
-            self._stats.peak_queue_depth = depth
+    def _take(self, batch: list[tuple[ItemT, int]]) -> None:
+        """Convert and buffer ``batch`` (everything queued when the worker looked)."""
+        if len(batch) > self._stats.peak_queue_depth:
+            self._stats.peak_queue_depth = len(batch)
         now = time.monotonic()
-        taken_bytes = 0
-        with self._admit_lock:  # a count taken under offer()'s lock never ends inside a batch being offered
-            count = len(queue)
-        for _ in range(count):
-            item, size = queue.popleft()
-            taken_bytes += size
+        for item, size in batch:
             self._stats.spans_taken += 1
             try:
                 record = self._convert(item)
@@ -333,9 +286,15 @@ class TraceCollector(Generic[ItemT]):
                 self._stats.spans_dropped_invalid += 1
                 continue
             self._buffer.add(record, size or approx_bytes(record), now)
-        if taken_bytes:
-            with self._admit_lock:
-                self._queued_bytes -= taken_bytes
+
+    def _emit_ready(self) -> bool:
+        """Assemble the traces whose grace period or time to live has passed (the worker's idle work)."""
+        self._emit(self._buffer.pop_ready(time.monotonic()))
+        return False
+
+    def _emit_now(self, *, everything: bool) -> None:
+        """Assemble every trace whose root has ended (and, with ``everything``, the others as incomplete)."""
+        self._emit(self._buffer.pop_ready(time.monotonic(), ignore_grace=True, everything=everything))
 
     def _emit(self, ready: list[tuple[str, _Gathering, bool]]) -> None:
         for trace_id, gathering, complete in ready:
@@ -353,7 +312,7 @@ class TraceCollector(Generic[ItemT]):
                     )
                 )
             if not complete:
-                if self._stopping or gathering.first_seen + self._limits.ttl_s > time.monotonic():
+                if self._queue.refusing or gathering.first_seen + self._limits.ttl_s > time.monotonic():
                     self._stats.traces_incomplete_at_shutdown += 1
                 else:
                     self._stats.traces_expired += 1

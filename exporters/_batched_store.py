@@ -7,14 +7,12 @@ cannot take the others down. A backend gives the transaction (:meth:`BatchedStor
 from __future__ import annotations
 
 import logging
-import queue
-import threading
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
+from reflect_otel._worker import BatchWorker
 from reflect_otel.exporters._store_rows import (
     COUNTERS,
     JOB_STATUSES,
@@ -37,6 +35,9 @@ _BATCH = 2_000
 _LINGER_S = 0.05
 """How long the writer waits for more writes after the first of a batch: long enough for a burst to share one
 transaction, short enough that a single write is visible at once to the eye."""
+_ROOM_WAIT_S = 5.0
+"""How long a write waits for room in a full queue before it is dropped (back-pressure on the collector's thread,
+which then holds spans and answers its senders 429)."""
 
 
 def _job(row: Sequence[Any]) -> AttributionJob:
@@ -52,11 +53,12 @@ class BatchedStore:
 
     def __init__(self, *, max_queue: int = 10_000, thread_name: str = "reflect-otel-store") -> None:
         self.stats = StoreStats()
-        self._queue: queue.Queue[Write | threading.Event | None] = queue.Queue(maxsize=max_queue)
-        self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
+        self._writer: BatchWorker[Write] = BatchWorker(
+            self._write_all, name=thread_name, max_items=max_queue, max_batch=_BATCH, linger_s=_LINGER_S
+        )
 
     def _start(self) -> None:
-        self._thread.start()
+        self._writer.start()
 
     # -- the backend's part ------------------------------------------------------------------------------------
     def _write_batch(self, writes: Sequence[Write]) -> None:
@@ -69,11 +71,9 @@ class BatchedStore:
 
     # -- writes (any thread) ---------------------------------------------------------------------------------
     def _enqueue(self, write: Write) -> None:
-        try:
-            self._queue.put(write, timeout=5)
-        except queue.Full:
+        if self._writer.put(write, timeout_s=_ROOM_WAIT_S) != "ok":
             self.stats.dropped += 1
-            _log.warning("the queue of %s is full; a %s was dropped", self.where, write.kind)
+            _log.warning("the queue of %s is full or closed; a %s was dropped", self.where, write.kind)
 
     def write_trace(self, trace: StructuredTrace) -> None:
         if not isinstance(trace, StructuredTrace):
@@ -134,51 +134,20 @@ class BatchedStore:
     @property
     def backlog(self) -> int:
         """Writes queued and not yet taken by the writer thread (approximate, for progress and benchmarks)."""
-        return self._queue.qsize()
+        return self._writer.backlog
 
     def flush(self, timeout_s: float = 30.0) -> bool:
-        done = threading.Event()
-        try:
-            self._queue.put(done, timeout=timeout_s)
-        except queue.Full:
-            return False
-        return done.wait(timeout_s)
+        return self._writer.flush(timeout_s)
 
     def _stop_writer(self) -> None:
-        if self._thread.is_alive():
-            self.flush()
-            self._queue.put(None)
-            self._thread.join(timeout=30)
+        self._writer.close(timeout_s=30)
 
     # -- the writer thread -----------------------------------------------------------------------------------
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            deadline = time.monotonic() + _LINGER_S
-            batch: list[Write] = []
-            stop = False
-            waiters: list[threading.Event] = []
-            while True:  # take what is queued (up to a batch) so one transaction carries many writes
-                if item is None:
-                    stop = True
-                elif isinstance(item, threading.Event):
-                    waiters.append(item)
-                else:
-                    batch.append(item)
-                if stop or waiters or len(batch) >= _BATCH:
-                    break  # a flush waits for what is queued now, not for the linger
-                remaining = deadline - time.monotonic()
-                try:
-                    item = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
-                except queue.Empty:
-                    break
-            if batch and not self._apply(batch):
-                for one in batch:  # a bad write rolled the batch back: apply one by one to keep the others
-                    self._apply([one])
-            for waiter in waiters:
-                waiter.set()
-            if stop:
-                return
+    def _write_all(self, batch: list[tuple[Write, int]]) -> None:
+        writes = [write for write, _ in batch]
+        if not self._apply(writes):
+            for one in writes:  # a bad write rolled the batch back: apply one by one to keep the others
+                self._apply([one])
 
     def _apply(self, batch: list[Write]) -> bool:
         """All of ``batch`` in one transaction; False (rolled back, counted when alone) on failure."""

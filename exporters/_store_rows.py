@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, get_args
 
+from reflect_otel.errors import InputError
 from reflect_otel.record import AttributionRecord
 from reflect_otel.store import AttributionJob, JobStatus
 from reflect_otel.trace import StructuredTrace
@@ -27,6 +28,7 @@ __all__ = [
     "Write",
     "as_columns",
     "job_rows",
+    "migrations_to_apply",
     "record_rows",
     "trace_rows",
     "verdict_rows",
@@ -264,3 +266,16 @@ def record_rows(record: AttributionRecord) -> Write:
             "llm_calls": as_columns(calls, CALL_COLUMNS),
         },
     )
+
+
+def migrations_to_apply(current: int, migrations: Sequence[str]) -> list[tuple[int, list[str]]]:
+    """(version, its statements) for each schema version after ``current`` in a backend's ``migrations``; raises
+    :class:`InputError` naming the fix when the store is newer than this reflect-otel."""
+    if current > len(migrations):
+        raise InputError(
+            f"the store was written by a newer reflect-otel (schema {current} > {len(migrations)}); upgrade"
+        )
+    return [
+        (version, [s for s in migrations[version - 1].split(";") if s.strip()])
+        for version in range(current + 1, len(migrations) + 1)
+    ]

@@ -1,5 +1,6 @@
-"""The PostgreSQL store: the tables, views, schema versions and migrations of the DuckDB store on a server that
-many collectors and workers share (``--store postgresql://...`` or ``REFLECT_STORE``). Implements
+"""The PostgreSQL store: the DuckDB store's tables, views and schema versions (in PostgreSQL's SQL:
+``postgres_schema``) on a server that many collectors and workers share (``--store postgresql://...`` or
+``REFLECT_STORE``; :func:`reflect_otel.store.store_kind` says which store a target names). Implements
 ``reflect_otel.store.AttributionStore``; needs ``pip install 'reflect-otel[postgresql]'`` (psycopg 3).
 
 One writer thread per store owns a connection; a batch is one transaction: per table, one DELETE of the batch's
@@ -16,99 +17,22 @@ from typing import Any
 
 from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.exporters._batched_store import BatchedStore
-from reflect_otel.exporters._store_rows import KEYS, PARENT, Write
-from reflect_otel.exporters.duckdb_store import MIGRATIONS
+from reflect_otel.exporters._store_rows import KEYS, PARENT, Write, migrations_to_apply
+from reflect_otel.exporters.postgres_schema import MIGRATIONS, SCHEMA_VERSION
+from reflect_otel.exporters.postgres_schema import VIEWS as PG_VIEWS
 
 __all__ = [
+    "MIGRATIONS",
     "PG_VIEWS",
+    "SCHEMA_VERSION",
     "PostgresStore",
     "connect_postgres",
     "connect_read_only_postgres",
-    "is_postgres_url",
     "migrate_postgres",
 ]
 
 _MIGRATION_LOCK = 0x5EF1EC7
 """The advisory lock id migrations hold (any fixed number no other application uses)."""
-
-
-def is_postgres_url(target: str) -> bool:
-    return target.startswith(("postgresql://", "postgres://"))
-
-
-def _pg_ddl(duckdb_ddl: str) -> str:
-    """A DuckDB migration in PostgreSQL's types: DOUBLE is DOUBLE PRECISION, JSON is JSONB."""
-    return duckdb_ddl.replace(" DOUBLE", " DOUBLE PRECISION").replace(" JSON", " JSONB")
-
-
-def _rate(numerator: str, denominator: str, digits: int = 4) -> str:
-    return f"round(({numerator})::numeric / nullif({denominator}, 0), {digits})::float8"
-
-
-PG_VIEWS: dict[str, str] = {
-    "failure_stats": f"""
-        SELECT CAST(date_trunc('day', coalesce(t.start_time, t.ingested_at)) AS DATE) AS day, t.agent,
-               count(*) AS traces,
-               count(*) FILTER (WHERE v.is_correct IS NOT NULL) AS judged,
-               count(*) FILTER (WHERE v.is_correct = false) AS failed,
-               count(*) FILTER (WHERE v.is_correct = false OR v.label = 'HIGH_ERROR_SIGNAL') AS flagged,
-               {_rate("count(*) FILTER (WHERE v.is_correct = false)", "count(*) FILTER (WHERE v.is_correct IS NOT NULL)")}
-                   AS failure_rate,
-               {_rate("count(*) FILTER (WHERE v.is_correct = false OR v.label = 'HIGH_ERROR_SIGNAL')", "count(*)")}
-                   AS flag_rate
-        FROM traces t LEFT JOIN (SELECT trace_id, bool_and(is_correct) AS is_correct, max(label) AS label
-                                 FROM verdicts GROUP BY trace_id) v USING (trace_id)
-        GROUP BY 1, 2 ORDER BY day DESC, agent""",
-    "error_types": f"""
-        SELECT coalesce(error_type, CASE WHEN step_index IS NULL THEN 'no_step' ELSE 'unclassified' END) AS error_type,
-               count(*) AS attributions,
-               {_rate("count(*)", "sum(count(*)) OVER ()")} AS share
-        FROM attributions WHERE status <> 'skipped' GROUP BY 1 ORDER BY attributions DESC""",
-    "decisive_step_position": f"""
-        SELECT a.trace_id, a.method, a.step_index, t.step_count,
-               {_rate("a.step_index", "t.step_count")} AS relative_position
-        FROM attributions a JOIN traces t USING (trace_id) WHERE a.step_index IS NOT NULL""",
-    "verified_share": f"""
-        SELECT method, count(*) AS attributions,
-               count(*) FILTER (WHERE status = 'verified') AS verified,
-               count(*) FILTER (WHERE status = 'not_attributable') AS not_attributable,
-               count(*) FILTER (WHERE status = 'unverified') AS unverified,
-               {_rate("count(*) FILTER (WHERE status = 'verified')", "count(*) FILTER (WHERE status <> 'skipped')")}
-                   AS verified_share
-        FROM attributions GROUP BY 1 ORDER BY method""",
-    "flip_rate_by_offset": f"""
-        SELECT localized_step - (rollback_point + 1) AS rollback_offset, coalesce(arm, 'intervention') AS arm,
-               count(*) AS replays, count(*) FILTER (WHERE flipped) AS flips,
-               {_rate("count(*) FILTER (WHERE flipped)", "count(*)")} AS flip_rate
-        FROM replays WHERE error IS NULL AND localized_step IS NOT NULL GROUP BY 1, 2 ORDER BY rollback_offset, arm""",
-    "replay_fidelity": f"""
-        SELECT t.trace_json -> 'source' ->> 'service' AS service, t.agent,
-               count(*) AS controls, count(*) FILTER (WHERE r.reproduced) AS reproduced,
-               count(*) FILTER (WHERE r.flipped) AS flipped,
-               {_rate("count(*) FILTER (WHERE r.reproduced)", "count(*)")} AS fidelity
-        FROM replays r JOIN traces t USING (trace_id)
-        WHERE r.arm = 'control' AND r.error IS NULL GROUP BY 1, 2 ORDER BY service, agent""",
-    "cost_per_trace": """
-        SELECT a.trace_id, a.method, a.llm_calls, a.tokens, c.cached_prompt_tokens, a.seconds
-        FROM attributions a LEFT JOIN (SELECT trace_id, method, sum(cached_prompt_tokens) AS cached_prompt_tokens
-                                       FROM llm_calls GROUP BY 1, 2) c USING (trace_id, method)
-        ORDER BY a.tokens DESC""",
-    "cost_per_stage": f"""
-        SELECT stage, count(*) AS calls, sum(prompt_tokens) AS prompt_tokens,
-               sum(cached_prompt_tokens) AS cached_prompt_tokens,
-               {_rate("sum(cached_prompt_tokens)", "sum(prompt_tokens) FILTER (WHERE cached_prompt_tokens IS NOT NULL)")}
-                   AS cached_share,
-               sum(completion_tokens) AS completion_tokens, round(sum(seconds)::numeric, 3)::float8 AS seconds,
-               round(avg(prompt_tokens + completion_tokens)::numeric, 1)::float8 AS tokens_per_call
-        FROM llm_calls GROUP BY 1 ORDER BY calls DESC""",
-    "attribution_queue": """
-        SELECT status, count(*) AS runs, sum(attempts) AS attempts
-        FROM attribution_jobs GROUP BY 1 ORDER BY status""",
-    "verified_by_source": """
-        SELECT method, verified_by_source AS source, verified_by_kind AS kind, count(*) AS verified
-        FROM attributions WHERE status = 'verified' GROUP BY 1, 2, 3 ORDER BY method, verified DESC""",
-}
-"""The DuckDB store's views (``duckdb_store.VIEWS``), in PostgreSQL's SQL: the same names, columns and rows."""
 
 
 def connect_postgres(url: str, *, autocommit: bool = False) -> Any:
@@ -141,21 +65,15 @@ def connect_read_only_postgres(url: str, *, statement_timeout_ms: int = 60_000) 
 
 
 def migrate_postgres(connection: Any) -> None:
-    """Bring the schema to the DuckDB store's version (the same migrations) and (re)create the views, once even
-    when several processes start together."""
+    """Bring the schema to :data:`SCHEMA_VERSION` (``postgres_schema``) and (re)create the views, once even when
+    several processes start together."""
     with connection.transaction():
         connection.execute("SELECT pg_advisory_xact_lock(%s)", [_MIGRATION_LOCK])
         connection.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER)")
         row = connection.execute("SELECT max(version) FROM schema_version").fetchone()
-        current = (row[0] if row else None) or 0
-        if current > len(MIGRATIONS):
-            raise InputError(
-                f"the store was written by a newer reflect-otel (schema {current} > {len(MIGRATIONS)}); upgrade"
-            )
-        for version in range(current + 1, len(MIGRATIONS) + 1):
-            for statement in _pg_ddl(MIGRATIONS[version - 1]).split(";"):
-                if statement.strip():
-                    connection.execute(statement)
+        for version, statements in migrations_to_apply((row[0] if row else None) or 0, MIGRATIONS):
+            for statement in statements:
+                connection.execute(statement)
             connection.execute("DELETE FROM schema_version")
             connection.execute("INSERT INTO schema_version (version) VALUES (%s)", [version])
         for name, sql in PG_VIEWS.items():

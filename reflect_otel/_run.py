@@ -1,11 +1,10 @@
 """What REFLECT and the baselines share: the run's bookkeeping (recorded LLM calls, stage errors, the record's
-cost), the typed record constructor, the one error boundary, and the replay-and-verify step of a retry."""
+cost), the typed record constructor, and the one error boundary."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from reflect_otel.config import ReflectConfig
@@ -22,19 +21,17 @@ from reflect_otel.record import (
     Effect,
     ErrorType,
     Fidelity,
-    GateVerdict,
     Intervention,
     Localization,
     ReplayAttempt,
     StageError,
     stage_costs,
 )
-from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult, replay_with
-from reflect_otel.trace import StepAction, StructuredTrace
+from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import Verifier, bound_to
 
-__all__ = ["AttributionRun", "MethodBase", "ReplayOutcome", "is_correct", "replay_and_verify"]
+__all__ = ["AttributionRun", "MethodBase", "is_correct"]
 
 _log = logging.getLogger("reflect_otel.methods")
 
@@ -182,47 +179,3 @@ class MethodBase:
 
 def is_correct(verdict: Verdict | None) -> bool:
     return verdict is not None and verdict.is_correct is True
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayOutcome:
-    """One replay as recorded, and what it produced (None when the replay failed)."""
-
-    attempt: ReplayAttempt
-    result: ReplayResult | None
-
-
-def replay_and_verify(
-    run: AttributionRun,
-    replay: ReplayAdapter,
-    trace: StructuredTrace,
-    planned: ReplayAttempt,
-    *,
-    expected: str | None,
-    injection_role: InjectionRole,
-    action: StepAction | None = None,
-    gate: Callable[[ReplayResult], GateVerdict | None] | None = None,
-) -> ReplayOutcome:
-    """Replay ``trace`` as ``planned`` (its rollback point, injection, round, sample and retry; ``action`` executed
-    as the first regenerated step when given), gate the continuation (when ``gate`` is given) and verify the new
-    answer with the run's verifier. A failed replay is recorded in the attempt and in the run's errors, never raised: an adapter, or the
-    agent it runs, may fail in any way."""
-    try:
-        result = replay_with(replay, trace, planned.rollback_point, planned.injection, injection_role, action)
-    except Exception as error:
-        run.error("replay", error, planned.round)
-        return ReplayOutcome(planned.model_copy(update={"error": str(error)[:2000]}), None)
-    gate_verdict = gate(result) if gate is not None else None
-    verdict = run.verifier.verify(result.trace, expected=expected)
-    attempt = planned.model_copy(
-        update={
-            "gate": gate_verdict,
-            "verdict": verdict,
-            "flipped": is_correct(verdict),
-            "final_answer": result.final_answer,
-            "prefix_verified": result.prefix_verified,
-            "continuation": result.continuation,
-            "adapter_info": result.adapter_info,
-        }
-    )
-    return ReplayOutcome(attempt, result)

@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from reflect_otel import evidence, prompts, stages
-from reflect_otel._run import AttributionRun, MethodBase, replay_and_verify
-from reflect_otel.controlled_replay import GateFn, Trial, TrialResult
+from reflect_otel._replayer import Replayer
+from reflect_otel._run import AttributionRun, MethodBase
 from reflect_otel.leaks import leak
 from reflect_otel.pipeline import guidance_window
 from reflect_otel.record import (
@@ -49,6 +49,7 @@ from reflect_otel.search import (
     tested_steps,
 )
 from reflect_otel.trace import StepAction, StructuredTrace
+from reflect_otel.trial import GateFn, Trial, TrialResult
 from reflect_otel.verdict import Verdict
 
 __all__ = ["BASELINES", "Baseline", "HypothesesPolicy", "ResamplePolicy", "binary_search_calls"]
@@ -245,15 +246,11 @@ class Reflexion(Baseline):
                 corrections=(retry.model_copy(update={"refused": leaked}),),
                 reason=f"the retry was not run: its memory {leaked}",
             )
-        outcome = replay_and_verify(
-            run,
-            replay,
-            trace,
+        attempt, result = Replayer(run, replay, expected=expected, injection_role=self.config.injection_role).replay(
             ReplayAttempt(round=1, rollback_point=0, localized_step=out.error_step, injection=memory, correction=retry),
-            expected=expected,
-            injection_role=self.config.injection_role,
+            action=None,
         )
-        corrected = outcome.result.final_answer if outcome.attempt.flipped and outcome.result else None
+        corrected = result.final_answer if attempt.flipped and result else None
         return run.record(
             status=AttributionStatus.UNVERIFIED,
             mode=AttributionMode.REPLAY,
@@ -261,8 +258,8 @@ class Reflexion(Baseline):
             error_type=out.error_type,
             auditor_confidence=out.confidence,
             explanation=out.reason,
-            replays=(outcome.attempt,),
-            corrections=(retry.model_copy(update={"replays": 1, "flipped": outcome.attempt.flipped}),),
+            replays=(attempt,),
+            corrections=(retry.model_copy(update={"replays": 1, "flipped": attempt.flipped}),),
             corrected_answer=corrected,
             rounds=1,
             reason="the retry with the reflection answered right, but a retry from the start tests no step"

@@ -151,7 +151,7 @@ class ReflectConfig(BaseModel):
         "resampling); each distinct one that changes the step is replayed as an action.",
     )
     proposal_temperature: float = Field(
-        default=0.7,
+        default=1.0,
         ge=0,
         le=2,
         description="The temperature proposals are sampled at (the agent's decisions, the auditor's extra "

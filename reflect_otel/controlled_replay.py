@@ -23,151 +23,61 @@ recorded and never verifies). Bare resampling has no plan to follow: a step that
   (the run flips with no intervention) makes a flip there *not attributable*: one intervention is replayed to show
   it, no more.
 
-Replay fidelity is recorded apart: whether each control gave the run's own answer. Greedy decoding on a real server
-is not bit-exact (a prompt evaluated from a cache can tie-break another way), so a control may take another path to
-another wrong answer; the contrast with the intervention still holds (both replays start from the same prefix in
-the same environment), and the record says how faithfully replay reproduced the run.
 * **Sampled adapter**: ``verify_samples`` replays per arm (the control once per point, reused). *Verified* when the
   one-sided Fisher exact test of "the intervention flips more often than the control" gives p <= 0.05, every
   counted flip having changed step p (at n = 3: 3 of 3 against 0 of 3). Flips that do not pass are *not
   attributable*.
 
+Replay fidelity is recorded apart: whether each control gave the run's own answer. Greedy decoding on a real server
+is not bit-exact (a prompt evaluated from llama.cpp's cache can tie-break another way than the run did), so a
+control may take another path to another wrong answer. Then one control is not enough: before a flip at that point
+is credited, the control arm is brought to ``verify_samples`` replays, and none may answer right (when the budget
+cannot pay for them, the flip is not attributable). The record says how faithfully replay reproduced the run.
 Every replay, controls included, comes out of the same replay budget (``--max-replays``); a test that cannot afford
-both arms is not started. The engine holds the control cache and the budget and nothing else; what to test, and in
-which order, is the method's (:mod:`reflect_otel.search`).
+both arms is not started. The engine holds the control arms (:mod:`reflect_otel._replayer`) and applies the rule;
+what a trial replays is :mod:`reflect_otel.proposals`'; what to test, and in which order, is the method's
+(:mod:`reflect_otel.search`).
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from enum import Enum
-
-from reflect_otel import corrections
-from reflect_otel._run import AttributionRun, is_correct
-from reflect_otel._stats import fisher_greater, wilson
-from reflect_otel.config import GateMode, ReflectConfig
-from reflect_otel.judge import answers_match
+from reflect_otel._replayer import ControlArm, Controls, Replayer, effect_arm
+from reflect_otel._run import AttributionRun
+from reflect_otel._stats import fisher_greater
+from reflect_otel.config import ReflectConfig
 from reflect_otel.leaks import leak
-from reflect_otel.record import (
-    Correction,
-    Effect,
-    EffectArm,
-    Fidelity,
-    GateDecider,
-    GateVerdict,
-    InterventionKind,
-    RepairPlan,
-    ReplayArm,
-    ReplayAttempt,
-)
-from reflect_otel.replay import ProposedStep, ReplayAdapter, ReplayResult, is_deterministic, proposer, replay_with
-from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
-from reflect_otel.verifiers import extract_answer
+from reflect_otel.proposals import Candidate, candidates, judge
+from reflect_otel.record import Correction, Effect, Fidelity, GateDecider, GateVerdict, ReplayArm, ReplayAttempt
+from reflect_otel.replay import ReplayAdapter, ReplayResult, is_deterministic
+from reflect_otel.trace import Step, StepAction, StepKind
+from reflect_otel.trial import Decision, GateFn, Trial, TrialResult
 
-__all__ = ["ALPHA", "ControlledReplay", "Decision", "GateFn", "Trial", "TrialResult"]
+__all__ = [
+    "ALPHA",
+    "RULE_DETERMINISTIC",
+    "RULE_SAMPLED",
+    "ControlledReplay",
+    "Decision",
+    "GateFn",
+    "Trial",
+    "TrialResult",
+]
 
 ALPHA = 0.05
 """The significance a sampled test must reach (one-sided Fisher exact test)."""
 
-GateFn = Callable[[RepairPlan, Step, Step], GateVerdict]
-"""Judges whether ``proposed`` (a new step p) follows ``plan``, ``replaced`` being the original step p."""
-
-_log = logging.getLogger("reflect_otel.controlled_replay")
-
-
-class Decision(str, Enum):
-    """What one trial established."""
-
-    VERIFIED = "verified"
-    NOT_ATTRIBUTABLE = "not_attributable"
-    """An intervention flipped the outcome, but the control from the same prefix explains it (see the module)."""
-    NO_FLIP = "no_flip"
-    NOT_TESTED = "not_tested"
-    """Nothing ran: the budget could not pay for both arms, every candidate was refused, or the replay failed."""
-
-
-@dataclass(frozen=True, slots=True)
-class Trial:
-    """One intervention to test at step ``correction.step_index``: an action (``correction.replacement``
-    executed), or guidance (the agent decides the step with ``injection`` in context; ``plan`` is what its new step
-    must follow, None for bare resampling, where any different step is the intervention)."""
-
-    correction: Correction
-    injection: str = ""
-    plan: RepairPlan | None = None
-    round: int = 1
-    localized_step: int | None = None
-
-    @property
-    def step(self) -> int:
-        return self.correction.step_index
-
-    @property
-    def is_action(self) -> bool:
-        return self.correction.kind is InterventionKind.ACTION
-
-
-@dataclass(frozen=True, slots=True)
-class TrialResult:
-    """What testing one trial produced, as a value: its decision and why, the intervention replays and the
-    corrections behind them (a guidance trial's proposals each become an action), and the effect that decided."""
-
-    trial: Trial
-    decision: Decision
-    reason: str
-    attempts: tuple[ReplayAttempt, ...] = ()
-    corrections: tuple[Correction, ...] = ()
-    effect: Effect | None = None
-    deciding: ReplayAttempt | None = None
-    """The intervention replay behind a verified or not-attributable decision."""
-    result: ReplayResult | None = None
-    """That replay's result (its continuation explains the correction)."""
-
-
-@dataclass(slots=True)
-class _Control:
-    """The control arm of one rollback point: its replays, in order."""
-
-    attempts: list[ReplayAttempt] = field(default_factory=list)
-
-    @property
-    def answered(self) -> list[ReplayAttempt]:
-        return [a for a in self.attempts if a.error is None]
-
-    @property
-    def flips(self) -> int:
-        return sum(1 for a in self.answered if a.flipped)
-
-    @property
-    def reproduced(self) -> int:
-        return sum(1 for a in self.answered if a.reproduced)
-
-    def arm(self) -> EffectArm:
-        return _arm(self.answered, self.flips)
-
-
-@dataclass(frozen=True, slots=True)
-class _Candidate:
-    """An intervention ready to replay: the action to execute (None: the agent regenerates the step itself), the
-    position of its correction among those considered, and the gate's verdict on a proposal made under a plan."""
-
-    index: int
-    action: StepAction | None
-    gate: GateVerdict | None = None
-
-
-def _arm(attempts: Sequence[ReplayAttempt], flips: int) -> EffectArm:
-    low, high = wilson(flips, len(attempts))
-    return EffectArm(
-        replays=len(attempts), flips=flips, answers=tuple(a.final_answer for a in attempts), low=low, high=high
-    )
+RULE_DETERMINISTIC = (
+    "deterministic replay: the intervention changed step p and answered right; the control from the same prefix, "
+    "with no intervention, did not"
+)
+RULE_SAMPLED = (
+    f"sampled replay: the intervention (changed step p in each counted flip) flipped more often than the control, "
+    f"one-sided Fisher exact p <= {ALPHA}"
+)
 
 
 class ControlledReplay:
-    """The controlled tests of one failed run (see the module): the control cache, the replay budget, and the log
-    of every replay made. One per attribution; not shared between threads."""
+    """The controlled tests of one failed run (see the module). One per attribution; not shared between threads."""
 
     def __init__(
         self,
@@ -179,260 +89,146 @@ class ControlledReplay:
         gate: GateFn | None = None,
     ) -> None:
         self.run = run
-        self.trace = run.trace
         self.adapter = adapter
         self.expected = expected
         self.config = config
         self.gate = gate
         self.deterministic = is_deterministic(adapter)
         self.samples = 1 if self.deterministic else config.verify_samples
-        self._controls: dict[int, _Control] = {}
-        self._executed: dict[int, set[str]] = {}  # per rollback point, the actions replayed there
-        self._log: list[ReplayAttempt] = []
-        self._original_answer = extract_answer(self.trace.final_answer)
+        self.replayer = Replayer(run, adapter, expected=expected, injection_role=config.injection_role)
+        self.controls = Controls(self.replayer, samples=self.samples)
+        self._replayed: dict[int, set[str]] = {}  # per rollback point, the calls replayed there
 
-    # -- what the record needs ---------------------------------------------------------------------------------
     @property
     def replays(self) -> tuple[ReplayAttempt, ...]:
         """Every replay made, controls included, in the order made."""
-        return tuple(self._log)
+        return tuple(self.replayer.log)
 
     @property
     def fidelity(self) -> Fidelity | None:
-        answered = [a for c in self._controls.values() for a in c.answered]
-        if not answered:
-            return None
-        return Fidelity(
-            controls=len(answered),
-            reproduced=sum(1 for a in answered if a.reproduced),
-            flipped=sum(1 for a in answered if a.flipped),
-        )
+        return self.controls.fidelity
 
     @property
     def remaining(self) -> int | None:
-        left = getattr(self.adapter, "remaining", None)
-        return left if isinstance(left, int) else None
+        return self.replayer.remaining
 
     def can_test(self, step: int) -> bool:
-        """Whether the budget pays for a test at ``step``: its control (unless cached) and one intervention arm."""
+        """Whether the budget pays for a test at ``step``: its control (unless it ran) and one intervention arm."""
         left = self.remaining
-        need = self.samples * (1 if step - 1 in self._controls else 2)
-        return left is None or left >= need
+        return left is None or left >= self.samples * (1 if self.controls.ran(step - 1) else 2)
 
-    # -- testing -------------------------------------------------------------------------------------------------
     def test(self, trial: Trial) -> TrialResult:
         """Test ``trial`` under the decision rule. Never raises for what the adapter or the agent does."""
-        step, point = trial.step, trial.step - 1
-        if not 1 <= step <= len(self.trace.steps):
-            return TrialResult(trial, Decision.NOT_TESTED, f"step {step} is not a step of the run")
-        leaked = leak(self._given_texts(trial), self.expected)
+        if not 1 <= trial.step <= len(self.run.trace.steps):
+            return TrialResult(trial, Decision.NOT_TESTED, f"step {trial.step} is not a step of the run")
+        leaked = leak(_given_texts(trial), self.expected)
         if leaked is not None:
             refused = trial.correction.model_copy(update={"refused": leaked})
             return TrialResult(trial, Decision.NOT_TESTED, f"refused: {leaked}", corrections=(refused,))
-        if not self.can_test(step):
+        if not self.can_test(trial.step):
             return TrialResult(trial, Decision.NOT_TESTED, "the replay budget cannot pay for both arms")
-        control = self._control(point, trial)
+        control = self.controls.at(trial.rollback_point, round_=trial.round, localized=trial.localized_step)
         if not control.answered:
             return TrialResult(trial, Decision.NOT_TESTED, "the control replay failed; see errors")
-        candidates, considered = self._candidates(trial)
-        if not candidates:
+        found, considered = candidates(
+            trial,
+            run=self.run,
+            adapter=self.adapter,
+            config=self.config,
+            gate=self.gate,
+            replayed_here=self._replayed.get(trial.rollback_point, set()),
+        )
+        if not found:
             reason = "no proposal changed the step as the plan says" if considered else "nothing to replay"
             return TrialResult(trial, Decision.NOT_TESTED, reason, corrections=tuple(considered))
         if self.deterministic and control.flips:  # one replay shows the flip the control explains; no more
-            candidates = candidates[:1]
-        return self._run_candidates(trial, control, candidates, considered)
+            found = found[:1]
+        return self._run(trial, control, found, considered)
 
-    def _given_texts(self, trial: Trial) -> list[str]:
-        """What the trial puts into the replayed agent's context or executes there (the leak guard's input)."""
-        texts = [trial.injection]
-        replacement = trial.correction.replacement
-        if trial.is_action and replacement is not None:
-            texts.append(replacement.render())
-        return texts
-
-    def _control(self, point: int, trial: Trial) -> _Control:
-        cached = self._controls.get(point)
-        if cached is not None:
-            return cached
-        control = _Control()
-        for sample in range(self.samples):
-            planned = ReplayAttempt(
-                round=trial.round,
-                rollback_point=point,
-                arm=ReplayArm.CONTROL,
-                sample=sample,
-                localized_step=trial.localized_step,
-                injection="",
-            )
-            attempt, _ = self._replay(planned, action=None)
-            if attempt.error is None:
-                answer = extract_answer(attempt.final_answer)
-                same = (answer is None and self._original_answer is None) or (
-                    answer is not None
-                    and self._original_answer is not None
-                    and answers_match(answer, self._original_answer)
-                )
-                attempt = attempt.model_copy(update={"reproduced": same})
-            control.attempts.append(attempt)
-            self._log.append(attempt)
-        self._controls[point] = control
-        return control
-
-    def _candidates(self, trial: Trial) -> tuple[list[_Candidate], list[Correction]]:
-        """The interventions to replay for ``trial``, in order, and every correction considered for it (the
-        candidates point into that list)."""
-        if trial.is_action:
-            return [_Candidate(0, trial.correction.replacement)], [trial.correction]
-        source = proposer(self.adapter)
-        if source is None:  # the agent regenerates the step itself in the replay; judged after the fact
-            return [_Candidate(0, None)], [trial.correction]
-        try:
-            proposals = source.propose(
-                self.trace,
-                rollback_point=trial.step - 1,
-                injection=trial.injection,
-                injection_role=self.config.injection_role,
-                samples=self.config.proposal_samples,
-                temperature=self.config.proposal_temperature,
-            )
-        except Exception as error:  # the adapter or the agent may fail in any way
-            self.run.error("propose", error, trial.round)
-            return [], []
-        return self._screened(trial, proposals)
-
-    def _screened(self, trial: Trial, proposals: Sequence[ProposedStep]) -> tuple[list[_Candidate], list[Correction]]:
-        """Each distinct proposal as an action correction: refused when it is a final answer or repeats the
-        original step; gated against the plan, where a hard gate drops an unfaithful one before it costs a replay
-        (a soft gate replays it, and it cannot verify)."""
-        original = self.trace.steps[trial.step - 1]
-        seen: set[str] = set()
-        kept: list[_Candidate] = []
-        considered: list[Correction] = []
-        for number, proposal in enumerate(proposals, start=1):
-            rendered = proposal.action.render()
-            if rendered in seen:
-                continue
-            seen.add(rendered)
-            correction = Correction(
-                source=f"proposal:{trial.correction.source}",
-                kind=InterventionKind.ACTION,
-                step_index=trial.step,
-                original=StepAction.of_step(original),
-                replacement=proposal.action,
-                finding=f"the agent's own decision at step {trial.step}"
-                + (" with the correction in context" if trial.injection else " (resampled, no hint)")
-                + f", proposal {number} of {len(proposals)}",
-            )
-            refused = _refusal(correction, proposal, self.trace)
-            if refused is None and rendered in self._executed.get(trial.step - 1, set()):
-                refused = "the same call was already replayed at this step"
-            gate = None if refused else self._judge(trial, proposal.action, original)
-            if refused is None and gate is not None and not gate.is_faithful and self.config.gate is GateMode.HARD:
-                refused = f"the gate judged it unfaithful to the plan ({gate.violation_type}: {gate.violation_reason})"
-            if refused is not None:
-                considered.append(correction.model_copy(update={"refused": refused}))
-                continue
-            kept.append(_Candidate(len(considered), proposal.action, gate))
-            considered.append(correction)
-        return kept, considered
-
-    def _judge(self, trial: Trial, proposed: StepAction, original: Step) -> GateVerdict | None:
-        """The gate's verdict on a new step p made under a plan; None for bare resampling (no plan to follow)."""
-        if trial.plan is None:
-            return None
-        if self.config.gate is GateMode.OFF or self.gate is None:
-            return GateVerdict(
-                is_faithful=False,
-                violation_reason="the gate is off: a guidance flip is recorded, never verified",
-                decided_by=GateDecider.SKIPPED,
-            )
-        return self.gate(trial.plan, _as_step(proposed, trial.step), original)
-
-    def _run_candidates(
-        self, trial: Trial, control: _Control, candidates: list[_Candidate], considered: list[Correction]
+    def _run(
+        self, trial: Trial, control: ControlArm, found: list[Candidate], considered: list[Correction]
     ) -> TrialResult:
         attempts: list[ReplayAttempt] = []
         settled: TrialResult | None = None
-        for candidate in candidates:
+        for candidate in found:
             if self.remaining is not None and self.remaining < self.samples:
                 break
             arm, results = self._intervention_arm(trial, candidate, considered[candidate.index])
             attempts += arm
             answered = [a for a in arm if a.error is None]
-            counted = [a for a in answered if a.flipped and _counts(a)]
             flipped = [a for a in answered if a.flipped]
+            counted = [a for a in flipped if _counts(a)]
             considered[candidate.index] = considered[candidate.index].model_copy(
                 update={"replays": len(arm), "flipped": bool(flipped)}
             )
             if not flipped:
                 continue
+            unconfirmed = self._confirm(control, trial) if counted else None
             effect = self._effect(trial, answered, len(counted), control)
             deciding = (counted or flipped)[0]
-            if self._verifies(effect, counted):
+            if unconfirmed is None and self._verifies(effect, counted):
                 return TrialResult(
-                    trial,
-                    Decision.VERIFIED,
-                    "",
-                    tuple(attempts),
-                    tuple(considered),
-                    effect,
-                    deciding,
+                    trial, Decision.VERIFIED, "", tuple(attempts), tuple(considered), effect, deciding,
                     results.get(id(deciding)),
-                )
+                )  # fmt: skip
             if settled is None:
+                why = unconfirmed or _why_not(effect, counted, flipped)
                 settled = TrialResult(
-                    trial,
-                    Decision.NOT_ATTRIBUTABLE,
-                    _why_not(effect, counted, flipped),
-                    (),
-                    (),
-                    effect,
-                    deciding,
-                    results.get(id(deciding)),
+                    trial, Decision.NOT_ATTRIBUTABLE, why, (), (), effect, deciding, results.get(id(deciding))
                 )
         if settled is not None:
             return TrialResult(
-                trial,
-                settled.decision,
-                settled.reason,
-                tuple(attempts),
-                tuple(considered),
-                settled.effect,
-                settled.deciding,
-                settled.result,
-            )
+                trial, settled.decision, settled.reason, tuple(attempts), tuple(considered), settled.effect,
+                settled.deciding, settled.result,
+            )  # fmt: skip
         decision = Decision.NO_FLIP if attempts else Decision.NOT_TESTED
         reason = "no intervention flipped the outcome" if attempts else "the replay budget is spent"
         return TrialResult(trial, decision, reason, tuple(attempts), tuple(considered))
 
+    def _confirm(self, control: ControlArm, trial: Trial) -> str | None:
+        """Before a deterministic flip is credited: when the control did not give the run's own answer, greedy
+        replay is not reproducing this run here, so one control is not enough; the control arm is brought to
+        ``verify_samples`` replays (none may flip). None when that is done or not needed, else why it could not be."""
+        if not self.deterministic or control.flips or control.reproduced_all:
+            return None
+        missing = self.config.verify_samples - len(control.answered)
+        if missing <= 0:
+            return None
+        if self.remaining is not None and self.remaining < missing:
+            return (
+                "the control did not give the run's own answer, so replay does not reproduce the run here, and the "
+                f"replay budget left no room for the {missing} more control replay(s) that would check the flip"
+            )
+        self.controls.extend(control, trial.rollback_point, missing, round_=trial.round, localized=trial.localized_step)
+        return None
+
     def _intervention_arm(
-        self, trial: Trial, candidate: _Candidate, correction: Correction
+        self, trial: Trial, candidate: Candidate, correction: Correction
     ) -> tuple[list[ReplayAttempt], dict[int, ReplayResult]]:
         arm: list[ReplayAttempt] = []
         results: dict[int, ReplayResult] = {}
-        original = self.trace.steps[trial.step - 1]
+        original = self.run.trace.steps[trial.step - 1]
         for sample in range(self.samples):
             planned = ReplayAttempt(
                 round=trial.round,
-                rollback_point=trial.step - 1,
+                rollback_point=trial.rollback_point,
                 arm=ReplayArm.INTERVENTION,
                 sample=sample,
                 localized_step=trial.localized_step,
                 injection=trial.injection,
                 correction=correction,
             )
-            attempt, result = self._replay(planned, action=candidate.action)
+            attempt, result = self.replayer.replay(planned, action=candidate.action)
             if candidate.action is not None:
-                self._executed.setdefault(trial.step - 1, set()).add(candidate.action.render())
+                self._replayed.setdefault(trial.rollback_point, set()).add(candidate.action.render())
             if result is not None:
                 attempt = self._with_change(attempt, result, trial, candidate, original)
                 results[id(attempt)] = result
-            arm.append(attempt)
-            self._log.append(attempt)
+            arm.append(self.replayer.record(attempt))
         return arm, results
 
     def _with_change(
-        self, attempt: ReplayAttempt, result: ReplayResult, trial: Trial, candidate: _Candidate, original: Step
+        self, attempt: ReplayAttempt, result: ReplayResult, trial: Trial, candidate: Candidate, original: Step
     ) -> ReplayAttempt:
         """The attempt with whether it changed step p, and the verdict on how: for an action, whether the adapter
         executed it (and, for a proposal, the gate's verdict on it); for regenerated guidance, the gate's verdict
@@ -445,35 +241,14 @@ class ControlledReplay:
             return attempt.model_copy(update={"gate": gate, "changed_step": changed})
         # a new answer in place of step p is no change of the step: it would flip the run from anywhere
         changed = first is not None and not _answers(first) and _differs(StepAction.of_step(first), original)
-        verdict = self._judge(trial, StepAction.of_step(first), original) if changed and first is not None else None
+        verdict = (
+            judge(trial, StepAction.of_step(first), original, self.gate, self.config.gate)
+            if changed and first is not None
+            else None
+        )
         return attempt.model_copy(update={"gate": verdict, "changed_step": changed})
 
-    def _replay(
-        self, planned: ReplayAttempt, *, action: StepAction | None
-    ) -> tuple[ReplayAttempt, ReplayResult | None]:
-        """One replay and its verdict; a failure is recorded in the attempt and the run's errors, never raised."""
-        try:
-            result = replay_with(
-                self.adapter, self.trace, planned.rollback_point, planned.injection, self.config.injection_role, action
-            )
-        except Exception as error:  # an adapter, or the agent it runs, may fail in any way
-            self.run.error("replay", error, planned.round)
-            return planned.model_copy(update={"error": str(error)[:2000] or type(error).__name__}), None
-        verdict = self.run.verifier.verify(result.trace, expected=self.expected)
-        attempt = planned.model_copy(
-            update={
-                "verdict": verdict,
-                "flipped": is_correct(verdict),
-                "final_answer": result.final_answer,
-                "prefix_verified": result.prefix_verified,
-                "continuation": result.continuation,
-                "adapter_info": result.adapter_info,
-            }
-        )
-        return attempt, result
-
-    # -- the decision rule ---------------------------------------------------------------------------------------
-    def _effect(self, trial: Trial, answered: list[ReplayAttempt], counted: int, control: _Control) -> Effect:
+    def _effect(self, trial: Trial, answered: list[ReplayAttempt], counted: int, control: ControlArm) -> Effect:
         control_arm = control.arm()
         p_value = (
             None
@@ -482,8 +257,8 @@ class ControlledReplay:
         )
         return Effect(
             step_index=trial.step,
-            rollback_point=trial.step - 1,
-            intervention=_arm(answered, counted),
+            rollback_point=trial.rollback_point,
+            intervention=effect_arm(answered, counted),
             control=control_arm,
             deterministic=self.deterministic,
             p_value=p_value,
@@ -498,14 +273,14 @@ class ControlledReplay:
         return effect.p_value is not None and effect.p_value <= ALPHA
 
 
-RULE_DETERMINISTIC = (
-    "deterministic replay: the intervention changed step p and answered right; the control from the same prefix, "
-    "with no intervention, did not"
-)
-RULE_SAMPLED = (
-    f"sampled replay: the intervention (changed step p in each counted flip) flipped more often than the control, "
-    f"one-sided Fisher exact p <= {ALPHA}"
-)
+def _given_texts(trial: Trial) -> list[str]:
+    """What the method puts into the replayed agent's context or executes there (the leak guard's input): the texts
+    it wrote, not the run's own record that its injection quotes (the agent saw that data in its run)."""
+    texts = list(trial.authored) if trial.authored is not None else [trial.injection]
+    replacement = trial.correction.replacement
+    if trial.is_action and replacement is not None:
+        texts.append(replacement.render())
+    return texts
 
 
 def _counts(attempt: ReplayAttempt) -> bool:
@@ -553,20 +328,3 @@ def _answers(step: Step) -> bool:
 
 def _differs(action: StepAction, original: Step) -> bool:
     return action != StepAction.of_step(original)
-
-
-def _as_step(action: StepAction, index: int) -> Step:
-    return Step(
-        index=index,
-        span_id="proposal",
-        kind=StepKind.TOOL_CALL if action.tool_name else StepKind.REASONING,
-        tool_name=action.tool_name,
-        tool_args=dict(action.arguments),
-        reasoning=action.text,
-    )
-
-
-def _refusal(correction: Correction, proposal: ProposedStep, trace: StructuredTrace) -> str | None:
-    if proposal.is_final_answer:
-        return "the agent answered at once: a final answer proves nothing about the step"
-    return corrections.refusal(correction, trace, expected=None)

@@ -287,20 +287,20 @@ def shown_value(trace: StructuredTrace, step: Step, context: str = "") -> list[C
         return []
     shown: dict[str, list[str]] = {}
     for text in _shown_texts(trace, step, context):
-        for field, values in _tool_text.shown_fields(text).items():
-            known = shown.setdefault(_normal(field), [])
-            known += [v for v in values if v not in known]
+        for field_name, field_values in _tool_text.shown_fields(text).items():
+            known = shown.setdefault(_normal(field_name), [])
+            known += [v for v in field_values if v not in known]
     if not shown:
         return []
     fixes: list[_Fix] = []
     for name, value in string_arguments(step):
         if _is_value(value):
-            nearest = nearest_option(value, shown.get(_normal(name), ()))
+            nearest = nearest_option(value, shown.get(_normal(name), []))
             if nearest is not None:
                 fixes.append(_Fix(nearest[1], name, nearest[0], value, nearest[0]))
             continue
-        for field, literal in comparisons(value):
-            values = shown.get(_normal(field.value), ())
+        for column, literal in comparisons(value):
+            values = shown.get(_normal(column.value), [])
             if "%" in literal.value or literal.value in values:
                 continue  # a pattern is not a value; a value the data has is not the mistake
             nearest = nearest_option(literal.value, values)
@@ -375,8 +375,8 @@ def _final_answer_tools(trace: StructuredTrace) -> set[str]:
 
 def refusal(correction: Correction, trace: StructuredTrace, expected: str | None) -> str | None:
     """Why ``correction`` must not be tried, or None. Refused: an action that is the final answer (a call of the
-    tool the run answered with) or replaces the answer step, a call of a tool the agent's recorded definitions do not
-    have, one whose arguments or text carry the expected answer, and one that repeats the original step."""
+    tool the run answered with), a call of a tool the agent's recorded definitions do not have, one whose arguments
+    or text carry the expected answer, and one that repeats the original step."""
     replacement = correction.replacement
     if correction.kind is not InterventionKind.ACTION or replacement is None:
         return None
@@ -388,8 +388,6 @@ def refusal(correction: Correction, trace: StructuredTrace, expected: str | None
     recorded = {t.name for t in trace.tools if t.recorded}
     if replacement.tool_name is not None and recorded and replacement.tool_name not in recorded:
         return f"the replacement calls {replacement.tool_name!r}, which is not one of the agent's tools"
-    if step.is_final_answer or step.kind is StepKind.FINAL_ANSWER:
-        return "it replaces the final answer step: it would flip the run from any step"
     leaked = leak(_texts(replacement), expected)
     if leaked is not None:
         return f"the replacement: {leaked}"

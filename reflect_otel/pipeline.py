@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from reflect_otel import corrections, prompts, stages
 from reflect_otel._run import MethodBase
 from reflect_otel.config import ReflectConfig
-from reflect_otel.controlled_replay import GateFn, Trial, TrialResult
 from reflect_otel.errors import LLMError
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.record import (
@@ -49,7 +48,8 @@ from reflect_otel.search import (
     tested_steps,
 )
 from reflect_otel.tool_definitions import available_tools
-from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
+from reflect_otel.trace import StepAction, StructuredTrace
+from reflect_otel.trial import GateFn, Trial, TrialResult
 from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import Verifier
 
@@ -62,15 +62,11 @@ def rollback_points(step_index: int, count: int) -> list[int]:
     return list(range(step_index, max(step_index - count + 1, 1) - 1, -1))
 
 
-def _is_answer(step: Step) -> bool:
-    return step.is_final_answer or step.kind is StepKind.FINAL_ANSWER
-
-
 def guidance_window(trace: StructuredTrace, localized: int, count: int) -> list[int]:
-    """The K steps to regenerate with guidance: the localized step and those before it, nearest first, the run's
-    answer step skipped (a new answer proves nothing about the step: it would flip the run from anywhere)."""
-    points = [p for p in range(min(localized, len(trace.steps)), 0, -1) if not _is_answer(trace.steps[p - 1])]
-    return points[:count]
+    """The K steps to regenerate with guidance: the localized step and the K-1 before it, nearest first. At the
+    run's answer step the agent's new decision counts only when it is not an answer again (a new answer would flip
+    the run from anywhere): a call it makes instead is tested."""
+    return rollback_points(min(localized, len(trace.steps)), count)
 
 
 PlanSwap = Callable[[SearchContext, RepairPlan], RepairPlan]
@@ -200,7 +196,16 @@ class ReflectPolicy:
             )
             failed = steps[located - 1] if 1 <= located <= len(steps) else None
             injection = prompts.repair_injection(plan, located, failed, config.max_field_chars)
-            trials.append(Trial(guidance, injection=injection, plan=plan, round=round_, localized_step=located))
+            trials.append(
+                Trial(
+                    guidance,
+                    injection=injection,
+                    plan=plan,
+                    round=round_,
+                    localized_step=located,
+                    authored=prompts.plan_texts(plan),
+                )
+            )
         return Diagnosis(localization, classification, plan, tuple(trials), refused, "" if points else self.no_points)
 
     def gate(self, ctx: SearchContext) -> GateFn | None:

@@ -24,12 +24,14 @@ __all__ = [
     "ProposesSteps",
     "ReplayAdapter",
     "ReplayResult",
+    "SamplesRuns",
     "TakesTaskContext",
     "check_rollback_point",
     "find_replay_adapter",
     "is_deterministic",
     "proposer",
     "replay_with",
+    "resampler",
 ]
 
 
@@ -136,6 +138,27 @@ class ProposesSteps(Protocol):
         samples: int = 1,
         temperature: float = 0.0,
     ) -> tuple[ProposedStep, ...]: ...
+
+
+@runtime_checkable
+class SamplesRuns(Protocol):
+    """A replay adapter that can also run the agent again on the run's own input, its every decision sampled.
+
+    ``resample(trace, samples=n, temperature=t)`` re-runs the agent from the start (no step kept, no injection) ``n``
+    times, each run's model calls sampled at temperature ``t`` (passed as :data:`SAMPLING_TEMPERATURE` to LangChain
+    agents), and returns each run as a :class:`ReplayResult` with ``rollback_point`` 0. Self-consistency checks use
+    it: an answer the agent's own resamples do not reproduce is suspect. Irreversible tools stop a resample as they
+    stop a replay. Raises :class:`~reflect_otel.errors.ReplayError` as ``replay`` does."""
+
+    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]: ...
+
+
+def resampler(adapter: ReplayAdapter) -> SamplesRuns | None:
+    """``adapter`` as a :class:`SamplesRuns` (looking through a :class:`BudgetedReplay`), or None."""
+    inner = adapter.inner if isinstance(adapter, BudgetedReplay) else adapter
+    if getattr(inner, "resamples", True) is False:  # an adapter whose agent may not serve resamples says so
+        return None
+    return inner if isinstance(inner, SamplesRuns) else None
 
 
 def is_deterministic(adapter: ReplayAdapter) -> bool:

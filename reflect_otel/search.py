@@ -21,7 +21,7 @@ from typing import Protocol
 from reflect_otel import prompts, stages
 from reflect_otel._run import AttributionRun, is_correct
 from reflect_otel.config import ReflectConfig
-from reflect_otel.controlled_replay import ControlledReplay, Decision, GateFn, Trial, TrialResult
+from reflect_otel.controlled_replay import ControlledReplay
 from reflect_otel.errors import LLMError
 from reflect_otel.record import (
     AttributionMode,
@@ -38,6 +38,7 @@ from reflect_otel.record import (
 )
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.trace import Step, StructuredTrace
+from reflect_otel.trial import Decision, GateFn, Trial, TrialResult
 from reflect_otel.verdict import Verdict
 
 __all__ = [

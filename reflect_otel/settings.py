@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     proxy_calibration: Path | None = Field(
         default=None,
         description="A proxy-verifier calibration file (python -m benchmarks.flagging --calibration-out FILE); "
-        "default: the one shipped.",
+        "default: none (unmeasured verdicts report 0.5).",
     )
 
 

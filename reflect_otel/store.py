@@ -1,8 +1,9 @@
 """The store contract: where traces, verdicts and attribution records are kept for SQL, dashboards and reports.
 
 Backends are chosen by name (entry-point group ``reflect_otel.stores``; see :mod:`reflect_otel.plugins`): the
-built-in one is DuckDB (``reflect_otel.exporters.duckdb_store``). Record exporters likewise (group
-``reflect_otel.record_exporters``): ``otlp`` and ``phoenix``.
+built-in ones are DuckDB (``reflect_otel.exporters.duckdb_store``) and PostgreSQL (``postgres_store``), each with its
+DDL and views in its own dialect; :func:`store_kind` is the one place that says which of them a target names.
+Record exporters likewise (group ``reflect_otel.record_exporters``): ``otlp`` and ``phoenix``.
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ def store_path(explicit: str | os.PathLike[str] | None = None) -> Path:
 
 
 def store_kind(target: str) -> str:
-    """The backend a store target names: ``postgresql`` for a ``postgresql://`` URL, else ``duckdb``."""
+    """The backend a store target names: ``postgresql`` for a ``postgresql://`` (or ``postgres://``) URL, else
+    ``duckdb`` (a file). Every command and :func:`open_store` ask this, and nothing else tells them apart."""
     return "postgresql" if target.startswith(("postgresql://", "postgres://")) else "duckdb"
 
 

@@ -26,7 +26,9 @@ Version 3 (``"protocol": "reflect-otel.replay.v3"``) adds proposals: a request w
 and is answered ``{"proposals": [{"action": {...}, "is_final_answer": false}, ...]}``
 (:class:`~reflect_otel.replay.ProposesSteps`). The adapter sends it only when its endpoint says ``propose = true``;
 a response may also say ``"deterministic": true`` of the agent, which the endpoint's ``deterministic`` setting
-states for reflect-otel.
+states for reflect-otel. A request with ``"resample": {"samples": n, "temperature": t}`` (and ``rollback_point`` 0)
+asks for n new runs of the agent on the run's input, sampled (:class:`~reflect_otel.replay.SamplesRuns`), and is
+answered ``{"runs": [<an answer as to a replay>, ...]}``; sent only when the endpoint says ``resample = true``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from reflect_otel.replay import (
     check_rollback_point,
     is_deterministic,
     proposer,
+    resampler,
 )
 from reflect_otel.replay_adapters._stitch import stitch
 from reflect_otel.trace import StepAction, StructuredTrace
@@ -74,11 +77,13 @@ class HTTPReplayAdapter:
         client: httpx.Client | None = None,
         deterministic: bool = False,
         proposes: bool = False,
+        resamples: bool = False,
     ) -> None:
         self.url = url
         self.max_response_bytes = max_response_bytes
         self.deterministic = deterministic
         self.proposes = proposes
+        self.resamples = resamples
         self._client = client or httpx.Client(timeout=timeout_s, headers=dict(headers or {}))
 
     def replay(
@@ -131,6 +136,20 @@ class HTTPReplayAdapter:
             raise ReplayError(
                 f"replay endpoint {self.url} sent an invalid proposal: {error.errors()[0]['msg']}"
             ) from None
+
+    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+        body: dict[str, Any] = {
+            "protocol": PROTOCOL_V3,
+            "trace": trace.model_dump(mode="json"),
+            "rollback_point": 0,
+            "injection": "",
+            "injection_role": InjectionRole.SYSTEM.value,
+            "resample": {"samples": samples, "temperature": temperature},
+        }
+        runs = self._answer(body).get("runs")
+        if not isinstance(runs, list) or not runs or len(runs) > _MAX_PROPOSALS:
+            raise ReplayError(f"replay endpoint {self.url} answered a resample request without a 'runs' list")
+        return tuple(self._result(trace, 0, run) for run in runs if isinstance(run, dict))
 
     def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
         status, content = self._post(body)
@@ -213,6 +232,8 @@ def replay_handler(adapter: ReplayAdapter, body: bytes) -> tuple[int, bytes]:
         trace = StructuredTrace.model_validate(request["trace"])
         if request.get("propose") is not None:
             return _serve_proposals(adapter, trace, request)
+        if request.get("resample") is not None:
+            return _serve_resamples(adapter, trace, request)
         action = StepAction.model_validate(request["action"]) if request.get("action") is not None else None
         result = adapter.replay(
             trace,
@@ -225,14 +246,36 @@ def replay_handler(adapter: ReplayAdapter, body: bytes) -> tuple[int, bytes]:
         return 400, json.dumps({"error": f"bad replay request: {error}"}).encode()
     except ReplayError as error:
         return 422, json.dumps({"error": str(error)}).encode()
-    answer = {
+    return 200, json.dumps(_result_body(adapter, result)).encode()
+
+
+def _result_body(adapter: ReplayAdapter, result: ReplayResult) -> dict[str, Any]:
+    return {
         "trace": result.trace.model_dump(mode="json"),
         "final_answer": result.final_answer,
         "prefix_verified": result.prefix_verified,
         "adapter_info": result.adapter_info,
         "deterministic": is_deterministic(adapter),
     }
-    return 200, json.dumps(answer).encode()
+
+
+def _serve_resamples(adapter: ReplayAdapter, trace: StructuredTrace, request: dict[str, Any]) -> tuple[int, bytes]:
+    if request.get("protocol") != PROTOCOL_V3:
+        raise ValueError(f"a resample request needs {PROTOCOL_V3}")
+    source = resampler(adapter)
+    if source is None:
+        return 422, json.dumps({"error": "this agent's replay adapter cannot resample runs"}).encode()
+    options = request["resample"]
+    if not isinstance(options, dict):
+        raise ValueError("'resample' must be an object")
+    samples = int(options.get("samples", 1))
+    if not 1 <= samples <= _MAX_PROPOSALS:
+        raise ValueError(f"'resample.samples' must be from 1 to {_MAX_PROPOSALS}")
+    try:
+        runs = source.resample(trace, samples=samples, temperature=float(options.get("temperature", 0.7)))
+    except ReplayError as error:
+        return 422, json.dumps({"error": str(error)}).encode()
+    return 200, json.dumps({"runs": [_result_body(adapter, run) for run in runs]}).encode()
 
 
 def _serve_proposals(adapter: ReplayAdapter, trace: StructuredTrace, request: dict[str, Any]) -> tuple[int, bytes]:

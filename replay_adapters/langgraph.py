@@ -224,6 +224,9 @@ class LangGraphReplayAdapter:
                 )
         return tuple(proposals)
 
+    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+        return tuple(self._run_from(trace, 0, "", InjectionRole.SYSTEM, None, temperature) for _ in range(samples))
+
     def replay(
         self,
         trace: StructuredTrace,
@@ -233,12 +236,27 @@ class LangGraphReplayAdapter:
         injection_role: InjectionRole = InjectionRole.SYSTEM,
         action: StepAction | None = None,
     ) -> ReplayResult:
+        return self._run_from(trace, rollback_point, injection, injection_role, action, None)
+
+    def _run_from(
+        self,
+        trace: StructuredTrace,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole,
+        action: StepAction | None,
+        temperature: float | None,
+    ) -> ReplayResult:
         decided = _action_message(action) if action is not None else None
         values, source, messages = self._fork(trace, rollback_point, injection, injection_role)
         if decided is not None:
             messages.append(decided)
         thread = f"reflect-replay-{uuid.uuid4().hex}"
-        config: dict[str, Any] = {"configurable": {"thread_id": thread}, "recursion_limit": self.recursion_limit}
+        sampling = {SAMPLING_TEMPERATURE: temperature} if temperature is not None else {}
+        config: dict[str, Any] = {
+            "configurable": {"thread_id": thread, **sampling},
+            "recursion_limit": self.recursion_limit,
+        }
         unfinished = False
         with captured(self._provider, "reflect.replay.langgraph") as run:
             try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import uuid
 
 from reflect_otel.errors import LLMError, ReplayError
 from reflect_otel.llm.base import ChatMessage, StructuredLLM
@@ -96,6 +97,9 @@ class ReasoningReplayAdapter:
                 )
         return tuple(proposals)
 
+    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+        return tuple(self._continue(trace, 0, "", InjectionRole.SYSTEM, None, temperature) for _ in range(samples))
+
     def replay(
         self,
         trace: StructuredTrace,
@@ -105,6 +109,17 @@ class ReasoningReplayAdapter:
         injection_role: InjectionRole = InjectionRole.SYSTEM,
         action: StepAction | None = None,
     ) -> ReplayResult:
+        return self._continue(trace, rollback_point, injection, injection_role, action, None)
+
+    def _continue(
+        self,
+        trace: StructuredTrace,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole,
+        action: StepAction | None,
+        temperature: float | None,
+    ) -> ReplayResult:
         if action is not None and (action.tool_name is not None or not action.text.strip()):
             raise ReplayError("a chain-of-thought replay takes a replacement thought as its action, not a tool call")
         kept = trace.steps[:rollback_point]
@@ -112,14 +127,19 @@ class ReasoningReplayAdapter:
         messages = self._messages(trace, rollback_point, injection, injection_role, thought)
         prefix_verified = all(s.reasoning in messages[2].content for s in kept) if kept else True
         try:
-            out = self.llm.complete(messages, ReasoningContinuation, stage="agent_replay").value
+            out = self.llm.complete(
+                messages, ReasoningContinuation, stage="agent_replay", temperature=temperature
+            ).value
         except LLMError as error:
             raise ReplayError(f"the reasoning model failed: {error}") from None
         lines = [*thought, *(line.strip() for text in out.steps for line in text.splitlines() if line.strip())]
         answer = _ANSWER_LEAD.sub("", out.answer.strip())  # models often repeat the lead-in: say it once
         answer_line = f"So the answer is {answer}"
         lines.append(answer_line)
-        replay_id = hashlib.sha256(f"{trace.trace_id}:{rollback_point}:{injection}:{thought}".encode()).hexdigest()
+        nonce = uuid.uuid4().hex if temperature else ""  # resamples of one run are different runs
+        replay_id = hashlib.sha256(
+            f"{trace.trace_id}:{rollback_point}:{injection}:{thought}:{nonce}".encode()
+        ).hexdigest()
         new_steps = [
             Step(
                 index=rollback_point + i,

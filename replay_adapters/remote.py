@@ -11,6 +11,7 @@ prompt injection make the collector call any address it can reach). The file, TO
     timeout_s = 300                    # optional, default 300
     deterministic = true               # optional: the agent replays greedily (one replay per arm decides)
     propose = true                     # optional: the endpoint serves proposals (protocol v3)
+    resample = true                    # optional: the endpoint serves resampled runs (protocol v3)
     max_response_bytes = 67108864      # optional, default 64 MiB
     headers = { "X-Team" = "search" }                       # optional, sent as written
     headers_from_env = { "Authorization" = "AGENT_TOKEN" }  # optional: header -> variable holding its value
@@ -57,6 +58,7 @@ class ReplayEndpoint(BaseModel):
     headers_from_env: dict[_HeaderName, _Name] = Field(default_factory=dict)
     deterministic: bool = False
     propose: bool = False
+    resample: bool = False
 
     @field_validator("url")
     @classmethod
@@ -98,6 +100,7 @@ class ReplayEndpoints:
                 max_response_bytes=e.max_response_bytes,
                 deterministic=e.deterministic,
                 proposes=e.propose,
+                resamples=e.resample,
             )
             for e in endpoints
         ]

@@ -358,7 +358,8 @@ def test_corrections_that_would_prove_nothing_are_refused() -> None:
     assert "expected answer" in (corrections.refusal(_action(1, final), trace, "Bangkok") or "")
     assert "expected answer" in (corrections.refusal(_action(1, carries), trace, "Bangkok|Thailand") or "")
     assert "repeats the original" in (corrections.refusal(_action(1, same), trace, "Bangkok") or "")
-    assert "final answer step" in (corrections.refusal(_action(2, good), trace, "Bangkok") or "")
+    # a call in place of the answer step is no answer: it is tested under control like any other
+    assert corrections.refusal(_action(2, good), trace, "Bangkok") is None
     assert corrections.refusal(_action(1, good), trace, "Bangkok") is None
     assert corrections.refusal(_action(1, carries), trace, None) is None  # the proxy regime knows no answer
 

@@ -164,7 +164,7 @@ def test_compare_refuses_a_run_whose_files_are_not_json_objects(
 
 
 @pytest.mark.local_llm
-def test_reflect_and_aao_on_three_bbm_traces_with_the_local_backend(shared_data: Path, tmp_path: Path) -> None:
+def test_reflect_and_aao_on_bbm_traces_with_the_local_backend(shared_data: Path, tmp_path: Path) -> None:
     import importlib.util
 
     if importlib.util.find_spec("llama_cpp") is None:
@@ -172,7 +172,8 @@ def test_reflect_and_aao_on_three_bbm_traces_with_the_local_backend(shared_data:
             pytest.fail("the local backend is not installed: pip install 'reflect-otel[local]'")
         pytest.skip("the local backend is not installed")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "REFLECT_LLM_"))}
-    for method in ("reflect", "aao"):
+    # REFLECT on one trace with a small budget (each call costs seconds to a minute on a CPU), AAO on three
+    for method, limit, budget in (("reflect", 1, ["--max-replays", "2", "--proposal-samples", "1"]), ("aao", 3, [])):
         out = tmp_path / method
         result = subprocess.run(
             [
@@ -189,7 +190,7 @@ def test_reflect_and_aao_on_three_bbm_traces_with_the_local_backend(shared_data:
                 "--out",
                 str(out),
                 "--limit",
-                "3",
+                str(limit),
                 "--seed",
                 "1",
                 "--rounds",
@@ -198,20 +199,21 @@ def test_reflect_and_aao_on_three_bbm_traces_with_the_local_backend(shared_data:
                 "1",
                 "--gate",
                 "soft",
+                *budget,
             ],
             capture_output=True,
             text=True,
-            timeout=1200,
+            timeout=900,
             env=env,
         )
         assert result.returncode == 0, result.stderr[-2000:]
         rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-        assert len(rows) == 3 and all(r["method"] == method for r in rows)
+        assert len(rows) == limit and all(r["method"] == method for r in rows)
         assert all(r["llm_calls"] >= 1 for r in rows)
         if method == "reflect":
             assert all(r["mode"] == "replay" for r in rows)
         metrics = json.loads((out / "metrics.json").read_text())
-        assert metrics["traces"] == 3 and 0 <= metrics["exact_match"]["mean"] <= 1
+        assert metrics["traces"] == limit and 0 <= metrics["exact_match"]["mean"] <= 1
 
 
 def test_bbm_replays_tell_the_agent_its_task_and_keep_to_the_replay_budget(shared_data: Path, tmp_path: Path) -> None:
@@ -231,9 +233,12 @@ def test_bbm_replays_tell_the_agent_its_task_and_keep_to_the_replay_budget(share
     )  # fmt: skip
     run_eval(options, llm)
     replays = [r for r in llm.requests if r.stage == "agent_replay" and r.temperature is None]
-    # per trace, the control replay; it does not give the chain's answer, so nothing more can be proved from there
-    assert len(replays) == 2
-    for request, item in zip(replays, items, strict=True):
+    proposals = [r for r in llm.requests if r.stage == "agent_replay" and r.temperature is not None]
+    # per trace, two replays (the budget): the control, then the one proposed step that is not an answer ("Again.")
+    # executed in place of step 1; the three proposals are one-step samples, not replays
+    assert len(replays) == 4 and len(proposals) == 6
+    assert sum("Again." in r.text for r in replays) == 2
+    for request, item in zip(replays[::2], items, strict=True):
         assert item.domain_context and f"Task: {item.domain_context}" in request.text
     config = json.loads((tmp_path / "ics" / "run_config.json").read_text())
     assert config["max_replays"] == 2
@@ -251,11 +256,12 @@ def test_bbm_rows_count_the_replayed_agents_calls_apart_from_the_auditors(shared
     metrics = run_eval(options, ScriptedLLM(respond=respond))
     rows = [json.loads(line) for line in (tmp_path / "ics" / "results.jsonl").read_text().splitlines()]
     assert [r["llm_calls"] for r in rows] == [1, 1]  # the localization
-    assert [r["agent_calls"] for r in rows] == [1, 1] and all(r["agent_tokens"] > 0 for r in rows)  # one resample
-    assert metrics["agent_calls_per_trace"]["mean"] == 1.0 and metrics["llm_calls_per_trace"]["mean"] == 1.0
+    # the agent's own: the control replay, three proposals of step 1, the replay of the one that is not an answer
+    assert [r["agent_calls"] for r in rows] == [5, 5] and all(r["agent_tokens"] > 0 for r in rows)
+    assert metrics["agent_calls_per_trace"]["mean"] == 5.0 and metrics["llm_calls_per_trace"]["mean"] == 1.0
     table = (tmp_path / "ics" / "metrics.md").read_text()
     agent_tokens = metrics["agent_tokens_per_trace"]
-    row = f"| 1.0 (0.0) | {agent_tokens['mean']:.1f} ({agent_tokens['se']:.1f}) |"
+    row = f"| 5.0 (0.0) | {agent_tokens['mean']:.1f} ({agent_tokens['se']:.1f}) |"
     assert "| agent calls | agent tokens |" in table and table.splitlines()[2].endswith(row)
     assert table.count("mode: replay through the chain-of-thought adapter\n") == 1
     # a method that never replays says so, on a benchmark that could

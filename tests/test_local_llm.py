@@ -25,7 +25,7 @@ from tests.conftest import assert_valid_record, require_local_backend
 
 pytestmark = pytest.mark.local_llm
 
-SMALL = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.HARD, proposal_samples=2)
+SMALL = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.HARD, proposal_samples=2, max_replays=3)
 SMALL_MODEL = "smollm2-135m-instruct"
 
 

@@ -44,10 +44,11 @@ def test_rollback_points_are_the_localized_step_and_those_before() -> None:
     assert rollback_points(1, 3) == [1]
 
 
-def test_the_guidance_window_skips_the_answer_step() -> None:
-    trace = five_step_trace()  # step 5 is the answer
-    assert guidance_window(trace, 5, 2) == [4, 3]
+def test_the_guidance_window_is_the_localized_step_and_those_before_it() -> None:
+    trace = five_step_trace()  # step 5 is the answer: the agent's new decision there counts unless it answers again
+    assert guidance_window(trace, 5, 2) == [5, 4]
     assert guidance_window(trace, 3, 3) == [3, 2, 1]
+    assert guidance_window(trace, 9, 1) == [5]
 
 
 def test_a_step_is_verified_when_its_intervention_flips_and_the_control_from_the_same_prefix_does_not() -> None:
@@ -133,14 +134,15 @@ def test_an_unfaithful_guidance_flip_never_verifies() -> None:
     assert off.status is AttributionStatus.NOT_ATTRIBUTABLE
 
 
-def test_a_control_that_takes_another_wrong_path_still_controls_and_fidelity_says_so() -> None:
-    """Greedy decoding on a real server is not bit-exact: a control may reach another wrong answer. The contrast with
-    the intervention holds (same prefix, same environment); the record says the replay did not give the run's own
-    answer."""
+def test_a_control_that_takes_another_wrong_path_is_checked_again_before_a_flip_counts() -> None:
+    """Greedy decoding on a real server is not bit-exact: a control may reach another wrong answer. Then a flip at
+    its point is credited only after verify_samples controls all stay wrong; the record says the replays did not give
+    the run's own answer."""
+    answers = iter([40, 39, 41])
 
     def drifting(trace: StructuredTrace, point: int, injection: str) -> list[dict[str, Any]]:
         multiplied = any(s.tool_name == "multiply" for s in trace.steps[:point])
-        return [{"reasoning": f"The answer is {42 if multiplied else 40}", "is_final_answer": True}]
+        return [{"reasoning": f"The answer is {42 if multiplied else next(answers)}", "is_final_answer": True}]
 
     adapter = ScriptedProposingAdapter(
         drifting,
@@ -150,9 +152,19 @@ def test_a_control_that_takes_another_wrong_path_still_controls_and_fidelity_say
     )
     record = run(auditor(localize=[3]), adapter, rollback_points=1)
     assert record.status is AttributionStatus.VERIFIED
-    assert record.effect is not None and record.effect.control.answers == ("The answer is 40",)
-    assert record.fidelity is not None and (record.fidelity.controls, record.fidelity.reproduced) == (1, 0)
-    assert record.fidelity.text() == "replays of this agent reproduced its run 0 of 1 times"
+    assert [a.arm.value for a in record.replays] == ["control", "intervention", "control", "control"]
+    assert record.effect is not None and record.effect.text() == "intervention flipped 1 of 1, control 0 of 3"
+    assert record.fidelity is not None and (record.fidelity.controls, record.fidelity.reproduced) == (3, 1)
+    assert record.fidelity.text() == "replays of this agent reproduced its run 1 of 3 times"
+    # a budget with no room for the extra controls: the flip is recorded, not credited
+    answers = iter([40, 39, 41])
+    short = run(auditor(localize=[3]), BudgetedReplay(adapter, 3), rollback_points=1)
+    assert short.status is AttributionStatus.NOT_ATTRIBUTABLE and "left no room" in short.reason
+    # a control that leaves the extra controls answering right: not attributable
+    answers = iter([40, 42, 40])
+    lucky = run(auditor(localize=[3]), adapter, rollback_points=1)
+    assert lucky.status is AttributionStatus.NOT_ATTRIBUTABLE
+    assert lucky.effect is not None and lucky.effect.text() == "intervention flipped 1 of 1, control 1 of 3"
 
 
 def test_a_proposal_that_repeats_the_original_step_is_not_replayed() -> None:

@@ -253,6 +253,9 @@ def test_the_same_with_the_local_model(
         "REFLECT_LLM_MODEL": default_llm.model_name,
         "REFLECT_LLM_SCHEMA_MODE": "json_object_schema",
         "REFLECT_LLM_TIMEOUT_S": "900",
+        # each replay costs calls of a minute on a CPU: a budget that still tests a correction under control
+        "REFLECT_MAX_REPLAYS": "3",
+        "REFLECT_PROPOSAL_SAMPLES": "1",
     }
     online = _run_online(tmp_path, llm_env, second, other_service=None, timeout_s=1_800)
     assert online.jobs == [("done", 1)]

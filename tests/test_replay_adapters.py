@@ -520,3 +520,35 @@ def test_an_action_needs_the_loops_tool_executor(instrumented: Instrumented, ope
     )
     with pytest.raises(IrreversibleToolError):  # an action is refused like any continuation's call
         guarded.replay(openai_case.trace, rollback_point=0, injection="", action=replay_agents.ACTION)
+
+
+def test_proposals_and_resamples_of_a_chain_of_thought_over_http_protocol_v3() -> None:
+    """The agent's side serves what its adapter can (a chain of thought proposes its next thought and resamples its
+    run, sampled); the collector's side asks only when the endpoint says it may, and reads the answers bounded."""
+    from reflect_otel.replay import ProposesSteps, SamplesRuns, proposer, resampler
+    from reflect_otel.replay_adapters.http import HTTPReplayAdapter, replay_handler
+    from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
+    from reflect_otel.testing import ScriptedLLM, ScriptedRequest, make_trace
+
+    def respond(request: ScriptedRequest) -> dict[str, Any]:
+        sampled = bool(request.temperature)
+        return {"steps": ["3 * 4 = 12." if sampled else "2 + 3 = 5."], "answer": "14" if sampled else "20"}
+
+    llm = ScriptedLLM(respond=respond)
+    agent = ReasoningReplayAdapter(llm)
+    trace = make_trace("What is 2 + 3 * 4?", [{"reasoning": "2 + 3 = 5."}, {"reasoning": "So the answer is 20"}])
+    server = _Server(lambda body: replay_handler(agent, body))
+    try:
+        plain = HTTPReplayAdapter(server.url, timeout_s=30)
+        assert proposer(plain) is None and resampler(plain) is None  # the endpoint did not say it serves them
+        full = HTTPReplayAdapter(server.url, timeout_s=30, proposes=True, resamples=True, deterministic=True)
+        assert isinstance(proposer(full), ProposesSteps) and isinstance(resampler(full), SamplesRuns)
+        (proposal,) = full.propose(trace, rollback_point=1, injection="multiply first", samples=1, temperature=0.7)
+        assert proposal.action.text == "3 * 4 = 12." and not proposal.is_final_answer
+        runs = full.resample(trace, samples=2, temperature=0.7)
+        assert [r.final_answer for r in runs] == ["So the answer is 14"] * 2
+        assert all(r.rollback_point == 0 and r.trace.trace_id != trace.trace_id for r in runs)
+        assert len({r.trace.trace_id for r in runs}) == 2  # two runs, not one twice
+        assert [r.temperature for r in llm.requests] == [0.7, 0.7, 0.7]
+    finally:
+        server.close()

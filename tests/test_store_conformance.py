@@ -14,7 +14,7 @@ import pytest
 
 from reflect_otel.exporters.duckdb_store import VIEWS, DuckDBStore
 from reflect_otel.store import AttributionJob
-from reflect_otel.testing.store_conformance import StoreUnderTest, sample_writes, view_rows, write_sample
+from reflect_otel.testing.store_conformance import StoreUnderTest, sample_writes, schema, view_rows, write_sample
 
 BACKENDS = ["duckdb", "postgresql"]
 TABLES = ("traces", "steps", "verdicts", "attributions", "replays", "llm_calls", "attribution_jobs")
@@ -95,6 +95,47 @@ def test_a_write_that_fails_does_not_take_its_batch_down(backend: StoreUnderTest
     assert traces[0].trace_id in kept
     assert backend.query("SELECT count(*) FROM verdicts")[0][0] == 1
     assert (bad.trace_id in kept) != (backend.store.stats.errors == 1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_every_table_and_view_has_the_reference_backends_columns(backend: StoreUnderTest, tmp_path: Path) -> None:
+    """Each backend writes its own DDL and views (``duckdb_schema``, ``postgres_schema``): the same tables with the
+    same columns in the same order and of the same kind, the same views with the same columns, the same version."""
+    reference = DuckDBStore(tmp_path / "reference.duckdb")
+    expected = schema(lambda sql: reference._read(sql, []))
+    version = reference._read("SELECT version FROM schema_version", [])
+    reference.close()
+    assert set(expected) == {*TABLES, *VIEWS, "schema_version"}
+    assert not [c for columns in expected.values() for c in columns if c[1].startswith("unexpected")]
+    assert schema(backend.query) == expected
+    assert backend.query("SELECT version FROM schema_version") == version
+
+
+def test_a_postgresql_store_made_from_duckdbs_ddl_migrates_to_the_same_columns(
+    postgres_server: Any, tmp_path: Path
+) -> None:
+    """PostgreSQL stores made before its DDL was written out took DuckDB's with the types replaced (``VARCHAR``
+    kept): they migrate on from where they are, to the reference columns, and take writes like a new one."""
+    from reflect_otel.exporters import duckdb_schema
+    from reflect_otel.exporters.postgres_store import PostgresStore, connect_postgres
+
+    with connect_postgres(postgres_server.url, autocommit=True) as admin:
+        admin.execute("CREATE DATABASE made_at_v5")
+    url = postgres_server.url.rsplit("/", 1)[0] + "/made_at_v5"
+    with connect_postgres(url) as db, db.transaction():
+        db.execute("CREATE TABLE schema_version (version INTEGER)")
+        for ddl in duckdb_schema.MIGRATIONS[:5]:
+            for statement in ddl.replace(" DOUBLE", " DOUBLE PRECISION").replace(" JSON", " JSONB").split(";"):
+                if statement.strip():
+                    db.execute(statement)
+        db.execute("INSERT INTO schema_version (version) VALUES (5)")
+    with PostgresStore(url) as store:
+        write_sample(store)
+        found = schema(lambda sql: store._read(sql, []))
+        assert store._read("SELECT count(*) FROM attributions", []) == [(len(sample_writes()[2]),)]
+    assert found["replays"][-3:] == (("arm", "text"), ("changed_step", "boolean"), ("reproduced", "boolean"))
+    with DuckDBStore(tmp_path / "reference.duckdb") as reference:
+        assert found == schema(lambda sql: reference._read(sql, []))
 
 
 def test_views_have_the_same_names_in_both_backends() -> None:

@@ -227,7 +227,7 @@ def test_proposals_are_sampled_so_a_bare_resample_can_differ_from_the_run_and_is
     assert ics["verified_by"] == {"source": "proposal:resample", "kind": "action"}
     # the sampled decision was asked at the configured temperature; every replay decided greedily
     sampled = [r.temperature for r in llm.requests if r.stage == "agent" and r.temperature is not None]
-    assert sampled == [0.7]
+    assert sampled == [1.0]
     assert metrics["methods"]["ics"]["verified"]["mean"] == 1
 
 
@@ -242,7 +242,7 @@ def test_a_run_resumed_with_other_settings_or_made_before_controlled_verificatio
     made = LiveOptions(("ics",), data, out, config=ReflectConfig(rounds=1))
     run_live_eval(made, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
     other = LiveOptions(("ics",), data, out, config=ReflectConfig(rounds=1, proposal_temperature=0.2))
-    with pytest.raises(InputError, match=r"proposal_temperature: 0\.7 -> 0\.2.*a new --out folder"):
+    with pytest.raises(InputError, match=r"proposal_temperature: 1\.0 -> 0\.2.*a new --out folder"):
         run_live_eval(other, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
     config_file = out / "run_config.json"
     older = json.loads(config_file.read_text())
@@ -294,3 +294,20 @@ def test_wtq_live_stops_after_three_agent_failures_in_a_row(tmp_path: Path) -> N
     with pytest.raises(InputError, match="3 agent runs in a row failed"):
         run_live_eval(LiveOptions(("reflect",), data, tmp_path / "o"), ScriptedLLM(), broken)
     assert len(attempts) == 3 and not (tmp_path / "o" / "results.jsonl").read_text()  # nothing recorded
+
+
+def test_the_langgraph_agent_resamples_its_run_with_every_decision_sampled(
+    instrumented: Instrumented, tmp_path: Path
+) -> None:
+    from reflect_otel.cli.evaluate import table_agent_runs
+    from reflect_otel.demo.wtq import load_questions
+
+    llm = _model(sampled_descending=True)
+    question = next(q for q in load_questions(data=_wtq_folder(tmp_path) / "wtq") if q.id == "nt-1")
+    run = table_agent_runs(llm, instrumented.provider, max_steps=6)(question)
+    assert run.answer == WRONG
+    before = len(llm.requests)
+    runs = run.replay.resample(run.trace, samples=2, temperature=0.5)  # type: ignore[attr-defined]
+    assert [r.final_answer for r in runs] == ["Bangkok, Thailand"] * 2  # sampled, it sorts descending
+    asked = [r.temperature for r in llm.requests[before:] if r.stage == "agent"]
+    assert asked and set(asked) == {0.5}  # every decision of the resampled runs, none greedy

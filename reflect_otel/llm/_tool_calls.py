@@ -143,7 +143,8 @@ class _Formatter:
         eos_id, bos_id = llama.token_eos(), llama.token_bos()
         self.eos = llama._model.token_get_text(eos_id) if eos_id != -1 else ""
         bos = llama._model.token_get_text(bos_id) if bos_id != -1 else ""
-        self._jinja = llama_chat_format.Jinja2ChatFormatter(template=template, eos_token=self.eos, bos_token=bos)
+        formatter: Any = llama_chat_format.Jinja2ChatFormatter(template=template, eos_token=self.eos, bos_token=bos)
+        self._jinja = formatter  # Any: it is annotated with llama_types' TypedDicts; requests arrive as plain dicts
         probe = [{"role": "user", "content": "x"}]
         tool = [{"type": "function", "function": {"name": "reflect_probe_tool", "parameters": {"type": "object"}}}]
         self.renders_tools = "reflect_probe_tool" in self._jinja(messages=probe, tools=tool).prompt

@@ -5,18 +5,18 @@ full a trace is dropped and counted; a failure in the worker is logged and count
 from __future__ import annotations
 
 import logging
-import queue
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.trace import Tracer
 
+from reflect_otel._worker import BatchWorker
 from reflect_otel.llm.budget import TokenBudget
-from reflect_otel.record import AttributionRecord, AttributionStatus
+from reflect_otel.online._tally import OutcomeCounts
+from reflect_otel.record import AttributionRecord
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.service import AttributionService
 from reflect_otel.store import AttributionStore, RecordExporter
@@ -30,23 +30,46 @@ MAX_PENDING = 10_000
 
 
 @dataclass(slots=True)
-class OnlineStats:
-    """Counters of the online worker."""
+class OnlineStats(OutcomeCounts):
+    """Counters of the online worker: what became of the runs judged (:class:`OutcomeCounts`, whose ``verified``,
+    ``flagged``, ``attributed`` and ``verified_attributions`` read here as ``traces_*``), runs started, traces
+    received and dropped (queue full), and worker failures."""
 
     runs: int = 0
     traces_received: int = 0
     traces_dropped: int = 0
-    traces_verified: int = 0
-    traces_flagged: int = 0
-    traces_attributed: int = 0
-    traces_verified_attributions: int = 0
-    budget_skips: int = 0
-    export_errors: int = 0
     worker_errors: int = 0
-    tokens: int = 0
+
+    @property
+    def traces_verified(self) -> int:
+        return self.verified
+
+    @property
+    def traces_flagged(self) -> int:
+        return self.flagged
+
+    @property
+    def traces_attributed(self) -> int:
+        return self.attributed
+
+    @property
+    def traces_verified_attributions(self) -> int:
+        return self.verified_attributions
 
     def as_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {
+            "runs": self.runs,
+            "traces_received": self.traces_received,
+            "traces_dropped": self.traces_dropped,
+            "traces_verified": self.verified,
+            "traces_flagged": self.flagged,
+            "traces_attributed": self.attributed,
+            "traces_verified_attributions": self.verified_attributions,
+            "budget_skips": self.budget_skips,
+            "export_errors": self.export_errors,
+            "worker_errors": self.worker_errors,
+            "tokens": self.tokens,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,13 +106,13 @@ class Runtime:
         self.records: list[AttributionRecord] = []
         self._pending: OrderedDict[str, PendingRun] = OrderedDict()
         self._lock = threading.Lock()
-        self._queue: queue.Queue[StructuredTrace | None] = queue.Queue(maxsize=max_queue)
+        self._worker: BatchWorker[StructuredTrace] = BatchWorker(
+            self._handle, name="reflect-otel-online", max_items=max_queue, on_error=self._failed
+        ).start()
         self._metrics_shutdown = metrics_shutdown
         self.tracer: Tracer = provider.get_tracer("reflect_otel.observe")
         self.processor = make_processor(self.submit)
         provider.add_span_processor(self.processor)
-        self._worker = threading.Thread(target=self._work, name="reflect-otel-online", daemon=True)
-        self._worker.start()
 
     @property
     def store(self) -> AttributionStore | None:
@@ -117,64 +140,39 @@ class Runtime:
             if trace.trace_id not in self._pending:
                 return  # a trace of the application that no observed agent started
         self.stats.traces_received += 1
-        try:
-            self._queue.put_nowait(trace)
-        except queue.Full:
+        if self._worker.put(trace) != "ok":
             self.stats.traces_dropped += 1
             _log.warning(
                 "reflect-otel's queue is full (%d traces); trace %s was dropped", self.max_queue, trace.trace_id
             )
 
     # -- the worker ---------------------------------------------------------------------------------------
-    def _work(self) -> None:
-        while True:
-            trace = self._queue.get()
-            if trace is None:
-                self._queue.task_done()
-                return
-            try:
-                self._handle(trace)
-            except Exception:  # a bug here must not stop the worker
-                self.stats.worker_errors += 1
-                _log.exception("reflect-otel failed to process trace %s", trace.trace_id)
-            finally:
-                self._queue.task_done()
-
-    def _handle(self, trace: StructuredTrace) -> None:
-        with self._lock:
-            run = self._pending.pop(trace.trace_id, None)
-        if run is None:
-            return
-        outcome = self.service.process(trace, expected=run.expected, replay=run.replay, domain_context=run.context)
-        self.stats.traces_verified += 1
-        if not outcome.flagged:
-            return
-        self.stats.traces_flagged += 1
-        if outcome.budget_skipped:
-            self.stats.budget_skips += 1
-        elif outcome.record is not None:
-            self.stats.tokens += outcome.tokens
-            self.stats.traces_attributed += 1
-            if outcome.record.status is AttributionStatus.VERIFIED:
-                self.stats.traces_verified_attributions += 1
-        self.stats.export_errors += len(outcome.export_failures)
-        if outcome.record is not None:
+    def _handle(self, batch: list[tuple[StructuredTrace, int]]) -> None:
+        for trace, _ in batch:
             with self._lock:
-                self.records.append(outcome.record)
+                run = self._pending.pop(trace.trace_id, None)
+            if run is None:
+                continue
+            outcome = self.service.process(trace, expected=run.expected, replay=run.replay, domain_context=run.context)
+            self.stats.count(outcome)
+            if outcome.record is not None:
+                with self._lock:
+                    self.records.append(outcome.record)
+
+    def _failed(self, batch: list[tuple[StructuredTrace, int]], error: Exception) -> None:
+        """A bug in the worker: logged and counted, and the worker goes on."""
+        self.stats.worker_errors += len(batch)
+        _log.error("reflect-otel failed to process trace %s", batch[0][0].trace_id, exc_info=error)
 
     def drain(self, timeout_s: float = 600.0) -> bool:
         """Wait until every finished run has been processed; True when done in time."""
         self.processor.force_flush(int(timeout_s * 1000))
-        deadline = time.monotonic() + timeout_s
-        while self._queue.unfinished_tasks and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return not self._queue.unfinished_tasks
+        return self._worker.flush(timeout_s)
 
     def close(self, timeout_s: float = 30.0) -> None:
         self.drain(timeout_s)
         self.processor.shutdown()  # it stays registered on the provider (OTel cannot remove one), idle
-        self._queue.put(None)
-        self._worker.join(timeout=timeout_s)
+        self._worker.close(timeout_s)
         self.service.close()
         if self._metrics_shutdown is not None:
             self._metrics_shutdown()

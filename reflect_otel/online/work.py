@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from reflect_otel.record import AttributionStatus
+from reflect_otel._worker import BatchWorker
+from reflect_otel.online._tally import OutcomeCounts
 from reflect_otel.service import AttributionService
 from reflect_otel.store import AttributionJob, AttributionStore
 from reflect_otel.trace import StructuredTrace
@@ -44,20 +44,15 @@ def _size(trace: StructuredTrace) -> int:
 
 
 @dataclass(slots=True)
-class WorkerStats:
-    """What the status line shows; ``pending`` is runs waiting in the store only (not in memory)."""
+class WorkerStats(OutcomeCounts):
+    """What the status line shows: the outcomes counted (:class:`OutcomeCounts`), runs offered, queued in memory
+    (and their bytes), ``pending`` (waiting in the store only, not in memory) and failed."""
 
     offered: int = 0
     queued: int = 0
     queued_bytes: int = 0
     pending: int = 0
-    verified: int = 0
-    flagged: int = 0
-    attributed: int = 0
-    verified_attributions: int = 0
-    budget_skips: int = 0
     failed: int = 0
-    export_errors: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -71,17 +66,20 @@ class AttributionWorker:
         self.store = store
         self.max_bytes = max_bytes
         self.stats = WorkerStats()
-        self._memory: deque[tuple[StructuredTrace, int]] = deque()
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
         self._in_store = True  # runs left by an earlier process may be waiting: look once at start
-        self._thread = threading.Thread(target=self._run, name="reflect-otel-attribution", daemon=True)
+        self._memory: BatchWorker[StructuredTrace] = BatchWorker(
+            self._attribute_queued,
+            name="reflect-otel-attribution",
+            max_bytes=max_bytes,
+            tick_s=1.0,
+            idle=lambda: self._in_store and self._from_store(),
+        )
 
     def start(self) -> AttributionWorker:
         """Start the thread; runs an earlier process left pending are counted and taken first."""
         self.stats.pending = len(self.store.pending_jobs(_COUNT_AT_START))
-        self._thread.start()
+        self._memory.start()
         return self
 
     # -- the receive side (never blocks on attribution, never raises) ------------------------------------------
@@ -93,45 +91,33 @@ class AttributionWorker:
             size = _size(trace)
             with self._lock:
                 self.stats.offered += 1
-                if self.stats.queued_bytes + size <= self.max_bytes:
-                    self._memory.append((trace, size))
+                if self._memory.put(trace, size) == "ok":
                     self.stats.queued += 1
                     self.stats.queued_bytes += size
                 else:  # back-pressure: the run waits in the store, never dropped
                     self._in_store = True
                     self.stats.pending += 1
-            self._wake.set()
         except Exception:  # the receiver must go on; the trace is in the --out file and the store
             _log.exception("queueing trace %s for attribution failed", trace.trace_id)
 
     # -- the worker thread ---------------------------------------------------------------------------------
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            item = self._next_in_memory()
-            if item is not None:
-                trace, size = item
+    def _attribute_queued(self, batch: list[tuple[StructuredTrace, int]]) -> None:
+        for trace, size in batch:
+            try:
                 self._attribute(trace, expected_answer_of(trace), attempts=0)
+            finally:
                 with self._lock:
                     self.stats.queued -= 1
                     self.stats.queued_bytes -= size
-                continue
-            if self._in_store and self._from_store():
-                continue
-            self._wake.wait(1.0)
-            self._wake.clear()
-
-    def _next_in_memory(self) -> tuple[StructuredTrace, int] | None:
-        with self._lock:
-            return self._memory.popleft() if self._memory else None
 
     def _from_store(self) -> bool:
         """Attribute a batch of runs waiting in the store; False when none is left."""
         with self._lock:
-            in_memory = {t.trace_id for t, _ in self._memory}
+            in_memory = {trace.trace_id for trace in self._memory.queued()}
             self._in_store = False
         jobs = [j for j in self.store.pending_jobs(_BATCH + len(in_memory)) if j.trace_id not in in_memory]
         for job in jobs[:_BATCH]:
-            if self._stop.is_set():
+            if self._memory.stopping:
                 break
             trace = self.store.read_trace(job.trace_id)
             if trace is None:
@@ -166,20 +152,12 @@ class AttributionWorker:
                 AttributionJob(trace.trace_id, "failed", attempts + 1, expected, f"{type(error).__name__}: {error}")
             )
             return
-        stats = self.stats
-        stats.verified += 1
-        stats.export_errors += len(outcome.export_failures)
+        self.stats.count(outcome)
         reason = None
-        if outcome.flagged:
-            stats.flagged += 1
-            if outcome.budget_skipped:
-                stats.budget_skips += 1
-                reason = outcome.record.reason if outcome.record is not None else "budget spent"
-            elif outcome.record is not None:
-                stats.attributed += 1
-                stats.verified_attributions += outcome.record.status is AttributionStatus.VERIFIED
-        else:
+        if not outcome.flagged:
             reason = "not flagged: judged correct, or not judged"
+        elif outcome.budget_skipped:
+            reason = outcome.record.reason if outcome.record is not None else "budget spent"
         self.store.write_job(AttributionJob(trace.trace_id, "done", attempts + 1, expected, reason))
 
     def run_pending(self, progress: Callable[[WorkerStats], None] | None = None) -> WorkerStats:
@@ -194,7 +172,4 @@ class AttributionWorker:
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Stop after the run being attributed (waiting up to ``timeout_s``); what is left stays pending."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
+        self._memory.close(timeout_s, drain=False)

@@ -46,6 +46,7 @@ from reflect_otel.prompts.reflect import (
     diagnosis_output,
     gate,
     localization,
+    plan_texts,
     post_correction,
     repair_injection,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "gate",
     "localization",
     "messages",
+    "plan_texts",
     "post_correction",
     "reason_for_step",
     "reflexion_extract",

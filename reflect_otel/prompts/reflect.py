@@ -38,6 +38,7 @@ __all__ = [
     "diagnosis_output",
     "gate",
     "localization",
+    "plan_texts",
     "post_correction",
     "repair_injection",
 ]
@@ -239,6 +240,17 @@ def gate(ctx: PromptContext, steps: Sequence[Step], plan: RepairPlan, proposed: 
     )
     return trace_prompt(
         ctx, steps, "a gatekeeper verifying that an agent's proposed action follows a repair plan", task
+    )
+
+
+def plan_texts(plan: RepairPlan) -> tuple[str, ...]:
+    """What of ``plan`` :func:`repair_injection` writes into the agent's context (the leak guard reads these)."""
+    return (
+        plan.root_cause,
+        plan.correction_instruction,
+        *plan.forbidden_actions,
+        plan.expected_next_tool or "",
+        _arguments(plan) if plan.expected_next_arguments else "",
     )
 
 

@@ -19,7 +19,7 @@ from reflect_otel.testing.examples import five_step_trace, verified_attribution
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
-__all__ = ["StoreUnderTest", "normalised", "sample_writes", "view_rows", "write_sample"]
+__all__ = ["Schema", "StoreUnderTest", "normalised", "sample_writes", "schema", "view_rows", "write_sample"]
 
 Query = Callable[[str], list[tuple[Any, ...]]]
 
@@ -111,3 +111,40 @@ def view_rows(query: Query, view: str, order: Sequence[str] = ()) -> list[tuple[
     """Every row of ``view``, normalised, in a stable order."""
     rows = [tuple(normalised(v) for v in row) for row in query(f"SELECT * FROM {view}")]
     return sorted(rows, key=lambda row: tuple((v is None, str(v)) for v in row))
+
+
+Schema = dict[str, tuple[tuple[str, str], ...]]
+"""Each table's and view's columns in order, as (name, type family); a view's columns carry no type (its
+aggregates' types are each engine's own: a count is BIGINT, a sum HUGEINT in DuckDB and NUMERIC in PostgreSQL)."""
+
+_FAMILIES = {
+    "varchar": "text",
+    "text": "text",
+    "character varying": "text",
+    "json": "json",
+    "jsonb": "json",
+    "integer": "integer",
+    "double": "double",
+    "double precision": "double",
+    "boolean": "boolean",
+    "timestamp with time zone": "timestamptz",
+}
+"""Column types as each backend names them (DuckDB's and PostgreSQL's ``information_schema``), by what they hold."""
+
+
+def schema(query: Query) -> Schema:
+    """The store's tables and views as :data:`Schema` (from ``information_schema``, which both engines have); a
+    table column of a type neither backend should use is named as such, so that a comparison fails on it."""
+    tables = {name for (name,) in query(
+        "SELECT table_name FROM information_schema.tables "
+        "WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'"
+    )}  # fmt: skip
+    rows = query(
+        "SELECT table_name, column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = current_schema() ORDER BY table_name, ordinal_position"
+    )
+    found: dict[str, list[tuple[str, str]]] = {}
+    for relation, column, data_type in rows:
+        family = _FAMILIES.get(str(data_type).lower(), f"unexpected {data_type}") if relation in tables else ""
+        found.setdefault(relation, []).append((column, family))
+    return {relation: tuple(columns) for relation, columns in found.items()}

@@ -1,0 +1,139 @@
+"""What a trial replays (:func:`candidates`): an action as given; or, for guidance, the agent's own decisions at the
+step with the text in context, proposed by the adapter (:class:`~reflect_otel.replay.ProposesSteps`), sampled, and
+screened before any costs a replay: a final answer, the original step, or a call already replayed there is refused,
+and a proposal made under a plan is judged by the faithfulness gate (a hard gate refuses an unfaithful one)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from reflect_otel import corrections
+from reflect_otel._run import AttributionRun
+from reflect_otel.config import GateMode, ReflectConfig
+from reflect_otel.record import Correction, GateDecider, GateVerdict, InterventionKind
+from reflect_otel.replay import ProposedStep, ReplayAdapter, proposer
+from reflect_otel.trace import Step, StepAction, StepKind
+from reflect_otel.trial import GateFn, Trial
+
+__all__ = ["Candidate", "candidates", "judge"]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """An intervention ready to replay: the action to execute (None: the agent regenerates the step itself in the
+    replay), the position of its correction among those considered, and the gate's verdict on a proposal made under
+    a plan."""
+
+    index: int
+    action: StepAction | None
+    gate: GateVerdict | None = None
+
+
+def judge(
+    trial: Trial, proposed: StepAction, original: Step, gate: GateFn | None, mode: GateMode
+) -> GateVerdict | None:
+    """The gate's verdict on a new step p made under a plan; None for bare resampling (no plan to follow). With the
+    gate off nothing is judged, and an unjudged step cannot verify."""
+    if trial.plan is None:
+        return None
+    if mode is GateMode.OFF or gate is None:
+        return GateVerdict(
+            is_faithful=False,
+            violation_reason="the gate is off: a guidance flip is recorded, never verified",
+            decided_by=GateDecider.SKIPPED,
+        )
+    return gate(trial.plan, as_step(proposed, trial.step), original)
+
+
+def candidates(
+    trial: Trial,
+    *,
+    run: AttributionRun,
+    adapter: ReplayAdapter,
+    config: ReflectConfig,
+    gate: GateFn | None,
+    replayed_here: Collection[str],
+) -> tuple[list[Candidate], list[Correction]]:
+    """The interventions to replay for ``trial``, in order, and every correction considered for it (the candidates
+    point into that list). ``replayed_here``: the calls already replayed at the trial's rollback point."""
+    if trial.is_action:
+        return [Candidate(0, trial.correction.replacement)], [trial.correction]
+    source = proposer(adapter)
+    if source is None:  # the agent regenerates the step itself in the replay; judged after the fact
+        return [Candidate(0, None)], [trial.correction]
+    try:
+        proposals = source.propose(
+            run.trace,
+            rollback_point=trial.rollback_point,
+            injection=trial.injection,
+            injection_role=config.injection_role,
+            samples=config.proposal_samples,
+            temperature=config.proposal_temperature,
+        )
+    except Exception as error:  # the adapter or the agent may fail in any way
+        run.error("propose", error, trial.round)
+        return [], []
+    return _screened(trial, proposals, run=run, config=config, gate=gate, replayed_here=replayed_here)
+
+
+def _screened(
+    trial: Trial,
+    proposals: Sequence[ProposedStep],
+    *,
+    run: AttributionRun,
+    config: ReflectConfig,
+    gate: GateFn | None,
+    replayed_here: Collection[str],
+) -> tuple[list[Candidate], list[Correction]]:
+    original = run.trace.steps[trial.step - 1]
+    seen: set[str] = set()
+    kept: list[Candidate] = []
+    considered: list[Correction] = []
+    for number, proposal in enumerate(proposals, start=1):
+        rendered = proposal.action.render()
+        if rendered in seen:
+            continue
+        seen.add(rendered)
+        correction = Correction(
+            source=f"proposal:{trial.correction.source}",
+            kind=InterventionKind.ACTION,
+            step_index=trial.step,
+            original=StepAction.of_step(original),
+            replacement=proposal.action,
+            finding=f"the agent's own decision at step {trial.step}"
+            + (" with the correction in context" if trial.injection else " (resampled, no hint)")
+            + f", proposal {number} of {len(proposals)}",
+        )
+        refused = _refusal(correction, proposal, run)
+        if refused is None and rendered in replayed_here:
+            refused = "the same call was already replayed at this step"
+        verdict = None if refused else judge(trial, proposal.action, original, gate, config.gate)
+        if refused is None and verdict is not None and not verdict.is_faithful and config.gate is GateMode.HARD:
+            refused = (
+                f"the gate judged it unfaithful to the plan ({verdict.violation_type}: {verdict.violation_reason})"
+            )
+        if refused is not None:
+            considered.append(correction.model_copy(update={"refused": refused}))
+            continue
+        kept.append(Candidate(len(considered), proposal.action, verdict))
+        considered.append(correction)
+    return kept, considered
+
+
+def _refusal(correction: Correction, proposal: ProposedStep, run: AttributionRun) -> str | None:
+    if proposal.is_final_answer:
+        return "the agent answered at once: a final answer proves nothing about the step"
+    return corrections.refusal(correction, run.trace, expected=None)
+
+
+def as_step(action: StepAction, index: int) -> Step:
+    """A proposed action as the step it would be (for the gate)."""
+    return Step(
+        index=index,
+        span_id="proposal",
+        kind=StepKind.TOOL_CALL if action.tool_name else StepKind.REASONING,
+        tool_name=action.tool_name,
+        tool_args=dict(action.arguments),
+        reasoning=action.text,
+    )

@@ -1,0 +1,58 @@
+"""Every script in ``benchmarks/`` runs in its smoke mode (``python -m benchmarks.X --smoke``: a few traces, the
+local model replaced by the scripted double, the test PostgreSQL server where it needs one) and ends with its
+``name=value`` figure line, so that a change to the schema or an API cannot break a benchmark unnoticed. The
+figures of a smoke run are not measurements; only that the script ran to its end is asserted."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if not p.stem.startswith("_"))
+SLOW = {"collect_attribute", "collector_path", "decorator", "hardening_probe", "online_flagging", "postgres_store"}
+"""Smoke runs over a few seconds (4-60 s measured on the 2-core machine): they start receivers, collector and
+worker processes, a PostgreSQL server, or the LangChain instrumentation that ``configure`` turns on."""
+FIGURE = re.compile(r"^[a-z_]+=-?[0-9][0-9.]*$")
+
+
+def _run(script: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{script}", "--smoke", *extra],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=540,  # under pytest-timeout's 600 s: the probe's smoke run took 62 s alone, over 300 s under load
+    )
+
+
+def test_the_scripts_are_found() -> None:
+    assert set(SCRIPTS) >= {"duckdb_store", "postgres_store", "local_server", *SLOW}
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name
+        for name in SCRIPTS
+        if name != "postgres_store"
+    ],
+)
+def test_the_benchmark_runs_in_its_smoke_mode(script: str) -> None:
+    done = _run(script)
+    assert done.returncode == 0, done.stderr[-3000:]
+    last = done.stdout.strip().splitlines()[-1]
+    assert FIGURE.match(last), f"the last line is not a name=value figure: {last!r}"
+
+
+@pytest.mark.slow
+def test_the_postgresql_benchmark_runs_in_its_smoke_mode(postgres_server: Any) -> None:
+    done = _run("postgres_store", "--url", postgres_server.url)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 of 2 done, 0 done more than once" in done.stdout
+    assert FIGURE.match(done.stdout.strip().splitlines()[-1])
