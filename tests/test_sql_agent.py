@@ -226,12 +226,65 @@ def test_wtq_live_measures_the_sql_agent_and_the_placebo_draws_another_failures_
     first = rows["nt-1"]["methods"]["control-placebo"]
     assert first["status"] == "skipped" and first["record"]["reason"] == NO_PLACEBO and first["replays"] == 0
     second = rows["nt-1-twin"]["methods"]["control-placebo"]["record"]
-    print(
-        second["status"],
-        second["reason"],
-        [(c["source"], c["refused"], c["finding"][:80]) for c in second["corrections"]],
-    )
     injected = {a["injection"] for a in second["replays"] if a["arm"] == "intervention"}
     assert injected and all(FIX in text for text in injected)  # the plan REFLECT wrote for nt-1
     assert "not run: nothing to test" in (out / "metrics.md").read_text()
     assert json.loads((out / "run_config.json").read_text())["agent"] == "sql"
+
+
+# -- the commands ------------------------------------------------------------------------------------------------
+def _scripted_endpoint(monkeypatch: pytest.MonkeyPatch, module: str, server: ScriptedOpenAIServer) -> None:
+    """The auditor scripted in process and the agent on the scripted OpenAI server: the command's own wiring
+    (``make_llm`` for the auditor, ``chat_client`` for the agent's endpoint) with the two doubles behind it."""
+    monkeypatch.setattr(f"{module}.make_llm", lambda config: scripted_auditor(localize=(2,), plan=PLAN))
+    monkeypatch.setattr("reflect_otel.demo.sql_agent.chat_client", lambda llm: (client_of(server), "scripted-model"))
+
+
+def test_the_demo_command_runs_the_sql_agent_and_verifies_its_failure(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    instrumented: Instrumented,
+    server: ScriptedOpenAIServer,
+) -> None:
+    import duckdb
+
+    from reflect_otel.cli import main
+
+    _scripted_endpoint(monkeypatch, "reflect_otel.cli.demo", server)
+    monkeypatch.delenv("PHOENIX_COLLECTOR_ENDPOINT", raising=False)
+    monkeypatch.setattr("reflect_otel.online.setup.otel_trace.get_tracer_provider", lambda: instrumented.provider)
+    store = tmp_path / "demo.duckdb"
+    assert main(["demo", "--agent", "sql", "--questions", "nt-1", "--store", str(store)]) == 0
+    captured = capsys.readouterr()
+    assert "nt-1: answered 'none' (expected 'Bangkok, Thailand'): wrong" in captured.err
+    assert "nt-1: attribution verified at step 2" in captured.err, captured.err
+    assert "replayed from there with the correction, the agent answered 'Bangkok, Thailand'" in captured.out
+    with duckdb.connect(str(store), read_only=True) as db:
+        assert db.execute("SELECT agent FROM traces").fetchall() == [("sql_agent",)]
+        (source,) = db.execute("SELECT verified_by_source FROM attributions WHERE status = 'verified'").fetchone()
+    assert source == "evidence:shown_value"
+
+
+def test_the_eval_command_measures_the_sql_agent(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    instrumented: Instrumented,
+    server: ScriptedOpenAIServer,
+) -> None:
+    from reflect_otel.cli import main
+
+    _scripted_endpoint(monkeypatch, "reflect_otel.cli.evaluate", server)
+    monkeypatch.setattr("reflect_otel.online.setup.otel_trace.get_tracer_provider", lambda: instrumented.provider)
+    out = tmp_path / "out"
+    argv = ["eval", "--benchmark", "wtq-live", "--agent", "sql", "--data", str(_two_failures(tmp_path))]
+    argv += ["--out", str(out), "--method", "reflect,control-placebo", "--rounds", "1", "--rollback-points", "1"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "wtq-live: sql agent, model scripted" in captured.err
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["failed_runs"] == 2 and metrics["methods"]["reflect"]["verified"]["mean"] == 1
+    assert "| reflect | 2 |" in captured.out  # the table printed
+    assert main([*argv[:4], "table", *argv[5:]]) == 2  # a run made with one agent is not resumed with another
+    assert "agent" in capsys.readouterr().err
