@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from reflect_otel.llm._tool_calls import _call_schema, _template_messages, _written_call
+from reflect_otel.llm._tool_calls import _call_schema, _parsed_call, _template_messages, _written_call
 from reflect_otel.llm.base import StructuredLLM
 from tests.conftest import Instrumented
 
@@ -38,11 +38,15 @@ NAMES = ["get_weather"]
         ('<tools>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tools>', 0, False),
         ('```json\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n```', 0, False),
         ('{"name": "get_weather", "arguments": "{\\"city\\": \\"Oslo\\"}"}', 0, False),
+        # Qwen2.5's template shows the form as {{"name": ...}} (a Jinja string literal); the default model copies it
+        ('{{"name": "get_weather", "arguments": {"city": "Oslo"}}}', 0, False),
+        ('<tool_call>\n{{"name": "get_weather", "arguments": {"city": "Oslo"}}}\n', 0, True),
     ],
 )
 def test_a_call_the_model_writes_in_any_wrapper_is_found(text: str, start: int, template_form: bool) -> None:
     found = _written_call(text, NAMES)
     assert found is not None and found[0] == start and found[2] is template_form
+    assert _parsed_call(found[1], NAMES) == ("get_weather", {"city": "Oslo"})
 
 
 @pytest.mark.parametrize(

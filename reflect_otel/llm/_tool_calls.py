@@ -36,6 +36,10 @@ __all__ = ["HANDLER_NAME", "accept_null_content", "register"]
 HANDLER_NAME = "reflect-tools"
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _FALLBACK_MAX_TOKENS = 1024
+_MAX_CALL_CHARS = 20_000
+_MAX_OBJECT_STARTS = 50
+"""A call is looked for at the first 50 ``{`` of the model's first 20,000 characters (its text is bounded; so is the
+search)."""
 _TAGGED = re.compile(r"<(\w+)>\s*(\{.*?\})\s*</\1>|```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
 
 _TOOLS_SYSTEM = """
@@ -99,12 +103,9 @@ def _call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
     return options[0] if len(options) == 1 else {"oneOf": options}
 
 
-def _parsed_call(text: str, names: list[str]) -> tuple[str, dict[str, Any]] | None:
-    """``(name, arguments)`` of a call written as ``{"name": ..., "arguments": {...}}`` naming one of ``names``."""
-    try:
-        value = json.loads(text.strip())
-    except ValueError:
-        return None
+def _call_of(value: object, names: list[str]) -> tuple[str, dict[str, Any]] | None:
+    """``(name, arguments)`` when ``value`` is ``{"name": <one of names>, "arguments": {...}}`` (or ``parameters``;
+    arguments as an object or as its JSON text)."""
     if not isinstance(value, dict) or value.get("name") not in names:
         return None
     arguments = value.get("arguments", value.get("parameters", {}))
@@ -114,6 +115,27 @@ def _parsed_call(text: str, names: list[str]) -> tuple[str, dict[str, Any]] | No
         except ValueError:
             return None
     return (str(value["name"]), arguments) if isinstance(arguments, dict) else None
+
+
+def _parsed_call(text: str, names: list[str]) -> tuple[str, dict[str, Any]] | None:
+    """The call ``text`` writes: the whole text as one call object, else the first call object inside it. Qwen2.5's
+    own template shows the call form as ``{{"name": ...}}`` (a Jinja string literal, rendered as written), and the
+    model copies the doubled braces: ``{{"name": "f", "arguments": {}}}`` is read as the call it wraps."""
+    stripped = text.strip()
+    try:
+        return _call_of(json.loads(stripped), names)
+    except ValueError:
+        pass
+    decoder = json.JSONDecoder()
+    for match in list(re.finditer(r"\{", stripped[:_MAX_CALL_CHARS]))[:_MAX_OBJECT_STARTS]:
+        try:
+            value, _ = decoder.raw_decode(stripped, match.start())
+        except ValueError:
+            continue
+        call = _call_of(value, names)
+        if call is not None:
+            return call
+    return None
 
 
 def _written_call(text: str, names: list[str]) -> tuple[int, str, bool] | None:
