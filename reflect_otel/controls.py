@@ -5,10 +5,12 @@ control; no concrete actions) with one thing changed, so that what it verifies i
 need:
 
 * ``control-placebo``: the plan injected is one the same auditor wrote for *another* failure, drawn at run time from
-  a :class:`PlanPool` (the plans of the other failures the same service, or evaluation, attributed: REFLECT's, and
-  the wrong-step control's, which is the run's own plan), in the same message at the same rollback points: a
-  correction of the right form and length, whose content does not fit. What a correct hint gains over it is what
-  its content does. With no plan for another failure yet, the placebo says so and replays nothing.
+  a :class:`PlanPool` (the plans of the other failures the same service, or evaluation, attributed: REFLECT's, the
+  wrong-step control's, which is the run's own plan, and the placebo's own auditor's, which it pays for as REFLECT
+  does and keeps for the failures after it), in the same message at the same rollback points: a correction of the
+  right form and length, whose content does not fit. What a correct hint gains over it is what its content does.
+  With no plan for another failure yet (the first failure a placebo-only run sees), the record is ``skipped`` and
+  nothing is replayed.
 * ``control-wrong-step``: this run's own plan, injected at a step at distance 2 from the localized one (after it
   where the run has such a step before its answer, else before it); a run with no such step is not replayed. What
   the localized step gains over it is what the localization does.
@@ -20,12 +22,11 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable
 
 from reflect_otel.config import ReflectConfig
 from reflect_otel.llm.base import StructuredLLM
-from reflect_otel.pipeline import ReflectPipeline, ReflectPolicy
-from reflect_otel.record import AttributionMode, AttributionRecord, AttributionStatus, InterventionKind, RepairPlan
+from reflect_otel.pipeline import ReflectPipeline, ReflectPolicy, guidance_window
+from reflect_otel.record import AttributionRecord, AttributionStatus, InterventionKind, RepairPlan
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.search import SearchContext
 from reflect_otel.trace import StepKind, StructuredTrace
@@ -37,8 +38,8 @@ __all__ = ["NO_PLACEBO", "PlaceboControl", "PlanPool", "WrongStepControl", "plan
 WRONG_STEP_DISTANCE = 2
 PLACEBO_METHOD = "control-placebo"
 NO_PLACEBO = (
-    "no plan written for another failure yet: the placebo injects the auditor's plan for another failure (in an "
-    "evaluation, the plans written for earlier failures), so it has nothing to inject; not replayed"
+    "no plan written for another failure yet: the placebo injects the auditor's plan for another failure (the plans "
+    "written for earlier failures of the same run), so it has nothing to inject; not replayed"
 )
 
 
@@ -73,7 +74,12 @@ class PlanPool:
     def add_plan(self, trace_id: str, question: str, record: AttributionRecord) -> None:
         """:meth:`add`, from a stored failure's trace id and question."""
         plan = plan_of(record)
-        if plan is None:
+        if plan is not None:
+            self.keep(trace_id, question, plan)
+
+    def keep(self, trace_id: str, question: str, plan: RepairPlan) -> None:
+        """Keep ``plan`` as the one written for the failure ``trace_id`` (the first kept for it stays)."""
+        if not plan.correction_instruction.strip():
             return
         with self._lock:
             self._plans.setdefault(trace_id, (question.strip().casefold(), plan))
@@ -110,13 +116,36 @@ def wrong_step(trace: StructuredTrace, localized: int) -> int | None:
     return None
 
 
-def _placebo_swap(pool: PlanPool) -> Callable[[SearchContext, RepairPlan], RepairPlan]:
-    def swap(ctx: SearchContext, own: RepairPlan) -> RepairPlan:
-        """The auditor's call is made and paid for, as REFLECT's is; its plan is replaced by a placebo."""
-        placebo = pool.other_than(ctx.trace)
+class _PlaceboDraw:
+    """The placebo's two changes to REFLECT's policy: each failure's own plan goes into the pool and is swapped for
+    another failure's; with none to draw, there is no point to try guidance at. What was drawn for a trace is kept
+    until :meth:`take` (the attribution reads it when it ends)."""
+
+    def __init__(self, pool: PlanPool) -> None:
+        self.pool = pool
+        self._drawn: dict[str, RepairPlan | None] = {}
+        self._lock = threading.Lock()
+
+    def swap(self, ctx: SearchContext, own: RepairPlan) -> RepairPlan:
+        """The auditor's call is made and paid for, as REFLECT's is; its plan is kept for later failures and
+        replaced by a placebo."""
+        self.pool.keep(ctx.trace.trace_id, ctx.trace.question, own)
+        placebo = self.pool.other_than(ctx.trace)
+        with self._lock:
+            self._drawn[ctx.trace.trace_id] = placebo
         return (placebo or RepairPlan()).model_copy(update={"confidence": own.confidence})
 
-    return swap
+    def points(self, trace: StructuredTrace, localized: int, count: int) -> list[int]:
+        with self._lock:
+            drawn = self._drawn.get(trace.trace_id)
+        return guidance_window(trace, localized, count) if drawn is not None else []
+
+    def take(self, trace: StructuredTrace) -> tuple[bool, RepairPlan | None]:
+        """Whether a plan was drawn for ``trace`` in its attribution, and which (None: the pool had none)."""
+        with self._lock:
+            if trace.trace_id not in self._drawn:
+                return False, None
+            return True, self._drawn.pop(trace.trace_id)
 
 
 def _wrong_step_points(trace: StructuredTrace, localized: int, count: int) -> list[int]:
@@ -130,7 +159,8 @@ def _guidance_only(config: ReflectConfig) -> ReflectConfig:
 
 class PlaceboControl(ReflectPipeline):
     """REFLECT's guidance with a plan written for another failure, drawn from ``plans`` (see the module); with none
-    there, the record is skipped with :data:`NO_PLACEBO` and nothing is asked or replayed."""
+    there, the record is skipped with :data:`NO_PLACEBO` after the auditor's calls (its plan is kept in ``plans`` for
+    the failures after it), and nothing is replayed."""
 
     method = PLACEBO_METHOD
 
@@ -144,11 +174,14 @@ class PlaceboControl(ReflectPipeline):
     ) -> None:
         guidance = _guidance_only(config or ReflectConfig())
         self.plans = plans if plans is not None else PlanPool()
+        self._draw = _PlaceboDraw(self.plans)
         policy = ReflectPolicy(
             llm_source="control:placebo",
             actions=False,
             use_diagnostician=guidance.use_diagnostician,
-            swap_plan=_placebo_swap(self.plans),
+            swap_plan=self._draw.swap,
+            points=self._draw.points,
+            no_points=NO_PLACEBO,
         )
         super().__init__(llm, verifier=verifier, config=guidance, policy=policy)
 
@@ -161,13 +194,15 @@ class PlaceboControl(ReflectPipeline):
         domain_context: str = "",
         verdict: Verdict | None = None,
     ) -> AttributionRecord:
-        if self.plans.other_than(trace) is None:
-            run = self.start(trace, verdict)
-            mode = AttributionMode.REPLAY if replay is not None else AttributionMode.LOCALIZATION_ONLY
-            return run.record(status=AttributionStatus.SKIPPED, mode=mode, step_index=None, reason=NO_PLACEBO)
-        return super().attribute(
-            trace, expected=expected, replay=replay, domain_context=domain_context, verdict=verdict
-        )
+        try:
+            record = super().attribute(
+                trace, expected=expected, replay=replay, domain_context=domain_context, verdict=verdict
+            )
+        finally:
+            drew, placebo = self._draw.take(trace)
+        if drew and placebo is None and not record.replays:
+            return record.model_copy(update={"status": AttributionStatus.SKIPPED, "reason": NO_PLACEBO})
+        return record
 
 
 class WrongStepControl(ReflectPipeline):

@@ -120,11 +120,18 @@ def test_placebo_injects_a_plan_written_for_another_failure_in_place_of_the_audi
     assert [r.stage for r in record.llm_calls][:3] == ["localize", "classify", "diagnose"]  # paid for as REFLECT's
 
 
-def test_with_no_other_failures_plan_the_placebo_says_so_and_replays_nothing() -> None:
+def test_a_placebo_only_run_skips_its_first_failure_and_gives_the_next_the_plan_written_for_it() -> None:
+    pool, first_agent = PlanPool(), agent_that_follows(OWN_INSTRUCTION)
+    first = attribute("control-placebo", 2, first_agent, plans=pool)
+    assert first.status is AttributionStatus.SKIPPED and first.reason == NO_PLACEBO
+    assert first_agent.calls == [] and first.replays == ()  # nothing replayed
+    assert [r.stage for r in first.llm_calls][:3] == ["localize", "classify", "diagnose"]  # its auditor was asked
+    # a later failure (another question) of the same run gets the plan the auditor wrote for the first
+    later = five_steps("Which year had the most titles?").model_copy(update={"trace_id": "b" * 32})
     agent = agent_that_follows(OWN_INSTRUCTION)
-    record = attribute("control-placebo", 2, agent, plans=PlanPool())
-    assert record.status is AttributionStatus.SKIPPED and record.reason == NO_PLACEBO
-    assert agent.calls == [] and record.llm_calls == ()  # nothing asked, nothing replayed
+    record = attribute("control-placebo", 2, agent, trace=later, plans=pool)
+    assert record.status is not AttributionStatus.SKIPPED
+    assert any(OWN_INSTRUCTION in call.injection for call in agent.calls)
 
 
 def test_a_placebo_is_never_the_plan_written_for_the_same_failure() -> None:
