@@ -170,8 +170,8 @@ def reads_as_empty(result: str | None) -> bool:
 
 # -- hints ----------------------------------------------------------------------------------------------------------
 _LISTING = re.compile(
-    r"(?P<lead>[^\n;:?]{0,80}?)\b(?:include|includes|are|were|(?:is |must be |should be )?one of|should be|must be|available|"
-    r"valid(?: \w+)?|allowed|"
+    r"(?P<lead>[^\n;:?]{0,80}?)\b(?:include|includes|are|were|(?:is |must be |should be )?one of|should be|must be|"
+    r"available|valid(?: \w+)?|allowed|"
     r"expected|options|choices|did you mean|possible values?|known(?: \w+)?|supported(?: \w+)?|such as|"
     r"candidate bindings|candidates|perhaps you meant(?: to reference the \w+)?|maybe you meant|similar(?: \w+)?)\b"
     r"\s*[:?]?\s*\[?(?P<items>[^\n;)\[\]]+)",

@@ -1,6 +1,7 @@
 """``eval --benchmark wtq-live``: REFLECT's claim measured live. A demo agent (the LangGraph table-QA agent, or the
-OpenAI-tool-loop SQL agent: ``--agent``) answers WikiTableQuestions questions with the configured model; each run whose answer is wrong is attributed by every chosen method, from the same run,
-with the same model, before the next question (the agent's replay state lives in this process).
+OpenAI-tool-loop SQL agent: ``--agent``) answers WikiTableQuestions questions with the configured model; each run
+whose answer is wrong is attributed by every chosen method, from the same run, with the same model, before the next
+question (the agent's replay state lives in this process).
 
 Resumable: a JSON line per question when its agent run finishes, and the updated line again after each method (the
 last line of a question wins), so a stop loses at most the method running; on resume the stored failure's missing
