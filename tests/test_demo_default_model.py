@@ -1,5 +1,5 @@
 """The README's main job, end to end, with the default local model: ``reflect-otel demo`` runs the table-QA agent
-on its questions with Qwen2.5-Coder-1.5B-Instruct on llama.cpp (no recorded output); every wrong answer is
+on its question with Qwen2.5-Coder-1.5B-Instruct on llama.cpp (no recorded output); every wrong answer is
 attributed by REFLECT with real replays of the LangGraph agent, stored, and reported, and at least one attribution
 is verified: a correction executed in place of the decisive step flipped the answer (on nt-1, the filter on '1'
 replaced by the filter on '1st' that its own empty result lists) and a control replayed from the same point without
@@ -17,25 +17,12 @@ from typing import Any
 import duckdb
 import pytest
 
-from reflect_otel.config import GateMode, ReflectConfig
-from reflect_otel.datasets import DatasetItem, read_bbm
-from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.llm.base import StructuredLLM
-from reflect_otel.pipeline import ReflectPipeline
-from reflect_otel.record import AttributionRecord, AttributionStatus
-from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
+from reflect_otel.record import AttributionRecord
 from reflect_otel.tracefile import read_traces
-from tests.conftest import assert_valid_record, require_local_backend
-
-SMALL = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.HARD, proposal_samples=2, max_replays=3)
-
+from tests.conftest import require_local_backend
 
 pytestmark = [pytest.mark.local_llm, pytest.mark.slow]
-
-
-def _failing_bbm(shared_data: Path) -> list[DatasetItem]:
-    items = [i for i in read_bbm(shared_data / "bbm" / "multistep_arithmetic.jsonl") if i.trace.labels]
-    return [i for i in items if not BBMVerifier().verify(i.trace, expected=i.expected).is_correct]
 
 
 def test_the_demo_attributes_its_wrong_answers_with_replays_with_the_default_model(tmp_path: Path) -> None:
@@ -47,9 +34,7 @@ def test_the_demo_attributes_its_wrong_answers_with_replays_with_the_default_mod
     }
     store = tmp_path / "demo.duckdb"
     result = subprocess.run(
-        # nt-1 alone (the README's run adds nt-3): its failure is the one a concrete correction proves, and each
-        # question costs minutes on a CPU
-        [sys.executable, "-m", "reflect_otel", "demo", "--questions", "nt-1", "--store", str(store)],
+        [sys.executable, "-m", "reflect_otel", "demo", "--store", str(store)],  # as the README runs it: nt-1
         capture_output=True,
         text=True,
         timeout=1800,
@@ -59,7 +44,9 @@ def test_the_demo_attributes_its_wrong_answers_with_replays_with_the_default_mod
     assert result.returncode == 0, result.stderr[-4000:]
     assert "model: qwen2.5-coder-1.5b-instruct" in result.stderr
     summary = dict(re.findall(r"^  (\S[^\n]*?)\s{2,}(\S[^\n]*)$", result.stdout, re.MULTILINE))
-    assert int(summary["questions"]) == 1, result.stdout
+    from reflect_otel.demo.wtq import DEMO_QUESTIONS
+
+    assert int(summary["questions"]) == len(DEMO_QUESTIONS), result.stdout
     wrong = int(summary["flagged (wrong answers)"])
     assert int(summary["attributed"]) == wrong and wrong >= 1, result.stdout
     report = re.search(r"reflect-otel report (\w+) -o report.html", result.stdout)
@@ -101,25 +88,6 @@ def test_the_demo_attributes_its_wrong_answers_with_replays_with_the_default_mod
     assert "Diagnosis" in page and "decisive error" in page
 
 
-def test_reflect_replays_a_bbm_trace_with_the_default_model(default_llm: StructuredLLM, shared_data: Path) -> None:
-    three_bbm = _failing_bbm(shared_data)[:1]  # one trace: each call costs seconds on a CPU
-    pipeline = ReflectPipeline(default_llm, verifier=BBMVerifier(), config=SMALL)
-    for item in three_bbm:
-        record = pipeline.attribute(
-            item.trace,
-            expected=item.expected,
-            replay=ReasoningReplayAdapter(default_llm, task_context=item.domain_context),
-            domain_context=item.domain_context,
-        )
-        assert_valid_record(record, len(item.trace.steps))
-        assert record.mode == "replay"
-        assert record.status in (AttributionStatus.VERIFIED, AttributionStatus.UNVERIFIED)
-        assert record.replays, "at least one real replay ran"
-        ran = [a for a in record.replays if a.error is None]
-        assert all(a.prefix_verified for a in ran)
-        assert all(a.continuation and a.continuation[-1].is_final_answer for a in ran)
-
-
 def test_attribute_command_end_to_end_with_the_default_model(default_llm: StructuredLLM, tmp_path: Path) -> None:
     traces, records = tmp_path / "traces.jsonl", tmp_path / "records.jsonl"
     cli = [sys.executable, "-m", "reflect_otel"]
@@ -156,6 +124,11 @@ def test_attribute_command_end_to_end_with_the_default_model(default_llm: Struct
     (line,) = records.read_text().splitlines()
     record = AttributionRecord.model_validate_json(line)
     assert record.trace_id == bbm_ids[0] and record.mode == "replay"
+    # the chain of thought really was re-run from its preserved prefix (the auditor's corrected thought and the
+    # control), each continuation to an answer
+    ran = [a for a in record.replays if a.error is None]
+    assert ran, record.errors
+    assert all(a.prefix_verified and a.continuation and a.continuation[-1].is_final_answer for a in ran)
     assert "1 trace(s) in" in result.stderr
     assert "starting the local llama.cpp server with qwen2.5-coder-1.5b-instruct" in result.stderr
     stats = subprocess.run(

@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from reflect_otel.collectors.otlp import decode_protobuf
-from reflect_otel.llm.local import LocalLLM, free_port
+from reflect_otel.llm.local import free_port
 from reflect_otel.semconv import ReflectAttributes
 from reflect_otel.testing import wait_until
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedTurn
@@ -238,35 +238,6 @@ def test_a_remote_agents_wrong_answer_is_flagged_replayed_over_http_verified_sto
     assert online.jobs == [("done", 2)]
     assert sorted(_attributed(second).values()) == ["unverified", "verified"]
     assert "attributed 2 (1 verified)" in online.errors
-
-
-@pytest.mark.local_llm
-def test_the_same_with_the_local_model(
-    tmp_path: Path, recorders: tuple[_Recorder, _Recorder], default_llm: LocalLLM
-) -> None:
-    """The shipped model as the agent's and the auditor's: one server for both processes. nt-1 has been answered
-    wrong by it in every run so far; should it answer right, the run is judged and nothing is attributed."""
-    second, _ = recorders
-    llm_env = {
-        "REFLECT_LLM_BASE_URL": str(default_llm.config.base_url),
-        "REFLECT_LLM_API_KEY": "local",
-        "REFLECT_LLM_MODEL": default_llm.model_name,
-        "REFLECT_LLM_SCHEMA_MODE": "json_object_schema",
-        "REFLECT_LLM_TIMEOUT_S": "900",
-        # each replay costs calls of a minute on a CPU: a budget that still tests a correction under control
-        "REFLECT_MAX_REPLAYS": "3",
-        "REFLECT_PROPOSAL_SAMPLES": "1",
-    }
-    online = _run_online(tmp_path, llm_env, second, other_service=None, timeout_s=1_800)
-    assert online.jobs == [("done", 1)]
-    if answers_match(online.answer, "Bangkok, Thailand"):
-        assert online.rows == [] and "flagged 0" in online.errors
-        return
-    ((agent, status, mode, step, _, corrected),) = online.rows
-    assert (agent, mode) == ("table_qa", "replay") and status in ("verified", "unverified")
-    assert step is not None and online.replays >= 1  # the agent was re-run over HTTP, for real
-    assert status == "unverified" or answers_match(corrected, "Bangkok, Thailand")
-    assert list(_attributed(second).values()) == [status]
 
 
 def _attributed(receiver: _Recorder) -> dict[str, str]:
