@@ -44,9 +44,11 @@ NO_PLACEBO = (
 
 
 def plan_of(record: AttributionRecord) -> RepairPlan | None:
-    """The repair plan the auditor wrote for ``record``'s failure, when it wrote one: the verified intervention's
-    plan, else the record's root cause with the instruction its guidance carried. None for a placebo's record (its
-    plan was written for another failure) and for methods that write no plan."""
+    """The repair plan the auditor wrote for ``record``'s failure, when the record holds it: the verified
+    intervention's plan, else the record's root cause with the instruction its guidance carried. None for a
+    placebo's record (its plan was written for another failure), for methods that write no plan, and for a record
+    whose guidance was tested only as proposals (an unverified REFLECT record under controlled verification): the
+    placebo keeps its own auditor's plans for those (:class:`PlaceboControl`)."""
     if record.method == PLACEBO_METHOD:
         return None
     if record.intervention is not None and record.intervention.plan.correction_instruction:
