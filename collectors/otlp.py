@@ -71,26 +71,31 @@ class DecodedBatch:
 # -- protobuf ---------------------------------------------------------------------------------------------------
 def _any_value(value: AnyValue) -> AttributeValue | None:
     which = value.WhichOneof("value")
-    if which == "string_value":
-        return value.string_value
-    if which == "bool_value":
-        return value.bool_value
-    if which == "int_value":
-        return value.int_value
-    if which == "double_value":
-        return value.double_value
-    if which == "array_value":
-        items = [_any_value(v) for v in value.array_value.values]
-        return [i for i in items if isinstance(i, str | bool | int | float)]  # type: ignore[return-value]
-    if which == "kvlist_value":
-        return json.dumps({kv.key: _plain(_any_value(kv.value)) for kv in value.kvlist_value.values})
+    if which in ("array_value", "kvlist_value"):
+        return _structured(_plain_any(value))
     if which == "bytes_value":
         return base64.b64encode(value.bytes_value).decode("ascii")
-    return None
+    return getattr(value, which) if which else None
 
 
-def _plain(value: object) -> object:
-    return list(value) if isinstance(value, list | tuple) else value
+def _plain_any(value: AnyValue) -> object:
+    """A protobuf ``AnyValue`` as plain Python: lists and dicts for arrays and key-value lists."""
+    which = value.WhichOneof("value")
+    if which == "array_value":
+        return [_plain_any(v) for v in value.array_value.values]
+    if which == "kvlist_value":
+        return {kv.key: _plain_any(kv.value) for kv in value.kvlist_value.values}
+    if which == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode("ascii")
+    return getattr(value, which) if which else None
+
+
+def _structured(value: object) -> AttributeValue | None:
+    """An array or key-value list as an attribute: an array of plain values as it is (empty values left out); one
+    holding maps or arrays (GenAI messages as structured values), and a key-value list, as their JSON text."""
+    if isinstance(value, list) and not any(isinstance(v, list | dict) for v in value):
+        return [v for v in value if isinstance(v, str | bool | int | float)]  # type: ignore[return-value]
+    return json.dumps(value, default=str)
 
 
 def decode_request(request: ExportTraceServiceRequest) -> DecodedBatch:
@@ -161,6 +166,7 @@ def _get(obj: Mapping[str, Any], camel: str, snake: str) -> Any:
 
 
 _INT64 = (-(2**63), 2**63 - 1)
+_MAX_NESTING = 64
 
 
 def _text(value: object) -> str:
@@ -183,20 +189,28 @@ def _json_value(value: object) -> AttributeValue | None:
         except (TypeError, ValueError, OverflowError):
             return None
         return number if math.isfinite(number) else str(number)  # "inf", "nan": kept, as text a store can hold
-    if "arrayValue" in value or "array_value" in value:
-        array = _get(value, "arrayValue", "array_value")
-        values = array.get("values", []) if isinstance(array, Mapping) else []
-        items = [_json_value(v) for v in values] if isinstance(values, list) else []
-        return [i for i in items if isinstance(i, str | bool | int | float)]  # type: ignore[return-value]
-    if "kvlistValue" in value or "kvlist_value" in value:
-        kvlist = _get(value, "kvlistValue", "kvlist_value")
-        pairs = kvlist.get("values", []) if isinstance(kvlist, Mapping) else []
-        return _text(
-            json.dumps({str(kv.get("key")): _json_value(kv.get("value")) for kv in pairs if isinstance(kv, Mapping)})
-        )
+    if any(key in value for key in ("arrayValue", "array_value", "kvlistValue", "kvlist_value")):
+        return _structured(_plain_json(value, 0))
     if "bytesValue" in value or "bytes_value" in value:
         return _text(_get(value, "bytesValue", "bytes_value"))
     return None
+
+
+def _plain_json(value: object, depth: int) -> object:
+    """An OTLP/JSON ``AnyValue`` as plain Python (arrays and key-value lists nested at most 64 deep)."""
+    if not isinstance(value, Mapping) or depth > _MAX_NESTING:
+        return None
+    if "arrayValue" in value or "array_value" in value:
+        array = _get(value, "arrayValue", "array_value")
+        values = array.get("values", []) if isinstance(array, Mapping) else []
+        return [_plain_json(v, depth + 1) for v in values] if isinstance(values, list) else []
+    if "kvlistValue" in value or "kvlist_value" in value:
+        kvlist = _get(value, "kvlistValue", "kvlist_value")
+        pairs = kvlist.get("values", []) if isinstance(kvlist, Mapping) else []
+        if not isinstance(pairs, list):
+            return {}
+        return {str(kv.get("key")): _plain_json(kv.get("value"), depth + 1) for kv in pairs if isinstance(kv, Mapping)}
+    return _json_value(value)
 
 
 def _json_int(value: object) -> int | None:

@@ -2,7 +2,7 @@
 
 Both transports decode into :class:`SpanRecord` s and feed one :class:`TraceCollector`, so traces are assembled
 exactly as in process. Bad input never crashes it: 400 with a message for undecodable, truncated or ambiguous
-bodies (gRPC: INVALID_ARGUMENT), 411 without a length, 413 over the size or span-count limits (before and after
+bodies (gRPC: INVALID_ARGUMENT), 411 without a length or a chunked body, 413 over the size or span-count limits (before and after
 decompression), 415 for other content types or encodings, and OTLP ``partial_success`` when some spans of a batch
 are rejected.
 
@@ -18,6 +18,7 @@ import contextlib
 import ipaddress
 import json
 import logging
+import re
 import socket
 import threading
 import zlib
@@ -379,9 +380,15 @@ class _OTLPHTTPHandler(BaseHTTPRequestHandler):
             self.close_connection = True  # request smuggling looks like this: never guess which one is meant
             raise _HTTPError(400, "send exactly one Content-Length header")
         length_header = self.headers.get("Content-Length")
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked" or length_header is None:
+        transfer = (self.headers.get("Transfer-Encoding") or "").strip().lower()
+        if transfer:
+            self.close_connection = True  # a chunked body is read to its end only when it is well formed
+            if transfer != "chunked" or length_header is not None:  # both: request smuggling looks like this
+                raise _HTTPError(400, f"Transfer-Encoding {transfer!r} is not supported beside or instead of chunked")
+            return self._read_chunked()
+        if length_header is None:
             self.close_connection = True
-            raise _HTTPError(411, "send a Content-Length header (chunked bodies are not accepted)")
+            raise _HTTPError(411, "send a Content-Length header or a chunked body")
         try:
             length = int(length_header)
         except ValueError:
@@ -400,6 +407,29 @@ class _OTLPHTTPHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             raise _HTTPError(400, f"body ended after {len(body)} of {length} bytes")
         return body
+
+    def _read_chunked(self) -> bytes:
+        """A ``Transfer-Encoding: chunked`` body (as Node's HTTP client sends the OTel JS SDK's exports), held to
+        the same byte limit as a sized one; trailers are read and ignored."""
+        limit = self.receiver.limits.max_body_bytes
+        body = bytearray()
+        while True:
+            size = _chunk_size(self.rfile.readline(_MAX_CHUNK_LINE + 1))
+            if size == 0:
+                break
+            if len(body) + size > limit:
+                raise _HTTPError(413, f"chunked body is over the {limit}-byte limit")
+            chunk = self.rfile.read(size)
+            if len(chunk) != size or self.rfile.read(2) != b"\r\n":
+                raise _HTTPError(400, f"chunked body ended inside a chunk, after {len(body) + len(chunk)} bytes")
+            body += chunk
+        for _ in range(_MAX_TRAILERS + 1):
+            line = self.rfile.readline(_MAX_CHUNK_LINE + 1)
+            if line in (b"\r\n", b"\n", b""):
+                return bytes(body)
+            if len(line) > _MAX_CHUNK_LINE:
+                break
+        raise _HTTPError(400, "chunked body's trailers are too long")
 
     def _send_error(self, error: _HTTPError, content_type: str) -> None:
         status = status_pb2.Status(code=_GRPC_CODE_FOR_HTTP.get(error.status, 3), message=error.message)
@@ -420,6 +450,19 @@ class _OTLPHTTPHandler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(payload)
+
+
+_MAX_CHUNK_LINE = 1024
+_MAX_TRAILERS = 32
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")
+
+
+def _chunk_size(line: bytes) -> int:
+    """The size on a chunk's first line (``1a3f;ext=1``); a malformed line is a 400."""
+    size = line.split(b";", 1)[0].strip()
+    if len(line) > _MAX_CHUNK_LINE or not line.endswith(b"\n") or not _CHUNK_SIZE.fullmatch(size):
+        raise _HTTPError(400, "chunked body has a malformed chunk-size line")
+    return int(size, 16)
 
 
 _GRPC_CODE_FOR_HTTP = {400: 3, 404: 5, 411: 3, 413: 8, 415: 3, 429: 8, 503: 14}

@@ -49,7 +49,7 @@ from reflect_otel.leaks import leak
 from reflect_otel.proposals import Candidate, candidates, judge
 from reflect_otel.record import Correction, Effect, Fidelity, GateDecider, GateVerdict, ReplayArm, ReplayAttempt
 from reflect_otel.replay import ReplayAdapter, ReplayResult, is_deterministic
-from reflect_otel.trace import Step, StepAction, StepKind
+from reflect_otel.trace import Step, StepAction
 from reflect_otel.trial import Decision, GateFn, Trial, TrialResult
 
 __all__ = [
@@ -323,7 +323,7 @@ def _executed(first: Step | None, action: StepAction) -> GateVerdict:
 
 
 def _answers(step: Step) -> bool:
-    return step.is_final_answer or step.kind is StepKind.FINAL_ANSWER
+    return step.is_final_answer
 
 
 def _differs(action: StepAction, original: Step) -> bool:

@@ -29,7 +29,7 @@ from reflect_otel.pipeline import ReflectPipeline, ReflectPolicy, guidance_windo
 from reflect_otel.record import AttributionRecord, AttributionStatus, InterventionKind, RepairPlan
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.search import SearchContext
-from reflect_otel.trace import StepKind, StructuredTrace
+from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import Verifier
 
@@ -109,9 +109,7 @@ class PlanPool:
 def wrong_step(trace: StructuredTrace, localized: int) -> int | None:
     """The step at distance :data:`WRONG_STEP_DISTANCE` from ``localized``: after it when that step comes before
     the run's answer, else before it; None when the run has neither."""
-    last = max(
-        (s.index for s in trace.steps if not s.is_final_answer and s.kind is not StepKind.FINAL_ANSWER), default=0
-    )
+    last = max((s.index for s in trace.steps if not s.is_final_answer), default=0)
     for candidate in (localized + WRONG_STEP_DISTANCE, localized - WRONG_STEP_DISTANCE):
         if 1 <= candidate <= last:
             return candidate

@@ -178,7 +178,7 @@ def _answered(trace: StructuredTrace) -> bool:
 
 def _answer_step(trace: StructuredTrace) -> Step | None:
     for step in reversed(trace.steps):
-        if step.is_final_answer or step.kind is StepKind.FINAL_ANSWER:
+        if step.is_final_answer:
             return step
     return None
 
@@ -199,7 +199,7 @@ def tool_errors(trace: StructuredTrace) -> list[Finding]:
         if not later:
             continue
         recovered = any(_is_call(s) and not _failed(s) for s in later)
-        answered_after = any(s.is_final_answer or s.kind is StepKind.FINAL_ANSWER for s in later)
+        answered_after = any(s.is_final_answer for s in later)
         critical = answered_after and not recovered
         tail = (
             "the final answer follows with no successful call after it"
@@ -229,7 +229,7 @@ def empty_results(trace: StructuredTrace) -> list[Finding]:
         later = trace.steps[position + 1 :]
         if not later:
             continue
-        answered_next = later[0].is_final_answer or later[0].kind is StepKind.FINAL_ANSWER
+        answered_next = later[0].is_final_answer
         tail = "the final answer came next" if answered_next else f"{len(later)} step(s) followed"
         findings.append(
             Finding(

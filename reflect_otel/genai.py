@@ -6,12 +6,17 @@ applies to both conventions alike. Followed: the GenAI conventions of OpenTeleme
 later (messages as parts-based JSON in ``gen_ai.input.messages``, ``gen_ai.output.messages`` and
 ``gen_ai.system_instructions``; the schemas in open-telemetry/semantic-conventions-genai,
 ``docs/gen-ai/gen-ai-input-messages.json`` and ``gen-ai-output-messages.json``), with attribute names taken from
-``opentelemetry-semantic-conventions`` (v1.44 at the time of writing). The indexed ``gen_ai.prompt.N.*`` /
-``gen_ai.completion.N.*`` attributes that OpenLLMetry writes are read too.
+``opentelemetry-semantic-conventions`` (v1.44 at the time of writing). The messages may be JSON text or structured
+attribute values, on the span or on its ``gen_ai.client.inference.operation.details`` event, and in the
+conventions' parts or a provider API's own shape (read in :mod:`reflect_otel._chat_shapes`); of several choices
+(output messages each with a ``finish_reason``), the first is the reply. The indexed ``gen_ai.prompt.N.*`` /
+``gen_ai.completion.N.*`` attributes that OpenLLMetry writes are read too. Spans of the Vercel AI SDK (``ai.*``)
+are read in :mod:`reflect_otel.vercel_ai`.
 
 The event-based form of v1.36 and before is read from span events: ``gen_ai.system.message``,
 ``gen_ai.user.message``, ``gen_ai.assistant.message``, ``gen_ai.tool.message`` (inputs, in order) and
-``gen_ai.choice`` (outputs), their body as attributes (``content``, ``tool_calls``, ``id``, ``message``, or the whole
+``gen_ai.choice`` (outputs; its ``tool_calls`` inside its ``message`` or beside it; of several, the one of index 0),
+their body as attributes (``content``, ``tool_calls``, ``id``, ``message``, or the whole
 body as JSON in ``gen_ai.event.content``); and the span events of v1.26-v1.28, ``gen_ai.content.prompt`` /
 ``gen_ai.content.completion`` with the messages as JSON in ``gen_ai.prompt`` / ``gen_ai.completion``. Those
 events sent as log records (the Events API) never reach a trace collector: export them as span events, or use
@@ -20,7 +25,6 @@ v1.37's attributes.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -28,16 +32,26 @@ from typing import Any
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 
 from reflect_otel import _values
+from reflect_otel._chat_shapes import (
+    Message,
+    json_text,
+    message_text,
+    read_message,
+    read_messages,
+    read_parts,
+    write_messages,
+    write_tools,
+)
 from reflect_otel.semconv import (
     INPUT_MESSAGES_PREFIX,
     OUTPUT_MESSAGES_PREFIX,
-    MessageAttributes,
     OpenInferenceSpanKindValues,
     SpanAttributes,
-    ToolAttributes,
     ToolCallAttributes,
 )
 from reflect_otel.spans import AttributeValue, SpanEvent, SpanRecord
+from reflect_otel.vercel_ai import is_vercel_ai
+from reflect_otel.vercel_ai import openinference_attributes as vercel_ai_attributes
 
 __all__ = ["CAPTURE_CONTENT_HINT", "MAX_MESSAGES_JSON_CHARS", "as_openinference", "lacks_message_content"]
 
@@ -71,63 +85,29 @@ _EVENT_BODY = "gen_ai.event.content"
 _PROMPT_EVENT, _PROMPT_ATTRIBUTE = "gen_ai.content.prompt", "gen_ai.prompt"
 _COMPLETION_EVENT, _COMPLETION_ATTRIBUTE = "gen_ai.content.completion", "gen_ai.completion"
 _KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
-_TOOL_CALL_ID_FIELD = MessageAttributes.MESSAGE_TOOL_CALL_ID.removeprefix("message.")  # under ...N.message.
+_DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 
 
-def _messages(value: object) -> list[Mapping[str, Any]]:
-    if not isinstance(value, str) or len(value) > MAX_MESSAGES_JSON_CHARS:
-        return []
-    parsed = _values.parse_json(value)
-    if isinstance(parsed, Mapping):
-        parsed = [parsed]
-    return [m for m in parsed if isinstance(m, Mapping)] if isinstance(parsed, list) else []
+def _messages(value: object, default_role: str = "") -> list[Message]:
+    return read_messages(value, max_chars=MAX_MESSAGES_JSON_CHARS, default_role=default_role)
 
 
-def _parts(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    parts = message.get("parts")
-    if isinstance(parts, list):
-        return [p for p in parts if isinstance(p, Mapping)]
-    content = message.get("content")  # not the spec's shape, but common: a plain content string
-    return [{"type": "text", "content": content}] if isinstance(content, str) else []
+def _output_messages(value: object) -> list[Message]:
+    """``gen_ai.output.messages``: the model's reply; of several choices (each with its ``finish_reason``), the
+    first, which is the one an application reads."""
+    messages = _messages(value, "assistant")
+    raw = value if isinstance(value, list | tuple) else _values.parse_json(value) if isinstance(value, str) else None
+    if len(messages) > 1 and isinstance(raw, list) and all(_is_choice(m) for m in raw):
+        return messages[:1]
+    return messages
 
 
-def _json_text(value: object) -> str:
-    return value if isinstance(value, str) else json.dumps(value, default=str)
+def _is_choice(message: object) -> bool:
+    parsed = _values.parse_json(message) if isinstance(message, str) else message
+    return isinstance(parsed, Mapping) and "finish_reason" in parsed
 
 
-def _text_of(parts: list[Mapping[str, Any]]) -> str:
-    """Reasoning, text and tool responses, in order: what the message says in words."""
-    texts = []
-    for part in parts:
-        kind = part.get("type")
-        if kind in ("text", "reasoning") and part.get("content") is not None:
-            texts.append(_values.as_text(part["content"]))
-        elif kind == "tool_call_response" and part.get("response") is not None:
-            texts.append(_json_text(part["response"]))
-    return "\n".join(t for t in texts if t)
-
-
-def _write_messages(out: dict[str, AttributeValue], prefix: str, messages: list[Mapping[str, Any]]) -> None:
-    call_prefix = ToolCallAttributes.TOOL_CALL_FUNCTION_NAME.removesuffix("function.name")  # "tool_call."
-    for index, message in enumerate(messages):
-        base = f"{prefix}{index}.message."
-        parts = _parts(message)
-        out[base + "role"] = str(message.get("role") or "")
-        out[base + "content"] = _text_of(parts)
-        answered = next((p.get("id") for p in parts if p.get("type") == "tool_call_response" and p.get("id")), None)
-        if answered:
-            out[base + _TOOL_CALL_ID_FIELD] = str(answered)
-        calls = [p for p in parts if p.get("type") == "tool_call"]
-        for position, call in enumerate(calls):
-            at = f"{base}tool_calls.{position}.{call_prefix}"
-            out[at + "function.name"] = str(call.get("name") or "")
-            if call.get("id"):
-                out[at + "id"] = str(call["id"])
-            if call.get("arguments") is not None:
-                out[at + "function.arguments"] = _json_text(call["arguments"])
-
-
-def _legacy_messages(attributes: Mapping[str, AttributeValue], prefix: str) -> list[Mapping[str, Any]]:
+def _legacy_messages(attributes: Mapping[str, AttributeValue], prefix: str) -> list[Message]:
     """OpenLLMetry's ``gen_ai.prompt.N.role|content`` and ``gen_ai.completion.N.role|content|tool_calls.K.*``."""
     messages: dict[int, dict[str, Any]] = {}
     for key, value in attributes.items():
@@ -154,34 +134,7 @@ def _legacy_messages(attributes: Mapping[str, AttributeValue], prefix: str) -> l
         if answers and message.get("role") == "tool":  # a tool result: its text answers that call
             text = next((p.get("content") for p in message["parts"] if p.get("type") == "text"), "")
             message["parts"] = [{"type": "tool_call_response", "id": answers, "response": text}]
-    return [messages[i] for i in sorted(messages)]
-
-
-def _chat_message(message: Mapping[str, Any], role: str) -> dict[str, Any]:
-    """An OpenAI-style message (``content`` text or parts, ``tool_calls``, ``id`` / ``tool_call_id``) in the
-    parts-based form."""
-    parts: list[Mapping[str, Any]] = []
-    content = message.get("content")
-    if role == "tool":
-        parts.append(
-            {"type": "tool_call_response", "id": message.get("id") or message.get("tool_call_id"), "response": content}
-        )
-    elif content:
-        parts.append({"type": "text", "content": _values.as_text(content)})
-    calls = message.get("tool_calls")
-    for call in calls if isinstance(calls, list) else []:
-        if isinstance(call, Mapping):
-            nested = call.get("function")
-            function: Mapping[str, Any] = nested if isinstance(nested, Mapping) else call
-            parts.append(
-                {
-                    "type": "tool_call",
-                    "id": call.get("id"),
-                    "name": function.get("name"),
-                    "arguments": function.get("arguments"),
-                }
-            )
-    return {"role": str(message.get("role") or role), "parts": parts}
+    return [read_message(messages[i]) for i in sorted(messages)]
 
 
 def _event_body(attributes: Mapping[str, AttributeValue]) -> Mapping[str, Any]:
@@ -191,46 +144,66 @@ def _event_body(attributes: Mapping[str, AttributeValue]) -> Mapping[str, Any]:
     out: dict[str, Any] = dict(attributes)
     for key in ("tool_calls", "message", "content"):
         value = out.get(key)
-        parsed = _values.parse_json(value) if isinstance(value, str) and key != "content" else None
-        if parsed is not None:
+        parsed = _values.parse_json(value) if isinstance(value, str) else None
+        blocks = isinstance(parsed, list) and bool(parsed) and all(isinstance(b, Mapping) for b in parsed)
+        if parsed is not None and (key != "content" or blocks):  # content: text, or a JSON list of content blocks
             out[key] = parsed
     return out
 
 
-def _event_messages(events: tuple[SpanEvent, ...]) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-    """(inputs, outputs) from GenAI events of v1.36 and before, or the prompt/completion events of v1.26-v1.28."""
-    inputs: list[Mapping[str, Any]] = []
-    outputs: list[Mapping[str, Any]] = []
+def _choice(body: Mapping[str, Any]) -> Message:
+    """A ``gen_ai.choice`` body: its ``message``, with the ``tool_calls`` the conventions put beside it."""
+    message = body.get("message")
+    merged = dict(message) if isinstance(message, Mapping) else {}
+    if "tool_calls" in body and "tool_calls" not in merged:
+        merged["tool_calls"] = body["tool_calls"]
+    return read_message(merged or body, "assistant")
+
+
+def _event_messages(events: tuple[SpanEvent, ...]) -> tuple[list[Message], list[Message]]:
+    """(inputs, outputs) from GenAI events of v1.28-v1.36 (of several choices, the one of index 0), or the
+    prompt/completion events of v1.26-v1.27."""
+    inputs: list[Message] = []
+    choices: list[tuple[int, Message]] = []
+    outputs: list[Message] = []
     for event in events:
         if event.name in _INPUT_EVENTS:
-            inputs.append(_chat_message(_event_body(event.attributes), _INPUT_EVENTS[event.name]))
+            inputs.append(read_message(_event_body(event.attributes), _INPUT_EVENTS[event.name]))
         elif event.name == _CHOICE_EVENT:
             body = _event_body(event.attributes)
-            message = body.get("message")
-            outputs.append(_chat_message(message if isinstance(message, Mapping) else body, "assistant"))
-        elif event.name in (_PROMPT_EVENT, _COMPLETION_EVENT):
-            key = _PROMPT_ATTRIBUTE if event.name == _PROMPT_EVENT else _COMPLETION_ATTRIBUTE
-            role = "user" if event.name == _PROMPT_EVENT else "assistant"
-            target = inputs if event.name == _PROMPT_EVENT else outputs
-            target += [_chat_message(m, role) for m in _messages(event.attributes.get(key))]
+            index = _values.to_int(body.get("index"))
+            choices.append((index if index is not None else len(choices), _choice(body)))
+        elif event.name == _PROMPT_EVENT:
+            inputs += _messages(event.attributes.get(_PROMPT_ATTRIBUTE), "user")
+        elif event.name == _COMPLETION_EVENT:
+            outputs += _messages(event.attributes.get(_COMPLETION_ATTRIBUTE), "assistant")
+    if choices:
+        outputs.append(min(choices, key=lambda choice: choice[0])[1])
     return inputs, outputs
 
 
 def _has_genai_events(events: tuple[SpanEvent, ...]) -> bool:
-    names = {*_INPUT_EVENTS, _CHOICE_EVENT, _PROMPT_EVENT, _COMPLETION_EVENT}
+    names = {*_INPUT_EVENTS, _CHOICE_EVENT, _PROMPT_EVENT, _COMPLETION_EVENT, _DETAILS_EVENT}
     return any(event.name in names for event in events)
 
 
-def _system_message(value: object) -> list[Mapping[str, Any]]:
+def _with_details(span: SpanRecord) -> Mapping[str, AttributeValue]:
+    """The span's attributes, completed by a ``gen_ai.client.inference.operation.details`` event's (v1.37 and later:
+    the messages as attributes of an event rather than of the span)."""
+    details = next((e.attributes for e in span.events if e.name == _DETAILS_EVENT), None)
+    return {**details, **span.attributes} if details else span.attributes
+
+
+def _system_message(value: object) -> list[Message]:
     if isinstance(value, str) and value and len(value) <= MAX_MESSAGES_JSON_CHARS:
         parsed = _values.parse_json(value)
-        parts = parsed if isinstance(parsed, list) else [{"type": "text", "content": value}]
+        parts = read_parts(parsed) if isinstance(parsed, list) else [{"type": "text", "content": value}]
         return [{"role": "system", "parts": parts}]
     return []
 
 
 def _llm(span: SpanRecord, out: dict[str, AttributeValue]) -> None:
-    attributes = span.attributes
+    attributes = _with_details(span)
     event_inputs, event_outputs = _event_messages(span.events) if span.events else ([], [])
     inputs = (
         _messages(attributes.get(gen_ai.GEN_AI_INPUT_MESSAGES))
@@ -238,7 +211,7 @@ def _llm(span: SpanRecord, out: dict[str, AttributeValue]) -> None:
         or event_inputs
     )
     outputs = (
-        _messages(attributes.get(gen_ai.GEN_AI_OUTPUT_MESSAGES))
+        _output_messages(attributes.get(gen_ai.GEN_AI_OUTPUT_MESSAGES))
         or _legacy_messages(attributes, _LEGACY_COMPLETION)
         or event_outputs
     )
@@ -247,8 +220,8 @@ def _llm(span: SpanRecord, out: dict[str, AttributeValue]) -> None:
         out[SpanAttributes.OUTPUT_VALUE] = raw_output[:MAX_MESSAGES_JSON_CHARS]
     _write_tools(out, attributes.get(_TOOL_DEFINITIONS))
     inputs = _system_message(attributes.get(gen_ai.GEN_AI_SYSTEM_INSTRUCTIONS)) + inputs
-    _write_messages(out, INPUT_MESSAGES_PREFIX, inputs)
-    _write_messages(out, OUTPUT_MESSAGES_PREFIX, outputs)
+    write_messages(out, INPUT_MESSAGES_PREFIX, inputs)
+    write_messages(out, OUTPUT_MESSAGES_PREFIX, outputs)
     model = attributes.get(gen_ai.GEN_AI_RESPONSE_MODEL) or attributes.get(gen_ai.GEN_AI_REQUEST_MODEL)
     if model:
         out[SpanAttributes.LLM_MODEL_NAME] = str(model)
@@ -265,32 +238,34 @@ def _llm(span: SpanRecord, out: dict[str, AttributeValue]) -> None:
 
 
 def _write_tools(out: dict[str, AttributeValue], value: object) -> None:
-    """``gen_ai.tool.definitions`` (a JSON array of tool objects) as OpenInference's ``llm.tools.N.tool.json_schema``,
-    each tool's JSON as it is (read by shape in :mod:`reflect_otel.tool_definitions`)."""
+    """``gen_ai.tool.definitions`` (a JSON array of tool objects) as OpenInference's ``llm.tools``."""
     text = value if isinstance(value, str) and len(value) <= MAX_MESSAGES_JSON_CHARS else None
-    tools = _values.parse_json(text) if text is not None else None
-    if not isinstance(tools, list):
-        return
-    for index, tool in enumerate(tools):
-        if isinstance(tool, Mapping):
-            out[f"{SpanAttributes.LLM_TOOLS}.{index}.{ToolAttributes.TOOL_JSON_SCHEMA}"] = json.dumps(tool)
+    tools = _values.parse_json(text) if text is not None else value if isinstance(value, list | tuple) else None
+    if isinstance(tools, list | tuple):
+        write_tools(out, tools)
 
 
-def _last_text(messages: list[Mapping[str, Any]], role: str | None) -> str:
+def _last_text(messages: list[Message], role: str | None) -> str:
     for message in reversed(messages):
         if role is None or message.get("role") == role:
-            text = _text_of(_parts(message))
+            text = message_text(message)
             if text:
                 return text
     return ""
 
 
-def _agent(attributes: Mapping[str, AttributeValue], out: dict[str, AttributeValue]) -> None:
+def _agent(span: SpanRecord, out: dict[str, AttributeValue]) -> None:
+    """An ``invoke_agent`` span: its name, and the question and answer of its messages (attributes, the details
+    event, or the older per-message events)."""
+    attributes = _with_details(span)
     name = attributes.get(gen_ai.GEN_AI_AGENT_NAME) or attributes.get(_WORKFLOW_NAME)
     if name:
         out[SpanAttributes.AGENT_NAME] = str(name)
-    question = _last_text(_messages(attributes.get(gen_ai.GEN_AI_INPUT_MESSAGES)), "user")
-    answer = _last_text(_messages(attributes.get(gen_ai.GEN_AI_OUTPUT_MESSAGES)), None)
+    event_inputs, event_outputs = _event_messages(span.events) if span.events else ([], [])
+    inputs = _messages(attributes.get(gen_ai.GEN_AI_INPUT_MESSAGES)) or event_inputs
+    outputs = _output_messages(attributes.get(gen_ai.GEN_AI_OUTPUT_MESSAGES)) or event_outputs
+    question = _last_text(inputs, "user")
+    answer = _last_text(outputs, None)
     if question:
         out.setdefault(SpanAttributes.INPUT_VALUE, question)
     if answer:
@@ -304,9 +279,9 @@ def _tool(span: SpanRecord, out: dict[str, AttributeValue]) -> None:
     if attributes.get(gen_ai.GEN_AI_TOOL_CALL_ID):
         out[ToolCallAttributes.TOOL_CALL_ID] = str(attributes[gen_ai.GEN_AI_TOOL_CALL_ID])
     if gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS in attributes:
-        out.setdefault(SpanAttributes.INPUT_VALUE, _json_text(attributes[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS]))
+        out.setdefault(SpanAttributes.INPUT_VALUE, json_text(attributes[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS]))
     if gen_ai.GEN_AI_TOOL_CALL_RESULT in attributes:
-        out.setdefault(SpanAttributes.OUTPUT_VALUE, _json_text(attributes[gen_ai.GEN_AI_TOOL_CALL_RESULT]))
+        out.setdefault(SpanAttributes.OUTPUT_VALUE, json_text(attributes[gen_ai.GEN_AI_TOOL_CALL_RESULT]))
 
 
 def lacks_message_content(span: SpanRecord) -> bool:
@@ -332,6 +307,8 @@ def as_openinference(span: SpanRecord) -> SpanRecord:
         if name and SpanAttributes.AGENT_NAME not in attributes:  # both conventions on one span: the agent's name
             return replace(span, attributes={**attributes, SpanAttributes.AGENT_NAME: str(name)})
         return span
+    if is_vercel_ai(attributes):
+        return replace(span, attributes={**attributes, **vercel_ai_attributes(attributes, span.name)})
     operation = attributes.get(gen_ai.GEN_AI_OPERATION_NAME)
     legacy = operation is None and (
         any(k.startswith((_LEGACY_PROMPT, _LEGACY_COMPLETION)) for k in attributes) or _has_genai_events(span.events)
@@ -347,7 +324,7 @@ def as_openinference(span: SpanRecord) -> SpanRecord:
         _tool(span, out)
     elif operation in _AGENT_OPERATIONS:
         out[_KIND] = OpenInferenceSpanKindValues.AGENT.value
-        _agent(attributes, out)
+        _agent(span, out)
     else:  # create_agent, embeddings, retrieval, ...: part of the run, not a decision or an action
         out[_KIND] = OpenInferenceSpanKindValues.CHAIN.value
     if attributes.get(gen_ai.GEN_AI_CONVERSATION_ID):

@@ -32,6 +32,7 @@ __all__ = [
     "SpanAttributes",
     "ToolAttributes",
     "ToolCallAttributes",
+    "VercelAIAttributes",
 ]
 
 INPUT_MESSAGES_PREFIX = SpanAttributes.LLM_INPUT_MESSAGES + "."
@@ -52,6 +53,35 @@ class LangGraphMetadataKeys:
     """The graph node that ran the span."""
     CHECKPOINT_NS = "langgraph_checkpoint_ns"
     """The checkpoint namespace; non-empty segments before ``:`` name enclosing subgraph nodes."""
+
+
+class VercelAIAttributes:
+    """The ``ai.*`` attributes the Vercel AI SDK writes with ``experimental_telemetry`` (read in
+    :mod:`reflect_otel.vercel_ai`; v4 to v6 names, the older beside the newer)."""
+
+    OPERATION_ID = "ai.operationId"
+    """``ai.generateText``, ``ai.generateText.doGenerate``, ``ai.toolCall``, ...: what the span is."""
+    FUNCTION_ID = "ai.telemetry.functionId"
+    """The name the application gave the call (``experimental_telemetry.functionId``)."""
+    MODEL_ID = "ai.model.id"
+    PROMPT = "ai.prompt"
+    """The call's prompt as given: JSON ``{"system", "prompt"}`` or ``{"system", "messages"}``."""
+    PROMPT_MESSAGES = "ai.prompt.messages"
+    """A model call's messages, JSON, in the SDK's provider-neutral prompt format."""
+    PROMPT_TOOLS = "ai.prompt.tools"
+    """The tools offered, each a JSON text."""
+    RESPONSE_TEXT = "ai.response.text"
+    RESPONSE_REASONING = "ai.response.reasoning"
+    RESPONSE_OBJECT = "ai.response.object"
+    RESPONSE_TOOL_CALLS = "ai.response.toolCalls"
+    """JSON list of ``{toolCallId, toolName, input}`` (``args`` before v5)."""
+    RESPONSE_MODEL = "ai.response.model"
+    USAGE_INPUT_TOKENS = ("ai.usage.inputTokens", "ai.usage.promptTokens")
+    USAGE_OUTPUT_TOKENS = ("ai.usage.outputTokens", "ai.usage.completionTokens")
+    TOOL_CALL_NAME = "ai.toolCall.name"
+    TOOL_CALL_ID = "ai.toolCall.id"
+    TOOL_CALL_ARGS = ("ai.toolCall.args", "ai.toolCall.input")
+    TOOL_CALL_RESULT = ("ai.toolCall.result", "ai.toolCall.output")
 
 
 class ReflectAttributes:

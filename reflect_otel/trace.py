@@ -10,9 +10,10 @@ import json
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 __all__ = [
+    "EXPECTED_ANSWER_FIELD",
     "ErrorLabel",
     "ReplayMetadata",
     "Step",
@@ -27,6 +28,11 @@ __all__ = [
 ]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+_BOOL: TypeAdapter[bool] = TypeAdapter(bool)
+
+EXPECTED_ANSWER_FIELD = "expected_answer"
+"""The key of a run's expected answer: in a trace's metadata, and the extra field ``import`` writes beside a trace
+in a trace file for datasets that know the correct answer."""
 
 
 class StepKind(str, Enum):
@@ -55,6 +61,10 @@ class Step(BaseModel):
 
     ``span_id`` is the span that *decided* the step (the LLM span, or the TOOL span for a tool invoked from code);
     ``tool_span_id`` is the TOOL span that executed it. A label on either maps to this step.
+
+    A step is the run's answer when ``is_final_answer`` is set, which is exactly when ``kind`` is
+    ``FINAL_ANSWER``: either one given makes both so (a trace from a file may set only one). Readers test
+    ``is_final_answer``.
     """
 
     model_config = _FROZEN
@@ -93,6 +103,19 @@ class Step(BaseModel):
     def span_ids(self) -> tuple[str, ...]:
         """Every span id that denotes this step."""
         return (self.span_id,) if self.tool_span_id is None else (self.span_id, self.tool_span_id)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_final_answer(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        try:
+            flagged = _BOOL.validate_python(data.get("is_final_answer", False))
+        except ValidationError:
+            return data  # the field's own validation names the error
+        if flagged or data.get("kind") == StepKind.FINAL_ANSWER:
+            return {**data, "kind": StepKind.FINAL_ANSWER, "is_final_answer": True}
+        return data
 
 
 class ToolDefinition(BaseModel):

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from reflect_otel._files import check_input_file, check_output_file
 from reflect_otel._values import utf8_clean
 from reflect_otel.errors import InputError
-from reflect_otel.trace import StructuredTrace
+from reflect_otel.trace import EXPECTED_ANSWER_FIELD, StructuredTrace
 
 if TYPE_CHECKING:
     from reflect_otel.assembly import AssemblyLimits
@@ -303,7 +303,3 @@ def read_traces(path: str | Path) -> Iterator[StructuredTrace]:
     """Traces from a JSONL file written by ``reflect-otel collect`` or ``import`` (extra keys are ignored)."""
     for row in read_trace_rows(path, extra_fields=(EXPECTED_ANSWER_FIELD,)):
         yield row.trace
-
-
-EXPECTED_ANSWER_FIELD = "expected_answer"
-"""The extra key ``import`` writes for datasets that know the correct answer."""

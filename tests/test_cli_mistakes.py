@@ -16,8 +16,8 @@ from reflect_otel.cli import main
 from reflect_otel.record import AttributionRecord, AttributionStatus
 from reflect_otel.service import AttributionService
 from reflect_otel.testing.examples import five_step_trace
-from reflect_otel.trace import StructuredTrace
-from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, TraceWriter, read_traces
+from reflect_otel.trace import EXPECTED_ANSWER_FIELD, StructuredTrace
+from reflect_otel.tracefile import TraceWriter, read_traces
 
 EXAMPLES = Path(str(files("reflect_otel.demo"))) / "data" / "examples"
 

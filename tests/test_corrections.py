@@ -336,17 +336,20 @@ def _action(step: int, replacement: StepAction) -> Correction:
 
 def test_corrections_that_would_prove_nothing_are_refused() -> None:
     trace = filter_trace()
-    answered = make_trace(  # a run that ended with a call of its answer tool, whatever that tool is called
-        "q", [{"tool": "lookup", "args": {"x": "1"}, "result": "[]"}, {"tool": "respond", "args": {"text": "Rome"}}]
-    )
-    answered = answered.model_copy(
-        update={"steps": (answered.steps[0], answered.steps[1].model_copy(update={"is_final_answer": True}))}
-    )
-    final = StepAction(tool_name="respond", arguments={"text": "Bangkok"})
-    assert "final answer" in (corrections.refusal(_action(1, final), answered, "Bangkok") or "")
+    for tool in ("respond", "submit", "final_result"):  # a run that ended with its answer tool, whatever its name
+        answered = make_trace(
+            "q", [{"tool": "lookup", "args": {"x": "1"}, "result": "[]"}, {"tool": tool, "args": {"text": "Rome"}}]
+        )
+        answered = answered.model_copy(
+            update={"steps": (answered.steps[0], answered.steps[1].model_copy(update={"is_final_answer": True}))}
+        )
+        final = StepAction(tool_name=tool, arguments={"text": "Nowhere"})
+        assert "final answer" in (corrections.refusal(_action(1, final), answered, "Bangkok") or "")
+        assert corrections.refusal(_action(1, final), trace, "Bangkok") is None  # that name answers nothing here
     recorded = trace.model_copy(update={"tools": TABLE_TOOLS})
-    unknown = StepAction(tool_name="final_answer", arguments={"answer": "x"})
-    assert "not one of the agent's tools" in (corrections.refusal(_action(1, unknown), recorded, None) or "")
+    for name in ("final_answer", "submit", "final_result"):  # answer tools the agent does not have
+        unknown = StepAction(tool_name=name, arguments={"answer": "x"})
+        assert "not one of the agent's tools" in (corrections.refusal(_action(1, unknown), recorded, None) or "")
     final = StepAction(tool_name="final_answer", arguments={"answer": "Bangkok"})
     carries = StepAction(
         tool_name="filter_rows", arguments={"table": "t0", "column": "City", "op": "=", "value": "bangkok"}

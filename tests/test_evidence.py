@@ -3,6 +3,7 @@ the findings reaching the auditor's prompt as delimited data."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from reflect_otel.config import ReflectConfig
 from reflect_otel.evidence import FindingKind, Severity, decisive, find_evidence
 from reflect_otel.llm.factory import NoModel
 from reflect_otel.testing import make_trace
-from reflect_otel.trace import StepStatus, StructuredTrace
+from reflect_otel.trace import StepKind, StepStatus, StructuredTrace
 from reflect_otel.verifiers import OracleVerifier
 
 
@@ -100,6 +101,25 @@ def test_a_run_without_an_answer_or_at_a_limit_is_critical() -> None:
         final_answer="",
     )
     assert (2, FindingKind.STEP_LIMIT, Severity.CRITICAL) in kinds(limited)
+
+
+@pytest.mark.parametrize("marked_by", ["kind", "is_final_answer"])
+def test_a_trace_file_that_marks_its_answer_one_way_only_has_an_answer(marked_by: str) -> None:
+    """A trace written by hand or by another tool may set ``kind: final_answer`` or ``is_final_answer`` alone; the
+    step is the answer either way (the check used to read the flag alone, and called such a run unfinished)."""
+    data = make_trace("q", [{"tool": "a", "args": {}, "result": "1"}, answer("1")], final_answer="").model_dump(
+        mode="json"
+    )
+    last = data["steps"][-1]
+    if marked_by == "kind":
+        last["is_final_answer"] = False
+    else:
+        last["kind"] = "reasoning"
+    trace = StructuredTrace.model_validate_json(json.dumps(data))
+    assert (trace.steps[-1].kind, trace.steps[-1].is_final_answer) == (StepKind.FINAL_ANSWER, True)
+    assert kinds(trace) == []
+    unmarked = {**last, "kind": "reasoning", "is_final_answer": False}
+    assert not StructuredTrace.model_validate({**data, "steps": [data["steps"][0], unmarked]}).steps[-1].is_final_answer
 
 
 def test_an_answer_value_no_observation_supports_is_a_warning() -> None:

@@ -27,8 +27,8 @@ from reflect_otel.record import AttributionRecord, AttributionStatus
 from reflect_otel.replay import ReplayAdapter, find_replay_adapter
 from reflect_otel.service import AttributionService, ReplayFinder
 from reflect_otel.store import check_store_target, open_exporter, open_store, store_path, store_target
-from reflect_otel.trace import StructuredTrace
-from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, TraceRow, check_traces_file, good_trace_rows
+from reflect_otel.trace import EXPECTED_ANSWER_FIELD, StructuredTrace
+from reflect_otel.tracefile import TraceRow, check_traces_file, good_trace_rows
 from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import OracleVerifier, SelfVerifier, Verifier
 

@@ -21,8 +21,8 @@ from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.online.shared import SharedQueue
 from reflect_otel.online.work import AttributionWorker, WorkerStats, expected_answer_of
 from reflect_otel.store import AttributionStore, check_store_target, open_store, store_kind, store_target
-from reflect_otel.trace import StructuredTrace
-from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, TraceWriter, check_traces_file, each_trace_row
+from reflect_otel.trace import EXPECTED_ANSWER_FIELD, StructuredTrace
+from reflect_otel.tracefile import TraceWriter, check_traces_file, each_trace_row
 
 __all__ = ["add_collect_command", "add_import_command"]
 

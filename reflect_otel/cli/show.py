@@ -13,8 +13,8 @@ from reflect_otel._describe import confidence_text, error_type_text, labels_text
 from reflect_otel._files import check_input_file
 from reflect_otel.errors import InputError, ReflectError
 from reflect_otel.record import AttributionRecord
-from reflect_otel.trace import ErrorLabel
-from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, good_trace_rows
+from reflect_otel.trace import EXPECTED_ANSWER_FIELD, ErrorLabel
+from reflect_otel.tracefile import good_trace_rows
 
 __all__ = ["add_show_command"]
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from reflect_otel.assembly import AssemblyLimits
 from reflect_otel.datasets.bbm import bbm_item, is_bbm_row
 from reflect_otel.datasets.trail import is_trail_document, read_trail_file
-from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD, FileReader, ImportedTrace
+from reflect_otel.trace import EXPECTED_ANSWER_FIELD
+from reflect_otel.tracefile import FileReader, ImportedTrace
 
 __all__ = ["DATASET_READERS", "bbm_rows", "trail_annotations", "trail_file"]
 

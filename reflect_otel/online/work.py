@@ -20,8 +20,7 @@ from reflect_otel._worker import BatchWorker
 from reflect_otel.online._tally import OutcomeCounts
 from reflect_otel.service import AttributionService
 from reflect_otel.store import AttributionJob, AttributionStore
-from reflect_otel.trace import StructuredTrace
-from reflect_otel.tracefile import EXPECTED_ANSWER_FIELD
+from reflect_otel.trace import EXPECTED_ANSWER_FIELD, StructuredTrace
 
 __all__ = ["AttributionWorker", "WorkerStats", "expected_answer_of"]
 

@@ -261,8 +261,6 @@ def make_step(index: int, *, span_id: str | None = None, **fields: Any) -> Step:
     if "result" in fields:
         fields["tool_result"] = fields.pop("result")
     fields.setdefault("kind", StepKind.TOOL_CALL if fields.get("tool_name") else StepKind.REASONING)
-    if fields.get("is_final_answer"):
-        fields["kind"] = StepKind.FINAL_ANSWER
     return Step(index=index, span_id=span_id or f"{index:016x}", **fields)
 
 

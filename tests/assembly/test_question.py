@@ -1,0 +1,60 @@
+"""What the run was asked and what it answered, and the raw values they were taken from."""
+
+from __future__ import annotations
+
+import json
+
+from reflect_otel.assembly import assemble_trace
+from reflect_otel.assembly.question import RunTexts, run_texts
+from reflect_otel.assembly.tree import SpanTree
+from reflect_otel.spans import SpanRecord
+from reflect_otel.trace import Step, StepKind
+from tests.assembly.recorded import SMOLAGENTS_CODE, recorded_spans, rules
+from tests.spans import agent_root, span
+
+_FINAL = Step(index=1, span_id="00000000000000c1", kind=StepKind.FINAL_ANSWER, is_final_answer=True, reasoning="42")
+
+
+def _texts(spans: list[SpanRecord], steps: tuple[Step, ...] = (), user_text: str = "") -> RunTexts:
+    return run_texts(SpanTree.of(spans), steps, user_text, rules())
+
+
+def test_a_recorded_code_agents_question_and_answer() -> None:
+    texts = _texts(recorded_spans(SMOLAGENTS_CODE))
+    assert (texts.question, texts.answer) == ("What is 17 times 23, plus 5?", "The answer is 396.")
+
+
+def test_the_roots_messages_state_the_question_and_the_raw_value_is_kept() -> None:
+    raw = json.dumps({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]})
+    texts = _texts([agent_root(raw, "4")])
+    assert (texts.question, texts.answer, texts.metadata) == ("2+2?", "4", {"raw_input": raw})
+
+
+def test_a_workflow_state_names_no_question_so_the_agent_span_or_the_model_is_asked() -> None:
+    root = span("CHAIN", name="workflow", **{"input.value": json.dumps({"step": 3, "cursor": "x"})})
+    agent = span("AGENT", parent=root.span_id, start=1, **{"input.value": "Plan the trip"})
+    assert _texts([root, agent]).question == "Plan the trip"
+    assert _texts([root], user_text="Ask the model").question == "Ask the model"
+    assert _texts([root]).question == json.dumps({"step": 3, "cursor": "x"})  # the state itself, as a last resort
+
+
+def test_without_an_output_the_final_answer_step_answers() -> None:
+    assert _texts([agent_root("q")], steps=(_FINAL,)).answer == "42"
+    tool_answer = _FINAL.model_copy(update={"tool_name": "final_answer", "tool_args": {"answer": ["396"]}})
+    assert _texts([agent_root("q")], steps=(tool_answer,)).answer == "396"
+    assert _texts([agent_root("q")]).answer is None
+
+
+def test_the_expected_answer_the_agent_recorded_is_kept() -> None:
+    root = span("AGENT", **{"input.value": "q", "reflect.expected_answer": "396"})
+    assert _texts([root]).metadata == {"expected_answer": "396"}
+
+
+def test_a_secret_in_the_question_is_counted_once_though_the_raw_input_holds_it_too() -> None:
+    key = "sk-" + "Z" * 24
+    raw = json.dumps({"question": f"use {key}"})
+    texts = _texts([agent_root(raw, f"done with {key}")])
+    assert texts.question == "use [REDACTED:api_key]" and texts.answer == "done with [REDACTED:api_key]"
+    assert key not in texts.metadata["raw_input"] and texts.secrets == 2
+    (warning,) = [w for w in assemble_trace([agent_root(raw)]).warnings if w.code.value == "secrets_redacted"]
+    assert warning.message.startswith("1 secret(s)")
