@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from reflect_otel.datasets import DatasetItem, read_bbm
+from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.demo.examples import example_path
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.pipeline import ReflectPipeline
@@ -21,7 +22,6 @@ from reflect_otel.record import AttributionRecord, LLMCall
 from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
 from reflect_otel.spans import SpanRecord
 from reflect_otel.testing import ScriptedLLM, ScriptedRequest
-from reflect_otel.verifiers import BBMVerifier
 
 RESULTS = Path(__file__).resolve().parent / "results"
 """Measured runs kept in the repository (``benchmarks/results``)."""

@@ -39,7 +39,7 @@ from benchmarks._common import RESULTS, add_smoke_option, scripted_llm
 from reflect_otel._stats import wilson
 from reflect_otel.calibration import BASES, ConfidenceCalibration
 from reflect_otel.consistency import ConsistencyVerifier
-from reflect_otel.datasets.bbm import read_bbm
+from reflect_otel.datasets.bbm import BBMVerifier, read_bbm
 from reflect_otel.evidence import find_evidence
 from reflect_otel.flagging import CombinedVerifier
 from reflect_otel.llm.base import StructuredLLM
@@ -49,7 +49,6 @@ from reflect_otel.proxy_verifier import PlanAnchoredVerifier, ProxyVerifierConfi
 from reflect_otel.replay import SamplesRuns, resampler
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import ConsistencyCheck, Verdict
-from reflect_otel.verifiers import BBMVerifier
 
 VERIFIERS = ("evidence", "proxy", "consistency", "combined")
 VERIFIER_OF = {"evidence": "evidence", "proxy": "plan_anchored", "consistency": "consistency", "combined": "combined"}

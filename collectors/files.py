@@ -1,22 +1,22 @@
-"""File import: OTLP/JSON exports (one request per file, or one per line), TRAIL span trees, and
-BIG-Bench-Mistake rows (with their expected answers)."""
+"""File import: OTLP/JSON exports (one request per file, or one per line), and any other format a
+:class:`~reflect_otel.tracefile.FileReader` passed in reads (the app passes the datasets' readers: TRAIL span trees,
+BIG-Bench-Mistake rows with their expected answers); this module knows no dataset."""
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from reflect_otel._lenient_json import load_json_file
 from reflect_otel.assembly import AssemblyLimits, assemble_trace
 from reflect_otel.collectors.otlp import decode_json_document
-from reflect_otel.datasets import bbm_item, is_bbm_row
-from reflect_otel.datasets.trail import is_trail_document, read_trail_file
 from reflect_otel.errors import InputError
 from reflect_otel.spans import SpanRecord
-from reflect_otel.trace import EXPECTED_ANSWER_FIELD, StructuredTrace
+from reflect_otel.trace import StructuredTrace
+from reflect_otel.tracefile import FileReader
 
 __all__ = ["ImportReport", "expand_paths", "import_files"]
 
@@ -80,8 +80,10 @@ def import_files(
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
     limits: AssemblyLimits | None = None,
     progress: Callable[[ImportReport], None] | None = None,
+    readers: Sequence[FileReader] = (),
 ) -> ImportReport:
-    """Read every file, write each trace through ``write``, and report. A bad file is reported, not fatal.
+    """Read every file, write each trace through ``write``, and report. A bad file is reported, not fatal. Each file
+    is offered to ``readers`` in order; one that none claims is read as OTLP/JSON.
 
     OTLP spans are grouped by trace id across all files, so a trace exported in several batches is whole.
     """
@@ -89,23 +91,25 @@ def import_files(
     otlp_spans: dict[str, list[SpanRecord]] = defaultdict(list)
     for path, explicit in expand_paths(paths):
         try:
-            if path.suffix == ".json" and path.parent.name == "annotations":
-                report.files_skipped += 1  # TRAIL labels; read beside their trace
-                continue
             documents = _json_documents(path, max_file_bytes, report.failures)
-            if documents and is_bbm_row(documents[0]):
-                for row in documents:
-                    item = bbm_item(row, path.stem)  # type: ignore[arg-type]
-                    write(item.trace, {EXPECTED_ANSWER_FIELD: item.expected} if item.expected is not None else None)
+            imported = next(
+                (
+                    found
+                    for read in readers
+                    if (found := read(path, documents, max_bytes=max_file_bytes, limits=limits)) is not None
+                ),
+                None,
+            )
+            if imported is not None and not imported:
+                report.files_skipped += 1  # claimed, nothing of its own (labels read beside their trace)
+                continue
+            if imported is not None:
+                for item in imported:
+                    write(item.trace, item.fields)
                     report.traces += 1
                     report.steps += len(item.trace.steps)
-            elif len(documents) == 1 and is_trail_document(documents[0]):
-                imported = read_trail_file(path, max_bytes=max_file_bytes, limits=limits)
-                write(imported.trace, None)
-                report.traces += 1
-                report.steps += len(imported.trace.steps)
-                report.labels_total += imported.labels_total
-                report.labels_mapped += imported.labels_mapped
+                    report.labels_total += item.labels_total
+                    report.labels_mapped += item.labels_mapped
             else:
                 for document in documents:
                     batch = decode_json_document(document)

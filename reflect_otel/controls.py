@@ -4,9 +4,13 @@ Each is REFLECT's guidance policy (localize, diagnose, inject the plan, let the 
 control; no concrete actions) with one thing changed, so that what it verifies is what the changed thing did not
 need:
 
-* ``control-placebo``: the plan injected is one the same auditor wrote for *another* failure (another question),
-  in the same message at the same rollback points: a correction of the right form and length, whose content does
-  not fit. What a correct hint gains over it is what its content does.
+* ``control-placebo``: the plan injected is one the same auditor wrote for *another* failure, drawn at run time from
+  a :class:`PlanPool` (the plans of the other failures the same service, or evaluation, attributed: REFLECT's, the
+  wrong-step control's, which is the run's own plan, and the placebo's own auditor's, which it pays for as REFLECT
+  does and keeps for the failures after it), in the same message at the same rollback points: a correction of the
+  right form and length, whose content does not fit. What a correct hint gains over it is what its content does.
+  With no plan for another failure yet (the first failure a placebo-only run sees), the record is ``skipped`` and
+  nothing is replayed.
 * ``control-wrong-step``: this run's own plan, injected at a step at distance 2 from the localized one (after it
   where the run has such a step before its answer, else before it); a run with no such step is not replayed. What
   the localized step gains over it is what the localization does.
@@ -17,87 +21,89 @@ Both go through the same search, budget and control rule as REFLECT (:mod:`refle
 from __future__ import annotations
 
 import hashlib
+import threading
 
 from reflect_otel.config import ReflectConfig
 from reflect_otel.llm.base import StructuredLLM
-from reflect_otel.pipeline import ReflectPipeline, ReflectPolicy
-from reflect_otel.record import RepairPlan
+from reflect_otel.pipeline import ReflectPipeline, ReflectPolicy, guidance_window
+from reflect_otel.record import AttributionRecord, AttributionStatus, InterventionKind, RepairPlan
+from reflect_otel.replay import ReplayAdapter
 from reflect_otel.search import SearchContext
 from reflect_otel.trace import StructuredTrace
+from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import Verifier
 
-__all__ = ["PLACEBO_PLANS", "PlaceboControl", "WrongStepControl", "placebo_plan", "wrong_step"]
+__all__ = ["NO_PLACEBO", "PlaceboControl", "PlanPool", "WrongStepControl", "plan_of", "wrong_step"]
 
 WRONG_STEP_DISTANCE = 2
-
-PLACEBO_PLANS: tuple[tuple[str, RepairPlan], ...] = (
-    (
-        "how many academy awards have been won posthumously?",
-        RepairPlan(
-            root_cause="The agent used the count_rows function without specifying the column to count.",
-            correction_instruction="Add 'Winner' as a column name in the arguments of the count_rows function.",
-        ),
-    ),
-    (
-        "which candidate finished on top in eddy county?",
-        RepairPlan(
-            root_cause="The agent used the 'lookup' tool with the column name 'Votes'; the column that holds the "
-            "total number of votes cast in that county is 'Total'.",
-            correction_instruction="Use the 'Total' column instead of the 'Votes' column when looking up the votes "
-            "for Eddy County.",
-        ),
-    ),
-    (
-        "how many friendly matches were in the table?",
-        RepairPlan(
-            root_cause="The filter on the 'Result' column for 'Friendly match' returned no rows.",
-            correction_instruction="Check whether the table has any rows before applying the filter operation.",
-        ),
-    ),
-    (
-        "how many events were at the 1980 winter olympics?",
-        RepairPlan(
-            root_cause="The agent looked up the number of events without identifying the 1980 row of the table.",
-            correction_instruction="Use the 'lookup' tool to find the number of events at the 1980 Winter Olympics, "
-            "specifying the correct year in the query.",
-        ),
-    ),
-    (
-        "what is the name of the last ship that was scrapped?",
-        RepairPlan(
-            root_cause="The agent identified Wave Laird as the last scrapped ship, which the table does not support.",
-            correction_instruction="Look for the last row with 'Fate' as 'Scrapped'.",
-        ),
-    ),
-    (
-        "which year had the most titles released?",
-        RepairPlan(
-            root_cause="The agent picked a year without counting the titles of each release year.",
-            correction_instruction="Count the number of rows for each release year in the table, then select the "
-            "year with the most titles released.",
-        ),
-    ),
-    (
-        "what was the first playstation 3 release date?",
-        RepairPlan(
-            root_cause="The agent answered that no PlayStation 3 release date was found without reading the "
-            "'PlayStation 3 release date' column.",
-            correction_instruction="Use the filter_rows tool to find rows where the 'Multiplayer Map(s)' column is "
-            "empty, then read the first non-empty value in the 'PlayStation 3 release date' column.",
-        ),
-    ),
+PLACEBO_METHOD = "control-placebo"
+NO_PLACEBO = (
+    "no plan written for another failure yet: the placebo injects the auditor's plan for another failure (the plans "
+    "written for earlier failures of the same run), so it has nothing to inject; not replayed"
 )
-"""Plans Qwen2.5-Coder-1.5B wrote as REFLECT's auditor for seven failed WikiTableQuestions runs of the demo agent
-(benchmarks/results/wtq-live-actions-seed24, condensed to one sentence each): corrections of the right form, each
-for one question."""
 
 
-def placebo_plan(trace: StructuredTrace) -> RepairPlan:
-    """A plan written for another question than ``trace``'s, picked by a hash of its trace id (the same trace gets
-    the same placebo in every run)."""
-    others = [plan for question, plan in PLACEBO_PLANS if question.strip().casefold() != trace.question.casefold()]
-    pick = int(hashlib.sha256(trace.trace_id.encode()).hexdigest(), 16) % len(others)
-    return others[pick]
+def plan_of(record: AttributionRecord) -> RepairPlan | None:
+    """The repair plan the auditor wrote for ``record``'s failure, when the record holds it: the verified
+    intervention's plan, else the record's root cause with the instruction its guidance carried. None for a
+    placebo's record (its plan was written for another failure), for methods that write no plan, and for a record
+    whose guidance was tested only as proposals (an unverified REFLECT record under controlled verification): the
+    placebo keeps its own auditor's plans for those (:class:`PlaceboControl`)."""
+    if record.method == PLACEBO_METHOD:
+        return None
+    if record.intervention is not None and record.intervention.plan.correction_instruction:
+        return record.intervention.plan
+    instruction = next(
+        (c.finding for c in record.corrections if c.kind is InterventionKind.GUIDANCE and c.finding.strip()), ""
+    )
+    if not record.root_cause.strip() or not instruction:
+        return None
+    return RepairPlan(root_cause=record.root_cause, correction_instruction=instruction)
+
+
+class PlanPool:
+    """The plans one auditor wrote, by failure (trace id and question), for the placebo to draw from: the same
+    service, or evaluation, feeds it every record it makes (:meth:`add`). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._plans: dict[str, tuple[str, RepairPlan]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, trace: StructuredTrace, record: AttributionRecord) -> None:
+        """Keep the plan ``record`` holds for ``trace`` (the first one written for it), if it holds one."""
+        self.add_plan(trace.trace_id, trace.question, record)
+
+    def add_plan(self, trace_id: str, question: str, record: AttributionRecord) -> None:
+        """:meth:`add`, from a stored failure's trace id and question."""
+        plan = plan_of(record)
+        if plan is not None:
+            self.keep(trace_id, question, plan)
+
+    def keep(self, trace_id: str, question: str, plan: RepairPlan) -> None:
+        """Keep ``plan`` as the one written for the failure ``trace_id`` (the first kept for it stays)."""
+        if not plan.correction_instruction.strip():
+            return
+        with self._lock:
+            self._plans.setdefault(trace_id, (question.strip().casefold(), plan))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._plans)
+
+    def other_than(self, trace: StructuredTrace) -> RepairPlan | None:
+        """A plan written for another failure than ``trace`` (another trace and another question), picked by a hash
+        of its trace id among those (the same trace gets the same placebo from the same pool); None when there is
+        none yet."""
+        question = trace.question.strip().casefold()
+        with self._lock:
+            others = [
+                plan
+                for trace_id, (asked, plan) in sorted(self._plans.items())
+                if trace_id != trace.trace_id and asked != question
+            ]
+        if not others:
+            return None
+        return others[int(hashlib.sha256(trace.trace_id.encode()).hexdigest(), 16) % len(others)]
 
 
 def wrong_step(trace: StructuredTrace, localized: int) -> int | None:
@@ -110,9 +116,36 @@ def wrong_step(trace: StructuredTrace, localized: int) -> int | None:
     return None
 
 
-def _swap_for_placebo(ctx: SearchContext, own: RepairPlan) -> RepairPlan:
-    """The auditor's call is made and paid for, as REFLECT's is; its plan is replaced by a placebo."""
-    return placebo_plan(ctx.trace).model_copy(update={"confidence": own.confidence})
+class _PlaceboDraw:
+    """The placebo's two changes to REFLECT's policy: each failure's own plan goes into the pool and is swapped for
+    another failure's; with none to draw, there is no point to try guidance at. What was drawn for a trace is kept
+    until :meth:`take` (the attribution reads it when it ends)."""
+
+    def __init__(self, pool: PlanPool) -> None:
+        self.pool = pool
+        self._drawn: dict[str, RepairPlan | None] = {}
+        self._lock = threading.Lock()
+
+    def swap(self, ctx: SearchContext, own: RepairPlan) -> RepairPlan:
+        """The auditor's call is made and paid for, as REFLECT's is; its plan is kept for later failures and
+        replaced by a placebo."""
+        self.pool.keep(ctx.trace.trace_id, ctx.trace.question, own)
+        placebo = self.pool.other_than(ctx.trace)
+        with self._lock:
+            self._drawn[ctx.trace.trace_id] = placebo
+        return (placebo or RepairPlan()).model_copy(update={"confidence": own.confidence})
+
+    def points(self, trace: StructuredTrace, localized: int, count: int) -> list[int]:
+        with self._lock:
+            drawn = self._drawn.get(trace.trace_id)
+        return guidance_window(trace, localized, count) if drawn is not None else []
+
+    def take(self, trace: StructuredTrace) -> tuple[bool, RepairPlan | None]:
+        """Whether a plan was drawn for ``trace`` in its attribution, and which (None: the pool had none)."""
+        with self._lock:
+            if trace.trace_id not in self._drawn:
+                return False, None
+            return True, self._drawn.pop(trace.trace_id)
 
 
 def _wrong_step_points(trace: StructuredTrace, localized: int, count: int) -> list[int]:
@@ -125,19 +158,51 @@ def _guidance_only(config: ReflectConfig) -> ReflectConfig:
 
 
 class PlaceboControl(ReflectPipeline):
-    """REFLECT's guidance with a plan written for another failure (see the module)."""
+    """REFLECT's guidance with a plan written for another failure, drawn from ``plans`` (see the module); with none
+    there, the record is skipped with :data:`NO_PLACEBO` after the auditor's calls (its plan is kept in ``plans`` for
+    the failures after it), and nothing is replayed."""
 
-    method = "control-placebo"
+    method = PLACEBO_METHOD
 
-    def __init__(self, llm: StructuredLLM, *, verifier: Verifier, config: ReflectConfig | None = None) -> None:
+    def __init__(
+        self,
+        llm: StructuredLLM,
+        *,
+        verifier: Verifier,
+        config: ReflectConfig | None = None,
+        plans: PlanPool | None = None,
+    ) -> None:
         guidance = _guidance_only(config or ReflectConfig())
+        self.plans = plans if plans is not None else PlanPool()
+        self._draw = _PlaceboDraw(self.plans)
         policy = ReflectPolicy(
             llm_source="control:placebo",
             actions=False,
             use_diagnostician=guidance.use_diagnostician,
-            swap_plan=_swap_for_placebo,
+            swap_plan=self._draw.swap,
+            points=self._draw.points,
+            no_points=NO_PLACEBO,
         )
         super().__init__(llm, verifier=verifier, config=guidance, policy=policy)
+
+    def attribute(
+        self,
+        trace: StructuredTrace,
+        *,
+        expected: str | None = None,
+        replay: ReplayAdapter | None = None,
+        domain_context: str = "",
+        verdict: Verdict | None = None,
+    ) -> AttributionRecord:
+        try:
+            record = super().attribute(
+                trace, expected=expected, replay=replay, domain_context=domain_context, verdict=verdict
+            )
+        finally:
+            drew, placebo = self._draw.take(trace)
+        if drew and placebo is None and not record.replays:
+            return record.model_copy(update={"status": AttributionStatus.SKIPPED, "reason": NO_PLACEBO})
+        return record
 
 
 class WrongStepControl(ReflectPipeline):

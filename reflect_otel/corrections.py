@@ -1,12 +1,19 @@
 """Concrete corrections read from the trace itself (no LLM), and the rules that refuse a correction that would
 prove nothing.
 
-A failed or empty tool call often says what the right call is: a filter that matched nothing lists the values the
-column has; an error names the valid columns, options or form; the question names a value no call used; the data
-the agent was shown holds the value under another field. Each rule turns such a finding into a replacement call
-of the same tool with one or two arguments changed, and says what it came from. The rules read text as any tool
-writes it (quoted lists, ``are:``, ``one of``, ``did you mean``, pipe-separated tables under a header); none
-knows a dataset or a framework. What they cannot see: a right value the data does not show, a fix that needs
+A failed or empty tool call often says what the right call is: an error names the valid columns, options or form, or
+a candidate for the name it could not find; an empty result lists the values that exist; the question names a value
+no call used; the data the agent was shown writes the value another way. Each rule turns such a finding into a
+replacement call of the same tool with one argument changed, and says what it came from. When the argument is a
+statement (SQL, a query string) the rule rewrites one identifier or literal in it, the one the error names or the
+one compared with a value the data writes differently, never the whole statement.
+
+Tool results are read as any tool writes them (:mod:`reflect_otel._tool_text`): JSON objects and arrays (keys naming
+the available, valid or existing values; empty row sets; an ``error`` key), library error messages (DuckDB's
+``Candidate bindings``, ``Did you mean``, PostgreSQL's ``HINT``, SQLite's ``no such column``, Python exceptions,
+HTTP problem+json) and prose (``are:``, ``one of``). None knows a dataset or a framework; a rule that only fits one
+agent's tools is that agent's plugin (entry-point group ``reflect_otel.correction_rules``, see
+:mod:`reflect_otel.plugins`). What the rules cannot see: a right value the data does not show, a fix that needs
 another tool, or several arguments wrong at once.
 
 A replacement that is the final answer, or whose arguments carry the expected answer (:mod:`reflect_otel.leaks`), is
@@ -17,74 +24,51 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from reflect_otel import _tool_text, plugins
+from reflect_otel._statement import Token, TokenKind, comparisons, is_statement, rewrite, tokens
 from reflect_otel.evidence import empty_call, failed_call, question_constraints
 from reflect_otel.leaks import leak
 from reflect_otel.record import Correction, InterventionKind
-from reflect_otel.trace import FINAL_ANSWER_TOOLS, Step, StepAction, StepKind, StructuredTrace
+from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
 
 __all__ = [
     "RULES",
-    "Table",
+    "Rule",
     "evidence_corrections",
     "listed_options",
     "nearest_option",
+    "ordered",
     "refusal",
-    "tables_in",
+    "rule_correction",
+    "rules",
+    "similarity",
+    "string_arguments",
 ]
 
-_MAX_OPTIONS = 100
-_MAX_OPTION_CHARS = 80
 _MIN_SCORE = 0.5
-_RESULT_CHARS = 4000
-"""Only the head of a result is read: hints come with the failure, and rules must stay cheap on huge results."""
-
-# A lead-in that introduces the values a tool accepts or has, then the list.
-_LISTING = re.compile(
-    r"(?P<lead>[^\n;:?]{0,80}?)\b(?:include|includes|are|were|is one of|one of|available|valid(?: \w+)?|allowed|"
-    r"expected|options|choices|did you mean|possible values?|known(?: \w+)?|supported(?: \w+)?|such as)\b"
-    r"\s*[:?]?\s*(?P<items>[^\n;)]+)",
-    re.IGNORECASE,
-)
-_QUOTED_ITEM = re.compile(r"'([^'\n]{1,80})'|\"([^\"\n]{1,80})\"|`([^`\n]{1,80})`")
-_SPLIT = re.compile(r"\s*(?:,|\||\bor\b)\s*")
 _NUMBER_IN = re.compile(r"-?\d+(?:\.\d+)?")
+_VALUE_WORDS = 4
+_VALUE_CHARS = 80
+"""An argument longer than this, or a statement, is rewritten token by token, never replaced whole."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Listing:
-    lead: str
-    options: tuple[str, ...]
+def listed_options(text: str) -> list[tuple[str, tuple[str, ...]]]:
+    """Every list of values ``text`` offers instead of the one it was given, with the words (or the JSON key) that
+    introduce it: ``values of X include: 'a', 'b'``, ``columns are: a, b``, ``must be one of a, b``, ``did you mean
+    'a'?``, ``Candidate bindings: "a", "b"``, ``{"valid_values": ["a", "b"]}``."""
+    return _tool_text.hints(text)
 
 
 def _normal(text: str) -> str:
     return " ".join(re.sub(r"[^\w.%$-]+", " ", text.casefold()).split())
 
 
-def listed_options(text: str) -> list[tuple[str, tuple[str, ...]]]:
-    """Every list of values ``text`` offers, with the words that introduce it: ``values of X include: 'a', 'b'``,
-    ``columns are: a, b``, ``must be one of a, b``, ``did you mean 'a'?``. Quoted items when the list quotes them."""
-    found = []
-    for match in _LISTING.finditer(text[:_RESULT_CHARS]):
-        items = match.group("items")
-        quoted = [next(g for g in groups if g) for groups in _QUOTED_ITEM.findall(items)]
-        if quoted:
-            options = quoted
-        else:
-            options = [o.strip(" .'\"`[]{}") for o in _SPLIT.split(items)]
-            if len(options) < 2:  # an unquoted single word after "are" is prose, not a list
-                continue
-        kept = tuple(dict.fromkeys(o for o in options if o and o != "..." and len(o) <= _MAX_OPTION_CHARS))
-        if kept:
-            found.append((match.group("lead"), kept[:_MAX_OPTIONS]))
-    return found
-
-
-def _score(value: str, option: str) -> float:
+def similarity(value: str, option: str) -> float:
     """How likely ``option`` is what ``value`` meant: 1 for the same text up to case and punctuation, 0.95 for the
-    same number written with a unit or suffix (1 -> 1st, 12 -> 12%), 0.9 for a prefix, 0.8 for a whole word
+    same number written with a unit or suffix (5 -> 5 kg, 12 -> 12%), 0.9 for a prefix, 0.8 for a whole word
     contained, 0.7 for an abbreviation (its letters in order, same first letter), else the edit-distance ratio
     scaled down."""
     a, b = _normal(value), _normal(option)
@@ -116,184 +100,238 @@ def nearest_option(value: str, options: Iterable[str]) -> tuple[str, float] | No
     for option in options:
         if option == value:
             return None  # the value is listed: nothing to correct in it
-        score = _score(value, option)
+        score = similarity(value, option)
         if score >= _MIN_SCORE and (best is None or score > best[1]):
             best = (option, score)
     return best
 
 
-def _replacement(step: Step, name: str, value: str) -> StepAction:
-    return StepAction(tool_name=step.tool_name, arguments={**step.tool_args, name: value})
-
-
-def _string_arguments(step: Step) -> list[tuple[str, str]]:
+def string_arguments(step: Step) -> list[tuple[str, str]]:
+    """The step's arguments whose values are non-empty strings, as ``(name, value)``."""
     return [(str(k), v) for k, v in step.tool_args.items() if isinstance(v, str) and v.strip()]
 
 
-def _from_listing(step: Step, rule: str) -> list[Correction]:
-    """The argument a listing in the step's result corrects: the one named in the listing's lead-in (``op must be
-    one of``), else the one whose value is nearest to a listed value."""
-    result = step.tool_result or ""
-    corrections = []
-    for lead, options in listed_options(result):
-        lead_words = set(_normal(lead).split())
-        arguments = _string_arguments(step)
-        named = [(k, v) for k, v in arguments if _normal(k) in lead_words]
-        pool = named or arguments
-        best: tuple[str, str, float] | None = None
-        for name, value in pool:
-            nearest = nearest_option(value, options)
-            if nearest is not None and (best is None or nearest[1] > best[2]):
-                best = (name, nearest[0], nearest[1])
-        if best is None:
+def _is_value(text: str) -> bool:
+    """A value (a name, a word or a few), replaced whole; not a statement, whose tokens are rewritten one at a
+    time."""
+    return len(text) <= _VALUE_CHARS and len(text.split()) <= _VALUE_WORDS and not is_statement(text)
+
+
+def _same_name(a: str, b: str) -> bool:
+    """The same name up to case, quotes and a qualifier (``t.position`` names ``position``)."""
+    x, y = a.strip("\"'`[]").casefold(), b.strip("\"'`[]").casefold()
+    return x == y or x.rsplit(".", 1)[-1] == y or y.rsplit(".", 1)[-1] == x
+
+
+def _unqualified(options: Sequence[str], token: Token) -> list[str]:
+    """``options`` as a token of a statement can take them: a qualified name (``t.position``) unqualified when the
+    token is not."""
+    if "." in token.value:
+        return list(options)
+    return list(dict.fromkeys(o.rsplit(".", 1)[-1] if o.count(".") == 1 else o for o in options))
+
+
+@dataclass(frozen=True, slots=True)
+class _Fix:
+    """One argument rewritten: its new value, and the token or value replaced (``was``) by what (``now``)."""
+
+    score: float
+    argument: str
+    value: str
+    was: str
+    now: str
+
+
+def _token_fixes(name: str, value: str, options: Sequence[str], wanted: Callable[[Token], bool]) -> list[_Fix]:
+    fixes = []
+    for token in tokens(value):
+        if token.kind is TokenKind.NUMBER or not wanted(token):
             continue
-        name, option, _ = best
+        nearest = nearest_option(token.value, _unqualified(options, token))
+        if nearest is not None:
+            fixes.append(_Fix(nearest[1], name, rewrite(value, token, nearest[0]), token.value, nearest[0]))
+    return fixes
+
+
+def _fixes(step: Step, options: Sequence[str], *, named: Sequence[str] = (), literals: bool = False) -> list[_Fix]:
+    """Each string argument rewritten toward ``options``, best first. A value is replaced whole (when the error
+    names what is wrong, only a value it names); in a statement, the token the error names, or with ``literals``
+    each string literal, is rewritten."""
+    fixes: list[_Fix] = []
+    for name, value in string_arguments(step):
+        if _is_value(value):
+            if named and not any(_same_name(value, n) for n in named):
+                continue
+            nearest = nearest_option(value, options)
+            if nearest is not None:
+                fixes.append(_Fix(nearest[1], name, nearest[0], value, nearest[0]))
+        elif named or literals:
+            fixes += _token_fixes(
+                name,
+                value,
+                options,
+                lambda t: (
+                    (literals and t.kind is TokenKind.LITERAL)
+                    or (bool(named) and t.kind is not TokenKind.LITERAL and any(_same_name(t.value, n) for n in named))
+                ),
+            )
+    return sorted(fixes, key=lambda f: -f.score)
+
+
+def _replaced(step: Step, fix: _Fix) -> StepAction:
+    return StepAction(tool_name=step.tool_name, arguments={**step.tool_args, fix.argument: fix.value})
+
+
+def _what(fix: _Fix, step: Step) -> str:
+    whole = step.tool_args.get(fix.argument) == fix.was
+    return f"{fix.argument}={_short(fix.was)}" if whole else f"{_short(fix.was)} in {fix.argument}"
+
+
+def _from_hints(step: Step, rule: str, *, named: Sequence[str] = ()) -> list[Correction]:
+    """The argument a hint in the step's result corrects: the one named in the hint's lead-in (``op must be one
+    of``), else the one the error names, else the one nearest to a hinted value."""
+    corrections = []
+    for lead, options in _tool_text.hints(step.tool_result):
+        lead_words = set(_normal(lead).split())
+        fixes = _fixes(step, options, named=named, literals=rule == "listed_values")
+        led = [f for f in fixes if _normal(f.argument) in lead_words]
+        if not (led or fixes):
+            continue
+        fix = (led or fixes)[0]
         listed = ", ".join(repr(o) for o in options[:6]) + (", ..." if len(options) > 6 else "")
         corrections.append(
-            _correction(
+            rule_correction(
                 step,
                 rule,
-                _replacement(step, name, option),
+                _replaced(step, fix),
                 f"step {step.index} {'failed' if rule == 'valid_options' else 'returned nothing'} with "
-                f"{name}={_short(step.tool_args[name])}; its result lists {listed}",
+                f"{_what(fix, step)}; its result lists {listed}",
             )
         )
     return corrections
 
 
+def _shown_texts(trace: StructuredTrace, step: Step, context: str) -> list[str]:
+    """What the agent was shown before ``step``: its context and the results of the calls before it."""
+    return [context, *(s.tool_result or "" for s in trace.steps[: step.index - 1] if not failed_call(s))]
+
+
 def listed_values(trace: StructuredTrace, step: Step, context: str = "") -> list[Correction]:
-    """An empty result that lists the values the tool has (a filter on ``'1'`` where the column holds ``'1st'``):
-    the same call with the nearest listed value."""
-    return _from_listing(step, "listed_values") if empty_call(step) else []
+    """An empty result that lists the values the tool has (a lookup of ``'ny'`` where the field holds ``'NY'``;
+    a JSON key such as ``available_values``): the same call with the nearest listed value (in a statement, the
+    literal nearest to one rewritten)."""
+    return _from_hints(step, "listed_values") if empty_call(step) else []
 
 
 def valid_options(trace: StructuredTrace, step: Step, context: str = "") -> list[Correction]:
     """A failed call whose error names the valid columns, fields, options or form (``columns are: a, b``, ``must
-    be one of``, ``did you mean``): the same call with the nearest valid one."""
-    return _from_listing(step, "valid_options") if failed_call(step) else []
+    be one of``, ``did you mean``, ``Candidate bindings``, ``HINT: Perhaps you meant``, a JSON key such as
+    ``valid_fields``): the same call with the nearest valid one; in a statement, the name the error names rewritten.
+    An error that names a wrong name and offers nothing (SQLite's ``no such column: x``) is corrected from the field
+    names the data shown before it has (a schema, rows)."""
+    if not failed_call(step):
+        return []
+    named = _tool_text.named(step.tool_result)
+    found = _from_hints(step, "valid_options", named=named)
+    if found or not named:
+        return found
+    names = list(dict.fromkeys(n for text in _shown_texts(trace, step, context) for n in _tool_text.shown_names(text)))
+    fixes = _fixes(step, names, named=named) if names else []
+    if not fixes:
+        return []
+    fix = fixes[0]
+    return [
+        rule_correction(
+            step,
+            "valid_options",
+            _replaced(step, fix),
+            f"step {step.index} failed on {_short(fix.was)} ({_short(_first_line(step.tool_result))}); the data "
+            f"shown before it has the field {fix.now!r}",
+        )
+    ]
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().split("\n", 1)[0]
 
 
 def question_value(trace: StructuredTrace, step: Step, context: str = "") -> list[Correction]:
     """A failed or empty call one of whose values resembles a value the question names that no call used (the
-    question says 'Los Angeles', the call 'LA angeles'): the same call with the question's value."""
+    question says 'San Diego', the call 'San Deigo'): the same call with the question's value (in a statement,
+    the literal rewritten)."""
     if not (failed_call(step) or empty_call(step)):
         return []
     used = " ".join(_normal(str(v)) for s in trace.steps for v in s.tool_args.values())
     absent = [c for c in question_constraints(trace.question) if _normal(c) not in used]
-    best: tuple[str, str, float] | None = None
-    for name, value in _string_arguments(step):
-        nearest = nearest_option(value, absent)
-        if nearest is not None and (best is None or nearest[1] > best[2]):
-            best = (name, nearest[0], nearest[1])
-    if best is None:
+    fixes = _fixes(step, absent, literals=True) if absent else []
+    if not fixes:
         return []
-    name, wanted, _ = best
+    fix = fixes[0]
     return [
-        _correction(
+        rule_correction(
             step,
             "question_value",
-            _replacement(step, name, wanted),
-            f"the question names {wanted!r}, which no call used; step {step.index} used {name}="
-            f"{_short(step.tool_args[name])} and got nothing",
+            _replaced(step, fix),
+            f"the question names {fix.now!r}, which no call used; step {step.index} used {_what(fix, step)} and "
+            "got nothing",
         )
     ]
 
 
-_COLUMNS_LINE = re.compile(r"\b(?:columns|fields|headers?)\s*[:=]\s*(?P<names>[^\n]+)$", re.IGNORECASE)
-_RULE_LINE = re.compile(r"^\s*\|?\s*:?-{3,}")
-_MAX_TABLE_ROWS = 200
-
-
-def _cells(line: str) -> list[str]:
-    return [c.strip() for c in line.strip().strip("|").split("|")]
-
-
-@dataclass(frozen=True, slots=True)
-class Table:
-    """A table some text shows: its fields' values in row order, and the words before its header (its name)."""
-
-    fields: dict[str, list[str]]
-    caption: str
-
-
-def tables_in(text: str) -> list[Table]:
-    """The tables ``text`` shows: pipe-separated rows under a header, where the header is a ``columns: a, b, c``
-    line (or ``fields:``/``headers:``) or a pipe row followed by a ``---`` rule (Markdown). Rows with another
-    number of cells end the table."""
-    lines = text[: _RESULT_CHARS * 4].splitlines()
-    found = []
-    for i, line in enumerate(lines):
-        listed = _COLUMNS_LINE.search(line)
-        if listed is not None:
-            header, start = [n.strip(" '\"`") for n in listed.group("names").split(",")], i + 1
-            caption = line[: listed.start()]
-        elif "|" in line and i + 1 < len(lines) and _RULE_LINE.match(lines[i + 1]):
-            header, start, caption = _cells(line), i + 2, lines[i - 1] if i else ""
-        else:
-            continue
-        if len(header) < 2 or len(set(header)) != len(header):
-            continue
-        rows = []
-        for row_line in lines[start : start + _MAX_TABLE_ROWS]:
-            row = _cells(row_line)
-            if "|" not in row_line or len(row) != len(header):
-                break
-            rows.append(row)
-        if rows:
-            found.append(Table({name: [row[j] for row in rows] for j, name in enumerate(header)}, caption))
-    return found
-
-
-_LETTERS = re.compile(r"[^\W\d_]")
-
-
-def other_field(trace: StructuredTrace, step: Step, context: str = "") -> list[Correction]:
-    """An empty call whose value is not a value of the field it named but is one of another field in the data
-    the agent was shown (its task context, earlier results): a filter on ``Award = 'Nominated'`` where
-    ``'Nominated'`` is a value of ``Result``. The same call with that field and that value."""
+def shown_value(trace: StructuredTrace, step: Step, context: str = "") -> list[Correction]:
+    """An empty call that compares a field with a value the data shown before it (its context, earlier results:
+    JSON rows, a schema's sample rows, Markdown tables) writes differently under that field: ``"status" = 'done'``
+    where the rows shown write ``'Done'``, or an argument named like the field (``city="LA"``). The same call with
+    the value as the data writes it (in a statement, that literal rewritten)."""
     if not empty_call(step):
         return []
-    shown = [context, *(s.tool_result or "" for s in trace.steps[: step.index - 1])]
-    arguments = _string_arguments(step)
-    best: tuple[float, str, str, str, str] | None = None  # score, field argument, field, value argument, value
-    for table in (t for text in shown if text for t in tables_in(text)):
-        fields = {_normal(name): name for name in table.fields}
-        caption = set(_normal(table.caption).split())
-        for field_arg, named in arguments:
-            own = fields.get(_normal(named))
-            if own is None:
-                continue
-            for value_arg, value in arguments:
-                if value_arg == field_arg or len(_LETTERS.findall(value)) < 2 or _normal(value) in caption:
-                    continue  # a number or a code is compared, not looked up; the table's own name is no value
-                if any(_score(value, cell) >= 0.9 for cell in table.fields[own]):
-                    continue  # its own field has it (or something like it): the field is not the mistake
-                for name, cells in table.fields.items():
-                    if name == own:
-                        continue
-                    for cell in dict.fromkeys(cells):
-                        score = _score(value, cell)
-                        if score >= 0.8 and (best is None or score > best[0]):
-                            best = (score, field_arg, name, value_arg, cell)
-    if best is None:
+    shown: dict[str, list[str]] = {}
+    for text in _shown_texts(trace, step, context):
+        for field_name, field_values in _tool_text.shown_fields(text).items():
+            known = shown.setdefault(_normal(field_name), [])
+            known += [v for v in field_values if v not in known]
+    if not shown:
         return []
-    _, field_arg, name, value_arg, cell = best
-    replacement = StepAction(tool_name=step.tool_name, arguments={**step.tool_args, field_arg: name, value_arg: cell})
+    fixes: list[_Fix] = []
+    for name, value in string_arguments(step):
+        if _is_value(value):
+            nearest = nearest_option(value, shown.get(_normal(name), []))
+            if nearest is not None:
+                fixes.append(_Fix(nearest[1], name, nearest[0], value, nearest[0]))
+            continue
+        for column, literal in comparisons(value):
+            values = shown.get(_normal(column.value), [])
+            if "%" in literal.value or literal.value in values:
+                continue  # a pattern is not a value; a value the data has is not the mistake
+            nearest = nearest_option(literal.value, values)
+            if nearest is not None:
+                fixes.append(_Fix(nearest[1], name, rewrite(value, literal, nearest[0]), literal.value, nearest[0]))
+    if not fixes:
+        return []
+    fix = max(fixes, key=lambda f: f.score)
     return [
-        _correction(
+        rule_correction(
             step,
-            "other_field",
-            replacement,
-            f"step {step.index} looked for {value_arg}={_short(step.tool_args[value_arg])} in "
-            f"{field_arg}={_short(step.tool_args[field_arg])} and got nothing; the data shown has {cell!r} under "
-            f"{name!r}",
+            "shown_value",
+            _replaced(step, fix),
+            f"step {step.index} looked for {_what(fix, step)} and got nothing; the data shown before it writes "
+            f"{fix.now!r}",
         )
     ]
 
 
-RULES = (listed_values, valid_options, question_value, other_field)
-"""Each rule: ``(trace, step, context) -> corrections of that step``, ``context`` being what the agent was given
-besides its question (``observe(context=...)``); source ``evidence:<rule name>``."""
+Rule = Callable[[StructuredTrace, Step, str], list[Correction]]
+"""``(trace, step, context) -> corrections of that step``, ``context`` being what the agent was given besides its
+question (``observe(context=...)``); each correction's source is ``evidence:<rule name>``."""
+
+RULES: tuple[Rule, ...] = (listed_values, valid_options, question_value, shown_value)
+"""The built-in rules; :func:`rules` adds the installed plugins'."""
+
+
+def rules() -> tuple[Rule, ...]:
+    """The built-in rules, then every rule installed in the entry-point group ``reflect_otel.correction_rules``
+    (by name; one whose dependency is missing is skipped)."""
+    return RULES + tuple(rule for _, rule in plugins.loaded(plugins.CORRECTION_RULES))
 
 
 def _short(value: object) -> str:
@@ -301,7 +339,8 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _correction(step: Step, rule: str, replacement: StepAction, finding: str) -> Correction:
+def rule_correction(step: Step, rule: str, replacement: StepAction, finding: str) -> Correction:
+    """A rule's correction of ``step`` (source ``evidence:<rule>``), for plugin rules too."""
     return Correction(
         source=f"evidence:{rule}",
         kind=InterventionKind.ACTION,
@@ -318,22 +357,26 @@ def evidence_corrections(trace: StructuredTrace, *, near: int | None = None, con
     agent was given besides its question."""
     found: dict[tuple[object, ...], Correction] = {}
     steps = sorted(trace.steps, key=lambda s: (abs(s.index - near), s.index) if near is not None else (s.index, 0))
+    every = rules()
     for step in steps:
         if step.kind is not StepKind.TOOL_CALL or not step.tool_name:
             continue
-        for rule in RULES:
+        for rule in every:
             for correction in rule(trace, step, context):
                 found.setdefault(correction.key, correction)
     return list(found.values())
 
 
 def _final_answer_tools(trace: StructuredTrace) -> set[str]:
-    return {s.tool_name.casefold() for s in trace.steps if s.tool_name and s.is_final_answer} | FINAL_ANSWER_TOOLS
+    """The tools the run answered with: the tool of its final step, when the run ended with a call (how the run
+    ends says which tool is final, not its name)."""
+    return {s.tool_name.casefold() for s in trace.steps if s.tool_name and s.is_final_answer}
 
 
 def refusal(correction: Correction, trace: StructuredTrace, expected: str | None) -> str | None:
-    """Why ``correction`` must not be tried, or None. Refused: an action that is the final answer or replaces the
-    answer step, one whose arguments or text carry the expected answer, and one that repeats the original step."""
+    """Why ``correction`` must not be tried, or None. Refused: an action that is the final answer (a call of the
+    tool the run answered with), a call of a tool the agent's recorded definitions do not have, one whose arguments
+    or text carry the expected answer, and one that repeats the original step."""
     replacement = correction.replacement
     if correction.kind is not InterventionKind.ACTION or replacement is None:
         return None
@@ -342,6 +385,9 @@ def refusal(correction: Correction, trace: StructuredTrace, expected: str | None
     step = trace.steps[correction.step_index - 1]
     if replacement.tool_name is not None and replacement.tool_name.casefold() in _final_answer_tools(trace):
         return "the replacement is a final answer: it would flip the run from any step"
+    recorded = {t.name for t in trace.tools if t.recorded}
+    if replacement.tool_name is not None and recorded and replacement.tool_name not in recorded:
+        return f"the replacement calls {replacement.tool_name!r}, which is not one of the agent's tools"
     leaked = leak(_texts(replacement), expected)
     if leaked is not None:
         return f"the replacement: {leaked}"

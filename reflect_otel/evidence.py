@@ -14,7 +14,8 @@ Severities say how sure a finding is that the run failed, not how bad the step w
   answer value found in no observation, a question constraint absent from every tool argument).
 - ``info``: context for the auditor (a result no later step refers to).
 
-The checks read text the way any agent writes it (error prefixes, ``[]``, ``0 rows``, numbers and names); none
+The checks read text the way any agent writes it (error prefixes and library error messages, JSON results with an
+``error`` key or an empty row set, ``[]``, ``0 rows``, numbers and names; :mod:`reflect_otel._tool_text`); none
 knows a particular framework or dataset. Chain-of-thought traces have no tool results, so most checks find
 nothing there; each check's docstring says what it cannot see.
 """
@@ -28,6 +29,7 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from reflect_otel import _tool_text
 from reflect_otel.trace import Step, StepKind, StepStatus, StructuredTrace
 
 __all__ = [
@@ -75,21 +77,6 @@ class Finding(BaseModel):
 _QUOTE_CHARS = 160
 _SEVERITY_ORDER = (Severity.CRITICAL, Severity.WARNING, Severity.INFO)
 
-# What a failed call looks like in any framework's tool result: an error word first, a traceback, or a JSON
-# object whose only business is an error.
-_ERROR_START = re.compile(
-    r"^\s*[\[(]?(error|exception|traceback|failed|failure|invalid|not found|no such|unknown|denied|forbidden|"
-    r"timed? ?out|unauthori[sz]ed|cannot|could not|unable to)\b",
-    re.IGNORECASE,
-)
-_ERROR_ANYWHERE = re.compile(r"Traceback \(most recent call last\)|\b[A-Z]\w*(Error|Exception): ")
-_EMPTY_VALUES = frozenset({"", "[]", "{}", "()", "null", "none", "nil", '""', "''", "nan", "n/a", "undefined"})
-_EMPTY_TEXT = re.compile(
-    r"\b0 (rows?|results?|items?|matches|records?|hits|documents?|entries)\b|"
-    r"\bno (rows?|results?|items?|matches|records?|hits|documents?|entries|data)\b[^.\n]{0,20}\b"
-    r"(found|matched|returned|available)\b|\bnothing (was )?found\b|\bempty (result|response|list|table)\b",
-    re.IGNORECASE,
-)
 _LIMIT_TEXT = re.compile(
     r"recursion limit|max(imum)?[ _](number of )?(steps|iterations|turns)|(step|iteration|turn) limit|"
     r"GraphRecursionError|MaxTurnsExceeded|max_steps|max_iterations",
@@ -148,46 +135,23 @@ def _is_call(step: Step) -> bool:
     return step.kind is StepKind.TOOL_CALL and bool(step.tool_name)
 
 
-_ERROR_KEYS = frozenset({"error", "errors", "exception"})
-_ERROR_OBJECT_KEYS = _ERROR_KEYS | {"message", "code", "status", "detail", "details", "type", "hint"}
-
-
-def _error_object(result: str) -> bool:
-    """A JSON object whose only business is an error: an error key, and no keys but an error's."""
-    text = result.strip()
-    if not (text.startswith("{") and text.endswith("}")) or len(text) > 20_000:
-        return False
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        return False
-    return isinstance(parsed, dict) and bool(_ERROR_KEYS & parsed.keys()) and parsed.keys() <= _ERROR_OBJECT_KEYS
-
-
 def _failed(step: Step) -> bool:
-    result = step.tool_result or ""
-    return (
-        step.status is StepStatus.ERROR
-        or bool(_ERROR_START.match(result))
-        or bool(_ERROR_ANYWHERE.search(result))
-        or _error_object(result)
-    )
+    return step.status is StepStatus.ERROR or _tool_text.reads_as_error(step.tool_result)
 
 
 def _empty(step: Step) -> bool:
-    if step.tool_result is None:
-        return False
-    result = step.tool_result.strip()
-    return result.lower() in _EMPTY_VALUES or bool(_EMPTY_TEXT.search(result[:300]))
+    return _tool_text.reads_as_empty(step.tool_result)
 
 
 def failed_call(step: Step) -> bool:
-    """A tool call whose status is an error or whose result reads as one."""
+    """A tool call whose status is an error or whose result reads as one (an error line as a library writes it, an
+    exception, a JSON object whose ``error`` says so, an HTTP problem; see :mod:`reflect_otel._tool_text`)."""
     return _is_call(step) and _failed(step)
 
 
 def empty_call(step: Step) -> bool:
-    """A tool call that succeeded and returned nothing (``[]``, ``null``, ``0 rows``, ``no results found``)."""
+    """A tool call that succeeded and returned nothing (``[]``, ``null``, ``0 rows``, ``no results found``, a JSON
+    object whose row set is empty or whose count is 0)."""
     return _is_call(step) and not _failed(step) and _empty(step)
 
 

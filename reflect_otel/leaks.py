@@ -1,12 +1,12 @@
 """The leak guard: nothing that carries the expected answer reaches a replay, for any method.
 
 In the oracle regime the auditor sees the expected answer. A correction that carries it (a plan saying "answer
-Bangkok", an action filtering on it, a Reflexion memory quoting "5") would flip a replay from any step and prove
+Paris", an action filtering on it, a Reflexion memory quoting "5") would flip a replay from any step and prove
 nothing about the step. So every text a method puts into a replayed agent's context and every action it executes
 there is checked first, and refused, with the refusal recorded, when it
 
 * contains a value of the expected answer as a whole token sequence under the judge's normalisation
-  (:mod:`reflect_otel.judge`): ``12,467`` is found in "pick 12467 passengers", ``Kenya`` in "filter on 'kenya'",
+  (:mod:`reflect_otel.judge`): ``12,500`` is found in "pick 12500 tickets", ``Kenya`` in "filter on 'kenya'",
   and a lone ``5`` in "step 5" (a one-character answer is not exempt: it cannot be told apart from a leak);
   a date is found written in any form the judge reads;
 * or states an answer ("the correct answer is ...", "answer: ...", the mask "[the answer]" of earlier versions).

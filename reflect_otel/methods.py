@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from reflect_otel.baselines import BASELINES
 from reflect_otel.config import LLMConfig, ReflectConfig
-from reflect_otel.controls import PlaceboControl, WrongStepControl
+from reflect_otel.controls import PlaceboControl, PlanPool, WrongStepControl
 from reflect_otel.errors import ConfigError
 from reflect_otel.flagging import proxy_regime_verifier
 from reflect_otel.llm.base import StructuredLLM
@@ -46,32 +45,47 @@ class Attributor(Protocol):
     ) -> AttributionRecord: ...
 
 
+class BuildMethod(Protocol):
+    """``build(llm, verifier, config, plans=None)``: the method's attributor. ``plans`` holds the plans the same
+    auditor wrote for other failures (the placebo control draws from it; other methods ignore it)."""
+
+    def __call__(
+        self, llm: StructuredLLM, verifier: Verifier, config: ReflectConfig, plans: PlanPool | None = None, /
+    ) -> Attributor: ...
+
+
 @dataclass(frozen=True, slots=True)
 class MethodSpec:
     """A method by name: how to build it, and what it needs."""
 
     name: str
-    build: Callable[[StructuredLLM, Verifier, ReflectConfig], Attributor]
+    build: BuildMethod
     needs_llm: bool = True
     """False for the position floors: no endpoint is needed and no local server is started."""
     withholds_expected: bool = False
     """The proxy regime: the expected answer is never used; the plan-anchored verifier judges the replays."""
 
 
-def _reflect_proxy(llm: StructuredLLM, verifier: Verifier, config: ReflectConfig) -> Attributor:
+def _reflect_proxy(
+    llm: StructuredLLM, verifier: Verifier, config: ReflectConfig, plans: PlanPool | None = None
+) -> Attributor:
     withheld = config.model_copy(update={"include_expected_answer": False})
     return ReflectPipeline(llm, verifier=proxy_regime_verifier(llm), config=withheld)
 
 
-def _reflect_guidance(llm: StructuredLLM, verifier: Verifier, config: ReflectConfig) -> Attributor:
+def _reflect_guidance(
+    llm: StructuredLLM, verifier: Verifier, config: ReflectConfig, plans: PlanPool | None = None
+) -> Attributor:
     """The paper's REFLECT as written: its plan injected as guidance, no concrete corrections (what they add)."""
     pipeline = ReflectPipeline(llm, verifier=verifier, config=config.model_copy(update={"actions": False}))
     pipeline.method = "reflect-guidance"
     return pipeline
 
 
-def _baseline(name: str) -> Callable[[StructuredLLM, Verifier, ReflectConfig], Attributor]:
-    def build(llm: StructuredLLM, verifier: Verifier, config: ReflectConfig) -> Attributor:
+def _baseline(name: str) -> BuildMethod:
+    def build(
+        llm: StructuredLLM, verifier: Verifier, config: ReflectConfig, plans: PlanPool | None = None
+    ) -> Attributor:
         return BASELINES[name](llm, verifier=verifier, config=config)
 
     return build
@@ -80,14 +94,20 @@ def _baseline(name: str) -> Callable[[StructuredLLM, Verifier, ReflectConfig], A
 METHODS: dict[str, MethodSpec] = {
     spec.name: spec
     for spec in (
-        MethodSpec("reflect", lambda llm, verifier, config: ReflectPipeline(llm, verifier=verifier, config=config)),
+        MethodSpec(
+            "reflect", lambda llm, verifier, config, plans=None: ReflectPipeline(llm, verifier=verifier, config=config)
+        ),
         MethodSpec("reflect-proxy", _reflect_proxy, withholds_expected=True),
         MethodSpec("reflect-guidance", _reflect_guidance),
         MethodSpec(
-            "control-placebo", lambda llm, verifier, config: PlaceboControl(llm, verifier=verifier, config=config)
+            "control-placebo",
+            lambda llm, verifier, config, plans=None: PlaceboControl(
+                llm, verifier=verifier, config=config, plans=plans
+            ),
         ),
         MethodSpec(
-            "control-wrong-step", lambda llm, verifier, config: WrongStepControl(llm, verifier=verifier, config=config)
+            "control-wrong-step",
+            lambda llm, verifier, config, plans=None: WrongStepControl(llm, verifier=verifier, config=config),
         ),
         *(
             MethodSpec(name, _baseline(name), needs_llm=cls.needs_llm, withholds_expected=False)

@@ -10,6 +10,7 @@ its default plugins); entry points exist only where a name picks a backend:
 | ``reflect_otel.record_exporters`` | ``factory() -> RecordExporter``, settings from the environment | ``--export NAME``, ``configure(exporters=[...])`` |
 | ``reflect_otel.stores`` | ``factory(path) -> AttributionStore`` | ``open_store(kind=...)`` (default ``duckdb``) |
 | ``reflect_otel.commands`` | ``register(subparsers)`` adding one subcommand (third-party commands) | its name on the command line |
+| ``reflect_otel.correction_rules`` | ``rule(trace, step, context) -> list[Correction]`` (:data:`reflect_otel.corrections.Rule`): an evidence rule that fits one agent's tools | every installed one runs after the built-in rules, by name order |
 """
 
 from __future__ import annotations
@@ -20,13 +21,24 @@ from typing import Any
 
 from reflect_otel.errors import ConfigError
 
-__all__ = ["COMMANDS", "LLM_BACKENDS", "RECORD_EXPORTERS", "REPLAY_ADAPTERS", "STORES", "load", "loaded", "names"]
+__all__ = [
+    "COMMANDS",
+    "CORRECTION_RULES",
+    "LLM_BACKENDS",
+    "RECORD_EXPORTERS",
+    "REPLAY_ADAPTERS",
+    "STORES",
+    "load",
+    "loaded",
+    "names",
+]
 
 LLM_BACKENDS = "reflect_otel.llm"
 REPLAY_ADAPTERS = "reflect_otel.replay_adapters"
 RECORD_EXPORTERS = "reflect_otel.record_exporters"
 STORES = "reflect_otel.stores"
 COMMANDS = "reflect_otel.commands"
+CORRECTION_RULES = "reflect_otel.correction_rules"
 
 _KINDS = {
     LLM_BACKENDS: "LLM backend",
@@ -34,6 +46,7 @@ _KINDS = {
     RECORD_EXPORTERS: "record exporter",
     STORES: "store backend",
     COMMANDS: "command",
+    CORRECTION_RULES: "correction rule",
 }
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from reflect_otel.config import ReflectConfig
+from reflect_otel.controls import PlanPool
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import BudgetedLLM, TokenBudget
 from reflect_otel.llm.recording import CallLog, RecordingLLM
@@ -92,6 +93,7 @@ class AttributionService:
         triage: bool = False,
         skip_correct: bool = False,
         max_replays: int | None = None,
+        plans: PlanPool | None = None,
     ) -> None:
         self.llm = llm
         self.method = method
@@ -108,6 +110,9 @@ class AttributionService:
         if max_replays is not None and max_replays < 1:
             raise ValueError("max_replays must be at least 1 (None: the configuration's)")
         self.max_replays = max_replays if max_replays is not None else self.config.max_replays
+        self.plans = plans if plans is not None else PlanPool()
+        """The plans the auditor wrote for the failures this service attributed (the placebo control draws on
+        them); pass one pool to every service of an evaluation to share them."""
 
     def verifier_for(self, expected: str | None) -> Verifier:
         return self.verifier if expected is not None or self.proxy is None else self.proxy
@@ -174,7 +179,7 @@ class AttributionService:
             replay = found()
         if replay is not None and self.max_replays is not None:
             replay = BudgetedReplay(replay, self.max_replays)  # per trace: the same for every method compared
-        attributor = self.method.build(llm, verifier, self.config)
+        attributor = self.method.build(llm, verifier, self.config, self.plans)
         record = attributor.attribute(
             trace, expected=expected, replay=replay, domain_context=domain_context, verdict=verdict
         ).with_calls(before=triage_calls.calls, after=agent_calls.calls)
@@ -204,6 +209,7 @@ class AttributionService:
         self, trace: StructuredTrace, verdict: Verdict | None, record: AttributionRecord, outcome: Outcome
     ) -> Outcome:
         self._store(trace, None if self.triage else verdict, record)
+        self.plans.add(trace, record)
         if self.metrics is not None:
             self.metrics.record_attributed(record)
         failures = []

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 __all__ = [
     "EXPECTED_ANSWER_FIELD",
-    "FINAL_ANSWER_TOOLS",
     "ErrorLabel",
     "ReplayMetadata",
     "Step",
@@ -34,13 +33,6 @@ _BOOL: TypeAdapter[bool] = TypeAdapter(bool)
 EXPECTED_ANSWER_FIELD = "expected_answer"
 """The key of a run's expected answer: in a trace's metadata, and the extra field ``import`` writes beside a trace
 in a trace file for datasets that know the correct answer."""
-
-FINAL_ANSWER_TOOLS = frozenset(
-    {"final_answer", "finalanswer", "finalanswertool", "submit_final_answer", "final_result", "submit", "answer"}
-)
-"""Tools (case-folded names) through which agents give their answer: smolagents' ``final_answer``, pydantic-ai's
-``final_result``, Inspect's ``submit``. Assembly makes the last call of one the final-answer step; a correction
-that calls one is refused (it would answer, not correct)."""
 
 
 class StepKind(str, Enum):

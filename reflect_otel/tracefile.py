@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from pydantic import ValidationError
 
@@ -17,7 +17,12 @@ from reflect_otel._values import utf8_clean
 from reflect_otel.errors import InputError
 from reflect_otel.trace import EXPECTED_ANSWER_FIELD, StructuredTrace
 
+if TYPE_CHECKING:
+    from reflect_otel.assembly import AssemblyLimits
+
 __all__ = [
+    "FileReader",
+    "ImportedTrace",
     "TraceRow",
     "TraceWriter",
     "check_traces_file",
@@ -29,6 +34,29 @@ __all__ = [
 ]
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ImportedTrace:
+    """A trace a :class:`FileReader` read from a file, with the fields written beside it (the expected answer) and
+    how many of the file's labels mapped to a step."""
+
+    trace: StructuredTrace
+    fields: dict[str, str] | None = None
+    labels_total: int = 0
+    labels_mapped: int = 0
+
+
+class FileReader(Protocol):
+    """A reader of one file format that ``import`` does not read as OTLP (a dataset's files; the app passes the
+    readers of :mod:`reflect_otel.datasets`): ``reader(path, documents, max_bytes=..., limits=...)`` returns the
+    traces of ``path`` (whose JSON ``documents`` are already read: one, or one per line), an empty list for a file of
+    its format that holds no trace (labels read beside another file), or None when the file is not of its format.
+    Raises :class:`~reflect_otel.errors.InputError` (naming the file) on bad content."""
+
+    def __call__(
+        self, path: Path, documents: list[object], *, max_bytes: int, limits: AssemblyLimits | None
+    ) -> list[ImportedTrace] | None: ...
 
 
 class TraceWriter:

@@ -2,8 +2,9 @@
 
 * :class:`OracleVerifier`: deterministic extraction and normalisation, then a match against the expected
   answer. Strict: when no answer can be extracted, the trace is incorrect.
-* :class:`BBMVerifier`: BIG-Bench-Mistake answers (multiple choice, numbers, word lists, bracket sequences).
 * :class:`SelfVerifier`: an LLM judges the answer without ground truth.
+
+A dataset's own verifier lives with its reader (BIG-Bench Mistake's: :class:`reflect_otel.datasets.bbm.BBMVerifier`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
 __all__ = [
-    "BBMVerifier",
     "OracleVerifier",
     "SelfVerifier",
     "Verifier",
@@ -29,7 +29,6 @@ __all__ = [
     "bound_to_original",
     "bound_to_runs",
     "extract_answer",
-    "extract_bbm_answer",
     "judged_correct",
     "normalise_answer",
     "takes_runs",
@@ -125,10 +124,6 @@ def normalise_answer(text: str) -> str:
     return value.text
 
 
-def _number(text: str) -> float | None:
-    return answer_value(text).number
-
-
 class OracleVerifier:
     """Extract the answer the final message states, then the judge (:mod:`reflect_otel.judge`, the official
     WikiTableQuestions evaluator's rules). A missing expected answer gives ``is_correct=None`` (it cannot tell)."""
@@ -154,50 +149,6 @@ class OracleVerifier:
             extracted_answer=extracted,
             reasoning="matches the expected answer" if correct else "differs from the expected answer",
         )
-
-
-# -- BIG-Bench Mistake -------------------------------------------------------------------------------------------
-_CHOICE = re.compile(r"\(([A-Z])\)")
-_BRACKETS = re.compile(r"[\[\](){}<>]")
-_SIGNED_NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
-
-
-def extract_bbm_answer(text: str | None, *, target: str) -> str | None:
-    """A BIG-Bench-Mistake answer in the form of ``target``: ``(C)``, a number, a bracket sequence, or words."""
-    stated = extract_answer(text)
-    if stated is None:
-        return None
-    if _CHOICE.fullmatch(target.strip()):
-        choices = _CHOICE.findall(stated)
-        if choices:
-            return f"({choices[-1]})"
-        bare = re.fullmatch(r"\(?([A-Z])\)?", stated.strip())
-        return f"({bare.group(1)})" if bare else None
-    if _number(target) is not None:
-        numbers = _SIGNED_NUMBER.findall(stated.replace(",", ""))
-        return numbers[-1] if numbers else None
-    if target.strip() and not _BRACKETS.sub("", target).strip():
-        return " ".join(_BRACKETS.findall(stated)) or None
-    return " ".join(re.sub(r"[^\w'\s-]", " ", stated.lower()).split()) or None
-
-
-class BBMVerifier:
-    """BIG-Bench-Mistake: extract in the target's form, then compare case-insensitively. Word order matters
-    (word sorting is about order)."""
-
-    name = "bbm"
-
-    def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
-        if expected is None:
-            return Verdict(verifier=self.name, is_correct=None, confidence=0.0, reasoning="no target answer")
-        extracted = extract_bbm_answer(trace.final_answer, target=expected)
-        if extracted is None:
-            return Verdict(verifier=self.name, is_correct=False, reasoning="no answer in the target's form")
-        if _number(expected) is not None:
-            correct = _number(extracted) == _number(expected)
-        else:
-            correct = " ".join(extracted.lower().split()) == " ".join(expected.lower().split())
-        return Verdict(verifier=self.name, is_correct=correct, extracted_answer=extracted)
 
 
 class SelfVerifier:

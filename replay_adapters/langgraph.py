@@ -30,9 +30,9 @@ from typing import Any
 from opentelemetry.sdk.trace import TracerProvider
 
 from reflect_otel import _values
+from reflect_otel.capture import captured
 from reflect_otel.errors import MissingDependencyError, ReplayError
 from reflect_otel.replay import SAMPLING_TEMPERATURE, InjectionRole, ProposedStep, ReplayResult, check_rollback_point
-from reflect_otel.replay_adapters._capture import captured
 from reflect_otel.replay_adapters._guard import ToolGuard
 from reflect_otel.replay_adapters._stitch import stitch
 from reflect_otel.semconv import INPUT_MESSAGES_PREFIX, OpenInferenceSpanKindValues, SpanAttributes

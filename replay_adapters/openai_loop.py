@@ -11,15 +11,27 @@ continuation that would call an irreversible tool (unless allowed), so a replay 
 An action (a corrected tool call) needs ``execute_tool(name, arguments) -> result``, the loop's own tool executor:
 the adapter runs the call through it under a TOOL span (after the guard), appends the assistant's call and the
 tool's result to the messages, and resumes the loop from there.
+
+``propose`` (:class:`~reflect_otel.replay.ProposesSteps`) needs ``client``, the ``openai.OpenAI`` client the loop
+calls its model with: it sends the recorded request after the rollback point (its messages plus the injection, its
+model, tools and other parameters as recorded, not streamed) at the proposal's temperature, and returns the first
+tool call the model makes, or its answer; nothing is executed. Its spans are marked as a replay's. Pass
+``deterministic=True`` when the loop's model runs greedily (temperature 0).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+import inspect
+import json
+from collections.abc import Callable, Collection
 from typing import Any
 
-from reflect_otel.replay import InjectionRole, ReplayResult
+from opentelemetry.sdk.trace import TracerProvider
+
+from reflect_otel.capture import captured
+from reflect_otel.errors import ReplayError
+from reflect_otel.replay import InjectionRole, ProposedStep, ReplayResult
 from reflect_otel.replay_adapters._guard import IrreversibleToolError
 from reflect_otel.replay_adapters._tool_loop import (
     ExecuteTool,
@@ -38,10 +50,37 @@ ResumeLoop = Callable[[list[dict[str, Any]], Callable[[str, Any], None]], str]
 
 
 class OpenAIToolLoopReplayAdapter(ToolLoopReplay[ResumeLoop]):
-    """``tracer_provider`` is the provider the OpenAI instrumentation was installed with."""
+    """``tracer_provider`` is the provider the OpenAI instrumentation was installed with; ``client`` the loop's
+    OpenAI client, for proposals (without it the adapter does not propose)."""
 
     loop_name = "OpenAI"
     request_api = "OpenAI chat"
+
+    def __init__(
+        self,
+        resume: ResumeLoop,
+        *,
+        tracer_provider: TracerProvider,
+        irreversible_tools: Collection[str] = (),
+        allow_irreversible: bool = False,
+        execute_tool: ExecuteTool | None = None,
+        deterministic: bool = False,
+        client: Any | None = None,
+    ) -> None:
+        super().__init__(
+            resume,
+            tracer_provider=tracer_provider,
+            irreversible_tools=irreversible_tools,
+            allow_irreversible=allow_irreversible,
+            execute_tool=execute_tool,
+            deterministic=deterministic,
+        )
+        self._client = client
+
+    @property
+    def proposes(self) -> bool:
+        """Whether ``propose`` can run (it needs the loop's client)."""
+        return self._client is not None
 
     @staticmethod
     def request_after(trace: StructuredTrace, rollback_point: int) -> dict[str, Any]:
@@ -85,3 +124,67 @@ class OpenAIToolLoopReplayAdapter(ToolLoopReplay[ResumeLoop]):
             {"role": "assistant", "content": None, "tool_calls": [call]},
             {"role": "tool", "tool_call_id": call_id, "content": result},
         ]
+
+    def propose(
+        self,
+        trace: StructuredTrace,
+        *,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole = InjectionRole.SYSTEM,
+        samples: int = 1,
+        temperature: float = 0.0,
+    ) -> tuple[ProposedStep, ...]:
+        if self._client is None:
+            raise ReplayError(
+                "proposing needs the loop's OpenAI client: pass client=... to OpenAIToolLoopReplayAdapter"
+            )
+        request = self._recorded(trace, rollback_point, None)
+        messages = list(request["messages"])
+        if injection:
+            messages.append({"role": InjectionRole(injection_role).value, "content": injection})
+        create = self._client.chat.completions.create
+        body = _accepted(create, request) | {"messages": messages, "temperature": temperature}
+        proposals = []
+        with captured(self._provider, "reflect.propose.openai_loop"):
+            for _ in range(samples):
+                try:
+                    reply = create(**body)
+                except Exception as error:  # the endpoint may fail in any way
+                    raise ReplayError(f"the model failed while proposing: {type(error).__name__}: {error}") from error
+                message = reply.choices[0].message
+                calls = message.tool_calls or []
+                if calls:
+                    call = calls[0]
+                    proposals.append(
+                        ProposedStep(
+                            action=StepAction(
+                                tool_name=call.function.name, arguments=_arguments(call.function.arguments)
+                            )
+                        )
+                    )
+                else:
+                    proposals.append(ProposedStep(action=StepAction(text=message.content or ""), is_final_answer=True))
+        return tuple(proposals)
+
+
+_NOT_RESENT = frozenset({"messages", "temperature", "stream", "stream_options", "n"})
+
+
+def _accepted(create: Callable[..., Any], request: dict[str, Any]) -> dict[str, Any]:
+    """The recorded request's parameters that ``create`` takes, as recorded (a proposal is one decision, not
+    streamed); the recorded body is untrusted data, so a key the client does not know is dropped."""
+    try:
+        known = set(inspect.signature(create).parameters)
+    except (TypeError, ValueError):
+        known = set()
+    return {k: v for k, v in request.items() if k not in _NOT_RESENT and (not known or k in known)}
+
+
+def _arguments(text: str | None) -> dict[str, Any]:
+    """A proposed call's arguments; a model that wrote no JSON object proposes the call with none."""
+    try:
+        parsed = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}

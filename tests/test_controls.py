@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from reflect_otel.config import GateMode, ReflectConfig
-from reflect_otel.controls import PLACEBO_PLANS, placebo_plan, wrong_step
+from reflect_otel.controls import NO_PLACEBO, PlanPool, plan_of, wrong_step
 from reflect_otel.methods import METHODS
-from reflect_otel.record import AttributionStatus
+from reflect_otel.record import AttributionMode, AttributionRecord, AttributionStatus, Correction, InterventionKind
+from reflect_otel.service import AttributionService
 from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verifiers import OracleVerifier
@@ -49,9 +50,35 @@ def agent_that_follows(instruction: str) -> ScriptedReplayAdapter:
     )
 
 
-def attribute(method: str, step: int, agent: ScriptedReplayAdapter, trace: StructuredTrace | None = None) -> Any:
+OTHER_INSTRUCTION = "Sort the Year column descending before reading the first row."
+
+
+def other_failure(question: str = "Which year had the most titles?", trace_id: str = "f" * 32) -> PlanPool:
+    """A pool holding the plan the auditor wrote for another failure (another trace, another question)."""
+    pool = PlanPool()
+    record = AttributionRecord(
+        trace_id=trace_id,
+        method="reflect",
+        status=AttributionStatus.UNVERIFIED,
+        mode=AttributionMode.REPLAY,
+        root_cause="it read the first row unsorted",
+        corrections=(
+            Correction(source="llm", kind=InterventionKind.GUIDANCE, step_index=2, finding=OTHER_INSTRUCTION),
+        ),
+    )
+    pool.add(five_steps(question).model_copy(update={"trace_id": trace_id}), record)
+    return pool
+
+
+def attribute(
+    method: str,
+    step: int,
+    agent: ScriptedReplayAdapter,
+    trace: StructuredTrace | None = None,
+    plans: PlanPool | None = None,
+) -> Any:
     config = ReflectConfig(rounds=1, rollback_points=1, gate=GateMode.SOFT)
-    attributor = METHODS[method].build(auditor(step), OracleVerifier(), config)
+    attributor = METHODS[method].build(auditor(step), OracleVerifier(), config, plans)
     return attributor.attribute(trace or five_steps(), expected="Bangkok", replay=agent)
 
 
@@ -83,19 +110,61 @@ def test_wrong_step_does_not_replay_a_run_without_such_a_step() -> None:
     assert "no step at distance 2" in record.reason
 
 
-def test_placebo_injects_a_plan_written_for_another_question_in_place_of_the_auditors() -> None:
+def test_placebo_injects_a_plan_written_for_another_failure_in_place_of_the_auditors() -> None:
     agent = agent_that_follows(OWN_INSTRUCTION)
-    record = attribute("control-placebo", 2, agent)
+    record = attribute("control-placebo", 2, agent, plans=other_failure())
     _control, call = agent.calls
-    placebo = placebo_plan(five_steps())
-    assert placebo.correction_instruction in call.injection and OWN_INSTRUCTION not in call.injection
+    assert OTHER_INSTRUCTION in call.injection and OWN_INSTRUCTION not in call.injection
     assert call.rollback_point == 1  # the localized step, as REFLECT's guidance
     assert record.status is AttributionStatus.UNVERIFIED and call.action is None
     assert [r.stage for r in record.llm_calls][:3] == ["localize", "classify", "diagnose"]  # paid for as REFLECT's
 
 
-def test_a_placebo_is_never_the_plan_written_for_the_same_question() -> None:
-    for question, plan in PLACEBO_PLANS:
-        for n in range(20):
-            trace = five_steps(question.upper()).model_copy(update={"trace_id": f"{n:032x}"})
-            assert placebo_plan(trace) != plan
+def test_a_placebo_only_run_skips_its_first_failure_and_gives_the_next_the_plan_written_for_it() -> None:
+    pool, first_agent = PlanPool(), agent_that_follows(OWN_INSTRUCTION)
+    first = attribute("control-placebo", 2, first_agent, plans=pool)
+    assert first.status is AttributionStatus.SKIPPED and first.reason == NO_PLACEBO
+    assert first_agent.calls == [] and first.replays == ()  # nothing replayed
+    assert [r.stage for r in first.llm_calls][:3] == ["localize", "classify", "diagnose"]  # its auditor was asked
+    # a later failure (another question) of the same run gets the plan the auditor wrote for the first
+    later = five_steps("Which year had the most titles?").model_copy(update={"trace_id": "b" * 32})
+    agent = agent_that_follows(OWN_INSTRUCTION)
+    record = attribute("control-placebo", 2, agent, trace=later, plans=pool)
+    assert record.status is not AttributionStatus.SKIPPED
+    assert any(OWN_INSTRUCTION in call.injection for call in agent.calls)
+
+
+def test_a_placebo_is_never_the_plan_written_for_the_same_failure() -> None:
+    trace = five_steps()
+    assert other_failure(trace_id=trace.trace_id).other_than(trace) is None  # the same trace
+    assert other_failure(question=trace.question.upper()).other_than(trace) is None  # the same question
+    assert other_failure().other_than(trace) is not None
+
+
+def test_the_plan_of_a_record_is_its_auditors_and_a_placebos_record_gives_none() -> None:
+    plan = other_failure().other_than(five_steps())
+    assert plan is not None and plan.correction_instruction == OTHER_INSTRUCTION and plan.root_cause
+    placebo = AttributionRecord(
+        trace_id="e" * 32, method="control-placebo", status=AttributionStatus.UNVERIFIED, mode=AttributionMode.REPLAY,
+        root_cause="x", corrections=(Correction(source="control:placebo", kind=InterventionKind.GUIDANCE,
+                                                step_index=1, finding="another failure's plan"),),
+    )  # fmt: skip
+    assert plan_of(placebo) is None
+    baseline = AttributionRecord(trace_id="d" * 32, method="aao", status=AttributionStatus.UNVERIFIED,
+                                 mode=AttributionMode.LOCALIZATION_ONLY)  # fmt: skip
+    assert plan_of(baseline) is None
+
+
+def test_services_sharing_a_pool_give_the_placebo_the_plan_reflect_wrote_for_an_earlier_failure() -> None:
+    config = ReflectConfig(rounds=1, rollback_points=1, gate=GateMode.SOFT)
+    first = five_steps("Which year had the most titles?").model_copy(update={"trace_id": "a" * 32})
+    reflect = AttributionService(auditor(2), METHODS["reflect"], verifier=OracleVerifier(), config=config)
+    reflect.process(first, expected="Bangkok", replay=agent_that_follows("never"))
+    assert len(reflect.plans) == 1
+    agent = agent_that_follows("never")
+    placebo = AttributionService(
+        auditor(2), METHODS["control-placebo"], verifier=OracleVerifier(), config=config, plans=reflect.plans
+    )
+    outcome = placebo.process(five_steps(), expected="Bangkok", replay=agent)
+    assert outcome.record is not None and outcome.record.status is not AttributionStatus.SKIPPED
+    assert any(OWN_INSTRUCTION in call.injection for call in agent.calls)  # the plan written for the other failure

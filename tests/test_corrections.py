@@ -11,6 +11,7 @@ import pytest
 from reflect_otel import corrections
 from reflect_otel.assembly import assemble_trace
 from reflect_otel.config import GateMode, ReflectConfig
+from reflect_otel.demo.table_rules import tables_in
 from reflect_otel.errors import LLMError
 from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.prompts import PromptContext, diagnosis_output
@@ -314,11 +315,11 @@ def test_other_field_stays_silent_without_a_concrete_fix(column: str, value: str
 
 
 def test_tables_are_read_from_a_columns_line_or_a_markdown_header_and_end_at_a_ragged_row() -> None:
-    (plain,) = corrections.tables_in(AWARDS + "... 2 more rows\n")
+    (plain,) = tables_in(AWARDS + "... 2 more rows\n")
     assert plain.fields["Result"] == ["Nominated", "Won", "Nominated"] and "t0" in plain.caption
-    (markdown,) = corrections.tables_in(AWARDS_MARKDOWN)
+    (markdown,) = tables_in(AWARDS_MARKDOWN)
     assert markdown.fields["Award"] == ["Black Reel Awards", "Teen Choice Awards"]
-    assert corrections.tables_in("columns: a, b\n1 | 2 | 3\n") == []  # three cells under two fields
+    assert tables_in("columns: a, b\n1 | 2 | 3\n") == []  # three cells under two fields
 
 
 def test_rules_stay_silent_on_a_chain_of_thought() -> None:
@@ -335,6 +336,20 @@ def _action(step: int, replacement: StepAction) -> Correction:
 
 def test_corrections_that_would_prove_nothing_are_refused() -> None:
     trace = filter_trace()
+    for tool in ("respond", "submit", "final_result"):  # a run that ended with its answer tool, whatever its name
+        answered = make_trace(
+            "q", [{"tool": "lookup", "args": {"x": "1"}, "result": "[]"}, {"tool": tool, "args": {"text": "Rome"}}]
+        )
+        answered = answered.model_copy(
+            update={"steps": (answered.steps[0], answered.steps[1].model_copy(update={"is_final_answer": True}))}
+        )
+        final = StepAction(tool_name=tool, arguments={"text": "Nowhere"})
+        assert "final answer" in (corrections.refusal(_action(1, final), answered, "Bangkok") or "")
+        assert corrections.refusal(_action(1, final), trace, "Bangkok") is None  # that name answers nothing here
+    recorded = trace.model_copy(update={"tools": TABLE_TOOLS})
+    for name in ("final_answer", "submit", "final_result"):  # answer tools the agent does not have
+        unknown = StepAction(tool_name=name, arguments={"answer": "x"})
+        assert "not one of the agent's tools" in (corrections.refusal(_action(1, unknown), recorded, None) or "")
     final = StepAction(tool_name="final_answer", arguments={"answer": "Bangkok"})
     carries = StepAction(
         tool_name="filter_rows", arguments={"table": "t0", "column": "City", "op": "=", "value": "bangkok"}
@@ -343,10 +358,7 @@ def test_corrections_that_would_prove_nothing_are_refused() -> None:
     good = StepAction(
         tool_name="filter_rows", arguments={"table": "t0", "column": "Position", "op": "=", "value": "1st"}
     )
-    assert "final answer" in (corrections.refusal(_action(1, final), trace, "Bangkok") or "")
-    for name in ("submit", "final_result"):  # the final-answer tools assembly knows, whatever the agent's own
-        named = StepAction(tool_name=name, arguments={"answer": "Nowhere"})
-        assert "final answer" in (corrections.refusal(_action(1, named), trace, "Bangkok") or "")
+    assert "expected answer" in (corrections.refusal(_action(1, final), trace, "Bangkok") or "")
     assert "expected answer" in (corrections.refusal(_action(1, carries), trace, "Bangkok|Thailand") or "")
     assert "repeats the original" in (corrections.refusal(_action(1, same), trace, "Bangkok") or "")
     # a call in place of the answer step is no answer: it is tested under control like any other
@@ -356,7 +368,7 @@ def test_corrections_that_would_prove_nothing_are_refused() -> None:
 
 
 def test_ordered_deduplicates_keeps_refused_and_caps_actions() -> None:
-    trace = filter_trace()
+    trace = filter_trace().model_copy(update={"tools": TABLE_TOOLS})
     good = StepAction(
         tool_name="filter_rows", arguments={"table": "t0", "column": "Position", "op": "=", "value": "1st"}
     )

@@ -80,7 +80,13 @@ def test_entry_points_only_for_backends_chosen_by_name() -> None:
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     groups = set(project.get("entry-points", {}))
-    assert groups <= {plugins.LLM_BACKENDS, plugins.REPLAY_ADAPTERS, plugins.RECORD_EXPORTERS, plugins.STORES}
+    assert groups <= {
+        plugins.LLM_BACKENDS,
+        plugins.REPLAY_ADAPTERS,
+        plugins.RECORD_EXPORTERS,
+        plugins.STORES,
+        plugins.CORRECTION_RULES,  # one agent's own rules (the demo's), beside the core's
+    }
     # and no built-in command is registered by name: the CLI imports them
     assert plugins.COMMANDS not in groups
 
@@ -102,3 +108,41 @@ def test_benchmarks_and_the_package_never_import_tests() -> None:
     for path in [*_sources(), *sorted((ROOT / "benchmarks").rglob("*.py"))]:
         for name in _imports(path):
             assert name.split(".")[0] != "tests", f"{path} imports {name}"
+
+
+DATASET_SIDE = ("reflect_otel.datasets", "reflect_otel.demo", "reflect_otel.evaluation")
+ATTRIBUTION_CORE = (
+    "reflect_otel.pipeline",
+    "reflect_otel.search",
+    "reflect_otel.controlled_replay",
+    "reflect_otel._replayer",
+    "reflect_otel.trial",
+    "reflect_otel.proposals",
+    "reflect_otel.controls",
+    "reflect_otel.baselines",
+    "reflect_otel.stages",
+    "reflect_otel.corrections",
+    "reflect_otel.evidence",
+    "reflect_otel._tool_text",
+    "reflect_otel._statement",
+    "reflect_otel.verifiers",
+    "reflect_otel.proxy_verifier",
+    "reflect_otel.service",
+    "reflect_otel.collectors",
+)
+
+
+def test_the_attribution_core_imports_no_dataset() -> None:
+    """No dataset reader, verifier or demo agent in the attribution core: what it does for one dataset's agent it
+    must do for any agent (the evaluation and the app may import the datasets)."""
+    offenders = []
+    for path in _sources():
+        module = _module_of(path)
+        if not any(module == core or module.startswith(core + ".") for core in ATTRIBUTION_CORE):
+            continue
+        offenders += [
+            f"{module} imports {name}"
+            for name in _imports(path)
+            if any(name == side or name.startswith(side + ".") for side in DATASET_SIDE)
+        ]
+    assert not offenders, offenders

@@ -92,17 +92,23 @@ def test_no_method_shows_a_replay_the_expected_answer(method: str, expected: str
 
 
 def test_a_placebo_plan_that_carries_the_answer_is_refused() -> None:
-    from reflect_otel.controls import placebo_plan
+    from reflect_otel.controls import PlanPool
+    from reflect_otel.record import AttributionMode, AttributionRecord, AttributionStatus, Correction, InterventionKind
 
     trace = _trace()
-    plan = placebo_plan(trace)
-    words = plan.correction_instruction.split()
-    expected = next(w.strip("'.,") for w in words if len(w.strip("'.,")) > 3)  # a word the placebo's text holds
+    expected = "Wellington"
+    other = AttributionRecord(  # another failure's plan happens to name this run's answer
+        trace_id="f" * 32, method="reflect", status=AttributionStatus.UNVERIFIED, mode=AttributionMode.REPLAY,
+        root_cause="r", corrections=(Correction(source="llm", kind=InterventionKind.GUIDANCE, step_index=1,
+                                                finding=f"look the capital up: {expected}"),),
+    )  # fmt: skip
+    plans = PlanPool()
+    plans.add(_trace().model_copy(update={"trace_id": "f" * 32, "question": "Capital?"}), other)
     agent = _agent()
     config = ReflectConfig(rounds=1, rollback_points=1, max_replays=None)
     record = (
         METHODS["control-placebo"]
-        .build(_auditor("redo it"), OracleVerifier(), config)
+        .build(_auditor("redo it"), OracleVerifier(), config, plans)
         .attribute(trace, expected=expected, replay=agent)
     )
     assert all(c.injection == "" for c in agent.calls)  # only the control ran

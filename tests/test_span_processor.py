@@ -121,7 +121,7 @@ def test_unfinished_trace_is_written_at_shutdown_marked_incomplete() -> None:
 def test_a_replay_fragment_whose_root_never_came_is_not_taken_for_a_run() -> None:
     """An exporter may deliver a replay's children before its root, and a collector may stop before the root
     comes: every span of a replay is marked, so the fragment is skipped as a replay, not attributed as a run."""
-    from reflect_otel.replay_adapters._capture import captured
+    from reflect_otel.capture import captured
     from reflect_otel.semconv import ReflectAttributes
 
     got: list[StructuredTrace] = []

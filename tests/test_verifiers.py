@@ -2,14 +2,13 @@ from __future__ import annotations
 
 import pytest
 
+from reflect_otel.datasets.bbm import BBMVerifier, extract_bbm_answer
 from reflect_otel.testing import ScriptedLLM, make_trace
 from reflect_otel.verifiers import (
-    BBMVerifier,
     OracleVerifier,
     SelfVerifier,
     answers_match,
     extract_answer,
-    extract_bbm_answer,
 )
 
 

@@ -15,7 +15,8 @@ ones (like the OTel SDK's span processors, but over a whole trace):
    tool message answers one call (:class:`~.matching.CallMatcher`); a reply with no tool call is a step (code
    agents act through text).
 5. :mod:`.steps`: a trace of one model reply and nothing else is a chain of thought, one step per line; the final
-   answer is marked. Then :mod:`.tools`, :mod:`.question` (question and answer), :mod:`.framework` and
+   answer is marked by how the run ends (a last model turn without a tool call, or a last call carrying the run's
+   answer), never by a tool's name. Then :mod:`.tools`, :mod:`.question` (question and answer), :mod:`.framework` and
    :mod:`.diagnostics` (the warnings, each naming its fix).
 
 Every text passes through a :class:`~.scrub.Scrubber` (cut to :class:`AssemblyLimits`, secrets replaced); each
@@ -38,7 +39,7 @@ from .duplicates import second_records
 from .framework import trace_source
 from .matching import match_calls
 from .messages import read_conversations
-from .question import run_texts
+from .question import run_outputs, run_texts
 from .scrub import AssemblyLimits, TextRules
 from .steps import mark_final_answer, split_chain_of_thought
 from .tools import agent_tools
@@ -69,7 +70,8 @@ def assemble_trace(
     drafts = matched.drafts
     if len(actions.model_calls) == 1 and not actions.tool_runs:
         drafts = split_chain_of_thought(drafts)
-    steps = tuple(draft.step(index) for index, draft in enumerate(mark_final_answer(drafts), start=1))
+    marked = mark_final_answer(drafts, run_outputs(tree, rules))
+    steps = tuple(draft.step(index) for index, draft in enumerate(marked, start=1))
     tools = agent_tools(actions.model_calls, rules)
     user_text = next((call.user_text for call in actions.model_calls if call.user_text), "")
     texts = run_texts(tree, steps, user_text, rules)

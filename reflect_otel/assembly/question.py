@@ -16,7 +16,7 @@ from reflect_otel.trace import EXPECTED_ANSWER_FIELD, Step
 from .scrub import Scrubber, TextRules
 from .tree import SpanTree
 
-__all__ = ["RunTexts", "run_texts"]
+__all__ = ["RunTexts", "run_outputs", "run_texts"]
 
 _RAW_VALUE_CHARS = 2_000
 
@@ -29,6 +29,16 @@ class RunTexts:
     """The root's raw input and output when the question or answer was taken out of them, and the expected answer
     the agent recorded (``reflect.expected_answer``)."""
     secrets: int
+
+
+def run_outputs(tree: SpanTree, rules: TextRules) -> tuple[str, ...]:
+    """The run's output as the root and the first AGENT span recorded it (their answer texts, cleaned like tool
+    arguments): what the call that ended the run must carry to be its answer (:func:`.steps.mark_final_answer`).
+    Their secrets are counted once, by :func:`run_texts`."""
+    uncounted = rules.scrubber()
+    spans = (tree.root, tree.first_agent)
+    texts = (_values.answer_text(s.attributes.get(SpanAttributes.OUTPUT_VALUE)) for s in spans if s is not None)
+    return tuple(uncounted.clean(text) for text in texts if text)
 
 
 def run_texts(tree: SpanTree, steps: tuple[Step, ...], user_text: str, rules: TextRules) -> RunTexts:
@@ -59,7 +69,7 @@ def run_texts(tree: SpanTree, steps: tuple[Step, ...], user_text: str, rules: Te
 
 
 def _answer_of_steps(steps: tuple[Step, ...], scrubber: Scrubber) -> str | None:
-    """The final-answer step's answer: the argument of a final-answer tool, or the reply's text."""
+    """The final-answer step's answer: the answer argument of the call that ended the run, or the reply's text."""
     final = next((s for s in reversed(steps) if s.is_final_answer), None)
     if final is None:
         return None

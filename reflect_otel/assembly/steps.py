@@ -1,13 +1,14 @@
 """Steps before they are numbered (:class:`StepDraft`, typed like :class:`~reflect_otel.trace.Step`), and the two
-passes that shape the list: a lone model reply split into its chain of thought, and the final answer marked."""
+passes that shape the list: a lone model reply split into its chain of thought, and the final answer marked (by how
+the run ends, whatever its tools are called)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from reflect_otel.trace import FINAL_ANSWER_TOOLS, Step, StepKind, StepStatus
+from reflect_otel.trace import Step, StepKind, StepStatus
 
 from .context import StepContext
 
@@ -105,14 +106,35 @@ def split_chain_of_thought(drafts: tuple[StepDraft, ...]) -> tuple[StepDraft, ..
     )
 
 
-def mark_final_answer(drafts: tuple[StepDraft, ...]) -> tuple[StepDraft, ...]:
-    """The last call of a final-answer tool, else a last step that is a model's reply, is the final answer."""
-    chosen = next(
-        (i for i in reversed(range(len(drafts))) if (drafts[i].tool_name or "").casefold() in FINAL_ANSWER_TOOLS), None
-    )
-    if chosen is None and drafts and drafts[-1].kind is StepKind.REASONING:
-        chosen = len(drafts) - 1
-    if chosen is None:
+def mark_final_answer(drafts: tuple[StepDraft, ...], outputs: Iterable[str] = ()) -> tuple[StepDraft, ...]:
+    """The run's final step, by how the run ends, whatever its tools are called: its last step when that is a model
+    turn that calls no tool, or when it is the call that ended the run carrying the run's answer: one of its
+    arguments is one of ``outputs`` (the run's output, as the root and the first agent recorded it, cleaned like
+    the arguments), or the call returned its own argument, as an answer tool does (Inspect's ``submit``). A last
+    call that carries no answer is a step like any other: the run ended without one."""
+    if not drafts:
         return drafts
-    final = drafts[chosen]._replace(kind=StepKind.FINAL_ANSWER, is_final_answer=True)
-    return (*drafts[:chosen], final, *drafts[chosen + 1 :])
+    last = drafts[-1]
+    if last.kind is StepKind.REASONING or (last.tool_name and _answers_with(last, outputs)):
+        return (*drafts[:-1], last._replace(kind=StepKind.FINAL_ANSWER, is_final_answer=True))
+    return drafts
+
+
+def _answers_with(call: StepDraft, outputs: Iterable[str]) -> bool:
+    values = {_normal_answer(v) for v in _scalar_values(call.tool_args)} - {""}
+    answers = [*outputs, call.tool_result or ""]
+    return any(_normal_answer(answer) in values for answer in answers if answer)
+
+
+def _scalar_values(arguments: Mapping[str, Any]) -> list[str]:
+    """A call's argument values that are text or numbers, one level into a list (``{"answers": ["a"]}``)."""
+    out = []
+    for value in arguments.values():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str | int | float) and not isinstance(item, bool):
+                out.append(str(item))
+    return out
+
+
+def _normal_answer(text: str) -> str:
+    return " ".join(text.split()).casefold()

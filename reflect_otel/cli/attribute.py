@@ -16,6 +16,7 @@ from reflect_otel.cli._online import online_service, replay_endpoints
 from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int
 from reflect_otel.config import LLMConfig, ReflectConfig
 from reflect_otel.datasets import BBM_TASKS
+from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import TokenBudget
@@ -29,7 +30,7 @@ from reflect_otel.store import check_store_target, open_exporter, open_store, st
 from reflect_otel.trace import EXPECTED_ANSWER_FIELD, StructuredTrace
 from reflect_otel.tracefile import TraceRow, check_traces_file, good_trace_rows
 from reflect_otel.verdict import Verdict
-from reflect_otel.verifiers import BBMVerifier, OracleVerifier, SelfVerifier, Verifier
+from reflect_otel.verifiers import OracleVerifier, SelfVerifier, Verifier
 
 __all__ = ["add_attribute_command"]
 

@@ -15,6 +15,7 @@ from reflect_otel.cli._online import add_online_options, online_service, replay_
 from reflect_otel.collectors.files import DEFAULT_MAX_FILE_BYTES, ImportReport, import_files
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits, parse_endpoint
 from reflect_otel.collectors.trace_collector import BufferLimits
+from reflect_otel.datasets.files import DATASET_READERS
 from reflect_otel.demo.examples import example_path
 from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.online.shared import SharedQueue
@@ -290,7 +291,11 @@ def _import(args: argparse.Namespace) -> int:
         # a new file, renamed over -o only when some trace was read: a failed import leaves -o as it was
         with replaced_on_success(args.out, flag="-o") as file:
             report = import_files(
-                paths, TraceWriter(args.out, stream=file).write, max_file_bytes=args.max_file_bytes, progress=progress
+                paths,
+                TraceWriter(args.out, stream=file).write,
+                max_file_bytes=args.max_file_bytes,
+                progress=progress,
+                readers=DATASET_READERS,  # TRAIL and BIG-Bench Mistake files, besides OTLP
             )
             if not report.traces:
                 raise _NothingImported(report)

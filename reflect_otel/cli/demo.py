@@ -1,5 +1,6 @@
-"""``reflect-otel demo``: the table-QA demo agent on bundled WikiTableQuestions questions, through the online
-path (``observe`` + ``expect``), with attributions of its failures written to the store."""
+"""``reflect-otel demo``: a demo agent (the LangGraph table-QA agent, or with ``--agent sql`` the OpenAI-tool-loop
+SQL agent) on bundled WikiTableQuestions questions, through the online path (``observe`` + ``expect``), with
+attributions of its failures written to the store."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import logging
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import reflect_otel
@@ -21,7 +22,11 @@ from reflect_otel.record import AttributionRecord, AttributionStatus
 from reflect_otel.store import check_store_target, store_path
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
     from reflect_otel.demo.wtq import WTQQuestion
+    from reflect_otel.llm.base import StructuredLLM
+    from reflect_otel.replay import ReplayAdapter
 
 __all__ = ["add_demo_command"]
 
@@ -29,14 +34,22 @@ __all__ = ["add_demo_command"]
 def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "demo",
-        help="run the table-QA demo agent and attribute its failures",
+        help="run a demo agent and attribute its failures",
         description=(
-            "Run the LangGraph table-QA demo agent on bundled WikiTableQuestions questions with the configured LLM "
-            "(REFLECT_LLM_* / OPENAI_*; else the local llama.cpp server with REFLECT_LOCAL_MODEL, by default "
-            "Qwen2.5-Coder-1.5B-Instruct). Every run goes through reflect_otel.observe; wrong answers are attributed "
-            "by REFLECT with replay (LangGraph checkpoints), and everything is written to the store. Progress is "
-            "printed as it happens; the summary names the report to open."
+            "Run a demo agent on bundled WikiTableQuestions questions with the configured LLM (REFLECT_LLM_* / "
+            "OPENAI_*; else the local llama.cpp server with REFLECT_LOCAL_MODEL, by default "
+            "Qwen2.5-Coder-1.5B-Instruct): the LangGraph table-QA agent, or with --agent sql a plain OpenAI tool loop "
+            "that writes DuckDB SQL. Every run goes through reflect_otel.observe; wrong answers are attributed by "
+            "REFLECT with replay (LangGraph checkpoints, or the recorded OpenAI requests), and everything is written "
+            "to the store. Progress is printed as it happens; the summary names the report to open."
         ),
+    )
+    parser.add_argument(
+        "--agent",
+        choices=("table", "sql"),
+        default="table",
+        help="table: the LangGraph agent with table tools (default); sql: an OpenAI tool loop with query(sql) and "
+        "schema() on DuckDB",
     )
     parser.add_argument(
         "--questions", help="comma-separated question ids to run instead of the demo's set (see questions.tsv)"
@@ -126,8 +139,6 @@ def _demo(args: argparse.Namespace) -> int:
     from opentelemetry import trace as otel_trace
     from opentelemetry.trace import format_trace_id
 
-    from reflect_otel.demo.table_agent import TableQAAgent
-    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
     from reflect_otel.verifiers import judged_correct
 
     questions = _selected(args)
@@ -169,18 +180,13 @@ def _demo(args: argparse.Namespace) -> int:
     with _pipeline_progress(progress, names):
         for number, question in enumerate(questions, start=1):
             progress.say(f"[{number}/{len(questions)}] {question.id}: {question.question}")
-            agent = TableQAAgent(question, llm, max_steps=args.max_steps)
-            adapter = LangGraphReplayAdapter(  # the agent decides greedily: one control replay per point decides
-                agent.graph, tracer_provider=runtime.provider, recursion_limit=agent.recursion_limit, deterministic=True
-            )
+            ask, adapter, context, name = _agent(args.agent, question, llm, runtime.provider, args.max_steps)
 
-            def ask(text: str, agent: TableQAAgent = agent, qid: str = question.id) -> str:
+            def traced(text: str, ask: Callable[[], str] = ask, qid: str = question.id) -> str:
                 names[format_trace_id(otel_trace.get_current_span().get_span_context().trace_id)] = qid
-                return agent.answer(
-                    thread_id=f"demo-{qid}"
-                )  # the agent holds its question; ``text`` is the run's input
+                return ask()  # the agent holds its question; ``text`` is the run's input
 
-            run = reflect_otel.observe(replay=adapter, name="table_qa", context=agent.table_context)(ask)
+            run = reflect_otel.observe(replay=adapter, name=name, context=context)(traced)
             with reflect_otel.expect(question.expected):
                 try:
                     answer = run(question.question)
@@ -201,6 +207,31 @@ def _demo(args: argparse.Namespace) -> int:
     reflect_otel.shutdown()
     _summary(stats, records, names, len(questions), failures, time.monotonic() - started, args, phoenix)
     return 0
+
+
+def _agent(
+    kind: str, question: WTQQuestion, llm: StructuredLLM, provider: TracerProvider, max_steps: int
+) -> tuple[Callable[[], str], ReplayAdapter, str, str]:
+    """The demo agent on ``question``: how to run it, the adapter that replays it (greedily, as it runs: one control
+    replay per rollback point decides), what it was given besides its question, and its run's name."""
+    if kind == "sql":
+        from reflect_otel.demo.sql_agent import SQLAgent, chat_client
+        from reflect_otel.replay_adapters.openai_loop import OpenAIToolLoopReplayAdapter
+
+        client, model = chat_client(llm)
+        sql = SQLAgent(question, client, model=model, tracer_provider=provider, max_steps=max_steps)
+        adapter = OpenAIToolLoopReplayAdapter(
+            sql.resume, tracer_provider=provider, execute_tool=sql.execute_tool, client=client, deterministic=True
+        )
+        return sql.answer, adapter, sql.table_context, "sql_agent"
+    from reflect_otel.demo.table_agent import TableQAAgent
+    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
+
+    table = TableQAAgent(question, llm, max_steps=max_steps)
+    graph_adapter = LangGraphReplayAdapter(
+        table.graph, tracer_provider=provider, recursion_limit=table.recursion_limit, deterministic=True
+    )
+    return lambda: table.answer(thread_id=f"demo-{question.id}"), graph_adapter, table.table_context, "table_qa"
 
 
 def _summary(

@@ -6,7 +6,7 @@ import argparse
 import sys
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from reflect_otel._files import check_output_file, write_text_atomically
 from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int, temperature
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 LIVE = "wtq-live"
 LIVE_METHODS = ("reflect", "ics", "reflexion")
+AGENTS = ("table", "sql")
 
 __all__ = ["add_eval_command", "add_eval_compare_command"]
 
@@ -39,9 +40,10 @@ def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         "Results are appended to OUT/results.jsonl as they finish; re-running skips what is done. Writes "
         "run_config.json, metrics.json and metrics.md. BIG-Bench Mistake replays through the chain-of-thought "
         "adapter; TRAIL and Who&When are localization-only (there is no environment to replay). "
-        f"{LIVE} runs the table-QA demo agent with the configured model on WikiTableQuestions questions (DATA/wtq), "
-        "keeps the runs whose answer is wrong, and applies each method to the same failed runs with the same model "
-        "(replays through LangGraph); it reports, per method, the failures corrected and verified.",
+        f"{LIVE} runs a demo agent (--agent: the LangGraph table-QA agent, or the OpenAI-tool-loop SQL agent) with "
+        "the configured model on WikiTableQuestions questions (DATA/wtq), keeps the runs whose answer is wrong, and "
+        "applies each method to the same failed runs with the same model (replays through LangGraph, or the OpenAI "
+        "tool-loop adapter); it reports, per method, the failures corrected and verified.",
     )
     parser.add_argument("--benchmark", required=True, choices=(*BENCHMARKS, LIVE))
     parser.add_argument(
@@ -53,6 +55,13 @@ def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument("--limit", type=positive_int, help=f"at most N traces (for {LIVE}: stop after N failed runs)")
     parser.add_argument(
         "--max-steps", type=int, default=6, help=f"{LIVE}: tool calls an agent run may make (default 6, as the demo)"
+    )
+    parser.add_argument(
+        "--agent",
+        choices=AGENTS,
+        default="table",
+        help=f"{LIVE}: the agent that answers: table (LangGraph, table tools; the default) or sql (a plain OpenAI tool "
+        "loop writing DuckDB SQL, its results JSON and DuckDB's own errors)",
     )
     parser.add_argument("--seed", type=int, help="shuffle the traces with this seed before --limit")
     parser.add_argument(
@@ -113,6 +122,8 @@ def _eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"--method: choose one of {', '.join(METHODS)}")
     if args.exclude:
         raise ConfigError(f"--exclude names questions of {LIVE}; {args.benchmark} samples its traces by --seed")
+    if args.agent != "table":
+        raise ConfigError(f"--agent chooses the agent of {LIVE}; {args.benchmark} attributes recorded traces")
     if args.max_replays is not None and args.benchmark not in REPLAYABLE:
         raise ConfigError(f"--max-replays: {args.benchmark} is localization-only, nothing is replayed")
     print(
@@ -166,7 +177,7 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
         raise ConfigError("--max-steps must be at least 1")
     check_methods(methods)  # before the model starts: that can take minutes
     llm = make_llm(LLMConfig.from_env())
-    print(f"{LIVE}: model {llm.model_name}; methods {', '.join(methods)}", file=sys.stderr)
+    print(f"{LIVE}: {args.agent} agent, model {llm.model_name}; methods {', '.join(methods)}", file=sys.stderr)
     exclude = tuple(q.strip() for q in (args.exclude or "").split(",") if q.strip())
     options = LiveOptions(
         methods,
@@ -176,14 +187,23 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
         args.seed,
         config,
         exclude=exclude,
+        agent=args.agent,
         max_replays=args.max_replays,
     )
     provider = instrumented_provider()
+    if args.agent == "sql":
+        from reflect_otel.demo.sql_agent import chat_client
+
+        client, model = chat_client(llm)  # the agent runs on the configured endpoint, as the auditor does
+        run_agent, rebuild = sql_agent_runs(client, model, provider, max_steps=args.max_steps)
+    else:
+        run_agent = table_agent_runs(llm, provider, max_steps=args.max_steps)
+        rebuild = table_agent_rebuilt(llm, provider, max_steps=args.max_steps)
     metrics = run_live_eval(
         options,
         llm,
-        table_agent_runs(llm, provider, max_steps=args.max_steps),
-        rebuild=table_agent_rebuilt(llm, provider, max_steps=args.max_steps),
+        run_agent,
+        rebuild=rebuild,
         progress=lambda text: print(text, file=sys.stderr, flush=True),
     )
     print((args.out / "metrics.md").read_text())
@@ -198,15 +218,15 @@ def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps:
     """Runs the table-QA demo agent on a question, captures its trace from ``provider`` (which must carry the
     LangChain instrumentation) and gives the LangGraph adapter that replays it from the run's checkpoints, greedily
     as it ran (``deterministic``), its proposals sampled."""
+    from reflect_otel.capture import recorded_run
     from reflect_otel.demo.table_agent import TableQAAgent
     from reflect_otel.demo.wtq import WTQQuestion
     from reflect_otel.evaluation.live import AgentRun
-    from reflect_otel.replay_adapters._capture import captured
     from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 
     def run(question: WTQQuestion) -> AgentRun:
         agent = TableQAAgent(question, llm, max_steps=max_steps)
-        with captured(provider, "table_qa", replay=False) as capture:
+        with recorded_run(provider, "table_qa") as capture:
             answer = agent.answer(thread_id=f"{LIVE}-{question.id}-{uuid.uuid4().hex[:8]}")
         trace = capture.trace
         assert trace is not None
@@ -238,6 +258,43 @@ def table_agent_rebuilt(llm: StructuredLLM, provider: TracerProvider, *, max_ste
         return AgentRun(answer=trace.final_answer or "", trace=trace, replay=adapter, context=agent.table_context)
 
     return rebuilt
+
+
+def sql_agent_runs(client: Any, model: str, provider: TracerProvider, *, max_steps: int) -> tuple[RunAgent, RebuildRun]:
+    """Runs of the SQL demo agent (a plain OpenAI tool loop with ``client`` and ``model``; ``provider`` must carry
+    the OpenAI instrumentation), each with the OpenAI tool-loop adapter that replays it from its recorded requests,
+    greedily as it ran (``deterministic``), proposing with the agent's own client; and the same for a stored run (the
+    agent's tools are read-only: a fresh agent on the question is the one that ran)."""
+    from reflect_otel.capture import recorded_run
+    from reflect_otel.demo.sql_agent import SQLAgent
+    from reflect_otel.demo.wtq import WTQQuestion
+    from reflect_otel.evaluation.live import AgentRun
+    from reflect_otel.replay_adapters.openai_loop import OpenAIToolLoopReplayAdapter
+
+    def adapter(agent: SQLAgent) -> OpenAIToolLoopReplayAdapter:
+        return OpenAIToolLoopReplayAdapter(
+            agent.resume,
+            tracer_provider=provider,
+            execute_tool=agent.execute_tool,
+            client=client,
+            deterministic=True,
+        )
+
+    def run(question: WTQQuestion) -> AgentRun:
+        agent = SQLAgent(question, client, model=model, tracer_provider=provider, max_steps=max_steps)
+        with recorded_run(provider, "sql_agent") as capture:
+            answer = agent.answer()
+        trace = capture.trace
+        assert trace is not None
+        return AgentRun(answer=answer, trace=trace, replay=adapter(agent), context=agent.table_context)
+
+    def rebuilt(question: WTQQuestion, trace: StructuredTrace) -> AgentRun:
+        agent = SQLAgent(question, client, model=model, tracer_provider=provider, max_steps=max_steps)
+        return AgentRun(
+            answer=trace.final_answer or "", trace=trace, replay=adapter(agent), context=agent.table_context
+        )
+
+    return run, rebuilt
 
 
 def _compare(args: argparse.Namespace) -> int:

@@ -3,12 +3,13 @@ each: BIG-Bench Mistake (chains of thought), TRAIL (agent span trees), Who&When 
 
 from __future__ import annotations
 
-from reflect_otel.datasets.bbm import BBM_TASKS, DatasetItem, bbm_item, is_bbm_row, read_bbm
+from reflect_otel.datasets.bbm import BBM_TASKS, BBMVerifier, DatasetItem, bbm_item, is_bbm_row, read_bbm
 from reflect_otel.datasets.trail import TrailImport, is_trail_document, read_trail_file
 from reflect_otel.datasets.who_and_when import WhoAndWhenLog, read_who_and_when
 
 __all__ = [
     "BBM_TASKS",
+    "BBMVerifier",
     "DatasetItem",
     "TrailImport",
     "WhoAndWhenLog",

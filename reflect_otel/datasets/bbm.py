@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from reflect_otel.errors import InputError
+from reflect_otel.judge import answer_value
 from reflect_otel.trace import ErrorLabel, Step, StepKind, StructuredTrace, TraceSource
+from reflect_otel.verdict import Verdict
+from reflect_otel.verifiers import extract_answer
 
-__all__ = ["BBM_TASKS", "DatasetItem", "bbm_item", "is_bbm_row", "read_bbm"]
+__all__ = ["BBM_TASKS", "BBMVerifier", "DatasetItem", "bbm_item", "extract_bbm_answer", "is_bbm_row", "read_bbm"]
 
 BBM_TASKS = {
     "word_sorting": "Sort a list of words alphabetically.",
@@ -100,3 +104,51 @@ def read_bbm(path: Path) -> Iterator[DatasetItem]:
                 yield bbm_item(row, path.stem)
             except (ValueError, InputError) as error:
                 raise InputError(f"{path}:{number}: {error}") from None
+
+
+# -- the verifier -------------------------------------------------------------------------------------------
+_CHOICE = re.compile(r"\(([A-Z])\)")
+_BRACKETS = re.compile(r"[\[\](){}<>]")
+_SIGNED_NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
+
+
+def extract_bbm_answer(text: str | None, *, target: str) -> str | None:
+    """A BIG-Bench-Mistake answer in the form of ``target``: ``(C)``, a number, a bracket sequence, or words."""
+    stated = extract_answer(text)
+    if stated is None:
+        return None
+    if _CHOICE.fullmatch(target.strip()):
+        choices = _CHOICE.findall(stated)
+        if choices:
+            return f"({choices[-1]})"
+        bare = re.fullmatch(r"\(?([A-Z])\)?", stated.strip())
+        return f"({bare.group(1)})" if bare else None
+    if _number(target) is not None:
+        numbers = _SIGNED_NUMBER.findall(stated.replace(",", ""))
+        return numbers[-1] if numbers else None
+    if target.strip() and not _BRACKETS.sub("", target).strip():
+        return " ".join(_BRACKETS.findall(stated)) or None
+    return " ".join(re.sub(r"[^\w'\s-]", " ", stated.lower()).split()) or None
+
+
+class BBMVerifier:
+    """BIG-Bench-Mistake: extract in the target's form, then compare case-insensitively. Word order matters
+    (word sorting is about order)."""
+
+    name = "bbm"
+
+    def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
+        if expected is None:
+            return Verdict(verifier=self.name, is_correct=None, confidence=0.0, reasoning="no target answer")
+        extracted = extract_bbm_answer(trace.final_answer, target=expected)
+        if extracted is None:
+            return Verdict(verifier=self.name, is_correct=False, reasoning="no answer in the target's form")
+        if _number(expected) is not None:
+            correct = _number(extracted) == _number(expected)
+        else:
+            correct = " ".join(extracted.lower().split()) == " ".join(expected.lower().split())
+        return Verdict(verifier=self.name, is_correct=correct, extracted_answer=extracted)
+
+
+def _number(text: str) -> float | None:
+    return answer_value(text).number

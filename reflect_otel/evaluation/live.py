@@ -1,6 +1,7 @@
-"""``eval --benchmark wtq-live``: REFLECT's claim measured live. The demo agent answers WikiTableQuestions questions
-with the configured model; each run whose answer is wrong is attributed by every chosen method, from the same run,
-with the same model, before the next question (the agent's replay state lives in this process).
+"""``eval --benchmark wtq-live``: REFLECT's claim measured live. A demo agent (the LangGraph table-QA agent, or the
+OpenAI-tool-loop SQL agent: ``--agent``) answers WikiTableQuestions questions with the configured model; each run
+whose answer is wrong is attributed by every chosen method, from the same run, with the same model, before the next
+question (the agent's replay state lives in this process).
 
 Resumable: a JSON line per question when its agent run finishes, and the updated line again after each method (the
 last line of a question wins), so a stop loses at most the method running; on resume the stored failure's missing
@@ -14,12 +15,13 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from reflect_otel.config import ReflectConfig
+from reflect_otel.controls import PlanPool
 from reflect_otel.demo.wtq import WTQQuestion, load_questions
 from reflect_otel.errors import InputError
 from reflect_otel.evaluation.metrics import mean_se
@@ -27,7 +29,7 @@ from reflect_otel.evaluation.run_config import write_run_config
 from reflect_otel.evaluation.runner import read_done
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.methods import METHODS, method_spec
-from reflect_otel.record import AttributionStatus, ReplayArm
+from reflect_otel.record import AttributionRecord, AttributionStatus, ReplayArm
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.service import AttributionService
 from reflect_otel.trace import StructuredTrace
@@ -72,6 +74,8 @@ class LiveOptions:
     config: ReflectConfig = field(default_factory=ReflectConfig)
     exclude: tuple[str, ...] = ()
     """Question ids never run (the demo's, when measuring on questions it was not tuned on)."""
+    agent: str = "table"
+    """Which demo agent answers (recorded in the run's configuration; a run is resumed with the same agent)."""
     max_replays: int | None = None
     """Replays each method may run per failed run, controls included (the same budget for every method compared);
     None: no cap. The agent runs and replays greedily; proposals are sampled at the configuration's
@@ -89,7 +93,9 @@ def _questions(options: LiveOptions) -> list[WTQQuestion]:
     return questions
 
 
-def _method_row(llm: StructuredLLM, method: str, options: LiveOptions, run: AgentRun, expected: str) -> dict[str, Any]:
+def _method_row(
+    llm: StructuredLLM, method: str, options: LiveOptions, run: AgentRun, expected: str, plans: PlanPool
+) -> dict[str, Any]:
     replay: ReplayAdapter = run.replay  # this run's agent, alive in this process
     service = AttributionService(
         llm,
@@ -98,6 +104,7 @@ def _method_row(llm: StructuredLLM, method: str, options: LiveOptions, run: Agen
         config=options.config,
         replay_finder=lambda _t, _l: replay,
         max_replays=options.max_replays,
+        plans=plans,  # the placebo draws on the plans written for the other failures of this evaluation
     )
     started = time.perf_counter()
     outcome = service.process(run.trace, expected=expected, domain_context=run.context)
@@ -171,6 +178,7 @@ def run_live_eval(
         options.out,
         {
             "benchmark": "wtq-live",
+            "agent": options.agent,
             "methods": list(options.methods),
             "data": str(options.data),
             "limit_failed_runs": options.limit,
@@ -182,15 +190,16 @@ def run_live_eval(
             "reflect_config": options.config.model_dump(mode="json"),
         },
         # methods may be added; runs made before controlled verification cannot be resumed by it
-        defining=("seed", "exclude", "max_replays", "verification", "model", "reflect_config"),
-        absent_means={"verification": "uncontrolled"},
+        defining=("agent", "seed", "exclude", "max_replays", "verification", "model", "reflect_config"),
+        absent_means={"verification": "uncontrolled", "agent": "table"},
     )
     failed_runs = sum(1 for r in done.values() if not r["correct"])
+    plans = _stored_plans(done.values())
     errors_in_a_row = 0
     by_id = {q.id: q for q in questions}
     with results.open("a", encoding="utf-8") as out:
         if rebuild is not None:
-            _add_methods(done, by_id, options, llm, rebuild, out, say)
+            _add_methods(done, by_id, options, llm, rebuild, out, say, plans)
         for question in questions:
             if options.limit is not None and failed_runs >= options.limit:
                 break
@@ -229,7 +238,7 @@ def run_live_eval(
             if not correct:
                 failed_runs += 1
                 for name in options.methods:
-                    row["methods"][name] = _attributed(llm, name, options, run, question, say)
+                    row["methods"][name] = _attributed(llm, name, options, run, question, say, plans)
                     _append(out, row)
     metrics = live_metrics(list(done.values()), options.methods)
     (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
@@ -245,6 +254,7 @@ def _add_methods(
     rebuild: RebuildRun,
     out: Any,
     say: Progress,
+    plans: PlanPool,
 ) -> None:
     """Give each method not yet run on a stored failure that failure, replayed from its trace; append the row after
     each method, so a stop loses at most the method running."""
@@ -256,7 +266,7 @@ def _add_methods(
         say(f"{question.id}: stored failure; adding {', '.join(missing)}")
         run = rebuild(question, StructuredTrace.model_validate(stored["trace"]))
         for name in missing:
-            stored["methods"][name] = _attributed(llm, name, options, run, question, say)
+            stored["methods"][name] = _attributed(llm, name, options, run, question, say, plans)
             _append(out, stored)
 
 
@@ -266,11 +276,29 @@ def _append(out: Any, row: dict[str, Any]) -> None:
     out.flush()
 
 
+def _stored_plans(rows: Iterable[dict[str, Any]]) -> PlanPool:
+    """The plans written for the failures already stored (a resumed evaluation's placebo draws on them too)."""
+    plans = PlanPool()
+    for row in rows:
+        trace = row.get("trace") or {}
+        for method in (row.get("methods") or {}).values():
+            if isinstance(method, dict) and isinstance(method.get("record"), dict) and trace.get("trace_id"):
+                record = AttributionRecord.model_validate(method["record"])
+                plans.add_plan(str(trace["trace_id"]), str(trace.get("question") or row.get("question", "")), record)
+    return plans
+
+
 def _attributed(
-    llm: StructuredLLM, name: str, options: LiveOptions, run: AgentRun, question: WTQQuestion, say: Progress
+    llm: StructuredLLM,
+    name: str,
+    options: LiveOptions,
+    run: AgentRun,
+    question: WTQQuestion,
+    say: Progress,
+    plans: PlanPool,
 ) -> dict[str, Any]:
     say(f"{question.id}: {name}: attributing")
-    row = _method_row(llm, name, options, run, question.expected)
+    row = _method_row(llm, name, options, run, question.expected, plans)
     say(
         f"{question.id}: {name}: {row['status']} at step {row['step']}, "
         f"{'flipped' if row['flipped'] else 'no flip'} ({row['replays']} replays, {row['llm_calls']} calls, "
@@ -292,11 +320,13 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
     }
     for name in methods:
         attributed = [r["methods"][name] for r in failed if name in r["methods"]]
-        scored = [m for m in attributed if not m["failed"]]
+        ran = [m for m in attributed if m["status"] != AttributionStatus.SKIPPED.value]
+        scored = [m for m in ran if not m["failed"]]
         fidelity = [m["fidelity"] for m in scored if m.get("fidelity")]
         out["methods"][name] = {
             "runs": len(attributed),
-            "failed": len(attributed) - len(scored),
+            "failed": len(ran) - len(scored),
+            "skipped": len(attributed) - len(ran),  # nothing to test (the placebo before any other plan)
             "replayed_runs": sum(1 for m in scored if m["replays"]),  # a method that replays nothing corrects nothing
             "flipped": mean_se([1.0 if m.get("flipped", m.get("corrected")) else 0.0 for m in scored]),
             "verified": mean_se([1.0 if m["status"] == AttributionStatus.VERIFIED.value else 0.0 for m in scored]),
@@ -343,6 +373,10 @@ def _cell(stat: dict[str, Any], *, percent: bool = False, digits: int = 1) -> st
     return f"{stat['mean'] * scale:.{digits}f}{unit} ± {stat['se'] * scale:.{digits}f}"
 
 
+def _skipped(method: dict[str, Any]) -> str:
+    return f" ({method['skipped']} not run: nothing to test)" if method.get("skipped") else ""
+
+
 def live_metrics_markdown(metrics: dict[str, Any], model: str) -> str:
     lines = [
         f"wtq-live, model {model}: {metrics['questions']} questions, {metrics['agent_correct']} answered right, "
@@ -359,7 +393,7 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str) -> str:
         share = m.get("cached_share")
         fidelity = m.get("fidelity") or {"reproduced": 0, "controls": 0}
         lines.append(
-            f"| {name} | {m['runs']} | {m['failed']} | {m.get('replayed_runs', '-')} | "
+            f"| {name} | {m['runs']} | {m['failed']}{_skipped(m)} | {m.get('replayed_runs', '-')} | "
             f"{_cell(m['flipped'], percent=True)} | {_cell(m['verified'], percent=True)} | "
             f"{_cell(m['not_attributable'], percent=True)} | {fidelity['reproduced']} of {fidelity['controls']} | "
             f"{_cell(m['replays'])} ({_cell(m['control_replays'])}) | {_cell(m['proposals'])} | "

@@ -51,7 +51,7 @@ def _find(data: Path, *names: str) -> Path:
 
 
 def _bbm(data: Path) -> Iterator[EvalItem]:
-    from reflect_otel.verifiers import BBMVerifier
+    from reflect_otel.datasets.bbm import BBMVerifier
 
     folder = _find(data, "bbm")
     files = sorted(folder.glob("*.jsonl"))

@@ -13,6 +13,7 @@ from typing import Any
 
 from reflect_otel import prompts
 from reflect_otel.config import ReflectConfig
+from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.errors import InputError, LLMError
 from reflect_otel.evaluation.loaders import EvalItem, load_benchmark
 from reflect_otel.evaluation.metrics import Prediction, compute_metrics, metrics_markdown
@@ -22,7 +23,7 @@ from reflect_otel.methods import METHODS
 from reflect_otel.record import AttributionMode, AttributionRecord, AttributionStatus, ReplayArm
 from reflect_otel.replay import find_replay_adapter
 from reflect_otel.service import AttributionService
-from reflect_otel.verifiers import BBMVerifier, OracleVerifier
+from reflect_otel.verifiers import OracleVerifier
 
 __all__ = ["REPLAYABLE", "EvalOptions", "read_done", "run_eval"]
 

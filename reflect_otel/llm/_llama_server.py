@@ -1,5 +1,6 @@
 """``python -m reflect_otel.llm._llama_server ARGS``: llama-cpp-python's server (same arguments), with its prompt
-cache holding to ``--cache_size`` in real bytes.
+cache holding to ``--cache_size`` in real bytes, and native tool calling through the chat format ``reflect-tools``
+(:mod:`reflect_otel.llm._tool_calls`).
 
 llama-cpp-python's RAM cache counts a saved state by its KV cells alone, but each state also copies the logits of
 its prompt tokens (vocabulary x 4 bytes a token: 0.6 MB a token of Qwen2.5, against 29 kB a token of KV).
@@ -44,6 +45,10 @@ def _last_logits_only(save_state: Callable[[Any], Any]) -> Callable[[Any], Any]:
 def main() -> None:
     from llama_cpp import Llama, llama_cache
 
+    from reflect_otel.llm import _tool_calls
+
+    _tool_calls.register()
+    _tool_calls.accept_null_content()
     llama_cache.LlamaRAMCache.cache_size = property(_cache_size)  # type: ignore[assignment,method-assign]
     Llama.save_state = _last_logits_only(Llama.save_state)  # type: ignore[assignment,method-assign]
     runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)

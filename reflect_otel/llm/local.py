@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from reflect_otel.config import LLMConfig, SchemaMode
 from reflect_otel.errors import LLMError, MissingDependencyError
+from reflect_otel.llm._tool_calls import HANDLER_NAME
 from reflect_otel.llm.base import ChatMessage, LLMUsage, estimated_tokens
 from reflect_otel.llm.models import ResolvedModel, resolve_local_model
 from reflect_otel.llm.openai_compat import OpenAICompatibleLLM
@@ -136,6 +137,8 @@ class LocalLlamaServer:
             str(cache_budget_bytes),
             "--logits_all",
             str(all_logits).lower(),
+            "--chat_format",  # the model's own template, with tool calls returned as tool_calls
+            HANDLER_NAME,
             "--verbose",
             "true",
         )

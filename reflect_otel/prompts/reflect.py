@@ -63,7 +63,7 @@ class ClassificationOutput(BaseModel):
 ArgumentValue = str | int | float | bool
 """A value in a structured next action. Beyond the paper's schema: a value the model writes as a JSON field is kept
 whole, where inside a text field a double quote ends the string under schema-constrained decoding (live, a plan
-``filter_rows({"value": ...})`` was cut at its first quote)."""
+``search({"value": ...})`` was cut at its first quote)."""
 
 
 class DiagnosisOutput(BaseModel):

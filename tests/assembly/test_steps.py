@@ -1,4 +1,4 @@
-"""Step drafts and the two passes that shape them: chain of thought, final answer."""
+"""Step drafts and the two passes that shape them: chain of thought, final answer (by how the run ends)."""
 
 from __future__ import annotations
 
@@ -41,22 +41,43 @@ def test_a_lone_reply_splits_into_its_lines_with_the_tokens_on_the_first() -> No
     assert split_chain_of_thought((_reply("one line"),)) == (_reply("one line"),)
 
 
-def test_the_last_final_answer_tool_call_wins_over_a_later_reply() -> None:
-    drafts = (_call("search"), _call("Final_Answer"), _reply("bye"))
-    marked = mark_final_answer(drafts)
-    assert [d.kind for d in marked] == [StepKind.TOOL_CALL, StepKind.FINAL_ANSWER, StepKind.REASONING]
-    assert [d.is_final_answer for d in marked] == [False, True, False]
+def test_a_reply_after_an_answer_tool_call_is_the_answer() -> None:
+    """How the run ends says which step answers: a model turn after the call is the run's last word."""
+    drafts = (_call("search"), _call("Final_Answer")._replace(tool_args={"answer": "bye"}), _reply("bye"))
+    marked = mark_final_answer(drafts, ("bye",))
+    assert [d.kind for d in marked] == [StepKind.TOOL_CALL, StepKind.TOOL_CALL, StepKind.FINAL_ANSWER]
+    assert [d.is_final_answer for d in marked] == [False, False, True]
 
 
-@pytest.mark.parametrize("tool", ["final_result", "Submit", "answer", "submit_final_answer"])
-def test_each_final_answer_tool_gives_the_answer_step(tool: str) -> None:
-    """pydantic-ai's output tool, Inspect's submit and the rest: the one list assembly and corrections share."""
-    marked = mark_final_answer((_call("search"), _call(tool)._replace(tool_args={"answer": "42"})))
+@pytest.mark.parametrize(
+    ("tool", "result", "outputs"),
+    [
+        ("final_result", "Final result processed.", ("42",)),  # pydantic-ai: the agent's output is the argument
+        ("Submit", "42", ()),  # Inspect: submit returns its answer (the run's output is not recorded)
+        ("submit_final_answer", None, ("  42 ",)),
+        ("respond", None, ("42",)),  # no name is needed: the call that ended the run carries its answer
+    ],
+)
+def test_a_last_call_carrying_the_runs_answer_is_the_answer_step(
+    tool: str, result: str | None, outputs: tuple[str, ...]
+) -> None:
+    """pydantic-ai's output tool, Inspect's submit and any agent's own: the call that ended the run with its answer."""
+    last = _call(tool)._replace(tool_args={"answer": "42"}, tool_result=result)
+    marked = mark_final_answer((_call("search"), last), outputs)
     assert [d.is_final_answer for d in marked] == [False, True]
     assert marked[-1].step(2).kind is StepKind.FINAL_ANSWER
 
 
-def test_without_such_a_tool_the_last_reply_is_the_answer_and_a_last_tool_call_is_not() -> None:
+def test_a_last_call_without_the_runs_answer_is_no_answer_whatever_its_name() -> None:
+    """A run that stopped on a search, or on an answer tool given something else than what the run answered."""
+    for tool, args in (("search", {"q": "the answer"}), ("final_answer", {"answer": "41"}), ("answer", {})):
+        drafts = (_reply("thinking"), _call(tool)._replace(tool_args=args, tool_result="ok"))
+        assert mark_final_answer(drafts, ("42",)) == drafts
+    earlier = (_call("final_answer")._replace(tool_args={"answer": "42"}, tool_result="42"), _call("search"))
+    assert mark_final_answer(earlier, ("42",)) == earlier  # an answer call the run went on after is not its end
+
+
+def test_without_such_a_call_the_last_reply_is_the_answer_and_a_last_tool_call_is_not() -> None:
     assert mark_final_answer((_call("search"), _reply("42")))[-1].kind is StepKind.FINAL_ANSWER
     assert mark_final_answer((_reply("thinking"), _call("search"))) == (_reply("thinking"), _call("search"))
     assert mark_final_answer(()) == ()

@@ -1,12 +1,23 @@
-"""Capturing the spans of a replay: one processor per tracer provider keeps the spans of watched traces, and
-:func:`captured` runs a block under a fresh root span and assembles what it produced."""
+"""The trace of a run just made, in process: :func:`recorded_run` runs a block (an agent run) under a fresh root span
+on the tracer provider the agent's instrumentation writes to, and assembles the spans it produced into a
+:class:`~reflect_otel.trace.StructuredTrace`, for a user's own evaluation or a replay adapter's continuation.
+
+One span processor per provider keeps the spans of the traces being watched (and nothing else), so the block's
+spans are taken whole even while other traces run on the provider.
+
+Example::
+
+    with recorded_run(provider, "my_agent") as run:
+        answer = agent(question)
+    trace = run.trace  # steps, question, final answer
+"""
 
 from __future__ import annotations
 
 import threading
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
 from opentelemetry.context import Context
@@ -14,12 +25,12 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.trace import format_trace_id, use_span
 
 from reflect_otel.assembly import assemble_trace
-from reflect_otel.errors import ReplayError
+from reflect_otel.errors import ConfigError, ReplayError
 from reflect_otel.semconv import OpenInferenceSpanKindValues, ReflectAttributes, SpanAttributes
 from reflect_otel.spans import SpanRecord, span_record_from_readable
 from reflect_otel.trace import StructuredTrace
 
-__all__ = ["Captured", "captured"]
+__all__ = ["Captured", "captured", "recorded_run"]
 
 
 class _SpanCapture(SpanProcessor):
@@ -84,7 +95,11 @@ def captured(provider: TracerProvider, name: str, *, replay: bool = True) -> Ite
     be the provider the agent's instrumentation writes to; then assemble the spans of that trace. ``replay`` marks
     every span of the trace ``reflect.replay`` (our collectors skip traces holding such a span)."""
     if not isinstance(provider, TracerProvider):
-        raise ReplayError("replay needs the SDK TracerProvider the agent's OpenInference instrumentation uses")
+        error = ReplayError if replay else ConfigError
+        raise error(
+            f"{'replay' if replay else 'recording a run'} needs the SDK TracerProvider "
+            "(opentelemetry.sdk.trace.TracerProvider) the agent's OpenInference instrumentation writes to"
+        )
     capture = _capture_for(provider)
     tracer = provider.get_tracer("reflect_otel.replay")
     result = Captured()
@@ -105,4 +120,12 @@ def captured(provider: TracerProvider, name: str, *, replay: bool = True) -> Ite
     finally:
         spans = capture.take(trace_id)
         result.records = [r for r in (span_record_from_readable(s) for s in spans) if r is not None]
-    result.trace = assemble_trace(result.records, collector="replay")
+    result.trace = assemble_trace(result.records, collector="replay" if replay else "capture")
+
+
+def recorded_run(provider: TracerProvider, name: str = "run") -> AbstractContextManager[Captured]:
+    """Run the ``with`` block as one new trace named ``name`` on ``provider`` (the SDK provider the agent's
+    OpenInference instrumentation writes to) and fill in the returned :class:`Captured` when the block ends: its
+    span records and the assembled ``trace``. The spans still go to the provider's exporters as usual (an application
+    run, not a replay). Raises :class:`~reflect_otel.errors.ConfigError` when ``provider`` is not an SDK provider."""
+    return captured(provider, name, replay=False)

@@ -1,0 +1,354 @@
+"""Reading what tools answer, as any tool writes it: JSON objects and arrays, library error messages (DuckDB,
+PostgreSQL, SQLite, Python exceptions, HTTP problem+json) and prose. No LLM; every function is bounded in the text it
+reads and never raises on content.
+
+What the evidence checks and the correction rules ask of a tool result:
+
+- :func:`reads_as_error`: the call failed (an error line as a library writes it, an exception, an object whose
+  ``error`` says so, a problem+json body with an error status);
+- :func:`reads_as_empty`: it succeeded and returned nothing (``[]``, an object whose row set is empty or whose count
+  is 0, ``0 rows``);
+- :func:`hints`: the values it offers instead (keys naming the available, valid or existing values; ``Candidate
+  bindings:``, ``Did you mean``, ``HINT: Perhaps you meant``; prose such as ``must be one of a, b``);
+- :func:`named`: what an error names as wrong (``column "x" does not exist``, ``no such column: x``);
+- :func:`shown_fields`: the data a result shows, field by field (JSON rows, ``columns`` + ``rows``, Markdown tables).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = [
+    "HEAD_CHARS",
+    "hints",
+    "listed_in_prose",
+    "named",
+    "parsed",
+    "reads_as_empty",
+    "reads_as_error",
+    "shown_fields",
+    "shown_names",
+]
+
+HEAD_CHARS = 4000
+"""Only the head of a result is read for hints and names: they come with the failure, and rules must stay cheap."""
+_MAX_JSON_CHARS = 200_000
+_MAX_DEPTH = 4
+_MAX_OPTIONS = 100
+_MAX_OPTION_CHARS = 80
+_MAX_ROWS = 200
+
+# -- JSON -------------------------------------------------------------------------------------------------------
+_HINT_KEY = re.compile(
+    r"avail|valid|exist|allow|known|support|possib|suggest|candidat|did.?you.?mean|option|choice|alternativ|"
+    r"similar|closest|nearest|expected|accepted|permitted|hint",
+    re.IGNORECASE,
+)
+"""Keys whose values are the values a tool offers instead of the one it was given."""
+_ERROR_KEYS = frozenset({"error", "errors", "exception", "error_message", "errormessage", "fault"})
+_COUNT_KEY = re.compile(r"^(n|num|count|total|size|length|hits|matches)$|count$|^num_|^n_|^total_", re.IGNORECASE)
+
+
+def parsed(text: str | None) -> Any | None:
+    """``text`` as a JSON object or array (None for anything else, or over 200,000 characters)."""
+    if not text:
+        return None
+    stripped = text.strip()
+    if not stripped.startswith(("{", "[")) or len(stripped) > _MAX_JSON_CHARS:
+        return None
+    try:
+        value = json.loads(stripped)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict | list) else None
+
+
+def _truthy(value: Any) -> bool:
+    return value not in (None, False, "", [], {}, 0)
+
+
+def _json_error(value: Any) -> bool:
+    """An object that reports a failure: a truthy ``error``-like key, ``ok``/``success`` false with a message, or an
+    HTTP problem (RFC 9457: ``title`` or ``detail`` with a ``status`` of 400 or more)."""
+    if not isinstance(value, dict):
+        return False
+    keys = {str(k).casefold(): v for k, v in value.items()}
+    if any(_truthy(keys.get(k)) for k in _ERROR_KEYS):
+        return True
+    if (keys.get("ok") is False or keys.get("success") is False) and any(
+        _truthy(keys.get(k)) for k in ("message", "detail", "reason", "msg")
+    ):
+        return True
+    status = keys.get("status", keys.get("status_code", keys.get("code")))
+    return (
+        isinstance(status, int)
+        and not isinstance(status, bool)
+        and 400 <= status < 600
+        and any(isinstance(keys.get(k), str) for k in ("title", "detail", "message"))
+    )
+
+
+def _json_empty(value: Any) -> bool:
+    """An empty array; or an object (not an error) whose count-like key is 0, or whose arrays of data (keys that do
+    not name hints) are all empty, with at least one such array."""
+    if isinstance(value, list):
+        return not value
+    if not isinstance(value, dict) or _json_error(value):
+        return False
+    counts = [
+        v for k, v in value.items() if _COUNT_KEY.search(str(k)) and isinstance(v, int) and not isinstance(v, bool)
+    ]
+    if counts and all(c == 0 for c in counts):
+        return True
+    data = [v for k, v in value.items() if isinstance(v, list) and not _HINT_KEY.search(str(k))]
+    return bool(data) and not counts and all(not v for v in data)
+
+
+# -- library and prose errors -------------------------------------------------------------------------------------
+_ERROR_START = re.compile(
+    r"^\s*[\[(]?(error|exception|traceback|failed|failure|invalid|not found|no such|unknown|denied|forbidden|"
+    r"timed? ?out|unauthori[sz]ed|cannot|could not|unable to)\b",
+    re.IGNORECASE,
+)
+_LIBRARY_ERROR = re.compile(
+    # DuckDB "Binder Error: ...", psql "ERROR:  ...", a Python exception "ValueError: ..." or
+    # "psycopg.errors.UndefinedColumn: ...", a traceback anywhere
+    r"^\s*(?:[A-Z][A-Za-z]*(?: [A-Z][A-Za-z]*)* Error|ERROR|FATAL|[\w.]+\.[A-Z]\w+|[A-Z]\w*(?:Error|Exception|Warning))"
+    r": |Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception): ",
+    re.MULTILINE,
+)
+_ERROR_PHRASE = re.compile(
+    r"\b(does not exist|syntax error|not found|no such \w+|is not defined|permission denied|not allowed|"
+    r"validation errors? for|"
+    r"unknown (?:column|table|field|function|key|parameter|argument))\b",
+    re.IGNORECASE,
+)
+_SQL_CONTEXT = re.compile(r"^LINE \d+:", re.MULTILINE)
+
+
+def reads_as_error(result: str | None) -> bool:
+    """Whether a tool result reads as a failed call (see the module)."""
+    if not result:
+        return False
+    value = parsed(result)
+    if value is not None:
+        return _json_error(value)
+    head = result[:HEAD_CHARS]
+    first = head.strip().split("\n", 1)[0]
+    return bool(
+        _ERROR_START.match(head)
+        or _LIBRARY_ERROR.search(head)
+        or _SQL_CONTEXT.search(head)
+        or (len(first) <= 300 and _ERROR_PHRASE.search(first))
+    )
+
+
+_EMPTY_VALUES = frozenset({"", "[]", "{}", "()", "null", "none", "nil", '""', "''", "nan", "n/a", "undefined"})
+_EMPTY_TEXT = re.compile(
+    r"\b0 (rows?|results?|items?|matches|records?|hits|documents?|entries)\b|"
+    r"\bno (rows?|results?|items?|matches|records?|hits|documents?|entries|data)\b[^.\n]{0,20}\b"
+    r"(found|matched|returned|available)\b|\bnothing (was )?found\b|\bempty (result|response|list|table)\b",
+    re.IGNORECASE,
+)
+
+
+def reads_as_empty(result: str | None) -> bool:
+    """Whether a (successful) tool result returned nothing (see the module)."""
+    if result is None:
+        return False
+    stripped = result.strip()
+    if stripped.lower() in _EMPTY_VALUES:
+        return True
+    value = parsed(stripped)
+    if value is not None:
+        return _json_empty(value)
+    return bool(_EMPTY_TEXT.search(stripped[:300]))
+
+
+# -- hints ----------------------------------------------------------------------------------------------------------
+_LISTING = re.compile(
+    r"(?P<lead>[^\n;:?]{0,80}?)\b(?:include|includes|are|were|(?:is |must be |should be )?one of|should be|must be|"
+    r"available|valid(?: \w+)?|allowed|"
+    r"expected|options|choices|did you mean|possible values?|known(?: \w+)?|supported(?: \w+)?|such as|"
+    r"candidate bindings|candidates|perhaps you meant(?: to reference the \w+)?|maybe you meant|similar(?: \w+)?)\b"
+    r"\s*[:?]?\s*\[?(?P<items>[^\n;)\[\]]+)",
+    re.IGNORECASE,
+)
+_QUOTED_ITEM = re.compile(r"'([^'\n]{1,80})'|\"([^\"\n]{1,80})\"|`([^`\n]{1,80})`")
+_SPLIT = re.compile(r"\s*(?:,|\||\bor\b)\s*")
+
+
+def listed_in_prose(text: str) -> list[tuple[str, tuple[str, ...]]]:
+    """Every list of values prose offers, with the words that introduce it: ``values of X include: 'a', 'b'``,
+    ``columns are: a, b``, ``must be one of a, b``, ``did you mean 'a'?``, ``Candidate bindings: "a", "b"``.
+    Quoted items when the list quotes them."""
+    found = []
+    for match in _LISTING.finditer(text[:HEAD_CHARS]):
+        items = match.group("items")
+        quoted = [next(g for g in groups if g) for groups in _QUOTED_ITEM.findall(items)]
+        if quoted:
+            options = quoted
+        else:
+            options = [o.strip(" .'\"`[]{}") for o in _SPLIT.split(items)]
+            if len(options) < 2:  # an unquoted single word after "are" is prose, not a list
+                continue
+        kept = _kept(options)
+        if kept:
+            found.append((match.group("lead"), kept))
+    return found
+
+
+def _kept(options: Iterator[str] | list[str]) -> tuple[str, ...]:
+    out = dict.fromkeys(o for o in options if o and o != "..." and len(o) <= _MAX_OPTION_CHARS)
+    return tuple(out)[:_MAX_OPTIONS]
+
+
+def _walk(value: Any, depth: int = 0) -> Iterator[tuple[str, Any]]:
+    """``(key, value)`` of every member of nested objects (arrays walked through), to a bounded depth."""
+    if depth > _MAX_DEPTH:
+        return
+    if isinstance(value, dict):
+        for key, item in list(value.items())[:_MAX_OPTIONS]:
+            yield str(key), item
+            yield from _walk(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value[:_MAX_OPTIONS]:
+            yield from _walk(item, depth + 1)
+
+
+def _scalars(value: Any) -> list[str]:
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return [str(value)]
+    if isinstance(value, list):
+        return [str(v) for v in value if isinstance(v, str | int | float) and not isinstance(v, bool)]
+    return []
+
+
+def hints(result: str | None) -> list[tuple[str, tuple[str, ...]]]:
+    """The values a tool result offers instead of the one it was given, each list with the words that introduce it
+    (a JSON key such as ``valid_columns``, or prose): from JSON keys that name hints and from every text in it."""
+    if not result:
+        return []
+    value = parsed(result)
+    if value is None:
+        return listed_in_prose(result)
+    found: list[tuple[str, tuple[str, ...]]] = []
+    for key, item in _walk(value):
+        if _HINT_KEY.search(key):
+            options = _kept(
+                [v for v in _scalars(item)] or [str(k) for k in item] if isinstance(item, dict) else _scalars(item)
+            )
+            if options:
+                found.append((key.replace("_", " ").replace("-", " "), options))
+        elif isinstance(item, str):
+            found += listed_in_prose(item)
+    return found
+
+
+_QUOTED_NAME = re.compile(r"\"([^\"\n]{1,80})\"|'([^'\n]{1,80})'|`([^`\n]{1,80})`")
+_TRAILING_NAME = re.compile(r"\b(?:column|table|field|function|key|name|relation|attribute)s?:?\s+([\w.$-]{1,80})\s*$")
+
+
+def named(result: str | None) -> list[str]:
+    """What an error names as wrong: the quoted names of its message lines (``column "x" does not exist``), or the
+    name ending its first line (``no such column: x``, ``Table with name x does not exist!``). The lines that echo
+    the statement (``LINE 1: ...`` and its marker) and the lines that offer alternatives are not read."""
+    if not result:
+        return []
+    value = parsed(result)
+    texts = [item for _, item in _walk(value) if isinstance(item, str)] if value is not None else [result[:HEAD_CHARS]]
+    names: list[str] = []
+    for text in texts:
+        for line in text.splitlines()[:6]:
+            stripped = line.strip()
+            if not stripped or _SQL_CONTEXT.match(stripped) or set(stripped) <= {"^", " ", "~"}:
+                continue
+            offered = _LISTING.search(stripped)
+            if offered is not None:  # "Did you mean ...", "Candidate bindings: ...": alternatives, not the wrong name
+                stripped = stripped[: offered.end("lead")]
+            quoted = [next(g for g in groups if g) for groups in _QUOTED_NAME.findall(stripped)]
+            names += quoted
+            if not quoted:
+                trailing = _TRAILING_NAME.search(stripped.rstrip("!. "))
+                if trailing:
+                    names.append(trailing.group(1))
+                elif " with name " in stripped:
+                    names.append(stripped.split(" with name ", 1)[1].split()[0])
+    return list(dict.fromkeys(n for n in names if n.strip()))
+
+
+# -- data shown -----------------------------------------------------------------------------------------------------
+_RULE_LINE = re.compile(r"^\s*\|?\s*:?-{3,}")
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _markdown(text: str) -> Iterator[dict[str, list[str]]]:
+    lines = text[: HEAD_CHARS * 4].splitlines()
+    for i, line in enumerate(lines):
+        if "|" not in line or i + 1 >= len(lines) or not _RULE_LINE.match(lines[i + 1]):
+            continue
+        header = _cells(line)
+        if len(header) < 2 or len(set(header)) != len(header):
+            continue
+        rows = []
+        for row_line in lines[i + 2 : i + 2 + _MAX_ROWS]:
+            row = _cells(row_line)
+            if "|" not in row_line or len(row) != len(header):
+                break
+            rows.append(row)
+        if rows:
+            yield {name: [row[j] for row in rows] for j, name in enumerate(header)}
+
+
+def _json_tables(value: Any) -> Iterator[dict[str, list[str]]]:
+    """Arrays of row objects, and ``{"columns": [...], "rows": [[...], ...]}``, anywhere in ``value``."""
+    candidates = [value, *(item for _, item in _walk(value))]
+    for item in candidates:
+        if isinstance(item, list) and item and all(isinstance(r, dict) for r in item[:_MAX_ROWS]):
+            fields: dict[str, list[str]] = {}
+            for row in item[:_MAX_ROWS]:
+                for key, cell in row.items():
+                    if isinstance(cell, str | int | float) and not isinstance(cell, bool):
+                        fields.setdefault(str(key), []).append(str(cell))
+            if fields:
+                yield fields
+        elif isinstance(item, dict) and isinstance(item.get("columns"), list) and isinstance(item.get("rows"), list):
+            header = [c if isinstance(c, str) else str((c or {}).get("name", "")) for c in item["columns"]]
+            rows = [r for r in item["rows"][:_MAX_ROWS] if isinstance(r, list) and len(r) == len(header)]
+            if rows and all(header):
+                yield {name: [str(r[j]) for r in rows if r[j] is not None] for j, name in enumerate(header)}
+
+
+def shown_fields(text: str | None) -> dict[str, list[str]]:
+    """The values ``text`` shows under each field name (JSON rows, ``columns`` + ``rows``, Markdown tables),
+    distinct, in the order shown."""
+    if not text:
+        return {}
+    value = parsed(text)
+    tables = list(_json_tables(value)) if value is not None else list(_markdown(text))
+    out: dict[str, list[str]] = {}
+    for table in tables:
+        for name, cells in table.items():
+            out.setdefault(name, [])
+            out[name] += [c for c in cells if c not in out[name]]
+    return out
+
+
+def shown_names(text: str | None) -> list[str]:
+    """The field names ``text`` shows: those of its rows, and a schema's ``columns`` (names, or objects with a
+    ``name``)."""
+    names = list(shown_fields(text))
+    value = parsed(text)
+    for key, item in _walk(value) if value is not None else ():
+        if key.casefold() in ("columns", "fields") and isinstance(item, list):
+            for column in item[:_MAX_OPTIONS]:
+                name = column if isinstance(column, str) else column.get("name") if isinstance(column, dict) else None
+                if isinstance(name, str) and name and name not in names:
+                    names.append(name)
+    return names

@@ -1,0 +1,49 @@
+"""The datasets' files as ``import`` reads them (:class:`~reflect_otel.tracefile.FileReader` s, passed by the app to
+:func:`reflect_otel.collectors.files.import_files`): BIG-Bench-Mistake rows (each with its expected answer) and
+TRAIL trace files (with their annotations, read beside them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reflect_otel.assembly import AssemblyLimits
+from reflect_otel.datasets.bbm import bbm_item, is_bbm_row
+from reflect_otel.datasets.trail import is_trail_document, read_trail_file
+from reflect_otel.trace import EXPECTED_ANSWER_FIELD
+from reflect_otel.tracefile import FileReader, ImportedTrace
+
+__all__ = ["DATASET_READERS", "bbm_rows", "trail_annotations", "trail_file"]
+
+
+def trail_annotations(
+    path: Path, documents: list[object], *, max_bytes: int, limits: AssemblyLimits | None
+) -> list[ImportedTrace] | None:
+    """A TRAIL annotations file (``annotations/<name>.json``): read beside its trace, nothing of its own."""
+    return [] if path.suffix == ".json" and path.parent.name == "annotations" else None
+
+
+def bbm_rows(
+    path: Path, documents: list[object], *, max_bytes: int, limits: AssemblyLimits | None
+) -> list[ImportedTrace] | None:
+    """A BIG-Bench-Mistake file: a trace per row, with its expected answer."""
+    if not documents or not is_bbm_row(documents[0]):
+        return None
+    items = [bbm_item(row, path.stem) for row in documents]  # type: ignore[arg-type]
+    return [
+        ImportedTrace(item.trace, {EXPECTED_ANSWER_FIELD: item.expected} if item.expected is not None else None)
+        for item in items
+    ]
+
+
+def trail_file(
+    path: Path, documents: list[object], *, max_bytes: int, limits: AssemblyLimits | None
+) -> list[ImportedTrace] | None:
+    """A TRAIL trace file, its annotations mapped to steps."""
+    if len(documents) != 1 or not is_trail_document(documents[0]):
+        return None
+    imported = read_trail_file(path, max_bytes=max_bytes, limits=limits)
+    return [ImportedTrace(imported.trace, None, imported.labels_total, imported.labels_mapped)]
+
+
+DATASET_READERS: tuple[FileReader, ...] = (trail_annotations, bbm_rows, trail_file)
+"""Every dataset file format ``import`` reads, in the order they are tried."""

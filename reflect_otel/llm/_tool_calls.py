@@ -1,0 +1,328 @@
+"""Native tool calling on the embedded llama.cpp server: the chat handler ``reflect-tools`` that
+:mod:`reflect_otel.llm._llama_server` registers, so an OpenAI tool loop (``tools``, ``tool_choice="auto"``, streamed
+or not) runs on the local model as on any OpenAI-compatible endpoint.
+
+llama-cpp-python's server, started on the model's own chat template, renders the tools but returns whatever the model
+writes as text: a call comes back as ``<tool_call>{...}</tool_call>`` in the content, never as ``tool_calls``. Its
+``chatml-function-calling`` format returns calls but drops ``tool`` messages from the prompt, so the model never sees
+a result. This handler keeps the model's own template (which knows tools, calls and results for Qwen2.5 and other
+Hermes-style templates) and translates at both ends:
+
+- the request: the server's request model accepts an assistant message with ``content: null`` (it answered 500),
+  and a message's ``content: null`` (an assistant turn that only calls tools, as every tool loop sends it)
+  becomes ``""``, and a call's ``arguments`` JSON text becomes the object the template writes; a template that does
+  not render tools gets them described in the system message, in the same ``<tool_call>`` form;
+- the reply, with ``tool_choice="auto"``: the model writes its turn greedily as it would (stopping after a call);
+  a call it writes (``<tool_call>``, another tag, a code fence, or a bare JSON object naming one of the tools) is
+  returned as ``tool_calls``, text before it as ``content``; a call that does not parse, or names no tool, is
+  written again from the same point constrained to the tools' JSON schemas. ``"required"`` decodes a call under that
+  constraint at once; a named function, ``"none"`` and requests without tools go to the template's own handler.
+
+One call per turn (the first one the model writes). With ``stream`` the reply is sent as chunks once decided.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["HANDLER_NAME", "accept_null_content", "register"]
+
+HANDLER_NAME = "reflect-tools"
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+_FALLBACK_MAX_TOKENS = 1024
+_MAX_CALL_CHARS = 20_000
+_MAX_OBJECT_STARTS = 50
+"""A call is looked for at the first 50 ``{`` of the model's first 20,000 characters (its text is bounded; so is the
+search)."""
+_TAGGED = re.compile(r"<(\w+)>\s*(\{.*?\})\s*</\1>|```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
+
+_TOOLS_SYSTEM = """
+
+# Tools
+
+You may call one or more functions to assist with the user query.
+
+You are provided with function signatures within <tools></tools> XML tags:
+<tools>
+{tools}
+</tools>
+
+For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:
+<tool_call>
+{{"name": <function-name>, "arguments": <args-json-object>}}
+</tool_call>"""
+
+
+def _template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request's messages as the model's chat template takes them (see the module)."""
+    out = []
+    for message in messages:
+        message = dict(message)
+        if message.get("content") is None:
+            message["content"] = ""
+        calls = message.get("tool_calls")
+        if calls:
+            fixed = []
+            for call in calls:
+                call = dict(call)
+                function = dict(call.get("function") or {})
+                arguments = function.get("arguments")
+                if isinstance(arguments, str):
+                    with contextlib.suppress(ValueError):
+                        function["arguments"] = json.loads(arguments)
+                call["function"] = function
+                fixed.append(call)
+            message["tool_calls"] = fixed
+        out.append(message)
+    return out
+
+
+def _names(tools: list[dict[str, Any]]) -> list[str]:
+    return [str((t.get("function") or {}).get("name")) for t in tools if (t.get("function") or {}).get("name")]
+
+
+def _call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """One call of one of ``tools``: ``{"name": <tool>, "arguments": <its parameters>}``."""
+    options = []
+    for tool in tools:
+        function = tool.get("function") or {}
+        parameters = function.get("parameters") or {"type": "object"}
+        options.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": function.get("name")}, "arguments": parameters},
+                "required": ["name", "arguments"],
+            }
+        )
+    return options[0] if len(options) == 1 else {"oneOf": options}
+
+
+def _call_of(value: object, names: list[str]) -> tuple[str, dict[str, Any]] | None:
+    """``(name, arguments)`` when ``value`` is ``{"name": <one of names>, "arguments": {...}}`` (or ``parameters``;
+    arguments as an object or as its JSON text)."""
+    if not isinstance(value, dict) or value.get("name") not in names:
+        return None
+    arguments = value.get("arguments", value.get("parameters", {}))
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    return (str(value["name"]), arguments) if isinstance(arguments, dict) else None
+
+
+def _parsed_call(text: str, names: list[str]) -> tuple[str, dict[str, Any]] | None:
+    """The call ``text`` writes: the whole text as one call object, else the first call object inside it. Qwen2.5's
+    own template shows the call form as ``{{"name": ...}}`` (a Jinja string literal, rendered as written), and the
+    model copies the doubled braces: ``{{"name": "f", "arguments": {}}}`` is read as the call it wraps."""
+    stripped = text.strip()
+    try:
+        return _call_of(json.loads(stripped), names)
+    except ValueError:
+        pass
+    decoder = json.JSONDecoder()
+    for match in list(re.finditer(r"\{", stripped[:_MAX_CALL_CHARS]))[:_MAX_OBJECT_STARTS]:
+        try:
+            value, _ = decoder.raw_decode(stripped, match.start())
+        except ValueError:
+            continue
+        call = _call_of(value, names)
+        if call is not None:
+            return call
+    return None
+
+
+def _written_call(text: str, names: list[str]) -> tuple[int, str, bool] | None:
+    """Where the model started a call in ``text``, the call's text, and whether it is in the template's form."""
+    start = text.find(OPEN)
+    if start >= 0:
+        return start, text[start + len(OPEN) :].split(CLOSE, 1)[0], True
+    for match in _TAGGED.finditer(text):
+        body = match.group(2) or match.group(3) or ""
+        if _parsed_call(body, names) is not None:
+            return match.start(), body, False
+    stripped = text.strip()
+    if stripped.startswith("{") and _parsed_call(stripped, names) is not None:
+        return text.find("{"), stripped, False
+    return None
+
+
+class _Formatter:
+    """The model's own chat template (from its GGUF metadata), rendering prompts with or without tools."""
+
+    def __init__(self, llama: Any) -> None:
+        from llama_cpp import llama_chat_format
+
+        template = llama.metadata.get("tokenizer.chat_template")
+        if not template:
+            raise ValueError("the model has no chat template for tool calling (tokenizer.chat_template)")
+        eos_id, bos_id = llama.token_eos(), llama.token_bos()
+        self.eos = llama._model.token_get_text(eos_id) if eos_id != -1 else ""
+        bos = llama._model.token_get_text(bos_id) if bos_id != -1 else ""
+        formatter: Any = llama_chat_format.Jinja2ChatFormatter(template=template, eos_token=self.eos, bos_token=bos)
+        self._jinja = formatter  # Any: it is annotated with llama_types' TypedDicts; requests arrive as plain dicts
+        probe = [{"role": "user", "content": "x"}]
+        tool = [{"type": "function", "function": {"name": "reflect_probe_tool", "parameters": {"type": "object"}}}]
+        self.renders_tools = "reflect_probe_tool" in self._jinja(messages=probe, tools=tool).prompt
+
+    def prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        if not self.renders_tools:
+            described = _TOOLS_SYSTEM.format(tools="\n".join(json.dumps(t, ensure_ascii=False) for t in tools))
+            if messages and messages[0].get("role") == "system":
+                messages = [{**messages[0], "content": f"{messages[0]['content']}{described}"}, *messages[1:]]
+            else:
+                messages = [{"role": "system", "content": described.strip()}, *messages]
+            return str(self._jinja(messages=messages).prompt)
+        return str(self._jinja(messages=messages, tools=tools).prompt)
+
+
+_formatters: dict[int, _Formatter] = {}
+
+
+def _formatter(llama: Any) -> _Formatter:
+    key = id(llama)
+    if key not in _formatters:
+        _formatters[key] = _Formatter(llama)
+    return _formatters[key]
+
+
+_SAMPLING = ("top_p", "top_k", "min_p", "typical_p", "seed", "presence_penalty", "frequency_penalty", "repeat_penalty")
+
+
+def handler(
+    *,
+    llama: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: Any = None,
+    stream: bool = False,
+    temperature: float = 0.2,
+    max_tokens: int | None = None,
+    **kwargs: Any,
+) -> Any:
+    """The ``reflect-tools`` chat handler (llama-cpp-python's handler signature; see the module)."""
+    template_messages = _template_messages(messages)
+    if not tools or tool_choice == "none" or isinstance(tool_choice, dict):
+        own = llama._chat_handlers.get("chat_template.default")
+        if own is None:
+            from llama_cpp import llama_chat_format
+
+            own = llama_chat_format.get_chat_completion_handler("chatml")
+        offered = tools if isinstance(tool_choice, dict) else None
+        return own(
+            llama=llama,
+            messages=template_messages,
+            tools=offered,
+            tool_choice=tool_choice if offered else None,
+            stream=stream,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            **kwargs,
+        )
+    formatter = _formatter(llama)
+    names = _names(tools)
+    prompt = formatter.prompt(template_messages, tools)
+    sampling = {k: kwargs[k] for k in _SAMPLING if kwargs.get(k) is not None}
+    usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+    def complete(text: str, **extra: Any) -> dict[str, Any]:
+        tokens = llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        result: dict[str, Any] = llama.create_completion(
+            prompt=tokens, temperature=temperature, max_tokens=max_tokens, stream=False, **sampling, **extra
+        )
+        for key in usage:
+            usage[key] += int(result.get("usage", {}).get(key, 0))
+        return result
+
+    content, call = "", None
+    if tool_choice != "required":
+        first = complete(prompt, stop=[formatter.eos, CLOSE])
+        written = first["choices"][0]["text"]
+        found = _written_call(written, names)
+        if found is None:
+            return _reply(first, written.strip(), None, usage, stream)
+        start, body, _ = found
+        content = written[:start].strip()
+        call = _parsed_call(body, names)
+        prompt += written[:start]
+    if call is None:  # "required", or a call the model began but did not write as one of the tools
+        from llama_cpp import llama_grammar
+
+        grammar = llama_grammar.LlamaGrammar.from_json_schema(json.dumps(_call_schema(tools)), verbose=False)
+        constrained = complete(f"{prompt}{OPEN}\n", grammar=grammar, max_tokens=max_tokens or _FALLBACK_MAX_TOKENS)
+        call = _parsed_call(constrained["choices"][0]["text"], names)
+        if call is None:
+            raise ValueError("the model's constrained tool call did not parse")
+        return _reply(constrained, content, call, usage, stream)
+    return _reply(first, content, call, usage, stream)
+
+
+def _reply(
+    completion: dict[str, Any],
+    content: str,
+    call: tuple[str, dict[str, Any]] | None,
+    usage: dict[str, int],
+    stream: bool,
+) -> dict[str, Any] | Iterator[dict[str, Any]]:
+    """The chat completion (or its chunks) for a decided turn."""
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    finish = completion["choices"][0].get("finish_reason") or "stop"
+    if call is not None:
+        name, arguments = call
+        message["tool_calls"] = [
+            {
+                "id": f"call_{uuid.uuid4().hex[:24]}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
+            }
+        ]
+        finish = "tool_calls"
+    head = {
+        "id": f"chat{completion.get('id', uuid.uuid4().hex)}",
+        "created": completion.get("created", int(time.time())),
+        "model": completion.get("model", ""),
+    }
+    if not stream:
+        return head | {
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+            "usage": usage,
+        }
+    return _chunks(head, message, finish)
+
+
+def _chunks(head: dict[str, Any], message: dict[str, Any], finish: str) -> Iterator[dict[str, Any]]:
+    chunk = head | {"object": "chat.completion.chunk"}
+    yield chunk | {"choices": [{"index": 0, "delta": {"role": "assistant"}, "logprobs": None, "finish_reason": None}]}
+    if message["content"]:
+        delta = {"content": message["content"]}
+        yield chunk | {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        delta = {"tool_calls": [call | {"index": index}]}
+        yield chunk | {"choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
+    yield chunk | {"choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}]}
+
+
+def register() -> None:
+    """Register :func:`handler` with llama-cpp-python under :data:`HANDLER_NAME` (in the server's process)."""
+    from llama_cpp import llama_chat_format
+
+    llama_chat_format.register_chat_completion_handler(HANDLER_NAME)(handler)
+
+
+def accept_null_content() -> None:
+    """Let the server's request model take an assistant message with ``content: null`` and ``tool_calls``, as the
+    OpenAI API does (its TypedDict says ``str``, and the server answered 500). Must run before
+    ``llama_cpp.server`` builds its request models."""
+    from typing import Optional
+
+    from llama_cpp import llama_types
+
+    # Optional[...] rather than "| None": the TypedDict's other annotations are typing objects too
+    llama_types.ChatCompletionRequestAssistantMessage.__annotations__["content"] = Optional[str]  # noqa: UP045

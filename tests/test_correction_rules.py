@@ -1,0 +1,305 @@
+"""The evidence checks and correction rules on what real tools answer: JSON results and the error messages DuckDB,
+PostgreSQL, SQLite and Python libraries write when the bad statement or call is run here (never typed by hand), with
+the cases where each rule must stay silent. A SQL correction rewrites one identifier or literal, and the corrected
+statement is run again to show it is the fix."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import traceback
+from collections.abc import Callable
+from typing import Any, Literal
+
+import duckdb
+import pydantic
+import pytest
+
+from reflect_otel import corrections
+from reflect_otel.evidence import empty_call, failed_call
+from reflect_otel.record import Correction
+from reflect_otel.testing import make_trace
+from reflect_otel.trace import StructuredTrace
+
+ORDERS = [("Ann", "Shipped", "San Diego", 120), ("Bo", "Pending", "Boston", 80), ("Cy", "Cancelled", "Boston", 45)]
+QUESTION = "Which customer's order was shipped?"
+
+
+def _rows_json(names: list[str], rows: list[tuple[Any, ...]]) -> str:
+    """A query tool's answer: the rows as JSON objects with their count (as the SQL demo agent writes them)."""
+    return json.dumps({"row_count": len(rows), "rows": [dict(zip(names, row, strict=True)) for row in rows]})
+
+
+# -- the three databases, each behind a tool that answers rows as JSON or the database's own error ---------------
+def duckdb_tool() -> Callable[[str], str]:
+    db = duckdb.connect(":memory:")
+    db.execute("CREATE TABLE orders (customer VARCHAR, status VARCHAR, city VARCHAR, amount INTEGER)")
+    db.executemany("INSERT INTO orders VALUES (?, ?, ?, ?)", ORDERS)
+
+    def query(sql: str) -> str:
+        try:
+            cursor = db.execute(sql)
+            return _rows_json([d[0] for d in cursor.description or ()], cursor.fetchall())
+        except duckdb.Error as error:
+            return str(error)
+
+    return query
+
+
+def sqlite_tool() -> Callable[[str], str]:
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE orders (customer TEXT, status TEXT, city TEXT, amount INTEGER)")
+    db.executemany("INSERT INTO orders VALUES (?, ?, ?, ?)", ORDERS)
+
+    def query(sql: str) -> str:
+        try:
+            cursor = db.execute(sql)
+            return _rows_json([d[0] for d in cursor.description or ()], cursor.fetchall())
+        except sqlite3.Error as error:
+            return f"{type(error).__name__}: {error}"  # as tool wrappers write an exception
+
+    return query
+
+
+@pytest.fixture(scope="module")
+def postgres_tool(postgres_server: Any) -> Callable[[str], str]:
+    import psycopg
+
+    connection = psycopg.connect(postgres_server.url, autocommit=True)
+    connection.execute("DROP TABLE IF EXISTS orders")
+    connection.execute("CREATE TABLE orders (customer TEXT, status TEXT, city TEXT, amount INTEGER)")
+    with connection.cursor() as cursor:
+        cursor.executemany("INSERT INTO orders VALUES (%s, %s, %s, %s)", ORDERS)
+
+    def query(sql: str) -> str:
+        try:
+            cursor = connection.execute(sql)
+            return _rows_json([d.name for d in cursor.description or ()], cursor.fetchall())
+        except psycopg.Error as error:
+            return str(error)
+
+    return query
+
+
+def schema_of(query: Callable[[str], str]) -> str:
+    """A schema tool's answer: the columns and the first rows, as JSON."""
+    rows = json.loads(query("SELECT * FROM orders LIMIT 3"))["rows"]
+    return json.dumps({"table": "orders", "columns": [{"name": n} for n in rows[0]], "sample_rows": rows})
+
+
+def sql_trace(
+    query: Callable[[str], str], sql: str, *, schema: bool = True, question: str = QUESTION
+) -> StructuredTrace:
+    steps: list[dict[str, Any]] = [{"tool": "schema", "args": {}, "result": schema_of(query)}] if schema else []
+    steps += [
+        {"tool": "query", "args": {"sql": sql}, "result": query(sql)},
+        {"reasoning": "?", "is_final_answer": True},
+    ]
+    return make_trace(question, steps, final_answer="?")
+
+
+def corrected_sql(trace: StructuredTrace, rule: str) -> list[str]:
+    found = [c for c in corrections.evidence_corrections(trace) if c.source == f"evidence:{rule}"]
+    return [str(c.replacement.arguments["sql"]) for c in found if c.replacement is not None]
+
+
+# -- SQL: a name the error names a candidate for ---------------------------------------------------------------
+def test_duckdb_candidate_bindings_rewrite_the_column_it_names() -> None:
+    query = duckdb_tool()
+    trace = sql_trace(query, "SELECT city FROM orders WHERE custmer = 'Ann'")
+    assert failed_call(trace.steps[1])
+    assert corrected_sql(trace, "valid_options") == ["SELECT city FROM orders WHERE customer = 'Ann'"]
+    assert json.loads(query("SELECT city FROM orders WHERE customer = 'Ann'"))["rows"] == [{"city": "San Diego"}]
+
+
+def test_duckdb_did_you_mean_rewrites_the_table_it_names() -> None:
+    trace = sql_trace(duckdb_tool(), "SELECT city FROM ordrs WHERE customer = 'Ann'", schema=False)
+    assert corrected_sql(trace, "valid_options") == ["SELECT city FROM orders WHERE customer = 'Ann'"]
+
+
+def test_postgres_hint_rewrites_the_column_unqualified(postgres_tool: Callable[[str], str]) -> None:
+    trace = sql_trace(postgres_tool, "SELECT city FROM orders WHERE \"custmer\" = 'Ann'", schema=False)
+    assert "HINT" in (trace.steps[0].tool_result or "")
+    (fixed,) = corrected_sql(trace, "valid_options")
+    assert fixed == "SELECT city FROM orders WHERE \"customer\" = 'Ann'"  # the quoting kept, the rest as written
+    assert json.loads(postgres_tool(fixed))["rows"] == [{"city": "San Diego"}]
+
+
+def test_sqlite_names_no_candidate_so_the_schema_shown_gives_it() -> None:
+    query = sqlite_tool()
+    with_schema = sql_trace(query, "SELECT city FROM orders WHERE custmer = 'Ann'")
+    assert (with_schema.steps[1].tool_result or "").startswith("OperationalError: no such column: custmer")
+    assert corrected_sql(with_schema, "valid_options") == ["SELECT city FROM orders WHERE customer = 'Ann'"]
+    without = sql_trace(query, "SELECT city FROM orders WHERE custmer = 'Ann'", schema=False)
+    assert corrected_sql(without, "valid_options") == []  # nothing offered and nothing shown: silent
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT city FROM orders WHERE nme = 'Ann'",  # no candidate near the wrong name
+        "SELEC city FROM orders",  # a syntax error names no column to rewrite
+    ],
+)
+def test_sql_errors_without_a_near_candidate_stay_silent(sql: str) -> None:
+    trace = sql_trace(duckdb_tool(), sql, schema=False)
+    assert failed_call(trace.steps[0])
+    assert corrections.evidence_corrections(trace) == []
+
+
+# -- SQL: a literal the data writes differently -----------------------------------------------------------------
+def test_an_empty_row_set_rewrites_the_literal_as_the_rows_shown_write_it() -> None:
+    query = duckdb_tool()
+    trace = sql_trace(query, "SELECT customer FROM orders WHERE status = 'shipped' ORDER BY amount DESC")
+    assert empty_call(trace.steps[1]) and not failed_call(trace.steps[1])
+    (fixed,) = corrected_sql(trace, "shown_value")
+    assert fixed == "SELECT customer FROM orders WHERE status = 'Shipped' ORDER BY amount DESC"
+    assert json.loads(query(fixed))["rows"] == [{"customer": "Ann"}]
+
+
+@pytest.mark.parametrize(
+    ("sql", "schema"),
+    [
+        ("SELECT customer FROM orders WHERE status = 'Shipped' AND city = 'Boston'", True),  # both as the data writes
+        ("SELECT customer FROM orders WHERE status = 'shipped'", False),  # no data shown
+        ("SELECT customer FROM orders WHERE status LIKE 'ship%'", True),  # a pattern is not a value
+        ("SELECT customer FROM orders WHERE status = 'Shipped'", True),  # not empty
+        ("SELECT customer FROM orders WHERE region = 'north'", True),  # a field the data shown does not have
+    ],
+)
+def test_the_literal_rule_stays_silent_without_a_concrete_fix(sql: str, schema: bool) -> None:
+    trace = sql_trace(duckdb_tool(), sql, schema=schema)
+    assert corrected_sql(trace, "shown_value") == []
+
+
+def test_a_literal_near_a_value_the_question_names_takes_it() -> None:
+    trace = sql_trace(
+        sqlite_tool(), "SELECT customer FROM orders WHERE city = 'San Deigo'", schema=False,
+        question='Who ordered from "San Diego"?',
+    )  # fmt: skip
+    assert corrected_sql(trace, "question_value") == ["SELECT customer FROM orders WHERE city = 'San Diego'"]
+
+
+# -- JSON results of any tool -----------------------------------------------------------------------------------
+def json_trace(args: dict[str, Any], result: object) -> StructuredTrace:
+    return make_trace(
+        QUESTION,
+        [{"tool": "search_orders", "args": args, "result": json.dumps(result)}, {"reasoning": "?", "is_final_answer": True}],
+    )  # fmt: skip
+
+
+def replacements(trace: StructuredTrace) -> list[tuple[str, dict[str, Any]]]:
+    found: list[Correction] = corrections.evidence_corrections(trace)
+    return [(c.source, dict(c.replacement.arguments)) for c in found if c.replacement is not None]
+
+
+def test_an_empty_object_naming_the_available_values_proposes_the_nearest() -> None:
+    result = {"results": [], "total": 0, "available_statuses": ["Shipped", "Pending", "Cancelled"]}
+    assert replacements(json_trace({"status": "shiped", "city": "Boston"}, result)) == [
+        ("evidence:listed_values", {"status": "Shipped", "city": "Boston"})
+    ]
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"results": [{"id": 1}], "total": 1, "available_statuses": ["Shipped"]},  # not empty
+        {"results": [], "total": 0},  # empty, nothing offered
+        {"results": [], "total": 0, "available_statuses": ["Open", "Closed"]},  # nothing near
+        {"results": [], "total": 0, "available_statuses": ["shiped", "Pending"]},  # the value is offered as it is
+    ],
+)
+def test_json_results_without_a_concrete_fix_stay_silent(result: object) -> None:
+    assert replacements(json_trace({"status": "shiped"}, result)) == []
+
+
+def test_an_error_object_naming_the_valid_fields_corrects_the_one_it_names() -> None:
+    result = {"error": {"message": "unknown field 'cty'", "valid_fields": ["city", "status", "customer"]}}
+    assert replacements(json_trace({"field": "cty", "value": "Boston"}, result)) == [
+        ("evidence:valid_options", {"field": "city", "value": "Boston"})
+    ]
+
+
+def test_an_http_problem_reads_as_a_failure_and_its_detail_as_options() -> None:
+    problem = {
+        "type": "https://example.com/problems/invalid-parameter",
+        "title": "Invalid parameter",
+        "status": 400,
+        "detail": "sort must be one of 'asc', 'desc'",
+    }
+    trace = json_trace({"sort": "ascending", "city": "Boston"}, problem)
+    assert failed_call(trace.steps[0])
+    assert replacements(trace) == [("evidence:valid_options", {"sort": "asc", "city": "Boston"})]
+
+
+def test_a_python_validation_error_lists_the_valid_values() -> None:
+    class Filter(pydantic.BaseModel):
+        status: Literal["shipped", "pending", "cancelled"]
+
+    with pytest.raises(pydantic.ValidationError) as raised:
+        Filter(status="shiped")  # type: ignore[arg-type]
+    trace = make_trace(QUESTION, [{"tool": "filter", "args": {"status": "shiped"}, "result": str(raised.value)}])
+    assert failed_call(trace.steps[0])
+    assert replacements(trace) == [("evidence:valid_options", {"status": "shipped"})]
+
+
+# -- what reads as failed, and what as empty ----------------------------------------------------------------------
+def _python_error(action: Callable[[], object]) -> str:
+    try:
+        action()
+    except Exception as error:
+        return "".join(traceback.format_exception_only(error)).strip()
+    raise AssertionError("no error")
+
+
+def _sqlite_error(sql: str) -> str:
+    return sqlite_tool()(sql)
+
+
+FAILED = [
+    duckdb_tool()("SELECT nope FROM orders"),
+    _sqlite_error("SELECT * FROM nowhere"),
+    _python_error(lambda: int("twelve")),
+    json.dumps({"ok": False, "message": "rate limited"}),
+    json.dumps({"error": "city not found", "results": []}),
+    json.dumps({"title": "Not Found", "status": 404, "detail": "no order 7"}),
+]
+NOT_FAILED = [
+    duckdb_tool()("SELECT customer FROM orders"),
+    json.dumps({"rows": [{"note": "error: customer cancelled"}], "row_count": 1}),  # data that mentions an error
+    json.dumps({"error": None, "results": [{"id": 1}]}),
+    json.dumps({"status": 200, "title": "OK", "detail": "done"}),
+]
+
+
+@pytest.mark.parametrize("result", FAILED)
+def test_library_and_json_errors_read_as_failed_calls(result: str) -> None:
+    assert failed_call(make_trace("q", [{"tool": "t", "args": {}, "result": result}]).steps[0])
+
+
+@pytest.mark.parametrize("result", NOT_FAILED)
+def test_results_that_only_mention_errors_are_not_failed_calls(result: str) -> None:
+    assert not failed_call(make_trace("q", [{"tool": "t", "args": {}, "result": result}]).steps[0])
+
+
+def test_postgres_errors_read_as_failed_calls(postgres_tool: Callable[[str], str]) -> None:
+    for sql in ("SELECT nope FROM orders", "SELECT * FROM nowhere", "SELEC 1"):
+        assert failed_call(
+            make_trace("q", [{"tool": "query", "args": {"sql": sql}, "result": postgres_tool(sql)}]).steps[0]
+        )
+
+
+@pytest.mark.parametrize(
+    ("result", "empty"),
+    [
+        (duckdb_tool()("SELECT * FROM orders WHERE amount > 1000"), True),
+        (json.dumps({"items": [], "suggestions": ["Boston"]}), True),  # the hint list is not data
+        (json.dumps({"error": None, "results": []}), True),
+        (json.dumps({"count": 0}), True),
+        (duckdb_tool()("SELECT * FROM orders"), False),
+        (json.dumps({"count": 2, "results": []}), False),  # a count says there is data
+        (json.dumps({"name": "orders"}), False),
+    ],
+)
+def test_empty_row_sets_read_as_empty_results(result: str, empty: bool) -> None:
+    assert empty_call(make_trace("q", [{"tool": "t", "args": {}, "result": result}]).steps[0]) is empty
