@@ -201,10 +201,12 @@ def _run_online(
         env=env,
     )  # fmt: skip
     agent = None
-    answer = ""
+    answer = startup = ""
     try:
         assert collector.stderr is not None
         assert "listening for OTLP/HTTP" in collector.stderr.readline()
+        # read what is printed at start here: communicate(timeout=) reads the pipe past readline's buffer
+        startup = collector.stderr.readline() if "--verifier" in collect_args else ""
         agent = subprocess.Popen(
             [
                 *CLI, "demo-agent", *(a for q in questions for a in ("--question", q)),
@@ -244,7 +246,7 @@ def _run_online(
         ).fetchall()
         jobs = db.execute("SELECT status, count(*) FROM attribution_jobs GROUP BY ALL").fetchall()
         replays = db.execute("SELECT count(*) FROM replays WHERE error IS NULL").fetchone()
-    return _Online(answer, errors, rows, jobs, replays[0] if replays else 0, verdicts)
+    return _Online(answer, startup + errors, rows, jobs, replays[0] if replays else 0, verdicts)
 
 
 def test_a_remote_agents_wrong_answer_is_flagged_replayed_over_http_verified_stored_and_exported(
