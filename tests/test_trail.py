@@ -46,6 +46,26 @@ def test_code_agent_steps_and_final_answer(shared_data: Path) -> None:
     assert any(s.kind is StepKind.REASONING for s in trace.steps)
 
 
+def test_the_answer_step_is_the_agents_not_the_harness_turn_after_it(shared_data: Path) -> None:
+    """GAIA's harness asks the model to restate the agent's answer ("FINAL ANSWER: 33149") after the agent span
+    returned it: the run's answer is the agent's output, and its answer step the agent's final_answer call."""
+    path = shared_data / "trail" / "gaia" / "traces" / "0035f455b3ff2295167a844f04d85d34.json"
+    if not path.is_file():
+        pytest.skip(f"{path} not in shared data")
+    trace = read_trail_file(path, max_bytes=256 * 1024 * 1024).trace
+    (final,) = [s for s in trace.steps if s.is_final_answer]
+    assert (final.kind, final.agent, final.tool_name, final.tool_args) == (
+        StepKind.FINAL_ANSWER,
+        "CodeAgent.run",
+        "final_answer",
+        {"args": ["33149"]},
+    )
+    assert trace.final_answer == "33149"
+    harness = trace.steps[-1]
+    assert (harness.index, harness.kind, harness.agent) == (final.index + 1, StepKind.REASONING, None)
+    assert harness.reasoning == "FINAL ANSWER: 33149"
+
+
 @pytest.mark.parametrize(
     ("written", "canonical"),
     [

@@ -16,7 +16,7 @@ ones (like the OTel SDK's span processors, but over a whole trace):
    agents act through text).
 5. :mod:`.steps`: a trace of one model reply and nothing else is a chain of thought, one step per line; the final
    answer is marked by how the run ends (a last model turn without a tool call, or a last call carrying the run's
-   answer), never by a tool's name. Then :mod:`.tools`, :mod:`.question` (question and answer), :mod:`.framework` and
+   answer; when only an agent span gave the answer, the end of that agent), never by a tool's name. Then :mod:`.tools`, :mod:`.question` (question and answer), :mod:`.framework` and
    :mod:`.diagnostics` (the warnings, each naming its fix).
 
 Every text passes through a :class:`~.scrub.Scrubber` (cut to :class:`AssemblyLimits`, secrets replaced); each
@@ -39,7 +39,7 @@ from .duplicates import second_records
 from .framework import trace_source
 from .matching import match_calls
 from .messages import read_conversations
-from .question import run_outputs, run_texts
+from .question import run_end, run_texts
 from .scrub import AssemblyLimits, TextRules
 from .steps import mark_final_answer, split_chain_of_thought
 from .tools import agent_tools
@@ -70,7 +70,8 @@ def assemble_trace(
     drafts = matched.drafts
     if len(actions.model_calls) == 1 and not actions.tool_runs:
         drafts = split_chain_of_thought(drafts)
-    marked = mark_final_answer(drafts, run_outputs(tree, rules))
+    ending = run_end(tree, rules)
+    marked = mark_final_answer(drafts, ending.outputs, until_ns=ending.answered_at_ns)
     steps = tuple(draft.step(index) for index, draft in enumerate(marked, start=1))
     tools = agent_tools(actions.model_calls, rules)
     user_text = next((call.user_text for call in actions.model_calls if call.user_text), "")

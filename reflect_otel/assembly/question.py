@@ -16,7 +16,7 @@ from reflect_otel.trace import EXPECTED_ANSWER_FIELD, Step
 from .scrub import Scrubber, TextRules
 from .tree import SpanTree
 
-__all__ = ["RunTexts", "run_outputs", "run_texts"]
+__all__ = ["RunEnd", "RunTexts", "run_end", "run_texts"]
 
 _RAW_VALUE_CHARS = 2_000
 
@@ -31,14 +31,29 @@ class RunTexts:
     secrets: int
 
 
-def run_outputs(tree: SpanTree, rules: TextRules) -> tuple[str, ...]:
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """How the run ended, for the final-step pass (:func:`.steps.mark_final_answer`)."""
+
+    outputs: tuple[str, ...]
     """The run's output as the root and the first AGENT span recorded it (their answer texts, cleaned like tool
-    arguments): what the call that ended the run must carry to be its answer (:func:`.steps.mark_final_answer`).
-    Their secrets are counted once, by :func:`run_texts`."""
+    arguments): what the call that ended the run must carry to be its answer. Their secrets are counted once, by
+    :func:`run_texts`."""
+    answered_at_ns: int | None
+    """When the first AGENT span ended, when its output is the run's answer (the root records none): model turns
+    after it are not the agent's (a harness that restates the agent's answer, as TRAIL's GAIA runs do). None when
+    the whole trace is the run."""
+
+
+def run_end(tree: SpanTree, rules: TextRules) -> RunEnd:
     uncounted = rules.scrubber()
-    spans = (tree.root, tree.first_agent)
-    texts = (_values.answer_text(s.attributes.get(SpanAttributes.OUTPUT_VALUE)) for s in spans if s is not None)
-    return tuple(uncounted.clean(text) for text in texts if text)
+    root = _values.answer_text(tree.root.attributes.get(SpanAttributes.OUTPUT_VALUE))
+    agent = tree.first_agent
+    if agent is not None and agent.span_id == tree.root.span_id:
+        agent = None
+    answer = _values.answer_text(agent.attributes.get(SpanAttributes.OUTPUT_VALUE)) if agent is not None else ""
+    outputs = tuple(uncounted.clean(text) for text in (root, answer) if text)
+    return RunEnd(outputs, agent.end_ns if agent is not None and answer and not root else None)
 
 
 def run_texts(tree: SpanTree, steps: tuple[Step, ...], user_text: str, rules: TextRules) -> RunTexts:

@@ -106,17 +106,26 @@ def split_chain_of_thought(drafts: tuple[StepDraft, ...]) -> tuple[StepDraft, ..
     )
 
 
-def mark_final_answer(drafts: tuple[StepDraft, ...], outputs: Iterable[str] = ()) -> tuple[StepDraft, ...]:
+def mark_final_answer(
+    drafts: tuple[StepDraft, ...], outputs: Iterable[str] = (), *, until_ns: int | None = None
+) -> tuple[StepDraft, ...]:
     """The run's final step, by how the run ends, whatever its tools are called: its last step when that is a model
     turn that calls no tool, or when it is the call that ended the run carrying the run's answer: one of its
     arguments is one of ``outputs`` (the run's output, as the root and the first agent recorded it, cleaned like
     the arguments), or the call returned its own argument, as an answer tool does (Inspect's ``submit``). A last
-    call that carries no answer is a step like any other: the run ended without one."""
-    if not drafts:
+    call that carries no answer is a step like any other: the run ended without one. With ``until_ns`` (when the
+    agent whose output is the answer returned), steps begun after it are not the run's ending: they stay as they
+    are, after it."""
+    ending = len(drafts)
+    if until_ns is not None:
+        while ending and (drafts[ending - 1].start_time_ns or 0) > until_ns:
+            ending -= 1
+    if not ending:
         return drafts
-    last = drafts[-1]
+    last = drafts[ending - 1]
     if last.kind is StepKind.REASONING or (last.tool_name and _answers_with(last, outputs)):
-        return (*drafts[:-1], last._replace(kind=StepKind.FINAL_ANSWER, is_final_answer=True))
+        final = last._replace(kind=StepKind.FINAL_ANSWER, is_final_answer=True)
+        return (*drafts[: ending - 1], final, *drafts[ending:])
     return drafts
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from reflect_otel.assembly import assemble_trace
-from reflect_otel.assembly.question import RunTexts, run_texts
+from reflect_otel.assembly.question import RunEnd, RunTexts, run_end, run_texts
 from reflect_otel.assembly.tree import SpanTree
 from reflect_otel.spans import SpanRecord
 from reflect_otel.trace import Step, StepKind
@@ -58,3 +58,17 @@ def test_a_secret_in_the_question_is_counted_once_though_the_raw_input_holds_it_
     assert key not in texts.metadata["raw_input"] and texts.secrets == 2
     (warning,) = [w for w in assemble_trace([agent_root(raw)]).warnings if w.code.value == "secrets_redacted"]
     assert warning.message.startswith("1 secret(s)")
+
+
+def test_the_run_ends_where_the_answer_was_given() -> None:
+    """The root's answer: the whole trace is the run. Only an agent's (a harness around it answers nothing): the
+    run's end is when that agent returned, and its output, cleaned like tool arguments, is what ended it."""
+    key = "sk-" + "Q" * 24
+    harness = span("CHAIN", name="main", end=100)
+    agent = span("AGENT", parent=harness.span_id, start=1, end=40, **{"output.value": f"33149 {key}"})
+    assert run_end(SpanTree.of([harness, agent]), rules()) == RunEnd(("33149 [REDACTED:api_key]",), 40)
+    assert run_end(SpanTree.of([agent_root("q", "4")]), rules()) == RunEnd(("4",), None)  # the agent is the root
+    answered = span("CHAIN", name="main", end=100, **{"output.value": "33149"})
+    inner = span("AGENT", parent=answered.span_id, start=1, end=40, **{"output.value": "33149"})
+    assert run_end(SpanTree.of([answered, inner]), rules()).answered_at_ns is None
+    assert run_end(SpanTree.of([harness]), rules()) == RunEnd((), None)

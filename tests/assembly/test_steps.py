@@ -77,6 +77,21 @@ def test_a_last_call_without_the_runs_answer_is_no_answer_whatever_its_name() ->
     assert mark_final_answer(earlier, ("42",)) == earlier  # an answer call the run went on after is not its end
 
 
+def test_turns_begun_after_the_answering_agent_returned_are_not_the_runs_end() -> None:
+    """A harness restating the agent's answer after the agent returned it: the agent's last step is the answer."""
+    answer = _call("final_answer")._replace(tool_args={"args": ["33149"]}, start_time_ns=10)
+    harness = _reply("FINAL ANSWER: 33149")._replace(start_time_ns=30, agent=None)
+    marked = mark_final_answer((_call("search"), answer, harness), ("33149",), until_ns=20)
+    assert [d.is_final_answer for d in marked] == [False, True, False]
+    assert marked[-1] == harness
+    # without the agent's end (the root gave the answer), the last turn is the run's end
+    assert mark_final_answer((_call("search"), answer, harness), ("33149",))[-1].is_final_answer
+    # an agent's own last reply is its answer; nothing begun before the agent ended: nothing marked
+    reply = _reply("33149")._replace(start_time_ns=15)
+    assert mark_final_answer((reply, harness), (), until_ns=20)[0].is_final_answer
+    assert mark_final_answer((harness,), (), until_ns=20) == (harness,)
+
+
 def test_without_such_a_call_the_last_reply_is_the_answer_and_a_last_tool_call_is_not() -> None:
     assert mark_final_answer((_call("search"), _reply("42")))[-1].kind is StepKind.FINAL_ANSWER
     assert mark_final_answer((_reply("thinking"), _call("search"))) == (_reply("thinking"), _call("search"))
