@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,16 +38,7 @@ Basis = Literal[
     "audit_low_with_deviations",
     "audit_low_clean",
 ]
-BASES: tuple[Basis, ...] = (
-    "critical_evidence",
-    "consistency_disagree",
-    "consistency_agree",
-    "consistency_partial",
-    "consistency_majority",
-    "audit_high",
-    "audit_low_with_deviations",
-    "audit_low_clean",
-)
+BASES: tuple[Basis, ...] = get_args(Basis)
 """What a verdict rests on: a critical evidence finding; fewer than half of the agent's resamples reproducing its
 answer, all of them, or some; a replay judged by the resamples' consensus (the proxy regime); an audit whose deviations flag the run, one whose deviations are too light to, or
 one that found none."""
