@@ -129,6 +129,64 @@ def test_the_table_is_typed_read_only_and_answers_duckdb_errors() -> None:
     assert json.loads(workspace.query("SELECT count(*) AS n FROM data"))["rows"] == [{"n": 17}]  # still there
 
 
+def test_the_database_reads_no_file_and_no_url(tmp_path: Path) -> None:
+    """The statements come from the model, and in a replay from trace content: DuckDB itself refuses any file, URL
+    or extension, with its own error the model can read."""
+    import http.server
+    import threading
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the-secret", encoding="utf-8")
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"a\n1\n")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    workspace = SQLWorkspace(nt1())
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/rows.csv"
+        for sql in (
+            f"SELECT content FROM read_text('{secret}')",
+            f"SELECT * FROM read_csv('{secret}')",
+            f"SELECT * FROM '{url}'",
+            f"SELECT * FROM read_csv('{url}')",
+        ):
+            answer = workspace.query(sql)
+            assert answer.startswith("Permission Error:") and "the-secret" not in answer, (sql, answer)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert asked == []  # no request left the process
+    assert json.loads(workspace.query(RIGHT_SQL))["rows"] == [{"Venue": RIGHT}]  # the table still answers
+
+
+def test_a_long_query_is_stopped_and_a_result_is_bounded() -> None:
+    from reflect_otel.demo.sql_agent import COUNT_CAP, MAX_RESULT_CHARS, MAX_ROWS
+
+    workspace = SQLWorkspace(nt1(), timeout_s=0.3)
+    stopped = workspace.query("SELECT count(*) FROM range(1000000000000) AS a")
+    assert stopped.startswith("Error: the query ran longer than 0.3 s and was stopped")
+    assert json.loads(workspace.query("SELECT count(*) AS n FROM data"))["rows"] == [{"n": 17}]  # usable after
+    many = json.loads(workspace.query("SELECT range AS n FROM range(5000000)"))
+    assert many["row_count"] == COUNT_CAP and len(many["rows"]) == MAX_ROWS
+    assert many["note"].startswith(f"counting stopped at {COUNT_CAP} rows")
+    wide_sql = "SELECT " + ", ".join(f"repeat('x', 90) AS c{i}" for i in range(30)) + " FROM data"
+    wide = workspace.query(wide_sql)
+    assert len(wide) <= MAX_RESULT_CHARS
+    shown = json.loads(wide)
+    assert shown["row_count"] == 17 and 0 < len(shown["rows"]) < MAX_ROWS
+    assert f"rows shown: a result is limited to {MAX_RESULT_CHARS} characters" in shown["note"]
+
+
 def test_the_openai_loop_adapter_passes_the_conformance_suite(
     instrumented: Instrumented, server: ScriptedOpenAIServer
 ) -> None:
