@@ -24,7 +24,7 @@ from reflect_otel.replay import proposer
 from reflect_otel.testing.conformance import ConformanceCase, run_conformance
 from reflect_otel.testing.examples import scripted_auditor
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedToolCall, ScriptedTurn
-from reflect_otel.trace import StepAction, StepKind, StructuredTrace
+from reflect_otel.trace import StepAction, StepKind, StepStatus, StructuredTrace
 from reflect_otel.verifiers import OracleVerifier, judged_correct
 from tests.conftest import Instrumented
 
@@ -116,6 +116,30 @@ def test_the_run_reads_as_schema_and_query_steps_with_json_results(
     assert first["tool_choice"] == {"type": "function", "function": {"name": "schema"}}  # a SQL agent starts there
     assert second["tool_choice"] == "auto" and first["temperature"] == 0
     assert second["messages"][2]["content"] is None  # the assistant turn that only calls a tool, as OpenAI takes it
+
+
+def test_a_run_that_raises_still_gives_its_trace(instrumented: Instrumented, server: ScriptedOpenAIServer) -> None:
+    """A crashed run is the one a user most wants attributed: ``recorded_run`` assembles what it did before the
+    exception, and the exception goes on unchanged."""
+    from reflect_otel.capture import recorded_run
+
+    agent = SQLAgent(nt1(), client_of(server), model="scripted-model", tracer_provider=instrumented.provider)
+
+    def gone(sql: str) -> str:
+        raise ConnectionError("the database went away")
+
+    agent.workspace.query = gone  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError, match="the database went away"), recorded_run(instrumented.provider) as run:
+        agent.answer()
+    assert run.trace is not None and run.error == ""
+    assert run.trace.question == nt1().question and run.trace.final_answer is None
+    assert [(s.kind, s.tool_name) for s in run.trace.steps] == [
+        (StepKind.TOOL_CALL, "schema"),
+        (StepKind.TOOL_CALL, "query"),
+    ]
+    crashed = run.trace.steps[1]
+    assert crashed.tool_args == {"sql": WRONG_SQL} and crashed.status is StepStatus.ERROR
+    assert "the database went away" in (crashed.status_message or "")
 
 
 def test_the_table_is_typed_read_only_and_answers_duckdb_errors() -> None:
