@@ -306,7 +306,9 @@ def test_wtq_live_measures_the_sql_agent_and_the_placebo_draws_another_failures_
     options = LiveOptions(
         methods, _two_failures(tmp_path), out, agent="sql", config=ReflectConfig(rounds=1, rollback_points=1)
     )
-    run, rebuild = sql_agent_runs(client_of(server), "scripted-model", instrumented.provider, max_steps=6)
+    run, rebuild = sql_agent_runs(
+        client_of(server), "scripted-model", instrumented.provider, max_steps=6, deterministic=True
+    )
     metrics = run_live_eval(options, auditor, run, rebuild=rebuild)
     assert (metrics["questions"], metrics["failed_runs"]) == (2, 2)
     if "reflect" in methods:
@@ -331,12 +333,25 @@ def _scripted_endpoint(monkeypatch: pytest.MonkeyPatch, module: str, server: Scr
     monkeypatch.setattr("reflect_otel.demo.sql_agent.chat_client", lambda llm: (client_of(server), "scripted-model"))
 
 
+@pytest.mark.parametrize(
+    ("flags", "variable", "per_arm"),
+    [
+        # a remote endpoint at temperature 0 is not repeatable: each arm runs REFLECT_VERIFY_SAMPLES replays
+        ((), None, 3),
+        (("--deterministic-agent",), None, 1),  # the user says the endpoint repeats itself
+        ((), "true", 1),
+        (("--no-deterministic-agent",), "true", 3),  # the flag wins over the variable
+    ],
+)
 def test_the_demo_command_runs_the_sql_agent_and_verifies_its_failure(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     instrumented: Instrumented,
     server: ScriptedOpenAIServer,
+    flags: tuple[str, ...],
+    variable: str | None,
+    per_arm: int,
 ) -> None:
     import duckdb
 
@@ -344,17 +359,49 @@ def test_the_demo_command_runs_the_sql_agent_and_verifies_its_failure(
 
     _scripted_endpoint(monkeypatch, "reflect_otel.cli.demo", server)
     monkeypatch.delenv("PHOENIX_COLLECTOR_ENDPOINT", raising=False)
+    monkeypatch.delenv("REFLECT_VERIFY_SAMPLES", raising=False)
+    if variable is None:
+        monkeypatch.delenv("REFLECT_DETERMINISTIC_AGENT", raising=False)
+    else:
+        monkeypatch.setenv("REFLECT_DETERMINISTIC_AGENT", variable)
     monkeypatch.setattr("reflect_otel.online.setup.otel_trace.get_tracer_provider", lambda: instrumented.provider)
     store = tmp_path / "demo.duckdb"
-    assert main(["demo", "--agent", "sql", "--questions", "nt-1", "--store", str(store)]) == 0
+    assert main(["demo", "--agent", "sql", "--questions", "nt-1", "--store", str(store), *flags]) == 0
     captured = capsys.readouterr()
+    assert f"every test controlled, {per_arm} replay(s) per arm" in captured.err
     assert "nt-1: answered 'none' (expected 'Bangkok, Thailand'): wrong" in captured.err
     assert "nt-1: attribution verified at step 2" in captured.err, captured.err
     assert "replayed from there with the correction, the agent answered 'Bangkok, Thailand'" in captured.out
     with duckdb.connect(str(store), read_only=True) as db:
         assert db.execute("SELECT agent FROM traces").fetchall() == [("sql_agent",)]
-        (source,) = db.execute("SELECT verified_by_source FROM attributions WHERE status = 'verified'").fetchone()
-    assert source == "evidence:shown_value"
+        (source, intervention, control) = db.execute(
+            "SELECT verified_by_source, effect_intervention_replays, effect_control_replays FROM attributions "
+            "WHERE status = 'verified'"
+        ).fetchone()
+    assert source == "evidence:shown_value" and (intervention, control) == (per_arm, per_arm)
+
+
+def test_only_the_embedded_local_model_is_taken_as_deterministic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded server decodes greedily one request at a time; any other endpoint is sampled unless the user
+    says otherwise."""
+    import argparse
+    from types import SimpleNamespace
+
+    from reflect_otel.cli._options import agent_is_deterministic
+    from reflect_otel.config import LLMConfig
+    from reflect_otel.llm.local import LocalLLM
+    from reflect_otel.llm.openai_compat import OpenAICompatibleLLM
+
+    monkeypatch.delenv("REFLECT_DETERMINISTIC_AGENT", raising=False)
+    config = LLMConfig(model="m", base_url="http://127.0.0.1:9/v1", context_tokens=4096)
+    local = LocalLLM(config, SimpleNamespace())  # type: ignore[arg-type]  # its server is not needed to tell
+    remote = OpenAICompatibleLLM(config)
+    unset = argparse.Namespace(deterministic_agent=None)
+    assert agent_is_deterministic(unset, local) and not agent_is_deterministic(unset, remote)
+    assert agent_is_deterministic(argparse.Namespace(deterministic_agent=True), remote)
+    assert not agent_is_deterministic(argparse.Namespace(deterministic_agent=False), local)
+    monkeypatch.setenv("REFLECT_DETERMINISTIC_AGENT", "false")
+    assert not agent_is_deterministic(unset, local)
 
 
 def test_the_eval_command_measures_the_sql_agent(
@@ -367,6 +414,8 @@ def test_the_eval_command_measures_the_sql_agent(
     from reflect_otel.cli import main
 
     _scripted_endpoint(monkeypatch, "reflect_otel.cli.evaluate", server)
+    monkeypatch.delenv("REFLECT_DETERMINISTIC_AGENT", raising=False)
+    monkeypatch.delenv("REFLECT_VERIFY_SAMPLES", raising=False)
     monkeypatch.setattr("reflect_otel.online.setup.otel_trace.get_tracer_provider", lambda: instrumented.provider)
     out = tmp_path / "out"
     argv = ["eval", "--benchmark", "wtq-live", "--agent", "sql", "--data", str(_two_failures(tmp_path))]
@@ -374,6 +423,7 @@ def test_the_eval_command_measures_the_sql_agent(
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert "wtq-live: sql agent, model scripted" in captured.err
+    assert "sampled replays, 3 per arm" in captured.err  # a remote endpoint: temperature 0 is not repeatable there
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["failed_runs"] == 2 and metrics["methods"]["reflect"]["verified"]["mean"] == 1
     assert "| reflect | 2 |" in captured.out  # the table printed

@@ -3,8 +3,10 @@ about one WikiTableQuestions table by writing DuckDB SQL.
 
 Two tools: ``schema()`` (the table's columns, their types and a few rows, as JSON) and ``query(sql)`` (the rows as
 JSON, or DuckDB's own error text, e.g. ``Binder Error: Referenced column "x" not found in FROM clause! Candidate
-bindings: ...``). The run ends with the model's first turn without a tool call: its text is the answer. The model
-decides greedily (temperature 0), so a replay from a kept prefix redoes the run (``deterministic``).
+bindings: ...``). The run ends with the model's first turn without a tool call: its text is the answer. The model is
+asked at temperature 0; a replay from a kept prefix redoes the run exactly only where the endpoint decodes greedily
+one request at a time (the embedded local model), so only there is its adapter ``deterministic`` by default (see
+``--deterministic-agent``): a remote API at temperature 0 may still answer differently.
 
 The loop traces itself as a hand-written loop does: an AGENT span around the run, the OpenAI client's LLM spans
 (OpenInference's OpenAI instrumentation, installed by the caller on the same provider), and a TOOL span per tool
