@@ -59,7 +59,7 @@ CELL_CHARS = 100
 _FETCH = 1_000
 _ENVELOPE_CHARS = 300  # the count and the note around the rows
 
-_SANDBOX = {
+_SANDBOX: dict[str, str | int] = {
     # the statements come from a model, and in a replay from trace content (an auditor's corrected call): no file,
     # no URL, no extension installed or loaded, and no statement can turn that back on
     "enable_external_access": False,
