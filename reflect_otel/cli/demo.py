@@ -224,12 +224,17 @@ def _agent(
             sql.resume, tracer_provider=provider, execute_tool=sql.execute_tool, client=client, deterministic=True
         )
         return sql.answer, adapter, sql.table_context, "sql_agent"
+    from reflect_otel.demo import table_rules
     from reflect_otel.demo.table_agent import TableQAAgent
     from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 
     table = TableQAAgent(question, llm, max_steps=max_steps)
     graph_adapter = LangGraphReplayAdapter(
-        table.graph, tracer_provider=provider, recursion_limit=table.recursion_limit, deterministic=True
+        table.graph,
+        tracer_provider=provider,
+        recursion_limit=table.recursion_limit,
+        deterministic=True,
+        correction_rules=table_rules.RULES,  # the table agent's own rule, for its runs only
     )
     return lambda: table.answer(thread_id=f"demo-{question.id}"), graph_adapter, table.table_context, "table_qa"
 

@@ -219,6 +219,7 @@ def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps:
     LangChain instrumentation) and gives the LangGraph adapter that replays it from the run's checkpoints, greedily
     as it ran (``deterministic``), its proposals sampled."""
     from reflect_otel.capture import recorded_run
+    from reflect_otel.demo import table_rules
     from reflect_otel.demo.table_agent import TableQAAgent
     from reflect_otel.demo.wtq import WTQQuestion
     from reflect_otel.evaluation.live import AgentRun
@@ -233,7 +234,11 @@ def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps:
         if not trace.question:
             trace = trace.model_copy(update={"question": question.question})
         adapter = LangGraphReplayAdapter(
-            agent.graph, tracer_provider=provider, recursion_limit=agent.recursion_limit, deterministic=True
+            agent.graph,
+            tracer_provider=provider,
+            recursion_limit=agent.recursion_limit,
+            deterministic=True,
+            correction_rules=table_rules.RULES,  # the table agent's own rule, for its runs only
         )
         return AgentRun(answer=answer, trace=trace, replay=adapter, context=agent.table_context)
 
@@ -244,6 +249,7 @@ def table_agent_rebuilt(llm: StructuredLLM, provider: TracerProvider, *, max_ste
     """An earlier run of the table-QA demo agent from its stored trace: the same agent on the same question, its
     workspace restored by re-running the trace's tool calls, its LangGraph adapter seeding the replay from the
     trace's spans (this process holds no checkpoints of it)."""
+    from reflect_otel.demo import table_rules
     from reflect_otel.demo.table_agent import TableQAAgent
     from reflect_otel.demo.wtq import WTQQuestion
     from reflect_otel.evaluation.live import AgentRun
@@ -253,7 +259,11 @@ def table_agent_rebuilt(llm: StructuredLLM, provider: TracerProvider, *, max_ste
         agent = TableQAAgent(question, llm, max_steps=max_steps)
         agent.restore(trace)  # the tables its steps made, as the live run left them
         adapter = LangGraphReplayAdapter(
-            agent.graph, tracer_provider=provider, recursion_limit=agent.recursion_limit, deterministic=True
+            agent.graph,
+            tracer_provider=provider,
+            recursion_limit=agent.recursion_limit,
+            deterministic=True,
+            correction_rules=table_rules.RULES,  # the table agent's own rule, for its runs only
         )
         return AgentRun(answer=trace.final_answer or "", trace=trace, replay=adapter, context=agent.table_context)
 
