@@ -314,7 +314,9 @@ def _live_resampler(results: Path, data: Path | None, llm: StructuredLLM | None)
     folder = folder / "wtq" if (folder / "wtq" / "questions.tsv").is_file() else folder
     questions = {q.id: q for q in load_questions(data=folder)}
     assert llm is not None
-    rebuild = table_agent_rebuilt(llm, instrumented_provider(), max_steps=int(config.get("max_steps", 6)))
+    rebuild = table_agent_rebuilt(  # resampled, never taken as repeatable
+        llm, instrumented_provider(), max_steps=int(config.get("max_steps", 6)), deterministic=False
+    )
 
     def runs_for(run: Labelled) -> SamplesRuns | None:
         question = questions.get(run.question_id or "")

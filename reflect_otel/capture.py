@@ -9,11 +9,12 @@ Example::
 
     with recorded_run(provider, "my_agent") as run:
         answer = agent(question)
-    trace = run.trace  # steps, question, final answer
+    trace = run.trace  # steps, question, final answer (also when the block raised)
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from collections.abc import Iterator
@@ -31,6 +32,8 @@ from reflect_otel.spans import SpanRecord, span_record_from_readable
 from reflect_otel.trace import StructuredTrace
 
 __all__ = ["Captured", "captured", "recorded_run"]
+
+_log = logging.getLogger("reflect_otel.capture")
 
 
 class _SpanCapture(SpanProcessor):
@@ -82,18 +85,22 @@ def _capture_for(provider: TracerProvider) -> _SpanCapture:
 
 @dataclass
 class Captured:
-    """Filled in when the ``with`` block ends: the spans it produced and the trace they assemble into."""
+    """Filled in when the ``with`` block ends, whether it returned or raised: the spans it produced and the trace they
+    assemble into (None, with ``error`` saying why, when they could not be assembled)."""
 
     records: list[SpanRecord] = field(default_factory=list)
     trace: StructuredTrace | None = None
     trace_id: str = ""
+    error: str = ""
 
 
 @contextmanager
 def captured(provider: TracerProvider, name: str, *, replay: bool = True) -> Iterator[Captured]:
     """Run the block under a new root span (a new trace, not a child of the caller's) on ``provider``, which must
-    be the provider the agent's instrumentation writes to; then assemble the spans of that trace. ``replay`` marks
-    every span of the trace ``reflect.replay`` (our collectors skip traces holding such a span)."""
+    be the provider the agent's instrumentation writes to; then assemble the spans of that trace, also when the block
+    raised (its exception then goes on, unchanged). ``replay`` marks every span of the trace ``reflect.replay`` (our
+    collectors skip traces holding such a span). Assembling never raises: a failure leaves ``trace`` None and says
+    why in ``error``."""
     if not isinstance(provider, TracerProvider):
         error = ReplayError if replay else ConfigError
         raise error(
@@ -117,15 +124,23 @@ def captured(provider: TracerProvider, name: str, *, replay: bool = True) -> Ite
     try:
         with use_span(root, end_on_exit=True):
             yield result
-    finally:
-        spans = capture.take(trace_id)
+    finally:  # a run that crashed is the run a user most wants attributed
+        _assemble(result, capture.take(trace_id), collector="replay" if replay else "capture")
+
+
+def _assemble(result: Captured, spans: list[ReadableSpan], *, collector: str) -> None:
+    try:
         result.records = [r for r in (span_record_from_readable(s) for s in spans) if r is not None]
-    result.trace = assemble_trace(result.records, collector="replay" if replay else "capture")
+        result.trace = assemble_trace(result.records, collector=collector)
+    except Exception as error:  # never in place of the block's own outcome
+        result.error = f"the run's spans could not be assembled: {type(error).__name__}: {error}"
+        _log.warning("%s (trace %s)", result.error, result.trace_id)
 
 
 def recorded_run(provider: TracerProvider, name: str = "run") -> AbstractContextManager[Captured]:
     """Run the ``with`` block as one new trace named ``name`` on ``provider`` (the SDK provider the agent's
-    OpenInference instrumentation writes to) and fill in the returned :class:`Captured` when the block ends: its
-    span records and the assembled ``trace``. The spans still go to the provider's exporters as usual (an application
-    run, not a replay). Raises :class:`~reflect_otel.errors.ConfigError` when ``provider`` is not an SDK provider."""
+    OpenInference instrumentation writes to) and fill in the returned :class:`Captured` when the block ends, also when
+    it raises (the trace of a run that crashed, its exception going on unchanged): its span records and the assembled
+    ``trace``. The spans still go to the provider's exporters as usual (an application run, not a replay). Raises
+    :class:`~reflect_otel.errors.ConfigError` when ``provider`` is not an SDK provider, and nothing else of its own."""
     return captured(provider, name, replay=False)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections import OrderedDict
 
 from reflect_otel.config import ReflectConfig
 from reflect_otel.llm.base import StructuredLLM
@@ -33,9 +34,11 @@ from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import Verifier
 
-__all__ = ["NO_PLACEBO", "PlaceboControl", "PlanPool", "WrongStepControl", "plan_of", "wrong_step"]
+__all__ = ["MAX_PLANS", "NO_PLACEBO", "PlaceboControl", "PlanPool", "WrongStepControl", "plan_of", "wrong_step"]
 
 WRONG_STEP_DISTANCE = 2
+MAX_PLANS = 1000
+"""Failures whose plans a :class:`PlanPool` keeps by default (the most recent ones)."""
 PLACEBO_METHOD = "control-placebo"
 NO_PLACEBO = (
     "no plan written for another failure yet: the placebo injects the auditor's plan for another failure (the plans "
@@ -63,10 +66,15 @@ def plan_of(record: AttributionRecord) -> RepairPlan | None:
 
 class PlanPool:
     """The plans one auditor wrote, by failure (trace id and question), for the placebo to draw from: the same
-    service, or evaluation, feeds it every record it makes (:meth:`add`). Thread-safe."""
+    service, or evaluation, feeds it every record it makes (:meth:`add`). It keeps the last ``max_plans`` failures'
+    plans (:data:`MAX_PLANS` by default; the oldest is dropped first), so a long-running service holds a bounded
+    pool. Thread-safe."""
 
-    def __init__(self) -> None:
-        self._plans: dict[str, tuple[str, RepairPlan]] = {}
+    def __init__(self, *, max_plans: int = MAX_PLANS) -> None:
+        if max_plans < 1:
+            raise ValueError("max_plans must be at least 1")
+        self.max_plans = max_plans
+        self._plans: OrderedDict[str, tuple[str, RepairPlan]] = OrderedDict()
         self._lock = threading.Lock()
 
     def add(self, trace: StructuredTrace, record: AttributionRecord) -> None:
@@ -80,30 +88,37 @@ class PlanPool:
             self.keep(trace_id, question, plan)
 
     def keep(self, trace_id: str, question: str, plan: RepairPlan) -> None:
-        """Keep ``plan`` as the one written for the failure ``trace_id`` (the first kept for it stays)."""
+        """Keep ``plan`` as the one written for the failure ``trace_id`` (the first kept for it stays); past
+        ``max_plans`` failures, the oldest one's plan is dropped."""
         if not plan.correction_instruction.strip():
             return
         with self._lock:
-            self._plans.setdefault(trace_id, (question.strip().casefold(), plan))
+            if trace_id in self._plans:
+                return
+            self._plans[trace_id] = (question.strip().casefold(), plan)
+            while len(self._plans) > self.max_plans:
+                self._plans.popitem(last=False)
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._plans)
 
     def other_than(self, trace: StructuredTrace) -> RepairPlan | None:
-        """A plan written for another failure than ``trace`` (another trace and another question), picked by a hash
-        of its trace id among those (the same trace gets the same placebo from the same pool); None when there is
-        none yet."""
+        """A plan written for another failure than ``trace`` (another trace and another question), or None when
+        there is none yet. The pick depends only on ``trace``'s id and the failures in the pool, not on the order
+        they came in (the one whose trace id hashes lowest with ``trace``'s, one pass, no sort): the same trace gets
+        the same placebo from the same pool, and a plan added later changes the draw only when it is the new pick."""
         question = trace.question.strip().casefold()
         with self._lock:
-            others = [
-                plan
-                for trace_id, (asked, plan) in sorted(self._plans.items())
-                if trace_id != trace.trace_id and asked != question
-            ]
-        if not others:
-            return None
-        return others[int(hashlib.sha256(trace.trace_id.encode()).hexdigest(), 16) % len(others)]
+            plans = list(self._plans.items())
+        best: tuple[bytes, RepairPlan] | None = None
+        for trace_id, (asked, plan) in plans:
+            if trace_id == trace.trace_id or asked == question:
+                continue
+            rank = hashlib.sha256(f"{trace.trace_id}:{trace_id}".encode()).digest()
+            if best is None or rank < best[0]:
+                best = (rank, plan)
+        return best[1] if best is not None else None
 
 
 def wrong_step(trace: StructuredTrace, localized: int) -> int | None:

@@ -103,7 +103,8 @@ def _screened(
             replacement=proposal.action,
             finding=f"the agent's own decision at step {trial.step}"
             + (" with the correction in context" if trial.injection else " (resampled, no hint)")
-            + f", proposal {number} of {len(proposals)}",
+            + f", proposal {number} of {len(proposals)}"
+            + (f" ({proposal.note})" if proposal.note else ""),
         )
         refused = _refusal(correction, proposal, run)
         if refused is None and rendered in replayed_here:

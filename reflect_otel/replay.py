@@ -119,6 +119,12 @@ class ProposedStep(BaseModel):
 
     action: StepAction
     is_final_answer: bool = False
+    note: str = Field(
+        default="",
+        max_length=1000,
+        description="What the adapter left out of, or changed in, the agent's recorded request to ask for it "
+        "(recorded with the correction).",
+    )
 
 
 @runtime_checkable

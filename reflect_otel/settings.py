@@ -100,6 +100,13 @@ class Settings(BaseSettings):
     flag_temperature: float = Field(
         default=0.7, ge=0.0, le=2.0, description="The temperature the consistency check's resamples run at."
     )
+    deterministic_agent: bool | None = Field(
+        default=None,
+        description="Whether the demo agents' replays repeat exactly, so one replay per arm decides a controlled "
+        "test (demo and eval --benchmark wtq-live; --deterministic-agent / --no-deterministic-agent override). Unset: "
+        "only on the embedded local model (greedy, one request at a time); temperature 0 on a remote API is not "
+        "repeatable, so there each arm runs REFLECT_VERIFY_SAMPLES replays.",
+    )
 
 
 def _variable(field: str) -> str:

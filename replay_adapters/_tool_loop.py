@@ -98,7 +98,8 @@ def resume_captured(
             raise
         except Exception as error:  # the user's loop may fail in any way
             raise ReplayError(f"the resumed tool loop failed: {type(error).__name__}: {error}") from error
-    assert run.trace is not None
+    if run.trace is None:
+        raise ReplayError(f"the replay's continuation could not be read: {run.error}")
     sent = first_sent_request(run.records)
     final = answer if answer else run.trace.final_answer
     return ReplayResult(

@@ -280,7 +280,8 @@ class LangGraphReplayAdapter:
                 unfinished = True  # a run that did not finish is an outcome (no answer), not a failed replay
             except Exception as error:  # the graph may fail in any way
                 raise ReplayError(f"the graph failed while replaying: {type(error).__name__}: {error}") from error
-        assert run.trace is not None
+        if run.trace is None:
+            raise ReplayError(f"the replay's continuation could not be read: {run.error}")
         final_messages = self.graph.get_state(config).values.get("messages", [])
         final = _values.as_text(final_messages[-1].content) if final_messages else run.trace.final_answer
         if unfinished:

@@ -13,8 +13,9 @@ the adapter runs the call through it under a TOOL span (after the guard), append
 tool's result to the messages, and resumes the loop from there.
 
 ``propose`` (:class:`~reflect_otel.replay.ProposesSteps`) needs ``client``, the ``openai.OpenAI`` client the loop
-calls its model with: it sends the recorded request after the rollback point (its messages plus the injection, its
-model, tools and other parameters as recorded, not streamed) at the proposal's temperature, and returns the first
+calls its model with: it sends the recorded request after the rollback point (its messages plus the injection, and
+of its other fields only the chat-completion parameters in :data:`RESENT_FIELDS`, as recorded, not streamed; any other
+recorded field is dropped and named in the proposal's ``note``) at the proposal's temperature, and returns the first
 tool call the model makes, or its answer; nothing is executed. Its spans are marked as a replay's. Pass
 ``deterministic=True`` when the loop's model runs greedily (temperature 0).
 """
@@ -43,7 +44,7 @@ from reflect_otel.replay_adapters._tool_loop import (
 )
 from reflect_otel.trace import StepAction, StructuredTrace
 
-__all__ = ["ExecuteTool", "IrreversibleToolError", "OpenAIToolLoopReplayAdapter", "ResumeLoop"]
+__all__ = ["RESENT_FIELDS", "ExecuteTool", "IrreversibleToolError", "OpenAIToolLoopReplayAdapter", "ResumeLoop"]
 
 ResumeLoop = Callable[[list[dict[str, Any]], Callable[[str, Any], None]], str]
 """``resume(messages, guard) -> final answer``: continue the tool loop from ``messages``."""
@@ -144,7 +145,9 @@ class OpenAIToolLoopReplayAdapter(ToolLoopReplay[ResumeLoop]):
         if injection:
             messages.append({"role": InjectionRole(injection_role).value, "content": injection})
         create = self._client.chat.completions.create
-        body = _accepted(create, request) | {"messages": messages, "temperature": temperature}
+        kept, dropped = _accepted(create, request)
+        body = kept | {"messages": messages, "temperature": temperature}
+        note = _dropped_note(dropped)
         proposals = []
         with captured(self._provider, "reflect.propose.openai_loop"):
             for _ in range(samples):
@@ -160,25 +163,62 @@ class OpenAIToolLoopReplayAdapter(ToolLoopReplay[ResumeLoop]):
                         ProposedStep(
                             action=StepAction(
                                 tool_name=call.function.name, arguments=_arguments(call.function.arguments)
-                            )
+                            ),
+                            note=note,
                         )
                     )
                 else:
-                    proposals.append(ProposedStep(action=StepAction(text=message.content or ""), is_final_answer=True))
+                    proposals.append(
+                        ProposedStep(action=StepAction(text=message.content or ""), is_final_answer=True, note=note)
+                    )
         return tuple(proposals)
 
 
-_NOT_RESENT = frozenset({"messages", "temperature", "stream", "stream_options", "n"})
+RESENT_FIELDS = frozenset(
+    {
+        "model",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "max_tokens",
+        "max_completion_tokens",
+        "stop",
+        "seed",
+        "top_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "logit_bias",
+        "reasoning_effort",
+    }
+)
+"""The recorded request's fields a proposal sends again: the chat-completion body fields that shape the model's
+decision. ``messages`` and ``temperature`` are the proposal's own; ``stream``, ``stream_options`` and ``n`` are not
+resent (a proposal is one decision, asked once per sample); anything else is dropped and named in the proposal's
+note, never sent: the recorded body is trace content, and fields such as ``extra_headers``, ``extra_query``,
+``extra_body`` and ``timeout`` (the client's, not the API's), or ``store``, ``user``, ``metadata`` and
+``service_tier``, would let a span set headers, query parameters, timeouts or billing on the user's endpoint."""
+
+_OURS = frozenset({"messages", "temperature", "stream", "stream_options", "n"})
 
 
-def _accepted(create: Callable[..., Any], request: dict[str, Any]) -> dict[str, Any]:
-    """The recorded request's parameters that ``create`` takes, as recorded (a proposal is one decision, not
-    streamed); the recorded body is untrusted data, so a key the client does not know is dropped."""
+def _accepted(create: Callable[..., Any], request: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The recorded request's :data:`RESENT_FIELDS` that ``create`` takes, as recorded, and the names of the other
+    recorded fields, dropped (those the proposal sets itself are not counted)."""
     try:
-        known = set(inspect.signature(create).parameters)
+        takes = set(inspect.signature(create).parameters)
     except (TypeError, ValueError):
-        known = set()
-    return {k: v for k, v in request.items() if k not in _NOT_RESENT and (not known or k in known)}
+        takes = set(RESENT_FIELDS)
+    kept = {k: v for k, v in request.items() if k in RESENT_FIELDS and k in takes}
+    dropped = sorted(str(k)[:64] for k in request if k not in kept and k not in _OURS)
+    return kept, dropped
+
+
+def _dropped_note(dropped: list[str]) -> str:
+    if not dropped:
+        return ""
+    shown = ", ".join(dropped[:10]) + (f" and {len(dropped) - 10} more" if len(dropped) > 10 else "")
+    return f"{len(dropped)} recorded request field(s) not sent: {shown}"
 
 
 def _arguments(text: str | None) -> dict[str, Any]:

@@ -168,3 +168,26 @@ def test_services_sharing_a_pool_give_the_placebo_the_plan_reflect_wrote_for_an_
     outcome = placebo.process(five_steps(), expected="Bangkok", replay=agent)
     assert outcome.record is not None and outcome.record.status is not AttributionStatus.SKIPPED
     assert any(OWN_INSTRUCTION in call.injection for call in agent.calls)  # the plan written for the other failure
+
+
+def test_the_plan_pool_keeps_the_latest_failures_and_draws_the_same_plan_whatever_the_order() -> None:
+    """A long-running service feeds the pool every failure: it keeps the last ``max_plans``, dropping the oldest."""
+    from reflect_otel.record import RepairPlan
+
+    def plan(n: int) -> RepairPlan:
+        return RepairPlan(root_cause=f"cause {n}", correction_instruction=f"instruction {n}")
+
+    failures = [(f"{n:032x}", f"question {n}", plan(n)) for n in range(1, 8)]
+    pool = PlanPool(max_plans=3)
+    for trace_id, question, written in failures:
+        pool.keep(trace_id, question, written)
+    pool.keep(failures[-1][0], "question 7", plan(99))  # the first plan kept for a failure stays
+    assert len(pool) == 3 and pool.max_plans == 3
+    traces = [five_steps(f"asked {n}").model_copy(update={"trace_id": f"{n:031x}e"}) for n in range(40)]
+    drawn = [pool.other_than(t) for t in traces]
+    assert {p.correction_instruction for p in drawn if p} == {"instruction 5", "instruction 6", "instruction 7"}
+    reversed_pool = PlanPool(max_plans=3)
+    for trace_id, question, written in reversed(failures[-3:]):
+        reversed_pool.keep(trace_id, question, written)
+    assert [reversed_pool.other_than(t) for t in traces] == drawn  # the draw depends on the pool, not its order
+    assert PlanPool().max_plans == 1000

@@ -390,6 +390,7 @@ def test_attribute_exits_non_zero_when_every_attribution_failed(tmp_path: Path, 
         (["--benchmark", "who-and-when", "--max-replays", "3"], "who-and-when is localization-only"),
         (["--benchmark", "bbm", "--exclude", "nt-1"], "--exclude names questions of wtq-live"),
         (["--benchmark", "bbm", "--replay-temperature", "0.2"], "--replay-temperature was removed"),
+        (["--benchmark", "bbm", "--deterministic-agent"], "--deterministic-agent is about the agent of wtq-live"),
     ],
 )
 def test_eval_refuses_an_option_its_benchmark_would_ignore(

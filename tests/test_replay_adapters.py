@@ -206,6 +206,68 @@ def test_openai_adapter_needs_recorded_requests(openai_case: ConformanceCase) ->
         openai_case.adapter.replay(stripped, rollback_point=1, injection="x")
 
 
+def _openai_turn(body: dict[str, Any]) -> Any:
+    """The replay agents' model behind the scripted OpenAI server."""
+    from reflect_otel.testing.openai_server import ScriptedToolCall, ScriptedTurn
+
+    messages = body["messages"]
+    names = {c["id"]: c["function"]["name"] for m in messages for c in m.get("tool_calls") or []}
+    instructions = [m["content"] for m in messages if m["role"] in ("system", "user", "developer")]
+    results = [(names.get(m["tool_call_id"], ""), m["content"]) for m in messages if m["role"] == "tool"]
+    text, calls = replay_agents.decide(instructions, results)
+    turn = sum(1 for m in messages if m["role"] == "assistant")
+    return ScriptedTurn(text, [ScriptedToolCall(n, a, f"call_{turn}_{k}") for k, (n, a) in enumerate(calls)])
+
+
+def test_an_openai_proposal_sends_only_chat_completion_fields_of_the_recorded_request(
+    instrumented: Instrumented,
+) -> None:
+    """The recorded request is trace content: a span that carries client options (headers, query parameters, a
+    timeout, a body merged in) or account fields must not get them sent to the user's endpoint by a proposal."""
+    import openai
+
+    from reflect_otel.testing.openai_server import ScriptedOpenAIServer
+
+    with ScriptedOpenAIServer(_openai_turn) as server:
+        client = openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0)
+        tracer = instrumented.provider.get_tracer("tests.replay_loop")
+        trace = _record(instrumented, lambda: replay_agents.run_loop(client, tracer))
+        crafted = {
+            "extra_headers": {"X-Crafted": "1", "Authorization": "Bearer stolen"},
+            "extra_query": {"crafted": "1"},
+            "extra_body": {"crafted_field": True},
+            "timeout": 0.000001,
+            "store": True,
+            "user": "someone-else",
+        }
+
+        def with_crafted(text: str | None) -> str | None:
+            return json.dumps(json.loads(text) | crafted) if text else text
+
+        steps = tuple(s.model_copy(update={"model_input": with_crafted(s.model_input)}) for s in trace.steps)
+        adapter = OpenAIToolLoopReplayAdapter(
+            lambda messages, guard: replay_agents.tool_loop(client, tracer, messages, guard),
+            tracer_provider=instrumented.provider,
+            execute_tool=replay_agents.execute_tool,
+            client=client,
+        )
+        sent = len(server.requests)
+        (proposal,) = adapter.propose(
+            trace.model_copy(update={"steps": steps}), rollback_point=1, injection=replay_agents.FIX, samples=1
+        )
+    assert proposal.action == replay_agents.ACTION  # the model was asked, with the recorded model and tools
+    (body,) = server.requests[sent:]
+    (received,) = server.received[sent:]
+    assert body["model"] == "correctable" and body["tools"] == replay_agents.TOOLS
+    assert not {"crafted_field", "store", "user"} & set(body)
+    assert "?" not in received.path and "x-crafted" not in received.headers
+    assert received.headers["authorization"] == "Bearer k"  # the client's own key, not the span's
+    assert (
+        proposal.note == "6 recorded request field(s) not sent: extra_body, extra_headers, extra_query, store, "
+        "timeout, user"
+    )
+
+
 class _Server:
     """A real HTTP server on loopback whose answer to each POST is ``respond(body) -> (status, bytes)``."""
 

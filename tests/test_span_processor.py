@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from reflect_otel.collectors.span_processor import ReflectSpanProcessor
@@ -145,3 +146,22 @@ def test_a_replay_fragment_whose_root_never_came_is_not_taken_for_a_run() -> Non
         collector.submit(record)
     collector.shutdown()
     assert got == [] and collector.stats().traces_skipped_replays == 1
+
+
+def test_a_recorded_run_never_raises_its_own_error_in_place_of_the_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spans that cannot be assembled leave the trace out and say why; the block's outcome stays its own."""
+    from reflect_otel import capture
+    from reflect_otel.errors import InputError
+
+    def broken(*args: object, **kwargs: object) -> StructuredTrace:
+        raise InputError("no spans to assemble")
+
+    monkeypatch.setattr(capture, "assemble_trace", broken)
+    provider = TracerProvider()
+    with capture.recorded_run(provider) as run:
+        pass
+    assert run.trace is None and run.error.endswith("InputError: no spans to assemble") and run.records
+    with pytest.raises(KeyError, match="the run's own"), capture.recorded_run(provider) as crashed:
+        raise KeyError("the run's own")
+    assert crashed.trace is None and "could not be assembled" in crashed.error
+    provider.shutdown()

@@ -24,7 +24,7 @@ from reflect_otel.replay import proposer
 from reflect_otel.testing.conformance import ConformanceCase, run_conformance
 from reflect_otel.testing.examples import scripted_auditor
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedToolCall, ScriptedTurn
-from reflect_otel.trace import StepAction, StepKind, StructuredTrace
+from reflect_otel.trace import StepAction, StepKind, StepStatus, StructuredTrace
 from reflect_otel.verifiers import OracleVerifier, judged_correct
 from tests.conftest import Instrumented
 
@@ -118,6 +118,30 @@ def test_the_run_reads_as_schema_and_query_steps_with_json_results(
     assert second["messages"][2]["content"] is None  # the assistant turn that only calls a tool, as OpenAI takes it
 
 
+def test_a_run_that_raises_still_gives_its_trace(instrumented: Instrumented, server: ScriptedOpenAIServer) -> None:
+    """A crashed run is the one a user most wants attributed: ``recorded_run`` assembles what it did before the
+    exception, and the exception goes on unchanged."""
+    from reflect_otel.capture import recorded_run
+
+    agent = SQLAgent(nt1(), client_of(server), model="scripted-model", tracer_provider=instrumented.provider)
+
+    def gone(sql: str) -> str:
+        raise ConnectionError("the database went away")
+
+    agent.workspace.query = gone  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError, match="the database went away"), recorded_run(instrumented.provider) as run:
+        agent.answer()
+    assert run.trace is not None and run.error == ""
+    assert run.trace.question == nt1().question and run.trace.final_answer is None
+    assert [(s.kind, s.tool_name) for s in run.trace.steps] == [
+        (StepKind.TOOL_CALL, "schema"),
+        (StepKind.TOOL_CALL, "query"),
+    ]
+    crashed = run.trace.steps[1]
+    assert crashed.tool_args == {"sql": WRONG_SQL} and crashed.status is StepStatus.ERROR
+    assert "the database went away" in (crashed.status_message or "")
+
+
 def test_the_table_is_typed_read_only_and_answers_duckdb_errors() -> None:
     workspace = SQLWorkspace(nt1())
     schema = json.loads(workspace.schema())
@@ -127,6 +151,64 @@ def test_the_table_is_typed_read_only_and_answers_duckdb_errors() -> None:
     assert workspace.query('SELECT "Venu" FROM data').startswith('Binder Error: Referenced column "Venu" not found')
     assert workspace.query("DROP TABLE data").startswith("Error: only one SELECT")
     assert json.loads(workspace.query("SELECT count(*) AS n FROM data"))["rows"] == [{"n": 17}]  # still there
+
+
+def test_the_database_reads_no_file_and_no_url(tmp_path: Path) -> None:
+    """The statements come from the model, and in a replay from trace content: DuckDB itself refuses any file, URL
+    or extension, with its own error the model can read."""
+    import http.server
+    import threading
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the-secret", encoding="utf-8")
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"a\n1\n")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    workspace = SQLWorkspace(nt1())
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/rows.csv"
+        for sql in (
+            f"SELECT content FROM read_text('{secret}')",
+            f"SELECT * FROM read_csv('{secret}')",
+            f"SELECT * FROM '{url}'",
+            f"SELECT * FROM read_csv('{url}')",
+        ):
+            answer = workspace.query(sql)
+            assert answer.startswith("Permission Error:") and "the-secret" not in answer, (sql, answer)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert asked == []  # no request left the process
+    assert json.loads(workspace.query(RIGHT_SQL))["rows"] == [{"Venue": RIGHT}]  # the table still answers
+
+
+def test_a_long_query_is_stopped_and_a_result_is_bounded() -> None:
+    from reflect_otel.demo.sql_agent import COUNT_CAP, MAX_RESULT_CHARS, MAX_ROWS
+
+    workspace = SQLWorkspace(nt1(), timeout_s=0.3)
+    stopped = workspace.query("SELECT count(*) FROM range(1000000000000) AS a")
+    assert stopped.startswith("Error: the query ran longer than 0.3 s and was stopped")
+    assert json.loads(workspace.query("SELECT count(*) AS n FROM data"))["rows"] == [{"n": 17}]  # usable after
+    many = json.loads(workspace.query("SELECT range AS n FROM range(5000000)"))
+    assert many["row_count"] == COUNT_CAP and len(many["rows"]) == MAX_ROWS
+    assert many["note"].startswith(f"counting stopped at {COUNT_CAP} rows")
+    wide_sql = "SELECT " + ", ".join(f"repeat('x', 90) AS c{i}" for i in range(30)) + " FROM data"
+    wide = workspace.query(wide_sql)
+    assert len(wide) <= MAX_RESULT_CHARS
+    shown = json.loads(wide)
+    assert shown["row_count"] == 17 and 0 < len(shown["rows"]) < MAX_ROWS
+    assert f"rows shown: a result is limited to {MAX_RESULT_CHARS} characters" in shown["note"]
 
 
 def test_the_openai_loop_adapter_passes_the_conformance_suite(
@@ -224,7 +306,9 @@ def test_wtq_live_measures_the_sql_agent_and_the_placebo_draws_another_failures_
     options = LiveOptions(
         methods, _two_failures(tmp_path), out, agent="sql", config=ReflectConfig(rounds=1, rollback_points=1)
     )
-    run, rebuild = sql_agent_runs(client_of(server), "scripted-model", instrumented.provider, max_steps=6)
+    run, rebuild = sql_agent_runs(
+        client_of(server), "scripted-model", instrumented.provider, max_steps=6, deterministic=True
+    )
     metrics = run_live_eval(options, auditor, run, rebuild=rebuild)
     assert (metrics["questions"], metrics["failed_runs"]) == (2, 2)
     if "reflect" in methods:
@@ -249,12 +333,25 @@ def _scripted_endpoint(monkeypatch: pytest.MonkeyPatch, module: str, server: Scr
     monkeypatch.setattr("reflect_otel.demo.sql_agent.chat_client", lambda llm: (client_of(server), "scripted-model"))
 
 
+@pytest.mark.parametrize(
+    ("flags", "variable", "per_arm"),
+    [
+        # a remote endpoint at temperature 0 is not repeatable: each arm runs REFLECT_VERIFY_SAMPLES replays
+        ((), None, 3),
+        (("--deterministic-agent",), None, 1),  # the user says the endpoint repeats itself
+        ((), "true", 1),
+        (("--no-deterministic-agent",), "true", 3),  # the flag wins over the variable
+    ],
+)
 def test_the_demo_command_runs_the_sql_agent_and_verifies_its_failure(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     instrumented: Instrumented,
     server: ScriptedOpenAIServer,
+    flags: tuple[str, ...],
+    variable: str | None,
+    per_arm: int,
 ) -> None:
     import duckdb
 
@@ -262,17 +359,49 @@ def test_the_demo_command_runs_the_sql_agent_and_verifies_its_failure(
 
     _scripted_endpoint(monkeypatch, "reflect_otel.cli.demo", server)
     monkeypatch.delenv("PHOENIX_COLLECTOR_ENDPOINT", raising=False)
+    monkeypatch.delenv("REFLECT_VERIFY_SAMPLES", raising=False)
+    if variable is None:
+        monkeypatch.delenv("REFLECT_DETERMINISTIC_AGENT", raising=False)
+    else:
+        monkeypatch.setenv("REFLECT_DETERMINISTIC_AGENT", variable)
     monkeypatch.setattr("reflect_otel.online.setup.otel_trace.get_tracer_provider", lambda: instrumented.provider)
     store = tmp_path / "demo.duckdb"
-    assert main(["demo", "--agent", "sql", "--questions", "nt-1", "--store", str(store)]) == 0
+    assert main(["demo", "--agent", "sql", "--questions", "nt-1", "--store", str(store), *flags]) == 0
     captured = capsys.readouterr()
+    assert f"every test controlled, {per_arm} replay(s) per arm" in captured.err
     assert "nt-1: answered 'none' (expected 'Bangkok, Thailand'): wrong" in captured.err
     assert "nt-1: attribution verified at step 2" in captured.err, captured.err
     assert "replayed from there with the correction, the agent answered 'Bangkok, Thailand'" in captured.out
     with duckdb.connect(str(store), read_only=True) as db:
         assert db.execute("SELECT agent FROM traces").fetchall() == [("sql_agent",)]
-        (source,) = db.execute("SELECT verified_by_source FROM attributions WHERE status = 'verified'").fetchone()
-    assert source == "evidence:shown_value"
+        (source, intervention, control) = db.execute(
+            "SELECT verified_by_source, effect_intervention_replays, effect_control_replays FROM attributions "
+            "WHERE status = 'verified'"
+        ).fetchone()
+    assert source == "evidence:shown_value" and (intervention, control) == (per_arm, per_arm)
+
+
+def test_only_the_embedded_local_model_is_taken_as_deterministic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The embedded server decodes greedily one request at a time; any other endpoint is sampled unless the user
+    says otherwise."""
+    import argparse
+    from types import SimpleNamespace
+
+    from reflect_otel.cli._options import agent_is_deterministic
+    from reflect_otel.config import LLMConfig
+    from reflect_otel.llm.local import LocalLLM
+    from reflect_otel.llm.openai_compat import OpenAICompatibleLLM
+
+    monkeypatch.delenv("REFLECT_DETERMINISTIC_AGENT", raising=False)
+    config = LLMConfig(model="m", base_url="http://127.0.0.1:9/v1", context_tokens=4096)
+    local = LocalLLM(config, SimpleNamespace())  # type: ignore[arg-type]  # its server is not needed to tell
+    remote = OpenAICompatibleLLM(config)
+    unset = argparse.Namespace(deterministic_agent=None)
+    assert agent_is_deterministic(unset, local) and not agent_is_deterministic(unset, remote)
+    assert agent_is_deterministic(argparse.Namespace(deterministic_agent=True), remote)
+    assert not agent_is_deterministic(argparse.Namespace(deterministic_agent=False), local)
+    monkeypatch.setenv("REFLECT_DETERMINISTIC_AGENT", "false")
+    assert not agent_is_deterministic(unset, local)
 
 
 def test_the_eval_command_measures_the_sql_agent(
@@ -285,6 +414,8 @@ def test_the_eval_command_measures_the_sql_agent(
     from reflect_otel.cli import main
 
     _scripted_endpoint(monkeypatch, "reflect_otel.cli.evaluate", server)
+    monkeypatch.delenv("REFLECT_DETERMINISTIC_AGENT", raising=False)
+    monkeypatch.delenv("REFLECT_VERIFY_SAMPLES", raising=False)
     monkeypatch.setattr("reflect_otel.online.setup.otel_trace.get_tracer_provider", lambda: instrumented.provider)
     out = tmp_path / "out"
     argv = ["eval", "--benchmark", "wtq-live", "--agent", "sql", "--data", str(_two_failures(tmp_path))]
@@ -292,6 +423,7 @@ def test_the_eval_command_measures_the_sql_agent(
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert "wtq-live: sql agent, model scripted" in captured.err
+    assert "sampled replays, 3 per arm" in captured.err  # a remote endpoint: temperature 0 is not repeatable there
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["failed_runs"] == 2 and metrics["methods"]["reflect"]["verified"]["mean"] == 1
     assert "| reflect | 2 |" in captured.out  # the table printed

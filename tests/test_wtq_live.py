@@ -98,7 +98,10 @@ def test_wtq_live_attributes_the_same_failed_run_with_each_method_and_resumes(
     )
     said: list[str] = []
     metrics = run_live_eval(
-        options, llm, table_agent_runs(llm, instrumented.provider, max_steps=6), progress=said.append
+        options,
+        llm,
+        table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True),
+        progress=said.append,
     )
 
     assert (metrics["questions"], metrics["agent_correct"], metrics["failed_runs"]) == (2, 1, 1)
@@ -130,7 +133,7 @@ def test_wtq_live_attributes_the_same_failed_run_with_each_method_and_resumes(
     assert any("reflect: verified at step 2, flipped" in line for line in said)
 
     calls = len(llm.requests)
-    again = run_live_eval(options, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
+    again = run_live_eval(options, llm, table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True))
     assert len(llm.requests) == calls and again == metrics  # resumed: nothing ran twice
 
 
@@ -144,7 +147,7 @@ def test_a_method_added_later_gets_the_stored_failures_replayed_from_their_trace
     out, data = tmp_path / "out", _wtq_folder(tmp_path)
     config = ReflectConfig(rounds=1, rollback_points=2)
     first = LiveOptions(("ics",), data, out, config=config, max_replays=2)
-    run_live_eval(first, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
+    run_live_eval(first, llm, table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True))
     agent_calls = sum(1 for r in llm.requests if r.stage == "agent")
 
     later = LiveOptions(("ics", "reflect-guidance"), data, out, config=config, max_replays=2)
@@ -152,8 +155,8 @@ def test_a_method_added_later_gets_the_stored_failures_replayed_from_their_trace
     metrics = run_live_eval(
         later,
         llm,
-        table_agent_runs(llm, instrumented.provider, max_steps=6),
-        rebuild=table_agent_rebuilt(llm, instrumented.provider, max_steps=6),
+        table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True),
+        rebuild=table_agent_rebuilt(llm, instrumented.provider, max_steps=6, deterministic=True),
         progress=said.append,
     )
     assert "nt-1: stored failure; adding reflect-guidance" in said
@@ -192,7 +195,12 @@ def test_a_stop_during_a_method_keeps_the_methods_finished_before_it(
             raise KeyboardInterrupt  # as a kill would, once ics is measured and reflect has started
 
     with pytest.raises(KeyboardInterrupt):
-        run_live_eval(options, llm, table_agent_runs(llm, instrumented.provider, max_steps=6), progress=stop_after_ics)
+        run_live_eval(
+            options,
+            llm,
+            table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True),
+            progress=stop_after_ics,
+        )
     kept = [json.loads(line) for line in (options.out / "results.jsonl").read_text().splitlines()]
     assert sorted(kept[-1]["methods"]) == ["ics"] and kept[-1]["question_id"] == "nt-1"
 
@@ -200,8 +208,8 @@ def test_a_stop_during_a_method_keeps_the_methods_finished_before_it(
     metrics = run_live_eval(
         options,
         llm,
-        table_agent_runs(llm, instrumented.provider, max_steps=6),
-        rebuild=table_agent_rebuilt(llm, instrumented.provider, max_steps=6),
+        table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True),
+        rebuild=table_agent_rebuilt(llm, instrumented.provider, max_steps=6, deterministic=True),
         progress=said.append,
     )
     assert "nt-1: stored failure; adding reflect" in said  # ics is not run again
@@ -217,7 +225,7 @@ def test_proposals_are_sampled_so_a_bare_resample_can_differ_from_the_run_and_is
     llm = _model(sampled_descending=True)  # greedy: sorts ascending; a sampled decision sorts descending
     out, data = tmp_path / "out", _wtq_folder(tmp_path)
     options = LiveOptions(("ics",), data, out, config=ReflectConfig(rounds=1, rollback_points=1, proposal_samples=1))
-    metrics = run_live_eval(options, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
+    metrics = run_live_eval(options, llm, table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True))
 
     row = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()][1]
     assert row["question_id"] == "nt-1" and row["answer"] == WRONG  # the run itself stayed greedy
@@ -240,16 +248,16 @@ def test_a_run_resumed_with_other_settings_or_made_before_controlled_verificatio
     llm = _model()
     out, data = tmp_path / "out", _wtq_folder(tmp_path)
     made = LiveOptions(("ics",), data, out, config=ReflectConfig(rounds=1))
-    run_live_eval(made, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
+    run_live_eval(made, llm, table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True))
     other = LiveOptions(("ics",), data, out, config=ReflectConfig(rounds=1, proposal_temperature=0.2))
     with pytest.raises(InputError, match=r"proposal_temperature: 1\.0 -> 0\.2.*a new --out folder"):
-        run_live_eval(other, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
+        run_live_eval(other, llm, table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True))
     config_file = out / "run_config.json"
     older = json.loads(config_file.read_text())
     del older["verification"]  # as the runs written before controlled verification
     config_file.write_text(json.dumps(older))
     with pytest.raises(InputError, match=r"verification: 'uncontrolled' -> 'controlled'"):
-        run_live_eval(made, llm, table_agent_runs(llm, instrumented.provider, max_steps=6))
+        run_live_eval(made, llm, table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True))
     assert json.loads(config_file.read_text())["code"]["commit"]  # the code's commit is recorded
 
 
@@ -304,7 +312,7 @@ def test_the_langgraph_agent_resamples_its_run_with_every_decision_sampled(
 
     llm = _model(sampled_descending=True)
     question = next(q for q in load_questions(data=_wtq_folder(tmp_path) / "wtq") if q.id == "nt-1")
-    run = table_agent_runs(llm, instrumented.provider, max_steps=6)(question)
+    run = table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True)(question)
     assert run.answer == WRONG
     before = len(llm.requests)
     runs = run.replay.resample(run.trace, samples=2, temperature=0.5)  # type: ignore[attr-defined]
@@ -323,9 +331,9 @@ def test_only_the_table_agents_wiring_gives_its_adapter_the_table_rule(instrumen
 
     llm = _model()
     nt1 = next(q for q in load_questions() if q.id == "nt-1")
-    run = table_agent_runs(llm, instrumented.provider, max_steps=6)(nt1)
+    run = table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True)(nt1)
     assert agent_rules(run.replay) == table_rules.RULES
-    rebuilt = table_agent_rebuilt(llm, instrumented.provider, max_steps=6)(nt1, run.trace)
+    rebuilt = table_agent_rebuilt(llm, instrumented.provider, max_steps=6, deterministic=True)(nt1, run.trace)
     assert agent_rules(rebuilt.replay) == table_rules.RULES
-    _, demo_adapter, _, name = _agent("table", nt1, llm, instrumented.provider, 6)
+    _, demo_adapter, _, name = _agent("table", nt1, llm, instrumented.provider, 6, deterministic=True)
     assert name == "table_qa" and agent_rules(demo_adapter) == table_rules.RULES

@@ -14,8 +14,16 @@ from pydantic import ValidationError
 
 from reflect_otel.config import REFLECT_VARIABLES, GateMode, ReflectConfig
 from reflect_otel.errors import ConfigError
+from reflect_otel.settings import settings
 
-__all__ = ["add_pipeline_options", "pipeline_config", "positive_int", "temperature"]
+__all__ = [
+    "add_agent_determinism_option",
+    "add_pipeline_options",
+    "agent_is_deterministic",
+    "pipeline_config",
+    "positive_int",
+    "temperature",
+]
 
 _FLAGS: dict[str, dict[str, Any]] = {
     "rounds": {"type": int, "metavar": "D"},
@@ -85,3 +93,27 @@ def temperature(text: str) -> float:
     if not 0 <= value <= 2:
         raise argparse.ArgumentTypeError(f"{value} is not a temperature from 0 to 2")
     return value
+
+
+def add_agent_determinism_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """Add ``--deterministic-agent`` / ``--no-deterministic-agent`` (read by :func:`agent_is_deterministic`)."""
+    parser.add_argument(
+        "--deterministic-agent",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the demo agent's replays repeat exactly, so one replay per arm decides a controlled test (default: "
+        "only on the embedded local model, or REFLECT_DETERMINISTIC_AGENT; on a remote API each arm runs "
+        "--verify-samples replays, temperature 0 not being repeatable there)",
+    )
+
+
+def agent_is_deterministic(args: argparse.Namespace, llm: object) -> bool:
+    """Whether the demo agent on ``llm`` replays deterministically: the flag, then ``REFLECT_DETERMINISTIC_AGENT``,
+    then whether ``llm`` is the embedded local server (whose backend says ``repeatable``), greedy and one request at
+    a time. A remote endpoint at temperature 0 is not assumed repeatable: batching and load change its replies."""
+    told = getattr(args, "deterministic_agent", None)
+    if told is None:
+        told = settings().deterministic_agent
+    if told is not None:
+        return bool(told)
+    return getattr(llm, "repeatable", False) is True

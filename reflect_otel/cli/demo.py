@@ -14,7 +14,12 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import reflect_otel
-from reflect_otel.cli._options import add_pipeline_options, pipeline_config
+from reflect_otel.cli._options import (
+    add_agent_determinism_option,
+    add_pipeline_options,
+    agent_is_deterministic,
+    pipeline_config,
+)
 from reflect_otel.config import GateMode, LLMConfig
 from reflect_otel.errors import ConfigError
 from reflect_otel.llm.factory import make_llm
@@ -63,6 +68,7 @@ def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         help="also annotate attributions in the Phoenix at this URL (default: PHOENIX_COLLECTOR_ENDPOINT if set)",
     )
     parser.add_argument("--max-steps", type=int, default=6, help="tool calls an agent run may make (default 6)")
+    add_agent_determinism_option(parser)
     # the demo's own defaults keep it short on a 2-core CPU: one round, guidance at the localized step only, two
     # proposals; every test is controlled (a control replay from the same prefix) as everywhere
     add_pipeline_options(
@@ -150,10 +156,13 @@ def _demo(args: argparse.Namespace) -> int:
     progress = _Progress(started)
     progress.say("starting the model (the first run assembles the local model once)")
     llm = make_llm(LLMConfig.from_env())
+    deterministic = agent_is_deterministic(args, llm)
+    per_arm = 1 if deterministic else reflect_config.verify_samples
     progress.say(
         f"model: {llm.model_name}; {len(questions)} question(s); REFLECT with D={reflect_config.rounds}, "
         f"K={reflect_config.rollback_points}, M={reflect_config.max_corrections}, {reflect_config.gate.value} gate, "
-        f"{reflect_config.proposal_samples} proposals per step; every test controlled"
+        f"{reflect_config.proposal_samples} proposals per step; every test controlled, {per_arm} replay(s) per arm "
+        f"({'the agent replays deterministically' if deterministic else 'the agent replays are sampled'})"
     )
     runtime = reflect_otel.configure(
         store=args.store,
@@ -180,7 +189,9 @@ def _demo(args: argparse.Namespace) -> int:
     with _pipeline_progress(progress, names):
         for number, question in enumerate(questions, start=1):
             progress.say(f"[{number}/{len(questions)}] {question.id}: {question.question}")
-            ask, adapter, context, name = _agent(args.agent, question, llm, runtime.provider, args.max_steps)
+            ask, adapter, context, name = _agent(
+                args.agent, question, llm, runtime.provider, args.max_steps, deterministic=deterministic
+            )
 
             def traced(text: str, ask: Callable[[], str] = ask, qid: str = question.id) -> str:
                 names[format_trace_id(otel_trace.get_current_span().get_span_context().trace_id)] = qid
@@ -210,10 +221,17 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _agent(
-    kind: str, question: WTQQuestion, llm: StructuredLLM, provider: TracerProvider, max_steps: int
+    kind: str,
+    question: WTQQuestion,
+    llm: StructuredLLM,
+    provider: TracerProvider,
+    max_steps: int,
+    *,
+    deterministic: bool,
 ) -> tuple[Callable[[], str], ReplayAdapter, str, str]:
-    """The demo agent on ``question``: how to run it, the adapter that replays it (greedily, as it runs: one control
-    replay per rollback point decides), what it was given besides its question, and its run's name."""
+    """The demo agent on ``question``: how to run it, the adapter that replays it (``deterministic``: its replays
+    repeat, so one control replay per rollback point decides), what it was given besides its question, and its run's
+    name."""
     if kind == "sql":
         from reflect_otel.demo.sql_agent import SQLAgent, chat_client
         from reflect_otel.replay_adapters.openai_loop import OpenAIToolLoopReplayAdapter
@@ -221,7 +239,11 @@ def _agent(
         client, model = chat_client(llm)
         sql = SQLAgent(question, client, model=model, tracer_provider=provider, max_steps=max_steps)
         adapter = OpenAIToolLoopReplayAdapter(
-            sql.resume, tracer_provider=provider, execute_tool=sql.execute_tool, client=client, deterministic=True
+            sql.resume,
+            tracer_provider=provider,
+            execute_tool=sql.execute_tool,
+            client=client,
+            deterministic=deterministic,
         )
         return sql.answer, adapter, sql.table_context, "sql_agent"
     from reflect_otel.demo import table_rules
@@ -233,7 +255,7 @@ def _agent(
         table.graph,
         tracer_provider=provider,
         recursion_limit=table.recursion_limit,
-        deterministic=True,
+        deterministic=deterministic,
         correction_rules=table_rules.RULES,  # the table agent's own rule, for its runs only
     )
     return lambda: table.answer(thread_id=f"demo-{question.id}"), graph_adapter, table.table_context, "table_qa"

@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reflect_otel._files import check_output_file, write_text_atomically
-from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int, temperature
+from reflect_otel.cli._options import (
+    add_agent_determinism_option,
+    add_pipeline_options,
+    agent_is_deterministic,
+    pipeline_config,
+    positive_int,
+    temperature,
+)
 from reflect_otel.config import LLMConfig, ReflectConfig
 from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.evaluation.compare import chart_svg, compare_markdown, load_runs
@@ -63,6 +70,7 @@ def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         help=f"{LIVE}: the agent that answers: table (LangGraph, table tools; the default) or sql (a plain OpenAI tool "
         "loop writing DuckDB SQL, its results JSON and DuckDB's own errors)",
     )
+    add_agent_determinism_option(parser)
     parser.add_argument("--seed", type=int, help="shuffle the traces with this seed before --limit")
     parser.add_argument(
         "--exclude",
@@ -124,6 +132,8 @@ def _eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"--exclude names questions of {LIVE}; {args.benchmark} samples its traces by --seed")
     if args.agent != "table":
         raise ConfigError(f"--agent chooses the agent of {LIVE}; {args.benchmark} attributes recorded traces")
+    if args.deterministic_agent is not None:
+        raise ConfigError(f"--deterministic-agent is about the agent of {LIVE}; {args.benchmark} replays its own way")
     if args.max_replays is not None and args.benchmark not in REPLAYABLE:
         raise ConfigError(f"--max-replays: {args.benchmark} is localization-only, nothing is replayed")
     print(
@@ -177,7 +187,16 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
         raise ConfigError("--max-steps must be at least 1")
     check_methods(methods)  # before the model starts: that can take minutes
     llm = make_llm(LLMConfig.from_env())
-    print(f"{LIVE}: {args.agent} agent, model {llm.model_name}; methods {', '.join(methods)}", file=sys.stderr)
+    deterministic = agent_is_deterministic(args, llm)
+    print(
+        f"{LIVE}: {args.agent} agent, model {llm.model_name}; methods {', '.join(methods)}; "
+        + (
+            "deterministic replays, one per arm"
+            if deterministic
+            else f"sampled replays, {config.verify_samples} per arm"
+        ),
+        file=sys.stderr,
+    )
     exclude = tuple(q.strip() for q in (args.exclude or "").split(",") if q.strip())
     options = LiveOptions(
         methods,
@@ -195,10 +214,12 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
         from reflect_otel.demo.sql_agent import chat_client
 
         client, model = chat_client(llm)  # the agent runs on the configured endpoint, as the auditor does
-        run_agent, rebuild = sql_agent_runs(client, model, provider, max_steps=args.max_steps)
+        run_agent, rebuild = sql_agent_runs(
+            client, model, provider, max_steps=args.max_steps, deterministic=deterministic
+        )
     else:
-        run_agent = table_agent_runs(llm, provider, max_steps=args.max_steps)
-        rebuild = table_agent_rebuilt(llm, provider, max_steps=args.max_steps)
+        run_agent = table_agent_runs(llm, provider, max_steps=args.max_steps, deterministic=deterministic)
+        rebuild = table_agent_rebuilt(llm, provider, max_steps=args.max_steps, deterministic=deterministic)
     metrics = run_live_eval(
         options,
         llm,
@@ -214,10 +235,11 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
     return 0
 
 
-def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps: int) -> RunAgent:
+def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps: int, deterministic: bool) -> RunAgent:
     """Runs the table-QA demo agent on a question, captures its trace from ``provider`` (which must carry the
-    LangChain instrumentation) and gives the LangGraph adapter that replays it from the run's checkpoints, greedily
-    as it ran (``deterministic``), its proposals sampled."""
+    LangChain instrumentation) and gives the LangGraph adapter that replays it from the run's checkpoints, its
+    proposals sampled. ``deterministic``: the agent's model repeats itself (greedy on one slot: the embedded local
+    server), so one replay per arm decides (:func:`~reflect_otel.cli._options.agent_is_deterministic`)."""
     from reflect_otel.capture import recorded_run
     from reflect_otel.demo import table_rules
     from reflect_otel.demo.table_agent import TableQAAgent
@@ -230,14 +252,15 @@ def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps:
         with recorded_run(provider, "table_qa") as capture:
             answer = agent.answer(thread_id=f"{LIVE}-{question.id}-{uuid.uuid4().hex[:8]}")
         trace = capture.trace
-        assert trace is not None
+        if trace is None:
+            raise InputError(capture.error)
         if not trace.question:
             trace = trace.model_copy(update={"question": question.question})
         adapter = LangGraphReplayAdapter(
             agent.graph,
             tracer_provider=provider,
             recursion_limit=agent.recursion_limit,
-            deterministic=True,
+            deterministic=deterministic,
             correction_rules=table_rules.RULES,  # the table agent's own rule, for its runs only
         )
         return AgentRun(answer=answer, trace=trace, replay=adapter, context=agent.table_context)
@@ -245,7 +268,9 @@ def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps:
     return run
 
 
-def table_agent_rebuilt(llm: StructuredLLM, provider: TracerProvider, *, max_steps: int) -> RebuildRun:
+def table_agent_rebuilt(
+    llm: StructuredLLM, provider: TracerProvider, *, max_steps: int, deterministic: bool
+) -> RebuildRun:
     """An earlier run of the table-QA demo agent from its stored trace: the same agent on the same question, its
     workspace restored by re-running the trace's tool calls, its LangGraph adapter seeding the replay from the
     trace's spans (this process holds no checkpoints of it)."""
@@ -262,7 +287,7 @@ def table_agent_rebuilt(llm: StructuredLLM, provider: TracerProvider, *, max_ste
             agent.graph,
             tracer_provider=provider,
             recursion_limit=agent.recursion_limit,
-            deterministic=True,
+            deterministic=deterministic,
             correction_rules=table_rules.RULES,  # the table agent's own rule, for its runs only
         )
         return AgentRun(answer=trace.final_answer or "", trace=trace, replay=adapter, context=agent.table_context)
@@ -270,11 +295,13 @@ def table_agent_rebuilt(llm: StructuredLLM, provider: TracerProvider, *, max_ste
     return rebuilt
 
 
-def sql_agent_runs(client: Any, model: str, provider: TracerProvider, *, max_steps: int) -> tuple[RunAgent, RebuildRun]:
+def sql_agent_runs(
+    client: Any, model: str, provider: TracerProvider, *, max_steps: int, deterministic: bool
+) -> tuple[RunAgent, RebuildRun]:
     """Runs of the SQL demo agent (a plain OpenAI tool loop with ``client`` and ``model``; ``provider`` must carry
     the OpenAI instrumentation), each with the OpenAI tool-loop adapter that replays it from its recorded requests,
-    greedily as it ran (``deterministic``), proposing with the agent's own client; and the same for a stored run (the
-    agent's tools are read-only: a fresh agent on the question is the one that ran)."""
+    proposing with the agent's own client; and the same for a stored run (the agent's tools are read-only: a fresh
+    agent on the question is the one that ran). ``deterministic`` as for :func:`table_agent_runs`."""
     from reflect_otel.capture import recorded_run
     from reflect_otel.demo.sql_agent import SQLAgent
     from reflect_otel.demo.wtq import WTQQuestion
@@ -287,16 +314,16 @@ def sql_agent_runs(client: Any, model: str, provider: TracerProvider, *, max_ste
             tracer_provider=provider,
             execute_tool=agent.execute_tool,
             client=client,
-            deterministic=True,
+            deterministic=deterministic,
         )
 
     def run(question: WTQQuestion) -> AgentRun:
         agent = SQLAgent(question, client, model=model, tracer_provider=provider, max_steps=max_steps)
         with recorded_run(provider, "sql_agent") as capture:
             answer = agent.answer()
-        trace = capture.trace
-        assert trace is not None
-        return AgentRun(answer=answer, trace=trace, replay=adapter(agent), context=agent.table_context)
+        if capture.trace is None:
+            raise InputError(capture.error)
+        return AgentRun(answer=answer, trace=capture.trace, replay=adapter(agent), context=agent.table_context)
 
     def rebuilt(question: WTQQuestion, trace: StructuredTrace) -> AgentRun:
         agent = SQLAgent(question, client, model=model, tracer_provider=provider, max_steps=max_steps)

@@ -3,8 +3,10 @@ about one WikiTableQuestions table by writing DuckDB SQL.
 
 Two tools: ``schema()`` (the table's columns, their types and a few rows, as JSON) and ``query(sql)`` (the rows as
 JSON, or DuckDB's own error text, e.g. ``Binder Error: Referenced column "x" not found in FROM clause! Candidate
-bindings: ...``). The run ends with the model's first turn without a tool call: its text is the answer. The model
-decides greedily (temperature 0), so a replay from a kept prefix redoes the run (``deterministic``).
+bindings: ...``). The run ends with the model's first turn without a tool call: its text is the answer. The model is
+asked at temperature 0; a replay from a kept prefix redoes the run exactly only where the endpoint decodes greedily
+one request at a time (the embedded local model), so only there is its adapter ``deterministic`` by default (see
+``--deterministic-agent``): a remote API at temperature 0 may still answer differently.
 
 The loop traces itself as a hand-written loop does: an AGENT span around the run, the OpenAI client's LLM spans
 (OpenInference's OpenAI instrumentation, installed by the caller on the same provider), and a TOOL span per tool
@@ -30,14 +32,43 @@ from reflect_otel.errors import ConfigError
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes, ToolCallAttributes
 
-__all__ = ["MAX_ROWS", "TABLE", "TOOLS", "SQLAgent", "SQLWorkspace", "chat_client"]
+__all__ = [
+    "COUNT_CAP",
+    "MAX_RESULT_CHARS",
+    "MAX_ROWS",
+    "QUERY_TIMEOUT_S",
+    "TABLE",
+    "TOOLS",
+    "SQLAgent",
+    "SQLWorkspace",
+    "chat_client",
+]
 
 TABLE = "data"
 """The name of the question's table in the agent's database."""
 MAX_ROWS = 20
 """Rows a query result shows; the count says how many there were."""
+COUNT_CAP = 10_000
+"""Rows of a result counted at most (the count then says it stopped there): counting reads the rows."""
+MAX_RESULT_CHARS = 8_000
+"""Characters of JSON a query result may take: rows are shown while they fit."""
+QUERY_TIMEOUT_S = 10.0
+"""Seconds one statement may run (counting its rows included) before it is interrupted."""
 SAMPLE_ROWS = 3
 CELL_CHARS = 100
+_FETCH = 1_000
+_ENVELOPE_CHARS = 300  # the count and the note around the rows
+
+_SANDBOX: dict[str, str | int] = {
+    # the statements come from a model, and in a replay from trace content (an auditor's corrected call): no file,
+    # no URL, no extension installed or loaded, and no statement can turn that back on
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "lock_configuration": True,
+    "threads": 1,
+    "memory_limit": "256MB",
+}
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -112,9 +143,12 @@ def _cell(value: Any) -> Any:
 
 class SQLWorkspace:
     """One question's table in an in-memory DuckDB database, read-only to the agent (a statement that is not a
-    SELECT is refused), so replaying a prefix never finds the data changed. Thread-safe (one lock)."""
+    SELECT is refused), so replaying a prefix never finds the data changed. The database reads nothing outside itself
+    (no file, URL or extension; DuckDB's own ``Permission Error`` answers a statement that tries, and the settings are
+    locked), a statement runs at most ``timeout_s`` seconds, and a result is bounded (:data:`COUNT_CAP`,
+    :data:`MAX_ROWS`, :data:`MAX_RESULT_CHARS`). Thread-safe (one lock)."""
 
-    def __init__(self, question: WTQQuestion) -> None:
+    def __init__(self, question: WTQQuestion, *, timeout_s: float = QUERY_TIMEOUT_S) -> None:
         header, rows = read_table(question.table)
         names: list[str] = []
         for position, raw in enumerate(header):
@@ -124,7 +158,8 @@ class SQLWorkspace:
             names.append(name)
         kinds = [_column_type([row[i] for row in rows]) for i in range(len(names))]
         self.columns = dict(zip(names, kinds, strict=True))
-        self._db = duckdb.connect(":memory:")
+        self.timeout_s = timeout_s
+        self._db = duckdb.connect(":memory:", config=dict(_SANDBOX))
         self._lock = threading.Lock()
         self._db.execute(f"CREATE TABLE {TABLE} ({', '.join(f'{_quote(n)} {k}' for n, k in self.columns.items())})")
         if rows:
@@ -147,26 +182,70 @@ class SQLWorkspace:
         )
 
     def query(self, sql: str) -> str:
-        """The rows of one SELECT statement as JSON (``row_count`` and up to :data:`MAX_ROWS` ``rows``), or the
-        database's error text as DuckDB writes it."""
+        """The rows of one SELECT statement as JSON (``row_count``, counted up to :data:`COUNT_CAP`, and the first
+        ``rows``, at most :data:`MAX_ROWS` and :data:`MAX_RESULT_CHARS` characters; a ``note`` says what was cut), or
+        the database's error text as DuckDB writes it."""
         with self._lock:
             try:
                 statements = self._db.extract_statements(sql)
                 if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
                     return "Error: only one SELECT statement is allowed"
-                cursor = self._db.execute(sql)
-                names = [d[0] for d in cursor.description or ()]
-                fetched = cursor.fetchmany(MAX_ROWS + 1)
-                total = len(fetched) if len(fetched) <= MAX_ROWS else len(cursor.fetchall()) + len(fetched)
+                names, shown, total = self._interruptible(sql)
+            except duckdb.InterruptException:
+                return (
+                    f"Error: the query ran longer than {self.timeout_s:g} s and was stopped; write a simpler one "
+                    "(filter or aggregate in SQL, avoid joining the table with itself)"
+                )
             except duckdb.Error as error:
                 return str(error)
-        rows = [{n: _cell(v) for n, v in zip(names, row, strict=True)} for row in fetched[:MAX_ROWS]]
-        return json.dumps({"row_count": total, "rows": rows}, ensure_ascii=False, default=str)
+        return _result(names, shown, total)
+
+    def _interruptible(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]], int]:
+        """Run ``sql`` (the lock held) under the time limit: its column names, its first :data:`MAX_ROWS` rows, and
+        how many it has, counted to :data:`COUNT_CAP` in batches (never all rows at once)."""
+        timer = threading.Timer(self.timeout_s, self._db.interrupt)
+        timer.daemon = True
+        timer.start()
+        try:
+            cursor = self._db.execute(sql)
+            names = [d[0] for d in cursor.description or ()]
+            shown = cursor.fetchmany(MAX_ROWS)
+            total = len(shown)
+            while len(shown) == MAX_ROWS and total < COUNT_CAP:
+                batch = cursor.fetchmany(min(_FETCH, COUNT_CAP - total))
+                if not batch:
+                    break
+                total += len(batch)
+        finally:
+            timer.cancel()
+            timer.join()  # an interrupt that fired at the very end lands before the next statement starts
+        return names, shown, total
 
     def _rows(self, sql: str) -> list[dict[str, Any]]:
         cursor = self._db.execute(sql)
         names = [d[0] for d in cursor.description or ()]
         return [{n: _cell(v) for n, v in zip(names, row, strict=True)} for row in cursor.fetchall()]
+
+
+def _result(names: list[str], fetched: list[tuple[Any, ...]], total: int) -> str:
+    """The query tool's JSON: the count and the rows that fit in :data:`MAX_RESULT_CHARS`, and a note saying what
+    was left out."""
+    notes = [f"counting stopped at {COUNT_CAP} rows: there may be more"] if total >= COUNT_CAP else []
+    rows: list[dict[str, Any]] = []
+    used = _ENVELOPE_CHARS
+    for row in fetched:
+        shown = {n: _cell(v) for n, v in zip(names, row, strict=True)}
+        used += len(json.dumps(shown, ensure_ascii=False, default=str)) + 2
+        if used > MAX_RESULT_CHARS:
+            notes.append(
+                f"{len(rows)} rows shown: a result is limited to {MAX_RESULT_CHARS} characters (select fewer columns)"
+            )
+            break
+        rows.append(shown)
+    result: dict[str, Any] = {"row_count": total, "rows": rows}
+    if notes:
+        result["note"] = "; ".join(notes)
+    return json.dumps(result, ensure_ascii=False, default=str)
 
 
 Guard = Callable[[str, Any], None]

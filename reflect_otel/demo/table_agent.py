@@ -237,9 +237,10 @@ class StructuredToolChatModel(BaseChatModel):
 
 class TableQAAgent:
     """One question, its table and its graph. ``graph`` is compiled with an in-memory checkpointer, so its runs
-    can be forked for replay (``LangGraphReplayAdapter(agent.graph, ..., deterministic=True)``: the agent decides
-    greedily, except for a proposal's decision, sampled at the temperature its config carries under
-    :data:`~reflect_otel.replay.SAMPLING_TEMPERATURE`)."""
+    can be forked for replay (``LangGraphReplayAdapter(agent.graph, ...)``: the agent asks for temperature 0,
+    except for a proposal's decision, sampled at the temperature its config carries under
+    :data:`~reflect_otel.replay.SAMPLING_TEMPERATURE`; pass ``deterministic=True`` only when its model repeats itself
+    at 0, as the embedded local server does and a remote API does not)."""
 
     def __init__(self, question: WTQQuestion, llm: StructuredLLM, *, max_steps: int = 8) -> None:
         self.question = question

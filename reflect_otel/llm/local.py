@@ -216,6 +216,10 @@ class LocalLLM(OpenAICompatibleLLM):
     """The OpenAI-compatible backend on the local server, recording the prompt tokens each call reused, and counting
     a prompt's tokens with the model's own tokenizer (so a trace is shortened only when it would not fit)."""
 
+    repeatable = True
+    """The embedded server decodes greedily at temperature 0 and serves one request at a time: the same request gets
+    the same reply, so an agent on it replays deterministically (a remote endpoint at temperature 0 does not)."""
+
     def __init__(self, config: LLMConfig, server: LocalLlamaServer, *, client: Any | None = None) -> None:
         if config.context_tokens is None:  # the server's own: prompts are fitted to what it holds
             config = config.model_copy(update={"context_tokens": server.context})

@@ -43,15 +43,27 @@ class EventStream:
     done: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Received:
+    """What reached the server besides the body: the path with its query string, and the headers (names in lower
+    case)."""
+
+    path: str
+    headers: dict[str, str]
+
+
 Answer = Callable[[str, dict[str, Any]], JSONReply | EventStream | None]
 """``answer(path, body)``: the reply, or None for 404."""
 
 
-def serve(answer: Answer) -> ThreadingHTTPServer:
-    """Start a server on a free loopback port, serving POSTs with ``answer`` on a daemon thread."""
+def serve(answer: Answer, received: Callable[[Received], None] | None = None) -> ThreadingHTTPServer:
+    """Start a server on a free loopback port, serving POSTs with ``answer`` on a daemon thread; ``received`` is told
+    each request's path and headers first."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
+            if received is not None:
+                received(Received(self.path, {k.lower(): v for k, v in self.headers.items()}))
             length = int(self.headers.get("Content-Length") or 0)
             if length > MAX_REQUEST_BYTES:
                 self.send_error(413)
@@ -99,6 +111,8 @@ class ScriptedServer:
     turn: Callable[[dict[str, Any]], ScriptedTurn]
     model: str = "scripted-model"
     requests: list[dict[str, Any]] = field(default_factory=list)
+    received: list[Received] = field(default_factory=list)
+    """Every request's path (query string included) and headers, in order, whether answered or not."""
     _server: ThreadingHTTPServer | None = None
     base_path = ""
     """Appended to the server's address in :attr:`base_url` (``/v1`` for OpenAI clients)."""
@@ -109,7 +123,7 @@ class ScriptedServer:
         return f"http://127.0.0.1:{self._server.server_address[1]}{self.base_path}"
 
     def __enter__(self) -> Self:
-        self._server = serve(self.answer)
+        self._server = serve(self.answer, self.received.append)
         return self
 
     def __exit__(self, *exc: object) -> None:
