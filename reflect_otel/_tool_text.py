@@ -49,7 +49,18 @@ _HINT_KEY = re.compile(
 )
 """Keys whose values are the values a tool offers instead of the one it was given."""
 _ERROR_KEYS = frozenset({"error", "errors", "exception", "error_message", "errormessage", "fault"})
-_COUNT_KEY = re.compile(r"^(n|num|count|total|size|length|hits|matches)$|count$|^num_|^n_|^total_", re.IGNORECASE)
+_COUNTED = r"(?:rows?|results?|items?|hits|records?|matches|documents?|docs|entries|objects)"
+_COUNT_KEY = re.compile(
+    rf"n|count|total|total_count|num_found|hits|matches|(?:n|num|total)_{_COUNTED}|{_COUNTED}_?count", re.IGNORECASE
+)
+"""Keys (whole, camelCase read as snake_case) whose number counts the rows a result holds: ``count``, ``total``,
+``row_count``, ``n_rows``, ``totalCount``, ``num_found``; not ``error_count``, ``retries`` or ``discount``."""
+_NOT_DATA_KEY = re.compile(
+    r"columns?|fields?|headers?|schema|(?:column|col|field)_?(?:names|types)|names|keys|d?types|description|"
+    r"warnings?|messages?|notices?|notes|links|_links|errors",
+    re.IGNORECASE,
+)
+"""Keys whose arrays describe a result (its columns, schema, warnings), not the rows it holds."""
 
 
 def parsed(text: str | None) -> Any | None:
@@ -91,20 +102,51 @@ def _json_error(value: Any) -> bool:
     )
 
 
+def _snake(key: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key).casefold()
+
+
+def _count(key: str, value: Any) -> int | None:
+    """The number a count key holds (``{"total": {"value": 0}}`` as Elasticsearch writes it too), else None."""
+    if not _COUNT_KEY.fullmatch(key):
+        return None
+    if isinstance(value, dict):
+        value = value.get("value")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _row_sets(value: dict[Any, Any], data: list[list[Any]], counts: list[int], depth: int = 0) -> None:
+    """The arrays of data in ``value`` and its nested objects (not those naming hints, columns or a schema), and
+    the numbers of its count keys."""
+    if depth > _MAX_DEPTH:
+        return
+    for raw, item in list(value.items())[:_MAX_OPTIONS]:
+        key = _snake(str(raw))
+        if _HINT_KEY.search(key) or _NOT_DATA_KEY.fullmatch(key):
+            continue
+        count = _count(key, item)
+        if count is not None:
+            counts.append(count)
+        elif isinstance(item, list):
+            data.append(item)
+        elif isinstance(item, dict):
+            _row_sets(item, data, counts, depth + 1)
+
+
 def _json_empty(value: Any) -> bool:
-    """An empty array; or an object (not an error) whose count-like key is 0, or whose arrays of data (keys that do
-    not name hints) are all empty, with at least one such array."""
+    """An empty array; or an object (not an error) whose arrays of data are all empty (``{"rows": []}``,
+    ``{"columns": [...], "rows": []}``, ``{"hits": {"total": 0, "hits": []}}``). The arrays decide; only an object
+    with no array of data is read by its counts (``{"count": 0}``)."""
     if isinstance(value, list):
         return not value
     if not isinstance(value, dict) or _json_error(value):
         return False
-    counts = [
-        v for k, v in value.items() if _COUNT_KEY.search(str(k)) and isinstance(v, int) and not isinstance(v, bool)
-    ]
-    if counts and all(c == 0 for c in counts):
-        return True
-    data = [v for k, v in value.items() if isinstance(v, list) and not _HINT_KEY.search(str(k))]
-    return bool(data) and not counts and all(not v for v in data)
+    data: list[list[Any]] = []
+    counts: list[int] = []
+    _row_sets(value, data, counts)
+    if data:
+        return all(not rows for rows in data)
+    return bool(counts) and all(c == 0 for c in counts)
 
 
 # -- library and prose errors -------------------------------------------------------------------------------------

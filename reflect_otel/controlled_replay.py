@@ -45,7 +45,7 @@ from reflect_otel._replayer import ControlArm, Controls, Replayer, effect_arm
 from reflect_otel._run import AttributionRun
 from reflect_otel._stats import fisher_greater
 from reflect_otel.config import ReflectConfig
-from reflect_otel.leaks import leak
+from reflect_otel.leaks import action_leak, leak
 from reflect_otel.proposals import Candidate, candidates, judge
 from reflect_otel.record import Correction, Effect, Fidelity, GateDecider, GateVerdict, ReplayArm, ReplayAttempt
 from reflect_otel.replay import ReplayAdapter, ReplayResult, is_deterministic
@@ -117,11 +117,19 @@ class ControlledReplay:
         left = self.remaining
         return left is None or left >= self.samples * (1 if self.controls.ran(step - 1) else 2)
 
+    def _action_leak(self, trial: Trial) -> str | None:
+        """Why an action trial's replacement must not run: what it introduces into the step it replaces carries the
+        expected answer (see :func:`~reflect_otel.leaks.action_leak`)."""
+        replacement = trial.correction.replacement
+        if not trial.is_action or replacement is None:
+            return None
+        return action_leak(StepAction.of_step(self.run.trace.steps[trial.step - 1]), replacement, self.expected)
+
     def test(self, trial: Trial) -> TrialResult:
         """Test ``trial`` under the decision rule. Never raises for what the adapter or the agent does."""
         if not 1 <= trial.step <= len(self.run.trace.steps):
             return TrialResult(trial, Decision.NOT_TESTED, f"step {trial.step} is not a step of the run")
-        leaked = leak(_given_texts(trial), self.expected)
+        leaked = leak(_given_texts(trial), self.expected) or self._action_leak(trial)
         if leaked is not None:
             refused = trial.correction.model_copy(update={"refused": leaked})
             return TrialResult(trial, Decision.NOT_TESTED, f"refused: {leaked}", corrections=(refused,))
@@ -274,13 +282,10 @@ class ControlledReplay:
 
 
 def _given_texts(trial: Trial) -> list[str]:
-    """What the method puts into the replayed agent's context or executes there (the leak guard's input): the texts
-    it wrote, not the run's own record that its injection quotes (the agent saw that data in its run)."""
-    texts = list(trial.authored) if trial.authored is not None else [trial.injection]
-    replacement = trial.correction.replacement
-    if trial.is_action and replacement is not None:
-        texts.append(replacement.render())
-    return texts
+    """What the method puts into the replayed agent's context (the leak guard's input): the texts it wrote, not the
+    run's own record that its injection quotes (the agent saw that data in its run). An action is checked apart,
+    for what it changes in the step (:meth:`ControlledReplay._action_leak`)."""
+    return list(trial.authored) if trial.authored is not None else [trial.injection]
 
 
 def _counts(attempt: ReplayAttempt) -> bool:

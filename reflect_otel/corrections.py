@@ -11,18 +11,22 @@ one compared with a value the data writes differently, never the whole statement
 Tool results are read as any tool writes them (:mod:`reflect_otel._tool_text`): JSON objects and arrays (keys naming
 the available, valid or existing values; empty row sets; an ``error`` key), library error messages (DuckDB's
 ``Candidate bindings``, ``Did you mean``, PostgreSQL's ``HINT``, SQLite's ``no such column``, Python exceptions,
-HTTP problem+json) and prose (``are:``, ``one of``). None knows a dataset or a framework; a rule that only fits one
-agent's tools is that agent's plugin (entry-point group ``reflect_otel.correction_rules``, see
-:mod:`reflect_otel.plugins`). What the rules cannot see: a right value the data does not show, a fix that needs
+HTTP problem+json) and prose (``are:``, ``one of``). None knows a dataset or a framework. A rule that only fits one
+agent's tools runs for that agent only: its replay adapter carries it (:class:`reflect_otel.replay.HasCorrectionRules`,
+as the table demo's wiring gives its own); third parties may also install rules for every trace (entry-point group
+``reflect_otel.correction_rules``, see :mod:`reflect_otel.plugins`). Either kind that raises or returns nonsense is
+logged by name and skipped. What the rules cannot see: a right value the data does not show, a fix that needs
 another tool, or several arguments wrong at once.
 
-A replacement that is the final answer, or whose arguments carry the expected answer (:mod:`reflect_otel.leaks`), is
-refused: it would flip a replay from any step and prove nothing about the step (see :func:`refusal`).
+A replacement that is the final answer, or that introduces the expected answer into the step
+(:mod:`reflect_otel.leaks`), is refused: it would flip a replay from any step and prove nothing about the step (see
+:func:`refusal`).
 """
 
 from __future__ import annotations
 
 import difflib
+import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -30,7 +34,7 @@ from dataclasses import dataclass
 from reflect_otel import _tool_text, plugins
 from reflect_otel._statement import Token, TokenKind, comparisons, is_statement, rewrite, tokens
 from reflect_otel.evidence import empty_call, failed_call, question_constraints
-from reflect_otel.leaks import leak
+from reflect_otel.leaks import action_leak
 from reflect_otel.record import Correction, InterventionKind
 from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
 
@@ -47,6 +51,8 @@ __all__ = [
     "similarity",
     "string_arguments",
 ]
+
+_log = logging.getLogger("reflect_otel.corrections")
 
 _MIN_SCORE = 0.5
 _NUMBER_IN = re.compile(r"-?\d+(?:\.\d+)?")
@@ -154,27 +160,30 @@ def _token_fixes(name: str, value: str, options: Sequence[str], wanted: Callable
 
 
 def _fixes(step: Step, options: Sequence[str], *, named: Sequence[str] = (), literals: bool = False) -> list[_Fix]:
-    """Each string argument rewritten toward ``options``, best first. A value is replaced whole (when the error
-    names what is wrong, only a value it names); in a statement, the token the error names, or with ``literals``
-    each string literal, is rewritten."""
+    """Each string argument rewritten toward ``options``, best first. When the error names what is wrong, an
+    argument that is a name it names is replaced whole, and any other argument holding one as a token (``SELECT
+    custmer FROM orders``, however short) has that token rewritten, quoted as written. Otherwise a value is replaced
+    whole, and in a statement, with ``literals``, each string literal is rewritten. A fix changes one identifier or
+    literal, never more."""
     fixes: list[_Fix] = []
     for name, value in string_arguments(step):
-        if _is_value(value):
-            if named and not any(_same_name(value, n) for n in named):
-                continue
+        if named and any(_same_name(value, n) for n in named):
             nearest = nearest_option(value, options)
             if nearest is not None:
                 fixes.append(_Fix(nearest[1], name, nearest[0], value, nearest[0]))
-        elif named or literals:
+        elif named:
             fixes += _token_fixes(
                 name,
                 value,
                 options,
-                lambda t: (
-                    (literals and t.kind is TokenKind.LITERAL)
-                    or (bool(named) and t.kind is not TokenKind.LITERAL and any(_same_name(t.value, n) for n in named))
-                ),
+                lambda t: t.kind is not TokenKind.LITERAL and any(_same_name(t.value, n) for n in named),
             )
+        elif _is_value(value):
+            nearest = nearest_option(value, options)
+            if nearest is not None:
+                fixes.append(_Fix(nearest[1], name, nearest[0], value, nearest[0]))
+        elif literals:
+            fixes += _token_fixes(name, value, options, lambda t: t.kind is TokenKind.LITERAL)
     return sorted(fixes, key=lambda f: -f.score)
 
 
@@ -325,13 +334,50 @@ Rule = Callable[[StructuredTrace, Step, str], list[Correction]]
 question (``observe(context=...)``); each correction's source is ``evidence:<rule name>``."""
 
 RULES: tuple[Rule, ...] = (listed_values, valid_options, question_value, shown_value)
-"""The built-in rules; :func:`rules` adds the installed plugins'."""
+"""The built-in rules. Beside them run the rules installed by third parties (entry-point group
+``reflect_otel.correction_rules``) and the agent's own (``evidence_corrections(agent_rules=...)``; an agent's replay
+adapter carries them, see :class:`reflect_otel.replay.HasCorrectionRules`)."""
+
+
+def _installed() -> list[tuple[str, Rule]]:
+    """``(entry-point name, rule)`` for every rule installed in ``reflect_otel.correction_rules``, by name; one that
+    cannot be loaded, or is not callable, is logged with its name and skipped."""
+    found = []
+    for name in plugins.names(plugins.CORRECTION_RULES):
+        try:
+            rule = plugins.load(plugins.CORRECTION_RULES, name)
+        except Exception:
+            _log.warning("correction rule %r (entry point) could not be loaded; skipped", name, exc_info=True)
+            continue
+        if not callable(rule):
+            _log.warning("correction rule %r (entry point) is not callable; skipped", name)
+            continue
+        found.append((f"{name} (entry point)", rule))
+    return found
 
 
 def rules() -> tuple[Rule, ...]:
     """The built-in rules, then every rule installed in the entry-point group ``reflect_otel.correction_rules``
-    (by name; one whose dependency is missing is skipped)."""
-    return RULES + tuple(rule for _, rule in plugins.loaded(plugins.CORRECTION_RULES))
+    (by name; one that cannot be loaded is skipped)."""
+    return RULES + tuple(rule for _, rule in _installed())
+
+
+def _rule_name(rule: Rule) -> str:
+    return f"{getattr(rule, '__module__', '?')}.{getattr(rule, '__qualname__', type(rule).__name__)}"
+
+
+def _guarded(name: str, rule: Rule, trace: StructuredTrace, step: Step, context: str) -> list[Correction] | None:
+    """``rule``'s corrections of ``step``; None, logged with the rule's name, when it raises or returns anything but
+    a list of :class:`Correction`: one broken plugin must not sink the attribution."""
+    try:
+        found = rule(trace, step, context)
+    except Exception:
+        _log.warning("correction rule %s failed on step %d; skipped", name, step.index, exc_info=True)
+        return None
+    if not isinstance(found, list) or not all(isinstance(c, Correction) for c in found):
+        _log.warning("correction rule %s returned %s, not a list of Correction; skipped", name, _short(found))
+        return None
+    return found
 
 
 def _short(value: object) -> str:
@@ -351,18 +397,31 @@ def rule_correction(step: Step, rule: str, replacement: StepAction, finding: str
     )
 
 
-def evidence_corrections(trace: StructuredTrace, *, near: int | None = None, context: str = "") -> list[Correction]:
+def evidence_corrections(
+    trace: StructuredTrace, *, near: int | None = None, context: str = "", agent_rules: Sequence[Rule] = ()
+) -> list[Correction]:
     """Every rule's corrections over the trace's tool calls, deduplicated; those of step ``near`` first, then by
     distance from it (the localized step is the likeliest to matter), else in step order. ``context`` is what the
-    agent was given besides its question."""
+    agent was given besides its question. The built-in rules run, then the installed ones, then ``agent_rules``
+    (rules that fit this agent's tools, given by whoever runs it); an installed or agent rule that raises or returns
+    anything but a list of corrections is logged by name and not run again on this trace, and the others go on."""
     found: dict[tuple[object, ...], Correction] = {}
     steps = sorted(trace.steps, key=lambda s: (abs(s.index - near), s.index) if near is not None else (s.index, 0))
-    every = rules()
+    extra = [*_installed(), *((_rule_name(rule), rule) for rule in agent_rules)]
+    broken: set[int] = set()
     for step in steps:
         if step.kind is not StepKind.TOOL_CALL or not step.tool_name:
             continue
-        for rule in every:
+        for rule in RULES:
             for correction in rule(trace, step, context):
+                found.setdefault(correction.key, correction)
+        for number, (name, rule) in enumerate(extra):
+            if number in broken:
+                continue
+            corrections = _guarded(name, rule, trace, step, context)
+            if corrections is None:
+                broken.add(number)
+            for correction in corrections or ():
                 found.setdefault(correction.key, correction)
     return list(found.values())
 
@@ -375,8 +434,9 @@ def _final_answer_tools(trace: StructuredTrace) -> set[str]:
 
 def refusal(correction: Correction, trace: StructuredTrace, expected: str | None) -> str | None:
     """Why ``correction`` must not be tried, or None. Refused: an action that is the final answer (a call of the
-    tool the run answered with), a call of a tool the agent's recorded definitions do not have, one whose arguments
-    or text carry the expected answer, and one that repeats the original step."""
+    tool the run answered with), a call of a tool the agent's recorded definitions do not have, one that introduces
+    the expected answer into the step (what it changes, not what it keeps of the agent's own step:
+    :func:`reflect_otel.leaks.action_leak`), and one that repeats the original step."""
     replacement = correction.replacement
     if correction.kind is not InterventionKind.ACTION or replacement is None:
         return None
@@ -388,26 +448,12 @@ def refusal(correction: Correction, trace: StructuredTrace, expected: str | None
     recorded = {t.name for t in trace.tools if t.recorded}
     if replacement.tool_name is not None and recorded and replacement.tool_name not in recorded:
         return f"the replacement calls {replacement.tool_name!r}, which is not one of the agent's tools"
-    leaked = leak(_texts(replacement), expected)
+    leaked = action_leak(StepAction.of_step(step), replacement, expected)
     if leaked is not None:
         return f"the replacement: {leaked}"
     if replacement == StepAction.of_step(step):
         return "the replacement repeats the original step"
     return None
-
-
-def _texts(action: StepAction) -> str:
-    def walk(value: object) -> Iterable[str]:
-        if isinstance(value, dict):
-            for item in value.values():
-                yield from walk(item)
-        elif isinstance(value, list | tuple):
-            for item in value:
-                yield from walk(item)
-        elif value is not None:
-            yield str(value)
-
-    return "\n".join([action.text, *walk(action.arguments)])
 
 
 def ordered(

@@ -13,17 +13,21 @@ there is checked first, and refused, with the refusal recorded, when it
 
 Masking the answer out of a correction is not enough: "The correct answer is [the answer]" still tells the agent
 to stop and answer. The agent's own decisions are not checked (they are not the oracle's), only what is given to it.
+So an action executed in place of a step is checked for what it introduces (:func:`action_leak`): a fix of one
+literal in ``... WHERE city = 'boston' LIMIT 1`` is not refused for the agent's own ``1`` when the answer is 1, but a
+fix that writes a value of the answer (``'1st'`` for 1, ``'Bangkok'``) or states one is.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from reflect_otel.judge import answer_value, answer_values
+from reflect_otel.trace import StepAction
 
-__all__ = ["leak", "states_an_answer"]
+__all__ = ["action_leak", "leak", "states_an_answer"]
 
 _TOKEN = re.compile(r"\d[\d,]*(?:\.\d+)?|[^\W\d_]+|\d+", re.UNICODE)
 _STATES_ANSWER = re.compile(
@@ -49,13 +53,14 @@ def _tokens(text: str) -> list[str]:
     return out
 
 
-def _contains(haystack: list[str], needle: list[str]) -> bool:
+def _occurrences(haystack: list[str], needle: list[str]) -> int:
     if not needle or len(needle) > len(haystack):
-        return False
-    first = needle[0]
-    return any(
-        haystack[i] == first and haystack[i : i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1)
-    )
+        return 0
+    return sum(1 for i in range(len(haystack) - len(needle) + 1) if haystack[i : i + len(needle)] == needle)
+
+
+def _dates(text: str) -> list[tuple[int, int, int]]:
+    return [d for d in (answer_value(found).date for found in _DATE_IN_TEXT.findall(text[:_MAX_CHARS])) if d]
 
 
 def states_an_answer(text: str) -> bool:
@@ -63,21 +68,59 @@ def states_an_answer(text: str) -> bool:
     return bool(_STATES_ANSWER.search(text[:_MAX_CHARS]))
 
 
+def _carried(before: str, after: str, expected: str | None) -> str | None:
+    """Why ``after`` carries the answer where ``before`` did not: it states an answer, or holds a value of
+    ``expected`` (as a whole token sequence, or as a date) more often than ``before`` does."""
+    if states_an_answer(after) and not states_an_answer(before):
+        return "it states an answer ('the answer is ...'): it would tell the agent what to answer"
+    if not expected:
+        return None
+    now, was = _tokens(after), _tokens(before)
+    dates_now, dates_was = _dates(after), _dates(before)
+    for value in answer_values(expected):
+        target = answer_value(value)
+        if target.date is not None and dates_now.count(target.date) > dates_was.count(target.date):
+            return f"it carries the expected answer {value!r} (as a date): it would flip a replay from any step"
+        needle = _tokens(value)
+        if _occurrences(now, needle) > _occurrences(was, needle):
+            return f"it carries the expected answer {value!r}: it would flip a replay from any step"
+    return None
+
+
 def leak(texts: str | Iterable[str], expected: str | None) -> str | None:
     """Why ``texts`` must not reach a replayed agent when ``expected`` is the answer, or None (see the module)."""
     joined = texts if isinstance(texts, str) else "\n".join(texts)
     if not joined.strip():
         return None
-    if states_an_answer(joined):
-        return "it states an answer ('the answer is ...'): it would tell the agent what to answer"
-    if not expected:
-        return None
-    haystack = _tokens(joined)
-    dates = {answer_value(found).date for found in _DATE_IN_TEXT.findall(joined[:_MAX_CHARS])} - {None}
-    for value in answer_values(expected):
-        target = answer_value(value)
-        if target.date is not None and target.date in dates:
-            return f"it carries the expected answer {value!r} (as a date): it would flip a replay from any step"
-        if _contains(haystack, _tokens(value)):
-            return f"it carries the expected answer {value!r}: it would flip a replay from any step"
+    return _carried("", joined, expected)
+
+
+def _strings(value: object) -> Iterator[str]:
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
+    elif value is not None:
+        yield str(value)
+
+
+def action_leak(original: StepAction | None, replacement: StepAction, expected: str | None) -> str | None:
+    """Why executing ``replacement`` in place of the agent's step ``original`` must not reach a replay, or None:
+    what the replacement introduces is checked, not what it keeps of the agent's own step. Each argument (and the
+    thought) that differs from the original's is read against the original's: refused when it states an answer or
+    holds a value of ``expected`` more often than the agent's own argument did (``'boston'`` -> ``'Boston'`` in a
+    statement ending ``LIMIT 1`` introduces no 1; ``'first'`` -> ``'1st'`` does). A call of another tool (or with
+    no original) is new throughout."""
+    same_tool = original is not None and original.tool_name == replacement.tool_name
+    pairs = [(original.text if original is not None and same_tool else "", replacement.text)]
+    for key, value in replacement.arguments.items():
+        before = original.arguments.get(key) if original is not None and same_tool else None
+        pairs.append(("\n".join(_strings(before)), "\n".join(_strings(value))))
+    for before, after in pairs:
+        if after != before and after.strip():
+            reason = _carried(before, after, expected)
+            if reason is not None:
+                return reason
     return None

@@ -104,7 +104,9 @@ class ReflectPolicy:
             return Diagnosis(localization, classification)
         round_ = len(rounds) + 1
         found = (
-            corrections.evidence_corrections(trace, near=localization.step_index, context=ctx.domain_context)
+            corrections.evidence_corrections(
+                trace, near=localization.step_index, context=ctx.domain_context, agent_rules=ctx.correction_rules
+            )
             if self.actions
             else []
         )

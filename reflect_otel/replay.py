@@ -4,12 +4,14 @@ thought, remote HTTP); a conformance suite in ``reflect_otel.testing.conformance
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
+    from reflect_otel.corrections import Rule
     from reflect_otel.llm.base import StructuredLLM
 
 from reflect_otel import plugins
@@ -19,6 +21,7 @@ from reflect_otel.trace import Step, StepAction, StructuredTrace
 __all__ = [
     "SAMPLING_TEMPERATURE",
     "BudgetedReplay",
+    "HasCorrectionRules",
     "InjectionRole",
     "ProposedStep",
     "ProposesSteps",
@@ -26,6 +29,7 @@ __all__ = [
     "ReplayResult",
     "SamplesRuns",
     "TakesTaskContext",
+    "agent_rules",
     "check_rollback_point",
     "find_replay_adapter",
     "is_deterministic",
@@ -193,6 +197,28 @@ class TakesTaskContext(Protocol):
     context this way."""
 
     def with_task_context(self, text: str) -> ReplayAdapter: ...
+
+
+@runtime_checkable
+class HasCorrectionRules(Protocol):
+    """An adapter for an agent with evidence rules of its own: rules that read that agent's tools and their text
+    (:data:`reflect_otel.corrections.Rule`), too specific for the built-in ones. ``correction_rules`` run beside the
+    built-in rules for the runs this adapter replays, and for no other run; one that raises is logged and skipped.
+    The table-QA demo's wiring gives its LangGraph adapter the table rule this way."""
+
+    correction_rules: Sequence[Rule]
+
+
+def agent_rules(adapter: ReplayAdapter | None) -> tuple[Rule, ...]:
+    """The correction rules ``adapter``'s agent brings (:class:`HasCorrectionRules`), looking through a
+    :class:`BudgetedReplay`; () for an adapter that brings none."""
+    inner = adapter.inner if isinstance(adapter, BudgetedReplay) else adapter
+    if not isinstance(inner, HasCorrectionRules):
+        return ()
+    rules = inner.correction_rules
+    if not isinstance(rules, list | tuple):
+        return ()
+    return tuple(rule for rule in rules if callable(rule))
 
 
 class BudgetedReplay:

@@ -22,6 +22,7 @@ from reflect_otel import prompts, stages
 from reflect_otel._run import AttributionRun, is_correct
 from reflect_otel.config import ReflectConfig
 from reflect_otel.controlled_replay import ControlledReplay
+from reflect_otel.corrections import Rule
 from reflect_otel.errors import LLMError
 from reflect_otel.record import (
     AttributionMode,
@@ -36,7 +37,7 @@ from reflect_otel.record import (
     Localization,
     RepairPlan,
 )
-from reflect_otel.replay import ReplayAdapter, resampler
+from reflect_otel.replay import ReplayAdapter, agent_rules, resampler
 from reflect_otel.trace import Step, StructuredTrace
 from reflect_otel.trial import Decision, GateFn, Trial, TrialResult
 from reflect_otel.verdict import Verdict
@@ -104,6 +105,8 @@ class SearchContext:
     config: ReflectConfig
     verdict: Verdict
     replayable: bool
+    correction_rules: tuple[Rule, ...] = ()
+    """The agent's own evidence rules, from its replay adapter (:func:`reflect_otel.replay.agent_rules`)."""
 
     @property
     def trace(self) -> StructuredTrace:
@@ -161,7 +164,7 @@ def search(
         )
     if not run.trace.steps:
         return run.record(status=AttributionStatus.SKIPPED, mode=mode, step_index=None, reason="the trace has no steps")
-    ctx = SearchContext(run, expected, domain_context, config, verdict, replay is not None)
+    ctx = SearchContext(run, expected, domain_context, config, verdict, replay is not None, agent_rules(replay))
     engine = ControlledReplay(run, replay, expected=expected, config=config, gate=policy.gate(ctx)) if replay else None
     rounds: list[Round] = []
     for number in range(1, config.rounds + 1):

@@ -24,13 +24,14 @@ reject mid-conversation system messages need ``injection_role="user"``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
 
 from reflect_otel import _values
 from reflect_otel.capture import captured
+from reflect_otel.corrections import Rule
 from reflect_otel.errors import MissingDependencyError, ReplayError
 from reflect_otel.replay import SAMPLING_TEMPERATURE, InjectionRole, ProposedStep, ReplayResult, check_rollback_point
 from reflect_otel.replay_adapters._guard import ToolGuard
@@ -90,7 +91,9 @@ def _first_llm_contents(records: list[SpanRecord]) -> list[str] | None:
 
 class LangGraphReplayAdapter:
     """``graph`` is the compiled graph; ``tracer_provider`` the provider the LangChain instrumentation uses.
-    ``model_node``/``tools_node`` name the ReAct nodes (LangGraph's defaults: ``agent`` and ``tools``)."""
+    ``model_node``/``tools_node`` name the ReAct nodes (LangGraph's defaults: ``agent`` and ``tools``).
+    ``correction_rules`` are evidence rules that fit this agent's tools (:class:`~reflect_otel.replay.HasCorrectionRules`):
+    they run for the runs this adapter replays, beside the built-in ones."""
 
     def __init__(
         self,
@@ -103,8 +106,10 @@ class LangGraphReplayAdapter:
         allow_irreversible: bool = False,
         recursion_limit: int = 50,
         deterministic: bool = False,
+        correction_rules: Sequence[Rule] = (),
     ) -> None:
         self.graph = graph
+        self.correction_rules = tuple(correction_rules)
         self.deterministic = deterministic
         self._provider = tracer_provider
         self.model_node = model_node

@@ -6,20 +6,26 @@ statement is run again to show it is the fix."""
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import traceback
 from collections.abc import Callable
+from importlib.metadata import EntryPoint
 from typing import Any, Literal
 
 import duckdb
 import pydantic
 import pytest
 
-from reflect_otel import corrections
-from reflect_otel.evidence import empty_call, failed_call
-from reflect_otel.record import Correction
-from reflect_otel.testing import make_trace
-from reflect_otel.trace import StructuredTrace
+from reflect_otel import corrections, plugins
+from reflect_otel.config import ReflectConfig
+from reflect_otel.evidence import FindingKind, empty_call, failed_call, find_evidence
+from reflect_otel.pipeline import ReflectPipeline
+from reflect_otel.record import AttributionStatus, Correction
+from reflect_otel.testing import ScriptedReplayAdapter, make_trace
+from reflect_otel.testing.examples import scripted_auditor
+from reflect_otel.trace import Step, StepAction, StructuredTrace
+from reflect_otel.verifiers import OracleVerifier
 
 ORDERS = [("Ann", "Shipped", "San Diego", 120), ("Bo", "Pending", "Boston", 80), ("Cy", "Cancelled", "Boston", 45)]
 QUESTION = "Which customer's order was shipped?"
@@ -132,6 +138,44 @@ def test_sqlite_names_no_candidate_so_the_schema_shown_gives_it() -> None:
     assert corrected_sql(with_schema, "valid_options") == ["SELECT city FROM orders WHERE customer = 'Ann'"]
     without = sql_trace(query, "SELECT city FROM orders WHERE custmer = 'Ann'", schema=False)
     assert corrected_sql(without, "valid_options") == []  # nothing offered and nothing shown: silent
+
+
+@pytest.mark.parametrize(
+    ("sql", "fixed"),
+    [
+        ("SELECT custmer FROM orders", "SELECT customer FROM orders"),  # Candidate bindings
+        ("SELECT * FROM ordrs", "SELECT * FROM orders"),  # Did you mean
+        ('SELECT "custmer" FROM orders', 'SELECT "customer" FROM orders'),  # the quoting kept
+        # the identifier rewritten, not the literal that happens to be written the same
+        ("SELECT city FROM orders WHERE custmer = 'custmer'", "SELECT city FROM orders WHERE customer = 'custmer'"),
+        # two names wrong: DuckDB names the table first, and one fix changes one name
+        ("SELECT custmer FROM ordrs", "SELECT custmer FROM orders"),
+    ],
+)
+def test_duckdb_short_statements_have_the_name_the_error_names_rewritten(sql: str, fixed: str) -> None:
+    """The commonest text-to-SQL failures are short: "SELECT custmer FROM orders" has no operator or quote, and is
+    still a statement whose one wrong name is rewritten, never replaced whole."""
+    query = duckdb_tool()
+    trace = sql_trace(query, sql, schema=False)
+    assert failed_call(trace.steps[0])
+    assert corrected_sql(trace, "valid_options") == [fixed]
+    assert fixed == "SELECT custmer FROM orders" or "rows" in json.loads(query(fixed))  # the fix runs
+
+
+def test_sqlite_and_postgres_short_statements_have_the_wrong_column_rewritten(
+    postgres_tool: Callable[[str], str],
+) -> None:
+    sqlite = sql_trace(sqlite_tool(), "SELECT custmer FROM orders")  # nothing offered: the schema shown gives it
+    assert corrected_sql(sqlite, "valid_options") == ["SELECT customer FROM orders"]
+    postgres = sql_trace(postgres_tool, "SELECT custmer FROM orders", schema=False)
+    assert "HINT" in (postgres.steps[0].tool_result or "")
+    assert corrected_sql(postgres, "valid_options") == ["SELECT customer FROM orders"]
+
+
+def test_an_argument_that_is_the_named_value_is_replaced_whole_and_no_other() -> None:
+    error = {"error": "unknown column 'custmer'", "valid_columns": ["customer", "city"]}
+    trace = json_trace({"column": "custmer", "note": "custmer orders"}, error)
+    assert replacements(trace) == [("evidence:valid_options", {"column": "customer", "note": "custmer orders"})]
 
 
 @pytest.mark.parametrize(
@@ -296,10 +340,137 @@ def test_postgres_errors_read_as_failed_calls(postgres_tool: Callable[[str], str
         (json.dumps({"items": [], "suggestions": ["Boston"]}), True),  # the hint list is not data
         (json.dumps({"error": None, "results": []}), True),
         (json.dumps({"count": 0}), True),
+        (json.dumps({"rowCount": 0}), True),
+        (json.dumps({"count": 2, "results": []}), True),  # the rows decide: a page past the end holds none
+        (json.dumps({"results": [], "error_count": 0}), True),
+        (json.dumps({"columns": ["customer", "city"], "rows": []}), True),  # columns are no data
+        (json.dumps({"schema": {"fields": [{"name": "city"}]}, "data": []}), True),
+        (json.dumps({"hits": {"total": 0, "hits": []}}), True),  # Elasticsearch 6
+        (json.dumps({"_shards": {"total": 1, "failed": 0}, "hits": {"total": {"value": 0}, "hits": []}}), True),
         (duckdb_tool()("SELECT * FROM orders"), False),
-        (json.dumps({"count": 2, "results": []}), False),  # a count says there is data
         (json.dumps({"name": "orders"}), False),
+        (json.dumps({"results": [{"customer": "Bo"}], "error_count": 0}), False),  # a zero count of errors
+        (json.dumps({"results": [{"customer": "Bo"}], "retries": 0}), False),
+        (json.dumps({"customer": "Bo", "discount": 0}), False),  # a zero that counts no rows
+        (json.dumps({"error_count": 0}), False),
+        (json.dumps({"count": 0, "results": [{"customer": "Bo"}]}), False),  # the rows decide
+        (json.dumps({"columns": ["customer"], "rows": [["Bo"]]}), False),
+        (json.dumps({"hits": {"total": 1, "hits": [{"_source": {"customer": "Bo"}}]}}), False),
     ],
 )
 def test_empty_row_sets_read_as_empty_results(result: str, empty: bool) -> None:
     assert empty_call(make_trace("q", [{"tool": "t", "args": {}, "result": result}]).steps[0]) is empty
+
+
+def test_a_result_with_rows_and_a_zero_error_count_is_not_corrected() -> None:
+    """A search API that matches case-insensitively answered the rows with ``error_count: 0``: the call worked, so
+    nothing says it returned nothing, and its value is not rewritten as the data shown writes it."""
+    shown = {"results": [{"customer": "Bo", "city": "Boston"}, {"customer": "Ann", "city": "San Diego"}]}
+    found = {"results": [{"customer": "Bo", "city": "Boston"}], "error_count": 0}
+    trace = make_trace(
+        "Who ordered from Boston?",
+        [
+            {"tool": "list_orders", "args": {}, "result": json.dumps(shown)},
+            {"tool": "search_orders", "args": {"city": "boston"}, "result": json.dumps(found)},
+            {"reasoning": "Bo", "is_final_answer": True},
+        ],
+        final_answer="Bo",
+    )
+    assert not empty_call(trace.steps[1])
+    assert replacements(trace) == []
+    assert not [f for f in find_evidence(trace) if f.kind is FindingKind.EMPTY_RESULT]
+    # the same call that did return nothing is corrected
+    nothing = trace.steps[1].model_copy(update={"tool_result": json.dumps({"results": [], "error_count": 0})})
+    empty = trace.model_copy(update={"steps": (trace.steps[0], nothing, trace.steps[2])})
+    assert replacements(empty) == [("evidence:shown_value", {"city": "Boston"})]
+
+
+# -- plugin rules: one that breaks is skipped, by name ----------------------------------------------------------
+def raising_rule(trace: StructuredTrace, step: Step, context: str = "") -> list[Correction]:
+    raise KeyError("tool_args")
+
+
+def sloppy_rule(trace: StructuredTrace, step: Step, context: str = "") -> Any:
+    return {"sql": "SELECT 1"}  # not a list of Correction
+
+
+def quoting_rule(trace: StructuredTrace, step: Step, context: str = "") -> list[Correction]:
+    """A well-behaved third-party rule: quotes an identifier the error names."""
+    sql = str(step.tool_args.get("sql", ""))
+    if not failed_call(step) or "custmer" not in sql:
+        return []
+    replacement = StepAction(tool_name=step.tool_name, arguments={"sql": sql.replace("custmer", '"customer"')})
+    return [corrections.rule_correction(step, "quoting", replacement, "quoted")]
+
+
+def test_a_failing_plugin_is_skipped_by_name_and_the_other_rules_go_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    group = plugins.CORRECTION_RULES
+    installed = [
+        EntryPoint("broken", f"{__name__}:raising_rule", group),
+        EntryPoint("sloppy", f"{__name__}:sloppy_rule", group),
+        EntryPoint("gone", f"{__name__}:no_such_rule", group),
+        EntryPoint("quoting", f"{__name__}:quoting_rule", group),
+    ]
+    monkeypatch.setattr(plugins, "entry_points", lambda group: installed if group == plugins.CORRECTION_RULES else [])
+    trace = sql_trace(duckdb_tool(), "SELECT custmer FROM orders", schema=False)
+    with caplog.at_level(logging.WARNING, logger="reflect_otel.corrections"):
+        found = replacements(trace)
+    assert found == [
+        ("evidence:valid_options", {"sql": "SELECT customer FROM orders"}),
+        ("evidence:quoting", {"sql": 'SELECT "customer" FROM orders'}),
+    ]
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "'gone' (entry point) could not be loaded" in logged
+    assert "broken (entry point) failed on step 1" in logged
+    assert "sloppy (entry point) returned {'sql': 'SELECT 1'}, not a list of Correction" in logged
+
+
+def test_an_agents_broken_rule_does_not_sink_its_attribution(caplog: pytest.LogCaptureFixture) -> None:
+    """REFLECT on a failed DuckDB query, the agent's replay adapter bringing a broken rule and a badly typed one:
+    both are skipped by name, and the built-in rule's one-identifier fix is executed and verifies."""
+    query = duckdb_tool()
+    trace = sql_trace(query, "SELECT city FROM orders WHERE custmer = 'Ann'", schema=False)
+
+    def answer(trace: StructuredTrace, point: int, injection: str) -> list[dict[str, Any]]:
+        rows = json.loads(trace.steps[point - 1].tool_result or "{}").get("rows") if point else None
+        return [{"reasoning": rows[0]["city"] if rows else "unknown", "is_final_answer": True}]
+
+    agent = ScriptedReplayAdapter(
+        answer, tools={"query": query}, deterministic=True, correction_rules=(raising_rule, sloppy_rule)
+    )
+    llm = scripted_auditor(localize=(1,))
+    pipeline = ReflectPipeline(llm, verifier=OracleVerifier(), config=ReflectConfig(rounds=1, rollback_points=1))
+    with caplog.at_level(logging.WARNING, logger="reflect_otel.corrections"):
+        record = pipeline.attribute(trace, expected="San Diego", replay=agent)
+    assert record.status is AttributionStatus.VERIFIED and record.step_index == 1, record.errors
+    assert record.verified_by is not None and record.verified_by.source == "evidence:valid_options"
+    assert not record.errors
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert f"{__name__}.raising_rule failed" in logged and f"{__name__}.sloppy_rule returned" in logged
+
+
+# -- the leak guard reads what a fix introduces --------------------------------------------------------------------
+def test_a_literal_fix_of_a_limit_1_query_is_tried_when_the_answer_is_1() -> None:
+    """How many orders shipped? 1. The agent's query compares status with 'shipped' (the data writes 'Shipped')
+    and ends in LIMIT 1: the fix introduces 'Shipped', not the 1 the agent wrote, so it runs and verifies."""
+    query = duckdb_tool()
+    sql = "SELECT COUNT(*) AS n FROM orders WHERE status = 'shipped' GROUP BY status LIMIT 1"
+    trace = sql_trace(query, sql, question="How many orders shipped?")
+    assert empty_call(trace.steps[1])
+
+    def answer(trace: StructuredTrace, point: int, injection: str) -> list[dict[str, Any]]:
+        rows = json.loads(trace.steps[point - 1].tool_result or "{}").get("rows")
+        return [{"reasoning": str(rows[0]["n"]) if rows else "0", "is_final_answer": True}]
+
+    (found,) = corrections.evidence_corrections(trace)
+    assert corrections.refusal(found, trace, "1") is None
+    agent = ScriptedReplayAdapter(answer, tools={"query": query}, deterministic=True)
+    pipeline = ReflectPipeline(
+        scripted_auditor(localize=(2,)), verifier=OracleVerifier(), config=ReflectConfig(rounds=1, rollback_points=1)
+    )
+    record = pipeline.attribute(trace, expected="1", replay=agent)
+    assert record.status is AttributionStatus.VERIFIED and record.step_index == 2
+    assert record.verified_by is not None and record.verified_by.source == "evidence:shown_value"
+    assert record.corrected_answer == "1"

@@ -11,11 +11,13 @@ import pytest
 from reflect_otel import corrections
 from reflect_otel.assembly import assemble_trace
 from reflect_otel.config import GateMode, ReflectConfig
-from reflect_otel.demo.table_rules import tables_in
+from reflect_otel.demo import table_rules
+from reflect_otel.demo.table_rules import other_field, tables_in
 from reflect_otel.errors import LLMError
 from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.prompts import PromptContext, diagnosis_output
 from reflect_otel.record import AttributionStatus, Correction, GateDecider, InterventionKind, Localization, ReplayArm
+from reflect_otel.replay import BudgetedReplay, agent_rules
 from reflect_otel.spans import SpanRecord
 from reflect_otel.stages import diagnose
 from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
@@ -278,7 +280,9 @@ def award_trace(column: str, value: str, result: str = "t1: 0 rows") -> Structur
 
 @pytest.mark.parametrize("context", [AWARDS, AWARDS_MARKDOWN])
 def test_a_value_of_another_field_in_the_data_shown_proposes_that_field(context: str) -> None:
-    (found,) = corrections.evidence_corrections(award_trace("Award", "nominated"), context=context)
+    (found,) = corrections.evidence_corrections(
+        award_trace("Award", "nominated"), context=context, agent_rules=table_rules.RULES
+    )
     assert found.source == "evidence:other_field" and found.step_index == 1
     assert found.replacement == StepAction(
         tool_name="filter_rows", arguments={"table": "t0", "column": "Result", "op": "=", "value": "Nominated"}
@@ -292,7 +296,7 @@ def test_an_earlier_result_is_data_shown_too() -> None:
     trace = trace.model_copy(
         update={"steps": (make_trace("q", [shown]).steps[0], *(s.model_copy(update={"index": 2}) for s in trace.steps))}
     )
-    (found,) = corrections.evidence_corrections(trace)
+    (found,) = corrections.evidence_corrections(trace, agent_rules=table_rules.RULES)
     assert found.step_index == 2 and found.replacement is not None
     assert found.replacement.arguments["column"] == "Result"
 
@@ -310,8 +314,22 @@ def test_an_earlier_result_is_data_shown_too() -> None:
     ],
 )
 def test_other_field_stays_silent_without_a_concrete_fix(column: str, value: str, result: str, context: str) -> None:
-    found = corrections.evidence_corrections(award_trace(column, value, result), context=context)
+    found = corrections.evidence_corrections(
+        award_trace(column, value, result), context=context, agent_rules=table_rules.RULES
+    )
     assert [c for c in found if c.source == "evidence:other_field"] == []
+
+
+def test_the_table_rule_runs_only_for_the_agent_that_brings_it() -> None:
+    """Installing reflect-otel applies no demo rule to a user's traces: the same trace gets ``other_field`` only
+    when the table agent's rules are given (its wiring gives them to its replay adapter)."""
+    trace = award_trace("Award", "nominated")
+    assert corrections.evidence_corrections(trace, context=AWARDS) == []
+    assert other_field not in corrections.rules()
+    assert agent_rules(ScriptedReplayAdapter(lambda trace, point, injection: [])) == () and agent_rules(None) == ()
+    adapter = ScriptedReplayAdapter(lambda trace, point, injection: [], correction_rules=table_rules.RULES)
+    assert agent_rules(adapter) == (other_field,)
+    assert agent_rules(BudgetedReplay(adapter, 3)) == (other_field,)  # seen through the per-failure budget
 
 
 def test_tables_are_read_from_a_columns_line_or_a_markdown_header_and_end_at_a_ragged_row() -> None:

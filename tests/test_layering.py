@@ -85,10 +85,10 @@ def test_entry_points_only_for_backends_chosen_by_name() -> None:
         plugins.REPLAY_ADAPTERS,
         plugins.RECORD_EXPORTERS,
         plugins.STORES,
-        plugins.CORRECTION_RULES,  # one agent's own rules (the demo's), beside the core's
     }
-    # and no built-in command is registered by name: the CLI imports them
-    assert plugins.COMMANDS not in groups
+    # no built-in command is registered by name: the CLI imports them; and no correction rule: an installed one runs
+    # on every user's traces, so the demo agent's own rule is given to its replay adapter by the demo's wiring
+    assert plugins.COMMANDS not in groups and plugins.CORRECTION_RULES not in groups
 
 
 def test_edges_import_as_reflect_otel_subpackages() -> None:

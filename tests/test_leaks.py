@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from reflect_otel.config import ReflectConfig
-from reflect_otel.leaks import leak
+from reflect_otel.leaks import action_leak, leak
 from reflect_otel.methods import METHODS
 from reflect_otel.record import AttributionStatus
 from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
-from reflect_otel.trace import StructuredTrace
+from reflect_otel.trace import StepAction, StructuredTrace
 from reflect_otel.verifiers import OracleVerifier
 
 
@@ -35,6 +35,43 @@ from reflect_otel.verifiers import OracleVerifier
 )
 def test_the_guard_reads_the_answer_under_the_judge(text: str, expected: str, leaks: bool) -> None:
     assert (leak(text, expected) is not None) is leaks
+
+
+def _query(sql: str) -> StepAction:
+    return StepAction(tool_name="query", arguments={"sql": sql})
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected", "leaks"),
+    [
+        # one character: the agent's own LIMIT 1 is not the fix's doing; a fix that writes 1 (or 1st) is
+        ("SELECT a FROM t WHERE city = 'boston' LIMIT 1", "SELECT a FROM t WHERE city = 'Boston' LIMIT 1", "1", False),
+        ("SELECT a FROM t WHERE pos = 'first' LIMIT 1", "SELECT a FROM t WHERE pos = '1st' LIMIT 1", "1", True),
+        ("SELECT a FROM t WHERE pos = 'first' LIMIT 1", "SELECT a FROM t WHERE pos = '1' LIMIT 1", "1", True),
+        ("SELECT a FROM t LIMIT 5", "SELECT a FROM t LIMIT 1", "1", True),
+        # numbers under the judge
+        ("SELECT n FROM t WHERE n > 12467 AND c = 'x'", "SELECT n FROM t WHERE n > 12467 AND c = 'X'", "12,467", False),
+        ("SELECT n FROM t WHERE c = 'x'", "SELECT n FROM t WHERE c = '12467'", "12,467", True),
+        # several words: kept as the agent wrote them, or introduced by the fix
+        ("SELECT 1 FROM t WHERE city = 'San Diego' AND s = 'shiped'",
+         "SELECT 1 FROM t WHERE city = 'San Diego' AND s = 'Shipped'", "San Diego", False),
+        ("SELECT 1 FROM t WHERE city = 'San Deigo'", "SELECT 1 FROM t WHERE city = 'San Diego'", "San Diego", True),
+        ("SELECT 1 FROM t WHERE city = 'Diego'", "SELECT 1 FROM t WHERE city = 'San Diego'", "San Diego", True),
+        ("SELECT 1 FROM t WHERE c = 'a'", "SELECT 1 FROM t WHERE c = 'the answer is x'", "Oslo", True),
+    ],
+)  # fmt: skip
+def test_an_action_is_read_for_what_it_introduces(before: str, after: str, expected: str, leaks: bool) -> None:
+    assert (action_leak(_query(before), _query(after), expected) is not None) is leaks
+    assert leak(after, expected) is not None or not leaks  # the whole text still carries what the fix introduces
+
+
+def test_an_action_of_another_tool_or_a_new_argument_is_new_throughout() -> None:
+    agent = _query("SELECT a FROM t WHERE b = 'Kenya'")
+    assert action_leak(agent, _query("SELECT a FROM t WHERE b = 'Kenya' AND c = 'x'"), "Kenya") is None
+    assert action_leak(agent, StepAction(tool_name="search", arguments={"q": "Kenya"}), "Kenya") is not None
+    assert action_leak(agent, StepAction(tool_name="query", arguments={"sql": "x", "note": "Kenya"}), "Kenya")
+    assert action_leak(None, _query("SELECT 'Kenya'"), "Kenya") is not None
+    assert action_leak(agent, _query("SELECT 'Kenya'"), None) is None  # the proxy regime knows no answer
 
 
 def _trace() -> StructuredTrace:

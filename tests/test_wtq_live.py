@@ -319,3 +319,21 @@ def test_the_langgraph_agent_resamples_its_run_with_every_decision_sampled(
     assert [r.final_answer for r in runs] == ["Bangkok, Thailand"] * 2  # sampled, it sorts descending
     asked = [r.temperature for r in llm.requests[before:] if r.stage == "agent"]
     assert asked and set(asked) == {0.5}  # every decision of the resampled runs, none greedy
+
+
+def test_only_the_table_agents_wiring_gives_its_adapter_the_table_rule(instrumented: Instrumented) -> None:
+    """The table rule runs for the table agent's runs because its wiring (the demo's and wtq-live's, for a run and
+    for a stored one) gives it to the agent's adapter; nothing installs it for anyone else's traces."""
+    from reflect_otel.cli.demo import _agent
+    from reflect_otel.cli.evaluate import table_agent_rebuilt, table_agent_runs
+    from reflect_otel.demo import table_rules
+    from reflect_otel.replay import agent_rules
+
+    llm = _model()
+    nt1 = next(q for q in load_questions() if q.id == "nt-1")
+    run = table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True)(nt1)
+    assert agent_rules(run.replay) == table_rules.RULES
+    rebuilt = table_agent_rebuilt(llm, instrumented.provider, max_steps=6, deterministic=True)(nt1, run.trace)
+    assert agent_rules(rebuilt.replay) == table_rules.RULES
+    _, demo_adapter, _, name = _agent("table", nt1, llm, instrumented.provider, 6, deterministic=True)
+    assert name == "table_qa" and agent_rules(demo_adapter) == table_rules.RULES

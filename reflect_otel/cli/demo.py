@@ -246,12 +246,17 @@ def _agent(
             deterministic=deterministic,
         )
         return sql.answer, adapter, sql.table_context, "sql_agent"
+    from reflect_otel.demo import table_rules
     from reflect_otel.demo.table_agent import TableQAAgent
     from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 
     table = TableQAAgent(question, llm, max_steps=max_steps)
     graph_adapter = LangGraphReplayAdapter(
-        table.graph, tracer_provider=provider, recursion_limit=table.recursion_limit, deterministic=deterministic
+        table.graph,
+        tracer_provider=provider,
+        recursion_limit=table.recursion_limit,
+        deterministic=deterministic,
+        correction_rules=table_rules.RULES,  # the table agent's own rule, for its runs only
     )
     return lambda: table.answer(thread_id=f"demo-{question.id}"), graph_adapter, table.table_context, "table_qa"
 

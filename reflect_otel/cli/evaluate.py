@@ -241,6 +241,7 @@ def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps:
     proposals sampled. ``deterministic``: the agent's model repeats itself (greedy on one slot: the embedded local
     server), so one replay per arm decides (:func:`~reflect_otel.cli._options.agent_is_deterministic`)."""
     from reflect_otel.capture import recorded_run
+    from reflect_otel.demo import table_rules
     from reflect_otel.demo.table_agent import TableQAAgent
     from reflect_otel.demo.wtq import WTQQuestion
     from reflect_otel.evaluation.live import AgentRun
@@ -256,7 +257,11 @@ def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps:
         if not trace.question:
             trace = trace.model_copy(update={"question": question.question})
         adapter = LangGraphReplayAdapter(
-            agent.graph, tracer_provider=provider, recursion_limit=agent.recursion_limit, deterministic=deterministic
+            agent.graph,
+            tracer_provider=provider,
+            recursion_limit=agent.recursion_limit,
+            deterministic=deterministic,
+            correction_rules=table_rules.RULES,  # the table agent's own rule, for its runs only
         )
         return AgentRun(answer=answer, trace=trace, replay=adapter, context=agent.table_context)
 
@@ -269,6 +274,7 @@ def table_agent_rebuilt(
     """An earlier run of the table-QA demo agent from its stored trace: the same agent on the same question, its
     workspace restored by re-running the trace's tool calls, its LangGraph adapter seeding the replay from the
     trace's spans (this process holds no checkpoints of it)."""
+    from reflect_otel.demo import table_rules
     from reflect_otel.demo.table_agent import TableQAAgent
     from reflect_otel.demo.wtq import WTQQuestion
     from reflect_otel.evaluation.live import AgentRun
@@ -278,7 +284,11 @@ def table_agent_rebuilt(
         agent = TableQAAgent(question, llm, max_steps=max_steps)
         agent.restore(trace)  # the tables its steps made, as the live run left them
         adapter = LangGraphReplayAdapter(
-            agent.graph, tracer_provider=provider, recursion_limit=agent.recursion_limit, deterministic=deterministic
+            agent.graph,
+            tracer_provider=provider,
+            recursion_limit=agent.recursion_limit,
+            deterministic=deterministic,
+            correction_rules=table_rules.RULES,  # the table agent's own rule, for its runs only
         )
         return AgentRun(answer=trace.final_answer or "", trace=trace, replay=adapter, context=agent.table_context)
 

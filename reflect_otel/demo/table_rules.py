@@ -1,6 +1,7 @@
-"""The table-QA demo agent's own correction rule, installed as a plugin (entry-point group
-``reflect_otel.correction_rules``, see :mod:`reflect_otel.plugins`): it fits that agent's tools (a filter taking a
-field and a value) and their text (a ``tN: N rows; columns: a, b`` header over `` | `` rows), so it is not in the core.
+"""The table-QA demo agent's own correction rule: it fits that agent's tools (a filter taking a field and a value)
+and their text (a ``tN: N rows; columns: a, b`` header over `` | `` rows), so it is not in the core, and it runs for
+that agent's runs only: the demo's and the evaluation's wiring give :data:`RULES` to the agent's replay adapter
+(``LangGraphReplayAdapter(..., correction_rules=RULES)``; see :class:`reflect_otel.replay.HasCorrectionRules`).
 """
 
 from __future__ import annotations
@@ -8,12 +9,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from reflect_otel.corrections import rule_correction, similarity, string_arguments
+from reflect_otel.corrections import Rule, rule_correction, similarity, string_arguments
 from reflect_otel.evidence import empty_call
 from reflect_otel.record import Correction
 from reflect_otel.trace import Step, StepAction, StructuredTrace
 
-__all__ = ["Table", "other_field", "tables_in"]
+__all__ = ["RULES", "Table", "other_field", "tables_in"]
 
 _RESULT_CHARS = 16_000
 _COLUMNS_LINE = re.compile(r"\b(?:columns|fields|headers?)\s*[:=]\s*(?P<names>[^\n]+)$", re.IGNORECASE)
@@ -113,3 +114,7 @@ def other_field(trace: StructuredTrace, step: Step, context: str = "") -> list[C
 def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+RULES: tuple[Rule, ...] = (other_field,)
+"""The table-QA agent's own rules, for its replay adapter."""

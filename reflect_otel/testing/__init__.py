@@ -14,6 +14,7 @@ from typing import Any, Union
 
 from pydantic import BaseModel
 
+from reflect_otel.corrections import Rule
 from reflect_otel.errors import LLMError, ReplayError
 from reflect_otel.llm.base import ChatMessage, Check, Completion, LLMUsage, OutputT, complete_with_repair
 from reflect_otel.replay import InjectionRole, ProposedStep, ReplayResult, check_rollback_point
@@ -137,11 +138,14 @@ class ScriptedReplayAdapter:
         *,
         tools: Mapping[str, Callable[..., Any]] | None = None,
         deterministic: bool = False,
+        correction_rules: Sequence[Rule] = (),
     ) -> None:
         self._continue = continue_with
         self._tools = dict(tools or {})
         self.deterministic = deterministic
         """Whether its continuations stand for a greedy agent (see :class:`~reflect_otel.replay.ReplayAdapter`)."""
+        self.correction_rules = tuple(correction_rules)
+        """The agent's own evidence rules (see :class:`~reflect_otel.replay.HasCorrectionRules`)."""
         self.calls: list[ScriptedReplayCall] = []
 
     def replay(
