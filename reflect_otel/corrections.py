@@ -367,22 +367,18 @@ def evidence_corrections(trace: StructuredTrace, *, near: int | None = None, con
     return list(found.values())
 
 
-def _answers(step: Step) -> bool:
-    """The step gives an answer: the run's (its final step) or an agent's handed back by a call."""
-    return step.is_final_answer or (step.kind is StepKind.MESSAGE and step.tool_name is not None)
-
-
 def _final_answer_tools(trace: StructuredTrace) -> set[str]:
     """The tools the run and its agents answered with: the tools of its final step and of the calls by which an
-    agent handed back its answer (how each ended says which tool is final, not its name)."""
-    return {s.tool_name.casefold() for s in trace.steps if s.tool_name and _answers(s)}
+    agent handed back its answer (a message; how each ended says which tool is final, not its name)."""
+    return {
+        s.tool_name.casefold() for s in trace.steps if s.tool_name and (s.is_final_answer or s.kind is StepKind.MESSAGE)
+    }
 
 
 def refusal(correction: Correction, trace: StructuredTrace, expected: str | None) -> str | None:
-    """Why ``correction`` must not be tried, or None. Refused: an action that is the final answer (a call of the
-    tool the run answered with), a call in place of an agent's answer handed back (a sub-agent's answer is not a
-    lookup to redo), a call of a tool the agent's recorded definitions do not have, one whose arguments or text
-    carry the expected answer, and one that repeats the original step."""
+    """Why ``correction`` must not be tried, or None. Refused: an action that is an answer (a call of a tool the run
+    or one of its agents answered with), a call of a tool the agent's recorded definitions do not have, one whose
+    arguments or text carry the expected answer, and one that repeats the original step."""
     replacement = correction.replacement
     if correction.kind is not InterventionKind.ACTION or replacement is None:
         return None
@@ -391,8 +387,6 @@ def refusal(correction: Correction, trace: StructuredTrace, expected: str | None
     step = trace.steps[correction.step_index - 1]
     if replacement.tool_name is not None and replacement.tool_name.casefold() in _final_answer_tools(trace):
         return "the replacement is a final answer: it would flip the run from any step"
-    if replacement.tool_name is not None and _answers(step) and not step.is_final_answer:
-        return f"step {step.index} hands back an agent's answer: a call in its place is no correction of a lookup"
     recorded = {t.name for t in trace.tools if t.recorded}
     if replacement.tool_name is not None and recorded and replacement.tool_name not in recorded:
         return f"the replacement calls {replacement.tool_name!r}, which is not one of the agent's tools"

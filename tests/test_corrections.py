@@ -20,7 +20,7 @@ from reflect_otel.spans import SpanRecord
 from reflect_otel.stages import diagnose
 from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
 from reflect_otel.tool_definitions import available_tools, read_tool_definitions, tool_definition
-from reflect_otel.trace import StepAction, StructuredTrace, ToolDefinition
+from reflect_otel.trace import StepAction, StepKind, StructuredTrace, ToolDefinition
 from reflect_otel.verifiers import OracleVerifier
 
 NO_ROWS = (
@@ -365,6 +365,28 @@ def test_corrections_that_would_prove_nothing_are_refused() -> None:
     assert corrections.refusal(_action(2, good), trace, "Bangkok") is None
     assert corrections.refusal(_action(1, good), trace, "Bangkok") is None
     assert corrections.refusal(_action(1, carries), trace, None) is None  # the proxy regime knows no answer
+
+
+def test_an_agents_answer_handed_back_is_no_call_to_correct_and_its_tool_is_an_answer() -> None:
+    """A sub-agent's answer call (a message) whose result would fire a rule as a lookup's: no rule proposes a call
+    in its place, and a replacement calling its tool elsewhere is an answer, refused like the run's own."""
+    handing = {
+        "tool": "hand_back",
+        "args": {"table": "t0", "column": "Position", "op": "=", "value": "1"},
+        "result": NO_ROWS,
+        "agent": "helper",
+    }
+    as_lookup = make_trace(
+        "Where was the last 1st place?", [handing, {"reasoning": "Nowhere", "is_final_answer": True}]
+    )
+    assert [c.step_index for c in corrections.evidence_corrections(as_lookup)] == [1]
+    handed = as_lookup.model_copy(
+        update={"steps": (as_lookup.steps[0].model_copy(update={"kind": StepKind.MESSAGE}), as_lookup.steps[1])}
+    )
+    assert corrections.evidence_corrections(handed) == []
+    answering = StepAction(tool_name="hand_back", arguments={"value": "Rome"})
+    assert "final answer" in (corrections.refusal(_action(1, answering), handed, None) or "")
+    assert corrections.refusal(_action(1, answering), as_lookup, None) is None
 
 
 def test_ordered_deduplicates_keeps_refused_and_caps_actions() -> None:
