@@ -223,14 +223,14 @@ def _structured(text: str) -> object | None:
     stripped = text.strip()
     if not stripped.startswith(("{", "[")) or len(stripped) > _MAX_STRUCTURED_CHARS:
         return None
+    value: object
     try:
-        return json.loads(stripped)
+        value = json.loads(stripped)
     except (ValueError, RecursionError):
-        pass
-    try:
-        value = ast.literal_eval(stripped)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return None
+        try:
+            value = ast.literal_eval(stripped)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return None
     return value if isinstance(value, dict | list | tuple) else None
 
 
