@@ -100,16 +100,18 @@ _OUTPUT_KIND = "output"
 def read_output_tools(attributes: Mapping[str, Any]) -> frozenset[str]:
     """The tools one LLM span's definitions mark as output tools (``"kind": "output"``), wherever they were
     recorded: the request parameters pydantic-ai writes, the ``tools`` of a recorded request, or an indexed
-    OpenInference definition. At most :data:`MAX_TOOLS` names; empty when none is marked."""
+    OpenInference definition. At most :data:`MAX_TOOLS` names; empty when none is marked. A recorded text that
+    does not say ``output`` is not parsed (a model request can be large)."""
     found: list[object] = [
         value
         for key, value in attributes.items()
-        if key.startswith(_TOOLS_PREFIX) and key.endswith(_JSON_SCHEMA_SUFFIX)
+        if key.startswith(_TOOLS_PREFIX) and key.endswith(_JSON_SCHEMA_SUFFIX) and _may_mark(value)
     ]
     for key in (PydanticAIAttributes.MODEL_REQUEST_PARAMETERS, SpanAttributes.INPUT_VALUE):
-        request = _object(attributes.get(key))
+        value = attributes.get(key)
+        request = _object(value) if _may_mark(value) else None
         if request is not None:
-            found += [item for listed in request.values() if isinstance(listed, list) for item in listed]
+            found += [item for name in _LISTS if isinstance(listed := request.get(name), list) for item in listed]
     names: set[str] = set()
     for value in found:
         raw = _object(value)
@@ -119,6 +121,14 @@ def read_output_tools(attributes: Mapping[str, Any]) -> frozenset[str]:
         if isinstance(name, str) and name.strip() and len(names) < MAX_TOOLS:
             names.add(name.strip()[:200])
     return frozenset(names)
+
+
+_LISTS = ("tools", "function_tools", "output_tools")
+"""Where a request lists its tool definitions."""
+
+
+def _may_mark(value: object) -> bool:
+    return not isinstance(value, str) or _OUTPUT_KIND in value
 
 
 def _unique(definitions: Iterable[ToolDefinition]) -> Iterable[ToolDefinition]:

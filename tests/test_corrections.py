@@ -19,7 +19,7 @@ from reflect_otel.record import AttributionStatus, Correction, GateDecider, Inte
 from reflect_otel.spans import SpanRecord
 from reflect_otel.stages import diagnose
 from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
-from reflect_otel.tool_definitions import available_tools, read_tool_definitions, tool_definition
+from reflect_otel.tool_definitions import available_tools, read_output_tools, read_tool_definitions, tool_definition
 from reflect_otel.trace import StepAction, StepKind, StructuredTrace, ToolDefinition
 from reflect_otel.verifiers import OracleVerifier
 
@@ -88,6 +88,24 @@ def test_tool_definitions_are_read_in_every_recorded_shape() -> None:
         "input.value": json.dumps({"messages": [], "tools": [openai_chat, anthropic]}),
     }
     assert [d.name for d in read_tool_definitions(attributes)] == ["add", "lookup", "search"]  # order, no repeats
+
+
+def test_output_tools_are_the_definitions_marked_output() -> None:
+    """pydantic-ai marks its output tools ``kind: "output"`` in the request parameters it records; the mark is read
+    wherever a definition is recorded, and a tool is never an output tool by its name."""
+    output = {"name": "return_fruit", "parameters_json_schema": {"type": "object"}, "kind": "output"}
+    function = {"name": "final_answer", "parameters_json_schema": {"type": "object"}, "kind": "function"}
+    parameters = {"function_tools": [function], "output_tools": [output], "output_mode": "tool"}
+    assert read_output_tools({"model_request_parameters": json.dumps(parameters)}) == {"return_fruit"}
+    request = {"messages": [{"role": "user", "content": "output?"}], "tools": [{**openai_tool(), "kind": "output"}]}
+    assert read_output_tools({"input.value": json.dumps(request)}) == {"add"}
+    assert read_output_tools({"llm.tools.0.tool.json_schema": json.dumps(output)}) == {"return_fruit"}
+    unmarked = {"tools": [openai_tool(), function], "messages": [{"role": "user", "content": "output"}]}
+    assert read_output_tools({"input.value": json.dumps(unmarked), "model_request_parameters": "not json"}) == set()
+
+
+def openai_tool() -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
 
 
 def _llm_span(attributes: dict[str, Any]) -> SpanRecord:
