@@ -427,15 +427,17 @@ def evidence_corrections(
 
 
 def _final_answer_tools(trace: StructuredTrace) -> set[str]:
-    """The tools the run answered with: the tool of its final step, when the run ended with a call (how the run
-    ends says which tool is final, not its name)."""
-    return {s.tool_name.casefold() for s in trace.steps if s.tool_name and s.is_final_answer}
+    """The tools the run and its agents answered with: the tools of its final step and of the calls by which an
+    agent handed back its answer (a message; how each ended says which tool is final, not its name)."""
+    return {
+        s.tool_name.casefold() for s in trace.steps if s.tool_name and (s.is_final_answer or s.kind is StepKind.MESSAGE)
+    }
 
 
 def refusal(correction: Correction, trace: StructuredTrace, expected: str | None) -> str | None:
-    """Why ``correction`` must not be tried, or None. Refused: an action that is the final answer (a call of the
-    tool the run answered with), a call of a tool the agent's recorded definitions do not have, one that introduces
-    the expected answer into the step (what it changes, not what it keeps of the agent's own step:
+    """Why ``correction`` must not be tried, or None. Refused: an action that is an answer (a call of a tool the run
+    or one of its agents answered with), a call of a tool the agent's recorded definitions do not have, one that
+    introduces the expected answer into the step (what it changes, not what it keeps of the agent's own step:
     :func:`reflect_otel.leaks.action_leak`), and one that repeats the original step."""
     replacement = correction.replacement
     if correction.kind is not InterventionKind.ACTION or replacement is None:

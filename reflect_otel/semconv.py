@@ -27,6 +27,7 @@ __all__ = [
     "MessageAttributes",
     "MessageContentAttributes",
     "OpenInferenceSpanKindValues",
+    "PydanticAIAttributes",
     "ReflectAttributes",
     "ReflectMetrics",
     "SpanAttributes",
@@ -82,6 +83,15 @@ class VercelAIAttributes:
     TOOL_CALL_ID = "ai.toolCall.id"
     TOOL_CALL_ARGS = ("ai.toolCall.args", "ai.toolCall.input")
     TOOL_CALL_RESULT = ("ai.toolCall.result", "ai.toolCall.output")
+
+
+class PydanticAIAttributes:
+    """Attributes pydantic-ai's own instrumentation writes beside the GenAI ones (read in
+    :mod:`reflect_otel.tool_definitions`)."""
+
+    MODEL_REQUEST_PARAMETERS = "model_request_parameters"
+    """A model call's request parameters, JSON: ``function_tools`` and ``output_tools``, each definition with its
+    ``kind`` (``function``, or ``output``: a tool whose arguments are the run's output and whose call ends it)."""
 
 
 class ReflectAttributes:

@@ -7,6 +7,12 @@ name: ``{"type": "function", "function": {"name", "description", "parameters"}}`
 ``{"type": "function", "name", "description", "parameters"}`` (OpenAI Responses, GenAI), ``{"name",
 "description", "input_schema"}`` (Anthropic). When a trace recorded none, :func:`available_tools` falls back on the
 tools seen called, with a schema read from the arguments they were called with.
+
+Some frameworks mark in their definitions the tools that end the run with their arguments as its output (the
+run's answer, not a lookup): pydantic-ai's output tools (``kind: "output"``, listed under ``output_tools`` of its
+``model_request_parameters``). :func:`read_output_tools` reads that mark by shape, from any definition recorded.
+OpenAI's Agents SDK (``StopAtTools``) and smolagents (``final_answer``) record no such mark: their answer steps are
+found by how the run ends (:mod:`reflect_otel.assembly.steps`).
 """
 
 from __future__ import annotations
@@ -16,13 +22,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from reflect_otel import _values
-from reflect_otel.semconv import SpanAttributes, ToolAttributes
-from reflect_otel.trace import Step, StructuredTrace, ToolDefinition
+from reflect_otel.semconv import PydanticAIAttributes, SpanAttributes, ToolAttributes
+from reflect_otel.trace import Step, StepKind, StructuredTrace, ToolDefinition
 
 __all__ = [
     "MAX_SCHEMA_BYTES",
     "MAX_TOOLS",
     "available_tools",
+    "read_output_tools",
     "read_tool_definitions",
     "tool_definition",
     "tools_seen",
@@ -87,6 +94,43 @@ def read_tool_definitions(attributes: Mapping[str, Any]) -> list[ToolDefinition]
     return list(_unique(d for d in map(tool_definition, found) if d is not None))
 
 
+_OUTPUT_KIND = "output"
+
+
+def read_output_tools(attributes: Mapping[str, Any]) -> frozenset[str]:
+    """The tools one LLM span's definitions mark as output tools (``"kind": "output"``), wherever they were
+    recorded: the request parameters pydantic-ai writes, the ``tools`` of a recorded request, or an indexed
+    OpenInference definition. At most :data:`MAX_TOOLS` names; empty when none is marked. A recorded text that
+    does not say ``output`` is not parsed (a model request can be large)."""
+    found: list[object] = [
+        value
+        for key, value in attributes.items()
+        if key.startswith(_TOOLS_PREFIX) and key.endswith(_JSON_SCHEMA_SUFFIX) and _may_mark(value)
+    ]
+    for key in (PydanticAIAttributes.MODEL_REQUEST_PARAMETERS, SpanAttributes.INPUT_VALUE):
+        value = attributes.get(key)
+        request = _object(value) if _may_mark(value) else None
+        if request is not None:
+            found += [item for name in _LISTS if isinstance(listed := request.get(name), list) for item in listed]
+    names: set[str] = set()
+    for value in found:
+        raw = _object(value)
+        if raw is None or raw.get("kind") != _OUTPUT_KIND:
+            continue
+        name = (_object(raw.get("function")) or raw).get("name")
+        if isinstance(name, str) and name.strip() and len(names) < MAX_TOOLS:
+            names.add(name.strip()[:200])
+    return frozenset(names)
+
+
+_LISTS = ("tools", "function_tools", "output_tools")
+"""Where a request lists its tool definitions."""
+
+
+def _may_mark(value: object) -> bool:
+    return not isinstance(value, str) or _OUTPUT_KIND in value
+
+
 def _unique(definitions: Iterable[ToolDefinition]) -> Iterable[ToolDefinition]:
     names: set[str] = set()
     for definition in definitions:
@@ -99,11 +143,11 @@ _JSON_TYPE_OF = {bool: "boolean", int: "integer", float: "number", str: "string"
 
 
 def tools_seen(steps: Iterable[Step]) -> tuple[ToolDefinition, ...]:
-    """The tools called on the trace, each with a schema whose properties are the arguments it was seen with
+    """The tools called on the trace (not those that gave an answer), each with a schema whose properties are the arguments it was seen with
     (typed by their values), none required; ``recorded`` False."""
     properties: dict[str, dict[str, dict[str, str]]] = {}
     for step in steps:
-        if not step.tool_name or step.is_final_answer:
+        if not step.tool_name or step.kind in (StepKind.FINAL_ANSWER, StepKind.MESSAGE):  # answers, not lookups
             continue
         seen = properties.setdefault(step.tool_name, {})
         for name, value in step.tool_args.items():

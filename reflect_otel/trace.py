@@ -43,7 +43,10 @@ class StepKind(str, Enum):
     REASONING = "reasoning"
     """Model text with no action: a thought, a plan, a chain-of-thought step, or a code agent's code."""
     MESSAGE = "message"
-    """A message passed between agents or to the user that is not the final answer."""
+    """A message passed between agents or to the user that is not the final answer. Among them an agent's answer
+    handed back by a call (a sub-agent's ``final_answer`` to its manager, known by how the agent ended, not by the
+    tool's name: see :func:`reflect_otel.assembly.steps.mark_handed_back`): it keeps the call's tool, arguments and
+    result, but it is no lookup, and evidence checks and correction rules, which read tool calls, leave it alone."""
     FINAL_ANSWER = "final_answer"
     """The step that produced the run's answer."""
 

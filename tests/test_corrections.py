@@ -21,8 +21,8 @@ from reflect_otel.replay import BudgetedReplay, agent_rules
 from reflect_otel.spans import SpanRecord
 from reflect_otel.stages import diagnose
 from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
-from reflect_otel.tool_definitions import available_tools, read_tool_definitions, tool_definition
-from reflect_otel.trace import StepAction, StructuredTrace, ToolDefinition
+from reflect_otel.tool_definitions import available_tools, read_output_tools, read_tool_definitions, tool_definition
+from reflect_otel.trace import StepAction, StepKind, StructuredTrace, ToolDefinition
 from reflect_otel.verifiers import OracleVerifier
 
 NO_ROWS = (
@@ -90,6 +90,24 @@ def test_tool_definitions_are_read_in_every_recorded_shape() -> None:
         "input.value": json.dumps({"messages": [], "tools": [openai_chat, anthropic]}),
     }
     assert [d.name for d in read_tool_definitions(attributes)] == ["add", "lookup", "search"]  # order, no repeats
+
+
+def test_output_tools_are_the_definitions_marked_output() -> None:
+    """pydantic-ai marks its output tools ``kind: "output"`` in the request parameters it records; the mark is read
+    wherever a definition is recorded, and a tool is never an output tool by its name."""
+    output = {"name": "return_fruit", "parameters_json_schema": {"type": "object"}, "kind": "output"}
+    function = {"name": "final_answer", "parameters_json_schema": {"type": "object"}, "kind": "function"}
+    parameters = {"function_tools": [function], "output_tools": [output], "output_mode": "tool"}
+    assert read_output_tools({"model_request_parameters": json.dumps(parameters)}) == {"return_fruit"}
+    request = {"messages": [{"role": "user", "content": "output?"}], "tools": [{**openai_tool(), "kind": "output"}]}
+    assert read_output_tools({"input.value": json.dumps(request)}) == {"add"}
+    assert read_output_tools({"llm.tools.0.tool.json_schema": json.dumps(output)}) == {"return_fruit"}
+    unmarked = {"tools": [openai_tool(), function], "messages": [{"role": "user", "content": "output"}]}
+    assert read_output_tools({"input.value": json.dumps(unmarked), "model_request_parameters": "not json"}) == set()
+
+
+def openai_tool() -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
 
 
 def _llm_span(attributes: dict[str, Any]) -> SpanRecord:
@@ -383,6 +401,28 @@ def test_corrections_that_would_prove_nothing_are_refused() -> None:
     assert corrections.refusal(_action(2, good), trace, "Bangkok") is None
     assert corrections.refusal(_action(1, good), trace, "Bangkok") is None
     assert corrections.refusal(_action(1, carries), trace, None) is None  # the proxy regime knows no answer
+
+
+def test_an_agents_answer_handed_back_is_no_call_to_correct_and_its_tool_is_an_answer() -> None:
+    """A sub-agent's answer call (a message) whose result would fire a rule as a lookup's: no rule proposes a call
+    in its place, and a replacement calling its tool elsewhere is an answer, refused like the run's own."""
+    handing = {
+        "tool": "hand_back",
+        "args": {"table": "t0", "column": "Position", "op": "=", "value": "1"},
+        "result": NO_ROWS,
+        "agent": "helper",
+    }
+    as_lookup = make_trace(
+        "Where was the last 1st place?", [handing, {"reasoning": "Nowhere", "is_final_answer": True}]
+    )
+    assert [c.step_index for c in corrections.evidence_corrections(as_lookup)] == [1]
+    handed = as_lookup.model_copy(
+        update={"steps": (as_lookup.steps[0].model_copy(update={"kind": StepKind.MESSAGE}), as_lookup.steps[1])}
+    )
+    assert corrections.evidence_corrections(handed) == []
+    answering = StepAction(tool_name="hand_back", arguments={"value": "Rome"})
+    assert "final answer" in (corrections.refusal(_action(1, answering), handed, None) or "")
+    assert corrections.refusal(_action(1, answering), as_lookup, None) is None
 
 
 def test_ordered_deduplicates_keeps_refused_and_caps_actions() -> None:

@@ -75,6 +75,24 @@ def test_a_result_with_data_is_not_empty(result: str) -> None:
     assert FindingKind.EMPTY_RESULT not in {f.kind for f in find_evidence(trace)}
 
 
+def test_an_agents_answer_handed_back_is_neither_an_empty_result_nor_a_later_success() -> None:
+    """A sub-agent answers its manager with a call whose result is '' (a message, as assembly marks it): the
+    manager's failed lookup before it still stands right before the answer; read as a lookup, the same call would
+    be an empty result and a success that excuses the failure."""
+    steps: list[dict[str, Any]] = [
+        {"tool": "lookup", "args": {"id": 7}, "result": "Error: no record with id 7", "agent": "manager"},
+        {"tool": "give_answer", "args": {"answer": "It is 12."}, "result": "", "agent": "helper"},
+        answer("It is 12."),
+    ]
+    handed = make_trace("q", [steps[0], {**steps[1], "kind": StepKind.MESSAGE}, steps[2]])
+    assert kinds(handed) == [(1, FindingKind.TOOL_ERROR, Severity.CRITICAL)]
+    as_lookup = make_trace("q", steps)
+    assert kinds(as_lookup) == [
+        (1, FindingKind.TOOL_ERROR, Severity.WARNING),
+        (2, FindingKind.EMPTY_RESULT, Severity.WARNING),
+    ]
+
+
 def test_a_call_repeated_twice_warns_and_three_times_is_a_loop() -> None:
     call = {"tool": "sort", "args": {"col": "Year", "desc": True}, "result": "t2: 5 rows"}
     twice = make_trace("q", [call, call, answer("x")])

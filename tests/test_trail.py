@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from reflect_otel.datasets.trail import normalise_trail_category, read_trail_file
-from reflect_otel.trace import StepKind
+from reflect_otel.datasets.trail import TrailImport, normalise_trail_category, read_trail_file
+from reflect_otel.evidence import FindingKind, Severity, find_evidence
+from reflect_otel.trace import StepKind, StructuredTrace
 
 
 def _trace_files(shared_data: Path) -> list[Path]:
@@ -17,10 +18,15 @@ def _trace_files(shared_data: Path) -> list[Path]:
     return files
 
 
-def test_every_trail_trace_assembles_and_labels_map(shared_data: Path) -> None:
+@pytest.fixture(scope="module")
+def trail(shared_data: Path) -> list[tuple[Path, TrailImport]]:
+    """Every TRAIL trace file, read once for the tests that go over all of them."""
+    return [(path, read_trail_file(path, max_bytes=256 * 1024 * 1024)) for path in _trace_files(shared_data)]
+
+
+def test_every_trail_trace_assembles_and_labels_map(trail: list[tuple[Path, TrailImport]]) -> None:
     total = mapped = 0
-    for path in _trace_files(shared_data):
-        imported = read_trail_file(path, max_bytes=256 * 1024 * 1024)
+    for path, imported in trail:
         trace = imported.trace
         assert trace.trace_id == path.stem
         assert trace.steps, path
@@ -64,6 +70,69 @@ def test_the_answer_step_is_the_agents_not_the_harness_turn_after_it(shared_data
     harness = trace.steps[-1]
     assert (harness.index, harness.kind, harness.agent) == (final.index + 1, StepKind.REASONING, None)
     assert harness.reasoning == "FINAL ANSWER: 33149"
+
+
+def _gaia_trace(shared_data: Path, trace_id: str) -> StructuredTrace:
+    path = shared_data / "trail" / "gaia" / "traces" / f"{trace_id}.json"
+    if not path.is_file():
+        pytest.skip(f"{path} not in shared data")
+    return read_trail_file(path, max_bytes=256 * 1024 * 1024).trace
+
+
+def test_a_sub_agents_answer_is_handed_back_and_the_managers_last_turn_answers(shared_data: Path) -> None:
+    """GAIA's manager (a code agent) asks its search agent, which answers with a final_answer call that no tool span
+    recorded; the manager's code then calls final_answer(10). The search agent's call hands its answer back (a
+    message: no empty result, no lookup); the manager's turn, with its own tool run, is the run's answer step."""
+    trace = _gaia_trace(shared_data, "e7d5dd0d36db95a40a4fbe258edd0aba")
+    handed, final, harness = trace.steps[-3:]
+    assert (handed.kind, handed.agent, handed.tool_name, handed.tool_result) == (
+        StepKind.MESSAGE,
+        "ToolCallingAgent.run",
+        "final_answer",
+        None,
+    )
+    assert str(handed.tool_args["answer"]).startswith("### 1. Task outcome (short version):")
+    assert (final.kind, final.agent, final.tool_name, final.tool_args, final.tool_result) == (
+        StepKind.FINAL_ANSWER,
+        "CodeAgent.run",
+        "final_answer",
+        {"args": [10]},
+        "",
+    )
+    assert final.tool_span_id is not None and final.reasoning.startswith("Thought: Based on the data")
+    assert (harness.kind, harness.agent, trace.final_answer) == (StepKind.REASONING, None, "10")
+    found = find_evidence(trace)
+    assert not [f for f in found if f.step_index in (handed.index, final.index)]
+    # the failed page_down calls at the end of the search: nothing succeeded after them before the answer
+    last_failures = [f for f in found if f.kind is FindingKind.TOOL_ERROR and f.step_index in (14, 15)]
+    assert [f.severity for f in last_failures] == [Severity.CRITICAL, Severity.CRITICAL]
+
+
+def test_an_answer_given_as_an_object_is_the_answer_step(shared_data: Path) -> None:
+    """The manager answers final_answer({"01": 15, ...}); the agent's output is that dict as Python writes it."""
+    trace = _gaia_trace(shared_data, "62df2a06b647ca730391602dbf62f843")
+    (final,) = [s for s in trace.steps if s.is_final_answer]
+    assert (final.index, final.tool_name, final.agent) == (3, "final_answer", "CodeAgent.run")
+    (answer,) = final.tool_args["args"]
+    assert isinstance(answer, dict) and answer["01"] == 15
+    assert trace.final_answer is not None and trace.final_answer.startswith("{'01': 15, '02': 12")
+    assert not [f for f in find_evidence(trace) if f.kind is FindingKind.EMPTY_RESULT]
+
+
+def test_every_answer_call_in_trail_is_an_answer_found_by_how_its_agent_ended(
+    trail: list[tuple[Path, TrailImport]],
+) -> None:
+    """No name list: each of smolagents' final_answer calls (the runs' and the sub-agents') is found as the run's
+    answer or an agent's answer handed back, never a lookup with an empty result; every run has its answer step."""
+    handed_back = 0
+    for path, imported in trail:
+        trace = imported.trace
+        assert sum(s.is_final_answer for s in trace.steps) == 1, path.stem
+        calls = [s for s in trace.steps if s.tool_name == "final_answer"]
+        assert all(s.kind in (StepKind.FINAL_ANSWER, StepKind.MESSAGE) for s in calls), path.stem
+        handed_back += sum(s.kind is StepKind.MESSAGE for s in calls)
+        assert not [f for f in find_evidence(trace) if "final_answer(" in f.evidence], path.stem
+    assert handed_back >= 10  # 19 sub-agent answers in the development data when written
 
 
 @pytest.mark.parametrize(

@@ -14,10 +14,12 @@ ones (like the OTel SDK's span processors, but over a whole trace):
    model's call: a LangChain TOOL span's ``input.value`` is lossy for one-argument tools), and each tool run or
    tool message answers one call (:class:`~.matching.CallMatcher`); a reply with no tool call is a step (code
    agents act through text).
-5. :mod:`.steps`: a trace of one model reply and nothing else is a chain of thought, one step per line; the final
-   answer is marked by how the run ends (a last model turn without a tool call, or a last call carrying the run's
-   answer; when only an agent span gave the answer, the end of that agent), never by a tool's name. Then :mod:`.tools`, :mod:`.question` (question and answer), :mod:`.framework` and
-   :mod:`.diagnostics` (the warnings, each naming its fix).
+5. :mod:`.steps`: a trace of one model reply and nothing else is a chain of thought, one step per line; an agent's
+   answer handed back by a call (its last step, carrying its output, or a tool its definitions mark as output) is a
+   message, not a lookup; the final answer is marked by how the run ends (a last model turn without a tool call, a
+   last call carrying the run's answer or handing an agent's back; when only an agent span gave the answer, the
+   end of that agent), never by a tool's name. Then :mod:`.tools`, :mod:`.question` (question and answer),
+   :mod:`.framework` and :mod:`.diagnostics` (the warnings, each naming its fix).
 
 Every text passes through a :class:`~.scrub.Scrubber` (cut to :class:`AssemblyLimits`, secrets replaced); each
 pass counts the secrets it replaced and reports them in its result.
@@ -41,7 +43,7 @@ from .matching import match_calls
 from .messages import read_conversations
 from .question import run_end, run_texts
 from .scrub import AssemblyLimits, TextRules
-from .steps import mark_final_answer, split_chain_of_thought
+from .steps import mark_final_answer, mark_handed_back, split_chain_of_thought
 from .tools import agent_tools
 from .tree import AGENT, SpanTree
 
@@ -71,9 +73,10 @@ def assemble_trace(
     if len(actions.model_calls) == 1 and not actions.tool_runs:
         drafts = split_chain_of_thought(drafts)
     ending = run_end(tree, rules)
-    marked = mark_final_answer(drafts, ending.outputs, until_ns=ending.answered_at_ns)
-    steps = tuple(draft.step(index) for index, draft in enumerate(marked, start=1))
     tools = agent_tools(actions.model_calls, rules)
+    drafts = mark_handed_back(drafts, ending.agent_outputs, tools.output_tools)
+    marked = mark_final_answer(drafts, ending.outputs, until_ns=ending.answered_at_ns, output_tools=tools.output_tools)
+    steps = tuple(draft.step(index) for index, draft in enumerate(marked, start=1))
     user_text = next((call.user_text for call in actions.model_calls if call.user_text), "")
     texts = run_texts(tree, steps, user_text, rules)
     found = Findings(

@@ -29,10 +29,15 @@ class StepContext(NamedTuple):
     langgraph_node: str | None
     metadata: Mapping[str, Any]
     """The span's parsed ``metadata`` attribute (empty when it has none)."""
+    agent_span_id: str | None = None
+    """The enclosing AGENT span (:attr:`.tree.Placed.agent_span_id`): whose answer a last call may hand back."""
 
     @classmethod
-    def of(cls, span: SpanRecord, agent: str | None, scrubber: Scrubber) -> StepContext:
-        """``agent`` is the enclosing AGENT span's; without one, the LangGraph node that ran the span."""
+    def of(
+        cls, span: SpanRecord, agent: str | None, scrubber: Scrubber, agent_span_id: str | None = None
+    ) -> StepContext:
+        """``agent`` is the enclosing AGENT span's name (``agent_span_id`` its id); without one, the LangGraph node
+        that ran the span."""
         metadata = span_metadata(span)
         node = metadata.get(LangGraphMetadataKeys.NODE)
         return cls(
@@ -44,6 +49,7 @@ class StepContext(NamedTuple):
             langgraph_step=_values.to_int(metadata.get(LangGraphMetadataKeys.STEP)),
             langgraph_node=str(node) if node else None,
             metadata=metadata,
+            agent_span_id=agent_span_id,
         )
 
 

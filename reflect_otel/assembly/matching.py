@@ -1,9 +1,10 @@
 """Results to calls: the model's tool calls become steps, and each tool run or tool message answers one of them.
 
-* A TOOL span answers the call with its tool call id; without an id, the oldest unanswered call of the same tool;
-  without either, the model reply just before it that names the tool in its text (a ReAct agent writes
-  ``Action: multiply`` and the framework runs it); a TOOL span with neither id nor tool name (an agent handoff),
-  the oldest unanswered call. A TOOL span that answers no call (a tool invoked from code) is a step of its own.
+* A TOOL span answers the call with its tool call id; without an id, the oldest unanswered call of the same tool
+  made in the same agent span; without either, the model reply just before it that names the tool in its text (a
+  ReAct agent writes ``Action: multiply`` and the framework runs it); then the oldest unanswered call of the same
+  tool made by another agent; a TOOL span with neither id nor tool name (an agent handoff), the oldest unanswered
+  call. A TOOL span that answers no call (a tool invoked from code) is a step of its own.
 * A loop that runs its tools without tool spans still sends their results to the model: the next call's tool
   messages answer the calls they name. A tool span's answer is kept unless it is a JSON object and the model was
   shown text: the observation is what the model saw, not the framework's result wrapper (LlamaIndex's
@@ -120,16 +121,29 @@ class CallMatcher:
 
     def _answered_call(self, run: ToolRun) -> int | None:
         index = self.waiting_by_id.pop(run.call_id, None) if run.call_id else None
-        waiting = self.waiting_by_name.get(run.name)
-        while index is None and waiting:
-            candidate = waiting.popleft()
-            if not self.drafts[candidate].answered:
-                index = candidate
+        if index is None:
+            index = self._waiting_call(run, same_agent=True)
         if index is None and not run.call_id:
             index = self._written_call(run)
+        if index is None:
+            index = self._waiting_call(run, same_agent=False)
         if index is None and not run.call_id and not run.named:
             index = self._oldest_unanswered()  # an anonymous action (a handoff) answers the call that asked for it
         return index
+
+    def _waiting_call(self, run: ToolRun, *, same_agent: bool) -> int | None:
+        """The oldest unanswered call of the run's tool; with ``same_agent``, only one made inside the run's own
+        agent span. A call of another agent yields to a reply of the run's own agent that names the tool: a
+        sub-agent's answer call that no tool span recorded is not answered by its manager's run of the same tool."""
+        waiting = self.waiting_by_name.get(run.name)
+        for candidate in list(waiting or ()):
+            draft = self.drafts[candidate]
+            if draft.answered or not same_agent or draft.agent_span_id == run.context.agent_span_id:
+                assert waiting is not None
+                waiting.remove(candidate)
+                if not draft.answered:
+                    return candidate
+        return None
 
     def _written_call(self, run: ToolRun) -> int | None:
         """The reply that asked for this tool in its text: the last step, when it is a model's reply without tool

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 from reflect_otel import _values
 from reflect_otel.semconv import SpanAttributes
 from reflect_otel.spans import AttributeValue, SpanRecord
-from reflect_otel.tool_definitions import read_tool_definitions
+from reflect_otel.tool_definitions import read_output_tools, read_tool_definitions
 from reflect_otel.trace import ToolDefinition
 
 from .context import StepContext, tool_name
@@ -50,6 +50,8 @@ class ModelCall(NamedTuple):
     """The first user message the model saw, as recorded ("" when none)."""
     tools: tuple[ToolDefinition, ...]
     """The tools the call offered, as recorded."""
+    output_tools: frozenset[str]
+    """Those its definitions mark as output tools (:func:`reflect_otel.tool_definitions.read_output_tools`)."""
     gap: bool
     """Some message indexes are missing."""
     secrets: int
@@ -73,7 +75,7 @@ def read_model_call(placed: Placed, conversation: Conversation, tree: SpanTree, 
     user = next((m for m in conversation.inputs if m.role in ("user", "human") and m.text), None)
     return ModelCall(
         span_id=span.span_id,
-        context=StepContext.of(span, placed.agent, scrubber),
+        context=StepContext.of(span, placed.agent, scrubber, placed.agent_span_id),
         reasoning=scrubber.text(text),
         requests=tuple(
             ToolRequest(name=tool_name(c.name), call_id=c.call_id, args=scrubber.args(c.arguments)) for c in calls
@@ -85,6 +87,7 @@ def read_model_call(placed: Placed, conversation: Conversation, tree: SpanTree, 
         tool_messages=conversation.tool_messages_named(),
         user_text=user.text if user is not None else "",
         tools=tuple(read_tool_definitions(attrs)),
+        output_tools=read_output_tools(attrs),
         gap=conversation.gap,
         secrets=scrubber.secrets,
     )

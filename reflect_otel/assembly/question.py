@@ -7,14 +7,16 @@ the metadata). The answer is the root's output, else the first AGENT span's, els
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from reflect_otel import _values
 from reflect_otel.semconv import ReflectAttributes, SpanAttributes
 from reflect_otel.trace import EXPECTED_ANSWER_FIELD, Step
 
 from .scrub import Scrubber, TextRules
-from .tree import SpanTree
+from .tree import AGENT, SpanTree
 
 __all__ = ["RunEnd", "RunTexts", "run_end", "run_texts"]
 
@@ -43,6 +45,9 @@ class RunEnd:
     """When the first AGENT span ended, when its output is the run's answer (the root records none): model turns
     after it are not the agent's (a harness that restates the agent's answer, as TRAIL's GAIA runs do). None when
     the whole trace is the run."""
+    agent_outputs: Mapping[str, str]
+    """Each AGENT span's answer text by span id (cleaned like tool arguments, not counted): what an agent's last
+    call must carry to hand its answer back (:func:`.steps.mark_handed_back`)."""
 
 
 def run_end(tree: SpanTree, rules: TextRules) -> RunEnd:
@@ -53,7 +58,13 @@ def run_end(tree: SpanTree, rules: TextRules) -> RunEnd:
         agent = None
     answer = _values.answer_text(agent.attributes.get(SpanAttributes.OUTPUT_VALUE)) if agent is not None else ""
     outputs = tuple(uncounted.clean(text) for text in (root, answer) if text)
-    return RunEnd(outputs, agent.end_ns if agent is not None and answer and not root else None)
+    agents = {}
+    for placed in tree.order:
+        if placed.kind == AGENT and placed.span.span_id not in agents:
+            text = _values.answer_text(placed.span.attributes.get(SpanAttributes.OUTPUT_VALUE))
+            agents[placed.span.span_id] = uncounted.clean(text) if text else ""
+    agent_outputs = MappingProxyType({span_id: text for span_id, text in agents.items() if text})
+    return RunEnd(outputs, agent.end_ns if agent is not None and answer and not root else None, agent_outputs)
 
 
 def run_texts(tree: SpanTree, steps: tuple[Step, ...], user_text: str, rules: TextRules) -> RunTexts:

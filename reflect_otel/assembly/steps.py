@@ -1,10 +1,12 @@
-"""Steps before they are numbered (:class:`StepDraft`, typed like :class:`~reflect_otel.trace.Step`), and the two
-passes that shape the list: a lone model reply split into its chain of thought, and the final answer marked (by how
-the run ends, whatever its tools are called)."""
+"""Steps before they are numbered (:class:`StepDraft`, typed like :class:`~reflect_otel.trace.Step`), and the
+passes that shape the list: a lone model reply split into its chain of thought, each agent's answer handed back by a
+call marked as such, and the final answer marked (by how the run ends, whatever its tools are called)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import ast
+import json
+from collections.abc import Collection, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -12,7 +14,15 @@ from reflect_otel.trace import Step, StepKind, StepStatus
 
 from .context import StepContext
 
-__all__ = ["StepDraft", "mark_final_answer", "split_chain_of_thought"]
+__all__ = [
+    "MAX_ARGUMENT_DEPTH",
+    "MAX_ARGUMENT_VALUES",
+    "StepDraft",
+    "argument_values",
+    "mark_final_answer",
+    "mark_handed_back",
+    "split_chain_of_thought",
+]
 
 
 _NO_ARGS: Mapping[str, Any] = MappingProxyType({})
@@ -46,6 +56,8 @@ class StepDraft(NamedTuple):
     langgraph_node: str | None = None
     answered: bool = False
     """A result is attached (a tool run's, or one the model was shown)."""
+    agent_span_id: str | None = None
+    """The AGENT span the step was taken in (see :class:`.context.StepContext`); not kept on the step."""
 
     @classmethod
     def of(cls, span_id: str, kind: StepKind, context: StepContext) -> StepDraft:
@@ -60,6 +72,7 @@ class StepDraft(NamedTuple):
             status_message=context.status_message,
             langgraph_step=context.langgraph_step,
             langgraph_node=context.langgraph_node,
+            agent_span_id=context.agent_span_id,
         )
 
     def step(self, index: int) -> Step:
@@ -106,16 +119,43 @@ def split_chain_of_thought(drafts: tuple[StepDraft, ...]) -> tuple[StepDraft, ..
     )
 
 
+def mark_handed_back(
+    drafts: tuple[StepDraft, ...], answers: Mapping[str, str], output_tools: Collection[str] = ()
+) -> tuple[StepDraft, ...]:
+    """Each agent's answer handed back by a call, a :attr:`~reflect_otel.trace.StepKind.MESSAGE` (an answer passed
+    on, not a lookup): the last step taken in an AGENT span, when it is a call that carries that agent's answer
+    (``answers``: each AGENT span's output by span id, cleaned like the arguments), returned its own argument, or
+    calls a tool the agent's definitions mark as output (``output_tools``). A sub-agent's ``final_answer`` to its
+    manager is one; the run's own answer call is then made final by :func:`mark_final_answer`."""
+    last: dict[str, int] = {}
+    for position, draft in enumerate(drafts):
+        if draft.agent_span_id is not None:
+            last[draft.agent_span_id] = position
+    marked = list(drafts)
+    for agent, position in last.items():
+        draft = drafts[position]
+        answer = answers.get(agent)
+        if draft.kind is StepKind.TOOL_CALL and _answer_call(draft, (answer,) if answer else (), output_tools):
+            marked[position] = draft._replace(kind=StepKind.MESSAGE)
+    return tuple(marked)
+
+
 def mark_final_answer(
-    drafts: tuple[StepDraft, ...], outputs: Iterable[str] = (), *, until_ns: int | None = None
+    drafts: tuple[StepDraft, ...],
+    outputs: Iterable[str] = (),
+    *,
+    until_ns: int | None = None,
+    output_tools: Collection[str] = (),
 ) -> tuple[StepDraft, ...]:
     """The run's final step, by how the run ends, whatever its tools are called: its last step when that is a model
-    turn that calls no tool, or when it is the call that ended the run carrying the run's answer: one of its
-    arguments is one of ``outputs`` (the run's output, as the root and the first agent recorded it, cleaned like
-    the arguments), or the call returned its own argument, as an answer tool does (Inspect's ``submit``). A last
-    call that carries no answer is a step like any other: the run ended without one. With ``until_ns`` (when the
-    agent whose output is the answer returned), steps begun after it are not the run's ending: they stay as they
-    are, after it."""
+    turn that calls no tool, an agent's answer handed back (:func:`mark_handed_back`), or the call that ended the
+    run carrying the run's answer: one of its arguments (read into objects and lists, bounded) is one of ``outputs``
+    (the run's output, as the root and the first agent recorded it, cleaned like the arguments; an object or list
+    written as JSON or a Python literal is compared as one), the call returned its own argument, as an answer tool
+    does (Inspect's ``submit``), or its tool is one the agent's definitions mark as output (``output_tools``:
+    pydantic-ai's output tools). A last call that carries no answer is a step like any other: the run ended
+    without one. With ``until_ns`` (when the agent whose output is the answer returned), steps begun after it are
+    not the run's ending: they stay as they are, after it."""
     ending = len(drafts)
     if until_ns is not None:
         while ending and (drafts[ending - 1].start_time_ns or 0) > until_ns:
@@ -123,26 +163,83 @@ def mark_final_answer(
     if not ending:
         return drafts
     last = drafts[ending - 1]
-    if last.kind is StepKind.REASONING or (last.tool_name and _answers_with(last, outputs)):
+    handed_back = last.kind is StepKind.MESSAGE and last.tool_name
+    if last.kind is StepKind.REASONING or handed_back or _answer_call(last, outputs, output_tools):
         final = last._replace(kind=StepKind.FINAL_ANSWER, is_final_answer=True)
         return (*drafts[: ending - 1], final, *drafts[ending:])
     return drafts
 
 
-def _answers_with(call: StepDraft, outputs: Iterable[str]) -> bool:
-    values = {_normal_answer(v) for v in _scalar_values(call.tool_args)} - {""}
-    answers = [*outputs, call.tool_result or ""]
-    return any(_normal_answer(answer) in values for answer in answers if answer)
+def _answer_call(call: StepDraft, outputs: Iterable[str], output_tools: Collection[str]) -> bool:
+    if not call.tool_name:
+        return False
+    if call.tool_name in output_tools:
+        return True
+    answers = [answer for answer in (*outputs, call.tool_result or "") if answer]
+    values = argument_values(call.tool_args)
+    texts = {_normal_answer(str(v)) for v in values if _scalar(v)} - {""}
+    if any(_normal_answer(answer) in texts for answer in answers):
+        return True
+    structured = [_canonical(s) for s in map(_structured, answers) if s is not None]
+    return bool(structured) and any(
+        _canonical(v) in structured for v in (call.tool_args, *values) if isinstance(v, Mapping | list)
+    )
 
 
-def _scalar_values(arguments: Mapping[str, Any]) -> list[str]:
-    """A call's argument values that are text or numbers, one level into a list (``{"answers": ["a"]}``)."""
-    out = []
-    for value in arguments.values():
-        for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, str | int | float) and not isinstance(item, bool):
-                out.append(str(item))
+MAX_ARGUMENT_DEPTH = 3
+"""How deep into objects and lists a call's arguments are read for the answer they carry."""
+MAX_ARGUMENT_VALUES = 200
+"""How many of a call's argument values (at any depth) are read for the answer they carry."""
+_MAX_STRUCTURED_CHARS = 20_000
+
+
+def argument_values(arguments: Mapping[str, Any]) -> list[object]:
+    """A call's argument values, breadth first into objects and lists (``{"answers": ["a"]}``, ``{"args":
+    [{"01": 15}]}``): every value met, the objects and lists as well as the text and numbers in them, at most
+    :data:`MAX_ARGUMENT_DEPTH` deep and :data:`MAX_ARGUMENT_VALUES` in all."""
+    out: list[object] = []
+    level: list[object] = list(arguments.values())
+    for _ in range(MAX_ARGUMENT_DEPTH):
+        nested: list[object] = []
+        for value in level:
+            if len(out) >= MAX_ARGUMENT_VALUES:
+                return out
+            out.append(value)
+            if isinstance(value, Mapping):
+                nested.extend(value.values())
+            elif isinstance(value, list):
+                nested.extend(value)
+        level = nested
     return out
+
+
+def _scalar(value: object) -> bool:
+    return isinstance(value, str | int | float) and not isinstance(value, bool)
+
+
+def _structured(text: str) -> object | None:
+    """An object or list written as JSON or as a Python literal (an agent that returns ``str(dict)``); None for any
+    other text, and for text too long or too deep to read safely."""
+    stripped = text.strip()
+    if not stripped.startswith(("{", "[")) or len(stripped) > _MAX_STRUCTURED_CHARS:
+        return None
+    value: object
+    try:
+        value = json.loads(stripped)
+    except (ValueError, RecursionError):
+        try:
+            value = ast.literal_eval(stripped)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return None
+    return value if isinstance(value, dict | list | tuple) else None
+
+
+def _canonical(value: object) -> str:
+    """One text for equal objects and lists, whichever way they were written (key order, tuples, spacing)."""
+    try:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):  # keys of mixed types cannot be sorted
+        return repr(value)
 
 
 def _normal_answer(text: str) -> str:

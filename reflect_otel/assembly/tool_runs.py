@@ -42,7 +42,7 @@ def read_tool_run(placed: Placed, rules: TextRules) -> ToolRun:
     result, raw = scrubber.result(output, message[1] if message else None)
     return ToolRun(
         span_id=span.span_id,
-        context=StepContext.of(span, placed.agent, scrubber),
+        context=StepContext.of(span, placed.agent, scrubber, placed.agent_span_id),
         name=tool_name(str(attrs.get(SpanAttributes.TOOL_NAME) or span.name)),
         call_id=str(call_id) if call_id else None,
         named=SpanAttributes.TOOL_NAME in attrs,

@@ -39,11 +39,13 @@ def _kind(span: SpanRecord) -> str | None:
 
 
 class Placed(NamedTuple):
-    """A span where the walk met it: with the agent it ran under and its ``openinference.span.kind``."""
+    """A span where the walk met it: with the agent it ran under (its name, and the id of that AGENT span: the
+    nearest enclosing one, or the span itself) and its ``openinference.span.kind``."""
 
     span: SpanRecord
     agent: str | None
     kind: str | None
+    agent_span_id: str | None = None
 
     @property
     def acting_kind(self) -> str | None:
@@ -154,23 +156,26 @@ class _Walk:
         self.inner: defaultdict[str, list[SpanRecord]] = defaultdict(list)
 
     def visit(self, starts: list[SpanRecord], *, descend: bool = True) -> None:
-        # (span, agent name, inside an LLM span)
-        stack: list[tuple[SpanRecord, str | None, bool]] = [(s, None, False) for s in reversed(starts)]
+        # (span, agent name, agent span id, inside an LLM span)
+        stack: list[tuple[SpanRecord, str | None, str | None, bool]] = [
+            (s, None, None, False) for s in reversed(starts)
+        ]
         while stack:
-            span, agent, inside_llm = stack.pop()
+            span, agent, agent_span_id, inside_llm = stack.pop()
             if span.span_id in self.seen:
                 continue
             self.seen.add(span.span_id)
             kind = _kind(span)
             if kind == AGENT:
                 agent = str(span.attributes.get(SpanAttributes.AGENT_NAME) or span.name)
+                agent_span_id = span.span_id
             if inside_llm and kind == LLM:
                 self.nested.add(span.span_id)
                 if span.parent_id:
                     self.inner[span.parent_id].append(span)
-            self.order.append(Placed(span, agent, kind))
+            self.order.append(Placed(span, agent, kind, agent_span_id))
             kids = self.children.get(span.span_id) if descend else None
             if kids:
                 kids.sort(key=time_key, reverse=True)
                 nested = inside_llm or kind == LLM
-                stack.extend((kid, agent, nested) for kid in kids)
+                stack.extend((kid, agent, agent_span_id, nested) for kid in kids)

@@ -102,3 +102,23 @@ def test_the_text_the_model_was_shown_replaces_a_result_object() -> None:
     assert _results(_matched([root, asks, ran, shown]))[0] == ("lookup", "3 rows")
     text_result = tool("lookup", "three rows", parent=root.span_id, start=2, **{"tool_call.id": "c1"})
     assert _results(_matched([root, asks, text_result, shown]))[0] == ("lookup", "three rows")  # text is kept
+
+
+def test_a_run_answers_a_call_of_its_own_agent_not_one_a_sub_agent_left_unanswered() -> None:
+    """A helper agent ends with a call no tool span recorded (smolagents' tool-calling agent answering its manager);
+    the manager's code then runs the tool of the same name: that run is the manager's step, not the helper's."""
+    manager = span("AGENT", name="manager", end=100, **{"output.value": "10"})
+    plan = llm("Thought: ask the helper", parent=manager.span_id, start=1)
+    helper = span("AGENT", name="helper", parent=manager.span_id, start=2, end=10, **{"output.value": "Top 10: ..."})
+    handing = llm("", [("final_answer", '{"answer": "Top 10: ..."}', "c9")], parent=helper.span_id, start=3)
+    code = llm("Thought: it is 10.\nfinal_answer(10)", parent=manager.span_id, start=11)
+    ran = tool("final_answer", "", parent=manager.span_id, start=12, **{"input.value": '{"args": [10]}'})
+    drafts = _matched([manager, plan, helper, handing, code, ran]).drafts
+    assert [(d.agent, d.tool_name, d.tool_args, d.tool_result, d.tool_span_id) for d in drafts] == [
+        ("manager", None, {}, None, None),
+        ("helper", "final_answer", {"answer": "Top 10: ..."}, None, None),
+        ("manager", "final_answer", {"args": [10]}, "", ran.span_id),
+    ]
+    # with no reply of its own naming the tool, the run still answers the other agent's call (the old rule)
+    drafts = _matched([manager, plan, helper, handing, ran]).drafts
+    assert (drafts[1].tool_result, drafts[1].tool_span_id) == ("", ran.span_id)

@@ -66,9 +66,21 @@ def test_the_run_ends_where_the_answer_was_given() -> None:
     key = "sk-" + "Q" * 24
     harness = span("CHAIN", name="main", end=100)
     agent = span("AGENT", parent=harness.span_id, start=1, end=40, **{"output.value": f"33149 {key}"})
-    assert run_end(SpanTree.of([harness, agent]), rules()) == RunEnd(("33149 [REDACTED:api_key]",), 40)
-    assert run_end(SpanTree.of([agent_root("q", "4")]), rules()) == RunEnd(("4",), None)  # the agent is the root
+    redacted = "33149 [REDACTED:api_key]"
+    assert run_end(SpanTree.of([harness, agent]), rules()) == RunEnd((redacted,), 40, {agent.span_id: redacted})
+    root = agent_root("q", "4")  # the agent is the root
+    assert run_end(SpanTree.of([root]), rules()) == RunEnd(("4",), None, {root.span_id: "4"})
     answered = span("CHAIN", name="main", end=100, **{"output.value": "33149"})
     inner = span("AGENT", parent=answered.span_id, start=1, end=40, **{"output.value": "33149"})
     assert run_end(SpanTree.of([answered, inner]), rules()).answered_at_ns is None
-    assert run_end(SpanTree.of([harness]), rules()) == RunEnd((), None)
+    assert run_end(SpanTree.of([harness]), rules()) == RunEnd((), None, {})
+
+
+def test_every_agent_gives_its_own_answer() -> None:
+    """A sub-agent's output is its own answer, what its last call must carry to hand it back; an agent that
+    recorded no output gives none."""
+    manager = span("AGENT", name="manager", end=100, **{"output.value": "10"})
+    helper = span("AGENT", name="helper", parent=manager.span_id, start=1, end=40, **{"output.value": "Top 10: ..."})
+    silent = span("AGENT", name="silent", parent=manager.span_id, start=41, end=50)
+    ending = run_end(SpanTree.of([manager, helper, silent]), rules())
+    assert ending.agent_outputs == {manager.span_id: "10", helper.span_id: "Top 10: ..."}

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from reflect_otel.assembly.context import StepContext
-from reflect_otel.assembly.steps import StepDraft, mark_final_answer, split_chain_of_thought
+from reflect_otel.assembly.steps import (
+    MAX_ARGUMENT_DEPTH,
+    MAX_ARGUMENT_VALUES,
+    StepDraft,
+    argument_values,
+    mark_final_answer,
+    mark_handed_back,
+    split_chain_of_thought,
+)
 from reflect_otel.trace import StepKind, StepStatus
 
 _CONTEXT = StepContext(
@@ -90,6 +98,91 @@ def test_turns_begun_after_the_answering_agent_returned_are_not_the_runs_end() -
     reply = _reply("33149")._replace(start_time_ns=15)
     assert mark_final_answer((reply, harness), (), until_ns=20)[0].is_final_answer
     assert mark_final_answer((harness,), (), until_ns=20) == (harness,)
+
+
+@pytest.mark.parametrize(
+    ("args", "output"),
+    [
+        ({"args": [{"01": 15, "02": 12}]}, "{'01': 15, '02': 12}"),  # str(dict), as a Python agent returns it
+        ({"value": 396, "explanation": "17*23+5"}, '{"explanation": "17*23+5", "value": 396}'),  # output tool's JSON
+        ({"answer": {"short": "396", "detailed": "17*23 is 391"}}, "396"),  # a text inside an object
+        ({"answer": [["Paris", 2], ["Lyon", 3]]}, '[["Paris", 2], ["Lyon", 3]]'),
+    ],
+)
+def test_an_answer_given_as_an_object_or_list_is_read(args: dict[str, object], output: str) -> None:
+    last = _call("final_answer")._replace(tool_args=args, tool_result="")
+    assert mark_final_answer((_call("search"), last), (output,))[-1].is_final_answer
+    other = _call("final_answer")._replace(tool_args={"args": [{"01": 14, "02": 12}]})
+    assert not mark_final_answer((other,), ("{'01': 15, '02': 12}",))[-1].is_final_answer
+
+
+def test_arguments_are_read_to_a_bounded_depth_and_count() -> None:
+    deep: object = "396"
+    for _ in range(MAX_ARGUMENT_DEPTH):
+        deep = {"inner": deep}
+    assert "396" not in argument_values({"answer": deep})
+    assert not mark_final_answer((_call("final_answer")._replace(tool_args={"answer": deep}),), ("396",))[
+        0
+    ].is_final_answer
+    wide = {"answer": ["x"] * (2 * MAX_ARGUMENT_VALUES) + ["396"]}
+    assert len(argument_values(wide)) == MAX_ARGUMENT_VALUES
+    nested = "[" * 10_000 + "]" * 10_000  # too deep for either parser: read as no answer, nothing raised
+    assert not mark_final_answer((_call("f")._replace(tool_args={"a": []}),), (nested,))[0].is_final_answer
+    long = list(range(6_000))  # an output this long is not parsed, even when it is the argument
+    assert not mark_final_answer((_call("f")._replace(tool_args={"a": long}),), (str(long),))[0].is_final_answer
+    short = list(range(60))
+    assert mark_final_answer((_call("f")._replace(tool_args={"a": short}),), (str(short),))[0].is_final_answer
+
+
+def test_a_tool_the_definitions_mark_as_output_ends_the_run_with_its_answer() -> None:
+    """pydantic-ai's output tool: its arguments are the run's output, whatever the run recorded as output."""
+    last = _call("return_fruit")._replace(tool_args={"name": "banana"})
+    assert mark_final_answer((_call("search"), last), (), output_tools={"return_fruit"})[-1].is_final_answer
+    assert not mark_final_answer((_call("search"), last), (), output_tools={"other"})[-1].is_final_answer
+    early = mark_final_answer((last, _call("search")), (), output_tools={"return_fruit"})
+    assert not any(d.is_final_answer for d in early)  # an output call the run went on after (a retry) is no end
+
+
+def _in(agent: str, draft: StepDraft) -> StepDraft:
+    return draft._replace(agent=agent, agent_span_id=f"span-{agent}")
+
+
+def test_a_sub_agents_last_call_carrying_its_answer_hands_it_back() -> None:
+    """A manager asks a helper, the helper ends with a call carrying its own output (to its manager, not the run's
+    answer): a message, not a lookup; the manager's last call carrying the run's answer is the final step."""
+    helper_answer = "Top 10: Bad Boys for Life, Sonic, ..."
+    drafts = (
+        _in("manager", _reply("ask the helper")),
+        _in("helper", _call("web_search")._replace(tool_args={"query": "top 10 2020"}, tool_result="...")),
+        _in("helper", _call("final_answer")._replace(tool_args={"answer": helper_answer})),
+        _in("manager", _call("final_answer")._replace(tool_args={"args": [10]}, tool_result="")),
+    )
+    outputs = {"span-helper": helper_answer, "span-manager": "10"}
+    handed = mark_handed_back(drafts, outputs)
+    assert [d.kind for d in handed] == [StepKind.REASONING, StepKind.TOOL_CALL, StepKind.MESSAGE, StepKind.MESSAGE]
+    marked = mark_final_answer(handed, ("10",))
+    assert [d.kind for d in marked] == [
+        StepKind.REASONING,
+        StepKind.TOOL_CALL,
+        StepKind.MESSAGE,
+        StepKind.FINAL_ANSWER,
+    ]
+    assert [d.is_final_answer for d in marked] == [False, False, False, True]
+
+
+def test_an_agents_last_call_that_carries_no_answer_is_a_lookup() -> None:
+    """A helper that stopped on a search, an earlier answer-like call, an agent that recorded no output: lookups."""
+    drafts = (
+        _in("helper", _call("final_answer")._replace(tool_args={"answer": "Paris"})),
+        _in("helper", _call("web_search")._replace(tool_args={"query": "capital of France"}, tool_result="Paris")),
+        _in("silent", _call("final_answer")._replace(tool_args={"answer": "y"}, tool_result="")),
+        _reply("done"),
+    )
+    assert mark_handed_back(drafts, {"span-helper": "Paris"}) == drafts
+    # returning its own argument, or an output tool, is a hand-back whatever the agent recorded
+    echo = _in("silent", _call("submit")._replace(tool_args={"answer": "y"}, tool_result="y"))
+    assert mark_handed_back((echo,), {})[0].kind is StepKind.MESSAGE
+    assert mark_handed_back((drafts[2],), {}, {"final_answer"})[0].kind is StepKind.MESSAGE
 
 
 def test_without_such_a_call_the_last_reply_is_the_answer_and_a_last_tool_call_is_not() -> None:

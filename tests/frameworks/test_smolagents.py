@@ -97,3 +97,49 @@ def test_code_agent(traced: Traced, tmp_path: Path) -> None:
     ]
     assert not trace.warnings, trace.warnings
     same_trace_from_otlp_file(traced, trace, tmp_path)
+
+
+def test_a_managed_agents_answer_is_handed_back_to_its_manager(traced: Traced, tmp_path: Path) -> None:
+    """A code agent asks its managed tool-calling agent, which answers with final_answer: that call hands the
+    helper's answer back to the manager (a message, not a lookup the run went past); the manager's own final_answer
+    is the run's answer step. Neither is known by its tool's name."""
+    ask = "Thought: ask the helper.\n```python\nproduct = helper(task='What is 17 times 23?')\nprint(product)\n```"
+    answer = "Thought: add 5 and answer.\n```python\nfinal_answer(f'The answer is {add(a=391, b=5)}.')\n```"
+    helper_turns = [
+        ScriptedTurn("I multiply.", [ScriptedToolCall("multiply", {"a": 17, "b": 23}, "call_1")]),
+        ScriptedTurn("Done.", [ScriptedToolCall("final_answer", {"answer": "391"}, "call_2")]),
+    ]
+
+    def turn(body: dict[str, Any]) -> ScriptedTurn:  # the helper calls tools natively; the manager writes code
+        if body.get("tools"):
+            return helper_turns[assistant_turns(body)]
+        return ScriptedTurn([ask, answer][assistant_turns(body)])
+
+    provider, traces = traced.provider, traced.traces
+    before = len(traces)
+    with ScriptedOpenAIServer(turn) as server:
+        model = smolagents.OpenAIServerModel(model_id="scripted-model", api_base=server.base_url, api_key="test")
+        helper = smolagents.ToolCallingAgent(
+            tools=[multiply], model=model, max_steps=4, verbosity_level=0, name="helper", description="Multiplies."
+        )
+        manager = smolagents.CodeAgent(
+            tools=[add],
+            model=model,
+            managed_agents=[helper],
+            max_steps=4,
+            verbosity_level=0,
+            code_block_tags="markdown",
+        )
+        assert manager.run(QUESTION) == ANSWER
+    assert provider.force_flush(10_000)
+    (trace,) = traces[before:]
+    assert trace.final_answer == ANSWER
+    assert [(s.kind, s.agent, s.tool_name, s.tool_args, s.tool_result) for s in trace.steps] == [
+        (StepKind.REASONING, "CodeAgent.run", None, {}, None),
+        (StepKind.TOOL_CALL, "helper.run", "multiply", {"a": 17, "b": 23}, "391"),
+        (StepKind.MESSAGE, "helper.run", "final_answer", {"answer": "391"}, "391"),
+        (StepKind.TOOL_CALL, "CodeAgent.run", "add", {"a": 391, "b": 5}, "396"),
+        (StepKind.FINAL_ANSWER, "CodeAgent.run", "final_answer", {"args": [ANSWER]}, ANSWER),
+    ]
+    assert not trace.warnings, trace.warnings
+    same_trace_from_otlp_file(traced, trace, tmp_path)
