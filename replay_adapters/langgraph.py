@@ -16,6 +16,11 @@ sampling temperature as ``config["configurable"]["reflect_temperature"]``
 ``deterministic=True`` when the graph's model runs greedily (temperature 0): controlled tests then need one replay
 per arm.
 
+State outside the graph (files, tables, a database the tools write) is the agent's: pass ``restore_state``, a
+callable ``(trace, rollback_point)`` that brings it to where the run was after that step (e.g. re-running the kept
+steps' tool calls); it is called before every replay (a proposal runs no tool), and this adapter then runs its
+replays one at a time (they share that state). Without it, a replay sees whatever the run and earlier replays left there.
+
 Known limits: a graph whose model node adds its own system prompt is seeded from spans with that prompt in the
 messages; a subgraph's checkpoints are not forked (replay the inner graph on its own); chat formatters that
 reject mid-conversation system messages need ``injection_role="user"``.
@@ -23,8 +28,10 @@ reject mid-conversation system messages need ``injection_role="user"``.
 
 from __future__ import annotations
 
+import threading
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
@@ -48,7 +55,11 @@ try:
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise MissingDependencyError("langgraph", "langgraph") from error
 
-__all__ = ["LangGraphReplayAdapter"]
+__all__ = ["LangGraphReplayAdapter", "RestoreState"]
+
+RestoreState = Callable[[StructuredTrace, int], None]
+"""Brings the agent's own state (outside the graph) to where ``trace``'s run was after step ``rollback_point``;
+raises :class:`ReplayError` when it cannot."""
 
 
 def _injection_message(text: str, role: InjectionRole) -> BaseMessage:
@@ -107,8 +118,11 @@ class LangGraphReplayAdapter:
         recursion_limit: int = 50,
         deterministic: bool = False,
         correction_rules: Sequence[Rule] = (),
+        restore_state: RestoreState | None = None,
     ) -> None:
         self.graph = graph
+        self._restore_state = restore_state
+        self._one_at_a_time = threading.Lock()
         self.correction_rules = tuple(correction_rules)
         self.deterministic = deterministic
         self._provider = tracer_provider
@@ -161,6 +175,23 @@ class LangGraphReplayAdapter:
         )
 
     # -- running -------------------------------------------------------------------------------------------------
+    @contextmanager
+    def _prepared(self, trace: StructuredTrace, rollback_point: int) -> Iterator[None]:
+        """Held while one proposal or replay runs: the agent's own state restored to ``rollback_point`` first."""
+        if self._restore_state is None:
+            yield
+            return
+        with self._one_at_a_time:
+            try:
+                self._restore_state(trace, rollback_point)
+            except ReplayError:
+                raise
+            except Exception as error:  # the agent's callable may fail in any way
+                raise ReplayError(
+                    f"restore_state failed at step {rollback_point}: {type(error).__name__}: {error}"
+                ) from error
+            yield
+
     def _run(self, start: dict[str, Any] | None, config: dict[str, Any]) -> None:
         guarded = bool(self._guard.irreversible) and not self._guard.allow
         interrupt = [self.tools_node] if guarded else None
@@ -263,7 +294,7 @@ class LangGraphReplayAdapter:
             "recursion_limit": self.recursion_limit,
         }
         unfinished = False
-        with captured(self._provider, "reflect.replay.langgraph") as run:
+        with self._prepared(trace, rollback_point), captured(self._provider, "reflect.replay.langgraph") as run:
             try:
                 if decided is not None:  # the model node "decided" the action; the tools node runs it
                     self.graph.update_state(config, {**values, "messages": messages}, as_node=self.model_node)

@@ -223,3 +223,54 @@ def test_a_filter_that_matches_nothing_names_values_the_column_holds() -> None:
     assert empty.startswith("t1: 0 rows") and "values of Position in t0 include:" in empty and "'1st'" in empty
     assert "no row matched" not in workspace.filter_rows("t0", "Position", "=", "1st")
     assert "no row matched" not in workspace.filter_rows("t0", "Year", ">", "3000")  # numbers: no value hint
+
+
+def test_table_agent_replays_read_the_table_names_their_run_read(instrumented: Instrumented) -> None:
+    """A replay with no change reproduces the run call for call, result for result (the derived tables' names
+    included), however many replays and actions ran before it: the adapter rewinds the workspace to the prefix."""
+    from reflect_otel.demo.table_agent import TableQAAgent
+    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
+
+    plan = PLANS["nt-1"]
+
+    def respond(request: ScriptedRequest) -> dict[str, Any]:  # the plan's next call, by how many results it has
+        results = [m.content for m in request.messages if m.content.startswith("Result of ")]
+        action = plan[len(results)]
+        if action is FROM_LAST_RESULT:
+            action = {"tool": "final_answer", "answer": results[-1].split("\n", 1)[1]}
+        return {"thought": f"next: {action['tool']}", "action": action}
+
+    agent = TableQAAgent(QUESTIONS["nt-1"], ScriptedLLM(respond=respond))
+    before = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()}
+    agent.answer(thread_id="wtq-names")
+    (trace_id,) = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()} - before
+    trace = instrumented.assembled(trace_id)
+    run_results = [s.tool_result for s in trace.steps if s.kind is StepKind.TOOL_CALL]
+    assert run_results[1] is not None and run_results[1].startswith("t2: 1 rows")
+    adapter = LangGraphReplayAdapter(agent.graph, tracer_provider=instrumented.provider, restore_state=agent.rewind)
+    describe = StepAction(tool_name="describe", arguments={"table": "t0"})
+    adapter.replay(trace, rollback_point=0, injection="", action=describe)  # derives nothing, reads t0
+    for _ in range(2):
+        again = adapter.replay(trace, rollback_point=1, injection="")
+        replayed = [s.tool_result for s in again.trace.steps if s.kind is StepKind.TOOL_CALL]
+        assert replayed == run_results and again.final_answer == trace.final_answer
+
+
+def test_a_workspace_rewound_past_a_call_that_now_gives_another_result_refuses_the_replay() -> None:
+    from reflect_otel.demo.table_agent import TableQAAgent
+    from reflect_otel.errors import ReplayError
+    from reflect_otel.trace import Step, StructuredTrace
+
+    agent = TableQAAgent(QUESTIONS["nt-1"], ScriptedLLM(respond=lambda request: {}))
+    step = Step(
+        index=1,
+        span_id="b" * 16,
+        kind=StepKind.TOOL_CALL,
+        tool_name="count_rows",
+        tool_args={"table": "t0"},
+        tool_result="t0 has 999 rows",
+    )
+    trace = StructuredTrace(trace_id="a" * 32, steps=[step])
+    agent.rewind(trace, 0)  # nothing kept: nothing to check
+    with pytest.raises(ReplayError, match="step 1: count_rows gives"):
+        agent.rewind(trace, 1)

@@ -135,7 +135,12 @@ def _serve(args: argparse.Namespace) -> int:
     agents = {f"remote-{qid}": TableQAAgent(questions[qid], llm, max_steps=args.max_steps) for qid in wanted}
     adapter = _ByThread(
         {
-            thread: LangGraphReplayAdapter(agent.graph, tracer_provider=provider, recursion_limit=agent.recursion_limit)
+            thread: LangGraphReplayAdapter(
+                agent.graph,
+                tracer_provider=provider,
+                recursion_limit=agent.recursion_limit,
+                restore_state=agent.rewind,  # each replay reads the table names its run read
+            )
             for thread, agent in agents.items()
         }
     )

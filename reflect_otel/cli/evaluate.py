@@ -262,6 +262,7 @@ def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps:
             recursion_limit=agent.recursion_limit,
             deterministic=deterministic,
             correction_rules=table_rules.RULES,  # the table agent's own rule, for its runs only
+            restore_state=agent.rewind,  # each replay reads the table names its run read
         )
         return AgentRun(answer=answer, trace=trace, replay=adapter, context=agent.table_context)
 
@@ -272,8 +273,9 @@ def table_agent_rebuilt(
     llm: StructuredLLM, provider: TracerProvider, *, max_steps: int, deterministic: bool
 ) -> RebuildRun:
     """An earlier run of the table-QA demo agent from its stored trace: the same agent on the same question, its
-    workspace restored by re-running the trace's tool calls, its LangGraph adapter seeding the replay from the
-    trace's spans (this process holds no checkpoints of it)."""
+    workspace rebuilt before each replay by re-running the kept steps' tool calls (checked once on the whole trace
+    first), its LangGraph adapter seeding the replay from the trace's spans (this process holds no checkpoints of
+    it)."""
     from reflect_otel.demo import table_rules
     from reflect_otel.demo.table_agent import TableQAAgent
     from reflect_otel.demo.wtq import WTQQuestion
@@ -282,13 +284,14 @@ def table_agent_rebuilt(
 
     def rebuilt(question: WTQQuestion, trace: StructuredTrace) -> AgentRun:
         agent = TableQAAgent(question, llm, max_steps=max_steps)
-        agent.restore(trace)  # the tables its steps made, as the live run left them
+        agent.restore(trace)  # a trace whose calls no longer give its results fails here, not in every replay
         adapter = LangGraphReplayAdapter(
             agent.graph,
             tracer_provider=provider,
             recursion_limit=agent.recursion_limit,
             deterministic=deterministic,
             correction_rules=table_rules.RULES,  # the table agent's own rule, for its runs only
+            restore_state=agent.rewind,  # the tables its kept steps made, rebuilt before each replay
         )
         return AgentRun(answer=trace.final_answer or "", trace=trace, replay=adapter, context=agent.table_context)
 

@@ -279,11 +279,17 @@ class TableQAAgent:
         self.graph = graph.compile(checkpointer=InMemorySaver())
 
     def restore(self, trace: StructuredTrace) -> None:
-        """Bring this agent's fresh workspace to where ``trace``'s run left it, so that a replay of that run from
-        its spans (no checkpoints in this process) finds the tables its kept steps made: re-run its tool calls in
-        order (the tools are read-only and deterministic), each checked against the result recorded. Raises
-        :class:`ReplayError` naming the first call that does not give it."""
-        for step in trace.steps:
+        """Bring this agent's workspace to where ``trace``'s run left it (:meth:`rewind` past its last step)."""
+        self.rewind(trace, len(trace.steps))
+
+    def rewind(self, trace: StructuredTrace, rollback_point: int) -> None:
+        """Bring this agent's workspace to where ``trace``'s run was after step ``rollback_point``, so that a replay
+        from there reads the table names its run read: back to the question's table, then the tool calls of the
+        kept steps re-run in order (the tools are read-only and deterministic), each checked against the result
+        recorded. The replay adapter calls it before every replay (``LangGraphReplayAdapter(restore_state=...)``).
+        Raises :class:`ReplayError` naming the first call that does not give it."""
+        self.workspace.reset()
+        for step in trace.steps[:rollback_point]:
             tool = self.tools.get(step.tool_name or "")
             if tool is None:
                 continue

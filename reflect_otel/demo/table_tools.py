@@ -1,8 +1,9 @@
 """Real table tools over DuckDB for the table-QA demo agent.
 
 A :class:`TableWorkspace` holds the question's table as ``t0`` (every cell text, as in the source). Each tool reads
-a named table and, when it derives one, stores it under a new name (``t1``, ``t2``, ...) that is never reused, so a
-replay from any prefix finds the tables that prefix made, and the tools of the prefix are never run again. Tool
+a named table and, when it derives one, stores it under the next name (``t1``, ``t2``, ...). The names are part of
+what the agent reads, so a replay must see the ones its run saw: :meth:`TableWorkspace.reset` drops every derived
+table, and the agent re-runs its prefix's calls (``TableQAAgent.rewind``) before each replay. Tool
 results are short text (a preview), and bad input (an unknown table or column) comes back as an ``error:`` line
 the agent can read, as a real tool's error would; a filter that matches nothing lists some values the column does
 hold, as a database's hint would.
@@ -57,6 +58,7 @@ class TableWorkspace:
                 name += "_2"
             names.append(name)
         self.columns = {"t0": names}
+        self._source = list(names)
         self._db = duckdb.connect(":memory:")
         self._lock = threading.Lock()
         self._counter = itertools.count(1)
@@ -64,6 +66,15 @@ class TableWorkspace:
         self._db.execute(f"CREATE TABLE t0 ({columns_sql})")
         if rows:
             self._db.executemany(f"INSERT INTO t0 VALUES ({', '.join('?' for _ in names)})", rows)
+
+    def reset(self) -> None:
+        """Back to the question's table alone: derived tables dropped, the next one named ``t1`` again."""
+        with self._lock:
+            for name in list(self.columns):
+                if name != "t0":
+                    self._db.execute(f"DROP TABLE IF EXISTS {name}")
+            self.columns = {"t0": list(self._source)}
+            self._counter = itertools.count(1)
 
     # -- helpers -------------------------------------------------------------------------------------------------
     def _table(self, table: str) -> str:
