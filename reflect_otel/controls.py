@@ -1,18 +1,21 @@
 """The paper's faithfulness controls (RQ3), as methods measured beside REFLECT on the same failures.
 
-Each is REFLECT's guidance policy (localize, diagnose, inject the plan, let the agent redo the step, replay under
-control; no concrete actions) with one thing changed, so that what it verifies is what the changed thing did not
-need:
+Each is REFLECT's policy (localize, diagnose, execute corrected calls as actions, inject the plan as guidance,
+replay under control) with one thing changed, for its actions as for its guidance, so that what it verifies is what
+the changed thing did not need. REFLECT's verifications are mostly actions; a control that could only inject
+guidance (which the hard gate refuses when the regenerated step ignores it) would test nothing against them.
 
-* ``control-placebo``: the plan injected is one the same auditor wrote for *another* failure, drawn at run time from
-  a :class:`PlanPool` (the plans of the other failures the same service, or evaluation, attributed: REFLECT's, the
+* ``control-placebo``: the plan is one the same auditor wrote for *another* failure, drawn at run time from a
+  :class:`PlanPool` (the plans of the other failures the same service, or evaluation, attributed: REFLECT's, the
   wrong-step control's, which is the run's own plan, and the placebo's own auditor's, which it pays for as REFLECT
-  does and keeps for the failures after it), in the same message at the same rollback points: a correction of the
-  right form and length, whose content does not fit. What a correct hint gains over it is what its content does.
-  With no plan for another failure yet (the first failure a placebo-only run sees), the record is ``skipped`` and
-  nothing is replayed.
-* ``control-wrong-step``: this run's own plan, injected at a step at distance 2 from the localized one (after it
-  where the run has such a step before its answer, else before it); a run with no such step is not replayed. What
+  does and keeps for the failures after it). Its corrected call, if it has one, is executed at the localized step,
+  and its text injected at the same rollback points; the evidence rules' calls (this run's content) are not tried.
+  A correction of the right form, whose content does not fit: what a correct one gains over it is what its content
+  does. With no plan for another failure yet (the first failure a placebo-only run sees), the record is ``skipped``
+  and nothing is replayed.
+* ``control-wrong-step``: this run's own plan and corrected calls (the auditor's and the evidence rules'), executed
+  and injected at another step: the nearest one at distance 2 from the localized one, else at distance 1 (after it
+  where the run has such a step before its answer, else before it); a run with no other step is not replayed. What
   the localized step gains over it is what the localization does.
 
 Both go through the same search, budget and control rule as REFLECT (:mod:`reflect_otel.search`).
@@ -36,10 +39,13 @@ from reflect_otel.verifiers import Verifier
 
 __all__ = ["MAX_PLANS", "NO_PLACEBO", "PlaceboControl", "PlanPool", "WrongStepControl", "plan_of", "wrong_step"]
 
-WRONG_STEP_DISTANCE = 2
+WRONG_STEP_DISTANCES = (2, 1)
+"""The wrong step's distances from the localized one, in order of preference."""
 MAX_PLANS = 1000
 """Failures whose plans a :class:`PlanPool` keeps by default (the most recent ones)."""
 PLACEBO_METHOD = "control-placebo"
+AUDITOR_SOURCES = frozenset({"llm", "control:wrong-step"})
+"""The sources of the corrected calls an auditor wrote (REFLECT's, the wrong-step control's): a plan's call."""
 NO_PLACEBO = (
     "no plan written for another failure yet: the placebo injects the auditor's plan for another failure (the plans "
     "written for earlier failures of the same run), so it has nothing to inject; not replayed"
@@ -51,7 +57,8 @@ def plan_of(record: AttributionRecord) -> RepairPlan | None:
     intervention's plan, else the record's root cause with the instruction its guidance carried. None for a
     placebo's record (its plan was written for another failure), for methods that write no plan, and for a record
     whose guidance was tested only as proposals (an unverified REFLECT record under controlled verification): the
-    placebo keeps its own auditor's plans for those (:class:`PlaceboControl`)."""
+    placebo keeps its own auditor's plans for those (:class:`PlaceboControl`). The plan carries the auditor's
+    corrected call when the record tried one."""
     if record.method == PLACEBO_METHOD:
         return None
     if record.intervention is not None and record.intervention.plan.correction_instruction:
@@ -59,9 +66,17 @@ def plan_of(record: AttributionRecord) -> RepairPlan | None:
     instruction = next(
         (c.finding for c in record.corrections if c.kind is InterventionKind.GUIDANCE and c.finding.strip()), ""
     )
-    if not record.root_cause.strip() or not instruction:
+    corrected = next(
+        (
+            c.replacement
+            for c in record.corrections
+            if c.kind is InterventionKind.ACTION and c.source in AUDITOR_SOURCES and c.replacement is not None
+        ),
+        None,
+    )
+    if not record.root_cause.strip() or not (instruction or corrected):
         return None
-    return RepairPlan(root_cause=record.root_cause, correction_instruction=instruction)
+    return RepairPlan(root_cause=record.root_cause, correction_instruction=instruction, corrected_step=corrected)
 
 
 class PlanPool:
@@ -90,7 +105,7 @@ class PlanPool:
     def keep(self, trace_id: str, question: str, plan: RepairPlan) -> None:
         """Keep ``plan`` as the one written for the failure ``trace_id`` (the first kept for it stays); past
         ``max_plans`` failures, the oldest one's plan is dropped."""
-        if not plan.correction_instruction.strip():
+        if not plan.correction_instruction.strip() and plan.corrected_step is None:
             return
         with self._lock:
             if trace_id in self._plans:
@@ -122,12 +137,13 @@ class PlanPool:
 
 
 def wrong_step(trace: StructuredTrace, localized: int) -> int | None:
-    """The step at distance :data:`WRONG_STEP_DISTANCE` from ``localized``: after it when that step comes before
-    the run's answer, else before it; None when the run has neither."""
+    """The step at the first of :data:`WRONG_STEP_DISTANCES` from ``localized`` the run has before its answer:
+    after the localized step where it can be, else before it; None when the run has no other step."""
     last = max((s.index for s in trace.steps if not s.is_final_answer), default=0)
-    for candidate in (localized + WRONG_STEP_DISTANCE, localized - WRONG_STEP_DISTANCE):
-        if 1 <= candidate <= last:
-            return candidate
+    for distance in WRONG_STEP_DISTANCES:
+        for candidate in (localized + distance, localized - distance):
+            if 1 <= candidate <= last:
+                return candidate
     return None
 
 
@@ -153,7 +169,8 @@ class _PlaceboDraw:
     def points(self, trace: StructuredTrace, localized: int, count: int) -> list[int]:
         with self._lock:
             drawn = self._drawn.get(trace.trace_id)
-        return guidance_window(trace, localized, count) if drawn is not None else []
+        has_text = drawn is not None and bool(drawn.correction_instruction.strip())
+        return guidance_window(trace, localized, count) if has_text else []  # a call alone is tried as an action
 
     def take(self, trace: StructuredTrace) -> tuple[bool, RepairPlan | None]:
         """Whether a plan was drawn for ``trace`` in its attribution, and which (None: the pool had none)."""
@@ -168,14 +185,10 @@ def _wrong_step_points(trace: StructuredTrace, localized: int, count: int) -> li
     return [target] if target is not None else []
 
 
-def _guidance_only(config: ReflectConfig) -> ReflectConfig:
-    return config.model_copy(update={"actions": False})
-
-
 class PlaceboControl(ReflectPipeline):
-    """REFLECT's guidance with a plan written for another failure, drawn from ``plans`` (see the module); with none
-    there, the record is skipped with :data:`NO_PLACEBO` after the auditor's calls (its plan is kept in ``plans`` for
-    the failures after it), and nothing is replayed."""
+    """REFLECT with a plan (and its corrected call) written for another failure, drawn from ``plans`` (see the
+    module); with none there, the record is skipped with :data:`NO_PLACEBO` after the auditor's calls (its plan is
+    kept in ``plans`` for the failures after it), and nothing is replayed."""
 
     method = PLACEBO_METHOD
 
@@ -187,18 +200,19 @@ class PlaceboControl(ReflectPipeline):
         config: ReflectConfig | None = None,
         plans: PlanPool | None = None,
     ) -> None:
-        guidance = _guidance_only(config or ReflectConfig())
+        config = config or ReflectConfig()
         self.plans = plans if plans is not None else PlanPool()
         self._draw = _PlaceboDraw(self.plans)
         policy = ReflectPolicy(
             llm_source="control:placebo",
-            actions=False,
-            use_diagnostician=guidance.use_diagnostician,
+            actions=config.actions,
+            evidence=False,
+            use_diagnostician=config.use_diagnostician,
             swap_plan=self._draw.swap,
             points=self._draw.points,
             no_points=NO_PLACEBO,
         )
-        super().__init__(llm, verifier=verifier, config=guidance, policy=policy)
+        super().__init__(llm, verifier=verifier, config=config, policy=policy)
 
     def attribute(
         self,
@@ -221,17 +235,18 @@ class PlaceboControl(ReflectPipeline):
 
 
 class WrongStepControl(ReflectPipeline):
-    """REFLECT's guidance, this run's own plan, at a step at distance 2 from the localized one (see the module)."""
+    """REFLECT, this run's own plan and corrected calls, at another step than the localized one (see the module)."""
 
     method = "control-wrong-step"
 
     def __init__(self, llm: StructuredLLM, *, verifier: Verifier, config: ReflectConfig | None = None) -> None:
-        guidance = _guidance_only(config or ReflectConfig())
+        config = config or ReflectConfig()
         policy = ReflectPolicy(
             llm_source="control:wrong-step",
-            actions=False,
-            use_diagnostician=guidance.use_diagnostician,
+            actions=config.actions,
+            use_diagnostician=config.use_diagnostician,
             points=_wrong_step_points,
-            no_points=f"the run has no step at distance {WRONG_STEP_DISTANCE} from the localized one before its answer",
+            action_step=wrong_step,
+            no_points="the run has no other step than the localized one before its answer",
         )
-        super().__init__(llm, verifier=verifier, config=guidance, policy=policy)
+        super().__init__(llm, verifier=verifier, config=config, policy=policy)

@@ -73,18 +73,26 @@ PlanSwap = Callable[[SearchContext, RepairPlan], RepairPlan]
 """A control's replacement for the round's plan (the placebo's plan written for another failure)."""
 PointRule = Callable[[StructuredTrace, int, int], list[int]]
 """Where guidance is tried, from the trace, the localized step and K (the wrong-step control moves it)."""
+ActionStep = Callable[[StructuredTrace, int], int | None]
+"""Where the round's corrected calls are executed, from the trace and the localized step (None: nowhere); the
+wrong-step control moves them."""
 
 
 @dataclass(frozen=True)
 class ReflectPolicy:
-    """REFLECT's choices in the shared search (see the module). The paper's faithfulness controls are this policy
-    with one thing changed: ``swap_plan`` (the placebo) or ``points`` (the wrong step), and no actions."""
+    """REFLECT's choices in the shared search (see the module). The faithfulness controls are this policy with one
+    thing changed, for its actions as for its guidance: ``swap_plan`` and no evidence calls (the placebo: another
+    failure's plan and corrected call), or ``points`` and ``action_step`` (the wrong step)."""
 
     llm_source: str = "llm"
     actions: bool = True
+    evidence: bool = True
+    """The evidence rules' corrected calls are tried as actions (with ``actions``)."""
     use_diagnostician: bool = True
     swap_plan: PlanSwap | None = None
     points: PointRule = guidance_window
+    action_step: ActionStep | None = None
+    """Where every corrected call is executed instead of the step it was written for; None: that step."""
     no_points: str = "no step before the run's answer to redo"
     """Why there are no guidance points, when ``points`` finds none."""
 
@@ -107,13 +115,14 @@ class ReflectPolicy:
             corrections.evidence_corrections(
                 trace, near=localization.step_index, context=ctx.domain_context, agent_rules=ctx.correction_rules
             )
-            if self.actions
+            if self.actions and self.evidence
             else []
         )
         plans = self._plans(ctx, prompt, localization, classification, found, round_)
         plan = plans[0]
         if self.swap_plan is not None:
             plan = self.swap_plan(ctx, plan)
+            plans = [plan]  # the drawn plan's corrected call is the only one tried
         return self._trials(ctx, localization, classification, plan, plans, found, set(tested), round_)
 
     def _plans(
@@ -180,6 +189,13 @@ class ReflectPolicy:
             if p.corrected_step is not None and self.actions
         ]
         proposed = sorted([*auditor, *found], key=lambda c: abs(c.step_index - located))
+        if self.action_step is not None:
+            target = self.action_step(trace, located)
+            proposed = [
+                c.model_copy(update={"step_index": target, "original": StepAction.of_step(steps[target - 1])})
+                for c in proposed
+                if target is not None
+            ]
         actions = corrections.ordered(proposed, trace, ctx.expected, config.max_corrections)
         refused = tuple(c for c in actions if c.refused is not None)
         trials = [

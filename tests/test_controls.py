@@ -1,5 +1,6 @@
-"""The paper's faithfulness controls (RQ3): a placebo plan written for another failure, and the run's own plan at
-a step at distance 2; both REFLECT's guidance pipeline otherwise, so their flips are comparable with its flips."""
+"""The paper's faithfulness controls (RQ3): a placebo plan (and corrected call) written for another failure, and the
+run's own plan and corrected calls at another step; both REFLECT's pipeline otherwise, actions included, so their
+flips are comparable with its flips."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from reflect_otel.methods import METHODS
 from reflect_otel.record import AttributionMode, AttributionRecord, AttributionStatus, Correction, InterventionKind
 from reflect_otel.service import AttributionService
 from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
-from reflect_otel.trace import StructuredTrace
+from reflect_otel.trace import StepAction, StructuredTrace
 from reflect_otel.verifiers import OracleVerifier
 
 OWN_INSTRUCTION = "Filter the Position column on '1st', the value the table has."
@@ -22,9 +23,11 @@ def five_steps(question: str = "Where was the last 1st place?") -> StructuredTra
     return make_trace(question, [*calls, {"reasoning": "Nowhere.", "is_final_answer": True}], final_answer="Nowhere.")
 
 
-def auditor(step: int) -> ScriptedLLM:
+def auditor(step: int, call: dict[str, Any] | None = None) -> ScriptedLLM:
+    """Localizes ``step``; its diagnosis writes ``call`` as the corrected step when given."""
+
     def respond(request: ScriptedRequest) -> Any:
-        return {
+        out = {
             "localize": {"error_step": step, "confidence": 0.7, "reasoning": "r", "what_should_have_been_done": "w"},
             "classify": {"error_type": "tool_error", "confidence": 0.6, "explanation": "e",
                          "suggested_correction": "s"},
@@ -34,6 +37,7 @@ def auditor(step: int) -> ScriptedLLM:
             "gate": {"is_faithful": True, "violation_reason": None, "violation_type": None},
             "explain": {"reasoning": "r", "error_type": "tool_error", "explanation": "e"},
         }[request.stage]  # fmt: skip
+        return {**out, "corrected_call": call} if call is not None and request.stage == "diagnose" else out
 
     return ScriptedLLM(respond=respond)
 
@@ -87,6 +91,14 @@ def test_the_wrong_step_is_two_steps_away_and_never_the_answer() -> None:
     assert [wrong_step(trace, s) for s in (1, 2, 3, 4)] == [3, 4, 1, 2]
     short = make_trace("q", [{"tool": "a", "args": {}, "result": "r"}, {"reasoning": "x", "is_final_answer": True}])
     assert wrong_step(short, 1) is None
+    two = make_trace(
+        "q",
+        [
+            *[{"tool": "a", "args": {"n": i}, "result": "r"} for i in (1, 2)],
+            {"reasoning": "x", "is_final_answer": True},
+        ],
+    )
+    assert [wrong_step(two, s) for s in (1, 2)] == [2, 1]  # no step two away: the one next to it
 
 
 def test_wrong_step_injects_the_runs_own_plan_two_steps_from_the_localized_one() -> None:
@@ -107,7 +119,7 @@ def test_wrong_step_does_not_replay_a_run_without_such_a_step() -> None:
     short = make_trace("q", [{"tool": "a", "args": {}, "result": "r"}, {"reasoning": "x", "is_final_answer": True}])
     record = attribute("control-wrong-step", 1, agent, short)
     assert agent.calls == [] and record.status is AttributionStatus.UNVERIFIED
-    assert "no step at distance 2" in record.reason
+    assert "no other step than the localized one" in record.reason
 
 
 def test_placebo_injects_a_plan_written_for_another_failure_in_place_of_the_auditors() -> None:
@@ -191,3 +203,68 @@ def test_the_plan_pool_keeps_the_latest_failures_and_draws_the_same_plan_whateve
         reversed_pool.keep(trace_id, question, written)
     assert [reversed_pool.other_than(t) for t in traces] == drawn  # the draw depends on the pool, not its order
     assert PlanPool().max_plans == 1000
+
+
+CALL = {"tool": "lookup", "arguments": {"table": "t0", "row": 7}}
+
+
+def agent_fixed_by(row: int) -> ScriptedReplayAdapter:
+    """A greedy agent that answers right when the table's row ``row`` was looked up in the replay, else as the run."""
+
+    def continue_with(trace: StructuredTrace, point: int, injection: str) -> list[dict[str, Any]]:
+        looked = any(s.tool_args.get("row") == row for s in trace.steps[point - 1 : point] if point)
+        return [{"reasoning": "Bangkok" if looked else "Nowhere.", "is_final_answer": True}]
+
+    return ScriptedReplayAdapter(continue_with, tools={"lookup": lambda table, row: f"row {row}"}, deterministic=True)
+
+
+def test_wrong_step_executes_the_auditors_corrected_call_at_the_wrong_step() -> None:
+    agent = agent_fixed_by(7)
+    config = ReflectConfig(rounds=1, rollback_points=1, gate=GateMode.SOFT)
+    record = (
+        METHODS["control-wrong-step"]
+        .build(auditor(2, CALL), OracleVerifier(), config, None)
+        .attribute(five_steps(), expected="Bangkok", replay=agent)
+    )
+    acted = [c for c in agent.calls if c.action is not None]
+    assert acted and {c.rollback_point for c in acted} == {3}  # step 4 replaced, not step 2
+    assert acted[0].action is not None and acted[0].action.arguments == CALL["arguments"]
+    action = next(c for c in record.corrections if c.kind is InterventionKind.ACTION)
+    assert (action.source, action.step_index, action.original and action.original.arguments) == (
+        "control:wrong-step",
+        4,
+        {"table": "t0", "row": 4},
+    )
+    # the same rule as REFLECT's: the call at the wrong step flipped the run and its control did not
+    assert record.status is AttributionStatus.VERIFIED and record.step_index == 4
+
+
+def test_placebo_executes_the_corrected_call_written_for_another_failure_not_its_own() -> None:
+    pool = PlanPool()
+    other = AttributionRecord(
+        trace_id="f" * 32,
+        method="reflect",
+        status=AttributionStatus.UNVERIFIED,
+        mode=AttributionMode.REPLAY,
+        root_cause="it read the wrong row",
+        corrections=(
+            Correction(
+                source="llm",
+                kind=InterventionKind.ACTION,
+                step_index=1,
+                replacement=StepAction(tool_name="lookup", arguments={"table": "t0", "row": 3}),
+            ),
+        ),
+    )
+    pool.add(five_steps("Which year had the most titles?").model_copy(update={"trace_id": "f" * 32}), other)
+    agent = agent_fixed_by(7)
+    config = ReflectConfig(rounds=1, rollback_points=1, gate=GateMode.SOFT)
+    record = (
+        METHODS["control-placebo"]
+        .build(auditor(2, CALL), OracleVerifier(), config, pool)
+        .attribute(five_steps(), expected="Bangkok", replay=agent)
+    )
+    acted = [c.action for c in agent.calls if c.action is not None]
+    assert [a.arguments for a in acted if a is not None] == [{"table": "t0", "row": 3}]  # the other failure's call
+    assert all(c.source == "control:placebo" for c in record.corrections)  # no evidence rule's call
+    assert record.status is not AttributionStatus.VERIFIED  # the other failure's call does not fix this run
