@@ -274,3 +274,23 @@ def test_a_workspace_rewound_past_a_call_that_now_gives_another_result_refuses_t
     agent.rewind(trace, 0)  # nothing kept: nothing to check
     with pytest.raises(ReplayError, match="step 1: count_rows gives"):
         agent.rewind(trace, 1)
+
+
+def test_table_agent_that_spends_every_step_still_answers(instrumented: Instrumented) -> None:
+    """The answer forced at the step limit is the run's answer (the graph's recursion limit leaves room for it)."""
+    from reflect_otel.demo.table_agent import TableQAAgent
+
+    calls = [
+        {"tool": "describe", "table": "t0"},
+        {"tool": "count_rows", "table": "t0"},
+        {"tool": "lookup", "table": "t0", "column": "Venue", "row": 1},
+    ]
+
+    def respond(request: ScriptedRequest) -> dict[str, Any]:
+        if request.output == "FinalDecision":
+            return {"thought": "out of steps", "action": {"tool": "final_answer", "answer": "Bangkok, Thailand"}}
+        done = sum(1 for m in request.messages if m.content.startswith("Result of "))
+        return {"thought": "next", "action": calls[done]}
+
+    agent = TableQAAgent(QUESTIONS["nt-1"], ScriptedLLM(respond=respond), max_steps=3)
+    assert agent.answer(thread_id="wtq-every-step") == "Bangkok, Thailand"

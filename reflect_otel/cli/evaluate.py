@@ -256,6 +256,9 @@ def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps:
             raise InputError(capture.error)
         if not trace.question:
             trace = trace.model_copy(update={"question": question.question})
+        # the answer the run is judged by is the one the methods see: a run stopped at its step limit has none
+        # (as its replays have), though its spans may end on a model turn that reads like one
+        trace = trace.model_copy(update={"final_answer": answer or None})
         adapter = LangGraphReplayAdapter(
             agent.graph,
             tracer_provider=provider,

@@ -306,10 +306,11 @@ class TableQAAgent:
 
     @property
     def recursion_limit(self) -> int:
-        return 2 * self.max_steps + 1
+        return 2 * self.max_steps + 2
 
     def answer(self, thread_id: str | None = None) -> str:
-        """Run the agent; its final message is the answer, or "" when it did not finish within ``max_steps``.
+        """Run the agent; its final message is the answer (after ``max_steps`` calls the model must give one), or ""
+        when the graph did not finish.
         Raises if the model endpoint fails."""
         config: Any = {
             "configurable": {"thread_id": thread_id or uuid.uuid4().hex},
