@@ -110,6 +110,9 @@ class AttributionService:
         if max_replays is not None and max_replays < 1:
             raise ValueError("max_replays must be at least 1 (None: the configuration's)")
         self.max_replays = max_replays if max_replays is not None else self.config.max_replays
+        if self.max_replays is not None and self.max_replays != self.config.max_replays:
+            # the record's configuration says the cap its replays ran under
+            self.config = self.config.model_copy(update={"max_replays": self.max_replays})
         self.plans = plans if plans is not None else PlanPool()
         """The plans the auditor wrote for the failures this service attributed (the placebo control draws on
         them); pass one pool to every service of an evaluation to share them."""

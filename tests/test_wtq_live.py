@@ -179,6 +179,7 @@ def test_a_method_added_later_gets_the_stored_failures_replayed_from_their_trace
     assert not [line for line in said if "answered" in line]
     assert sum(1 for r in llm.requests if r.stage == "agent") > agent_calls
     assert json.loads((out / "run_config.json").read_text())["max_replays"] == 2
+    assert added["record"]["config"]["max_replays"] == 2  # the record says the cap it ran under
 
 
 def test_a_stop_during_a_method_keeps_the_methods_finished_before_it(

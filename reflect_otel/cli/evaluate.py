@@ -119,6 +119,8 @@ def _eval(args: argparse.Namespace) -> int:
         use_diagnostician=False if args.no_diagnostician else None,
         relocalize=False if args.no_relocalize else None,
     )
+    if args.max_replays is not None:  # the cap every method runs under is the one its records and run_config say
+        config = config.model_copy(update={"max_replays": args.max_replays})
     if args.replay_temperature is not None:
         raise ConfigError(
             "--replay-temperature was removed: replays run greedily and each is compared with a control replay "
