@@ -8,8 +8,9 @@ consistency, then the audit where they do not decide, shown the resamples; see `
 
 Runs: ``--live RESULTS`` reads the ``results.jsonl`` of an ``eval --benchmark wtq-live`` run, each run once (the
 file has a row per finished method; the last row of a question wins), right and wrong runs as they came; the
-consistency check re-runs the demo agent on each run's question (``--data``, default the run's own, from its
-``run_config.json``). ``--bbm DATA`` takes equal numbers of right and wrong BIG-Bench-Mistake chains of thought,
+consistency check re-runs the table agent on each run's question (``--data``, default the run's own, from its
+``run_config.json``). ``eval --benchmark wtq-live --method none --runs N`` records N runs without attributing
+any (the cheapest labelled runs: one agent run each). ``--bbm DATA`` takes equal numbers of right and wrong BIG-Bench-Mistake chains of thought,
 resampled by the chain-of-thought replay adapter. The proxy and combined audits call the configured model (the
 local server by default); a verifier that failed on a run is counted apart, never scored.
 
@@ -40,6 +41,7 @@ from reflect_otel._stats import wilson
 from reflect_otel.calibration import BASES, ConfidenceCalibration
 from reflect_otel.consistency import ConsistencyVerifier
 from reflect_otel.datasets.bbm import BBMVerifier, read_bbm
+from reflect_otel.evaluation.run_config import write_run_config
 from reflect_otel.evidence import find_evidence
 from reflect_otel.flagging import CombinedVerifier
 from reflect_otel.llm.base import StructuredLLM
@@ -65,9 +67,14 @@ class Labelled:
 
 
 def live_runs(results: Path) -> list[Labelled]:
-    """Each run of ``results.jsonl`` once: the last row of a question that carries its trace."""
+    """Each run of ``results.jsonl`` once: the last row of a question that carries its trace. A last line cut short
+    (the eval stopped mid-write; its resume mends the file) is left out."""
     rows: dict[str, dict[str, Any]] = {}
-    for number, line in enumerate(results.read_text(encoding="utf-8").splitlines(), start=1):
+    text = results.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    if text and not text.endswith("\n"):
+        lines = lines[:-1]
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
@@ -301,7 +308,8 @@ def report(name: str, runs: list[Labelled], results: list[Measured]) -> tuple[st
 
 
 def _live_resampler(results: Path, data: Path | None, llm: StructuredLLM | None) -> Callable[[Labelled], Any]:
-    """The demo agent rebuilt on each run's question, its replay adapter resampling (the model: ``llm``)."""
+    """The table agent rebuilt on each run's question with the run's step limit (``run_config.json``), its replay
+    adapter resampling (the model: ``llm``). Runs of the SQL agent are refused: its adapter cannot resample."""
     from reflect_otel.cli.evaluate import table_agent_rebuilt
     from reflect_otel.demo.wtq import load_questions
     from reflect_otel.online.setup import instrumented_provider
@@ -314,8 +322,17 @@ def _live_resampler(results: Path, data: Path | None, llm: StructuredLLM | None)
     folder = folder / "wtq" if (folder / "wtq" / "questions.tsv").is_file() else folder
     questions = {q.id: q for q in load_questions(data=folder)}
     assert llm is not None
+    if config.get("agent", "table") != "table":
+        raise SystemExit(
+            f"--live {results}: the runs were made by the {config['agent']} agent, whose replay adapter cannot "
+            "resample a run; the consistency and combined verifiers re-run the table agent's runs (eval --benchmark "
+            "wtq-live --agent table), or leave them out of --verifiers"
+        )
     rebuild = table_agent_rebuilt(  # resampled, never taken as repeatable
-        llm, instrumented_provider(), max_steps=int(config.get("max_steps", 6)), deterministic=False
+        llm,
+        instrumented_provider(),
+        max_steps=int(config.get("max_steps") or 6),  # runs recorded before it was kept: the default, 6
+        deterministic=False,
     )
 
     def runs_for(run: Labelled) -> SamplesRuns | None:
@@ -402,6 +419,8 @@ def main() -> None:
         "smoke": args.smoke,
     }
     journal = Journal(args.out / "flagging.jsonl" if args.out is not None else None, settings)
+    if args.out is not None:  # the commit and sessions that measured the journal's rows
+        write_run_config(args.out, {"benchmark": "flagging", **settings}, defining=tuple(settings))
     bench = Bench(llm, runs_for, journal, args.samples, args.temperature)
     data = f"--bbm {args.bbm} --per-class {args.per_class} --seed {args.seed}" if args.bbm else f"--live {args.live}"
     counted: dict[str, tuple[Counter[str], Counter[str]]] = {}

@@ -391,6 +391,7 @@ def test_attribute_exits_non_zero_when_every_attribution_failed(tmp_path: Path, 
         (["--benchmark", "bbm", "--exclude", "nt-1"], "--exclude names questions of wtq-live"),
         (["--benchmark", "bbm", "--replay-temperature", "0.2"], "--replay-temperature was removed"),
         (["--benchmark", "bbm", "--deterministic-agent"], "--deterministic-agent is about the agent of wtq-live"),
+        (["--benchmark", "bbm", "--runs", "3"], "--runs counts the agent runs of wtq-live"),
     ],
 )
 def test_eval_refuses_an_option_its_benchmark_would_ignore(
@@ -399,3 +400,32 @@ def test_eval_refuses_an_option_its_benchmark_would_ignore(
     args = ["eval", *options, "--method", "aao", "--data", str(shared_data), "--out", str(tmp_path / "run")]
     assert main(args) == 2
     assert message in capsys.readouterr().err and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("method", "message"),
+    [
+        ("first-step", "the position floors replay nothing); to record the agent's runs alone, give no method"),
+        (",", "--method names no method; give none to record the agent's runs only"),
+    ],
+)
+def test_wtq_live_refuses_a_method_it_cannot_compare_before_any_model_starts(
+    method: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_model(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("no model may start for a refused command")
+
+    monkeypatch.setattr("reflect_otel.cli.evaluate.make_llm", no_model)
+    args = [
+        "eval",
+        "--benchmark",
+        "wtq-live",
+        "--method",
+        method,
+        "--data",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    assert main(args) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "o").exists()

@@ -113,3 +113,43 @@ def test_the_combined_verdict_reuses_the_consistency_checks_agent_runs(tmp_path:
     assert combined.agent_runs == 3 and combined.verdict is not None and combined.verdict.verifier == "combined"
     assert {key[1] for key in bench.journal.done} == {"consistency", "combined"}
     assert combined.calls == 2 and "2 of 3 resamples reproduced" in auditor.requests[-1].text
+
+
+def test_a_results_file_cut_mid_write_is_read_without_its_last_line(tmp_path: Path) -> None:
+    """An eval stopped mid-write leaves a cut last line (its resume mends it): the runs before it are measured."""
+    results = tmp_path / "results.jsonl"
+    results.write_text(_row("nt-1", False, {}) + "\n" + _row("nt-2", True, {})[:40])
+    assert [r.question_id for r in live_runs(results)] == ["nt-1"]
+    results.write_text(_row("nt-1", False, {}) + "\nnot json\n" + _row("nt-2", True, {}) + "\n")
+    with pytest.raises(SystemExit, match=":2: not a JSON line"):  # damage inside the file is still refused
+        live_runs(results)
+
+
+def test_live_runs_are_resampled_by_the_table_agent_and_sql_runs_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The consistency check re-runs the table agent (runs recorded before the agent was recorded are its); the
+    SQL agent's adapter cannot resample, so its runs are refused with the fix rather than re-run as the table
+    agent's."""
+    pytest.importorskip("langgraph")
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from benchmarks.flagging import _live_resampler
+    from reflect_otel.config import LLMConfig
+    from reflect_otel.demo.wtq import load_questions
+    from reflect_otel.llm.factory import make_llm
+
+    monkeypatch.setattr("reflect_otel.online.setup.instrumented_provider", TracerProvider)  # no global instrumenting
+    question = next(q for q in load_questions() if q.id == "nt-1")
+    run = tmp_path / "run"
+    run.mkdir()
+    config = {"data": str(Path(question.table).parent.parent), "max_steps": 4}
+    (run / "run_config.json").write_text(json.dumps(config))
+    (run / "results.jsonl").write_text(_row("nt-1", False, {}) + "\n")
+    llm = make_llm(LLMConfig(base_url="http://127.0.0.1:9/v1", model="m", api_key="k"), backend="openai")
+    runs_for = _live_resampler(run / "results.jsonl", None, llm)
+    source = runs_for(live_runs(run / "results.jsonl")[0])
+    assert type(source).__name__ == "LangGraphReplayAdapter"  # nothing called: the endpoint is never reached
+    (run / "run_config.json").write_text(json.dumps(config | {"agent": "sql"}))
+    with pytest.raises(SystemExit, match="sql agent, whose replay adapter cannot resample"):
+        _live_resampler(run / "results.jsonl", None, llm)

@@ -262,6 +262,81 @@ def test_a_run_resumed_with_other_settings_or_made_before_controlled_verificatio
     assert json.loads(config_file.read_text())["code"]["commit"]  # the code's commit is recorded
 
 
+def test_runs_recorded_without_a_method_count_each_run_right_or_wrong_and_grow_on_resume(
+    instrumented: Instrumented, tmp_path: Path
+) -> None:
+    """No method: the agent's runs alone, labelled (benchmarks.flagging's input); ``max_runs`` counts every run, so
+    a right run stops it as a wrong one does, and a resume with more runs adds only the new ones."""
+    from reflect_otel.cli.evaluate import table_agent_runs
+    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+
+    llm = _model()
+    out, data = tmp_path / "out", _wtq_folder(tmp_path)
+    metrics = run_live_eval(
+        LiveOptions((), data, out, max_runs=1),
+        llm,
+        table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True),
+    )
+    assert (metrics["questions"], metrics["failed_runs"], metrics["methods"]) == (1, 1, {})
+    assert {r.stage for r in llm.requests} == {"agent"}  # the failure was not attributed: no auditor call
+    assert "the agent's runs recorded only" in (out / "metrics.md").read_text()
+    grown = run_live_eval(
+        LiveOptions((), data, out, max_runs=5),
+        llm,
+        table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True),
+    )
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [(r["question_id"], r["correct"], r["methods"]) for r in rows] == [
+        ("nt-1", False, {}),
+        ("nt-1-first", True, {}),  # the right run recorded too, its trace kept
+    ]
+    assert rows[1]["trace"]["final_answer"] and grown["agent_correct"] == 1
+    config = json.loads((out / "run_config.json").read_text())
+    assert (config["methods"], config["limit_runs"], config["max_steps"]) == ([], 5, 6)
+    assert len(config["sessions"]) == 2 and config["code"]["commit"]
+
+
+def test_reflect_proxy_on_stored_failures_is_judged_by_the_oracle_it_never_saw(
+    instrumented: Instrumented, tmp_path: Path
+) -> None:
+    """reflect-proxy, added to recorded runs, flags each failure by the agent's own resamples and verifies the
+    replay that gives their consensus; only then is the expected answer read: on nt-1 the consensus is the expected
+    answer (confirmed), on a twin question expecting another city it is not (a verified record the oracle refuses).
+    ``limit`` gives the added method the first failures only."""
+    from reflect_otel.cli.evaluate import table_agent_rebuilt, table_agent_runs
+    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+
+    data = _wtq_folder(tmp_path)
+    questions = data / "wtq" / "questions.tsv"
+    nt1 = questions.read_text().splitlines()[1].split("\t")
+    questions.write_text(questions.read_text() + "\t".join(["nt-1-elsewhere", nt1[1], nt1[2], "Moscow, Russia"]) + "\n")
+    llm = _model(sampled_descending=True)  # greedy: the first 1st place; sampled: the last, the right one for nt-1
+    out, config = tmp_path / "out", ReflectConfig(rounds=1, rollback_points=1, proposal_samples=1)
+    run_agent = table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True)
+    run_live_eval(LiveOptions((), data, out, config=config, max_replays=5), llm, run_agent)
+
+    def proxy(limit: int) -> dict[str, Any]:
+        return run_live_eval(
+            LiveOptions(("reflect-proxy",), data, out, limit=limit, config=config, max_replays=5),
+            llm,
+            run_agent,
+            rebuild=table_agent_rebuilt(llm, instrumented.provider, max_steps=6, deterministic=True),
+        )
+
+    first = proxy(1)["methods"]["reflect-proxy"]
+    assert (first["runs"], first["oracle"]) == (1, {"confirmed": 1, "judged": 1})
+    metrics = proxy(2)
+    method = metrics["methods"]["reflect-proxy"]
+    assert (method["runs"], method["verified"]["mean"], method["oracle"]) == (2, 1, {"confirmed": 1, "judged": 2})
+    rows = {r["question_id"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    elsewhere = rows["nt-1-elsewhere"]["methods"]["reflect-proxy"]
+    assert elsewhere["corrected_answer"] == "Bangkok, Thailand" and elsewhere["oracle_confirms"] is False
+    assert elsewhere["record"]["original_verdict"]["basis"] == "consistency_disagree"  # flagged without the answer
+    assert "Moscow" not in json.dumps([r.text for r in llm.requests])  # never shown to the model
+    table = (out / "metrics.md").read_text()
+    assert "- reflect-proxy oracle_confirmed=1 verified=2 share=0.50 (95% [0.09, 0.91]); given 2 failures" in table
+
+
 def test_the_replay_budget_refuses_past_its_count() -> None:
     from reflect_otel.errors import ReplayError
     from reflect_otel.replay import BudgetedReplay

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 LIVE = "wtq-live"
 LIVE_METHODS = ("reflect", "ics", "reflexion")
+NO_METHOD = "none"
 AGENTS = ("table", "sql")
 
 __all__ = ["add_eval_command", "add_eval_compare_command"]
@@ -55,11 +56,18 @@ def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument("--benchmark", required=True, choices=(*BENCHMARKS, LIVE))
     parser.add_argument(
         "--method",
-        help=f"one of {', '.join(METHODS)}; for {LIVE}, a comma-separated list (default {','.join(LIVE_METHODS)})",
+        help=f"one of {', '.join(METHODS)}; for {LIVE}, a comma-separated list (default {','.join(LIVE_METHODS)}), "
+        f"or {NO_METHOD} to record the agent's runs only (labelled runs for benchmarks.flagging --live)",
     )
     parser.add_argument("--data", required=True, type=Path, help="the dataset folder, e.g. ../shared/data")
     parser.add_argument("--out", required=True, type=Path, help="folder for this run")
     parser.add_argument("--limit", type=positive_int, help=f"at most N traces (for {LIVE}: stop after N failed runs)")
+    parser.add_argument(
+        "--runs",
+        type=positive_int,
+        metavar="N",
+        help=f"{LIVE}: stop after N agent runs, right or wrong (with --limit, at whichever comes first)",
+    )
     parser.add_argument(
         "--max-steps", type=int, default=6, help=f"{LIVE}: tool calls an agent run may make (default 6, as the demo)"
     )
@@ -132,6 +140,8 @@ def _eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"--method: choose one of {', '.join(METHODS)}")
     if args.exclude:
         raise ConfigError(f"--exclude names questions of {LIVE}; {args.benchmark} samples its traces by --seed")
+    if args.runs is not None:
+        raise ConfigError(f"--runs counts the agent runs of {LIVE}; for {args.benchmark} give --limit")
     if args.agent != "table":
         raise ConfigError(f"--agent chooses the agent of {LIVE}; {args.benchmark} attributes recorded traces")
     if args.deterministic_agent is not None:
@@ -184,14 +194,20 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
     from reflect_otel.evaluation.live import LiveOptions, check_methods, run_live_eval
     from reflect_otel.online.setup import instrumented_provider
 
-    methods = tuple(m.strip() for m in (args.method or ",".join(LIVE_METHODS)).split(",") if m.strip())
+    methods = (
+        ()
+        if args.method == NO_METHOD
+        else tuple(m.strip() for m in (args.method or ",".join(LIVE_METHODS)).split(",") if m.strip())
+    )
+    if not methods and args.method != NO_METHOD:
+        raise ConfigError(f"--method names no method; give {NO_METHOD} to record the agent's runs only")
     if args.max_steps < 1:
         raise ConfigError("--max-steps must be at least 1")
     check_methods(methods)  # before the model starts: that can take minutes
     llm = make_llm(LLMConfig.from_env())
     deterministic = agent_is_deterministic(args, llm)
     print(
-        f"{LIVE}: {args.agent} agent, model {llm.model_name}; methods {', '.join(methods)}; "
+        f"{LIVE}: {args.agent} agent, model {llm.model_name}; methods {', '.join(methods) or 'none (runs only)'}; "
         + (
             "deterministic replays, one per arm"
             if deterministic
@@ -210,6 +226,8 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
         exclude=exclude,
         agent=args.agent,
         max_replays=args.max_replays,
+        max_runs=args.runs,
+        max_steps=args.max_steps,
     )
     provider = instrumented_provider()
     if args.agent == "sql":

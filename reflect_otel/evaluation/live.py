@@ -6,7 +6,10 @@ question (the agent's replay state lives in this process).
 Resumable: a JSON line per question when its agent run finishes, and the updated line again after each method (the
 last line of a question wins), so a stop loses at most the method running; on resume the stored failure's missing
 methods run from its stored trace. A question whose agent run failed (the endpoint, not the answer) writes no line
-and is retried on resume. ``--limit`` counts failed runs.
+and is retried on resume. ``--limit`` counts failed runs, ``--runs`` every run, right or wrong; with no method the
+runs are only recorded (labelled runs for ``benchmarks.flagging --live``). A method that never sees the expected
+answer (``reflect-proxy``) is judged by the oracle afterwards: of its verified records, how many the expected answer
+confirms as corrected.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reflect_otel._stats import wilson
 from reflect_otel.config import ReflectConfig
 from reflect_otel.controls import PlanPool
 from reflect_otel.demo.wtq import WTQQuestion, load_questions
@@ -69,7 +73,8 @@ class LiveOptions:
     """A WikiTableQuestions folder (``questions.tsv`` and its tables), e.g. ``../shared/data/wtq``."""
     out: Path
     limit: int | None = None
-    """Stop after this many failed runs (all of them attributed by every method)."""
+    """Stop after this many failed runs (all of them attributed by every method); a method added to a folder that
+    holds more failures is given the first ``limit`` of them."""
     seed: int | None = None
     config: ReflectConfig = field(default_factory=ReflectConfig)
     exclude: tuple[str, ...] = ()
@@ -80,6 +85,10 @@ class LiveOptions:
     """Replays each method may run per failed run, controls included (the same budget for every method compared);
     None: no cap. The agent runs and replays greedily; proposals are sampled at the configuration's
     ``proposal_temperature``, for every method."""
+    max_runs: int | None = None
+    """Stop after this many agent runs, right or wrong (with ``limit``, at whichever comes first)."""
+    max_steps: int = 6
+    """The tool calls an agent run may make (recorded: a resume, and a resample of a stored run, use the same)."""
 
 
 Progress = Callable[[str], None]
@@ -136,6 +145,10 @@ def _method_row(
         "replays": len(record.replays),
         "control_replays": len(record.replays) - len(interventions),
         "proposals": sum(1 for c in record.corrections if c.source.startswith("proposal:")),
+        # a method that never saw the answer, judged by it: does the oracle confirm the answer it verified?
+        "oracle_confirms": (
+            judged_correct(record.corrected_answer, expected) if record.corrected_answer is not None else None
+        ),
         "llm_calls": record.auditor_calls,  # the agent replays on its own model: its calls are not ours to count
         "tokens": record.auditor_tokens,
         "prompt_tokens": sum(c.prompt_tokens for c in auditor),
@@ -148,12 +161,16 @@ def _method_row(
 
 
 def check_methods(methods: Sequence[str]) -> None:
-    """Raises :class:`InputError` naming the fix unless every method is one wtq-live can compare."""
+    """Raises :class:`InputError` naming the fix unless every method is one wtq-live can compare. No method at all
+    records the agent's runs only."""
     unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise InputError(f"unknown method(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(METHODS)}")
-    if any(not method_spec(m).needs_llm or method_spec(m).withholds_expected for m in methods):
-        raise InputError("wtq-live compares methods that replay with the model and know the expected answer")
+    if unknown:
+        raise InputError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
+    if any(not method_spec(m).needs_llm for m in methods):
+        raise InputError(
+            "wtq-live compares methods that replay with the model (the position floors replay nothing); to record "
+            "the agent's runs alone, give no method"
+        )
 
 
 def run_live_eval(
@@ -182,16 +199,18 @@ def run_live_eval(
             "methods": list(options.methods),
             "data": str(options.data),
             "limit_failed_runs": options.limit,
+            "limit_runs": options.max_runs,
             "seed": options.seed,
             "exclude": list(options.exclude),
             "max_replays": options.max_replays,
+            "max_steps": options.max_steps,
             "verification": "controlled",
             "model": llm.model_name,
             "reflect_config": options.config.model_dump(mode="json"),
         },
-        # methods may be added; runs made before controlled verification cannot be resumed by it
-        defining=("agent", "seed", "exclude", "max_replays", "verification", "model", "reflect_config"),
-        absent_means={"verification": "uncontrolled", "agent": "table"},
+        # methods may be added, and the run grown; runs made before controlled verification cannot be resumed by it
+        defining=("agent", "seed", "exclude", "max_replays", "max_steps", "verification", "model", "reflect_config"),
+        absent_means={"verification": "uncontrolled", "agent": "table", "max_steps": 6},
     )
     failed_runs = sum(1 for r in done.values() if not r["correct"])
     plans = _stored_plans(done.values())
@@ -202,6 +221,8 @@ def run_live_eval(
             _add_methods(done, by_id, options, llm, rebuild, out, say, plans)
         for question in questions:
             if options.limit is not None and failed_runs >= options.limit:
+                break
+            if options.max_runs is not None and len(done) >= options.max_runs:
                 break
             if question.id in done:
                 continue
@@ -256,9 +277,10 @@ def _add_methods(
     say: Progress,
     plans: PlanPool,
 ) -> None:
-    """Give each method not yet run on a stored failure that failure, replayed from its trace; append the row after
-    each method, so a stop loses at most the method running."""
-    for stored in [r for r in done.values() if not r["correct"]]:
+    """Give each method not yet run on a stored failure that failure, replayed from its trace (the first
+    ``options.limit`` failures, in the order they were run); append the row after each method, so a stop loses at
+    most the method running."""
+    for stored in [r for r in done.values() if not r["correct"]][: options.limit]:
         missing = [m for m in options.methods if m not in stored["methods"]]
         question = questions.get(stored["question_id"])
         if not missing or question is None or "trace" not in stored:
@@ -323,6 +345,7 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
         ran = [m for m in attributed if m["status"] != AttributionStatus.SKIPPED.value]
         scored = [m for m in ran if not m["failed"]]
         fidelity = [m["fidelity"] for m in scored if m.get("fidelity")]
+        verified = [m for m in scored if m["status"] == AttributionStatus.VERIFIED.value]
         out["methods"][name] = {
             "runs": len(attributed),
             "failed": len(ran) - len(scored),
@@ -330,6 +353,13 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
             "replayed_runs": sum(1 for m in scored if m["replays"]),  # a method that replays nothing corrects nothing
             "flipped": mean_se([1.0 if m.get("flipped", m.get("corrected")) else 0.0 for m in scored]),
             "verified": mean_se([1.0 if m["status"] == AttributionStatus.VERIFIED.value else 0.0 for m in scored]),
+            "withholds_expected": method_spec(name).withholds_expected if name in METHODS else False,
+            # of the verified records, those whose corrected answer the expected one confirms (rows written before
+            # this was recorded: unknown, so not counted)
+            "oracle": {
+                "confirmed": sum(1 for m in verified if m.get("oracle_confirms") is True),
+                "judged": sum(1 for m in verified if m.get("oracle_confirms") is not None),
+            },
             "not_attributable": mean_se(
                 [1.0 if m["status"] == AttributionStatus.NOT_ATTRIBUTABLE.value else 0.0 for m in scored]
             ),
@@ -374,7 +404,11 @@ def _cell(stat: dict[str, Any], *, percent: bool = False, digits: int = 1) -> st
 
 
 def _skipped(method: dict[str, Any]) -> str:
-    return f" ({method['skipped']} not run: nothing to test)" if method.get("skipped") else ""
+    if not method.get("skipped"):
+        return ""
+    if method.get("withholds_expected"):  # its own verdict on the run, without the answer, found nothing wrong
+        return f" ({method['skipped']} left alone: judged right without the answer, or nothing to test)"
+    return f" ({method['skipped']} not run: nothing to test)"
 
 
 def live_metrics_markdown(metrics: dict[str, Any], model: str) -> str:
@@ -414,4 +448,29 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str) -> str:
     ]
     if steps:
         lines += ["", "The step each verified attribution names:", *steps]
+    oracle = [oracle_line(name, m) for name, m in metrics["methods"].items() if m.get("withholds_expected")]
+    if oracle:
+        lines += [
+            "",
+            "Methods that never saw the expected answer (their flipped and verified columns are their own judgement "
+            "of the replays): the verified records the expected answer confirms as corrected.",
+            *oracle,
+        ]
+    if not metrics["methods"]:
+        lines += ["", "No method: the agent's runs recorded only (labelled runs for `benchmarks.flagging --live`)."]
     return "\n".join(lines) + "\n"
+
+
+def oracle_line(name: str, method: dict[str, Any]) -> str:
+    """``- NAME oracle_confirmed=K verified=N share=S``, then the Wilson interval: of the verified records of a
+    method that never saw the expected answer, the share the expected answer confirms as corrected (the precision a
+    user relies on when no answer is known)."""
+    oracle = method.get("oracle") or {"confirmed": 0, "judged": 0}
+    confirmed, judged = oracle["confirmed"], oracle["judged"]
+    if not judged:
+        return f"- {name} oracle_confirmed=0 verified=0 share=n/a; given {method['runs']} failures{_skipped(method)}"
+    low, high = wilson(confirmed, judged)
+    return (
+        f"- {name} oracle_confirmed={confirmed} verified={judged} share={confirmed / judged:.2f} "
+        f"(95% [{low:.2f}, {high:.2f}]); given {method['runs']} failures{_skipped(method)}"
+    )
