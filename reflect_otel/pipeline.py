@@ -92,7 +92,8 @@ class ReflectPolicy:
     swap_plan: PlanSwap | None = None
     points: PointRule = guidance_window
     action_step: ActionStep | None = None
-    """Where every corrected call is executed instead of the step it was written for; None: that step."""
+    """Where the localized step's corrected calls are executed instead (the other steps' are then not tried: they
+    are REFLECT's own tests of those steps); None: at the step each was written for."""
     no_points: str = "no step before the run's answer to redo"
     """Why there are no guidance points, when ``points`` finds none."""
 
@@ -189,12 +190,12 @@ class ReflectPolicy:
             if p.corrected_step is not None and self.actions
         ]
         proposed = sorted([*auditor, *found], key=lambda c: abs(c.step_index - located))
-        if self.action_step is not None:
+        if self.action_step is not None:  # the corrections of the localized step, moved; the other steps' not tried
             target = self.action_step(trace, located)
             proposed = [
                 c.model_copy(update={"step_index": target, "original": StepAction.of_step(steps[target - 1])})
                 for c in proposed
-                if target is not None
+                if target is not None and c.step_index == located
             ]
         actions = corrections.ordered(proposed, trace, ctx.expected, config.max_corrections)
         refused = tuple(c for c in actions if c.refused is not None)

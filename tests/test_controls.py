@@ -268,3 +268,35 @@ def test_placebo_executes_the_corrected_call_written_for_another_failure_not_its
     assert [a.arguments for a in acted if a is not None] == [{"table": "t0", "row": 3}]  # the other failure's call
     assert all(c.source == "control:placebo" for c in record.corrections)  # no evidence rule's call
     assert record.status is not AttributionStatus.VERIFIED  # the other failure's call does not fix this run
+
+
+def test_wrong_step_never_runs_a_correction_written_for_another_step_than_the_localized_one() -> None:
+    """An evidence correction of the wrong step itself is REFLECT's own test of that step: the control skips it."""
+
+    def rule(trace: StructuredTrace, step: Any, context: str) -> list[Correction]:
+        return [
+            Correction(
+                source="evidence:test",
+                kind=InterventionKind.ACTION,
+                step_index=step.index,
+                original=StepAction.of_step(step),
+                replacement=StepAction(
+                    tool_name="lookup", arguments={"table": "t0", "row": 7 + 10 * (step.index != 2)}
+                ),
+            )
+        ]
+
+    agent = ScriptedReplayAdapter(
+        agent_fixed_by(99)._continue, tools={"lookup": lambda table, row: f"row {row}"}, deterministic=True,
+        correction_rules=(rule,),
+    )  # fmt: skip
+    config = ReflectConfig(rounds=1, rollback_points=1, gate=GateMode.SOFT, max_corrections=10)
+    record = (
+        METHODS["control-wrong-step"]
+        .build(auditor(2), OracleVerifier(), config, None)
+        .attribute(five_steps(), expected="Bangkok", replay=agent)
+    )
+    actions = [c for c in record.corrections if c.kind is InterventionKind.ACTION]
+    # step 2's correction, moved to step 4; step 4's own (and steps 1 and 3's) never tried
+    assert [(c.source, c.step_index) for c in actions] == [("evidence:test", 4)]
+    assert [(c.rollback_point, c.action and c.action.arguments["row"]) for c in agent.calls if c.action] == [(3, 7)]
