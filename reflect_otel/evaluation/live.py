@@ -350,7 +350,14 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
             "runs": len(attributed),
             "failed": len(ran) - len(scored),
             "skipped": len(attributed) - len(ran),  # nothing to test (the placebo before any other plan)
+            "scored": len(scored),
             "replayed_runs": sum(1 for m in scored if m["replays"]),  # a method that replays nothing corrects nothing
+            # runs where a correction was replayed at all (a run with control replays only tested nothing)
+            "tested_runs": sum(1 for m in scored if _intervention_replays(m)),
+            "intervention_replays": mean_se([float(_intervention_replays(m)) for m in scored]),
+            # runs where a stage's call failed or was refused (e.g. a diagnosis the leak guard refused) and the
+            # method went on without it: scored, but with less than it asked for
+            "stage_errors": sum(1 for m in scored if m.get("errors")),
             "flipped": mean_se([1.0 if m.get("flipped", m.get("corrected")) else 0.0 for m in scored]),
             "verified": mean_se([1.0 if m["status"] == AttributionStatus.VERIFIED.value else 0.0 for m in scored]),
             "withholds_expected": method_spec(name).withholds_expected if name in METHODS else False,
@@ -388,6 +395,10 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
     return out
 
 
+def _intervention_replays(method: dict[str, Any]) -> int:
+    return int(method["replays"]) - int(method.get("control_replays", 0))
+
+
 def _cached_share(rows: Sequence[dict[str, Any]]) -> float | None:
     """Prompt tokens served from the endpoint's cache over all prompt tokens, where the endpoint says."""
     known = [r for r in rows if r.get("cached_prompt_tokens") is not None and r.get("prompt_tokens")]
@@ -414,23 +425,29 @@ def _skipped(method: dict[str, Any]) -> str:
 def live_metrics_markdown(metrics: dict[str, Any], model: str) -> str:
     lines = [
         f"wtq-live, model {model}: {metrics['questions']} questions, {metrics['agent_correct']} answered right, "
-        f"{metrics['failed_runs']} failed runs attributed by each method (mean ± standard error per failed run). "
-        "flipped: an intervention replay answered right; verified: under control (the control replay from the same "
-        "prefix did not flip and reproduced the run); not attributable: a flip its control explains; fidelity: "
-        "control replays that reproduced the run's answer.",
+        f"{metrics['failed_runs']} failed runs given to each method. Percentages and means (± standard error) are "
+        "per scored run: the failed runs a method attributed, less those it skipped (nothing to test) or whose stages "
+        "failed. tested: runs where a correction was replayed (not only controls); flipped: an intervention replay "
+        "answered right; verified: under control (the control replay from the same prefix did not flip and "
+        "reproduced the run); not attributable: the method's rule found the flip explained without its correction; "
+        "fidelity: control replays that reproduced the run's answer; stage errors: scored runs where a call failed or "
+        "was refused and the method went on without it; proposals: the agent's decisions sampled for candidates.",
         "",
-        "| method | runs | stage failures | replayed | flipped | verified | not attributable | fidelity | replays "
-        "(controls) | proposals | LLM calls | tokens | cached | seconds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | runs | scored | skipped or failed | tested | flipped | verified | not attributable | fidelity | "
+        "replays: intervention, control | proposals | stage errors | LLM calls | tokens | cached | seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, m in metrics["methods"].items():
         share = m.get("cached_share")
         fidelity = m.get("fidelity") or {"reproduced": 0, "controls": 0}
+        intervention = m.get("intervention_replays")
         lines.append(
-            f"| {name} | {m['runs']} | {m['failed']}{_skipped(m)} | {m.get('replayed_runs', '-')} | "
+            f"| {name} | {m['runs']} | {m.get('scored', '-')} | {m['failed']}{_skipped(m)} | "
+            f"{m.get('tested_runs', '-')} | "
             f"{_cell(m['flipped'], percent=True)} | {_cell(m['verified'], percent=True)} | "
             f"{_cell(m['not_attributable'], percent=True)} | {fidelity['reproduced']} of {fidelity['controls']} | "
-            f"{_cell(m['replays'])} ({_cell(m['control_replays'])}) | {_cell(m['proposals'])} | "
+            f"{'-' if intervention is None else _cell(intervention)}, {_cell(m['control_replays'])} | "
+            f"{_cell(m['proposals'])} | {m.get('stage_errors', '-')} | "
             f"{_cell(m['llm_calls'])} | {_cell(m['tokens'], digits=0)} | "
             f"{'-' if share is None else f'{share * 100:.0f}%'} | {_cell(m['seconds'], digits=0)} |"
         )
