@@ -128,7 +128,8 @@ def test_wtq_live_attributes_the_same_failed_run_with_each_method_and_resumes(
     assert rows["nt-1-first"]["correct"] and rows["nt-1-first"]["methods"] == {}
     table = (out / "metrics.md").read_text()
     assert (
-        "| reflect | 1 | 0 | 1 | 100.0% ± 0.0 | 100.0% ± 0.0 |" in table and "| ics | 1 | 0 | 1 | 0.0% ± 0.0 |" in table
+        "| reflect | 1 | 1 | 0 | 1 | 100.0% ± 0.0 | 100.0% ± 0.0 |" in table
+        and "| ics | 1 | 1 | 0 | 0 | 0.0% ± 0.0 |" in table
     )
     assert any("reflect: verified at step 2, flipped" in line for line in said)
 
