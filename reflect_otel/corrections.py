@@ -41,6 +41,7 @@ from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
 __all__ = [
     "RULES",
     "Rule",
+    "agent_corrections",
     "evidence_corrections",
     "listed_options",
     "nearest_option",
@@ -405,14 +406,32 @@ def evidence_corrections(
     agent was given besides its question. The built-in rules run, then the installed ones, then ``agent_rules``
     (rules that fit this agent's tools, given by whoever runs it); an installed or agent rule that raises or returns
     anything but a list of corrections is logged by name and not run again on this trace, and the others go on."""
-    found: dict[tuple[object, ...], Correction] = {}
     steps = sorted(trace.steps, key=lambda s: (abs(s.index - near), s.index) if near is not None else (s.index, 0))
     extra = [*_installed(), *((_rule_name(rule), rule) for rule in agent_rules)]
+    return _corrections(trace, steps, RULES, extra, context)
+
+
+def agent_corrections(trace: StructuredTrace, rules: Sequence[Rule], *, context: str = "") -> list[Correction]:
+    """Only ``rules``' corrections over the trace's tool calls, in step order, deduplicated, each rule guarded as
+    :func:`evidence_corrections` guards an agent's rules. What an agent that serves its replays over HTTP answers
+    when asked for its own rules' corrections (``reflect_otel.replay_adapters.http``): the rules run where they
+    live, beside the agent, and the collector runs the built-in ones itself."""
+    return _corrections(trace, trace.steps, (), [(_rule_name(rule), rule) for rule in rules], context)
+
+
+def _corrections(
+    trace: StructuredTrace,
+    steps: Sequence[Step],
+    built_in: Sequence[Rule],
+    extra: Sequence[tuple[str, Rule]],
+    context: str,
+) -> list[Correction]:
+    found: dict[tuple[object, ...], Correction] = {}
     broken: set[int] = set()
     for step in steps:
         if step.kind is not StepKind.TOOL_CALL or not step.tool_name:
             continue
-        for rule in RULES:
+        for rule in built_in:
             for correction in rule(trace, step, context):
                 found.setdefault(correction.key, correction)
         for number, (name, rule) in enumerate(extra):
