@@ -208,6 +208,7 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
         exclude=exclude,
         agent=args.agent,
         max_replays=args.max_replays,
+        deterministic_agent=deterministic,
     )
     provider = instrumented_provider()
     if args.agent == "sql":

@@ -80,6 +80,10 @@ class LiveOptions:
     """Replays each method may run per failed run, controls included (the same budget for every method compared);
     None: no cap. The agent runs and replays greedily; proposals are sampled at the configuration's
     ``proposal_temperature``, for every method."""
+    deterministic_agent: bool | None = None
+    """Whether the agent's replays were taken as repeating exactly (one replay per arm decides) or sampled
+    (``verify_samples`` per arm): the effective setting the app gave ``run_agent``'s adapters, recorded in the run's
+    configuration (a run is resumed with the same one). None: not said."""
 
 
 Progress = Callable[[str], None]
@@ -185,12 +189,23 @@ def run_live_eval(
             "seed": options.seed,
             "exclude": list(options.exclude),
             "max_replays": options.max_replays,
+            "deterministic_agent": options.deterministic_agent,
             "verification": "controlled",
             "model": llm.model_name,
             "reflect_config": options.config.model_dump(mode="json"),
         },
-        # methods may be added; runs made before controlled verification cannot be resumed by it
-        defining=("agent", "seed", "exclude", "max_replays", "verification", "model", "reflect_config"),
+        # methods may be added; runs made before controlled verification cannot be resumed by it; a run made before
+        # the agent's determinism was recorded is resumed with either (what it was is not known)
+        defining=(
+            "agent",
+            "seed",
+            "exclude",
+            "max_replays",
+            "deterministic_agent",
+            "verification",
+            "model",
+            "reflect_config",
+        ),
         absent_means={"verification": "uncontrolled", "agent": "table"},
     )
     failed_runs = sum(1 for r in done.values() if not r["correct"])
