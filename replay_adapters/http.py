@@ -115,15 +115,8 @@ class HTTPReplayAdapter:
         """The corrections the agent's own rules make over ``trace``, as the endpoint sends them, checked: at most
         :data:`MAX_CORRECTIONS`, each an ``evidence:`` correction of a tool call of ``trace``, with that call as
         its original and nothing tried yet. Raises :class:`ReplayError` naming what is wrong."""
-        body: dict[str, Any] = {
-            "protocol": PROTOCOL_V3,
-            "trace": trace.model_dump(mode="json"),
-            "rollback_point": 0,
-            "injection": "",
-            "injection_role": InjectionRole.SYSTEM.value,
-            "corrections": {"context": context[:_MAX_CONTEXT_CHARS]},
-        }
-        raw = self._answer(body).get("corrections")
+        asked = _about_the_run(trace, corrections={"context": context[:_MAX_CONTEXT_CHARS]})
+        raw = self._answer(asked).get("corrections")
         if not isinstance(raw, list) or len(raw) > MAX_CORRECTIONS:
             raise ReplayError(
                 f"replay endpoint {self.url} answered a corrections request without a 'corrections' list of at "
@@ -202,15 +195,8 @@ class HTTPReplayAdapter:
             ) from None
 
     def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
-        body: dict[str, Any] = {
-            "protocol": PROTOCOL_V3,
-            "trace": trace.model_dump(mode="json"),
-            "rollback_point": 0,
-            "injection": "",
-            "injection_role": InjectionRole.SYSTEM.value,
-            "resample": {"samples": samples, "temperature": temperature},
-        }
-        runs = self._answer(body).get("runs")
+        asked = _about_the_run(trace, resample={"samples": samples, "temperature": temperature})
+        runs = self._answer(asked).get("runs")
         if not isinstance(runs, list) or not runs or len(runs) > _MAX_PROPOSALS:
             raise ReplayError(f"replay endpoint {self.url} answered a resample request without a 'runs' list")
         return tuple(self._result(trace, 0, run) for run in runs if isinstance(run, dict))
@@ -283,6 +269,18 @@ class HTTPReplayAdapter:
             prefix_verified=payload.get("prefix_verified") is True,
             adapter_info=adapter_info,
         )
+
+
+def _about_the_run(trace: StructuredTrace, **ask: dict[str, Any]) -> dict[str, Any]:
+    """A v3 request about the whole run (``resample``, ``corrections``): no rollback point, nothing injected."""
+    return {
+        "protocol": PROTOCOL_V3,
+        "trace": trace.model_dump(mode="json"),
+        "rollback_point": 0,
+        "injection": "",
+        "injection_role": InjectionRole.SYSTEM.value,
+        **ask,
+    }
 
 
 class _ServedRules:
