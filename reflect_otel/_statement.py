@@ -1,7 +1,16 @@
 """A tool argument that is a statement (SQL, a query string, an expression) as tokens, so a correction can rewrite one
 identifier or literal in it and keep the rest as written. A lexer, not a parser: quoted identifiers (``"x"``,
 ```x```, ``[x]``), string literals (``'x'``, with ``''`` inside), numbers and bare words; comparisons are read as
-``field operator literal`` where a quoted or bare name meets a literal across an operator."""
+``field operator literal`` where a quoted or bare name meets a literal across an operator.
+
+One identifier or literal is one reference, not one spelling: :func:`rewrite` changes the occurrence a correction
+chose (the one the error marks, :func:`marked`, else the first) and the occurrences that mean the same thing, and no
+other. A name means the same where it has the same qualifier and the same role: ``t.yr`` is not ``s.yr``, the alias
+defined by ``AS yr`` is not the column ``yr``, the table after ``FROM yr`` is neither, and an unqualified name is
+taken alone when the statement also defines an alias of that name (it may mean the alias). A literal means the same
+where it is compared with the same field (``city = 'paris'`` is not ``name = 'paris'``); one compared with nothing
+is taken alone. A repeated column reference (``SELECT venu ... GROUP BY venu``) moves together: rewriting one of its
+occurrences would leave a statement that fails on the other."""
 
 from __future__ import annotations
 
@@ -9,7 +18,17 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["Token", "TokenKind", "comparisons", "is_statement", "rewrite", "tokens"]
+__all__ = [
+    "Token",
+    "TokenKind",
+    "comparisons",
+    "is_statement",
+    "marked",
+    "name_at",
+    "qualifier_of",
+    "rewrite",
+    "tokens",
+]
 
 _MAX_CHARS = 20_000
 
@@ -87,20 +106,119 @@ def _quoted(token: Token, value: str) -> str:
 
 
 def rewrite(text: str, token: Token, value: str) -> str:
-    """``text`` with ``token`` (and every other token of the same kind and value) replaced by ``value``, quoted as
-    the token was; the rest of the text as written."""
-    same = [
-        t
-        for t in tokens(text)
-        if t.value == token.value
-        and (t.kind is token.kind or {t.kind, token.kind} <= {TokenKind.QUOTED, TokenKind.WORD})
-    ]
+    """``text`` with ``token`` (one of :func:`tokens` of ``text``) replaced by ``value``, quoted as the token was,
+    and so are the other occurrences that mean what it means (see the module); the rest of the text as written."""
+    found = tokens(text)
+    same = _same_reference(text, found, token)
     out, last = [], 0
     for t in same:
         out += [text[last : t.start], _quoted(t, value)]
         last = t.end
     out.append(text[last:])
     return "".join(out)
+
+
+_TABLE_WORDS = frozenset({"from", "join", "update", "into", "table"})
+
+
+def _role(text: str, found: list[Token], i: int) -> tuple[str, str | None]:
+    """What the name at ``found[i]`` is: an ``alias`` (after AS), a ``table`` (after FROM, JOIN, ...), a
+    ``qualifier`` (before a dot) or a ``name``; with its qualifier (``t`` of ``t.yr``), None when unqualified."""
+    token = found[i]
+    before = found[i - 1] if i else None
+    qualifier = None
+    if (
+        before is not None
+        and text[before.end : token.start] == "."
+        and before.kind in (TokenKind.WORD, TokenKind.QUOTED)
+    ):
+        qualifier = before.value.casefold()
+    if text[token.end : token.end + 1] == ".":
+        return "qualifier", qualifier
+    if before is not None and before.kind is TokenKind.WORD and qualifier is None:
+        if before.value.casefold() == "as":
+            return "alias", None
+        if before.value.casefold() in _TABLE_WORDS:
+            return "table", None
+    return "name", qualifier
+
+
+def qualifier_of(text: str, token: Token) -> str | None:
+    """The qualifier of the name ``token`` in ``text`` (``o`` of ``o.custmer``, case-folded), None when it has none."""
+    found = tokens(text)
+    at = next((i for i, t in enumerate(found) if (t.start, t.end) == (token.start, token.end)), None)
+    return None if at is None else _role(text, found, at)[1]
+
+
+def _same_reference(text: str, found: list[Token], token: Token) -> list[Token]:
+    """``token`` and the occurrences of ``text`` that mean what it means (see the module), in order."""
+    at = next((i for i, t in enumerate(found) if (t.start, t.end) == (token.start, token.end)), None)
+    if at is None:
+        return [token]
+    if token.kind is TokenKind.LITERAL:
+        fields = {literal.start: field for field, literal in comparisons(text)}
+        field = fields.get(token.start)
+        if field is None:
+            return [token]
+        return [
+            t
+            for t in found
+            if t.kind is TokenKind.LITERAL
+            and t.value == token.value
+            and (other := fields.get(t.start)) is not None
+            and other.value == field.value
+        ]
+    if token.kind not in (TokenKind.WORD, TokenKind.QUOTED):
+        return [token]
+    names = [i for i, t in enumerate(found) if t.kind in (TokenKind.WORD, TokenKind.QUOTED) and t.value == token.value]
+    role = _role(text, found, at)
+    if role == ("name", None) and any(_role(text, found, i)[0] == "alias" for i in names):
+        return [token]  # an unqualified name that an alias of the statement also spells: it may mean the alias
+    return [found[i] for i in names if _role(text, found, i) == role]
+
+
+def name_at(text: str, offset: int) -> list[Token]:
+    """The tokens of the (dotted) name that starts in the token at ``offset``: ``t``, ``yr`` for ``t.yr`` (an error
+    marks a qualified name at its start, or underlines it whole); [] when no token is there."""
+    found = tokens(text)
+    at = next((i for i, t in enumerate(found) if t.start <= offset < t.end), None)
+    if at is None:
+        return []
+    name = [found[at]]
+    for token in found[at + 1 :]:
+        if text[name[-1].end : token.start] != ".":
+            break
+        name.append(token)
+    return name
+
+
+_MARKED_LINE = re.compile(r"^LINE (\d+): (.*)$")
+
+
+def marked(text: str, error: str) -> int | None:
+    """The offset in ``text`` of what ``error`` points at, when it echoes the failing line and marks a place under
+    it, as DuckDB and PostgreSQL do (``LINE 1: SELECT t.yr, s.yr ...`` over a line of spaces and ``^``; a long line
+    shown cut, ``...`` before and after); None when it marks nothing in ``text``."""
+    lines = error.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        echo = _MARKED_LINE.match(line)
+        caret = lines[i + 1].find("^")
+        if echo is None or caret < 0 or lines[i + 1][:caret].strip():
+            continue
+        shown, column = echo.group(2), caret - (len(line) - len(echo.group(2)))
+        if shown.startswith("..."):
+            shown, column = shown[3:], column - 3
+        shown = shown.removesuffix("...")
+        if column < 0 or not shown.strip():
+            return None
+        statement_lines = text.splitlines(keepends=True)
+        number = int(echo.group(1))
+        if not 1 <= number <= len(statement_lines):
+            return None
+        line_start = sum(len(x) for x in statement_lines[: number - 1])
+        within = statement_lines[number - 1].find(shown)
+        return None if within < 0 else line_start + within + column
+    return None
 
 
 def comparisons(text: str) -> list[tuple[Token, Token]]:

@@ -25,6 +25,7 @@ __all__ = [
     "HEAD_CHARS",
     "hints",
     "listed_in_prose",
+    "messages",
     "named",
     "parsed",
     "reads_as_empty",
@@ -292,18 +293,25 @@ def hints(result: str | None) -> list[tuple[str, tuple[str, ...]]]:
 
 _QUOTED_NAME = re.compile(r"\"([^\"\n]{1,80})\"|'([^'\n]{1,80})'|`([^`\n]{1,80})`")
 _TRAILING_NAME = re.compile(r"\b(?:column|table|field|function|key|name|relation|attribute)s?:?\s+([\w.$-]{1,80})\s*$")
+_MISSING_NAME = re.compile(r"\b(?:column|table|relation|function)\s+([\w.$]{1,80})\s+does not exist\b")
+"""PostgreSQL names an unquoted name bare: ``column o.custmer does not exist``."""
+
+
+def messages(result: str | None) -> list[str]:
+    """The texts a result holds: the strings of a JSON result, else its head."""
+    if not result:
+        return []
+    value = parsed(result)
+    return [item for _, item in _walk(value) if isinstance(item, str)] if value is not None else [result[:HEAD_CHARS]]
 
 
 def named(result: str | None) -> list[str]:
     """What an error names as wrong: the quoted names of its message lines (``column "x" does not exist``), or the
-    name ending its first line (``no such column: x``, ``Table with name x does not exist!``). The lines that echo
-    the statement (``LINE 1: ...`` and its marker) and the lines that offer alternatives are not read."""
-    if not result:
-        return []
-    value = parsed(result)
-    texts = [item for _, item in _walk(value) if isinstance(item, str)] if value is not None else [result[:HEAD_CHARS]]
+    name ending its first line (``no such column: x``, ``Table with name x does not exist!``), or the bare name
+    PostgreSQL says does not exist (``column o.x does not exist``). The lines that echo the statement (``LINE 1:
+    ...`` and its marker) and the lines that offer alternatives are not read."""
     names: list[str] = []
-    for text in texts:
+    for text in messages(result):
         for line in text.splitlines()[:6]:
             stripped = line.strip()
             if not stripped or _SQL_CONTEXT.match(stripped) or set(stripped) <= {"^", " ", "~"}:
@@ -314,7 +322,7 @@ def named(result: str | None) -> list[str]:
             quoted = [next(g for g in groups if g) for groups in _QUOTED_NAME.findall(stripped)]
             names += quoted
             if not quoted:
-                trailing = _TRAILING_NAME.search(stripped.rstrip("!. "))
+                trailing = _TRAILING_NAME.search(stripped.rstrip("!. ")) or _MISSING_NAME.search(stripped)
                 if trailing:
                     names.append(trailing.group(1))
                 elif " with name " in stripped:

@@ -6,11 +6,13 @@ Settings are validated once, here, with messages that name the setting.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from reflect_otel.errors import ConfigError
 from reflect_otel.replay import InjectionRole
@@ -78,6 +80,28 @@ class LLMConfig(BaseModel):
         description="The model's context window, tokens: prompts about a trace are shortened to fit it (unset: the "
         "local server's context for the local backend, else prompts are not shortened).",
     )
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        """Surrounding whitespace dropped (a value pasted with its newline); anything else that is not one
+        http(s) URL with a host is refused here, naming the setting, not by the HTTP client deep in a run."""
+        if url is None or not url.strip():
+            return None
+        url = url.strip()
+        shown = url if len(url) <= 80 else url[:77] + "..."
+        if re.search(r"[\s\x00-\x1f\x7f]", url):
+            raise ValueError(
+                f"{shown!r} holds whitespace or control characters; give one URL such as http://host:8000/v1"
+            )
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018  # raises on a port that is not a number
+        except ValueError:
+            raise ValueError(f"{shown!r} is not a URL; give one such as http://host:8000/v1") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{shown!r} is not an http:// or https:// URL with a host, such as http://host:8000/v1")
+        return url
 
     @property
     def is_configured(self) -> bool:

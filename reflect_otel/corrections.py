@@ -32,7 +32,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from reflect_otel import _tool_text, plugins
-from reflect_otel._statement import Token, TokenKind, comparisons, is_statement, rewrite, tokens
+from reflect_otel._statement import (
+    Token,
+    TokenKind,
+    comparisons,
+    is_statement,
+    marked,
+    name_at,
+    qualifier_of,
+    rewrite,
+    tokens,
+)
 from reflect_otel.evidence import empty_call, failed_call, question_constraints
 from reflect_otel.leaks import action_leak
 from reflect_otel.record import Correction, InterventionKind
@@ -41,6 +51,7 @@ from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
 __all__ = [
     "RULES",
     "Rule",
+    "agent_corrections",
     "evidence_corrections",
     "listed_options",
     "nearest_option",
@@ -129,11 +140,14 @@ def _same_name(a: str, b: str) -> bool:
     return x == y or x.rsplit(".", 1)[-1] == y or y.rsplit(".", 1)[-1] == x
 
 
-def _unqualified(options: Sequence[str], token: Token) -> list[str]:
+def _unqualified(options: Sequence[str], token: Token, qualifier: str | None = None) -> list[str]:
     """``options`` as a token of a statement can take them: a qualified name (``t.position``) unqualified when the
-    token is not."""
+    token is not; when the token is qualified in the statement (``o.custmer``), only the options of that qualifier
+    and the unqualified ones (``p.custmer`` is another table's column, not a fix of ``o.custmer``)."""
     if "." in token.value:
         return list(options)
+    if qualifier is not None:
+        options = [o for o in options if o.count(".") != 1 or o.split(".", 1)[0].strip('"`[]').casefold() == qualifier]
     return list(dict.fromkeys(o.rsplit(".", 1)[-1] if o.count(".") == 1 else o for o in options))
 
 
@@ -148,23 +162,29 @@ class _Fix:
     now: str
 
 
-def _token_fixes(name: str, value: str, options: Sequence[str], wanted: Callable[[Token], bool]) -> list[_Fix]:
+def _token_fixes(
+    name: str, value: str, options: Sequence[str], wanted: Callable[[Token], bool], at: int | None = None
+) -> list[_Fix]:
+    """A fix per wanted token of the statement ``value`` (only those of the name at offset ``at``, where the error
+    marks one), in statement order: each rewrites that token's reference (:func:`.rewrite`), no other."""
     fixes = []
-    for token in tokens(value):
-        if token.kind is TokenKind.NUMBER or not wanted(token):
-            continue
-        nearest = nearest_option(token.value, _unqualified(options, token))
+    candidates = [t for t in tokens(value) if t.kind is not TokenKind.NUMBER and wanted(t)]
+    marked_name = name_at(value, at) if at is not None else []
+    pointed = [t for t in candidates if t in marked_name]
+    for token in pointed or candidates:
+        nearest = nearest_option(token.value, _unqualified(options, token, qualifier_of(value, token)))
         if nearest is not None:
             fixes.append(_Fix(nearest[1], name, rewrite(value, token, nearest[0]), token.value, nearest[0]))
     return fixes
 
 
 def _fixes(step: Step, options: Sequence[str], *, named: Sequence[str] = (), literals: bool = False) -> list[_Fix]:
-    """Each string argument rewritten toward ``options``, best first. When the error names what is wrong, an
-    argument that is a name it names is replaced whole, and any other argument holding one as a token (``SELECT
-    custmer FROM orders``, however short) has that token rewritten, quoted as written. Otherwise a value is replaced
-    whole, and in a statement, with ``literals``, each string literal is rewritten. A fix changes one identifier or
-    literal, never more."""
+    """Each string argument rewritten toward ``options``, best first (of equal scores, the first in the statement).
+    When the error names what is wrong, an argument that is a name it names is replaced whole, and any other argument
+    holding one as a token (``SELECT custmer FROM orders``, however short) has that token rewritten, quoted as
+    written: the occurrence the error marks (DuckDB's and PostgreSQL's ``^`` under the echoed line), else each in
+    turn. Otherwise a value is replaced whole, and in a statement, with ``literals``, each string literal is
+    rewritten. A fix changes one identifier or literal (one reference: :mod:`reflect_otel._statement`), never more."""
     fixes: list[_Fix] = []
     for name, value in string_arguments(step):
         if named and any(_same_name(value, n) for n in named):
@@ -172,11 +192,15 @@ def _fixes(step: Step, options: Sequence[str], *, named: Sequence[str] = (), lit
             if nearest is not None:
                 fixes.append(_Fix(nearest[1], name, nearest[0], value, nearest[0]))
         elif named:
+            at = next(
+                (m for text in _tool_text.messages(step.tool_result) if (m := marked(value, text)) is not None), None
+            )
             fixes += _token_fixes(
                 name,
                 value,
                 options,
                 lambda t: t.kind is not TokenKind.LITERAL and any(_same_name(t.value, n) for n in named),
+                at,
             )
         elif _is_value(value):
             nearest = nearest_option(value, options)
@@ -405,14 +429,32 @@ def evidence_corrections(
     agent was given besides its question. The built-in rules run, then the installed ones, then ``agent_rules``
     (rules that fit this agent's tools, given by whoever runs it); an installed or agent rule that raises or returns
     anything but a list of corrections is logged by name and not run again on this trace, and the others go on."""
-    found: dict[tuple[object, ...], Correction] = {}
     steps = sorted(trace.steps, key=lambda s: (abs(s.index - near), s.index) if near is not None else (s.index, 0))
     extra = [*_installed(), *((_rule_name(rule), rule) for rule in agent_rules)]
+    return _corrections(trace, steps, RULES, extra, context)
+
+
+def agent_corrections(trace: StructuredTrace, rules: Sequence[Rule], *, context: str = "") -> list[Correction]:
+    """Only ``rules``' corrections over the trace's tool calls, in step order, deduplicated, each rule guarded as
+    :func:`evidence_corrections` guards an agent's rules. What an agent that serves its replays over HTTP answers
+    when asked for its own rules' corrections (``reflect_otel.replay_adapters.http``): the rules run where they
+    live, beside the agent, and the collector runs the built-in ones itself."""
+    return _corrections(trace, trace.steps, (), [(_rule_name(rule), rule) for rule in rules], context)
+
+
+def _corrections(
+    trace: StructuredTrace,
+    steps: Sequence[Step],
+    built_in: Sequence[Rule],
+    extra: Sequence[tuple[str, Rule]],
+    context: str,
+) -> list[Correction]:
+    found: dict[tuple[object, ...], Correction] = {}
     broken: set[int] = set()
     for step in steps:
         if step.kind is not StepKind.TOOL_CALL or not step.tool_name:
             continue
-        for rule in RULES:
+        for rule in built_in:
             for correction in rule(trace, step, context):
                 found.setdefault(correction.key, correction)
         for number, (name, rule) in enumerate(extra):

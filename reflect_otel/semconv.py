@@ -20,6 +20,7 @@ from openinference.semconv.trace import (
 
 __all__ = [
     "INPUT_MESSAGES_PREFIX",
+    "OPENAI_AGENTS_SCOPE",
     "OUTPUT_MESSAGES_PREFIX",
     "AnnotationAttributes",
     "GenAIEvaluation",
@@ -41,6 +42,10 @@ INPUT_MESSAGES_PREFIX = SpanAttributes.LLM_INPUT_MESSAGES + "."
 
 OUTPUT_MESSAGES_PREFIX = SpanAttributes.LLM_OUTPUT_MESSAGES + "."
 """``llm.output_messages.`` followed by ``N.message.*``."""
+
+OPENAI_AGENTS_SCOPE = "openinference.instrumentation.openai_agents"
+"""The instrumentation scope of OpenInference's OpenAI Agents SDK instrumentation: a run it recorded that ended on a
+tool's result without an error stopped there by the agent's ``tool_use_behavior`` (:mod:`reflect_otel.assembly`)."""
 
 
 class LangGraphMetadataKeys:

@@ -12,7 +12,8 @@ Some frameworks mark in their definitions the tools that end the run with their 
 run's answer, not a lookup): pydantic-ai's output tools (``kind: "output"``, listed under ``output_tools`` of its
 ``model_request_parameters``). :func:`read_output_tools` reads that mark by shape, from any definition recorded.
 OpenAI's Agents SDK (``StopAtTools``) and smolagents (``final_answer``) record no such mark: their answer steps are
-found by how the run ends (:mod:`reflect_otel.assembly.steps`).
+found by how the run ends (:mod:`reflect_otel.assembly.steps`; for the Agents SDK,
+:attr:`reflect_otel.assembly.question.RunEnd.stops_at_tools`).
 """
 
 from __future__ import annotations

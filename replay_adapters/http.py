@@ -29,11 +29,18 @@ a response may also say ``"deterministic": true`` of the agent, which the endpoi
 states for reflect-otel. A request with ``"resample": {"samples": n, "temperature": t}`` (and ``rollback_point`` 0)
 asks for n new runs of the agent on the run's input, sampled (:class:`~reflect_otel.replay.SamplesRuns`), and is
 answered ``{"runs": [<an answer as to a replay>, ...]}``; sent only when the endpoint says ``resample = true``.
+A request with ``"corrections": {"context": "..."}`` (and ``rollback_point`` 0) asks for the corrections of the
+agent's own evidence rules over the run (rules that read that agent's tools, carried by its adapter:
+:class:`~reflect_otel.replay.HasCorrectionRules`), and is answered ``{"corrections": [<Correction JSON>, ...]}``:
+the rules run beside the agent, which knows what it was given, and the collector tries their corrections as it
+tries its own; sent only when the endpoint says ``corrections = true``.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,30 +49,39 @@ from pydantic import ValidationError
 
 from reflect_otel.assembly import assemble_trace
 from reflect_otel.collectors.otlp import decode_json_document
+from reflect_otel.corrections import Rule, agent_corrections
 from reflect_otel.errors import InputError, ReplayError
+from reflect_otel.record import Correction, InterventionKind
 from reflect_otel.replay import (
     InjectionRole,
     ProposedStep,
     ReplayAdapter,
     ReplayResult,
+    agent_rules,
     check_rollback_point,
     is_deterministic,
     proposer,
     resampler,
 )
 from reflect_otel.replay_adapters._stitch import stitch
-from reflect_otel.trace import StepAction, StructuredTrace
+from reflect_otel.trace import Step, StepAction, StructuredTrace
 
-__all__ = ["PROTOCOL", "PROTOCOL_V2", "PROTOCOL_V3", "HTTPReplayAdapter", "replay_handler"]
+__all__ = ["MAX_CORRECTIONS", "PROTOCOL", "PROTOCOL_V2", "PROTOCOL_V3", "HTTPReplayAdapter", "replay_handler"]
 
 PROTOCOL = "reflect-otel.replay.v1"
 PROTOCOL_V2 = "reflect-otel.replay.v2"
 PROTOCOL_V3 = "reflect-otel.replay.v3"
 _MAX_PROPOSALS = 20
+MAX_CORRECTIONS = 200
+"""The most corrections an endpoint may send for one run; an answer with more is refused."""
+_MAX_CONTEXT_CHARS = 100_000
+_CACHED_RUNS = 16
 
 
 class HTTPReplayAdapter:
-    """POSTs replay requests to ``url``. Responses over ``max_response_bytes`` are refused."""
+    """POSTs replay requests to ``url``. Responses over ``max_response_bytes`` are refused. With ``corrects``, the
+    agent's own correction rules run at the endpoint: :attr:`correction_rules` is one rule that asks for them
+    (once per run and context, the answer kept for the run's other steps)."""
 
     def __init__(
         self,
@@ -78,13 +94,54 @@ class HTTPReplayAdapter:
         deterministic: bool = False,
         proposes: bool = False,
         resamples: bool = False,
+        corrects: bool = False,
     ) -> None:
         self.url = url
         self.max_response_bytes = max_response_bytes
         self.deterministic = deterministic
         self.proposes = proposes
         self.resamples = resamples
+        self.corrects = corrects
         self._client = client or httpx.Client(timeout=timeout_s, headers=dict(headers or {}))
+        self._served_rules = _ServedRules(self)
+
+    @property
+    def correction_rules(self) -> tuple[Rule, ...]:
+        """The agent's own rules, run at the endpoint (:class:`~reflect_otel.replay.HasCorrectionRules`); none
+        unless the endpoint says ``corrections = true``."""
+        return (self._served_rules,) if self.corrects else ()
+
+    def served_corrections(self, trace: StructuredTrace, *, context: str = "") -> tuple[Correction, ...]:
+        """The corrections the agent's own rules make over ``trace``, as the endpoint sends them, checked: at most
+        :data:`MAX_CORRECTIONS`, each an ``evidence:`` correction of a tool call of ``trace``, with that call as
+        its original and nothing tried yet. Raises :class:`ReplayError` naming what is wrong."""
+        asked = _about_the_run(trace, corrections={"context": context[:_MAX_CONTEXT_CHARS]})
+        raw = self._answer(asked).get("corrections")
+        if not isinstance(raw, list) or len(raw) > MAX_CORRECTIONS:
+            raise ReplayError(
+                f"replay endpoint {self.url} answered a corrections request without a 'corrections' list of at "
+                f"most {MAX_CORRECTIONS}"
+            )
+        return tuple(self._checked(trace, item) for item in raw)
+
+    def _checked(self, trace: StructuredTrace, item: object) -> Correction:
+        try:
+            correction = Correction.model_validate(item)
+        except ValidationError as error:
+            raise ReplayError(
+                f"replay endpoint {self.url} sent an invalid correction: {error.errors()[0]['msg']}"
+            ) from None
+        steps = trace.steps
+        step = steps[correction.step_index - 1] if correction.step_index <= len(steps) else None
+        if not correction.source.startswith("evidence:") or step is None or not step.tool_name:
+            raise ReplayError(
+                f"replay endpoint {self.url} sent a correction that is not an evidence rule's correction of one of "
+                f"the run's tool calls (source {correction.source!r}, step {correction.step_index})"
+            )
+        if correction.kind is InterventionKind.ACTION and correction.replacement is None:
+            raise ReplayError(f"replay endpoint {self.url} sent an action correction without a replacement")
+        original = StepAction.of_step(step) if correction.kind is InterventionKind.ACTION else correction.original
+        return correction.model_copy(update={"original": original, "refused": None, "flipped": False, "replays": 0})
 
     def replay(
         self,
@@ -138,15 +195,8 @@ class HTTPReplayAdapter:
             ) from None
 
     def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
-        body: dict[str, Any] = {
-            "protocol": PROTOCOL_V3,
-            "trace": trace.model_dump(mode="json"),
-            "rollback_point": 0,
-            "injection": "",
-            "injection_role": InjectionRole.SYSTEM.value,
-            "resample": {"samples": samples, "temperature": temperature},
-        }
-        runs = self._answer(body).get("runs")
+        asked = _about_the_run(trace, resample={"samples": samples, "temperature": temperature})
+        runs = self._answer(asked).get("runs")
         if not isinstance(runs, list) or not runs or len(runs) > _MAX_PROPOSALS:
             raise ReplayError(f"replay endpoint {self.url} answered a resample request without a 'runs' list")
         return tuple(self._result(trace, 0, run) for run in runs if isinstance(run, dict))
@@ -221,6 +271,41 @@ class HTTPReplayAdapter:
         )
 
 
+def _about_the_run(trace: StructuredTrace, **ask: dict[str, Any]) -> dict[str, Any]:
+    """A v3 request about the whole run (``resample``, ``corrections``): no rollback point, nothing injected."""
+    return {
+        "protocol": PROTOCOL_V3,
+        "trace": trace.model_dump(mode="json"),
+        "rollback_point": 0,
+        "injection": "",
+        "injection_role": InjectionRole.SYSTEM.value,
+        **ask,
+    }
+
+
+class _ServedRules:
+    """The one rule :attr:`HTTPReplayAdapter.correction_rules` gives: the corrections of ``step`` among those the
+    endpoint sends for the run, asked once per run and context (the last few runs' kept)."""
+
+    def __init__(self, adapter: HTTPReplayAdapter) -> None:
+        self.adapter = adapter
+        self.__qualname__ = f"rules served at {adapter.url}"  # how a failure is logged
+        self._runs: OrderedDict[tuple[str, int, str], tuple[Correction, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, trace: StructuredTrace, step: Step, context: str) -> list[Correction]:
+        key = (trace.trace_id, len(trace.steps), context)
+        with self._lock:
+            found = self._runs.get(key)
+        if found is None:
+            found = self.adapter.served_corrections(trace, context=context)
+            with self._lock:
+                self._runs[key] = found
+                while len(self._runs) > _CACHED_RUNS:
+                    self._runs.popitem(last=False)
+        return [c for c in found if c.step_index == step.index]
+
+
 def replay_handler(adapter: ReplayAdapter, body: bytes) -> tuple[int, bytes]:
     """Serve one protocol request with ``adapter``: (status, JSON body). For the agent's side of the wire."""
     try:
@@ -234,6 +319,8 @@ def replay_handler(adapter: ReplayAdapter, body: bytes) -> tuple[int, bytes]:
             return _serve_proposals(adapter, trace, request)
         if request.get("resample") is not None:
             return _serve_resamples(adapter, trace, request)
+        if request.get("corrections") is not None:
+            return _serve_corrections(adapter, trace, request)
         action = StepAction.model_validate(request["action"]) if request.get("action") is not None else None
         result = adapter.replay(
             trace,
@@ -276,6 +363,20 @@ def _serve_resamples(adapter: ReplayAdapter, trace: StructuredTrace, request: di
     except ReplayError as error:
         return 422, json.dumps({"error": str(error)}).encode()
     return 200, json.dumps({"runs": [_result_body(adapter, run) for run in runs]}).encode()
+
+
+def _serve_corrections(adapter: ReplayAdapter, trace: StructuredTrace, request: dict[str, Any]) -> tuple[int, bytes]:
+    if request.get("protocol") != PROTOCOL_V3:
+        raise ValueError(f"a corrections request needs {PROTOCOL_V3}")
+    rules = agent_rules(adapter)
+    if not rules:
+        return 422, json.dumps({"error": "this agent's replay adapter brings no correction rules"}).encode()
+    options = request["corrections"]
+    if not isinstance(options, dict):
+        raise ValueError("'corrections' must be an object")
+    context = str(options.get("context") or "")[:_MAX_CONTEXT_CHARS]
+    found = agent_corrections(trace, rules, context=context)[:MAX_CORRECTIONS]
+    return 200, json.dumps({"corrections": [c.model_dump(mode="json") for c in found]}).encode()
 
 
 def _serve_proposals(adapter: ReplayAdapter, trace: StructuredTrace, request: dict[str, Any]) -> tuple[int, bytes]:

@@ -12,6 +12,7 @@ prompt injection make the collector call any address it can reach). The file, TO
     deterministic = true               # optional: the agent replays greedily (one replay per arm decides)
     propose = true                     # optional: the endpoint serves proposals (protocol v3)
     resample = true                    # optional: the endpoint serves resampled runs (protocol v3)
+    corrections = true                 # optional: the endpoint runs the agent's own correction rules (v3)
     max_response_bytes = 67108864      # optional, default 64 MiB
     headers = { "X-Team" = "search" }                       # optional, sent as written
     headers_from_env = { "Authorization" = "AGENT_TOKEN" }  # optional: header -> variable holding its value
@@ -59,6 +60,7 @@ class ReplayEndpoint(BaseModel):
     deterministic: bool = False
     propose: bool = False
     resample: bool = False
+    corrections: bool = False
 
     @field_validator("url")
     @classmethod
@@ -101,6 +103,7 @@ class ReplayEndpoints:
                 deterministic=e.deterministic,
                 proposes=e.propose,
                 resamples=e.resample,
+                corrects=e.corrections,
             )
             for e in endpoints
         ]

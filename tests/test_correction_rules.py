@@ -162,6 +162,74 @@ def test_duckdb_short_statements_have_the_name_the_error_names_rewritten(sql: st
     assert fixed == "SELECT custmer FROM orders" or "rows" in json.loads(query(fixed))  # the fix runs
 
 
+# a join of orders with a derived table whose column is called custmer: o.custmer is wrong, p.custmer is right
+_JOINED = "JOIN (SELECT city, customer AS custmer FROM orders) AS p USING (city)"
+
+
+@pytest.mark.parametrize(
+    ("sql", "fixed"),
+    [
+        # the column and the alias it defines are spelt alike: the column is rewritten, the alias kept
+        ("SELECT o.custmer AS custmer FROM orders o", "SELECT o.customer AS custmer FROM orders o"),
+        # the same name of two tables: the one the error marks is rewritten (not the first), the other is right
+        (
+            f"SELECT p.custmer, o.custmer FROM orders o {_JOINED}",
+            f"SELECT p.custmer, o.customer FROM orders o {_JOINED}",
+        ),
+        # one column named twice is one reference: rewriting one occurrence would leave a statement that fails
+        (
+            "SELECT custmer, count(*) AS n FROM orders GROUP BY custmer",
+            "SELECT customer, count(*) AS n FROM orders GROUP BY customer",
+        ),
+    ],
+)
+def test_a_name_spelt_twice_with_two_meanings_has_only_the_wrong_one_rewritten(sql: str, fixed: str) -> None:
+    query = duckdb_tool()
+    trace = sql_trace(query, sql, schema=False)
+    assert failed_call(trace.steps[0])
+    assert corrected_sql(trace, "valid_options") == [fixed]
+    assert "rows" in json.loads(query(fixed))  # the fix runs
+
+
+_LONG = (
+    "SELECT customer, status, city, amount, customer AS a, status AS b, city AS c, amount AS d, customer AS e "
+    "FROM orders o WHERE o.status = 'Shipped' AND o.custmer = 'Ann' ORDER BY city, status, amount"
+)
+
+
+@pytest.mark.parametrize(
+    ("sql", "fixed"),
+    [
+        (
+            f"SELECT p.custmer, o.custmer FROM orders o {_JOINED}",
+            f"SELECT p.custmer, o.customer FROM orders o {_JOINED}",
+        ),
+        (_LONG, _LONG.replace("o.custmer", "o.customer")),  # the line echoed cut short, '...' before and after
+        (
+            "SELECT customer\nFROM orders o\nWHERE o.custmer = 'Ann'",
+            "SELECT customer\nFROM orders o\nWHERE o.customer = 'Ann'",
+        ),
+    ],
+)
+def test_postgres_marks_the_wrong_occurrence_and_only_it_is_rewritten(
+    postgres_tool: Callable[[str], str], sql: str, fixed: str
+) -> None:
+    trace = sql_trace(postgres_tool, sql, schema=False)
+    assert "^" in (trace.steps[0].tool_result or "")  # PostgreSQL's one caret under the start of o.custmer
+    assert corrected_sql(trace, "valid_options") == [fixed]
+    assert "rows" in json.loads(postgres_tool(fixed))
+
+
+def test_a_literal_compared_with_two_fields_is_rewritten_where_the_data_writes_it_otherwise() -> None:
+    """'boston' is a city the rows write 'Boston', and a customer name no row has: only the city's is rewritten."""
+    query = duckdb_tool()
+    sql = "SELECT customer FROM orders WHERE customer = 'boston' OR city = 'boston'"
+    trace = sql_trace(query, sql)
+    (fixed,) = corrected_sql(trace, "shown_value")
+    assert fixed == "SELECT customer FROM orders WHERE customer = 'boston' OR city = 'Boston'"
+    assert json.loads(query(fixed))["rows"] == [{"customer": "Bo"}, {"customer": "Cy"}]
+
+
 def test_sqlite_and_postgres_short_statements_have_the_wrong_column_rewritten(
     postgres_tool: Callable[[str], str],
 ) -> None:

@@ -160,6 +160,26 @@ def test_config_precedence_and_errors() -> None:
         make_llm(LLMConfig(), backend="nope")
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8000/v1\n----\nException occurred during processing",  # a log captured with the URL
+        "http://127.0.0.1:8000/v1 http://127.0.0.1:8001/v1",
+        "127.0.0.1:8000/v1",  # no scheme
+        "ftp://host/v1",
+        "http://host:port/v1",
+    ],
+)
+def test_an_endpoint_that_is_not_one_url_is_refused_naming_the_variable(url: str) -> None:
+    """Refused when the configuration is read, not by the HTTP client in the middle of a run (where it was an
+    'internal error'); a URL pasted with its newline is taken."""
+    with pytest.raises(ConfigError, match=r"setting 'base_url'.*REFLECT_LLM_BASE_URL or OPENAI_BASE_URL"):
+        LLMConfig.from_env({"REFLECT_LLM_BASE_URL": url})
+    assert LLMConfig.from_env({"REFLECT_LLM_BASE_URL": " http://127.0.0.1:8000/v1\n"}).base_url == (
+        "http://127.0.0.1:8000/v1"
+    )
+
+
 def test_own_model_calls_are_not_traced_into_the_application(instrumented: Any) -> None:
     """With the OpenAI instrumentation on, the auditor's calls must not appear as application spans."""
     before = len(instrumented.exporter.get_finished_spans())

@@ -81,12 +81,14 @@ def _results(messages: list[dict[str, Any]]) -> list[str]:
     return [str(m.get("content") or "") for m in messages if str(m.get("content") or "").startswith("Result of ")]
 
 
-def _agent_turn(schema: str, messages: list[dict[str, Any]], first_place: str = "1") -> dict[str, Any]:
-    """The table agent on nt-1: it filters on Position ``first_place`` ('1' matches nothing, and it answers 'none');
-    given rows, it sorts them by year, newest first, reads the venue and answers with it."""
+def _agent_turn(
+    schema: str, messages: list[dict[str, Any]], first_place: str = "1", column: str = "Position"
+) -> dict[str, Any]:
+    """The table agent on nt-1: it filters ``column`` on ``first_place`` ('1' matches nothing, and it answers
+    'none'); given rows, it sorts them by year, newest first, reads the venue and answers with it."""
     results = _results(messages)
     if not results:
-        action = {"tool": "filter_rows", "table": "t0", "column": "Position", "op": "=", "value": first_place}
+        action = {"tool": "filter_rows", "table": "t0", "column": column, "op": "=", "value": first_place}
         return {"thought": "first places", "action": action}
     tool, _, shown = results[-1].partition(":\n")
     table = shown.split(":")[0]
@@ -148,6 +150,18 @@ def _sampling_turn(body: dict[str, Any]) -> ScriptedTurn:
     return ScriptedTurn(text=json.dumps(_agent_turn(schema, body["messages"], first_place)))
 
 
+def _wrong_column_turn(body: dict[str, Any]) -> ScriptedTurn:
+    """As :func:`_turn`, but the agent filters the venues on '1st' (a value of Position), and the auditor, who
+    finds the step, writes no corrected call: only the table agent's own rule (``other_field``) knows the fix."""
+    schema = str(((body.get("response_format") or {}).get("json_schema") or {}).get("name", ""))
+    if schema in _AUDITOR:
+        reply = _AUDITOR[schema]
+        if schema == "DiagnosisWithCorrectedStep":
+            reply = {**reply, "corrected_call": None}
+        return ScriptedTurn(text=json.dumps(reply))
+    return ScriptedTurn(text=json.dumps(_agent_turn(schema, body["messages"], "1st", column="Venue")))
+
+
 @dataclass
 class _Online:
     """What one end-to-end run left: the agent's answer, the collector's last lines, the store's rows."""
@@ -155,6 +169,7 @@ class _Online:
     answer: str
     errors: str
     rows: list[tuple[Any, ...]]
+    """(agent, status, mode, step, verified_by_kind, corrected_answer, verified_by_source) of each attribution."""
     jobs: list[tuple[Any, ...]]
     replays: int
     verdicts: list[tuple[Any, ...]]
@@ -170,6 +185,7 @@ def _run_online(
     questions: tuple[str, ...] = ("nt-1",),
     agent_args: tuple[str, ...] = (),
     collect_args: tuple[str, ...] = (),
+    endpoint: str = "resample = true\n",
 ) -> _Online:
     """The demo agent on ``questions`` (nt-1) and ``collect --attribute`` in their own processes, the model at
     ``llm_env``; with ``other_service`` (an address) a second run of another service naming it. Waits for the
@@ -178,7 +194,7 @@ def _run_online(
     config = tmp_path / "replay.toml"
     config.write_text(
         f'[[endpoint]]\nservice = "table-agent"\nurl = "http://127.0.0.1:{replay_port}/replay"\n'
-        'headers_from_env = { "X-Replay-Token" = "TABLE_AGENT_TOKEN" }\nresample = true\n'
+        'headers_from_env = { "X-Replay-Token" = "TABLE_AGENT_TOKEN" }\n' + endpoint
     )
     store = tmp_path / "online.duckdb"
     env = (
@@ -237,8 +253,8 @@ def _run_online(
     assert collector.returncode == 0, errors
     with duckdb.connect(str(store), read_only=True) as db:
         rows = db.execute(
-            "SELECT t.agent, a.status, a.mode, a.step_index, a.verified_by_kind, a.corrected_answer "
-            "FROM attributions a JOIN traces t USING (trace_id) ORDER BY t.agent"
+            "SELECT t.agent, a.status, a.mode, a.step_index, a.verified_by_kind, a.corrected_answer, "
+            "a.verified_by_source FROM attributions a JOIN traces t USING (trace_id) ORDER BY t.agent"
         ).fetchall()
         verdicts = db.execute(
             "SELECT t.question, v.verifier, v.is_correct, v.basis, v.resamples, v.resamples_agreeing "
@@ -258,8 +274,8 @@ def test_a_remote_agents_wrong_answer_is_flagged_replayed_over_http_verified_sto
         online = _run_online(tmp_path, llm_env, second, other_service=forbidden.url, timeout_s=120)
     assert online.answer == "none"
     assert forbidden.bodies == []  # a URL named in trace content is never called
-    assert ("other", "unverified", "localization_only", 1, None, None) in online.rows
-    ((_, status, mode, step, kind, corrected),) = [r for r in online.rows if r[0] == "table_qa"]
+    assert ("other", "unverified", "localization_only", 1, None, None, None) in online.rows
+    ((_, status, mode, step, kind, corrected, _),) = [r for r in online.rows if r[0] == "table_qa"]
     assert (status, mode, step, kind) == ("verified", "replay", 1, "action")
     assert corrected == "Bangkok, Thailand"
     assert online.jobs == [("done", 2)]
@@ -324,7 +340,27 @@ def test_without_an_expected_answer_the_combined_verifier_flags_the_wrong_run_th
     by_question = {row[0][:20]: row[1:] for row in online.verdicts}
     assert by_question["in what city did pio"] == ("combined", False, "consistency_disagree", 3, 0)
     assert by_question["how many more passen"] == ("combined", True, "consistency_agree", 3, 3)
-    ((_, status, mode, step, kind, corrected),) = online.rows  # the right run is not attributed
+    ((_, status, mode, step, kind, corrected, _),) = online.rows  # the right run is not attributed
     assert (status, mode, step, kind, corrected) == ("verified", "replay", 1, "action", "Bangkok, Thailand")
     assert "consistency checked 2 of 2 (6 agent resamples)" in online.errors
     assert "consistency check: 100% of runs without an expected answer" in online.errors
+
+
+def test_the_remote_table_agent_serves_its_own_correction_rule(
+    tmp_path: Path, recorders: tuple[_Recorder, _Recorder]
+) -> None:
+    """The table rule lives with the table agent's adapter, in the agent's process: with ``corrections = true`` the
+    collector asks the endpoint for its corrections, and the rule, given the table the agent was given (the
+    collector never saw it), proposes Position = '1st' for the filter of the venues on '1st', which, replayed over
+    HTTP, verifies the step: the auditor wrote no corrected call, and no built-in rule knows the fix
+    (tests/test_replay_adapters.py checks the same run's corrections without the endpoint's)."""
+    second, _ = recorders
+    with ScriptedOpenAIServer(_wrong_column_turn) as model:
+        llm_env = {"REFLECT_LLM_BASE_URL": model.base_url, "REFLECT_LLM_API_KEY": "t", "REFLECT_LLM_MODEL": "scripted"}
+        online = _run_online(
+            tmp_path, llm_env, second, other_service=None, timeout_s=300, endpoint="corrections = true\n"
+        )
+    assert online.answer == "none"
+    ((_, status, mode, step, kind, corrected, source),) = online.rows
+    assert (status, mode, step, kind) == ("verified", "replay", 1, "action")
+    assert (source, corrected) == ("evidence:other_field", "Bangkok, Thailand")

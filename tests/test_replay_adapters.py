@@ -619,3 +619,55 @@ def test_proposals_and_resamples_of_a_chain_of_thought_over_http_protocol_v3() -
         assert [r.temperature for r in llm.requests] == [0.7, 0.7, 0.7]
     finally:
         server.close()
+
+
+def test_an_agents_own_correction_rules_run_at_its_http_endpoint(caplog: pytest.LogCaptureFixture) -> None:
+    """The agent's side serves the corrections of the rules its adapter carries (the table rule, given the table as
+    context); the collector's side asks only when the endpoint says ``corrections = true``, and an answer that is not
+    a rule's correction of one of the run's calls is logged naming the endpoint and skipped, nothing raised."""
+    from reflect_otel import corrections
+    from reflect_otel.demo import table_rules
+    from reflect_otel.record import Correction, InterventionKind
+    from reflect_otel.replay import agent_rules
+    from reflect_otel.replay_adapters.http import MAX_CORRECTIONS, HTTPReplayAdapter, replay_handler
+    from reflect_otel.testing import ScriptedReplayAdapter
+    from tests.test_corrections import AWARDS, award_trace
+
+    trace = award_trace("Award", "nominated")  # 'Nominated' is a value of Result, in the table the agent was given
+
+    def found_with(respond: Any, *, corrects: bool = True) -> list[Correction]:
+        server = _Server(respond)
+        try:
+            adapter = HTTPReplayAdapter(server.url, timeout_s=30, corrects=corrects)
+            return corrections.evidence_corrections(trace, context=AWARDS, agent_rules=agent_rules(adapter))
+        finally:
+            server.close()
+
+    agent = ScriptedReplayAdapter(lambda trace, point, injection: [], correction_rules=table_rules.RULES)
+    assert found_with(lambda body: replay_handler(agent, body), corrects=False) == []  # not asked: no rule
+    (found,) = found_with(lambda body: replay_handler(agent, body))
+    assert (found.source, found.step_index, found.kind) == ("evidence:other_field", 1, InterventionKind.ACTION)
+    assert found.replacement == StepAction(
+        tool_name="filter_rows", arguments={"table": "t0", "column": "Result", "op": "=", "value": "Nominated"}
+    )
+    call = found.model_dump(mode="json")
+    answers = {
+        "brings no correction rules": lambda body: replay_handler(ScriptedReplayAdapter(lambda *a: []), body),
+        "not an evidence rule's correction": lambda body: (
+            200,
+            json.dumps({"corrections": [{**call, "step_index": 2}]}).encode(),  # the final answer, not a call
+        ),
+        "source 'llm'": lambda body: (200, json.dumps({"corrections": [{**call, "source": "llm"}]}).encode()),
+        f"at most {MAX_CORRECTIONS}": lambda body: (
+            200,
+            json.dumps({"corrections": [call] * (MAX_CORRECTIONS + 1)}).encode(),
+        ),
+    }
+    for said, respond in answers.items():
+        caplog.clear()
+        assert found_with(respond) == []
+        assert "rules served at http://127.0.0.1:" in caplog.text and said in caplog.text, caplog.text
+    # what the endpoint says was tried or refused is not taken: the collector tries each correction itself
+    tried = {**call, "flipped": True, "replays": 3, "refused": "x", "original": None}
+    (clean,) = found_with(lambda body: (200, json.dumps({"corrections": [tried]}).encode()))
+    assert (clean.flipped, clean.replays, clean.refused, clean.original) == (False, 0, None, found.original)

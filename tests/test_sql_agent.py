@@ -427,5 +427,9 @@ def test_the_eval_command_measures_the_sql_agent(
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["failed_runs"] == 2 and metrics["methods"]["reflect"]["verified"]["mean"] == 1
     assert "| reflect | 2 |" in captured.out  # the table printed
+    config = json.loads((out / "run_config.json").read_text())
+    assert config["deterministic_agent"] is False  # what the replays were taken as, as the command decided it
     assert main([*argv[:4], "table", *argv[5:]]) == 2  # a run made with one agent is not resumed with another
     assert "agent" in capsys.readouterr().err
+    assert main([*argv, "--deterministic-agent"]) == 2  # nor one of sampled replays with one replay per arm
+    assert "deterministic_agent: False -> True" in capsys.readouterr().err

@@ -17,8 +17,10 @@ ones (like the OTel SDK's span processors, but over a whole trace):
 5. :mod:`.steps`: a trace of one model reply and nothing else is a chain of thought, one step per line; an agent's
    answer handed back by a call (its last step, carrying its output, or a tool its definitions mark as output) is a
    message, not a lookup; the final answer is marked by how the run ends (a last model turn without a tool call, a
-   last call carrying the run's answer or handing an agent's back; when only an agent span gave the answer, the
-   end of that agent), never by a tool's name. Then :mod:`.tools`, :mod:`.question` (question and answer),
+   last call carrying the run's answer or handing an agent's back, a last call whose result is the run's answer: a
+   run stopped at a tool, as the OpenAI Agents SDK's ``tool_use_behavior`` does, see
+   :attr:`~.question.RunEnd.stops_at_tools`; when only an agent span gave the answer, the end of that agent), never
+   by a tool's name. Then :mod:`.tools`, :mod:`.question` (question and answer),
    :mod:`.framework` and :mod:`.diagnostics` (the warnings, each naming its fix).
 
 Every text passes through a :class:`~.scrub.Scrubber` (cut to :class:`AssemblyLimits`, secrets replaced); each
@@ -75,10 +77,16 @@ def assemble_trace(
     ending = run_end(tree, rules)
     tools = agent_tools(actions.model_calls, rules)
     drafts = mark_handed_back(drafts, ending.agent_outputs, tools.output_tools)
-    marked = mark_final_answer(drafts, ending.outputs, until_ns=ending.answered_at_ns, output_tools=tools.output_tools)
+    marked = mark_final_answer(
+        drafts,
+        ending.outputs,
+        until_ns=ending.answered_at_ns,
+        output_tools=tools.output_tools,
+        stops_at_tools=ending.stops_at_tools,
+    )
     steps = tuple(draft.step(index) for index, draft in enumerate(marked, start=1))
     user_text = next((call.user_text for call in actions.model_calls if call.user_text), "")
-    texts = run_texts(tree, steps, user_text, rules)
+    texts = run_texts(tree, steps, user_text, rules, answer_is_result=ending.stops_at_tools)
     found = Findings(
         tree=tree,
         actions=actions,

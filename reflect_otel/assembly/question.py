@@ -2,7 +2,8 @@
 
 The question is the root's input when it states one, else the first AGENT span's, else the first user message a
 model saw, else the root's input as it is (a workflow's state object names no question; the raw value is kept in
-the metadata). The answer is the root's output, else the first AGENT span's, else the final-answer step's text.
+the metadata). The answer is the root's output, else the first AGENT span's, else the final-answer step's text (its
+result, for a run that stopped at a tool).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from reflect_otel import _values
-from reflect_otel.semconv import ReflectAttributes, SpanAttributes
+from reflect_otel.semconv import OPENAI_AGENTS_SCOPE, ReflectAttributes, SpanAttributes
 from reflect_otel.trace import EXPECTED_ANSWER_FIELD, Step
 
 from .scrub import Scrubber, TextRules
@@ -48,6 +49,13 @@ class RunEnd:
     agent_outputs: Mapping[str, str]
     """Each AGENT span's answer text by span id (cleaned like tool arguments, not counted): what an agent's last
     call must carry to hand its answer back (:func:`.steps.mark_handed_back`)."""
+    stops_at_tools: bool = False
+    """The run was recorded by the OpenAI Agents SDK's instrumentation and none of its agents ended in error: a last
+    call it answered, with no model turn after, then ended the run with its result as the answer. That SDK's loop
+    asks the model again after every tool result unless the agent's ``tool_use_behavior`` (``"stop_on_first_tool"``,
+    ``StopAtTools``, a function) stops it there, and a run it stops otherwise (``MaxTurnsExceeded``, a tool that
+    raised) marks the agent span with an error. Nothing in its spans names the behaviour, and no span records the
+    run's output, so this is the one signal there is (:func:`.steps.mark_final_answer`)."""
 
 
 def run_end(tree: SpanTree, rules: TextRules) -> RunEnd:
@@ -64,11 +72,22 @@ def run_end(tree: SpanTree, rules: TextRules) -> RunEnd:
             text = _values.answer_text(placed.span.attributes.get(SpanAttributes.OUTPUT_VALUE))
             agents[placed.span.span_id] = uncounted.clean(text) if text else ""
     agent_outputs = MappingProxyType({span_id: text for span_id, text in agents.items() if text})
-    return RunEnd(outputs, agent.end_ns if agent is not None and answer and not root else None, agent_outputs)
+    answered_at = agent.end_ns if agent is not None and answer and not root else None
+    return RunEnd(outputs, answered_at, agent_outputs, _stops_at_tools(tree))
 
 
-def run_texts(tree: SpanTree, steps: tuple[Step, ...], user_text: str, rules: TextRules) -> RunTexts:
-    """``user_text``: the first user message a model saw ("" when none)."""
+def _stops_at_tools(tree: SpanTree) -> bool:
+    spans = tree.spans.values()
+    return any(s.scope == OPENAI_AGENTS_SCOPE for s in spans) and not any(
+        p.kind == AGENT and (p.span.status == "error" or p.span.end_ns is None) for p in tree.order
+    )
+
+
+def run_texts(
+    tree: SpanTree, steps: tuple[Step, ...], user_text: str, rules: TextRules, *, answer_is_result: bool = False
+) -> RunTexts:
+    """``user_text``: the first user message a model saw ("" when none). With ``answer_is_result`` (a run that
+    stops at a tool, :attr:`RunEnd.stops_at_tools`), a final call's answer is what it returned."""
     scrubber = rules.scrubber()
     root = tree.root.attributes
     agent = tree.first_agent
@@ -82,7 +101,7 @@ def run_texts(tree: SpanTree, steps: tuple[Step, ...], user_text: str, rules: Te
     answer: str | None = _values.answer_text(root.get(SpanAttributes.OUTPUT_VALUE))
     if not answer and agent is not None:
         answer = _values.answer_text(agent.attributes.get(SpanAttributes.OUTPUT_VALUE))
-    answer = scrubber.clean(answer) if answer else _answer_of_steps(steps, scrubber)
+    answer = scrubber.clean(answer) if answer else _answer_of_steps(steps, scrubber, answer_is_result)
     raw = {
         "raw_input": _raw(root.get(SpanAttributes.INPUT_VALUE), question),
         "raw_output": _raw(root.get(SpanAttributes.OUTPUT_VALUE), answer),
@@ -94,11 +113,14 @@ def run_texts(tree: SpanTree, steps: tuple[Step, ...], user_text: str, rules: Te
     return RunTexts(question=question, answer=answer or None, metadata=metadata, secrets=scrubber.secrets)
 
 
-def _answer_of_steps(steps: tuple[Step, ...], scrubber: Scrubber) -> str | None:
-    """The final-answer step's answer: the answer argument of the call that ended the run, or the reply's text."""
+def _answer_of_steps(steps: tuple[Step, ...], scrubber: Scrubber, answer_is_result: bool) -> str | None:
+    """The final-answer step's answer: the answer argument of the call that ended the run (its result, when the run
+    stopped at it), or the reply's text."""
     final = next((s for s in reversed(steps) if s.is_final_answer), None)
     if final is None:
         return None
+    if final.tool_name and answer_is_result and final.tool_result is not None:
+        return final.tool_result  # cleaned with the step
     if final.tool_name:
         args = final.tool_args
         value = args.get("answer", args.get("input", args.get("args", args)))

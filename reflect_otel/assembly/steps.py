@@ -146,6 +146,7 @@ def mark_final_answer(
     *,
     until_ns: int | None = None,
     output_tools: Collection[str] = (),
+    stops_at_tools: bool = False,
 ) -> tuple[StepDraft, ...]:
     """The run's final step, by how the run ends, whatever its tools are called: its last step when that is a model
     turn that calls no tool, an agent's answer handed back (:func:`mark_handed_back`), or the call that ended the
@@ -153,9 +154,15 @@ def mark_final_answer(
     (the run's output, as the root and the first agent recorded it, cleaned like the arguments; an object or list
     written as JSON or a Python literal is compared as one), the call returned its own argument, as an answer tool
     does (Inspect's ``submit``), or its tool is one the agent's definitions mark as output (``output_tools``:
-    pydantic-ai's output tools). A last call that carries no answer is a step like any other: the run ended
-    without one. With ``until_ns`` (when the agent whose output is the answer returned), steps begun after it are
-    not the run's ending: they stay as they are, after it."""
+    pydantic-ai's output tools).
+
+    A run can also stop at a tool and answer with its result (the OpenAI Agents SDK's ``tool_use_behavior``): its
+    last call is final when what it returned is one of ``outputs``, or, when no output was recorded, with
+    ``stops_at_tools`` (:attr:`.question.RunEnd.stops_at_tools`) when it was answered without error and was the
+    only call of the model's last turn (of several, the one that stopped the run is not recorded). A last call that
+    carries no answer is a step like any other: the run ended without one. With ``until_ns`` (when the agent whose
+    output is the answer returned), steps begun after it are not the run's ending: they stay as they are, after
+    it."""
     ending = len(drafts)
     if until_ns is not None:
         while ending and (drafts[ending - 1].start_time_ns or 0) > until_ns:
@@ -164,10 +171,35 @@ def mark_final_answer(
         return drafts
     last = drafts[ending - 1]
     handed_back = last.kind is StepKind.MESSAGE and last.tool_name
-    if last.kind is StepKind.REASONING or handed_back or _answer_call(last, outputs, output_tools):
+    outputs = tuple(outputs)
+    stopped = _returned_the_answer(last, outputs) or (
+        stops_at_tools and not outputs and _stopping_call(drafts[:ending])
+    )
+    if last.kind is StepKind.REASONING or handed_back or stopped or _answer_call(last, outputs, output_tools):
         final = last._replace(kind=StepKind.FINAL_ANSWER, is_final_answer=True)
         return (*drafts[: ending - 1], final, *drafts[ending:])
     return drafts
+
+
+def _returned_the_answer(call: StepDraft, outputs: Iterable[str]) -> bool:
+    """The call's result is the run's output: the run stopped at it and answered with what it returned."""
+    if call.kind is not StepKind.TOOL_CALL or not call.answered or not call.tool_result:
+        return False
+    result = _normal_answer(call.tool_result)
+    if any(_normal_answer(output) == result for output in outputs):
+        return True
+    structured = _structured(call.tool_result)
+    return structured is not None and any(
+        _canonical(s) == _canonical(structured) for s in map(_structured, outputs) if s is not None
+    )
+
+
+def _stopping_call(drafts: tuple[StepDraft, ...]) -> bool:
+    """The last draft is a call answered without error, the only call of the model turn that made it."""
+    last = drafts[-1]
+    if last.kind is not StepKind.TOOL_CALL or not last.answered or last.status is StepStatus.ERROR:
+        return False
+    return len(drafts) < 2 or drafts[-2].span_id != last.span_id
 
 
 def _answer_call(call: StepDraft, outputs: Iterable[str], output_tools: Collection[str]) -> bool:

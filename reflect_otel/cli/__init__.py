@@ -78,8 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
             continue  # a plugin cannot replace a built-in command
         try:
             plugins.load(plugins.COMMANDS, name)(subparsers)
-        except ImportError as error:  # a plugin whose optional dependency is missing must not break the rest
-            subparsers.add_parser(name, help=f"(unavailable: {error})")
+        except Exception as error:  # a plugin that cannot load (a missing dependency, a bug) must not break the rest
+            message = plugins.unloadable(plugins.COMMANDS, name, error)
+            logging.getLogger("reflect_otel.plugins").warning("%s", message)
+            if name not in subparsers.choices:
+                subparsers.add_parser(name, help=f"(unavailable: {message})")
     return parser
 
 

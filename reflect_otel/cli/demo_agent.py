@@ -5,9 +5,10 @@ in its own process, instrumented with OpenInference, sending its spans over OTLP
 
 It answers each ``--question`` once, under a root AGENT span that carries the question's expected answer as
 ``reflect.expected_answer`` (how a canary or a test tells the collector what is right; ``--no-expected`` leaves it
-out, so the collector must judge the run as a user's, with its ``--verifier``), then serves replays and resamples until
-stopped (Ctrl-C, SIGTERM or ``--duration``). The model is ``REFLECT_LLM_*`` (else the local llama.cpp server).
-Prints ``replay endpoint URL`` once listening, then ``answered ID: ANSWER`` for each question, flushed.
+out, so the collector must judge the run as a user's, with its ``--verifier``), then serves replays, resamples and
+its table rule's corrections until stopped (Ctrl-C, SIGTERM or ``--duration``). The model is ``REFLECT_LLM_*``
+(else the local llama.cpp server). Prints ``replay endpoint URL`` once listening, then ``answered ID: ANSWER`` for
+each question, flushed.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from reflect_otel.config import LLMConfig
+from reflect_otel.corrections import Rule
 from reflect_otel.errors import ConfigError, ReplayError
 from reflect_otel.llm.factory import make_llm
-from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult, resampler
+from reflect_otel.record import Correction
+from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult, agent_rules, resampler
 from reflect_otel.semconv import OpenInferenceSpanKindValues, ReflectAttributes, SpanAttributes
-from reflect_otel.trace import StepAction, StructuredTrace
+from reflect_otel.trace import Step, StepAction, StructuredTrace
 
 __all__ = ["add_demo_agent_command"]
 
@@ -33,10 +36,18 @@ MAX_REQUEST_BYTES = 32 << 20
 
 class _ByThread:
     """One replay endpoint for several agents: the request's trace names its LangGraph thread, which names the
-    agent (each question ran on a thread of its own)."""
+    agent (each question ran on a thread of its own). It carries the agents' own correction rules (the table rule)
+    and serves them (``corrections = true`` in the collector's ``--replay-config``), given the table that agent was
+    given when the collector sends no context: the collector never saw it."""
 
-    def __init__(self, adapters: Mapping[str, ReplayAdapter]) -> None:
+    def __init__(self, adapters: Mapping[str, ReplayAdapter], contexts: Mapping[str, str]) -> None:
         self.adapters = adapters
+        self.contexts = contexts
+        self.correction_rules: tuple[Rule, ...] = (self._agent_rules,)
+
+    def _agent_rules(self, trace: StructuredTrace, step: Step, context: str) -> list[Correction]:
+        own = context or self.contexts.get(trace.replay.thread_id or "", "")
+        return [c for rule in agent_rules(self._for(trace)) for c in rule(trace, step, own)]
 
     def replay(
         self,
@@ -115,6 +126,7 @@ def _serve(args: argparse.Namespace) -> int:
     from opentelemetry.sdk.trace import SpanLimits, TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    from reflect_otel.demo import table_rules
     from reflect_otel.demo.table_agent import TableQAAgent
     from reflect_otel.demo.wtq import load_questions
     from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
@@ -139,10 +151,12 @@ def _serve(args: argparse.Namespace) -> int:
                 agent.graph,
                 tracer_provider=provider,
                 recursion_limit=agent.recursion_limit,
+                correction_rules=table_rules.RULES,  # the table agent's own rule, served to the collector
                 restore_state=agent.rewind,  # each replay reads the table names its run read
             )
             for thread, agent in agents.items()
-        }
+        },
+        {thread: agent.table_context for thread, agent in agents.items()},
     )
     server = _server(adapter, args.replay_port)
     threading.Thread(target=server.serve_forever, name="replay-endpoint", daemon=True).start()

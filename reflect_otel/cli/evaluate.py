@@ -228,6 +228,7 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
         max_replays=args.max_replays,
         max_runs=args.runs,
         max_steps=args.max_steps,
+        deterministic_agent=deterministic,
     )
     provider = instrumented_provider()
     if args.agent == "sql":

@@ -89,6 +89,10 @@ class LiveOptions:
     """Stop after this many agent runs, right or wrong (with ``limit``, at whichever comes first)."""
     max_steps: int = 6
     """The tool calls an agent run may make (recorded: a resume, and a resample of a stored run, use the same)."""
+    deterministic_agent: bool | None = None
+    """Whether the agent's replays were taken as repeating exactly (one replay per arm decides) or sampled
+    (``verify_samples`` per arm): the effective setting the app gave ``run_agent``'s adapters, recorded in the run's
+    configuration (a run is resumed with the same one). None: not said."""
 
 
 Progress = Callable[[str], None]
@@ -204,12 +208,24 @@ def run_live_eval(
             "exclude": list(options.exclude),
             "max_replays": options.max_replays,
             "max_steps": options.max_steps,
+            "deterministic_agent": options.deterministic_agent,
             "verification": "controlled",
             "model": llm.model_name,
             "reflect_config": options.config.model_dump(mode="json"),
         },
-        # methods may be added, and the run grown; runs made before controlled verification cannot be resumed by it
-        defining=("agent", "seed", "exclude", "max_replays", "max_steps", "verification", "model", "reflect_config"),
+        # methods may be added, and the run grown; runs made before controlled verification cannot be resumed by it;
+        # a run made before the agent's determinism was recorded is resumed with either (what it was is not known)
+        defining=(
+            "agent",
+            "seed",
+            "exclude",
+            "max_replays",
+            "max_steps",
+            "deterministic_agent",
+            "verification",
+            "model",
+            "reflect_config",
+        ),
         absent_means={"verification": "uncontrolled", "agent": "table", "max_steps": 6},
     )
     failed_runs = sum(1 for r in done.values() if not r["correct"])

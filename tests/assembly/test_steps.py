@@ -143,6 +143,27 @@ def test_a_tool_the_definitions_mark_as_output_ends_the_run_with_its_answer() ->
     assert not any(d.is_final_answer for d in early)  # an output call the run went on after (a retry) is no end
 
 
+def test_a_run_stopped_at_a_tool_ends_on_its_result() -> None:
+    """A run whose recorded output is what its last call returned stopped there; with no output recorded, only a
+    run known to stop at tools (``stops_at_tools``) does, and only at a call answered without error that was the
+    only call of the model's last turn."""
+    lookup = _call("add")._replace(tool_args={"a": 391, "b": 5}, tool_result="396", answered=True)
+    assert mark_final_answer((_call("multiply"), lookup), ("396",))[-1].is_final_answer
+    assert mark_final_answer((_call("multiply"), lookup), (" 396\n",))[-1].is_final_answer
+    rows = lookup._replace(tool_result='{"rows": [1, 2]}')
+    assert mark_final_answer((rows,), ('{"rows":[1,2]}',))[-1].is_final_answer  # the same object, spelled otherwise
+    assert not mark_final_answer((lookup,), ("397",))[-1].is_final_answer
+    assert not mark_final_answer((lookup,), ())[-1].is_final_answer  # nothing says the run stopped there
+    assert mark_final_answer((_reply("x"), lookup), (), stops_at_tools=True)[-1].is_final_answer
+    failed = lookup._replace(status=StepStatus.ERROR)
+    unanswered = lookup._replace(answered=False, tool_result=None)
+    for last in (failed, unanswered):
+        assert mark_final_answer((last,), (), stops_at_tools=True) == (last,)
+    sibling = lookup._replace(tool_name="multiply")  # two calls of one model turn: which one stopped the run?
+    assert mark_final_answer((sibling, lookup), (), stops_at_tools=True) == (sibling, lookup)
+    assert mark_final_answer((lookup,), ("another answer",), stops_at_tools=True) == (lookup,)
+
+
 def _in(agent: str, draft: StepDraft) -> StepDraft:
     return draft._replace(agent=agent, agent_span_id=f"span-{agent}")
 

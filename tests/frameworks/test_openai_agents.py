@@ -1,6 +1,7 @@
 """The OpenAI Agents SDK, its real OpenInference instrumentation, a chat-completions or Responses model on a
 scripted server on loopback: the run multiply(17, 23) -> add(391, 5) -> "The answer is 396." rebuilt exactly, alone
-and after a handoff (which is one step: the model's transfer call, answered by the handoff)."""
+and after a handoff (which is one step: the model's transfer call, answered by the handoff); a run its
+``tool_use_behavior`` stops at a tool answers with that tool's result, and a run stopped by an error does not."""
 
 from __future__ import annotations
 
@@ -58,7 +59,15 @@ def traced() -> Iterator[Traced]:
         yield traced
 
 
-def _run(traced: Traced, *, handoff: bool, responses: bool = False) -> StructuredTrace:
+def _run(
+    traced: Traced,
+    *,
+    handoff: bool,
+    responses: bool = False,
+    behavior: Any = "run_llm_again",
+    answer: object = ANSWER,
+    max_turns: int = 10,
+) -> StructuredTrace:
     from openai import AsyncOpenAI
 
     provider, traces = traced.provider, traced.traces
@@ -70,10 +79,16 @@ def _run(traced: Traced, *, handoff: bool, responses: bool = False) -> Structure
             if responses
             else agents.OpenAIChatCompletionsModel(model="scripted-model", openai_client=client)
         )
-        agent = agents.Agent(name="calculator", instructions="Compute.", tools=[multiply, add], model=model)
+        agent = agents.Agent(
+            name="calculator", instructions="Compute.", tools=[multiply, add], model=model, tool_use_behavior=behavior
+        )
         if handoff:
             agent = agents.Agent(name="triage", instructions="Route the question.", handoffs=[agent], model=model)
-        assert agents.Runner.run_sync(agent, QUESTION).final_output == ANSWER
+        if isinstance(answer, type):
+            with pytest.raises(answer):
+                agents.Runner.run_sync(agent, QUESTION, max_turns=max_turns)
+        else:
+            assert agents.Runner.run_sync(agent, QUESTION, max_turns=max_turns).final_output == answer
     assert provider.force_flush(10_000)
     (trace,) = [t for t in traces[before:] if t.steps]
     return trace
@@ -105,3 +120,39 @@ def test_a_handoff_is_one_step(traced: Traced, tmp_path: Path) -> None:
     assert _steps(trace) == [(StepKind.TOOL_CALL, "transfer_to_calculator", {}, "calculator", ""), *CALCULATION]
     assert not trace.warnings, trace.warnings
     same_trace_from_otlp_file(traced, trace, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("behavior", "answer", "steps"),
+    [
+        (
+            "stop_on_first_tool",
+            "391",
+            [(StepKind.FINAL_ANSWER, "multiply", {"a": 17, "b": 23}, "391", "I multiply first.")],
+        ),
+        (
+            agents.StopAtTools(stop_at_tool_names=["add"]),
+            "396",
+            [CALCULATION[0], (StepKind.FINAL_ANSWER, "add", {"a": 391, "b": 5}, "396", "Now add 5.")],
+        ),
+    ],
+    ids=["stop_on_first_tool", "StopAtTools"],
+)
+def test_a_run_stopped_at_a_tool_answers_with_its_result(
+    traced: Traced, tmp_path: Path, behavior: Any, answer: str, steps: list[tuple[Any, ...]]
+) -> None:
+    """The SDK records neither the behaviour nor the run's output: the run ending on a tool's result, with no model
+    turn after and no agent in error, is what marks that call as the answer step."""
+    trace = _run(traced, handoff=False, behavior=behavior, answer=answer)
+    assert _steps(trace) == steps
+    assert trace.final_answer == answer
+    assert not trace.warnings, trace.warnings
+    same_trace_from_otlp_file(traced, trace, tmp_path)
+
+
+def test_a_run_out_of_turns_has_no_answer_step(traced: Traced) -> None:
+    """Running out of turns also ends the run on a tool's result, but the SDK marks the agent span with the error:
+    the run gave no answer, and no step is made its answer."""
+    trace = _run(traced, handoff=False, answer=agents.MaxTurnsExceeded, max_turns=2)
+    assert _steps(trace) == CALCULATION[:2]
+    assert trace.final_answer is None
