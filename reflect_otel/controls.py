@@ -15,8 +15,9 @@ guidance (which the hard gate refuses when the regenerated step ignores it) woul
   and nothing is replayed.
 * ``control-wrong-step``: this run's own plan and corrected calls (the auditor's and the evidence rules'), executed
   and injected at another step: the nearest one at distance 2 from the localized one, else at distance 1 (after it
-  where the run has such a step before its answer, else before it); a run with no other step is not replayed. What
-  the localized step gains over it is what the localization does.
+  where the run has such a step before its answer, else before it); a run with no other step is not replayed. Its
+  guidance is not tried where REFLECT's is (the K steps ending at the localized one). What the localized step gains
+  over it is what the localization does.
 
 Both go through the same search, budget and control rule as REFLECT (:mod:`reflect_otel.search`).
 """
@@ -181,8 +182,10 @@ class _PlaceboDraw:
 
 
 def _wrong_step_points(trace: StructuredTrace, localized: int, count: int) -> list[int]:
+    """The wrong step, for guidance, unless REFLECT's own guidance is tried there (its window of K steps ending at
+    the localized one): the same plan at the same point would be REFLECT's trial, not a control's."""
     target = wrong_step(trace, localized)
-    return [target] if target is not None else []
+    return [target] if target is not None and target not in guidance_window(trace, localized, count) else []
 
 
 class PlaceboControl(ReflectPipeline):

@@ -300,3 +300,25 @@ def test_wrong_step_never_runs_a_correction_written_for_another_step_than_the_lo
     # step 2's correction, moved to step 4; step 4's own (and steps 1 and 3's) never tried
     assert [(c.source, c.step_index) for c in actions] == [("evidence:test", 4)]
     assert [(c.rollback_point, c.action and c.action.arguments["row"]) for c in agent.calls if c.action] == [(3, 7)]
+
+
+def test_wrong_step_guidance_is_never_where_reflects_own_guidance_is_tried() -> None:
+    """Two calls before the answer, localized at step 2: the only other step, 1, is in REFLECT's window (K=2), so the
+    control tries its corrected call there but injects no plan there."""
+    two = make_trace(
+        "q",
+        [
+            {"tool": "lookup", "args": {"table": "t0", "row": 1}, "result": "row 1"},
+            {"tool": "lookup", "args": {"table": "t0", "row": 2}, "result": "row 2"},
+            {"reasoning": "Nowhere.", "is_final_answer": True},
+        ],
+    )
+    agent = agent_fixed_by(99)
+    config = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.SOFT)
+    record = (
+        METHODS["control-wrong-step"]
+        .build(auditor(2, CALL), OracleVerifier(), config, None)
+        .attribute(two, expected="Bangkok", replay=agent)
+    )
+    assert [(c.kind.value, c.step_index) for c in record.corrections] == [("action", 1)]
+    assert all(not call.injection for call in agent.calls)
