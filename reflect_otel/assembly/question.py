@@ -77,10 +77,12 @@ def run_end(tree: SpanTree, rules: TextRules) -> RunEnd:
 
 
 def _stops_at_tools(tree: SpanTree) -> bool:
-    spans = tree.spans.values()
-    return any(s.scope == OPENAI_AGENTS_SCOPE for s in spans) and not any(
-        p.kind == AGENT and (p.span.status == "error" or p.span.end_ns is None) for p in tree.order
-    )
+    """An Agents SDK run whose agents all ended without error: at least one agent span must be there (a process
+    killed mid-run exports its tool spans but never its agent span, and must not read as a stop at a tool)."""
+    if not any(s.scope == OPENAI_AGENTS_SCOPE for s in tree.spans.values()):
+        return False
+    agents = [p.span for p in tree.order if p.kind == AGENT]
+    return bool(agents) and not any(a.status == "error" or a.end_ns is None for a in agents)
 
 
 def run_texts(

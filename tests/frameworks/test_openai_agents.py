@@ -156,3 +156,19 @@ def test_a_run_out_of_turns_has_no_answer_step(traced: Traced) -> None:
     trace = _run(traced, handoff=False, answer=agents.MaxTurnsExceeded, max_turns=2)
     assert _steps(trace) == CALCULATION[:2]
     assert trace.final_answer is None
+
+
+def test_a_run_whose_agent_span_never_arrived_is_not_a_stop_at_a_tool(traced: Traced) -> None:
+    """A process killed mid-run exports its tool and model spans but never its agent span: such a run's last tool
+    result is not an answer."""
+    from reflect_otel.assembly import assemble_trace
+    from reflect_otel.spans import span_record_from_readable
+
+    trace = _run(traced, handoff=False, behavior="stop_on_first_tool", answer="391")
+    spans = [s for s in traced.exporter.get_finished_spans() if format(s.context.trace_id, "032x") == trace.trace_id]
+    records = [r for r in map(span_record_from_readable, spans) if r is not None]
+    without_agent = [r for r in records if r.attributes.get("openinference.span.kind") != "AGENT"]
+    assert len(without_agent) < len(records)  # the run had an agent span, and it is gone
+    cut = assemble_trace(without_agent)
+    assert cut.final_answer is None and not any(s.is_final_answer for s in cut.steps)
+    assert assemble_trace(records).final_answer == "391"  # the whole run still stops at its tool
