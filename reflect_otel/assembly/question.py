@@ -55,7 +55,9 @@ class RunEnd:
     asks the model again after every tool result unless the agent's ``tool_use_behavior`` (``"stop_on_first_tool"``,
     ``StopAtTools``, a function) stops it there, and a run it stops otherwise (``MaxTurnsExceeded``, a tool that
     raised) marks the agent span with an error. Nothing in its spans names the behaviour, and no span records the
-    run's output, so this is the one signal there is (:func:`.steps.mark_final_answer`)."""
+    run's output, so this is the one signal there is (:func:`.steps.mark_final_answer`). Known limit: a streamed run
+    cancelled after a turn (``cancel(mode="after_turn")``) ends the same way, unmarked, and reads as a stop at its
+    last tool; a run with no agent span at all (a process killed mid-run) does not."""
 
 
 def run_end(tree: SpanTree, rules: TextRules) -> RunEnd:
