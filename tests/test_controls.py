@@ -27,7 +27,7 @@ def auditor(step: int, call: dict[str, Any] | None = None) -> ScriptedLLM:
     """Localizes ``step``; its diagnosis writes ``call`` as the corrected step when given."""
 
     def respond(request: ScriptedRequest) -> Any:
-        out = {
+        out: dict[str, Any] = {
             "localize": {"error_step": step, "confidence": 0.7, "reasoning": "r", "what_should_have_been_done": "w"},
             "classify": {"error_type": "tool_error", "confidence": 0.6, "explanation": "e",
                          "suggested_correction": "s"},
@@ -80,9 +80,14 @@ def attribute(
     agent: ScriptedReplayAdapter,
     trace: StructuredTrace | None = None,
     plans: PlanPool | None = None,
+    *,
+    call: dict[str, Any] | None = None,
+    **settings: Any,
 ) -> Any:
-    config = ReflectConfig(rounds=1, rollback_points=1, gate=GateMode.SOFT)
-    attributor = METHODS[method].build(auditor(step), OracleVerifier(), config, plans)
+    """One attribution by ``method`` with :func:`auditor` (its diagnosis writing ``call``), one round, K=1 unless
+    ``settings`` say otherwise, the soft gate."""
+    config = ReflectConfig(**{"rounds": 1, "rollback_points": 1, "gate": GateMode.SOFT, **settings})
+    attributor = METHODS[method].build(auditor(step, call), OracleVerifier(), config, plans)
     return attributor.attribute(trace or five_steps(), expected="Bangkok", replay=agent)
 
 
@@ -220,12 +225,7 @@ def agent_fixed_by(row: int) -> ScriptedReplayAdapter:
 
 def test_wrong_step_executes_the_auditors_corrected_call_at_the_wrong_step() -> None:
     agent = agent_fixed_by(7)
-    config = ReflectConfig(rounds=1, rollback_points=1, gate=GateMode.SOFT)
-    record = (
-        METHODS["control-wrong-step"]
-        .build(auditor(2, CALL), OracleVerifier(), config, None)
-        .attribute(five_steps(), expected="Bangkok", replay=agent)
-    )
+    record = attribute("control-wrong-step", 2, agent, call=CALL)
     acted = [c for c in agent.calls if c.action is not None]
     assert acted and {c.rollback_point for c in acted} == {3}  # step 4 replaced, not step 2
     assert acted[0].action is not None and acted[0].action.arguments == CALL["arguments"]
@@ -258,12 +258,7 @@ def test_placebo_executes_the_corrected_call_written_for_another_failure_not_its
     )
     pool.add(five_steps("Which year had the most titles?").model_copy(update={"trace_id": "f" * 32}), other)
     agent = agent_fixed_by(7)
-    config = ReflectConfig(rounds=1, rollback_points=1, gate=GateMode.SOFT)
-    record = (
-        METHODS["control-placebo"]
-        .build(auditor(2, CALL), OracleVerifier(), config, pool)
-        .attribute(five_steps(), expected="Bangkok", replay=agent)
-    )
+    record = attribute("control-placebo", 2, agent, plans=pool, call=CALL)
     acted = [c.action for c in agent.calls if c.action is not None]
     assert [a.arguments for a in acted if a is not None] == [{"table": "t0", "row": 3}]  # the other failure's call
     assert all(c.source == "control:placebo" for c in record.corrections)  # no evidence rule's call
@@ -290,12 +285,7 @@ def test_wrong_step_never_runs_a_correction_written_for_another_step_than_the_lo
         agent_fixed_by(99)._continue, tools={"lookup": lambda table, row: f"row {row}"}, deterministic=True,
         correction_rules=(rule,),
     )  # fmt: skip
-    config = ReflectConfig(rounds=1, rollback_points=1, gate=GateMode.SOFT, max_corrections=10)
-    record = (
-        METHODS["control-wrong-step"]
-        .build(auditor(2), OracleVerifier(), config, None)
-        .attribute(five_steps(), expected="Bangkok", replay=agent)
-    )
+    record = attribute("control-wrong-step", 2, agent, max_corrections=10)
     actions = [c for c in record.corrections if c.kind is InterventionKind.ACTION]
     # step 2's correction, moved to step 4; step 4's own (and steps 1 and 3's) never tried
     assert [(c.source, c.step_index) for c in actions] == [("evidence:test", 4)]
@@ -314,11 +304,6 @@ def test_wrong_step_guidance_is_never_where_reflects_own_guidance_is_tried() -> 
         ],
     )
     agent = agent_fixed_by(99)
-    config = ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.SOFT)
-    record = (
-        METHODS["control-wrong-step"]
-        .build(auditor(2, CALL), OracleVerifier(), config, None)
-        .attribute(two, expected="Bangkok", replay=agent)
-    )
+    record = attribute("control-wrong-step", 2, agent, two, call=CALL, rollback_points=2)
     assert [(c.kind.value, c.step_index) for c in record.corrections] == [("action", 1)]
     assert all(not call.injection for call in agent.calls)
