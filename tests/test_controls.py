@@ -27,7 +27,7 @@ def auditor(step: int, call: dict[str, Any] | None = None) -> ScriptedLLM:
     """Localizes ``step``; its diagnosis writes ``call`` as the corrected step when given."""
 
     def respond(request: ScriptedRequest) -> Any:
-        out: dict[str, Any] = {
+        replies: dict[str, dict[str, Any]] = {
             "localize": {"error_step": step, "confidence": 0.7, "reasoning": "r", "what_should_have_been_done": "w"},
             "classify": {"error_type": "tool_error", "confidence": 0.6, "explanation": "e",
                          "suggested_correction": "s"},
@@ -36,7 +36,8 @@ def auditor(step: int, call: dict[str, Any] | None = None) -> ScriptedLLM:
                          "confidence": 0.8},
             "gate": {"is_faithful": True, "violation_reason": None, "violation_type": None},
             "explain": {"reasoning": "r", "error_type": "tool_error", "explanation": "e"},
-        }[request.stage]  # fmt: skip
+        }  # fmt: skip
+        out = replies[request.stage]
         return {**out, "corrected_call": call} if call is not None and request.stage == "diagnose" else out
 
     return ScriptedLLM(respond=respond)
