@@ -64,8 +64,13 @@ def plan_of(record: AttributionRecord) -> RepairPlan | None:
         return None
     if record.intervention is not None and record.intervention.plan.correction_instruction:
         return record.intervention.plan
-    instruction = next(
-        (c.finding for c in record.corrections if c.kind is InterventionKind.GUIDANCE and c.finding.strip()), ""
+    instruction = next(  # a refused one (a part of the plan withheld, or guidance refused) was never given
+        (
+            c.finding
+            for c in record.corrections
+            if c.kind is InterventionKind.GUIDANCE and c.refused is None and c.finding.strip()
+        ),
+        "",
     )
     corrected = next(
         (

@@ -10,7 +10,9 @@ classifies it, and writes a repair plan for it. Then it tests, cheapest first, e
   more sampled diagnoses add theirs), each executed in place of the step it names;
 - *guidance* (the paper's): at each rollback point p in {i, i-1, ...} (K points, the run's answer step skipped),
   the agent's own decisions at step p with the plan injected, sampled, screened by the faithfulness gate, each
-  executed as an action.
+  executed as an action. The plan is injected without its parts that carry the expected answer
+  (:func:`reflect_otel.leaks.guard_plan`; each withheld part is a refused correction in the record); with its
+  instruction withheld there is no guidance to give.
 
 The first verified test makes its step the attribution (status ``verified``), and the intervention's continuation
 explains the error. Otherwise the next round re-localizes. After D rounds, or when the budget is spent, the last
@@ -22,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from reflect_otel import corrections, prompts, stages
+from reflect_otel import corrections, leaks, prompts, stages
 from reflect_otel._run import MethodBase
 from reflect_otel.config import ReflectConfig
 from reflect_otel.errors import LLMError
@@ -68,6 +70,8 @@ def guidance_window(trace: StructuredTrace, localized: int, count: int) -> list[
     the run from anywhere): a call it makes instead is tested."""
     return rollback_points(min(localized, len(trace.steps)), count)
 
+
+_WITHHELD = "the plan's instruction carries the expected answer: no guidance to give (see the refused corrections)"
 
 PlanSwap = Callable[[SearchContext, RepairPlan], RepairPlan]
 """A control's replacement for the round's plan (the placebo's plan written for another failure)."""
@@ -153,7 +157,6 @@ class ReflectPolicy:
                         tools=available_tools(ctx.trace) if self.actions else (),
                         candidates=found[: config.max_corrections],
                         corrected_step=self.actions,
-                        expected=ctx.expected,
                         temperature=None if sample == 0 else config.proposal_temperature,
                     )
                 )
@@ -205,27 +208,42 @@ class ReflectPolicy:
             if c.refused is None and c.step_index not in tested
         ]
         points = [p for p in self.points(trace, located, config.rollback_points) if p not in tested]
+        source = self.llm_source if self.use_diagnostician else "localizer"
+        given, withheld = leaks.guard_plan(plan, ctx.expected) if points else (plan, ())
+        refused += tuple(
+            Correction(
+                source=source,
+                kind=InterventionKind.GUIDANCE,
+                step_index=located,
+                finding=f"the plan's {part.part}, withheld from the guidance: {part.text[:500]}",
+                refused=part.reason,
+            )
+            for part in withheld
+        )
+        if any(part.part == leaks.INSTRUCTION for part in withheld):
+            points = []  # no guidance left to give; the refusal says why
         for point in points:
             guidance = Correction(
-                source=self.llm_source if self.use_diagnostician else "localizer",
+                source=source,
                 kind=InterventionKind.GUIDANCE,
                 step_index=point,
                 original=StepAction.of_step(steps[point - 1]),
-                finding=plan.correction_instruction,
+                finding=given.correction_instruction,
             )
             failed = steps[located - 1] if 1 <= located <= len(steps) else None
-            injection = prompts.repair_injection(plan, located, failed, config.max_field_chars)
+            injection = prompts.repair_injection(given, located, failed, config.max_field_chars)
             trials.append(
                 Trial(
                     guidance,
                     injection=injection,
-                    plan=plan,
+                    plan=given,
                     round=round_,
                     localized_step=located,
-                    authored=prompts.plan_texts(plan),
+                    authored=prompts.plan_texts(given),
                 )
             )
-        return Diagnosis(localization, classification, plan, tuple(trials), refused, "" if points else self.no_points)
+        note = "" if points else (_WITHHELD if withheld else self.no_points)
+        return Diagnosis(localization, classification, plan, tuple(trials), refused, note)
 
     def gate(self, ctx: SearchContext) -> GateFn | None:
         return faithfulness_gate(ctx)

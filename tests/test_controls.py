@@ -23,7 +23,7 @@ def five_steps(question: str = "Where was the last 1st place?") -> StructuredTra
     return make_trace(question, [*calls, {"reasoning": "Nowhere.", "is_final_answer": True}], final_answer="Nowhere.")
 
 
-def auditor(step: int, call: dict[str, Any] | None = None) -> ScriptedLLM:
+def auditor(step: int, call: dict[str, Any] | None = None, root_cause: str = "the filter value") -> ScriptedLLM:
     """Localizes ``step``; its diagnosis writes ``call`` as the corrected step when given."""
 
     def respond(request: ScriptedRequest) -> Any:
@@ -31,7 +31,7 @@ def auditor(step: int, call: dict[str, Any] | None = None) -> ScriptedLLM:
             "localize": {"error_step": step, "confidence": 0.7, "reasoning": "r", "what_should_have_been_done": "w"},
             "classify": {"error_type": "tool_error", "confidence": 0.6, "explanation": "e",
                          "suggested_correction": "s"},
-            "diagnose": {"root_cause": "the filter value", "correction_instruction": OWN_INSTRUCTION,
+            "diagnose": {"root_cause": root_cause, "correction_instruction": OWN_INSTRUCTION,
                          "forbidden_actions": [], "expected_next_tool": None, "expected_next_arguments": None,
                          "confidence": 0.8},
             "gate": {"is_faithful": True, "violation_reason": None, "violation_type": None},
@@ -171,6 +171,25 @@ def test_the_plan_of_a_record_is_its_auditors_and_a_placebos_record_gives_none()
     baseline = AttributionRecord(trace_id="d" * 32, method="aao", status=AttributionStatus.UNVERIFIED,
                                  mode=AttributionMode.LOCALIZATION_ONLY)  # fmt: skip
     assert plan_of(baseline) is None
+
+
+def test_a_part_of_a_plan_withheld_from_the_guidance_is_never_a_placebos_instruction() -> None:
+    """REFLECT's root cause names its answer, so that part is withheld and recorded as a refused correction; the
+    plan a placebo later draws from the record is the instruction its guidance carried, not the refusal."""
+    config = ReflectConfig(rounds=1, rollback_points=1, gate=GateMode.SOFT)
+    llm = auditor(2, root_cause="the last 1st place was in Bangkok")
+    record = (
+        METHODS["reflect"]
+        .build(llm, OracleVerifier(), config)
+        .attribute(five_steps(), expected="Bangkok", replay=agent_that_follows("nothing it is told"))
+    )
+    assert record.corrections[0].refused is not None and "the plan's root cause" in record.corrections[0].finding
+    plan = plan_of(record)
+    assert plan is not None and plan.correction_instruction == OWN_INSTRUCTION
+    pool = PlanPool()
+    pool.add(five_steps(), record)
+    drawn = pool.other_than(five_steps("Which year had the most titles?").model_copy(update={"trace_id": "e" * 32}))
+    assert drawn is not None and drawn.correction_instruction == OWN_INSTRUCTION
 
 
 def test_services_sharing_a_pool_give_the_placebo_the_plan_reflect_wrote_for_an_earlier_failure() -> None:

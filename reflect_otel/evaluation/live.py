@@ -371,7 +371,7 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
             # runs where a correction was replayed at all (a run with control replays only tested nothing)
             "tested_runs": sum(1 for m in scored if _intervention_replays(m)),
             "intervention_replays": mean_se([float(_intervention_replays(m)) for m in scored]),
-            # runs where a stage's call failed or was refused (e.g. a diagnosis the leak guard refused) and the
+            # runs where a stage's call failed (e.g. a diagnosis the model could not write to the schema) and the
             # method went on without it: scored, but with less than it asked for
             "stage_errors": sum(1 for m in scored if m.get("errors")),
             "flipped": mean_se([1.0 if m.get("flipped", m.get("corrected")) else 0.0 for m in scored]),
