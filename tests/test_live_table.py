@@ -140,8 +140,8 @@ def test_a_skipped_placebo_is_not_scored_but_its_cost_is_reported_and_the_denomi
     assert placebo["unscored"][0]["reason"].startswith("no plan written for another failure yet")
     assert "The denominators differ: scored runs reflect 3, reflect-guidance 3, ics 3, control-placebo 2" in table
     assert (
-        "- control-placebo nt-1273: skipped (no plan written for another failure yet): 6 auditor calls, "
-        "7 model requests and 0 agent proposals, 0 replays, 10667 tokens, 140 s" in table
+        "- control-placebo nt-1273: skipped (no plan written for another failure yet): 6 auditor calls "
+        "(7 model requests), 0 agent decisions sampled, 0 replays, 10667 tokens, 140 s" in table
     )
     assert "- control-placebo: verified 1 of the 3 runs given, a run not scored counted as not verified" in table
 

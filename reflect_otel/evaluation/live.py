@@ -618,9 +618,9 @@ def _unscored_lines(methods: dict[str, Any]) -> list[str]:
         for run in m.get("unscored") or []:
             how = "skipped" if run["status"] == AttributionStatus.SKIPPED.value else "a stage failed"
             lines.append(
-                f"- {name} {run['question_id']}: {how} ({_short(run['reason'])}): {run['llm_calls']} auditor calls, "
-                f"{run['model_requests']} model requests and {run['proposals']} agent proposals, {run['replays']} "
-                f"replays, {run['tokens']} tokens, {run['seconds']:.0f} s"
+                f"- {name} {run['question_id']}: {how} ({_short(run['reason'])}): {run['llm_calls']} auditor calls "
+                f"({run['model_requests']} model requests), {run['proposals']} agent decisions sampled, "
+                f"{run['replays']} replays, {run['tokens']} tokens, {run['seconds']:.0f} s"
             )
         if m.get("unscored"):
             verified = len(m.get("verified_steps") or [])
