@@ -414,3 +414,45 @@ def test_only_the_table_agents_wiring_gives_its_adapter_the_table_rule(instrumen
     assert agent_rules(rebuilt.replay) == table_rules.RULES
     _, demo_adapter, _, name = _agent("table", nt1, llm, instrumented.provider, 6, deterministic=True)
     assert name == "table_qa" and agent_rules(demo_adapter) == table_rules.RULES
+
+
+def test_every_model_request_of_an_attribution_is_counted_once_and_the_agents_apart(
+    instrumented: Instrumented, tmp_path: Path
+) -> None:
+    """Here the agent runs on the auditor's model: each request made for an attribution is counted in its record
+    once, the agent's (its replays and its proposals) under ``agent_replay``, apart from the auditor's (the row's
+    ``llm_calls``); the agent's own runs are in no record."""
+    from reflect_otel.cli.evaluate import table_agent_runs
+    from reflect_otel.demo.wtq import WTQQuestion
+    from reflect_otel.evaluation.live import AgentRun, LiveOptions, run_live_eval
+    from reflect_otel.record import AGENT_REPLAY_STAGE, AttributionRecord
+
+    llm = _model()
+    runs = table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True)
+    in_runs = 0
+
+    def run(question: WTQQuestion) -> AgentRun:
+        nonlocal in_runs
+        before = len(llm.requests)
+        try:
+            return runs(question)
+        finally:
+            in_runs += len(llm.requests) - before
+
+    out = tmp_path / "out"
+    options = LiveOptions(("reflect", "ics"), _wtq_folder(tmp_path), out, config=ReflectConfig(rounds=1))
+    run_live_eval(options, llm, run)
+
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    methods = [r for r in rows if r["question_id"] == "nt-1"][-1]["methods"]
+    records = {name: AttributionRecord.model_validate(m["record"]) for name, m in methods.items()}
+    assert sorted(records) == ["ics", "reflect"] and in_runs > 0
+    agent = sum(1 for r in llm.requests if r.stage == "agent") - in_runs
+    auditor = sum(1 for r in llm.requests if r.stage != "agent")
+    assert sum(r.agent_calls for r in records.values()) == agent
+    assert sum(r.auditor_calls for r in records.values()) == auditor
+    assert sum(r.total_calls for r in records.values()) == len(llm.requests) - in_runs
+    for name, record in records.items():
+        assert record.agent_calls >= len(record.replays) > 0  # a replay asks the agent's model at least once
+        assert record.agent_calls == sum(c.attempts for c in record.llm_calls if c.stage == AGENT_REPLAY_STAGE)
+        assert methods[name]["llm_calls"] == record.auditor_calls == record.total_calls - record.agent_calls
