@@ -398,6 +398,33 @@ def test_the_langgraph_agent_resamples_its_run_with_every_decision_sampled(
     assert asked and set(asked) == {0.5}  # every decision of the resampled runs, none greedy
 
 
+def test_the_table_agents_runs_and_resamples_say_what_their_model_calls_cost(
+    instrumented: Instrumented, tmp_path: Path
+) -> None:
+    """Its LLM spans carry the tokens of the calls each decision made (the OpenInference LangChain instrumentation
+    reads them from the message's usage), so a run's trace says what it cost, and a consistency check counts each
+    resample's own tokens (the hourly budget spends them); without them every resample of this agent cost 0."""
+    from reflect_otel.cli.evaluate import table_agent_runs
+    from reflect_otel.consistency import check_consistency
+    from reflect_otel.demo.wtq import load_questions
+
+    def prompt_tokens(requests: list[ScriptedRequest]) -> int:  # ScriptedLLM's usage: a token per four characters
+        return sum(sum(len(m.content) for m in r.messages) // 4 for r in requests if r.stage == "agent")
+
+    llm = _model(sampled_descending=True)
+    question = next(q for q in load_questions(data=_wtq_folder(tmp_path) / "wtq") if q.id == "nt-1")
+    run = table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True)(question)
+    steps = run.trace.steps
+    assert sum(s.prompt_tokens or 0 for s in steps) == prompt_tokens(llm.requests) > 0
+    assert all(s.completion_tokens for s in steps if s.prompt_tokens)
+    before = len(llm.requests)
+    check = check_consistency(run.trace, run.replay, samples=2, temperature=0.5)  # type: ignore[arg-type]
+    assert check.finished == 2 and all(r.agent_tokens for r in check.runs)
+    resampled = [r for r in llm.requests[before:] if r.stage == "agent"]
+    completion = sum(r.agent_tokens for r in check.runs) - prompt_tokens(resampled)
+    assert 0 < completion < prompt_tokens(resampled)  # each resample's prompt tokens counted once, its replies too
+
+
 def test_only_the_table_agents_wiring_gives_its_adapter_the_table_rule(instrumented: Instrumented) -> None:
     """The table rule runs for the table agent's runs because its wiring (the demo's and wtq-live's, for a run and
     for a stored one) gives it to the agent's adapter; nothing installs it for anyone else's traces."""
