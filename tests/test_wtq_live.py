@@ -295,6 +295,28 @@ def test_runs_recorded_without_a_method_count_each_run_right_or_wrong_and_grow_o
     config = json.loads((out / "run_config.json").read_text())
     assert (config["methods"], config["limit_runs"], config["max_steps"]) == ([], 5, 6)
     assert len(config["sessions"]) == 2 and config["code"]["commit"]
+    # the table says the code that made its rows (a measurement's commit is frozen before its seed is drawn)
+    assert f"\nCode: commit {config['code']['commit']} (all 2 sessions)" in (out / "metrics.md").read_text()
+
+
+def test_the_results_table_of_a_run_names_each_commit_its_sessions_ran(tmp_path: Path) -> None:
+    """A run resumed on other code, or on uncommitted changes, says so under its table: the rows are not one
+    commit's."""
+    from benchmarks.results_tables import wtq_table
+
+    config = {"methods": ["reflect"], "model": "m", "code": {"commit": "aaa", "uncommitted_code_changes": False}}
+    sessions = [
+        {"code": {"commit": "aaa", "uncommitted_code_changes": False}},
+        {"code": {"commit": "bbb", "uncommitted_code_changes": True}},
+        {"code": {"commit": "aaa", "uncommitted_code_changes": False}},
+    ]
+    (tmp_path / "run_config.json").write_text(json.dumps(config | {"sessions": sessions}))
+    (tmp_path / "results.jsonl").write_text(json.dumps({"question_id": "nt-1", "correct": True, "methods": {}}) + "\n")
+    assert "Code: commit aaa (session 1, 3); commit bbb (session 2); uncommitted code changes in session 2." in (
+        wtq_table(tmp_path)
+    )
+    (tmp_path / "run_config.json").write_text(json.dumps(config | {"sessions": sessions[:1]}))
+    assert "Code: commit aaa.\n" in wtq_table(tmp_path)
 
 
 def test_reflect_proxy_on_stored_failures_is_judged_by_the_oracle_it_never_saw(
