@@ -295,6 +295,28 @@ def test_runs_recorded_without_a_method_count_each_run_right_or_wrong_and_grow_o
     config = json.loads((out / "run_config.json").read_text())
     assert (config["methods"], config["limit_runs"], config["max_steps"]) == ([], 5, 6)
     assert len(config["sessions"]) == 2 and config["code"]["commit"]
+    # the table says the code that made its rows (a measurement's commit is frozen before its seed is drawn)
+    assert f"\nCode: commit {config['code']['commit']} (all 2 sessions)" in (out / "metrics.md").read_text()
+
+
+def test_the_results_table_of_a_run_names_each_commit_its_sessions_ran(tmp_path: Path) -> None:
+    """A run resumed on other code, or on uncommitted changes, says so under its table: the rows are not one
+    commit's."""
+    from benchmarks.results_tables import wtq_table
+
+    config = {"methods": ["reflect"], "model": "m", "code": {"commit": "aaa", "uncommitted_code_changes": False}}
+    sessions = [
+        {"code": {"commit": "aaa", "uncommitted_code_changes": False}},
+        {"code": {"commit": "bbb", "uncommitted_code_changes": True}},
+        {"code": {"commit": "aaa", "uncommitted_code_changes": False}},
+    ]
+    (tmp_path / "run_config.json").write_text(json.dumps(config | {"sessions": sessions}))
+    (tmp_path / "results.jsonl").write_text(json.dumps({"question_id": "nt-1", "correct": True, "methods": {}}) + "\n")
+    assert "Code: commit aaa (session 1, 3); commit bbb (session 2); uncommitted code changes in session 2." in (
+        wtq_table(tmp_path)
+    )
+    (tmp_path / "run_config.json").write_text(json.dumps(config | {"sessions": sessions[:1]}))
+    assert "Code: commit aaa.\n" in wtq_table(tmp_path)
 
 
 def test_reflect_proxy_on_stored_failures_is_judged_by_the_oracle_it_never_saw(
@@ -396,6 +418,33 @@ def test_the_langgraph_agent_resamples_its_run_with_every_decision_sampled(
     assert [r.final_answer for r in runs] == ["Bangkok, Thailand"] * 2  # sampled, it sorts descending
     asked = [r.temperature for r in llm.requests[before:] if r.stage == "agent"]
     assert asked and set(asked) == {0.5}  # every decision of the resampled runs, none greedy
+
+
+def test_the_table_agents_runs_and_resamples_say_what_their_model_calls_cost(
+    instrumented: Instrumented, tmp_path: Path
+) -> None:
+    """Its LLM spans carry the tokens of the calls each decision made (the OpenInference LangChain instrumentation
+    reads them from the message's usage), so a run's trace says what it cost, and a consistency check counts each
+    resample's own tokens (the hourly budget spends them); without them every resample of this agent cost 0."""
+    from reflect_otel.cli.evaluate import table_agent_runs
+    from reflect_otel.consistency import check_consistency
+    from reflect_otel.demo.wtq import load_questions
+
+    def prompt_tokens(requests: list[ScriptedRequest]) -> int:  # ScriptedLLM's usage: a token per four characters
+        return sum(sum(len(m.content) for m in r.messages) // 4 for r in requests if r.stage == "agent")
+
+    llm = _model(sampled_descending=True)
+    question = next(q for q in load_questions(data=_wtq_folder(tmp_path) / "wtq") if q.id == "nt-1")
+    run = table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True)(question)
+    steps = run.trace.steps
+    assert sum(s.prompt_tokens or 0 for s in steps) == prompt_tokens(llm.requests) > 0
+    assert all(s.completion_tokens for s in steps if s.prompt_tokens)
+    before = len(llm.requests)
+    check = check_consistency(run.trace, run.replay, samples=2, temperature=0.5)  # type: ignore[arg-type]
+    assert check.finished == 2 and all(r.agent_tokens for r in check.runs)
+    resampled = [r for r in llm.requests[before:] if r.stage == "agent"]
+    completion = sum(r.agent_tokens for r in check.runs) - prompt_tokens(resampled)
+    assert 0 < completion < prompt_tokens(resampled)  # each resample's prompt tokens counted once, its replies too
 
 
 def test_only_the_table_agents_wiring_gives_its_adapter_the_table_rule(instrumented: Instrumented) -> None:

@@ -30,7 +30,7 @@ from reflect_otel.demo.wtq import WTQQuestion, load_questions
 from reflect_otel.errors import InputError
 from reflect_otel.evaluation import _live_records as reading
 from reflect_otel.evaluation.metrics import mean_se
-from reflect_otel.evaluation.run_config import write_run_config
+from reflect_otel.evaluation.run_config import RUN_CONFIG, code_line, read_json_object, write_run_config
 from reflect_otel.evaluation.runner import read_done
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.methods import METHODS, method_spec
@@ -281,7 +281,8 @@ def run_live_eval(
                     _append(out, row)
     metrics = live_metrics(list(done.values()), options.methods)
     (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    (options.out / "metrics.md").write_text(live_metrics_markdown(metrics, llm.model_name))
+    code = code_line(read_json_object(options.out / RUN_CONFIG))
+    (options.out / "metrics.md").write_text(live_metrics_markdown(metrics, llm.model_name, code=code))
     return metrics
 
 
@@ -546,7 +547,8 @@ def _ratio(stat: dict[str, Any] | None, hit: str) -> str:
     return "-" if not stat else f"{stat[hit]} of {stat['controls']}"
 
 
-def live_metrics_markdown(metrics: dict[str, Any], model: str) -> str:
+def live_metrics_markdown(metrics: dict[str, Any], model: str, *, code: str | None = None) -> str:
+    """The table; ``code`` (:func:`~reflect_otel.evaluation.run_config.code_line`) says which code made its rows."""
     lines = [
         f"wtq-live, model {model}: {metrics['questions']} questions, {metrics['agent_correct']} answered right, "
         f"{metrics['failed_runs']} failed runs given to each method. {HEADER}",
@@ -556,6 +558,8 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str) -> str:
         "proposals sampled | stage errors | model requests: auditor, agent (proposals) | tokens | cached | seconds |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    if code:
+        lines[1:1] = ["", f"{code}."]
     for name, m in metrics["methods"].items():
         share = m.get("cached_share")
         intervention = m.get("intervention_replays")
