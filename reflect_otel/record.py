@@ -508,7 +508,7 @@ def _with_requests(cost: Sequence[Any], calls: Sequence[Any]) -> list[Any]:
         if isinstance(stage, str):
             attempts[stage] += tries if isinstance(tries, int) and tries >= 1 else 1
     return [
-        {**c, "requests": attempts.get(c.get("stage"), c.get("calls", 0)) if calls else c.get("calls", 0)}
+        {**c, "requests": attempts.get(str(c.get("stage")), c.get("calls", 0)) if calls else c.get("calls", 0)}
         if isinstance(c, dict) and "requests" not in c
         else c
         for c in cost

@@ -283,7 +283,9 @@ def test_the_stored_live_results_still_load_and_count_their_repair_retries() -> 
 def test_an_agent_models_calls_are_recorded_only_inside_an_attribution_each_request_once() -> None:
     from reflect_otel.llm.recording import AgentCallRecorder, recording_agent_calls
 
-    scripted = ScriptedLLM(by_stage={"agent": ["{", {"steps": ["7."], "answer": "7"}, {"steps": ["8."], "answer": "8"}]})
+    scripted = ScriptedLLM(
+        by_stage={"agent": ["{", {"steps": ["7."], "answer": "7"}, {"steps": ["8."], "answer": "8"}]}
+    )
     agent = AgentCallRecorder(AgentCallRecorder(scripted))  # wrapped twice: still counted once
     ask = [ChatMessage(role="user", content="go on")]
     agent.complete(ask, ReasoningContinuation, stage="agent")  # the agent's own run: not an attribution's cost
