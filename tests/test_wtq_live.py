@@ -86,7 +86,8 @@ def test_wtq_live_attributes_the_same_failed_run_with_each_method_and_resumes(
     instrumented: Instrumented, tmp_path: Path
 ) -> None:
     from reflect_otel.cli.evaluate import table_agent_runs
-    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+    from reflect_otel.demo.wtq import WTQQuestion
+    from reflect_otel.evaluation.live import AgentRun, LiveOptions, run_live_eval
 
     llm = _model()
     out = tmp_path / "out"
@@ -96,13 +97,19 @@ def test_wtq_live_attributes_the_same_failed_run_with_each_method_and_resumes(
         out,
         config=ReflectConfig(rounds=1, rollback_points=2),
     )
+    runs = table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True)
+    in_runs = 0  # the model requests of the agent's own runs
+
+    def run(question: WTQQuestion) -> AgentRun:
+        nonlocal in_runs
+        before = len(llm.requests)
+        try:
+            return runs(question)
+        finally:
+            in_runs += len(llm.requests) - before
+
     said: list[str] = []
-    metrics = run_live_eval(
-        options,
-        llm,
-        table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True),
-        progress=said.append,
-    )
+    metrics = run_live_eval(options, llm, run, progress=said.append)
 
     assert (metrics["questions"], metrics["agent_correct"], metrics["failed_runs"]) == (2, 1, 1)
     reflect, ics = metrics["methods"]["reflect"], metrics["methods"]["ics"]
@@ -132,6 +139,7 @@ def test_wtq_live_attributes_the_same_failed_run_with_each_method_and_resumes(
         and "| ics | 1 | 1 | 0 | 0 | 0.0% ± 0.0 |" in table
     )
     assert any("reflect: verified at step 2, flipped" in line for line in said)
+    _every_request_counted_once(llm, in_runs, failed["methods"])
 
     calls = len(llm.requests)
     again = run_live_eval(options, llm, table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True))
@@ -465,35 +473,12 @@ def test_only_the_table_agents_wiring_gives_its_adapter_the_table_rule(instrumen
     assert name == "table_qa" and agent_rules(demo_adapter) == table_rules.RULES
 
 
-def test_every_model_request_of_an_attribution_is_counted_once_and_the_agents_apart(
-    instrumented: Instrumented, tmp_path: Path
-) -> None:
+def _every_request_counted_once(llm: ScriptedLLM, in_runs: int, methods: dict[str, Any]) -> None:
     """Here the agent runs on the auditor's model: each request made for an attribution is counted in its record
     once, the agent's (its replays and its proposals) under ``agent_replay``, apart from the auditor's (the row's
-    ``llm_calls``); the agent's own runs are in no record."""
-    from reflect_otel.cli.evaluate import table_agent_runs
-    from reflect_otel.demo.wtq import WTQQuestion
-    from reflect_otel.evaluation.live import AgentRun, LiveOptions, run_live_eval
+    ``llm_calls``); the ``in_runs`` requests of the agent's own runs are in no record."""
     from reflect_otel.record import AGENT_REPLAY_STAGE, AttributionRecord
 
-    llm = _model()
-    runs = table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True)
-    in_runs = 0
-
-    def run(question: WTQQuestion) -> AgentRun:
-        nonlocal in_runs
-        before = len(llm.requests)
-        try:
-            return runs(question)
-        finally:
-            in_runs += len(llm.requests) - before
-
-    out = tmp_path / "out"
-    options = LiveOptions(("reflect", "ics"), _wtq_folder(tmp_path), out, config=ReflectConfig(rounds=1))
-    run_live_eval(options, llm, run)
-
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    methods = [r for r in rows if r["question_id"] == "nt-1"][-1]["methods"]
     records = {name: AttributionRecord.model_validate(m["record"]) for name, m in methods.items()}
     assert sorted(records) == ["ics", "reflect"] and in_runs > 0
     agent = sum(1 for r in llm.requests if r.stage == "agent") - in_runs
