@@ -114,8 +114,29 @@ def test_calls_are_model_requests_and_proposals_are_the_decisions_sampled(metric
     # ICS nt-977: 'proposal 1 of 3, 2 of 3' at step 1, then the same at step 2: two batches, 6 decisions
     assert ics["proposals"]["mean"] == 5 and ics["model_requests"]["mean"] == pytest.approx(7 / 3)
     assert _column(table, "reflect", "proposals sampled") == "6.0 ± 0.0"
-    assert _column(table, "reflect", "model requests: auditor, agent (proposals)") == "8.7 ± 1.2, 6.0 ± 0.0"
+    assert (
+        _column(table, "reflect", "model requests: auditor, agent (proposals), agent (all)")
+        == "8.7 ± 1.2, 6.0 ± 0.0, -"
+    )
     assert "outside the replay budget" in table
+
+
+def test_the_agents_own_requests_are_shown_only_where_the_rows_code_recorded_them() -> None:
+    rows = _rows()
+    newer = copy.deepcopy(rows)
+    for row in newer:  # as the code from schema 8 on writes them: the agent's requests in the row and its stage cost
+        for index, method in enumerate(row["methods"].values()):
+            method["agent_calls"] = 4 + index
+    assert live_metrics(rows, METHODS)["methods"]["reflect"]["agent_requests"] is None  # 1daae3b: not recorded
+    recorded = live_metrics(newer, METHODS)
+    assert recorded["methods"]["reflect"]["agent_requests"]["mean"] == 4
+    assert recorded["methods"]["ics"]["agent_requests"]["mean"] == 6
+    column = "model requests: auditor, agent (proposals), agent (all)"
+    table = live_metrics_markdown(recorded, "m")
+    assert _column(table, "reflect", column) == "8.7 ± 1.2, 6.0 ± 0.0, 4.0 ± 0.0"
+    mixed = copy.deepcopy(rows)
+    mixed[0]["methods"]["reflect"]["agent_calls"] = 9  # one row knows, the others do not: no mean of a part
+    assert live_metrics(mixed, METHODS)["methods"]["reflect"]["agent_requests"] is None
 
 
 def test_a_skipped_placebo_is_not_scored_but_its_cost_is_reported_and_the_denominators_differ(

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from reflect_otel.record import AttributionStatus, ReplayArm
+from reflect_otel.record import AGENT_REPLAY_STAGE, AttributionStatus, ReplayArm
 
 PROPOSAL_SOURCE = "proposal:"
 """The source prefix of a correction that is one of the agent's sampled decisions (``proposals._screened``)."""
@@ -32,6 +32,21 @@ def model_requests(method: dict[str, Any]) -> int:
     if not isinstance(calls, list):
         return int(method.get("llm_calls", 0))
     return sum(int(call.get("attempts") or 1) for call in calls)
+
+
+def agent_requests(method: dict[str, Any]) -> int | None:
+    """The requests the agent sent to the attributor's model for this record (its replays and proposals): the
+    record's ``agent_replay`` stage cost. None for a row whose record does not carry it (code from before the agent's
+    requests were recorded), never 0 as a guess."""
+    record = record_of(method)
+    if "agent_calls" in method:
+        return int(method["agent_calls"])
+    cost = record.get("cost")
+    if not isinstance(cost, list) or not any(isinstance(c, dict) and "requests" in c for c in cost):
+        return None
+    return sum(
+        int(c.get("requests") or 0) for c in cost if isinstance(c, dict) and c.get("stage") == AGENT_REPLAY_STAGE
+    )
 
 
 def _proposals(record: dict[str, Any]) -> list[dict[str, Any]]:

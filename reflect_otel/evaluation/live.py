@@ -155,7 +155,8 @@ def _method_row(
         "oracle_confirms": (
             judged_correct(record.corrected_answer, expected) if record.corrected_answer is not None else None
         ),
-        "llm_calls": record.auditor_calls,  # the agent replays on its own model: its calls are not ours to count
+        "llm_calls": record.auditor_calls,  # the auditor's requests; the agent's (on the same model) apart
+        "agent_calls": record.agent_calls,  # the agent's requests for this record: its replays and proposals
         "tokens": record.auditor_tokens,
         "prompt_tokens": sum(c.prompt_tokens for c in auditor),
         "cached_prompt_tokens": sum(c or 0 for c in cached) if any(c is not None for c in cached) else None,
@@ -416,6 +417,8 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
             "agent_proposal_requests": mean_se([float(reading.proposals_sampled(m)) for m in scored]),
             "llm_calls": mean_se([float(m["llm_calls"]) for m in scored]),  # the auditor's calls
             "model_requests": mean_se([float(reading.model_requests(m)) for m in scored]),  # repair retries too
+            # the agent's requests for its replays and proposals, where the rows' code recorded them
+            "agent_requests": _known_mean([reading.agent_requests(m) for m in scored]),
             "tokens": mean_se([float(m["tokens"]) for m in scored]),
             "cached_share": _cached_share(scored),
             "seconds": mean_se([float(m["seconds"]) for m in scored]),
@@ -485,6 +488,13 @@ def _wrong_step_targets(scored: Sequence[tuple[dict[str, Any], dict[str, Any]]])
     }
 
 
+def _known_mean(values: Sequence[int | None]) -> dict[str, Any] | None:
+    """The mean of the values when every row knows its value; None when any does not (older code's rows)."""
+    if not values or any(v is None for v in values):
+        return None
+    return mean_se([float(v) for v in values if v is not None])
+
+
 def _intervention_replays(method: dict[str, Any]) -> int:
     return int(method["replays"]) - int(method.get("control_replays", 0))
 
@@ -533,8 +543,9 @@ HEADER = (
     "requests: auditor: every request to the auditor's model, a repair retry included (its tokens were always "
     "counted); agent (proposals): the requests to the agent's model that sampled those decisions, one per decision "
     "(at least: the table agent asks again when a decision repeats a call, and that is not recorded); proposals "
-    "execute nothing, so they are outside the replay budget (--max-replays); the replays' own agent requests are "
-    "not counted; tokens: the auditor's (the agent's are not recorded)."
+    "execute nothing, so they are outside the replay budget (--max-replays); agent (all): every request the agent "
+    "sent to the model for the record, its replays' and its proposals', where the rows' code recorded them (- "
+    "where it did not); tokens: the auditor's."
 )
 
 
@@ -555,7 +566,7 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str, *, code: str | No
         "",
         "| method | runs | scored | skipped or failed | tested | flipped | verified | verified, control gave the "
         "run's answer | not attributable | answer fidelity | trajectory fidelity | replays: intervention, control | "
-        "proposals sampled | stage errors | model requests: auditor, agent (proposals) | tokens | cached | seconds |",
+        "proposals sampled | stage errors | model requests: auditor, agent (proposals), agent (all) | tokens | cached | seconds |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     if code:
@@ -565,6 +576,7 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str, *, code: str | No
         intervention = m.get("intervention_replays")
         requests = m.get("model_requests") or m["llm_calls"]
         agent = m.get("agent_proposal_requests")
+        agent_all = m.get("agent_requests")
         lines.append(
             f"| {name} | {m['runs']} | {m.get('scored', '-')} | {m['failed']}{_skipped(m)} | "
             f"{m.get('tested_runs', '-')} | "
@@ -573,7 +585,7 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str, *, code: str | No
             f"{_ratio(m.get('trajectory_fidelity'), 'repeated')} | "
             f"{'-' if intervention is None else _cell(intervention)}, {_cell(m['control_replays'])} | "
             f"{_cell(m['proposals'])} | {m.get('stage_errors', '-')} | "
-            f"{_cell(requests)}, {'-' if agent is None else _cell(agent)} | {_cell(m['tokens'], digits=0)} | "
+            f"{_cell(requests)}, {'-' if agent is None else _cell(agent)}, {'-' if agent_all is None else _cell(agent_all)} | {_cell(m['tokens'], digits=0)} | "
             f"{'-' if share is None else f'{share * 100:.0f}%'} | {_cell(m['seconds'], digits=0)} |"
         )
     lines += _unscored_lines(metrics["methods"])
