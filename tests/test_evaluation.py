@@ -460,3 +460,11 @@ def test_bbm_table_sets_verified_em_against_unverified_em_with_counts(shared_dat
     assert f"verified 1 of 2 (50.0%), unverified 0 of 1 (0.0%) ({rows[2]['status'].replace('_', ' ')} 0 of 1)" in table
     commit = json.loads((tmp_path / "ics" / "run_config.json").read_text())["code"]["commit"]
     assert f"\nCode: commit {commit}" in table
+    # and the results tables of a folder of bbm runs, per method
+    from benchmarks.results_tables import bbm_tables
+
+    tables, common = bbm_tables(tmp_path)
+    assert (
+        common == 3
+        and "\n- ics: EM under the controlled rule (scored records naming a gold step): verified 1 of 2" in tables
+    )
