@@ -144,7 +144,7 @@ class ControlledReplay:
                 trial,
                 Decision.NOT_TESTED,
                 f"the control from step {trial.step}'s prefix answers right with no intervention, and an intervention "
-                "there showed it already: nothing tried there can be attributed",
+                "was replayed there already: nothing tried there can be attributed",
             )
         found, considered = candidates(
             trial,
