@@ -17,7 +17,7 @@ from benchmarks._common import RESULTS, add_smoke_option
 from reflect_otel.evaluation.live import live_metrics, live_metrics_markdown
 from reflect_otel.evaluation.metrics import metrics_markdown
 from reflect_otel.evaluation.run_config import code_line
-from reflect_otel.evaluation.runner import metrics_from_rows, read_done
+from reflect_otel.evaluation.runner import em_by_status_line, metrics_from_rows, read_done
 
 
 def wtq_table(folder: Path) -> str:
@@ -44,8 +44,13 @@ def bbm_tables(folder: Path) -> tuple[str, int]:
     shared = metrics_markdown(
         [(name, metrics_from_rows([r for t, r in rows.items() if t in common])) for name, rows in runs.items()]
     )
-    return f"Each method's own traces:\n\n{own}\nThe {len(common)} traces every method has done:\n\n{shared}", len(
-        common
+    by_status = "".join(
+        f"- {name}: {em_by_status_line(metrics_from_rows(list(rows.values()))['exact_match_by_status'])}\n"
+        for name, rows in runs.items()
+    )
+    return (
+        f"Each method's own traces:\n\n{own}\n{by_status}\nThe {len(common)} traces every method has done:\n\n{shared}",
+        len(common),
     )
 
 

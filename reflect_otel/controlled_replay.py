@@ -138,6 +138,14 @@ class ControlledReplay:
         control = self.controls.at(trial.rollback_point, round_=trial.round, localized=trial.localized_step)
         if not control.answered:
             return TrialResult(trial, Decision.NOT_TESTED, "the control replay failed; see errors")
+        if self.deterministic and control.flips and self._shown(trial.rollback_point):
+            # the rule: one replay shows the flip the control explains, no more (nor proposals sampled for it)
+            return TrialResult(
+                trial,
+                Decision.NOT_TESTED,
+                f"the control from step {trial.step}'s prefix answers right with no intervention, and an intervention "
+                "was replayed there already: nothing tried there can be attributed",
+            )
         found, considered = candidates(
             trial,
             run=self.run,
@@ -152,6 +160,10 @@ class ControlledReplay:
         if self.deterministic and control.flips:  # one replay shows the flip the control explains; no more
             found = found[:1]
         return self._run(trial, control, found, considered)
+
+    def _shown(self, point: int) -> bool:
+        """Whether an intervention was replayed from ``point``."""
+        return any(a.arm is ReplayArm.INTERVENTION and a.rollback_point == point for a in self.replayer.log)
 
     def _run(
         self, trial: Trial, control: ControlArm, found: list[Candidate], considered: list[Correction]

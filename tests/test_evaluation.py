@@ -429,3 +429,42 @@ def test_wtq_live_refuses_a_method_it_cannot_compare_before_any_model_starts(
     ]
     assert main(args) == 2
     assert message in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_bbm_table_sets_verified_em_against_unverified_em_with_counts(shared_data: Path, tmp_path: Path) -> None:
+    """Issue 41 asks BIG-Bench-Mistake for the EM of verified records against the EM of the others under the
+    controlled rule: metrics.md says both with their counts, and the commit that made the rows."""
+    items = load_benchmark("bbm", shared_data, limit=3)
+    fixable = {items[0].trace.question: items[0], items[1].trace.question: items[1]}
+
+    def respond(request: ScriptedRequest) -> object:
+        if request.stage == "agent_replay":
+            item = next((i for q, i in fixable.items() if q in request.text), None)
+            # the corrected step (the proposal "Again." executed at step p) fixes the first two; no control does
+            if item is not None and request.temperature is None and "Again." in request.text:
+                return {"steps": ["Done."], "answer": item.expected}
+            return {"steps": ["Again."], "answer": "no answer here"}
+        # the first trace localized at its gold step, the others at a step after every gold one
+        item = next(i for i in items if i.trace.question in request.text)
+        step = min(item.gold_steps) if item is items[0] else min(max(item.gold_steps) + 1, len(item.trace.steps))
+        return {"error_step": step, "confidence": 0.5, "reasoning": "r", "what_should_have_been_done": "w"}
+
+    options = EvalOptions(
+        benchmark="bbm", method="ics", data=shared_data, out=tmp_path / "ics", limit=3, config=ReflectConfig(rounds=1)
+    )
+    metrics = run_eval(options, ScriptedLLM(respond=respond))
+    rows = [json.loads(line) for line in (tmp_path / "ics" / "results.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in rows][:2] == ["verified", "verified"] and rows[2]["status"] != "verified"
+    assert metrics["exact_match_by_status"]["verified"] == {"hits": 1, "n": 2}
+    table = (tmp_path / "ics" / "metrics.md").read_text()
+    assert f"verified 1 of 2 (50.0%), unverified 0 of 1 (0.0%) ({rows[2]['status'].replace('_', ' ')} 0 of 1)" in table
+    commit = json.loads((tmp_path / "ics" / "run_config.json").read_text())["code"]["commit"]
+    assert f"\nCode: commit {commit}" in table
+    # and the results tables of a folder of bbm runs, per method
+    from benchmarks.results_tables import bbm_tables
+
+    tables, common = bbm_tables(tmp_path)
+    assert (
+        common == 3
+        and "\n- ics: EM under the controlled rule (scored records naming a gold step): verified 1 of 2" in tables
+    )

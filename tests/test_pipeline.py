@@ -5,16 +5,18 @@ control) and answers right only when the step is redone as a multiplication at a
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from reflect_otel.config import GateMode, ReflectConfig
+from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.errors import LLMError
 from reflect_otel.pipeline import ReflectPipeline, guidance_window, rollback_points
 from reflect_otel.record import AttributionRecord, AttributionStatus, ErrorType, ReplayArm
 from reflect_otel.replay import BudgetedReplay, ReplayAdapter
-from reflect_otel.testing import ScriptedLLM, ScriptedProposingAdapter, ScriptedReplayAdapter
+from reflect_otel.testing import ScriptedLLM, ScriptedProposingAdapter, ScriptedReplayAdapter, ScriptedRequest
 from reflect_otel.testing.examples import EXPECTED, five_step_trace
 from reflect_otel.testing.examples import scripted_agent as agent
 from reflect_otel.testing.examples import scripted_auditor as auditor
@@ -390,3 +392,47 @@ def test_a_plan_whose_instruction_states_the_answer_gives_no_guidance_and_says_w
     assert refused.refused is not None and f"carries the expected answer '{EXPECTED}'" in refused.refused
     assert record.status is AttributionStatus.UNVERIFIED and record.step_index == 3  # the localization is kept
     assert "the plan's instruction carries the expected answer" in record.reason
+
+
+def test_a_point_whose_control_answers_right_is_shown_once_then_left(shared_data: Path) -> None:
+    """A deterministic control that answers right with no intervention makes every flip at its rollback point not
+    attributable: one intervention shows it, then the budget goes to other points, not to more corrections there
+    (found dry-running BIG-Bench-Mistake: the auditor's corrected thought, then the agent's own proposals, each
+    replayed at such a point)."""
+    from reflect_otel.evaluation.loaders import load_benchmark
+    from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
+
+    item = load_benchmark("bbm", shared_data, limit=1)[0]
+    step = min(item.trace.steps[-1].index, 3)
+    proposals = 0
+
+    def respond(request: ScriptedRequest) -> Any:
+        nonlocal proposals
+        if request.stage == "agent_replay":  # right from any prefix, told anything or nothing
+            proposals += request.temperature is not None
+            return {"steps": [f"Another way {proposals}."], "answer": item.expected}
+        if request.stage == "localize":
+            return {"error_step": step, "confidence": 0.8, "reasoning": "r", "what_should_have_been_done": "w"}
+        if request.stage == "diagnose":
+            return {"root_cause": "r", "correction_instruction": "redo the step", "forbidden_actions": [],
+                    "corrected_thought": "A corrected step.", "confidence": 0.9}  # fmt: skip
+        if request.stage == "gate":
+            return {"is_faithful": True, "violation_reason": None, "violation_type": None}
+        if request.stage == "classify":
+            return {
+                "error_type": "formatting_error",
+                "confidence": 0.5,
+                "explanation": "e",
+                "suggested_correction": "c",
+            }
+        return {"reasoning": "r", "error_type": "formatting_error", "explanation": "e"}
+
+    llm = ScriptedLLM(respond=respond)
+    config = ReflectConfig(rounds=1, rollback_points=2, max_replays=None, proposal_samples=2)
+    pipeline = ReflectPipeline(llm, verifier=BBMVerifier(), config=config)
+    record = pipeline.attribute(item.trace, expected=item.expected, replay=ReasoningReplayAdapter(llm))
+    assert record.status is AttributionStatus.NOT_ATTRIBUTABLE, record.reason
+    # each point: its control, then one intervention; never a second correction where the control already flips
+    assert controls(record) == [step - 1, step - 2] and interventions(record) == [step - 1, step - 2]
+    # proposals sampled once, for the one intervention at the earlier point (the later one's was the auditor's)
+    assert proposals == config.proposal_samples

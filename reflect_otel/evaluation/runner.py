@@ -17,7 +17,7 @@ from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.errors import InputError, LLMError
 from reflect_otel.evaluation.loaders import EvalItem, load_benchmark
 from reflect_otel.evaluation.metrics import Prediction, compute_metrics, metrics_markdown
-from reflect_otel.evaluation.run_config import write_run_config
+from reflect_otel.evaluation.run_config import RUN_CONFIG, code_line, read_json_object, write_run_config
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.methods import METHODS
 from reflect_otel.record import AttributionMode, AttributionRecord, AttributionStatus, ReplayArm
@@ -25,7 +25,7 @@ from reflect_otel.replay import find_replay_adapter
 from reflect_otel.service import AttributionService
 from reflect_otel.verifiers import OracleVerifier
 
-__all__ = ["REPLAYABLE", "EvalOptions", "read_done", "run_eval"]
+__all__ = ["REPLAYABLE", "EvalOptions", "em_by_status_line", "read_done", "run_eval"]
 
 RESULTS = "results.jsonl"
 REPLAYABLE = {"bbm": "replay through the chain-of-thought adapter"}
@@ -175,10 +175,29 @@ def run_eval(
         f"verified (controlled) {metrics['verified']}, not attributable {metrics['not_attributable']}; replay "
         f"fidelity: {fidelity['reproduced']} of {fidelity['controls']} control replays reproduced the run's answer"
     )
+    code = code_line(read_json_object(options.out / RUN_CONFIG))
     (options.out / "metrics.md").write_text(
         f"{metrics_markdown([(label, metrics)])}\nmode: {_mode(options, done)}\n{controlled}\n"
+        f"{em_by_status_line(metrics['exact_match_by_status'])}\n{code}\n"
     )
     return metrics
+
+
+def em_by_status_line(by_status: dict[str, dict[str, int]]) -> str:
+    """EM of the verified records against the others', with counts (issue 41: verified EM against unverified EM
+    under the controlled rule); the unverified ones split by status."""
+
+    def share(hits: int, n: int) -> str:
+        return f"{hits} of {n}" + (f" ({hits / n * 100:.1f}%)" if n else "")
+
+    verified = by_status.get(AttributionStatus.VERIFIED.value, {"hits": 0, "n": 0})
+    others = {s: c for s, c in sorted(by_status.items()) if s != AttributionStatus.VERIFIED.value}
+    hits, n = sum(c["hits"] for c in others.values()), sum(c["n"] for c in others.values())
+    parts = "; ".join(f"{s.replace('_', ' ')} {c['hits']} of {c['n']}" for s, c in others.items())
+    return (
+        f"EM under the controlled rule (scored records naming a gold step): verified {share(**verified)}, "
+        f"unverified {share(hits, n)}" + (f" ({parts})" if parts else "")
+    )
 
 
 def _mode(options: EvalOptions, rows: dict[str, dict[str, Any]]) -> str:
@@ -221,4 +240,11 @@ def metrics_from_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
     metrics["not_attributable"] = sum(1 for r in rows if r["status"] == AttributionStatus.NOT_ATTRIBUTABLE.value)
     fidelity = [r["fidelity"] for r in rows if r.get("fidelity")]
     metrics["fidelity"] = {"reproduced": sum(f[0] for f in fidelity), "controls": sum(f[1] for f in fidelity)}
+    by_status: dict[str, dict[str, int]] = {}
+    for r in rows:
+        if not r.get("failed"):
+            counts = by_status.setdefault(str(r["status"]), {"hits": 0, "n": 0})
+            counts["hits"] += r["predicted"] in r["gold"]
+            counts["n"] += 1
+    metrics["exact_match_by_status"] = by_status
     return metrics
