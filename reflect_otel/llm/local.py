@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from reflect_otel.config import LLMConfig, SchemaMode
 from reflect_otel.errors import LLMError, MissingDependencyError
+from reflect_otel.llm._llama_server import ALIGNED_BATCH
 from reflect_otel.llm._tool_calls import HANDLER_NAME
 from reflect_otel.llm.base import ChatMessage, LLMUsage, estimated_tokens
 from reflect_otel.llm.models import ResolvedModel, resolve_local_model
@@ -129,6 +130,10 @@ class LocalLlamaServer:
             str(threads),
             "--n_threads_batch",
             str(threads),
+            "--n_batch",  # prompts are evaluated in chunks aligned to it, so a reply does not depend on the cache
+            str(ALIGNED_BATCH),
+            "--n_ubatch",
+            str(ALIGNED_BATCH),
             "--cache",
             "true",
             "--cache_type",
