@@ -6,8 +6,8 @@ holds the last reply), again after itself (the whole prompt cached), and from a 
 after an unrelated prompt. Compared with the fresh completion: the prompt's final logits (bitwise) and the greedy
 continuation, counted as "identical k of n", for llama-cpp-python as it comes (``n_batch`` 512, its server's
 default), as it comes at ``--batch``, and with :func:`reflect_otel.llm._llama_server.align_prompt_batches` at
-``--batch``. Then prompt
-evaluation throughput at several ``n_batch`` values against 512, in the same process (medians of ``--repeats``).
+``--batch``. Then prompt evaluation throughput at several ``n_batch`` values against 512, in the same process
+(medians of ``--repeats``).
 Needs ``pip install 'reflect-otel[local]'``; ``--model`` picks the model (default: the registry's). Runs on
 ``--threads`` threads (1 by default: a measurement may share the machine). Last line:
 ``aligned_identical_share=N`` (identical final logits over all cached cases, with the fix).

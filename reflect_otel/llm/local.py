@@ -222,8 +222,11 @@ class LocalLLM(OpenAICompatibleLLM):
     a prompt's tokens with the model's own tokenizer (so a trace is shortened only when it would not fit)."""
 
     repeatable = True
-    """The embedded server decodes greedily at temperature 0 and serves one request at a time: the same request gets
-    the same reply, so an agent on it replays deterministically (a remote endpoint at temperature 0 does not)."""
+    """The same request gets the same reply, so an agent on it replays deterministically (a remote endpoint at
+    temperature 0 does not): the embedded server decodes greedily at temperature 0, serves one request at a time,
+    and evaluates prompts in batches aligned to absolute positions with fixed ``n_batch``, ``n_ubatch`` and threads,
+    so a prompt's logits are bitwise the same whether it was evaluated fresh, after a cached prefix or from a
+    restored state (:mod:`reflect_otel.llm._llama_server`). Within one build of llama.cpp on one machine."""
 
     def __init__(self, config: LLMConfig, server: LocalLlamaServer, *, client: Any | None = None) -> None:
         if config.context_tokens is None:  # the server's own: prompts are fitted to what it holds
