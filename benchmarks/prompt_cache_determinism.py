@@ -6,11 +6,12 @@ holds the last reply), again after itself (the whole prompt cached), and from a 
 after an unrelated prompt. Compared with the fresh completion: the prompt's final logits (bitwise) and the greedy
 continuation, counted as "identical k of n", for llama-cpp-python as it comes (``n_batch`` 512, its server's
 default), as it comes at ``--batch``, and with :func:`reflect_otel.llm._llama_server.align_prompt_batches` at
-``--batch``. Then prompt evaluation throughput at several ``n_batch`` values against 512, in the same process
+``--batch``. First, prompt evaluation throughput at several ``n_batch`` values against 512, in the same process
 (medians of ``--repeats``).
 Needs ``pip install 'reflect-otel[local]'``; ``--model`` picks the model (default: the registry's). Runs on
 ``--threads`` threads (1 by default: a measurement may share the machine). Last line:
-``aligned_identical_share=N`` (identical final logits over all cached cases, with the fix).
+``aligned_identical_share=N`` (identical final logits over all cached cases, with the fix), or with
+``--no-determinism`` ``aligned_batch_throughput_ratio=N`` (prompt tokens/s at ``--batch`` over 512's).
 """
 
 from __future__ import annotations
@@ -174,6 +175,7 @@ def main() -> None:
     parser.add_argument("--throughput-batches", default="16,32,64,128", help="n_batch values timed against 512")
     parser.add_argument("--repeats", type=int, default=3, help="timings per n_batch; 0: no timing")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--no-determinism", action="store_true", help="the throughput alone")
     parser.add_argument("--smoke", action="store_true", help="SmolLM2-135M, two short prompts: checks it runs")
     args = parser.parse_args()
     if args.smoke:
@@ -187,6 +189,10 @@ def main() -> None:
     unrelated, prompts = prompts[-1][: args.prompt_tokens // 4], prompts[:-1]
     print(f"model={model.name} prompts={len(prompts)} of {args.prompt_tokens} tokens threads={args.threads}")
 
+    if args.repeats > 0:
+        _report_throughput(before, model.path, args, prompts, n_ctx)
+    if args.no_determinism:
+        return
     shares: dict[str, float] = {}
     configurations = (
         ("before", before, DEFAULT_BATCH),
@@ -207,13 +213,10 @@ def main() -> None:
         print(f"{label} (n_batch {batch}): identical to the fresh completion, of {n}; prompt tokens evaluated")
         print(f"  {'case':<18} {'logits':>6} {'reply':>6} {'evaluated':>9}")
         for case in CASES:
-            print(f"  {case:<18} {logits[case]:>6} {replies[case]:>6} {evaluated[case]:>9}")
+            print(f"  {case:<18} {logits[case]:>6} {replies[case]:>6} {evaluated[case]:>9}", flush=True)
         shares[label] = sum(logits.values()) / (n * len(CASES))
-
     print(f"before_identical_share={shares['before']:.2f}")
     print(f"unaligned_identical_share={shares['unaligned']:.2f}")
-    if args.repeats > 0:
-        _report_throughput(before, model.path, args, prompts, n_ctx)
     print(f"aligned_identical_share={shares['aligned']:.2f}")
 
 
@@ -229,7 +232,9 @@ def _report_throughput(
     print(f"prompt evaluation, fresh, median of {args.repeats}: tokens/s and ratio to n_batch {DEFAULT_BATCH}")
     for batch, rates in sorted(timed.items()):
         rate = statistics.median(rates)
-        print(f"  n_batch {batch:>4}  {rate:8.1f} tok/s  {rate / baseline:5.2f}")
+        print(f"  n_batch {batch:>4}  {rate:8.1f} tok/s  {rate / baseline:5.2f}", flush=True)
+    if args.batch in timed:
+        print(f"aligned_batch_throughput_ratio={statistics.median(timed[args.batch]) / baseline:.2f}")
 
 
 if __name__ == "__main__":
