@@ -307,6 +307,22 @@ def report(name: str, runs: list[Labelled], results: list[Measured]) -> tuple[st
     return "\n".join(lines), right, judged
 
 
+def progress_line(name: str, number: int, total: int, run: Labelled, measured: Measured) -> str:
+    """One run measured (or read back from the journal), for a long measurement's log: its verdict and cost, or why
+    the verifier failed on it (the journal keeps no failure, and the report only counts them)."""
+    verdict = measured.verdict
+    if verdict is None or measured.failed:
+        why = (verdict.error or verdict.reasoning) if verdict is not None else "no verdict"
+        outcome = f"the verifier failed: {' '.join(why.split())[:300]}"
+    else:
+        outcome = {False: "flagged", True: "not flagged", None: "uncertain (not flagged)"}[verdict.is_correct]
+        outcome += f" on {verdict.basis}" if verdict.basis else ""
+    return (
+        f"[{name} {number}/{total}] {run.key} ({'wrong' if run.wrong else 'right'} run): {outcome}; "
+        f"{measured.calls} model calls, {measured.agent_runs} agent runs, {measured.seconds:.1f} s"
+    )
+
+
 def _live_resampler(results: Path, data: Path | None, llm: StructuredLLM | None) -> Callable[[Labelled], Any]:
     """The table agent rebuilt on each run's question with the run's step limit (``run_config.json``), its replay
     adapter resampling (the model: ``llm``). Runs of the SQL agent are refused: its adapter cannot resample."""
@@ -426,10 +442,9 @@ def main() -> None:
     counted: dict[str, tuple[Counter[str], Counter[str]]] = {}
     for name in names:
         results = []
-        for run in runs:
+        for number, run in enumerate(runs, start=1):
             results.append(bench.measure(name, run))
-            print(".", end="", file=sys.stderr, flush=True)
-        print(file=sys.stderr)
+            print(progress_line(name, number, len(runs), run, results[-1]), file=sys.stderr, flush=True)
         text, right, judged = report(name, runs, results)
         counted[name] = (right, judged)
         print(text, flush=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from benchmarks._common import RESULTS, add_smoke_option
 from reflect_otel.evaluation.live import live_metrics, live_metrics_markdown
 from reflect_otel.evaluation.metrics import metrics_markdown
+from reflect_otel.evaluation.run_config import code_line
 from reflect_otel.evaluation.runner import metrics_from_rows, read_done
 
 
@@ -29,7 +30,7 @@ def wtq_table(folder: Path) -> str:
         if row["correct"] or set(methods) <= set(row["methods"])
     ]
     metrics = live_metrics(rows, methods)
-    return live_metrics_markdown(metrics, config["model"])
+    return live_metrics_markdown(metrics, config["model"], code=code_line(config))
 
 
 def bbm_tables(folder: Path) -> tuple[str, int]:

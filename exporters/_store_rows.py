@@ -212,7 +212,7 @@ def record_rows(record: AttributionRecord) -> Write:
         "corrected_answer": record.corrected_answer,
         "rounds": record.rounds,
         "reason": record.reason,
-        "llm_calls": record.total_calls,
+        "llm_calls": record.total_calls,  # model requests, the agent's included
         "tokens": record.total_tokens,
         "seconds": sum(c.seconds for c in record.cost),
         "created_at": record.created_at,
@@ -220,6 +220,7 @@ def record_rows(record: AttributionRecord) -> Write:
         "verified_by_source": verified_by.source if verified_by else None,
         "verified_by_kind": verified_by.kind.value if verified_by else None,
         **_effect_columns(record),
+        "agent_calls": record.agent_calls,
     }
     replays = [
         key

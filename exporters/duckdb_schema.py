@@ -97,7 +97,20 @@ ALTER TABLE verdicts ADD COLUMN resamples INTEGER;
 ALTER TABLE verdicts ADD COLUMN resamples_agreeing INTEGER
 """
 
-MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6, _SCHEMA_V7]
+# v8: model requests counted once each: an attribution's llm_calls is its model requests (a stage call whose reply
+# needed the repair retry made two; earlier versions counted the call once), agent_calls the agent's among them
+# (its replays' and proposals' requests, where recorded)
+_SCHEMA_V8 = """
+ALTER TABLE attributions ADD COLUMN agent_calls INTEGER;
+UPDATE attributions SET llm_calls = (
+    SELECT sum(c.attempts) FROM llm_calls c WHERE c.trace_id = attributions.trace_id AND c.method = attributions.method)
+WHERE EXISTS (SELECT 1 FROM llm_calls c WHERE c.trace_id = attributions.trace_id AND c.method = attributions.method);
+UPDATE attributions SET agent_calls = coalesce((
+    SELECT sum(c.attempts) FROM llm_calls c
+    WHERE c.trace_id = attributions.trace_id AND c.method = attributions.method AND c.stage = 'agent_replay'), 0)
+"""
+
+MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6, _SCHEMA_V7, _SCHEMA_V8]
 """Each schema version's DDL (``postgres_schema.MIGRATIONS`` holds the same versions in PostgreSQL's SQL)."""
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -151,7 +164,7 @@ VIEWS: dict[str, str] = {
                                        FROM llm_calls GROUP BY ALL) c USING (trace_id, method)
         ORDER BY a.tokens DESC""",
     "cost_per_stage": """
-        SELECT stage, count(*) AS calls, sum(prompt_tokens) AS prompt_tokens,
+        SELECT stage, count(*) AS calls, sum(attempts) AS requests, sum(prompt_tokens) AS prompt_tokens,
                sum(cached_prompt_tokens) AS cached_prompt_tokens,
                round(sum(cached_prompt_tokens) / nullif(sum(prompt_tokens) FILTER (WHERE cached_prompt_tokens IS NOT NULL), 0), 4)
                    AS cached_share,

@@ -64,6 +64,9 @@ class AttributionMetrics:
         self._tokens = meter.create_counter(
             ReflectMetrics.LLM_TOKENS, unit="{token}", description="LLM tokens by stage"
         )
+        self._requests = meter.create_counter(
+            ReflectMetrics.LLM_REQUESTS, unit="{request}", description="Model requests by stage"
+        )
 
     def trace_seen(self, trace: StructuredTrace, *, flagged: bool, uncertain: bool = False) -> None:
         labels = {"framework": trace.source.framework}
@@ -84,6 +87,7 @@ class AttributionMetrics:
         for cost in record.cost:
             self._tokens.add(cost.prompt_tokens, {"stage": cost.stage, "direction": "prompt"})
             self._tokens.add(cost.completion_tokens, {"stage": cost.stage, "direction": "completion"})
+            self._requests.add(cost.requests, {"stage": cost.stage})
 
     def shutdown(self) -> None:
         self._provider.shutdown()

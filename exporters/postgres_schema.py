@@ -84,7 +84,20 @@ ALTER TABLE verdicts ADD COLUMN basis TEXT, ADD COLUMN confidence_low DOUBLE PRE
     ADD COLUMN resamples_agreeing INTEGER
 """
 
-MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6, _SCHEMA_V7]
+# v8: model requests counted once each: an attribution's llm_calls is its model requests (a stage call whose reply
+# needed the repair retry made two; earlier versions counted the call once), agent_calls the agent's among them
+# (its replays' and proposals' requests, where recorded)
+_SCHEMA_V8 = """
+ALTER TABLE attributions ADD COLUMN agent_calls INTEGER;
+UPDATE attributions SET llm_calls = (
+    SELECT sum(c.attempts) FROM llm_calls c WHERE c.trace_id = attributions.trace_id AND c.method = attributions.method)
+WHERE EXISTS (SELECT 1 FROM llm_calls c WHERE c.trace_id = attributions.trace_id AND c.method = attributions.method);
+UPDATE attributions SET agent_calls = coalesce((
+    SELECT sum(c.attempts) FROM llm_calls c
+    WHERE c.trace_id = attributions.trace_id AND c.method = attributions.method AND c.stage = 'agent_replay'), 0)
+"""
+
+MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6, _SCHEMA_V7, _SCHEMA_V8]
 """Each schema version's DDL: the versions of ``duckdb_schema.MIGRATIONS``, in PostgreSQL's SQL."""
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -142,7 +155,7 @@ VIEWS: dict[str, str] = {
                                        FROM llm_calls GROUP BY 1, 2) c USING (trace_id, method)
         ORDER BY a.tokens DESC""",
     "cost_per_stage": f"""
-        SELECT stage, count(*) AS calls, sum(prompt_tokens) AS prompt_tokens,
+        SELECT stage, count(*) AS calls, sum(attempts) AS requests, sum(prompt_tokens) AS prompt_tokens,
                sum(cached_prompt_tokens) AS cached_prompt_tokens,
                {_rate("sum(cached_prompt_tokens)", "sum(prompt_tokens) FILTER (WHERE cached_prompt_tokens IS NOT NULL)")}
                    AS cached_share,

@@ -300,13 +300,14 @@ def render_report(
             body.append(_replays_tried(record))
     if record is not None and record.cost:
         rows = "".join(
-            f"<tr><td>{_e(c.stage)}</td><td>{c.calls}</td><td>{c.prompt_tokens}</td>"
+            f"<tr><td>{_e(c.stage)}</td><td>{c.calls}</td><td>{c.requests}</td><td>{c.prompt_tokens}</td>"
             f"<td>{_e(c.cached_prompt_tokens if c.cached_prompt_tokens is not None else '-')}</td>"
             f"<td>{c.completion_tokens}</td><td>{c.seconds:.2f}</td></tr>"
             for c in record.cost
         )
         body.append(
-            "<h2>Cost</h2><table><tr><th>stage</th><th>calls</th><th>prompt tokens</th><th>from cache</th>"
+            "<h2>Cost</h2><table><tr><th>stage</th><th>calls</th><th>model requests</th><th>prompt tokens</th>"
+            "<th>from cache</th>"
             f"<th>completion tokens</th><th>seconds</th></tr>{rows}</table>"
         )
     title = f"reflect-otel: {trace.trace_id}"

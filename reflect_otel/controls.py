@@ -15,9 +15,11 @@ guidance (which the hard gate refuses when the regenerated step ignores it) woul
   and nothing is replayed.
 * ``control-wrong-step``: this run's own plan and corrected calls (the auditor's and the evidence rules'), executed
   and injected at another step: the nearest one at distance 2 from the localized one, else at distance 1 (after it
-  where the run has such a step before its answer, else before it); a run with no other step is not replayed. Its
-  guidance is not tried where REFLECT's is (the K steps ending at the localized one). What the localized step gains
-  over it is what the localization does.
+  where the run has such a step before its answer, else before it), never a step an earlier round of the same
+  attribution localized (that step is a localizer's answer, not a wrong one: testing it would test the right step).
+  A round with no such step left tests nothing and says so in the record (its corrections refused with
+  :data:`NO_WRONG_STEP`); a run with no other step is not replayed. Its guidance is not tried where REFLECT's is
+  (the K steps ending at the localized one). What the localized step gains over it is what the localization does.
 
 Both go through the same search, budget and control rule as REFLECT (:mod:`reflect_otel.search`).
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Collection
 
 from reflect_otel.config import ReflectConfig
 from reflect_otel.llm.base import StructuredLLM
@@ -38,7 +41,16 @@ from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import Verifier
 
-__all__ = ["MAX_PLANS", "NO_PLACEBO", "PlaceboControl", "PlanPool", "WrongStepControl", "plan_of", "wrong_step"]
+__all__ = [
+    "MAX_PLANS",
+    "NO_PLACEBO",
+    "NO_WRONG_STEP",
+    "PlaceboControl",
+    "PlanPool",
+    "WrongStepControl",
+    "plan_of",
+    "wrong_step",
+]
 
 WRONG_STEP_DISTANCES = (2, 1)
 """The wrong step's distances from the localized one, in order of preference."""
@@ -47,6 +59,10 @@ MAX_PLANS = 1000
 PLACEBO_METHOD = "control-placebo"
 AUDITOR_SOURCES = frozenset({"llm", "control:wrong-step"})
 """The sources of the corrected calls an auditor wrote (REFLECT's, the wrong-step control's): a plan's call."""
+NO_WRONG_STEP = (
+    "no wrong step left: the run has no step before its answer at distance 2 or 1 from the localized one that no "
+    "earlier round localized"
+)
 NO_PLACEBO = (
     "no plan written for another failure yet: the placebo injects the auditor's plan for another failure (the plans "
     "written for earlier failures of the same run), so it has nothing to inject; not replayed"
@@ -64,8 +80,13 @@ def plan_of(record: AttributionRecord) -> RepairPlan | None:
         return None
     if record.intervention is not None and record.intervention.plan.correction_instruction:
         return record.intervention.plan
-    instruction = next(
-        (c.finding for c in record.corrections if c.kind is InterventionKind.GUIDANCE and c.finding.strip()), ""
+    instruction = next(  # a refused one (a part of the plan withheld, or guidance refused) was never given
+        (
+            c.finding
+            for c in record.corrections
+            if c.kind is InterventionKind.GUIDANCE and c.refused is None and c.finding.strip()
+        ),
+        "",
     )
     corrected = next(
         (
@@ -137,13 +158,14 @@ class PlanPool:
         return best[1] if best is not None else None
 
 
-def wrong_step(trace: StructuredTrace, localized: int) -> int | None:
-    """The step at the first of :data:`WRONG_STEP_DISTANCES` from ``localized`` the run has before its answer:
-    after the localized step where it can be, else before it; None when the run has no other step."""
+def wrong_step(trace: StructuredTrace, localized: int, excluded: Collection[int] = ()) -> int | None:
+    """The step at the first of :data:`WRONG_STEP_DISTANCES` from ``localized`` the run has before its answer and
+    that is not in ``excluded`` (the steps earlier rounds localized): after the localized step where it can be, else
+    before it; None when no such step is left."""
     last = max((s.index for s in trace.steps if not s.is_final_answer), default=0)
     for distance in WRONG_STEP_DISTANCES:
         for candidate in (localized + distance, localized - distance):
-            if 1 <= candidate <= last:
+            if 1 <= candidate <= last and candidate not in excluded:
                 return candidate
     return None
 
@@ -167,11 +189,16 @@ class _PlaceboDraw:
             self._drawn[ctx.trace.trace_id] = placebo
         return (placebo or RepairPlan()).model_copy(update={"confidence": own.confidence})
 
-    def points(self, trace: StructuredTrace, localized: int, count: int) -> list[int]:
+    def points(self, trace: StructuredTrace, localized: int, count: int, earlier: frozenset[int]) -> list[int]:
         with self._lock:
             drawn = self._drawn.get(trace.trace_id)
         has_text = drawn is not None and bool(drawn.correction_instruction.strip())
         return guidance_window(trace, localized, count) if has_text else []  # a call alone is tried as an action
+
+    def no_points(self, trace: StructuredTrace, localized: int, count: int, earlier: frozenset[int]) -> str:
+        with self._lock:
+            drawn = self._drawn.get(trace.trace_id)
+        return NO_PLACEBO if drawn is None else "the plan drawn for the placebo has no instruction to inject"
 
     def take(self, trace: StructuredTrace) -> tuple[bool, RepairPlan | None]:
         """Whether a plan was drawn for ``trace`` in its attribution, and which (None: the pool had none)."""
@@ -181,11 +208,21 @@ class _PlaceboDraw:
             return True, self._drawn.pop(trace.trace_id)
 
 
-def _wrong_step_points(trace: StructuredTrace, localized: int, count: int) -> list[int]:
+def _wrong_step_points(trace: StructuredTrace, localized: int, count: int, earlier: frozenset[int]) -> list[int]:
     """The wrong step, for guidance, unless REFLECT's own guidance is tried there (its window of K steps ending at
     the localized one): the same plan at the same point would be REFLECT's trial, not a control's."""
-    target = wrong_step(trace, localized)
+    target = wrong_step(trace, localized, earlier)
     return [target] if target is not None and target not in guidance_window(trace, localized, count) else []
+
+
+def _no_wrong_step_points(trace: StructuredTrace, localized: int, count: int, earlier: frozenset[int]) -> str:
+    target = wrong_step(trace, localized, earlier)
+    if target is None:
+        return NO_WRONG_STEP
+    return (
+        f"the wrong step, {target}, is where REFLECT's own guidance is tried (the {count} steps ending at the "
+        "localized one): the control injects no plan there, only corrected calls"
+    )
 
 
 class PlaceboControl(ReflectPipeline):
@@ -213,7 +250,7 @@ class PlaceboControl(ReflectPipeline):
             use_diagnostician=config.use_diagnostician,
             swap_plan=self._draw.swap,
             points=self._draw.points,
-            no_points=NO_PLACEBO,
+            no_points=self._draw.no_points,
         )
         super().__init__(llm, verifier=verifier, config=config, policy=policy)
 
@@ -250,6 +287,6 @@ class WrongStepControl(ReflectPipeline):
             use_diagnostician=config.use_diagnostician,
             points=_wrong_step_points,
             action_step=wrong_step,
-            no_points="the run has no other step than the localized one before its answer",
+            no_points=_no_wrong_step_points,
         )
         super().__init__(llm, verifier=verifier, config=config, policy=policy)

@@ -16,6 +16,12 @@ to stop and answer. The agent's own decisions are not checked (they are not the 
 So an action executed in place of a step is checked for what it introduces (:func:`action_leak`): a fix of one
 literal in ``... WHERE city = 'boston' LIMIT 1`` is not refused for the agent's own ``1`` when the answer is 1, but a
 fix that writes a value of the answer (``'1st'`` for 1, ``'Bangkok'``) or states one is.
+
+The guard stands where text is about to reach a replay, not at the auditor's reply: the auditor is shown the
+answer, so its root cause naturally names it, and that text reaches no replay unless it is injected. A repair plan
+is checked part by part before it is injected (:func:`guard_plan`): a part that carries the answer is withheld from
+the agent and the refusal recorded, the rest is given; the plan's step, error type and corrected step (an action,
+checked on its own) are kept.
 """
 
 from __future__ import annotations
@@ -23,11 +29,13 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from reflect_otel.judge import answer_value, answer_values
+from reflect_otel.record import RepairPlan
 from reflect_otel.trace import StepAction
 
-__all__ = ["action_leak", "leak", "states_an_answer"]
+__all__ = ["INSTRUCTION", "Withheld", "action_leak", "guard_plan", "leak", "states_an_answer"]
 
 _TOKEN = re.compile(r"\d[\d,]*(?:\.\d+)?|[^\W\d_]+|\d+", re.UNICODE)
 _STATES_ANSWER = re.compile(
@@ -124,3 +132,53 @@ def action_leak(original: StepAction | None, replacement: StepAction, expected: 
             if reason is not None:
                 return reason
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Withheld:
+    """A part of a repair plan kept from a replayed agent: which part, its text, and why (:func:`leak`'s reason)."""
+
+    part: str
+    text: str
+    reason: str
+
+
+INSTRUCTION = "correction instruction"
+"""The part of a plan without which there is no guidance to give (:attr:`Withheld.part`)."""
+
+
+def _next_call(plan: RepairPlan) -> str:
+    arguments = plan.expected_next_arguments or {}
+    return " ".join([plan.expected_next_tool or "", *(str(v) for v in arguments.values())]).strip()
+
+
+def guard_plan(plan: RepairPlan, expected: str | None) -> tuple[RepairPlan, tuple[Withheld, ...]]:
+    """``plan`` as it may be given to a replayed agent when ``expected`` is the answer, and the parts withheld.
+
+    Each part the guidance writes into the agent's context (the root cause, the instruction, each forbidden action,
+    the expected next call with its arguments) is read on its own by :func:`leak`; a part that carries the answer
+    or states one is emptied, the others are kept as written. When the instruction is withheld there is no guidance
+    left to give (the caller gives none). ``corrected_step`` is kept: it is executed as an action, never injected,
+    and is checked as one (:func:`action_leak`)."""
+    withheld: list[Withheld] = []
+
+    def kept(part: str, text: str) -> bool:
+        reason = leak(text, expected)
+        if reason is not None:
+            withheld.append(Withheld(part, text, reason))
+        return reason is None
+
+    root_cause = plan.root_cause if kept("root cause", plan.root_cause) else ""
+    instruction = plan.correction_instruction if kept(INSTRUCTION, plan.correction_instruction) else ""
+    forbidden = tuple(
+        action for number, action in enumerate(plan.forbidden_actions, 1) if kept(f"forbidden action {number}", action)
+    )
+    call = _next_call(plan)
+    update: dict[str, object] = {
+        "root_cause": root_cause,
+        "correction_instruction": instruction,
+        "forbidden_actions": forbidden,
+    }
+    if call and not kept("expected next call", call):
+        update |= {"expected_next_tool": None, "expected_next_arguments": None}
+    return (plan.model_copy(update=update) if withheld else plan), tuple(withheld)

@@ -10,7 +10,9 @@ classifies it, and writes a repair plan for it. Then it tests, cheapest first, e
   more sampled diagnoses add theirs), each executed in place of the step it names;
 - *guidance* (the paper's): at each rollback point p in {i, i-1, ...} (K points, the run's answer step skipped),
   the agent's own decisions at step p with the plan injected, sampled, screened by the faithfulness gate, each
-  executed as an action.
+  executed as an action. The plan is injected without its parts that carry the expected answer
+  (:func:`reflect_otel.leaks.guard_plan`; each withheld part is a refused correction in the record); with its
+  instruction withheld there is no guidance to give.
 
 The first verified test makes its step the attribution (status ``verified``), and the intervention's continuation
 explains the error. Otherwise the next round re-localizes. After D rounds, or when the budget is spent, the last
@@ -22,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from reflect_otel import corrections, prompts, stages
+from reflect_otel import corrections, leaks, prompts, stages
 from reflect_otel._run import MethodBase
 from reflect_otel.config import ReflectConfig
 from reflect_otel.errors import LLMError
@@ -69,13 +71,23 @@ def guidance_window(trace: StructuredTrace, localized: int, count: int) -> list[
     return rollback_points(min(localized, len(trace.steps)), count)
 
 
+_WITHHELD = "the plan's instruction carries the expected answer: no guidance to give (see the refused corrections)"
+
 PlanSwap = Callable[[SearchContext, RepairPlan], RepairPlan]
 """A control's replacement for the round's plan (the placebo's plan written for another failure)."""
-PointRule = Callable[[StructuredTrace, int, int], list[int]]
-"""Where guidance is tried, from the trace, the localized step and K (the wrong-step control moves it)."""
-ActionStep = Callable[[StructuredTrace, int], int | None]
-"""Where the round's corrected calls are executed, from the trace and the localized step (None: nowhere); the
-wrong-step control moves them."""
+PointRule = Callable[[StructuredTrace, int, int, frozenset[int]], list[int]]
+"""Where guidance is tried, from the trace, the localized step, K and the steps earlier rounds localized (the
+wrong-step control moves it)."""
+ActionStep = Callable[[StructuredTrace, int, frozenset[int]], int | None]
+"""Where the round's corrected calls are executed, from the trace, the localized step and the steps earlier rounds
+localized (None: nowhere); the wrong-step control moves them."""
+
+NoPoints = Callable[[StructuredTrace, int, int, frozenset[int]], str]
+"""Why ``points`` found no guidance point, from the same arguments."""
+
+
+def _window(trace: StructuredTrace, localized: int, count: int, earlier: frozenset[int]) -> list[int]:
+    return guidance_window(trace, localized, count)  # REFLECT's own points do not depend on earlier rounds
 
 
 @dataclass(frozen=True)
@@ -90,12 +102,13 @@ class ReflectPolicy:
     """The evidence rules' corrected calls are tried as actions (with ``actions``)."""
     use_diagnostician: bool = True
     swap_plan: PlanSwap | None = None
-    points: PointRule = guidance_window
+    points: PointRule = _window
     action_step: ActionStep | None = None
     """Where the localized step's corrected calls are executed instead (the other steps' are then not tried: they
     are REFLECT's own tests of those steps); None: at the step each was written for."""
-    no_points: str = "no step before the run's answer to redo"
-    """Why there are no guidance points, when ``points`` finds none."""
+    no_points: str | NoPoints = "no step before the run's answer to redo"
+    """Why there are no guidance points, when ``points`` finds none (and why a round with nothing to test tests
+    nothing: recorded as its guidance, refused); a function of ``points``'s arguments where the reason varies."""
 
     def diagnose(self, ctx: SearchContext, rounds: Sequence[Round]) -> Diagnosis | None:
         run, trace, config = ctx.run, ctx.trace, ctx.config
@@ -124,7 +137,9 @@ class ReflectPolicy:
         if self.swap_plan is not None:
             plan = self.swap_plan(ctx, plan)
             plans = [plan]  # the drawn plan's corrected call is the only one tried
-        return self._trials(ctx, localization, classification, plan, plans, found, set(tested), round_)
+        return self._trials(
+            ctx, localization, classification, plan, plans, found, set(tested), frozenset(localized), round_
+        )
 
     def _plans(
         self,
@@ -153,7 +168,6 @@ class ReflectPolicy:
                         tools=available_tools(ctx.trace) if self.actions else (),
                         candidates=found[: config.max_corrections],
                         corrected_step=self.actions,
-                        expected=ctx.expected,
                         temperature=None if sample == 0 else config.proposal_temperature,
                     )
                 )
@@ -170,10 +184,12 @@ class ReflectPolicy:
         plans: list[RepairPlan],
         found: list[Correction],
         tested: set[int],
+        earlier: frozenset[int],
         round_: int,
     ) -> Diagnosis:
         """Actions first (nearest step first, at most M), then guidance at the rollback points; the ones that
-        would prove nothing refused and kept in the record."""
+        would prove nothing refused and kept in the record. ``earlier``: the steps earlier rounds localized. A
+        round left with nothing to test records its guidance refused with the reason (``no_points``)."""
         trace, config, located = ctx.trace, ctx.config, localization.step_index
         steps = trace.steps
         original = StepAction.of_step(steps[located - 1]) if 1 <= located <= len(steps) else None
@@ -190,42 +206,84 @@ class ReflectPolicy:
             if p.corrected_step is not None and self.actions
         ]
         proposed = sorted([*auditor, *found], key=lambda c: abs(c.step_index - located))
+        unplaced: list[Correction] = []
         if self.action_step is not None:  # the corrections of the localized step, moved; the other steps' not tried
-            target = self.action_step(trace, located)
+            target = self.action_step(trace, located, earlier)
+            mine = [c for c in proposed if c.step_index == located]
+            if target is None:
+                why = self._no_points(trace, located, config.rollback_points, earlier)
+                unplaced = [c.model_copy(update={"refused": why}) for c in mine]
             proposed = [
                 c.model_copy(update={"step_index": target, "original": StepAction.of_step(steps[target - 1])})
-                for c in proposed
-                if target is not None and c.step_index == located
+                for c in mine
+                if target is not None
             ]
         actions = corrections.ordered(proposed, trace, ctx.expected, config.max_corrections)
-        refused = tuple(c for c in actions if c.refused is not None)
+        refused = (*unplaced, *(c for c in actions if c.refused is not None))
         trials = [
             Trial(c, round=round_, localized_step=located)
             for c in actions
             if c.refused is None and c.step_index not in tested
         ]
-        points = [p for p in self.points(trace, located, config.rollback_points) if p not in tested]
+        window = self.points(trace, located, config.rollback_points, earlier)
+        points = [p for p in window if p not in tested]
+        source = self.llm_source if self.use_diagnostician else "localizer"
+        given, withheld = leaks.guard_plan(plan, ctx.expected) if points else (plan, ())
+        refused += tuple(
+            Correction(
+                source=source,
+                kind=InterventionKind.GUIDANCE,
+                step_index=located,
+                finding=f"the plan's {part.part}, withheld from the guidance: {part.text[:500]}",
+                refused=part.reason,
+            )
+            for part in withheld
+        )
+        if any(part.part == leaks.INSTRUCTION for part in withheld):
+            points = []  # no guidance left to give; the refusal says why
         for point in points:
             guidance = Correction(
-                source=self.llm_source if self.use_diagnostician else "localizer",
+                source=source,
                 kind=InterventionKind.GUIDANCE,
                 step_index=point,
                 original=StepAction.of_step(steps[point - 1]),
-                finding=plan.correction_instruction,
+                finding=given.correction_instruction,
             )
             failed = steps[located - 1] if 1 <= located <= len(steps) else None
-            injection = prompts.repair_injection(plan, located, failed, config.max_field_chars)
+            injection = prompts.repair_injection(given, located, failed, config.max_field_chars)
             trials.append(
                 Trial(
                     guidance,
                     injection=injection,
-                    plan=plan,
+                    plan=given,
                     round=round_,
                     localized_step=located,
-                    authored=prompts.plan_texts(plan),
+                    authored=prompts.plan_texts(given),
                 )
             )
-        return Diagnosis(localization, classification, plan, tuple(trials), refused, "" if points else self.no_points)
+        note = (
+            ""
+            if points
+            else (_WITHHELD if withheld else self._no_points(trace, located, config.rollback_points, earlier))
+        )
+        if not trials and not withheld and 1 <= located <= len(steps):  # a withheld plan's refusals say why already
+            if window:
+                note = "the steps it would test were tested in earlier rounds"
+            refused = (
+                *refused,
+                Correction(
+                    source=source,
+                    kind=InterventionKind.GUIDANCE,
+                    step_index=located,
+                    original=StepAction.of_step(steps[located - 1]),
+                    finding=given.correction_instruction,
+                    refused=f"this round tests nothing: {note}",
+                ),
+            )
+        return Diagnosis(localization, classification, plan, tuple(trials), refused, note)
+
+    def _no_points(self, trace: StructuredTrace, located: int, count: int, earlier: frozenset[int]) -> str:
+        return self.no_points if isinstance(self.no_points, str) else self.no_points(trace, located, count, earlier)
 
     def gate(self, ctx: SearchContext) -> GateFn | None:
         return faithfulness_gate(ctx)

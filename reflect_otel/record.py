@@ -41,8 +41,9 @@ __all__ = [
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 AGENT_REPLAY_STAGE = "agent_replay"
-"""The stage of a call the replayed agent made on the attributor's own model (a chain-of-thought replay, say): a
-cost of the attribution, counted with it, but not a judgement of the attributor's."""
+"""The stage of a call the agent made for the attribution, in a replay or asked for a proposal, on a model whose
+calls are recorded (the attributor's own, or one wrapped in :class:`~reflect_otel.llm.recording.AgentCallRecorder`):
+a cost of the attribution, counted with it as the agent's calls, apart from the auditor's."""
 
 
 class ErrorType(str, Enum):
@@ -292,7 +293,8 @@ class Intervention(BaseModel):
 
 
 class LLMCall(BaseModel):
-    """One recorded call: which stage asked, what it cost, whether it succeeded."""
+    """One recorded call of a stage: which stage asked, what it cost, whether it succeeded. ``attempts`` is the
+    number of model requests it made (2 when the reply needed the repair retry); the tokens are all of theirs."""
 
     model_config = _FROZEN
 
@@ -309,14 +311,27 @@ class LLMCall(BaseModel):
 
 
 class StageCost(BaseModel):
+    """What one stage's calls cost: ``calls`` of the stage, ``requests`` sent to the model for them (a repair retry
+    is a request of its own), and their tokens and seconds."""
+
     model_config = _FROZEN
 
     stage: str
     calls: int
+    requests: int = Field(ge=0)
     prompt_tokens: int
     completion_tokens: int
     cached_prompt_tokens: int | None = None
     seconds: float
+
+    @model_validator(mode="before")
+    @classmethod
+    def _earlier_versions(cls, data: Any) -> Any:
+        """A cost written before ``requests`` existed counted calls only: read as one request each (a record
+        fills it in from its ``llm_calls``, which hold the attempts)."""
+        if isinstance(data, dict) and "requests" not in data:
+            data = {**data, "requests": data.get("calls", 0)}
+        return data
 
 
 class StageError(BaseModel):
@@ -390,6 +405,9 @@ class AttributionRecord(BaseModel):
             data = {**data, "confidence": None, "confidence_samples": None, "auditor_confidence": data["confidence"]}
         if "flip_rates" in data:
             data = {k: v for k, v in data.items() if k != "flip_rates"}
+        cost = data.get("cost")
+        if cost and any(isinstance(c, dict) and "requests" not in c for c in cost):
+            data = {**data, "cost": _with_requests(cost, data.get("llm_calls") or ())}
         return data
 
     @model_validator(mode="after")
@@ -432,7 +450,9 @@ class AttributionRecord(BaseModel):
 
     @property
     def total_calls(self) -> int:
-        return sum(c.calls for c in self.cost)
+        """Model requests made for this record, the auditor's and the agent's: each request once (a stage call
+        whose reply needed the repair retry made two)."""
+        return sum(c.requests for c in self.cost)
 
     @property
     def auditor_cost(self) -> tuple[StageCost, ...]:
@@ -441,7 +461,14 @@ class AttributionRecord(BaseModel):
 
     @property
     def auditor_calls(self) -> int:
-        return sum(c.calls for c in self.auditor_cost)
+        """The auditor's model requests (its stages' calls, each repair retry counted as a request)."""
+        return sum(c.requests for c in self.auditor_cost)
+
+    @property
+    def agent_calls(self) -> int:
+        """The agent's model requests recorded for this record (its replays and proposals, where recorded)."""
+        cost = self.agent_replay_cost
+        return cost.requests if cost is not None else 0
 
     @property
     def auditor_tokens(self) -> int:
@@ -471,8 +498,26 @@ def _known_sum(values: Iterable[int | None]) -> int | None:
     return sum(known) if known else None
 
 
+def _with_requests(cost: Sequence[Any], calls: Sequence[Any]) -> list[Any]:
+    """An earlier version's ``cost`` with each stage's requests, from its ``llm_calls``' attempts (each call one
+    request where there are none: a record stored without its calls)."""
+    attempts: dict[str, int] = defaultdict(int)
+    for call in calls:
+        stage = call.get("stage") if isinstance(call, dict) else getattr(call, "stage", None)
+        tries = call.get("attempts", 1) if isinstance(call, dict) else getattr(call, "attempts", 1)
+        if isinstance(stage, str):
+            attempts[stage] += tries if isinstance(tries, int) and tries >= 1 else 1
+    return [
+        {**c, "requests": attempts.get(str(c.get("stage")), c.get("calls", 0)) if calls else c.get("calls", 0)}
+        if isinstance(c, dict) and "requests" not in c
+        else c
+        for c in cost
+    ]
+
+
 def stage_costs(calls: Sequence[LLMCall]) -> tuple[StageCost, ...]:
-    """The cost of ``calls`` per stage, in the order the stages were first met."""
+    """The cost of ``calls`` per stage, in the order the stages were first met; ``requests`` counts their
+    attempts (each a model request)."""
     grouped: dict[str, list[LLMCall]] = defaultdict(list)
     for call in calls:
         grouped[call.stage].append(call)
@@ -480,6 +525,7 @@ def stage_costs(calls: Sequence[LLMCall]) -> tuple[StageCost, ...]:
         StageCost(
             stage=stage,
             calls=len(items),
+            requests=sum(c.attempts for c in items),
             prompt_tokens=sum(c.prompt_tokens for c in items),
             completion_tokens=sum(c.completion_tokens for c in items),
             cached_prompt_tokens=_known_sum(c.cached_prompt_tokens for c in items),

@@ -291,11 +291,14 @@ def _unverified_reason(
         return "localization only: no replay adapter for this trace"
     if not results:
         return f"nothing could be tested: {note or 'no correction survived the checks'}"
+    idle = "".join(
+        f"; round {r.number} tested nothing ({r.diagnosis.note})" for r in rounds if not r.results and r.diagnosis.note
+    )
     decisions = {r.decision for r in results}
     if decisions <= {Decision.NOT_TESTED}:
         notes = "; ".join(dict.fromkeys(r.reason for r in results if r.reason))
-        return f"nothing was proved: {notes}"
-    return f"no intervention flipped the outcome under control in {len(rounds)} round(s)"
+        return f"nothing was proved: {notes}{idle}"
+    return f"no intervention flipped the outcome under control in {len(rounds)} round(s){idle}"
 
 
 def tested_steps(rounds: Sequence[Round]) -> dict[int, str]:

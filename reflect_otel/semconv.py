@@ -178,3 +178,6 @@ class ReflectMetrics:
     """Counter with an ``error_type`` attribute."""
     LLM_TOKENS = "reflect.llm.tokens"
     """Counter with ``stage`` and ``direction`` (prompt or completion) attributes."""
+    LLM_REQUESTS = "reflect.llm.requests"
+    """Counter of model requests with a ``stage`` attribute: each request once (a repair retry is one;
+    ``agent_replay`` is the agent's)."""

@@ -18,7 +18,7 @@ from reflect_otel.config import ReflectConfig
 from reflect_otel.controls import PlanPool
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import BudgetedLLM, TokenBudget
-from reflect_otel.llm.recording import CallLog, RecordingLLM
+from reflect_otel.llm.recording import CallLog, RecordingLLM, recording_agent_calls
 from reflect_otel.methods import MethodSpec
 from reflect_otel.record import AGENT_REPLAY_STAGE, AttributionMode, AttributionRecord, AttributionStatus
 from reflect_otel.replay import BudgetedReplay, ReplayAdapter, TakesTaskContext, resampler
@@ -129,7 +129,21 @@ class AttributionService:
         domain_context: str = "",
     ) -> Outcome:
         """Verify (in triage), attribute, store, count and export one trace. Never raises for what a method or an
-        exporter meets; a store rejects bad content by counting it (see :class:`AttributionStore`)."""
+        exporter meets; a store rejects bad content by counting it (see :class:`AttributionStore`). The calls an
+        agent's :class:`~reflect_otel.llm.recording.AgentCallRecorder` model makes meanwhile (its replays and
+        proposals) are counted in the record as the agent's, as a found adapter's agent's are."""
+        agent_calls = CallLog()  # a found adapter's agent runs on our model: its calls are this trace's cost too
+        with recording_agent_calls(agent_calls):
+            return self._process(trace, expected, replay, domain_context, agent_calls)
+
+    def _process(
+        self,
+        trace: StructuredTrace,
+        expected: str | None,
+        replay: ReplayAdapter | None,
+        domain_context: str,
+        agent_calls: CallLog,
+    ) -> Outcome:
         if self.method.withholds_expected:
             expected = None
         # one budget for everything this trace costs: the triage audit, the method's calls, the audits of replays
@@ -137,7 +151,6 @@ class AttributionService:
         budgeted = BudgetedLLM(self.llm, self.budget) if self.budget is not None else None
         if budgeted is not None:
             llm = budgeted
-        agent_calls = CallLog()  # a found adapter's agent runs on our model: its calls are this trace's cost too
 
         def found() -> ReplayAdapter | None:
             if self.replay_finder is None:

@@ -11,7 +11,6 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pydantic import BaseModel
 
 from reflect_otel import prompts
-from reflect_otel.leaks import leak
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.prompts._tool_calls import arguments_of
 from reflect_otel.record import Classification, Correction, GateDecider, GateVerdict, Localization, RepairPlan
@@ -88,14 +87,14 @@ def diagnose(
     tools: Sequence[ToolDefinition] = (),
     candidates: Sequence[Correction] = (),
     corrected_step: bool = True,
-    expected: str | None = None,
     temperature: float | None = None,
 ) -> RepairPlan:
     """The repair plan. With ``corrected_step`` it includes the erroneous step rewritten: a call of one of
     ``tools`` (under a schema that admits no other tool), or for a chain of thought a thought; without, or when the
-    agent has neither, the paper's plan. ``candidates`` are shown to the auditor as options. A plan that would
-    carry ``expected`` (or state an answer) into a replay is sent back once (:mod:`reflect_otel.leaks`); the
-    stage fails when the model insists. ``temperature`` samples the diagnosis (a second opinion)."""
+    agent has neither, the paper's plan. ``candidates`` are shown to the auditor as options. ``temperature``
+    samples the diagnosis (a second opinion). The plan is the auditor's, answer and all: what of it reaches a replay
+    is guarded where it is given (:mod:`reflect_otel.leaks`), part by part, so a root cause that names the answer
+    costs the plan nothing but that root cause."""
     index = localization.step_index
     output = (
         prompts.diagnosis_output(tools, chain_of_thought=not tools and _chain_of_thought(trace))
@@ -113,13 +112,7 @@ def diagnose(
         output,
         [f"Step {c.step_index}: {c.replacement.render()}  (from: {c.finding})" for c in candidates if c.replacement],
     )
-    out = llm.complete(
-        messages,
-        output,
-        stage="diagnose",
-        check=lambda value: leak(_plan_texts(value), expected),
-        temperature=temperature,
-    ).value
+    out = llm.complete(messages, output, stage="diagnose", temperature=temperature).value
     corrected = _corrected_step(out)
     if original is not None and corrected == StepAction.of_step(original):
         corrected = None  # repeats the erroneous step: nothing to test (a retry costs a call and rarely fixes it)
@@ -143,19 +136,6 @@ def diagnose(
         confidence=getattr(out, "confidence", 0.0),
         corrected_step=corrected,
     )
-
-
-def _plan_texts(out: BaseModel) -> list[str]:
-    """What of a diagnosis reaches the replayed agent: its texts and its corrected step."""
-    texts = [str(getattr(out, name, "") or "") for name in ("root_cause", "correction_instruction")]
-    texts += [str(a) for a in getattr(out, "forbidden_actions", []) or []]
-    arguments = getattr(out, "expected_next_arguments", None)
-    if isinstance(arguments, Mapping):
-        texts += [str(v) for v in arguments.values()]
-    corrected = _corrected_step(out)
-    if corrected is not None:
-        texts.append(corrected.render())
-    return texts
 
 
 def _chain_of_thought(trace: StructuredTrace) -> bool:

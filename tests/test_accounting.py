@@ -3,6 +3,10 @@ method's stages and the audits of its replays; and every method builds its promp
 
 from __future__ import annotations
 
+import contextvars
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -218,3 +222,78 @@ def test_the_agents_calls_are_counted_under_its_stage_whatever_it_names() -> Non
     )
     recorder.complete([ChatMessage(role="user", content="go on")], ReasoningContinuation, stage="localize")
     assert [c.stage for c in log.calls] == [AGENT_REPLAY_STAGE]
+
+
+AAO = {"error_step": 2, "responsible_agent": None, "reason": "r", "error_type": "tool_error", "confidence": 0.6}
+
+
+def test_a_repair_retry_is_a_model_request_and_the_record_and_the_store_count_it(tmp_path: Path) -> None:
+    """The model's first reply is not JSON, the repair retry's is: one call of the stage, two requests, both
+    counted wherever calls are (the record's cost, its total, the store's columns and ``stats`` view)."""
+    import duckdb
+
+    from reflect_otel.exporters.duckdb_store import DuckDBStore
+
+    llm = ScriptedLLM(by_stage={"aao": ["the second step, I think", AAO]})
+    path = tmp_path / "s.duckdb"
+    with DuckDBStore(path) as store:
+        service = AttributionService(llm, METHODS["aao"], verifier=OracleVerifier(), store=store)
+        record = service.process(failed_run(), expected="Nile").record
+    assert record is not None and record.step_index == 2 and len(llm.requests) == 2
+    assert [(c.stage, c.attempts) for c in record.llm_calls] == [("aao", 2)]
+    assert [(c.stage, c.calls, c.requests) for c in record.cost] == [("aao", 1, 2)]
+    assert record.total_calls == record.auditor_calls == 2 and record.agent_calls == 0
+    with duckdb.connect(str(path), read_only=True) as db:
+        assert db.execute("SELECT llm_calls, agent_calls FROM attributions").fetchall() == [(2, 0)]
+        assert db.execute("SELECT stage, calls, requests FROM cost_per_stage").fetchall() == [("aao", 1, 2)]
+
+
+def test_a_record_written_before_requests_were_counted_reads_them_from_its_calls_attempts() -> None:
+    """An earlier version's cost held stage calls only; its ``llm_calls`` hold the attempts, so reading it counts
+    the requests it made."""
+    from reflect_otel.record import AttributionRecord
+
+    llm = ScriptedLLM(by_stage={"aao": ["not JSON", AAO]})
+    record = METHODS["aao"].build(llm, OracleVerifier(), ReflectConfig(), None).attribute(failed_run(), expected="Nile")
+    old = record.model_dump(mode="json")
+    for cost in old["cost"]:
+        del cost["requests"]  # as an earlier version wrote it
+    assert AttributionRecord.model_validate(old).total_calls == 2 == record.total_calls
+    old["llm_calls"] = []  # a record stored without its calls: each call one request
+    assert AttributionRecord.model_validate(old).total_calls == 1
+
+
+def test_the_stored_live_results_still_load_and_count_their_repair_retries() -> None:
+    """The rows of an earlier measurement (benchmarks/results) load as records, each request counted: the repair
+    retries the audit of seed 46 found (more requests than calls in most records) are counted now."""
+    from reflect_otel.record import AttributionRecord
+
+    path = Path(__file__).parents[1] / "benchmarks" / "results" / "wtq-live-controlled-seed46" / "results.jsonl"
+    records = [
+        AttributionRecord.model_validate(method["record"])
+        for row in map(json.loads, path.read_text().splitlines())
+        for method in row["methods"].values()
+    ]
+    assert records
+    for record in records:
+        assert record.total_calls == sum(c.attempts for c in record.llm_calls)
+    assert sum(1 for r in records if r.total_calls > len(r.llm_calls)) > len(records) / 2
+
+
+def test_an_agent_models_calls_are_recorded_only_inside_an_attribution_each_request_once() -> None:
+    from reflect_otel.llm.recording import AgentCallRecorder, recording_agent_calls
+
+    scripted = ScriptedLLM(
+        by_stage={"agent": ["{", {"steps": ["7."], "answer": "7"}, {"steps": ["8."], "answer": "8"}]}
+    )
+    agent = AgentCallRecorder(AgentCallRecorder(scripted))  # wrapped twice: still counted once
+    ask = [ChatMessage(role="user", content="go on")]
+    agent.complete(ask, ReasoningContinuation, stage="agent")  # the agent's own run: not an attribution's cost
+    log = CallLog()
+    with recording_agent_calls(log):
+        pool = ThreadPoolExecutor(1)
+        context = contextvars.copy_context()  # as LangGraph hands its context to the thread running a node
+        pool.submit(context.run, agent.complete, ask, ReasoningContinuation, stage="agent").result()
+        pool.shutdown()
+    assert [(c.stage, c.attempts) for c in log.calls] == [(AGENT_REPLAY_STAGE, 1)]
+    assert len(scripted.requests) == 3  # the run's repair retry and its reply, then the replay's

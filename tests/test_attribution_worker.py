@@ -68,7 +68,8 @@ def test_a_flood_while_attribution_is_slow_waits_in_the_store_and_loses_nothing(
     assert worker.stats.offered == 200 and worker.stats.pending > 150
     assert worker.stats.queued + worker.stats.pending == 200
     gate.set()
-    wait_until(lambda: worker.stats.verified == 200, 60, "every run judged")
+    # a bound on a hang, not a speed target: 200 store round trips took 64-85 s on a loaded 2-core machine
+    wait_until(lambda: worker.stats.verified == 200, 300, "every run judged")
     worker.close()
     assert worker.stats.flagged == 100 and worker.stats.attributed == 100 and worker.stats.pending == 0
     store.close()

@@ -4,10 +4,12 @@ flips are comparable with its flips."""
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from reflect_otel.config import GateMode, ReflectConfig
-from reflect_otel.controls import NO_PLACEBO, PlanPool, plan_of, wrong_step
+from reflect_otel.controls import NO_PLACEBO, NO_WRONG_STEP, PlanPool, plan_of, wrong_step
 from reflect_otel.methods import METHODS
 from reflect_otel.record import AttributionMode, AttributionRecord, AttributionStatus, Correction, InterventionKind
 from reflect_otel.service import AttributionService
@@ -23,15 +25,21 @@ def five_steps(question: str = "Where was the last 1st place?") -> StructuredTra
     return make_trace(question, [*calls, {"reasoning": "Nowhere.", "is_final_answer": True}], final_answer="Nowhere.")
 
 
-def auditor(step: int, call: dict[str, Any] | None = None) -> ScriptedLLM:
-    """Localizes ``step``; its diagnosis writes ``call`` as the corrected step when given."""
+def auditor(
+    step: int | Sequence[int], call: dict[str, Any] | None = None, root_cause: str = "the filter value"
+) -> ScriptedLLM:
+    """Localizes ``step`` (a sequence: one per round, in order); its diagnosis writes ``call`` as the corrected step
+    when given."""
+    steps = deque([step] if isinstance(step, int) else step)
 
     def respond(request: ScriptedRequest) -> Any:
+        localized = steps.popleft() if request.stage == "localize" and len(steps) > 1 else steps[0]
         replies: dict[str, dict[str, Any]] = {
-            "localize": {"error_step": step, "confidence": 0.7, "reasoning": "r", "what_should_have_been_done": "w"},
+            "localize": {"error_step": localized, "confidence": 0.7, "reasoning": "r",
+                         "what_should_have_been_done": "w"},
             "classify": {"error_type": "tool_error", "confidence": 0.6, "explanation": "e",
                          "suggested_correction": "s"},
-            "diagnose": {"root_cause": "the filter value", "correction_instruction": OWN_INSTRUCTION,
+            "diagnose": {"root_cause": root_cause, "correction_instruction": OWN_INSTRUCTION,
                          "forbidden_actions": [], "expected_next_tool": None, "expected_next_arguments": None,
                          "confidence": 0.8},
             "gate": {"is_faithful": True, "violation_reason": None, "violation_type": None},
@@ -77,7 +85,7 @@ def other_failure(question: str = "Which year had the most titles?", trace_id: s
 
 def attribute(
     method: str,
-    step: int,
+    step: int | Sequence[int],
     agent: ScriptedReplayAdapter,
     trace: StructuredTrace | None = None,
     plans: PlanPool | None = None,
@@ -85,8 +93,8 @@ def attribute(
     call: dict[str, Any] | None = None,
     **settings: Any,
 ) -> Any:
-    """One attribution by ``method`` with :func:`auditor` (its diagnosis writing ``call``), one round, K=1 unless
-    ``settings`` say otherwise, the soft gate."""
+    """One attribution by ``method`` with :func:`auditor` (localizing ``step``, its diagnosis writing ``call``), one
+    round, K=1 unless ``settings`` say otherwise, the soft gate."""
     config = ReflectConfig(**{"rounds": 1, "rollback_points": 1, "gate": GateMode.SOFT, **settings})
     attributor = METHODS[method].build(auditor(step, call), OracleVerifier(), config, plans)
     return attributor.attribute(trace or five_steps(), expected="Bangkok", replay=agent)
@@ -125,7 +133,49 @@ def test_wrong_step_does_not_replay_a_run_without_such_a_step() -> None:
     short = make_trace("q", [{"tool": "a", "args": {}, "result": "r"}, {"reasoning": "x", "is_final_answer": True}])
     record = attribute("control-wrong-step", 1, agent, short)
     assert agent.calls == [] and record.status is AttributionStatus.UNVERIFIED
-    assert "no other step than the localized one" in record.reason
+    assert NO_WRONG_STEP in record.reason
+
+
+def test_the_wrong_step_is_never_a_step_an_earlier_round_localized() -> None:
+    trace = five_steps()  # steps 1-4 are calls
+    assert wrong_step(trace, 3) == 1 and wrong_step(trace, 3, {1}) == 4  # 1 was localized: the next one, 4
+    assert wrong_step(trace, 1, {3}) == 2 and wrong_step(trace, 1, {2, 3}) is None
+
+
+def two_calls() -> StructuredTrace:
+    return make_trace(
+        "q",
+        [
+            {"tool": "lookup", "args": {"table": "t0", "row": 1}, "result": "row 1"},
+            {"tool": "lookup", "args": {"table": "t0", "row": 2}, "result": "row 2"},
+            {"reasoning": "Nowhere.", "is_final_answer": True},
+        ],
+    )
+
+
+def test_wrong_step_does_not_test_the_step_round_one_localized_and_says_round_two_tested_nothing() -> None:
+    """Two calls; round 1 localizes step 2 (the control tests step 1), round 2 localizes step 1: its only other step,
+    2, is round 1's localization, the right step by the localizer's own account, so round 2 tests nothing."""
+    agent = agent_fixed_by(99)  # nothing fixes this run: both rounds run
+    record = attribute("control-wrong-step", [2, 1], agent, two_calls(), call=CALL, rounds=2)
+    assert [loc.step_index for loc in record.localizations] == [2, 1]
+    assert {(a.round, a.rollback_point) for a in record.replays} == {(1, 0)}  # step 1 only, never step 2
+    assert all(call.rollback_point == 0 for call in agent.calls) and agent.calls
+    idle = [c for c in record.corrections if c.refused is not None]
+    assert idle and all(NO_WRONG_STEP in (c.refused or "") for c in idle)
+    assert {(c.kind.value, c.step_index) for c in idle} == {("action", 1), ("guidance", 1)}  # round 2's, refused
+    assert record.status is AttributionStatus.UNVERIFIED
+    assert f"round 2 tested nothing ({NO_WRONG_STEP})" in record.reason
+
+
+def test_wrong_step_moves_past_a_step_an_earlier_round_localized_to_the_next_one() -> None:
+    """Round 1 localizes step 1 (the control tests step 3); round 2 localizes step 3: step 1, two away, was round
+    1's localization, so the control tests step 4."""
+    agent = agent_fixed_by(99)
+    record = attribute("control-wrong-step", [1, 3], agent, call=CALL, rounds=2)
+    assert [loc.step_index for loc in record.localizations] == [1, 3]
+    tested = {(a.round, a.rollback_point + 1) for a in record.replays if a.arm.value == "intervention"}
+    assert tested == {(1, 3), (2, 4)}
 
 
 def test_placebo_injects_a_plan_written_for_another_failure_in_place_of_the_auditors() -> None:
@@ -171,6 +221,25 @@ def test_the_plan_of_a_record_is_its_auditors_and_a_placebos_record_gives_none()
     baseline = AttributionRecord(trace_id="d" * 32, method="aao", status=AttributionStatus.UNVERIFIED,
                                  mode=AttributionMode.LOCALIZATION_ONLY)  # fmt: skip
     assert plan_of(baseline) is None
+
+
+def test_a_part_of_a_plan_withheld_from_the_guidance_is_never_a_placebos_instruction() -> None:
+    """REFLECT's root cause names its answer, so that part is withheld and recorded as a refused correction; the
+    plan a placebo later draws from the record is the instruction its guidance carried, not the refusal."""
+    config = ReflectConfig(rounds=1, rollback_points=1, gate=GateMode.SOFT)
+    llm = auditor(2, root_cause="the last 1st place was in Bangkok")
+    record = (
+        METHODS["reflect"]
+        .build(llm, OracleVerifier(), config)
+        .attribute(five_steps(), expected="Bangkok", replay=agent_that_follows("nothing it is told"))
+    )
+    assert record.corrections[0].refused is not None and "the plan's root cause" in record.corrections[0].finding
+    plan = plan_of(record)
+    assert plan is not None and plan.correction_instruction == OWN_INSTRUCTION
+    pool = PlanPool()
+    pool.add(five_steps(), record)
+    drawn = pool.other_than(five_steps("Which year had the most titles?").model_copy(update={"trace_id": "e" * 32}))
+    assert drawn is not None and drawn.correction_instruction == OWN_INSTRUCTION
 
 
 def test_services_sharing_a_pool_give_the_placebo_the_plan_reflect_wrote_for_an_earlier_failure() -> None:

@@ -443,7 +443,9 @@ def test_ordered_deduplicates_keeps_refused_and_caps_actions() -> None:
 
 
 # -- REFLECT with actions ------------------------------------------------------------------------------------------
-def _auditor(call: object) -> ScriptedLLM:
+def _auditor(call: object, *, root_cause: str | None = None) -> ScriptedLLM:
+    diagnosis = {**_diagnosis(call), **({"root_cause": root_cause} if root_cause is not None else {})}
+
     def respond(request: ScriptedRequest) -> Any:
         return {
             "localize": {
@@ -458,7 +460,7 @@ def _auditor(call: object) -> ScriptedLLM:
                 "explanation": "the filter matched nothing",
                 "suggested_correction": "check the values",
             },
-            "diagnose": _diagnosis(call),
+            "diagnose": diagnosis,
             "gate": {"is_faithful": True, "violation_reason": None, "violation_type": None},
             "explain": {"reasoning": "1st matched", "error_type": "tool_error", "explanation": "wrong value"},
         }[request.stage]
@@ -510,6 +512,27 @@ def test_the_auditors_action_is_executed_and_verifies() -> None:
     assert [(c.source, c.kind.value, c.flipped, c.replays) for c in record.corrections] == [("llm", "action", True, 1)]
 
 
+def test_a_root_cause_that_names_the_answer_keeps_the_auditors_call_and_it_is_replayed() -> None:
+    """The auditor saw the answer and named it in its root cause; that text reaches no replay, so the diagnosis
+    is kept: its step, error type and corrected call, which carries no answer and verifies."""
+    root_cause = "the last 1st place was in Bangkok; '1' matched nothing"
+    llm = _auditor(GOOD_CALL, root_cause=root_cause)
+    agent = _table_agent()
+    record = _attribute(llm, agent)
+    assert [r.stage for r in llm.requests].count("diagnose") == 1 and not record.errors
+    assert record.status is AttributionStatus.VERIFIED and record.step_index == 1
+    assert record.error_type is not None and record.error_type.value == "tool_error"
+    assert record.verified_by is not None and record.verified_by.source == "llm"
+    assert record.verified_by.replacement == StepAction(tool_name="filter_rows", arguments=GOOD_CALL["arguments"])
+    assert [c.action for c in agent.calls] == [None, record.verified_by.replacement]  # the control, then the call
+    assert all(c.injection == "" for c in agent.calls)
+    assert record.root_cause == root_cause
+    # the guidance would have been given without it: the withheld root cause is recorded with the reason
+    (withheld,) = [c for c in record.corrections if c.refused]
+    assert withheld.kind is InterventionKind.GUIDANCE and "the plan's root cause" in withheld.finding
+    assert withheld.refused == "it carries the expected answer 'Bangkok': it would flip a replay from any step"
+
+
 def test_evidence_is_tried_when_the_auditors_own_correction_fails() -> None:
     agent = _table_agent()
     useless = {"tool": "lookup", "arguments": {"table": "t0", "column": "City", "row": 1}}
@@ -538,10 +561,20 @@ def test_an_answer_carrying_call_is_never_replayed() -> None:
     llm = _auditor(carrying)
     record = _attribute(llm, agent, max_corrections=1)
     assert all(c.action is None or c.action.arguments.get("value") != "Bangkok" for c in agent.calls)
-    # the diagnosis is sent back once naming the leak, and its stage fails when the model insists
-    repair = [r for r in llm.requests if r.stage == "diagnose"][1]
-    assert "carries the expected answer 'Bangkok'" in repair.messages[-1].content
-    assert "diagnose" in [e.stage for e in record.errors]
+    # the call is refused where it would be replayed, and the refusal recorded; the diagnosis itself is kept
+    assert [r.stage for r in llm.requests].count("diagnose") == 1 and not record.errors
+    leak = "it carries the expected answer 'Bangkok': it would flip a replay from any step"
+    refused, withheld = [c for c in record.corrections if c.refused]
+    assert (refused.source, refused.kind, refused.replacement, refused.refused) == (
+        "llm",
+        InterventionKind.ACTION,
+        StepAction(tool_name="filter_rows", arguments=carrying["arguments"]),
+        f"the replacement: {leak}",
+    )
+    # the same call, as the plan's next call, is withheld from its guidance
+    assert withheld.kind is InterventionKind.GUIDANCE and withheld.refused == leak
+    assert withheld.finding.startswith("the plan's expected next call, withheld from the guidance: filter_rows")
+    assert record.root_cause == "filtered on '1', the column writes '1st'"
     # the evidence rule's own call is tried instead, and carries no answer
     assert record.status is AttributionStatus.VERIFIED and record.verified_by is not None
     assert record.verified_by.source == "evidence:listed_values"

@@ -204,6 +204,7 @@ def test_metrics_are_scraped_by_prometheus_format() -> None:
     assert values['reflect_attributions_total{error_type="incorrect_problem_identification",method="reflect"}'] == 1
     localize = next(c for c in record.cost if c.stage == "localize")
     assert values['reflect_llm_tokens_total{direction="prompt",stage="localize"}'] == localize.prompt_tokens
+    assert values['reflect_llm_requests_total{stage="localize"}'] == localize.requests
 
 
 def _needs(binary: str) -> str:

@@ -153,3 +153,32 @@ def test_live_runs_are_resampled_by_the_table_agent_and_sql_runs_are_refused(
     (run / "run_config.json").write_text(json.dumps(config | {"agent": "sql"}))
     with pytest.raises(SystemExit, match="sql agent, whose replay adapter cannot resample"):
         _live_resampler(run / "results.jsonl", None, llm)
+
+
+def test_a_long_measurement_logs_each_run_and_why_a_verifier_failed_on_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each run measured is a line on stderr with its verdict and cost, so a log shows how far an hours-long run is
+    and, early, a verifier failing on every run with the reason (the journal keeps no failure; the report only
+    counts them)."""
+    import sys
+
+    from benchmarks import flagging
+    from reflect_otel.errors import LLMError
+
+    results = tmp_path / "results.jsonl"
+    results.write_text(_row("nt-1", False, {}) + "\n" + _row("nt-2", True, {}) + "\n")
+    down = ScriptedLLM(respond=lambda _r: LLMError("endpoint http://127.0.0.1:9/v1 refused the connection"))
+    monkeypatch.setattr(flagging, "make_llm", lambda: down)
+    argv = ["flagging", "--live", str(results), "--verifiers", "evidence,proxy", "--out", str(tmp_path / "f")]
+    monkeypatch.setattr(sys, "argv", argv)
+    flagging.main()
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert "[evidence 1/2] nt-1 (wrong run): uncertain (not flagged); 0 model calls, 0 agent runs, 0.0 s" in lines
+    assert "[evidence 2/2] nt-2 (right run): uncertain (not flagged); 0 model calls, 0 agent runs, 0.0 s" in lines
+    failed = [line for line in lines if line.startswith("[proxy ")]
+    assert len(failed) == 2 and all(
+        "the verifier failed:" in line and "refused the connection" in line for line in failed
+    )
+    assert "the verifier failed on 2 runs" in captured.out

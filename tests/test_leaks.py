@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from reflect_otel.config import ReflectConfig
-from reflect_otel.leaks import action_leak, leak
+from reflect_otel.leaks import INSTRUCTION, action_leak, guard_plan, leak
 from reflect_otel.methods import METHODS
-from reflect_otel.record import AttributionStatus
+from reflect_otel.record import AttributionStatus, InterventionKind, RepairPlan
 from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
 from reflect_otel.trace import StepAction, StructuredTrace
 from reflect_otel.verifiers import OracleVerifier
@@ -79,13 +79,14 @@ def _trace() -> StructuredTrace:
     return make_trace("How many?", [*steps, {"reasoning": "4", "is_final_answer": True}], final_answer="4")
 
 
-def _auditor(text: str) -> ScriptedLLM:
+def _auditor(text: str, *, root_cause: str = "r") -> ScriptedLLM:
     def respond(request: ScriptedRequest) -> Any:
         return {
             "localize": {"error_step": 2, "confidence": 0.5, "reasoning": "r", "what_should_have_been_done": text},
             "classify": {"error_type": "tool_error", "confidence": 0.5, "explanation": "e", "suggested_correction": text},
-            "diagnose": {"root_cause": "r", "correction_instruction": text, "forbidden_actions": [],
-                         "expected_next_tool": None, "confidence": 0.5},
+            "diagnose": {"root_cause": root_cause, "correction_instruction": text, "forbidden_actions": [],
+                         "expected_next_tool": None, "confidence": 0.5,
+                         "corrected_call": {"tool": "lookup", "arguments": {"row": 3}}},
             "gate": {"is_faithful": True, "violation_reason": None, "violation_type": None},
             "reflect": {"reflection": text},
             "reflexion_extract": {"error_step": 2, "responsible_agent": None, "reason": "r",
@@ -107,7 +108,7 @@ def _agent() -> ScriptedReplayAdapter:
     )
 
 
-@pytest.mark.parametrize("method", ["reflect", "reflect-guidance", "control-wrong-step", "reflexion", "dover"])
+@pytest.mark.parametrize("method", ["reflect", "reflect-guidance", "control-wrong-step", "reflexion", "dover", "ics"])
 @pytest.mark.parametrize("expected", ["5", "12,467", "2012-02-28", "Bangkok, Thailand"])
 def test_no_method_shows_a_replay_the_expected_answer(method: str, expected: str) -> None:
     said = {"5": "count again: it is 5", "12,467": "the sum is 12467", "2012-02-28": "it was on 28 February 2012",
@@ -124,7 +125,9 @@ def test_no_method_shows_a_replay_the_expected_answer(method: str, expected: str
     refused = [c for c in record.corrections if c.refused] + [
         e for e in record.errors if "expected answer" in e.message or "states an answer" in e.message
     ]
-    assert refused or not agent.calls, record  # the leak was refused and the refusal recorded
+    given = [c for c in agent.calls if c.injection or c.action]  # ICS gives nothing: the agent's own steps
+    assert refused or not given, record  # the leak was refused and the refusal recorded
+    assert method != "ics" or (agent.calls and not given)
     assert record.status is not AttributionStatus.VERIFIED
 
 
@@ -150,3 +153,59 @@ def test_a_placebo_plan_that_carries_the_answer_is_refused() -> None:
     )
     assert all(c.injection == "" for c in agent.calls)  # only the control ran
     assert "refused" in record.reason or any(c.refused for c in record.corrections)
+
+
+# the answer named in each part of a plan, for each kind of answer: one character, a number, a date, several words
+NAMED = {
+    "5": "it counted 5 rows",
+    "12,467": "the total is 12467",
+    "2012-02-28": "the match was on 28 February 2012",
+    "Bangkok, Thailand": "the venue was bangkok, thailand",
+}
+
+
+@pytest.mark.parametrize("expected", list(NAMED))
+def test_each_part_of_a_plan_that_names_the_answer_is_withheld_and_the_rest_kept(expected: str) -> None:
+    named = NAMED[expected]
+    plan = RepairPlan(
+        root_cause=named,
+        correction_instruction="look the row up again in the second table",
+        forbidden_actions=("repeat step 2", named),
+        expected_next_tool="lookup",
+        expected_next_arguments={"row": 3, "note": named},
+        corrected_step=StepAction(tool_name="lookup", arguments={"row": 3}),
+    )
+    given, withheld = guard_plan(plan, expected)
+    assert [w.part for w in withheld] == ["root cause", "forbidden action 2", "expected next call"]
+    assert all(w.reason.startswith(f"it carries the expected answer {expected!r}") for w in withheld)
+    assert withheld[0].text == named
+    assert given.root_cause == "" and given.correction_instruction == plan.correction_instruction
+    assert given.forbidden_actions == ("repeat step 2",)
+    assert given.expected_next_tool is None and given.expected_next_arguments is None
+    assert given.corrected_step == plan.corrected_step  # an action: checked as one where it is executed
+    assert guard_plan(plan, None) == (plan, ())  # the proxy regime knows no answer
+    _, (refused,) = guard_plan(RepairPlan(correction_instruction="the correct answer is in row 3"), expected)
+    assert refused.part == INSTRUCTION and "states an answer" in refused.reason
+
+
+@pytest.mark.parametrize("method", ["reflect", "reflect-guidance", "control-wrong-step"])
+@pytest.mark.parametrize("expected", list(NAMED))
+def test_a_root_cause_that_names_the_answer_is_kept_from_the_replay_and_the_guidance_given(
+    method: str, expected: str
+) -> None:
+    """The auditor saw the answer and its root cause names it: the guidance is given without the root cause, the
+    refusal is recorded, and the localization and error type are kept."""
+    auditor = _auditor("look the row up again", root_cause=NAMED[expected])
+    agent = _agent()
+    config = ReflectConfig(rounds=1, rollback_points=3, max_replays=None)
+    record = (
+        METHODS[method].build(auditor, OracleVerifier(), config).attribute(_trace(), expected=expected, replay=agent)
+    )
+    guided = [c.injection for c in agent.calls if c.injection]
+    assert guided and all("look the row up again" in text for text in guided)
+    assert all(leak(text, expected) is None and "Diagnosis:" not in text for text in guided)
+    (withheld,) = [c for c in record.corrections if c.refused and c.kind is InterventionKind.GUIDANCE]
+    assert NAMED[expected] in withheld.finding
+    assert withheld.refused is not None and f"carries the expected answer {expected!r}" in withheld.refused
+    assert record.localizations[0].step_index == 2 and record.error_type is not None
+    assert not [e for e in record.errors if e.stage == "diagnose"]

@@ -341,10 +341,40 @@ def test_parallel_tool_call_turn_cannot_be_split() -> None:
         check_rollback_point(trace, 3)
 
 
-def test_a_plan_that_states_the_expected_answer_is_sent_back_then_refused() -> None:
-    """A correction that says the answer would flip a replay from any step and prove nothing about the step."""
+def test_a_root_cause_that_names_the_answer_is_withheld_and_the_rest_of_the_plan_is_given() -> None:
+    """In the oracle regime the auditor sees the answer, so its root cause names it. That text reaches no replay
+    unless it is injected: the guidance is given without it, and the plan, step and error type are kept."""
+    naming = {
+        "root_cause": f"it added 6 and 7; multiplying gives {EXPECTED}",
+        "correction_instruction": "multiply 6 by 7",
+        "forbidden_actions": ["add", f"answer before checking it is {EXPECTED}"],
+        "expected_next_tool": None,
+        "confidence": 0.9,
+    }
+    llm = auditor(localize=[3], plan=naming)
+    adapter = agent(fixed_at=(3,))
+    record = run(llm, adapter, rollback_points=1)
+    assert [r.stage for r in llm.requests].count("diagnose") == 1  # not sent back, not failed
+    assert not record.errors
+    assert record.status is AttributionStatus.VERIFIED and record.step_index == 3
+    assert record.error_type is ErrorType.INCORRECT_PROBLEM_IDENTIFICATION
+    assert record.root_cause == naming["root_cause"]  # the record keeps the auditor's words
+    (given,) = [p.injection for p in adapter.proposals]
+    assert "multiply 6 by 7" in given and "- add" in given
+    assert EXPECTED not in given and "Diagnosis:" not in given
+    assert record.intervention is not None and record.intervention.injection == given
+    assert record.intervention.plan.root_cause == "" and record.intervention.plan.forbidden_actions == ("add",)
+    withheld = [(c.kind.value, c.finding.split(",")[0], c.refused) for c in record.corrections if c.refused]
+    reason = f"it carries the expected answer '{EXPECTED}': it would flip a replay from any step"
+    assert withheld == [
+        ("guidance", "the plan's root cause", reason),
+        ("guidance", "the plan's forbidden action 2", reason),
+    ]
+
+
+def test_a_plan_whose_instruction_states_the_answer_gives_no_guidance_and_says_why() -> None:
     leaking = {
-        "root_cause": f"it added; the answer is {EXPECTED}",
+        "root_cause": "it added instead of multiplying",
         "correction_instruction": f"Answer {EXPECTED} by multiplying 6 and 7",
         "forbidden_actions": [],
         "expected_next_tool": "final_answer",
@@ -352,11 +382,11 @@ def test_a_plan_that_states_the_expected_answer_is_sent_back_then_refused() -> N
     }
     llm = auditor(localize=[3], plan=leaking)
     adapter = agent(fixed_at=(3,))
-    record = run(llm, adapter, rollback_points=1)
-    diagnoses = [r for r in llm.requests if r.stage == "diagnose"]
-    assert len(diagnoses) == 2  # sent back once with the reason, then the stage fails
-    assert "it states an answer" in diagnoses[1].messages[-1].content
-    assert "diagnose" in [e.stage for e in record.errors]
-    # the fallback plan is the localizer's own suggestion ("multiply"): it carries no answer and is tried
-    assert not any(EXPECTED in p.injection for p in adapter.proposals)
-    assert record.status is AttributionStatus.VERIFIED
+    record = run(llm, adapter, rollback_points=2, rounds=1)
+    assert [r.stage for r in llm.requests].count("diagnose") == 1 and not record.errors
+    assert adapter.proposals == [] and adapter.calls == []  # nothing was given, so nothing replayed, not even a control
+    (refused,) = [c for c in record.corrections if c.refused]
+    assert refused.finding.startswith("the plan's correction instruction, withheld from the guidance: Answer 42")
+    assert refused.refused is not None and f"carries the expected answer '{EXPECTED}'" in refused.refused
+    assert record.status is AttributionStatus.UNVERIFIED and record.step_index == 3  # the localization is kept
+    assert "the plan's instruction carries the expected answer" in record.reason

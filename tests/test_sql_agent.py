@@ -271,6 +271,29 @@ def test_reflect_proves_the_literal_the_data_writes_differently(
     assert record.effect is not None and (record.effect.control.flips, record.effect.control.replays) == (0, 1)
 
 
+def test_the_agents_requests_made_for_an_attribution_are_counted_as_the_agents(server: ScriptedOpenAIServer) -> None:
+    """The command's client for the SQL agent (``chat_client``) counts each request it sends while an attribution
+    runs, with the usage the endpoint reports, and none of the agent's own run."""
+    from reflect_otel.config import LLMConfig
+    from reflect_otel.demo.sql_agent import chat_client
+    from reflect_otel.llm.openai_compat import OpenAICompatibleLLM
+    from reflect_otel.llm.recording import CallLog, recording_agent_calls
+    from reflect_otel.record import AGENT_REPLAY_STAGE
+
+    endpoint = OpenAICompatibleLLM(LLMConfig(model="scripted-model", base_url=server.base_url, context_tokens=4096))
+    client, model = chat_client(endpoint)
+    ask = {"model": model, "messages": [{"role": "user", "content": nt1().question}]}
+    client.chat.completions.create(**ask)  # the agent's own run: no attribution's cost
+    log = CallLog()
+    with recording_agent_calls(log):
+        client.chat.completions.create(**ask)
+        client.chat.completions.create(**ask)
+    assert len(server.requests) == 3
+    assert [(c.stage, c.prompt_tokens, c.completion_tokens, c.attempts, c.ok) for c in log.calls] == [
+        (AGENT_REPLAY_STAGE, 50, 10, 1, True)
+    ] * 2
+
+
 def _two_failures(tmp_path: Path) -> Path:
     """nt-1 and a twin question on the same table: the scripted agent fails both the same way."""
     question = nt1()

@@ -86,7 +86,8 @@ def test_wtq_live_attributes_the_same_failed_run_with_each_method_and_resumes(
     instrumented: Instrumented, tmp_path: Path
 ) -> None:
     from reflect_otel.cli.evaluate import table_agent_runs
-    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+    from reflect_otel.demo.wtq import WTQQuestion
+    from reflect_otel.evaluation.live import AgentRun, LiveOptions, run_live_eval
 
     llm = _model()
     out = tmp_path / "out"
@@ -96,13 +97,19 @@ def test_wtq_live_attributes_the_same_failed_run_with_each_method_and_resumes(
         out,
         config=ReflectConfig(rounds=1, rollback_points=2),
     )
+    runs = table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True)
+    in_runs = 0  # the model requests of the agent's own runs
+
+    def run(question: WTQQuestion) -> AgentRun:
+        nonlocal in_runs
+        before = len(llm.requests)
+        try:
+            return runs(question)
+        finally:
+            in_runs += len(llm.requests) - before
+
     said: list[str] = []
-    metrics = run_live_eval(
-        options,
-        llm,
-        table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True),
-        progress=said.append,
-    )
+    metrics = run_live_eval(options, llm, run, progress=said.append)
 
     assert (metrics["questions"], metrics["agent_correct"], metrics["failed_runs"]) == (2, 1, 1)
     reflect, ics = metrics["methods"]["reflect"], metrics["methods"]["ics"]
@@ -132,6 +139,7 @@ def test_wtq_live_attributes_the_same_failed_run_with_each_method_and_resumes(
         and "| ics | 1 | 1 | 0 | 0 | 0.0% ± 0.0 |" in table
     )
     assert any("reflect: verified at step 2, flipped" in line for line in said)
+    _every_request_counted_once(llm, in_runs, failed["methods"])
 
     calls = len(llm.requests)
     again = run_live_eval(options, llm, table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True))
@@ -295,6 +303,28 @@ def test_runs_recorded_without_a_method_count_each_run_right_or_wrong_and_grow_o
     config = json.loads((out / "run_config.json").read_text())
     assert (config["methods"], config["limit_runs"], config["max_steps"]) == ([], 5, 6)
     assert len(config["sessions"]) == 2 and config["code"]["commit"]
+    # the table says the code that made its rows (a measurement's commit is frozen before its seed is drawn)
+    assert f"\nCode: commit {config['code']['commit']} (all 2 sessions)" in (out / "metrics.md").read_text()
+
+
+def test_the_results_table_of_a_run_names_each_commit_its_sessions_ran(tmp_path: Path) -> None:
+    """A run resumed on other code, or on uncommitted changes, says so under its table: the rows are not one
+    commit's."""
+    from benchmarks.results_tables import wtq_table
+
+    config = {"methods": ["reflect"], "model": "m", "code": {"commit": "aaa", "uncommitted_code_changes": False}}
+    sessions = [
+        {"code": {"commit": "aaa", "uncommitted_code_changes": False}},
+        {"code": {"commit": "bbb", "uncommitted_code_changes": True}},
+        {"code": {"commit": "aaa", "uncommitted_code_changes": False}},
+    ]
+    (tmp_path / "run_config.json").write_text(json.dumps(config | {"sessions": sessions}))
+    (tmp_path / "results.jsonl").write_text(json.dumps({"question_id": "nt-1", "correct": True, "methods": {}}) + "\n")
+    assert "Code: commit aaa (session 1, 3); commit bbb (session 2); uncommitted code changes in session 2." in (
+        wtq_table(tmp_path)
+    )
+    (tmp_path / "run_config.json").write_text(json.dumps(config | {"sessions": sessions[:1]}))
+    assert "Code: commit aaa.\n" in wtq_table(tmp_path)
 
 
 def test_reflect_proxy_on_stored_failures_is_judged_by_the_oracle_it_never_saw(
@@ -398,6 +428,33 @@ def test_the_langgraph_agent_resamples_its_run_with_every_decision_sampled(
     assert asked and set(asked) == {0.5}  # every decision of the resampled runs, none greedy
 
 
+def test_the_table_agents_runs_and_resamples_say_what_their_model_calls_cost(
+    instrumented: Instrumented, tmp_path: Path
+) -> None:
+    """Its LLM spans carry the tokens of the calls each decision made (the OpenInference LangChain instrumentation
+    reads them from the message's usage), so a run's trace says what it cost, and a consistency check counts each
+    resample's own tokens (the hourly budget spends them); without them every resample of this agent cost 0."""
+    from reflect_otel.cli.evaluate import table_agent_runs
+    from reflect_otel.consistency import check_consistency
+    from reflect_otel.demo.wtq import load_questions
+
+    def prompt_tokens(requests: list[ScriptedRequest]) -> int:  # ScriptedLLM's usage: a token per four characters
+        return sum(sum(len(m.content) for m in r.messages) // 4 for r in requests if r.stage == "agent")
+
+    llm = _model(sampled_descending=True)
+    question = next(q for q in load_questions(data=_wtq_folder(tmp_path) / "wtq") if q.id == "nt-1")
+    run = table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True)(question)
+    steps = run.trace.steps
+    assert sum(s.prompt_tokens or 0 for s in steps) == prompt_tokens(llm.requests) > 0
+    assert all(s.completion_tokens for s in steps if s.prompt_tokens)
+    before = len(llm.requests)
+    check = check_consistency(run.trace, run.replay, samples=2, temperature=0.5)  # type: ignore[arg-type]
+    assert check.finished == 2 and all(r.agent_tokens for r in check.runs)
+    resampled = [r for r in llm.requests[before:] if r.stage == "agent"]
+    completion = sum(r.agent_tokens for r in check.runs) - prompt_tokens(resampled)
+    assert 0 < completion < prompt_tokens(resampled)  # each resample's prompt tokens counted once, its replies too
+
+
 def test_only_the_table_agents_wiring_gives_its_adapter_the_table_rule(instrumented: Instrumented) -> None:
     """The table rule runs for the table agent's runs because its wiring (the demo's and wtq-live's, for a run and
     for a stored one) gives it to the agent's adapter; nothing installs it for anyone else's traces."""
@@ -414,3 +471,22 @@ def test_only_the_table_agents_wiring_gives_its_adapter_the_table_rule(instrumen
     assert agent_rules(rebuilt.replay) == table_rules.RULES
     _, demo_adapter, _, name = _agent("table", nt1, llm, instrumented.provider, 6, deterministic=True)
     assert name == "table_qa" and agent_rules(demo_adapter) == table_rules.RULES
+
+
+def _every_request_counted_once(llm: ScriptedLLM, in_runs: int, methods: dict[str, Any]) -> None:
+    """Here the agent runs on the auditor's model: each request made for an attribution is counted in its record
+    once, the agent's (its replays and its proposals) under ``agent_replay``, apart from the auditor's (the row's
+    ``llm_calls``); the ``in_runs`` requests of the agent's own runs are in no record."""
+    from reflect_otel.record import AGENT_REPLAY_STAGE, AttributionRecord
+
+    records = {name: AttributionRecord.model_validate(m["record"]) for name, m in methods.items()}
+    assert sorted(records) == ["ics", "reflect"] and in_runs > 0
+    agent = sum(1 for r in llm.requests if r.stage == "agent") - in_runs
+    auditor = sum(1 for r in llm.requests if r.stage != "agent")
+    assert sum(r.agent_calls for r in records.values()) == agent
+    assert sum(r.auditor_calls for r in records.values()) == auditor
+    assert sum(r.total_calls for r in records.values()) == len(llm.requests) - in_runs
+    for name, record in records.items():
+        assert record.agent_calls >= len(record.replays) > 0  # a replay asks the agent's model at least once
+        assert record.agent_calls == sum(c.attempts for c in record.llm_calls if c.stage == AGENT_REPLAY_STAGE)
+        assert methods[name]["llm_calls"] == record.auditor_calls == record.total_calls - record.agent_calls

@@ -23,6 +23,7 @@ from reflect_otel.cli._options import (
 from reflect_otel.config import GateMode, LLMConfig
 from reflect_otel.errors import ConfigError
 from reflect_otel.llm.factory import make_llm
+from reflect_otel.llm.recording import AgentCallRecorder
 from reflect_otel.record import AttributionRecord, AttributionStatus
 from reflect_otel.store import check_store_target, store_path
 
@@ -183,7 +184,7 @@ def _demo(args: argparse.Namespace) -> int:
             kind = f", {record.error_type.value}" if record.error_type else ""
             progress.say(
                 f"{names.get(record.trace_id, record.trace_id[:12])}: attribution {record.status.value} at {where}{kind} "
-                f"({record.auditor_calls} auditor calls)" + (f"; {record.reason}" if record.reason else "")
+                f"({record.auditor_calls} auditor requests)" + (f"; {record.reason}" if record.reason else "")
             )
 
     with _pipeline_progress(progress, names):
@@ -250,7 +251,7 @@ def _agent(
     from reflect_otel.demo.table_agent import TableQAAgent
     from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 
-    table = TableQAAgent(question, llm, max_steps=max_steps)
+    table = TableQAAgent(question, AgentCallRecorder(llm), max_steps=max_steps)  # replays' calls: the record's
     graph_adapter = LangGraphReplayAdapter(
         table.graph,
         tracer_provider=provider,

@@ -23,6 +23,7 @@ from reflect_otel.evaluation.compare import chart_svg, compare_markdown, load_ru
 from reflect_otel.evaluation.loaders import BENCHMARKS
 from reflect_otel.evaluation.runner import REPLAYABLE, EvalOptions, run_eval
 from reflect_otel.llm.factory import make_llm
+from reflect_otel.llm.recording import AgentCallRecorder
 from reflect_otel.methods import METHODS, llm_for, method_spec
 
 if TYPE_CHECKING:
@@ -268,8 +269,10 @@ def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps:
     from reflect_otel.evaluation.live import AgentRun
     from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 
+    agent_llm = AgentCallRecorder(llm)  # its calls for an attribution (replays, proposals) are counted there
+
     def run(question: WTQQuestion) -> AgentRun:
-        agent = TableQAAgent(question, llm, max_steps=max_steps)
+        agent = TableQAAgent(question, agent_llm, max_steps=max_steps)
         with recorded_run(provider, "table_qa") as capture:
             answer = agent.answer(thread_id=f"{LIVE}-{question.id}-{uuid.uuid4().hex[:8]}")
         trace = capture.trace
@@ -306,8 +309,10 @@ def table_agent_rebuilt(
     from reflect_otel.evaluation.live import AgentRun
     from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 
+    agent_llm = AgentCallRecorder(llm)  # its calls for an attribution (replays, proposals) are counted there
+
     def rebuilt(question: WTQQuestion, trace: StructuredTrace) -> AgentRun:
-        agent = TableQAAgent(question, llm, max_steps=max_steps)
+        agent = TableQAAgent(question, agent_llm, max_steps=max_steps)
         agent.restore(trace)  # a trace whose calls no longer give its results fails here, not in every replay
         adapter = LangGraphReplayAdapter(
             agent.graph,

@@ -131,7 +131,9 @@ def _print_record(record: AttributionRecord, labels: tuple[ErrorLabel, ...], exp
     )
     print(
         f"  attribution ({record.method}): {record.status.value}, {where}; "
-        f"{record.total_calls} LLM calls, {record.total_tokens} tokens"
+        f"{record.total_calls} model requests"
+        + (f" ({record.agent_calls} the agent's)" if record.agent_calls else "")
+        + f", {record.total_tokens} tokens"
     )
     print(f"    run: {verdict_text(record.original_verdict, expected)}")
     compared = labels_text(labels, record.step_index)

@@ -30,6 +30,7 @@ from opentelemetry.trace import Tracer
 from reflect_otel.demo.wtq import WTQQuestion, read_table
 from reflect_otel.errors import ConfigError
 from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.llm.recording import record_agent_response
 from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes, ToolCallAttributes
 
 __all__ = [
@@ -389,5 +390,7 @@ def chat_client(llm: StructuredLLM) -> tuple[Any, str]:
         api_key=getattr(config, "api_key", None) or "not-needed",
         timeout=getattr(config, "timeout_s", 600.0),
         max_retries=getattr(config, "max_retries", 2),
+        # the requests it sends for an attribution (replays, proposals) are counted in its record as the agent's
+        http_client=openai.DefaultHttpxClient(event_hooks={"response": [record_agent_response]}),
     )
     return client, llm.model_name

@@ -16,13 +16,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from reflect_otel.demo.table_tools import TableWorkspace
 from reflect_otel.demo.wtq import WTQQuestion
 from reflect_otel.errors import MissingDependencyError, ReplayError
-from reflect_otel.llm.base import ChatMessage, OutputT, StructuredLLM, schema_instruction
+from reflect_otel.llm.base import ChatMessage, Completion, OutputT, StructuredLLM, schema_instruction
 from reflect_otel.replay import SAMPLING_TEMPERATURE
 from reflect_otel.trace import StructuredTrace
 
 try:
     from langchain_core.language_models.chat_models import BaseChatModel
     from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+    from langchain_core.messages.ai import UsageMetadata
     from langchain_core.outputs import ChatGeneration, ChatResult
     from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import StructuredTool
@@ -189,14 +190,16 @@ class StructuredToolChatModel(BaseChatModel):
 
     def _decide(
         self, conversation: list[ChatMessage], final: bool, temperature: float | None = None
-    ) -> TableDecision | FinalDecision:
+    ) -> Completion[TableDecision | FinalDecision]:
         output: type[TableDecision | FinalDecision] = FinalDecision if final else TableDecision
         return self._ask(conversation, output, temperature)
 
-    def _ask(self, conversation: list[ChatMessage], output: type[OutputT], temperature: float | None) -> OutputT:
+    def _ask(
+        self, conversation: list[ChatMessage], output: type[OutputT], temperature: float | None
+    ) -> Completion[OutputT]:
         system = ChatMessage(role="system", content=f"{self.system_prompt}\n\n{schema_instruction(output)}")
         llm: StructuredLLM = self.llm
-        return llm.complete([system, *conversation], output, stage="agent", temperature=temperature).value
+        return llm.complete([system, *conversation], output, stage="agent", temperature=temperature)
 
     def _generate(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
@@ -206,7 +209,9 @@ class StructuredToolChatModel(BaseChatModel):
         final = len(done) >= self.max_steps
         sampled = kwargs.get("temperature")  # a proposal's first decision (see TableQAAgent)
         temperature = float(sampled) if isinstance(sampled, int | float) else None
-        decision = self._decide(conversation, final, temperature)
+        asked = self._decide(conversation, final, temperature)
+        usage = asked.usage  # every call this turn made: the run's token counts are the agent's cost
+        decision = asked.value
         action = decision.action
         if _repeats(action, done):
             repeat = f"{action.tool}({action.model_dump(exclude={'tool'})})"
@@ -219,18 +224,29 @@ class StructuredToolChatModel(BaseChatModel):
                     "result, call another tool, or give the final answer.",
                 ),
             ]
-            decision = self._decide(conversation, final, temperature)
+            asked = self._decide(conversation, final, temperature)
+            usage += asked.usage
+            decision = asked.value
             action = decision.action
             if _repeats(action, done):
-                decision = self._decide(conversation, True, temperature)  # repeating again: it must answer now
+                asked = self._decide(conversation, True, temperature)  # repeating again: it must answer now
+                usage += asked.usage
+                decision = asked.value
                 action = decision.action
+        # LangChain's usage field, which the OpenInference instrumentation records as the LLM span's token counts
+        tokens = UsageMetadata(
+            input_tokens=usage.prompt_tokens,
+            output_tokens=usage.completion_tokens,
+            total_tokens=usage.prompt_tokens + usage.completion_tokens,
+        )
         if isinstance(action, FinalAnswer):
-            message = AIMessage(content=action.answer)
+            message = AIMessage(content=action.answer, usage_metadata=tokens)
         else:
             args = action.model_dump(exclude={"tool"})
             message = AIMessage(
                 content=decision.thought,
                 tool_calls=[{"name": action.tool, "args": args, "id": f"call_{uuid.uuid4().hex[:12]}"}],
+                usage_metadata=tokens,
             )
         return ChatResult(generations=[ChatGeneration(message=message)])
 

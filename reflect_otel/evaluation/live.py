@@ -25,14 +25,16 @@ from typing import Any
 
 from reflect_otel._stats import wilson
 from reflect_otel.config import ReflectConfig
-from reflect_otel.controls import PlanPool
+from reflect_otel.controls import PlanPool, WrongStepControl
 from reflect_otel.demo.wtq import WTQQuestion, load_questions
 from reflect_otel.errors import InputError
+from reflect_otel.evaluation import _live_records as reading
 from reflect_otel.evaluation.metrics import mean_se
-from reflect_otel.evaluation.run_config import write_run_config
+from reflect_otel.evaluation.run_config import RUN_CONFIG, code_line, read_json_object, write_run_config
 from reflect_otel.evaluation.runner import read_done
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.methods import METHODS, method_spec
+from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.record import AttributionRecord, AttributionStatus, ReplayArm
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.service import AttributionService
@@ -153,7 +155,8 @@ def _method_row(
         "oracle_confirms": (
             judged_correct(record.corrected_answer, expected) if record.corrected_answer is not None else None
         ),
-        "llm_calls": record.auditor_calls,  # the agent replays on its own model: its calls are not ours to count
+        "llm_calls": record.auditor_calls,  # the auditor's requests; the agent's (on the same model) apart
+        "agent_calls": record.agent_calls,  # the agent's requests for this record: its replays and proposals
         "tokens": record.auditor_tokens,
         "prompt_tokens": sum(c.prompt_tokens for c in auditor),
         "cached_prompt_tokens": sum(c or 0 for c in cached) if any(c is not None for c in cached) else None,
@@ -279,7 +282,8 @@ def run_live_eval(
                     _append(out, row)
     metrics = live_metrics(list(done.values()), options.methods)
     (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    (options.out / "metrics.md").write_text(live_metrics_markdown(metrics, llm.model_name))
+    code = code_line(read_json_object(options.out / RUN_CONFIG))
+    (options.out / "metrics.md").write_text(live_metrics_markdown(metrics, llm.model_name, code=code))
     return metrics
 
 
@@ -348,7 +352,8 @@ def _attributed(
 def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
     """Per method, over the failed runs it attributed without a stage failure: the share flipped (a replay
     flipped the answer to the expected one) and verified, and calls, tokens and seconds per run; each with its
-    standard error. Runs whose stages failed are counted apart, never scored."""
+    standard error. Runs whose stages failed, and runs skipped, are counted apart, never scored, and listed with
+    what they cost (``unscored``). Read from the rows as written (see :mod:`reflect_otel.evaluation._live_records`)."""
     failed = [r for r in rows if not r["correct"]]
     out: dict[str, Any] = {
         "questions": len(rows),
@@ -357,11 +362,15 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
         "methods": {},
     }
     for name in methods:
-        attributed = [r["methods"][name] for r in failed if name in r["methods"]]
+        given = [(r, r["methods"][name]) for r in failed if name in r["methods"]]
+        attributed = [m for _, m in given]
         ran = [m for m in attributed if m["status"] != AttributionStatus.SKIPPED.value]
-        scored = [m for m in ran if not m["failed"]]
+        scored_rows = [(r, m) for r, m in given if m["status"] != AttributionStatus.SKIPPED.value and not m["failed"]]
+        scored = [m for _, m in scored_rows]
         fidelity = [m["fidelity"] for m in scored if m.get("fidelity")]
         verified = [m for m in scored if m["status"] == AttributionStatus.VERIFIED.value]
+        trajectory = [reading.trajectory_fidelity((r.get("trace") or {}).get("steps") or [], m) for r, m in scored_rows]
+        controlled = any(reading.is_controlled(m) for m in scored)
         out["methods"][name] = {
             "runs": len(attributed),
             "failed": len(ran) - len(scored),
@@ -371,11 +380,16 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
             # runs where a correction was replayed at all (a run with control replays only tested nothing)
             "tested_runs": sum(1 for m in scored if _intervention_replays(m)),
             "intervention_replays": mean_se([float(_intervention_replays(m)) for m in scored]),
-            # runs where a stage's call failed or was refused (e.g. a diagnosis the leak guard refused) and the
+            # runs where a stage's call failed (e.g. a diagnosis the model could not write to the schema) and the
             # method went on without it: scored, but with less than it asked for
             "stage_errors": sum(1 for m in scored if m.get("errors")),
             "flipped": mean_se([1.0 if m.get("flipped", m.get("corrected")) else 0.0 for m in scored]),
             "verified": mean_se([1.0 if m["status"] == AttributionStatus.VERIFIED.value else 0.0 for m in scored]),
+            # the strict reading: verified where every control at the verifying point gave the run's own answer
+            # (None: the records hold no controls, verification was not controlled)
+            "verified_reproducing": (
+                mean_se([1.0 if reading.verified_reproducing(m) else 0.0 for m in scored]) if controlled else None
+            ),
             "withholds_expected": method_spec(name).withholds_expected if name in METHODS else False,
             # of the verified records, those whose corrected answer the expected one confirms (rows written before
             # this was recorded: unknown, so not counted)
@@ -390,13 +404,27 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
                 "reproduced": sum(f[0] for f in fidelity),
                 "controls": sum(f[1] for f in fidelity),
             },
+            "trajectory_fidelity": {
+                "repeated": sum(t[0] for t in trajectory),
+                "controls": sum(t[1] for t in trajectory),
+            },
             "replays": mean_se([float(m["replays"]) for m in scored]),
             "control_replays": mean_se([float(m.get("control_replays", 0)) for m in scored]),
-            "proposals": mean_se([float(m.get("proposals", 0)) for m in scored]),
-            "llm_calls": mean_se([float(m["llm_calls"]) for m in scored]),
+            # the agent's decisions sampled for proposals (each batch's M), and those the records list (de-duplicated)
+            "proposals": mean_se([float(reading.proposals_sampled(m)) for m in scored]),
+            "proposals_kept": mean_se([float(reading.proposals_kept(m)) for m in scored]),
+            # one agent-model request per decision sampled (at least); outside the replay budget
+            "agent_proposal_requests": mean_se([float(reading.proposals_sampled(m)) for m in scored]),
+            "llm_calls": mean_se([float(m["llm_calls"]) for m in scored]),  # the auditor's calls
+            "model_requests": mean_se([float(reading.model_requests(m)) for m in scored]),  # repair retries too
+            # the agent's requests for its replays and proposals, where the rows' code recorded them
+            "agent_requests": _known_mean([reading.agent_requests(m) for m in scored]),
             "tokens": mean_se([float(m["tokens"]) for m in scored]),
             "cached_share": _cached_share(scored),
             "seconds": mean_se([float(m["seconds"]) for m in scored]),
+            "unscored": [
+                _unscored(r, m) for r, m in given if m["status"] == AttributionStatus.SKIPPED.value or m["failed"]
+            ],
             "verified_steps": [
                 {"question_id": r["question_id"], "step": r["methods"][name]["step"]}
                 for r in failed
@@ -408,7 +436,63 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
                 )
             ),
         }
+        if name == WrongStepControl.method:
+            out["methods"][name]["targets"] = _wrong_step_targets(scored_rows)
     return out
+
+
+def _unscored(row: dict[str, Any], method: dict[str, Any]) -> dict[str, Any]:
+    """A run given to a method and not scored (skipped, or a stage failed), with what it cost all the same."""
+    return {
+        "question_id": row["question_id"],
+        "status": method["status"],
+        "failed": bool(method.get("failed")),
+        "reason": str(reading.record_of(method).get("reason") or ""),
+        "llm_calls": int(method.get("llm_calls", 0)),
+        "model_requests": reading.model_requests(method),
+        "proposals": reading.proposals_sampled(method),
+        "replays": int(method.get("replays", 0)),
+        "tokens": int(method.get("tokens", 0)),
+        "seconds": float(method.get("seconds", 0.0)),
+    }
+
+
+def _wrong_step_targets(scored: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    """Per scored wrong-step record, the steps it placed its corrections at (its targets), each with whether
+    REFLECT's record for the same question localized it, and whether another round of its own did (a target is
+    never its own round's localized step). A wrong step that is a localized one tests a localization, not a wrong
+    step."""
+    records = []
+    for row, method in scored:
+        reflect = reading.localized_steps(row["methods"].get(ReflectPipeline.method))
+        own = reading.localized_steps(method)
+        targets = [
+            {"step": step, "reflect_localized": step in reflect, "own_round_localized": step in own}
+            for step in reading.correction_steps(method)
+        ]
+        verified = method["status"] == AttributionStatus.VERIFIED.value
+        records.append(
+            {
+                "question_id": row["question_id"],
+                "targets": targets,
+                "verified_step": method["step"] if verified else None,
+            }
+        )
+    every = [t for r in records for t in r["targets"]]
+    return {
+        "targets": len(every),
+        "reflect_localized": sum(1 for t in every if t["reflect_localized"]),
+        "own_round_localized": sum(1 for t in every if t["own_round_localized"]),
+        "localized": sum(1 for t in every if t["reflect_localized"] or t["own_round_localized"]),
+        "records": records,
+    }
+
+
+def _known_mean(values: Sequence[int | None]) -> dict[str, Any] | None:
+    """The mean of the values when every row knows its value; None when any does not (older code's rows)."""
+    if not values or any(v is None for v in values):
+        return None
+    return mean_se([float(v) for v in values if v is not None])
 
 
 def _intervention_replays(method: dict[str, Any]) -> int:
@@ -438,35 +522,74 @@ def _skipped(method: dict[str, Any]) -> str:
     return f" ({method['skipped']} not run: nothing to test)"
 
 
-def live_metrics_markdown(metrics: dict[str, Any], model: str) -> str:
+HEADER = (
+    "Percentages and means (± standard error) are per scored run: the failed runs a method attributed, less those "
+    "it skipped (nothing to test) or whose stages failed, so a method with runs not scored has a smaller denominator "
+    "than the others (said below the table, with what those runs cost). "
+    "tested: runs where a correction was replayed (not only controls); flipped: an intervention replay answered "
+    "right; verified: the attribution's rule (reflect_otel/controlled_replay.py): an intervention that changed step "
+    "p answered right, and the control replay from the same prefix, with no intervention, did not answer right; "
+    "where that control gave another answer than the run's, more controls were run there (to verify_samples) and "
+    "none answered right (with sampled replays: the intervention flipped more often than the control, one-sided "
+    "Fisher exact p <= 0.05). A verified run's control need not have reproduced the run. "
+    "verified, control gave the run's answer: verified, and every control replayed at the verifying rollback point "
+    "gave the run's own answer (the strict reading: the path proved fixable is the run's, not another path the "
+    "control took); not attributable: the method's rule found the flip explained without its correction; "
+    "answer fidelity: control replays that gave the run's answer; trajectory fidelity: control replays that "
+    "repeated the run's steps after the prefix (the same tool calls with the same arguments, in order, up to the "
+    "run's end; the answer's wording is answer fidelity's); stage errors: scored runs where a call failed or was "
+    "refused and the method went on without it; proposals: the agent's decisions sampled for candidate corrections "
+    "(each batch's M in its 'proposal k of M', repeats included; a record lists a batch's repeats once); model "
+    "requests: auditor: every request to the auditor's model, a repair retry included (its tokens were always "
+    "counted); agent (proposals): the requests to the agent's model that sampled those decisions, one per decision "
+    "(at least: the table agent asks again when a decision repeats a call, and that is not recorded); proposals "
+    "execute nothing, so they are outside the replay budget (--max-replays); agent (all): every request the agent "
+    "sent to the model for the record, its replays' and its proposals', where the rows' code recorded them (- "
+    "where it did not); tokens: the auditor's."
+)
+
+
+def _strict_cell(method: dict[str, Any]) -> str:
+    stat = method.get("verified_reproducing")
+    return "-" if stat is None else _cell(stat, percent=True)
+
+
+def _ratio(stat: dict[str, Any] | None, hit: str) -> str:
+    return "-" if not stat else f"{stat[hit]} of {stat['controls']}"
+
+
+def live_metrics_markdown(metrics: dict[str, Any], model: str, *, code: str | None = None) -> str:
+    """The table; ``code`` (:func:`~reflect_otel.evaluation.run_config.code_line`) says which code made its rows."""
     lines = [
         f"wtq-live, model {model}: {metrics['questions']} questions, {metrics['agent_correct']} answered right, "
-        f"{metrics['failed_runs']} failed runs given to each method. Percentages and means (± standard error) are "
-        "per scored run: the failed runs a method attributed, less those it skipped (nothing to test) or whose stages "
-        "failed. tested: runs where a correction was replayed (not only controls); flipped: an intervention replay "
-        "answered right; verified: under control (the control replay from the same prefix did not flip and "
-        "reproduced the run); not attributable: the method's rule found the flip explained without its correction; "
-        "fidelity: control replays that reproduced the run's answer; stage errors: scored runs where a call failed or "
-        "was refused and the method went on without it; proposals: the agent's decisions sampled for candidates.",
+        f"{metrics['failed_runs']} failed runs given to each method. {HEADER}",
         "",
-        "| method | runs | scored | skipped or failed | tested | flipped | verified | not attributable | fidelity | "
-        "replays: intervention, control | proposals | stage errors | LLM calls | tokens | cached | seconds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | runs | scored | skipped or failed | tested | flipped | verified | verified, control gave the "
+        "run's answer | not attributable | answer fidelity | trajectory fidelity | replays: intervention, control | "
+        "proposals sampled | stage errors | model requests: auditor, agent (proposals), agent (all) | tokens | cached | seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    if code:
+        lines[1:1] = ["", f"{code}."]
     for name, m in metrics["methods"].items():
         share = m.get("cached_share")
-        fidelity = m.get("fidelity") or {"reproduced": 0, "controls": 0}
         intervention = m.get("intervention_replays")
+        requests = m.get("model_requests") or m["llm_calls"]
+        agent = m.get("agent_proposal_requests")
+        agent_all = m.get("agent_requests")
         lines.append(
             f"| {name} | {m['runs']} | {m.get('scored', '-')} | {m['failed']}{_skipped(m)} | "
             f"{m.get('tested_runs', '-')} | "
-            f"{_cell(m['flipped'], percent=True)} | {_cell(m['verified'], percent=True)} | "
-            f"{_cell(m['not_attributable'], percent=True)} | {fidelity['reproduced']} of {fidelity['controls']} | "
+            f"{_cell(m['flipped'], percent=True)} | {_cell(m['verified'], percent=True)} | {_strict_cell(m)} | "
+            f"{_cell(m['not_attributable'], percent=True)} | {_ratio(m.get('fidelity'), 'reproduced')} | "
+            f"{_ratio(m.get('trajectory_fidelity'), 'repeated')} | "
             f"{'-' if intervention is None else _cell(intervention)}, {_cell(m['control_replays'])} | "
             f"{_cell(m['proposals'])} | {m.get('stage_errors', '-')} | "
-            f"{_cell(m['llm_calls'])} | {_cell(m['tokens'], digits=0)} | "
+            f"{_cell(requests)}, {'-' if agent is None else _cell(agent)}, {'-' if agent_all is None else _cell(agent_all)} | {_cell(m['tokens'], digits=0)} | "
             f"{'-' if share is None else f'{share * 100:.0f}%'} | {_cell(m['seconds'], digits=0)} |"
         )
+    lines += _unscored_lines(metrics["methods"])
+    lines += _wrong_step_lines(metrics["methods"].get(WrongStepControl.method))
     sources = [
         f"- {name}: " + ", ".join(f"{how} {count}" for how, count in m["verified_by"].items())
         for name, m in metrics["methods"].items()
@@ -492,6 +615,69 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str) -> str:
     if not metrics["methods"]:
         lines += ["", "No method: the agent's runs recorded only (labelled runs for `benchmarks.flagging --live`)."]
     return "\n".join(lines) + "\n"
+
+
+def _unscored_lines(methods: dict[str, Any]) -> list[str]:
+    """The denominators, where they differ, and the runs given but not scored with what they cost."""
+    scored = {name: m.get("scored") for name, m in methods.items()}
+    lines: list[str] = []
+    if len(set(scored.values())) > 1:
+        lines += [
+            "",
+            "The denominators differ: scored runs "
+            + ", ".join(f"{name} {count}" for name, count in scored.items())
+            + ". Runs given but not scored (in no percentage or mean above), with what they cost:",
+        ]
+    elif any(m.get("unscored") for m in methods.values()):
+        lines += ["", "Runs given but not scored (in no percentage or mean above), with what they cost:"]
+    for name, m in methods.items():
+        for run in m.get("unscored") or []:
+            how = "skipped" if run["status"] == AttributionStatus.SKIPPED.value else "a stage failed"
+            lines.append(
+                f"- {name} {run['question_id']}: {how} ({_short(run['reason'])}): {run['llm_calls']} auditor calls "
+                f"({run['model_requests']} model requests), {run['proposals']} agent decisions sampled, "
+                f"{run['replays']} replays, {run['tokens']} tokens, {run['seconds']:.0f} s"
+            )
+        if m.get("unscored"):
+            verified = len(m.get("verified_steps") or [])
+            lines.append(
+                f"- {name}: verified {verified} of the {m['runs']} runs given, a run not scored counted as not verified"
+            )
+    return lines
+
+
+def _short(reason: str, limit: int = 60) -> str:
+    reason = reason.split(":", 1)[0].strip() or "no reason recorded"
+    return reason if len(reason) <= limit else reason[: limit - 3] + "..."
+
+
+def _wrong_step_lines(method: dict[str, Any] | None) -> list[str]:
+    """How many of the wrong-step control's targets were localized steps, and per record which."""
+    targets = (method or {}).get("targets")
+    if not targets:
+        return []
+    count = targets["targets"]
+    lines = [
+        "",
+        f"Wrong-step targets that REFLECT also localized: {targets['reflect_localized']} of {count} (another round "
+        f"of the wrong-step record localized {targets['own_round_localized']} of {count}; either, "
+        f"{targets['localized']} of {count}). A target is a step the wrong-step control placed a correction at "
+        "(tried or refused); a target that some round localized tests that localization, not a wrong step:",
+    ]
+    for record in targets["records"]:
+        where = ", ".join(f"step {t['step']} ({_localized_by(t)})" for t in record["targets"]) or "no target"
+        verified = f"; verified at step {record['verified_step']}" if record["verified_step"] is not None else ""
+        lines.append(f"- {record['question_id']}: {where}{verified}")
+    return lines
+
+
+def _localized_by(target: dict[str, Any]) -> str:
+    by = [
+        who
+        for who, hit in (("REFLECT", target["reflect_localized"]), ("its other round", target["own_round_localized"]))
+        if hit
+    ]
+    return "localized by " + " and ".join(by) if by else "localized by no round"
 
 
 def oracle_line(name: str, method: dict[str, Any]) -> str:

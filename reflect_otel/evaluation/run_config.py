@@ -19,7 +19,7 @@ from typing import Any
 
 from reflect_otel.errors import InputError
 
-__all__ = ["RUN_CONFIG", "code_version", "package_versions", "read_json_object", "write_run_config"]
+__all__ = ["RUN_CONFIG", "code_line", "code_version", "package_versions", "read_json_object", "write_run_config"]
 
 RUN_CONFIG = "run_config.json"
 _MAX_BYTES = 1_000_000
@@ -47,6 +47,34 @@ def code_version() -> dict[str, str | bool]:
     except (OSError, subprocess.SubprocessError):
         return {"commit": "unknown"}
     return {"commit": commit, "uncommitted_code_changes": bool(status.strip())}
+
+
+def code_line(config: Mapping[str, Any]) -> str:
+    """The code that made a run's rows, from its ``run_config.json``, for the run's table: ``Code: commit C (all N
+    sessions)`` when every session that added rows ran one commit, else each commit with the sessions (numbered from
+    1) that ran it; sessions whose code folders had uncommitted changes are named, and one that recorded no commit
+    says so."""
+    sessions = [s for s in config.get("sessions") or () if isinstance(s, Mapping)]
+    codes: list[Any] = [s.get("code") for s in sessions] or [config.get("code")]
+    commits: dict[str, list[int]] = {}
+    dirty: list[int] = []
+    for number, code in enumerate(codes, start=1):
+        code = code if isinstance(code, Mapping) else {}
+        commits.setdefault(str(code.get("commit") or "not recorded"), []).append(number)
+        if code.get("uncommitted_code_changes"):
+            dirty.append(number)
+    if len(commits) == 1:
+        only = next(iter(commits))
+        line = f"Code: commit {only}" + (f" (all {len(codes)} sessions)" if len(codes) > 1 else "")
+    else:
+        line = "Code: " + "; ".join(f"commit {c} (session {_numbers(n)})" for c, n in commits.items())
+    if dirty:
+        line += f"; uncommitted code changes in session {_numbers(dirty)}"
+    return line
+
+
+def _numbers(numbers: Sequence[int]) -> str:
+    return ", ".join(str(n) for n in numbers)
 
 
 def package_versions() -> dict[str, str]:

@@ -1,16 +1,24 @@
-"""A wrapper that records every call of a backend, failed ones included, under the stage that made it."""
+"""A wrapper that records every call of a backend, failed ones included, under the stage that made it; and one for
+an agent's model that records the calls it makes for an attribution (its replays and proposals) in that
+attribution's log."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
 
 from reflect_otel.errors import LLMError
 from reflect_otel.llm.base import ChatMessage, Check, Completion, LLMOutputError, LLMUsage, OutputT, StructuredLLM
-from reflect_otel.record import LLMCall
+from reflect_otel.record import AGENT_REPLAY_STAGE, LLMCall
 
-__all__ = ["CallLog", "RecordingLLM"]
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["AgentCallRecorder", "CallLog", "RecordingLLM", "record_agent_response", "recording_agent_calls"]
 
 
 class CallLog:
@@ -74,3 +82,99 @@ class RecordingLLM:
             ok=error is None,
             error=error,
         )
+
+
+_agent_log: ContextVar[CallLog | None] = ContextVar("reflect_agent_call_log", default=None)
+
+
+@contextmanager
+def recording_agent_calls(log: CallLog) -> Iterator[CallLog]:
+    """Within the block (and the threads it hands its context to, as LangGraph and LangChain do), the calls of every
+    :class:`AgentCallRecorder` are logged in ``log``. The service runs each attribution in one, with the log whose
+    calls the record counts as the agent's."""
+    token = _agent_log.set(log)
+    try:
+        yield log
+    finally:
+        _agent_log.reset(token)
+
+
+class AgentCallRecorder:
+    """An agent's model, wrapped so that what it costs an attribution is counted there: a call made inside
+    :func:`recording_agent_calls` (the agent replayed, or asked for a proposal, by an attribution) is logged in
+    that block's log under :data:`~reflect_otel.record.AGENT_REPLAY_STAGE`, each request once; a call made outside
+    one (the agent's own run, which is not the attribution's cost) is passed through unrecorded. Give it to an
+    agent whose replay adapter is built before the attribution (the service's ``replay_finder`` builds others on a
+    model it records already: do not wrap that one again). Thread-safe."""
+
+    def __init__(self, inner: StructuredLLM) -> None:
+        self.inner = inner
+        self.model_name = inner.model_name
+
+    def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        output: type[OutputT],
+        *,
+        stage: str,
+        check: Check[OutputT] | None = None,
+        temperature: float | None = None,
+    ) -> Completion[OutputT]:
+        log = _agent_log.get()
+        if log is None:
+            return self.inner.complete(messages, output, stage=stage, check=check, temperature=temperature)
+        token = _agent_log.set(None)  # a recorder wrapped in another is counted once
+        try:
+            recording = RecordingLLM(self.inner, log, stage=AGENT_REPLAY_STAGE)
+            return recording.complete(messages, output, stage=stage, check=check, temperature=temperature)
+        finally:
+            _agent_log.reset(token)
+
+
+_MODEL_PATHS = ("/chat/completions", "/completions", "/responses")
+_MAX_BODY = 16 << 20
+"""The largest reply body read for its usage (an endpoint's reply, not ours: bounded)."""
+
+
+def record_agent_response(response: httpx.Response) -> None:
+    """An ``httpx`` response hook for the client of an agent that calls an OpenAI-compatible endpoint itself (the
+    SQL demo agent): inside :func:`recording_agent_calls`, each model request it sends (a retry included) is logged
+    there under :data:`~reflect_otel.record.AGENT_REPLAY_STAGE` with the usage its reply reports; outside, nothing.
+    ``httpx.Client(event_hooks={"response": [record_agent_response]})``."""
+    log = _agent_log.get()
+    if log is None or response.request.method != "POST" or not response.request.url.path.endswith(_MODEL_PATHS):
+        return
+    body: Any = None
+    streamed = "text/event-stream" in response.headers.get("content-type", "")
+    length = response.headers.get("content-length", "")
+    if not streamed and (not length.isdigit() or int(length) <= _MAX_BODY):
+        response.read()  # the client reads it next from what was read here
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+    usage = body.get("usage") if isinstance(body, dict) else None
+    usage = usage if isinstance(usage, dict) else {}
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    try:
+        seconds = response.elapsed.total_seconds()
+    except RuntimeError:  # a streamed reply, not read yet
+        seconds = 0.0
+    log.add(
+        LLMCall(
+            stage=AGENT_REPLAY_STAGE,
+            model=str(body.get("model") or "unknown")[:200] if isinstance(body, dict) else "unknown",
+            prompt_tokens=_count(usage.get("prompt_tokens", usage.get("input_tokens"))),
+            completion_tokens=_count(usage.get("completion_tokens", usage.get("output_tokens"))),
+            cached_prompt_tokens=_count(cached) if cached is not None else None,
+            seconds=round(seconds, 6),
+            attempts=1,
+            ok=response.is_success,
+            error=None if response.is_success else f"HTTP {response.status_code}",
+        )
+    )
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0

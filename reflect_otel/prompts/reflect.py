@@ -268,6 +268,7 @@ def repair_injection(
         if failed_step is not None
         else ""
     )
+    diagnosis = f"Diagnosis: {plan.root_cause}\n\n" if plan.root_cause.strip() else ""  # none, or withheld
     next_action = (
         f"Your next action: call {plan.expected_next_tool} with arguments {_arguments(plan)}\n\n"
         if plan.expected_next_tool and plan.expected_next_arguments
@@ -277,7 +278,7 @@ def repair_injection(
         "IMPORTANT - CORRECTION CONTEXT:\n"
         f"Your previous attempt to answer this question failed at Step {error_step_index}.\n\n"
         f"{seen}"
-        f"Diagnosis: {plan.root_cause}\n\n"
+        f"{diagnosis}"
         f"You MUST follow this correction:\n{plan.correction_instruction}\n\n"
         f"{next_action}"
         f"You MUST NOT:\n{forbidden}\n\n"

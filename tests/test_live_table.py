@@ -1,0 +1,197 @@
+"""The wtq-live table reads the records as the measurement wrote them. The rows are three real ones of the seed-46
+measurement (``tests/data/wtq_live_seed46_rows.jsonl``: nt-1273, nt-104 and nt-977, all five methods, written by the
+frozen code 1daae3b; only the steps' ``model_input`` and ``tool_result_raw`` are emptied, which no report reads).
+Every number asserted here was counted by hand from those records."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.results_tables import wtq_table
+from reflect_otel.evaluation.live import live_metrics, live_metrics_markdown
+
+ROWS = Path(__file__).parent / "data" / "wtq_live_seed46_rows.jsonl"
+METHODS = ("reflect", "reflect-guidance", "ics", "control-placebo", "control-wrong-step")
+
+
+def _rows() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in ROWS.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture(scope="module")
+def metrics() -> dict[str, Any]:
+    return live_metrics(_rows(), METHODS)
+
+
+@pytest.fixture(scope="module")
+def table(metrics: dict[str, Any]) -> str:
+    return live_metrics_markdown(metrics, "qwen2.5-coder-1.5b-instruct")
+
+
+def _row(table: str, method: str) -> list[str]:
+    line = next(line for line in table.splitlines() if line.startswith(f"| {method} |"))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def _column(table: str, method: str, header: str) -> str:
+    headers = _row(table, "method")
+    return _row(table, method)[headers.index(header)]
+
+
+def test_verified_is_the_attributions_rule_and_the_strict_reading_has_its_own_column(
+    metrics: dict[str, Any], table: str
+) -> None:
+    ics, placebo = metrics["methods"]["ics"], metrics["methods"]["control-placebo"]
+    # ICS nt-1273: verified; its three controls at rollback point 0 all answered 'Charles Zwolsman', not the run's
+    assert ics["verified"]["mean"] == pytest.approx(1 / 3)
+    assert ics["verified_reproducing"]["mean"] == 0
+    # the placebo's nt-104 verification at step 2: its control at rollback point 1 gave the run's answer
+    assert placebo["verified"]["mean"] == placebo["verified_reproducing"]["mean"] == 0.5
+    assert _column(table, "ics", "verified") == "33.3% ± 33.3"
+    assert _column(table, "ics", "verified, control gave the run's answer") == "0.0% ± 0.0"
+    assert _column(table, "control-wrong-step", "verified, control gave the run's answer") == "33.3% ± 33.3"
+    assert "reproduced the run)" not in table  # the old header's definition, which ICS nt-1273 contradicts
+    assert "did not answer right; where that control gave another answer than the run's, more controls" in table
+
+
+def test_a_record_from_before_controls_has_no_strict_reading(metrics: dict[str, Any]) -> None:
+    rows = _rows()
+    for row in rows:
+        for method in row["methods"].values():
+            for replay in method["record"]["replays"]:
+                del replay["arm"]
+    old = live_metrics(rows, METHODS)
+    assert old["methods"]["ics"]["verified_reproducing"] is None
+    assert _column(live_metrics_markdown(old, "m"), "ics", "verified, control gave the run's answer") == "-"
+
+
+def test_trajectory_fidelity_counts_controls_that_repeated_the_runs_calls(metrics: dict[str, Any], table: str) -> None:
+    reflect, wrong_step = metrics["methods"]["reflect"], metrics["methods"]["control-wrong-step"]
+    # reflect: only nt-1273's control from step 1 (no call, the run's answer) repeated the run; nt-104's controls
+    # answered without the run's count_rows; nt-977's called lookup where the run filtered
+    assert reflect["fidelity"] == {"reproduced": 5, "controls": 6}
+    assert reflect["trajectory_fidelity"] == {"repeated": 1, "controls": 6}
+    # wrong-step nt-977, rollback point 0: the run's three calls, then '9' worded as a sentence (answer not reproduced)
+    assert wrong_step["fidelity"] == {"reproduced": 3, "controls": 5}
+    assert wrong_step["trajectory_fidelity"] == {"repeated": 2, "controls": 5}
+    assert _column(table, "ics", "answer fidelity") == "4 of 7"
+    assert _column(table, "ics", "trajectory fidelity") == "1 of 7"
+    assert "trajectory fidelity: control replays that repeated the run's steps after the prefix" in table
+
+
+def test_trajectory_fidelity_needs_the_same_arguments_and_no_other_call() -> None:
+    rows = _rows()
+    nt977 = rows[2]["methods"]["ics"]["record"]
+    repeated = next(a for a in nt977["replays"] if a["arm"] == "control" and a["rollback_point"] == 0)
+    assert live_metrics([rows[2]], ["ics"])["methods"]["ics"]["trajectory_fidelity"]["repeated"] == 1
+
+    changed = copy.deepcopy(rows[2])
+    control = next(a for a in changed["methods"]["ics"]["record"]["replays"] if a["sample"] == repeated["sample"]
+                   and a["arm"] == "control" and a["rollback_point"] == 0)  # fmt: skip
+    control["continuation"][1]["tool_args"]["op"] = ">"
+    assert live_metrics([changed], ["ics"])["methods"]["ics"]["trajectory_fidelity"]["repeated"] == 0
+
+    longer = copy.deepcopy(rows[2])
+    control = next(a for a in longer["methods"]["ics"]["record"]["replays"] if a["arm"] == "control"
+                   and a["rollback_point"] == 0)  # fmt: skip
+    control["continuation"].insert(-1, copy.deepcopy(control["continuation"][-2]))
+    assert live_metrics([longer], ["ics"])["methods"]["ics"]["trajectory_fidelity"]["repeated"] == 0
+
+
+def test_calls_are_model_requests_and_proposals_are_the_decisions_sampled(metrics: dict[str, Any], table: str) -> None:
+    reflect, ics = metrics["methods"]["reflect"], metrics["methods"]["ics"]
+    # reflect: 6, 7 and 10 calls, each record with one localize call repaired (2 attempts): 7, 8 and 11 requests
+    assert reflect["llm_calls"]["mean"] == pytest.approx(23 / 3)
+    assert reflect["model_requests"]["mean"] == pytest.approx(26 / 3)
+    # two batches of 3 decisions per record; the records list 2, 4 and 5 of them (repeats dropped)
+    assert reflect["proposals"]["mean"] == 6 and reflect["proposals_kept"]["mean"] == pytest.approx(11 / 3)
+    assert reflect["agent_proposal_requests"]["mean"] == 6
+    # ICS nt-977: 'proposal 1 of 3, 2 of 3' at step 1, then the same at step 2: two batches, 6 decisions
+    assert ics["proposals"]["mean"] == 5 and ics["model_requests"]["mean"] == pytest.approx(7 / 3)
+    assert _column(table, "reflect", "proposals sampled") == "6.0 ± 0.0"
+    assert (
+        _column(table, "reflect", "model requests: auditor, agent (proposals), agent (all)")
+        == "8.7 ± 1.2, 6.0 ± 0.0, -"
+    )
+    assert "outside the replay budget" in table
+
+
+def test_the_agents_own_requests_are_shown_only_where_the_rows_code_recorded_them() -> None:
+    rows = _rows()
+    newer = copy.deepcopy(rows)
+    for row in newer:  # as the code from schema 8 on writes them: the agent's requests in the row and its stage cost
+        for index, method in enumerate(row["methods"].values()):
+            method["agent_calls"] = 4 + index
+    assert live_metrics(rows, METHODS)["methods"]["reflect"]["agent_requests"] is None  # 1daae3b: not recorded
+    recorded = live_metrics(newer, METHODS)
+    assert recorded["methods"]["reflect"]["agent_requests"]["mean"] == 4
+    assert recorded["methods"]["ics"]["agent_requests"]["mean"] == 6
+    column = "model requests: auditor, agent (proposals), agent (all)"
+    table = live_metrics_markdown(recorded, "m")
+    assert _column(table, "reflect", column) == "8.7 ± 1.2, 6.0 ± 0.0, 4.0 ± 0.0"
+    mixed = copy.deepcopy(rows)
+    mixed[0]["methods"]["reflect"]["agent_calls"] = 9  # one row knows, the others do not: no mean of a part
+    assert live_metrics(mixed, METHODS)["methods"]["reflect"]["agent_requests"] is None
+
+
+def test_a_skipped_placebo_is_not_scored_but_its_cost_is_reported_and_the_denominators_differ(
+    metrics: dict[str, Any], table: str
+) -> None:
+    placebo = metrics["methods"]["control-placebo"]
+    assert (placebo["runs"], placebo["scored"], placebo["skipped"]) == (3, 2, 1)
+    assert placebo["unscored"] == [
+        {
+            "question_id": "nt-1273",
+            "status": "skipped",
+            "failed": False,
+            "reason": placebo["unscored"][0]["reason"],
+            "llm_calls": 6,
+            "model_requests": 7,
+            "proposals": 0,
+            "replays": 0,
+            "tokens": 10667,
+            "seconds": 140.362,
+        }
+    ]
+    assert placebo["unscored"][0]["reason"].startswith("no plan written for another failure yet")
+    assert "The denominators differ: scored runs reflect 3, reflect-guidance 3, ics 3, control-placebo 2" in table
+    assert (
+        "- control-placebo nt-1273: skipped (no plan written for another failure yet): 6 auditor calls "
+        "(7 model requests), 0 agent decisions sampled, 0 replays, 10667 tokens, 140 s" in table
+    )
+    assert "- control-placebo: verified 1 of the 3 runs given, a run not scored counted as not verified" in table
+
+
+def test_wrong_step_targets_that_a_round_localized_are_counted(metrics: dict[str, Any], table: str) -> None:
+    targets = metrics["methods"]["control-wrong-step"]["targets"]
+    # nt-1273: step 1; nt-104: steps 2 and 1; nt-977: steps 3 and 1. REFLECT localized 1 and 2 on each question;
+    # step 3 of nt-977 only the wrong-step record's own round 2 did
+    assert (targets["targets"], targets["reflect_localized"], targets["own_round_localized"]) == (5, 4, 5)
+    assert [(r["question_id"], r["verified_step"]) for r in targets["records"]] == [
+        ("nt-1273", None),
+        ("nt-104", 1),
+        ("nt-977", None),
+    ]
+    assert "Wrong-step targets that REFLECT also localized: 4 of 5" in table
+    assert (
+        "- nt-104: step 2 (localized by REFLECT and its other round), step 1 (localized by REFLECT and its other "
+        "round); verified at step 1" in table
+    )
+    assert "- nt-977: step 3 (localized by its other round), step 1" in table
+
+
+def test_the_results_tables_command_prints_the_table_of_a_measurement_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    right = {"question_id": "nt-0", "correct": True, "methods": {}}
+    lines = [json.dumps(right), *ROWS.read_text(encoding="utf-8").splitlines()]
+    (folder / "results.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (folder / "run_config.json").write_text(json.dumps({"methods": list(METHODS), "model": "m"}))
+    printed = wtq_table(folder)
+    assert printed.startswith("wtq-live, model m: 4 questions, 1 answered right, 3 failed runs")
+    assert _column(printed, "ics", "verified, control gave the run's answer") == "0.0% ± 0.0"
