@@ -6,11 +6,13 @@ model test is ``test_local_llm.py::test_a_prompt_gets_the_same_logits_fresh_cach
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import pytest
 
-from reflect_otel.llm._llama_server import clean_after_eval, reusable_prefix
+from reflect_otel.llm._llama_server import align_prompt_batches, clean_after_eval, clean_tokens, reusable_prefix
 
 
 def test_a_reused_prefix_is_cut_back_to_an_aligned_clean_boundary() -> None:
@@ -115,3 +117,68 @@ def test_llama_cpp_pythons_own_reuse_computes_cached_prompts_in_other_batches() 
     use (the check above can fail)."""
     fresh = [ok for seed in range(10) for ok in _random_requests(seed, 8, aligned=False)]
     assert fresh.count(False) > len(fresh) // 8
+
+
+class _Context:
+    """The part of ``llama_cpp.Llama`` the patches read (tokens held, ``n_batch``) and the four methods they wrap,
+    each as llama-cpp-python does it in outline; ``load_state`` sets the context's tokens before the KV and can fail
+    there, as ``llama_state_set_data`` can."""
+
+    n_batch = 8
+
+    def __init__(self) -> None:
+        self.n_tokens = 0
+        self.evaluations = 0
+
+    def eval(self, tokens: list[int]) -> None:
+        self.evaluations += 1
+        self.n_tokens += len(tokens)
+
+    def generate(self, tokens: list[int], reset: bool = True) -> Iterator[int]:
+        yield from ()
+
+    def save_state(self) -> object:
+        return SimpleNamespace(n_tokens=self.n_tokens)
+
+    def load_state(self, state: SimpleNamespace) -> None:
+        self.n_tokens = state.n_tokens
+        if getattr(state, "broken", False):
+            raise RuntimeError("Failed to set llama state data")
+
+
+def test_a_state_that_fails_to_load_leaves_no_clean_prefix() -> None:
+    """A failed load leaves the state's tokens in the context over KV of unknown origin: none of it is reused as
+    clean (before, the clean boundary of the context it replaced stayed)."""
+
+    class Patched(_Context):
+        pass
+
+    align_prompt_batches(Patched)
+    llama = Patched()
+    llama.eval(list(range(40)))
+    assert clean_tokens(llama) == 40 - 40 % 8
+    broken = llama.save_state()
+    broken.broken = True
+    with pytest.raises(RuntimeError, match="state data"):
+        llama.load_state(broken)
+    assert llama.n_tokens == 40
+    assert clean_tokens(llama) == 0
+    llama.load_state(llama.save_state())
+    assert clean_tokens(llama) == 0  # carried by the state
+
+
+def test_patching_twice_wraps_once() -> None:
+    class Patched(_Context):
+        pass
+
+    class Sub(Patched):
+        pass
+
+    align_prompt_batches(Patched)
+    wrapped = Patched.eval
+    align_prompt_batches(Patched)
+    align_prompt_batches(Sub)
+    assert Patched.eval is wrapped and Sub.eval is wrapped
+    llama = Sub()
+    llama.eval(list(range(16)))
+    assert llama.evaluations == 1 and clean_tokens(llama) == 16

@@ -43,6 +43,10 @@ _CLEAN = "_reflect_clean_tokens"
 aligned to ``n_batch``, as a fresh evaluation of any prompt starting with them computes it."""
 
 
+_PATCHED = "_reflect_aligned_batches"
+"""On a ``Llama`` class: :func:`align_prompt_batches` patched it (or a class it inherits from)."""
+
+
 def state_bytes(state: Any) -> int:
     """What one saved state holds: its KV cells, its logits and its token ids."""
     return int(state.llama_state_size) + int(state.scores.nbytes) + int(state.input_ids.nbytes)
@@ -140,6 +144,7 @@ def _save_carrying_clean(save_state: Callable[[Any], Any]) -> Callable[[Any], An
 
 def _load_carrying_clean(load_state: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
     def load(llama: Any, state: Any) -> None:
+        setattr(llama, _CLEAN, 0)  # what stays true if loading fails half-way (the context's tokens already set)
         load_state(llama, state)
         setattr(llama, _CLEAN, min(int(getattr(state, _CLEAN, 0)), int(state.n_tokens)))  # a foreign state: none
 
@@ -149,7 +154,11 @@ def _load_carrying_clean(load_state: Callable[[Any, Any], None]) -> Callable[[An
 def align_prompt_batches(llama_class: type[Any]) -> None:
     """Patch ``llama_class`` (``llama_cpp.Llama`` or a subclass) so a prompt's evaluation does not depend on the
     cache: prompt chunks at multiples of ``n_batch``, reused prefixes cut back to the clean boundary, which saved
-    states carry. Generation, one token at a time, is unchanged."""
+    states carry. Generation, one token at a time, is unchanged. Patching a class twice (or a subclass of a patched
+    class) changes nothing more."""
+    if getattr(llama_class, _PATCHED, False):
+        return
+    setattr(llama_class, _PATCHED, True)
     llama_class.eval = _eval_tracking_clean(llama_class.eval)
     llama_class.generate = _generate_aligned(llama_class.generate)
     llama_class.save_state = _save_carrying_clean(llama_class.save_state)
