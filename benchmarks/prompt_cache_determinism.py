@@ -11,7 +11,8 @@ default), as it comes at ``--batch``, and with :func:`reflect_otel.llm._llama_se
 Needs ``pip install 'reflect-otel[local]'``; ``--model`` picks the model (default: the registry's). Runs on
 ``--threads`` threads (1 by default: a measurement may share the machine). Last line:
 ``aligned_identical_share=N`` (identical final logits over all cached cases, with the fix), or with
-``--no-determinism`` ``aligned_batch_throughput_ratio=N`` (prompt tokens/s at ``--batch`` over 512's).
+``--no-determinism`` ``aligned_batch_throughput_ratio=N`` (prompt tokens per CPU second at ``--batch`` over 512's;
+the wall-time ratio on the line before).
 """
 
 from __future__ import annotations
@@ -153,16 +154,25 @@ def _cases(llama: Any, prompt: list[int], reply_tokens: int, unrelated: list[int
     return cases
 
 
-def _throughput(cls: type[Any], path: Path, batch: int, prompts: list[list[int]], threads: int, n_ctx: int) -> float:
+class Rate(NamedTuple):
+    wall: float
+    """Prompt tokens per second of wall time."""
+    cpu: float
+    """Prompt tokens per second of this process's CPU time: on a shared machine (``nice``), what the evaluation
+    costs, apart from the share of the CPU it was given."""
+
+
+def _throughput(cls: type[Any], path: Path, batch: int, prompts: list[list[int]], threads: int, n_ctx: int) -> Rate:
     """Prompt tokens per second evaluated fresh at ``batch``."""
     with _loaded(cls, path, batch, threads, n_ctx) as llama:
         llama.eval(prompts[0][:8])  # warm the weights into memory
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         for prompt in prompts:
             llama.reset()
             llama.eval(prompt)
-        seconds = time.perf_counter() - started
-    return sum(len(p) for p in prompts) / seconds
+        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+    tokens = sum(len(p) for p in prompts)
+    return Rate(tokens / seconds, tokens / cpu_seconds)
 
 
 def main() -> None:
@@ -224,17 +234,25 @@ def _report_throughput(
     cls: type[Any], path: Path, args: argparse.Namespace, prompts: list[list[int]], n_ctx: int
 ) -> None:
     batches = [int(b) for b in args.throughput_batches.split(",") if b]
-    timed: dict[int, list[float]] = {b: [] for b in (DEFAULT_BATCH, *batches)}
+    timed: dict[int, list[Rate]] = {b: [] for b in (DEFAULT_BATCH, *batches)}
     for _ in range(args.repeats):  # interleaved, so that load from elsewhere falls on every size alike
         for batch in timed:
             timed[batch].append(_throughput(cls, path, batch, prompts, args.threads, n_ctx))
-    baseline = statistics.median(timed[DEFAULT_BATCH])
-    print(f"prompt evaluation, fresh, median of {args.repeats}: tokens/s and ratio to n_batch {DEFAULT_BATCH}")
-    for batch, rates in sorted(timed.items()):
-        rate = statistics.median(rates)
-        print(f"  n_batch {batch:>4}  {rate:8.1f} tok/s  {rate / baseline:5.2f}", flush=True)
+    wall = {b: statistics.median(r.wall for r in rates) for b, rates in timed.items()}
+    cpu = {b: statistics.median(r.cpu for r in rates) for b, rates in timed.items()}
+    print(
+        f"prompt evaluation, fresh, median of {args.repeats}: tokens/s of wall and of CPU time, ratios to n_batch "
+        f"{DEFAULT_BATCH}"
+    )
+    for batch in sorted(timed):
+        print(
+            f"  n_batch {batch:>4}  wall {wall[batch]:8.1f} tok/s {wall[batch] / wall[DEFAULT_BATCH]:5.2f}"
+            f"  cpu {cpu[batch]:8.1f} tok/s {cpu[batch] / cpu[DEFAULT_BATCH]:5.2f}",
+            flush=True,
+        )
     if args.batch in timed:
-        print(f"aligned_batch_throughput_ratio={statistics.median(timed[args.batch]) / baseline:.2f}")
+        print(f"aligned_batch_wall_throughput_ratio={wall[args.batch] / wall[DEFAULT_BATCH]:.2f}")
+        print(f"aligned_batch_throughput_ratio={cpu[args.batch] / cpu[DEFAULT_BATCH]:.2f}")
 
 
 if __name__ == "__main__":
