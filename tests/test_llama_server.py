@@ -86,7 +86,9 @@ def _random_requests(seed: int, batch: int, *, aligned: bool) -> list[bool]:
     last prompt and its reply, prompts sharing a beginning with an earlier one, the same prompt again, states
     saved and restored."""
     rng = random.Random(seed)
-    context, saved, history = Context(), [], []
+    context = Context()
+    saved: list[tuple[list[tuple[int, Chunk]], int]] = []
+    history: list[list[int]] = []
     fresh = []
     for _ in range(40):
         if history and rng.random() < 0.7:
@@ -137,7 +139,7 @@ class _Context:
     def generate(self, tokens: list[int], reset: bool = True) -> Iterator[int]:
         yield from ()
 
-    def save_state(self) -> object:
+    def save_state(self) -> SimpleNamespace:
         return SimpleNamespace(n_tokens=self.n_tokens)
 
     def load_state(self, state: SimpleNamespace) -> None:
