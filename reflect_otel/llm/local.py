@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from reflect_otel.config import LLMConfig, SchemaMode
 from reflect_otel.errors import LLMError, MissingDependencyError
+from reflect_otel.llm._llama_server import ALIGNED_BATCH
 from reflect_otel.llm._tool_calls import HANDLER_NAME
 from reflect_otel.llm.base import ChatMessage, LLMUsage, estimated_tokens
 from reflect_otel.llm.models import ResolvedModel, resolve_local_model
@@ -129,6 +130,10 @@ class LocalLlamaServer:
             str(threads),
             "--n_threads_batch",
             str(threads),
+            "--n_batch",  # prompts are evaluated in chunks aligned to it, so a reply does not depend on the cache
+            str(ALIGNED_BATCH),
+            "--n_ubatch",
+            str(ALIGNED_BATCH),
             "--cache",
             "true",
             "--cache_type",
@@ -217,8 +222,11 @@ class LocalLLM(OpenAICompatibleLLM):
     a prompt's tokens with the model's own tokenizer (so a trace is shortened only when it would not fit)."""
 
     repeatable = True
-    """The embedded server decodes greedily at temperature 0 and serves one request at a time: the same request gets
-    the same reply, so an agent on it replays deterministically (a remote endpoint at temperature 0 does not)."""
+    """The same request gets the same reply, so an agent on it replays deterministically (a remote endpoint at
+    temperature 0 does not): the embedded server decodes greedily at temperature 0, serves one request at a time,
+    and evaluates prompts in batches aligned to absolute positions with fixed ``n_batch``, ``n_ubatch`` and threads,
+    so a prompt's logits are bitwise the same whether it was evaluated fresh, after a cached prefix or from a
+    restored state (:mod:`reflect_otel.llm._llama_server`). Within one build of llama.cpp on one machine."""
 
     def __init__(self, config: LLMConfig, server: LocalLlamaServer, *, client: Any | None = None) -> None:
         if config.context_tokens is None:  # the server's own: prompts are fitted to what it holds
