@@ -122,7 +122,7 @@ def diagnose(
     written = (legacy.expected_next_tool or "").strip() if legacy else (corrected.tool_name or "" if corrected else "")
     if written.lower() in ("", "null", "none"):
         written = ""
-    expected_tool = known_tool(written, _tool_names(trace, tools)) or "" if written else ""
+    expected_tool = (known_tool(written, _tool_names(trace, tools)) or "") if written else ""
     if legacy is not None:
         arguments = _arguments(legacy.expected_next_arguments) if expected_tool else None
     else:
@@ -154,8 +154,8 @@ def _tool_names(trace: StructuredTrace, tools: Sequence[ToolDefinition]) -> set[
 
 def known_tool(name: str, tools: Collection[str]) -> str | None:
     """The one tool of ``tools`` that ``name`` (an auditor's free text) names, or None when it names none or several:
-    ``name`` itself, else the one tool spelt as it is up to case, else the one tool whose name's first words it is
-    (``filter`` for ``filter_rows``, when no other tool begins ``filter``).
+    ``name`` itself, else the one tool spelt as it is up to case and separators, else the one tool whose name's
+    first words it is (``filter`` for ``filter_rows``, when no other tool begins ``filter``).
 
     Why no looser rule: the rule gate refuses every proposal that calls another tool than this one, so a wrong guess
     refuses a right proposal (on WikiTableQuestions nt-295 the plan's ``filter``, no tool at all, refused
@@ -165,6 +165,8 @@ def known_tool(name: str, tools: Collection[str]) -> str | None:
     the proposal), and the plan records the name as written."""
     if name in tools:
         return name
+    if not name.strip():
+        return None
     wanted = _spelt(name)
     for candidates in (
         [t for t in tools if _spelt(t) == wanted],

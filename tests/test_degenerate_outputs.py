@@ -134,6 +134,7 @@ def test_a_plans_next_tool_is_one_of_the_agents_tools_or_nothing() -> None:
         assert known_tool(never, TABLE_TOOLS) is None, never
     assert known_tool("filter", (*TABLE_TOOLS, "filter_columns")) is None  # two tools begin 'filter': no guess
     assert known_tool("lookup", ()) is None  # an agent with no tools has no next tool
+    assert known_tool(" ", TABLE_TOOLS) is None
 
 
 def test_a_plan_naming_no_tool_drops_it_and_the_gate_does_not_refuse_on_it() -> None:
