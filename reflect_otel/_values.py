@@ -308,10 +308,19 @@ def to_int(value: object) -> int | None:
 
 
 def truncate(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, saying how much was cut."""
+    """``text`` cut to ``limit`` characters, saying how much was cut (:func:`untruncated` reads it back)."""
     if len(text) <= limit:
         return text
     return f"{text[:limit]}…[truncated {len(text) - limit} chars]"
+
+
+_TRUNCATED = re.compile(r"…\[truncated ([0-9]{1,12}) chars\]\Z")
+
+
+def untruncated(text: str) -> tuple[str, int]:
+    """What :func:`truncate` kept of a text and how many characters it cut (0 when ``text`` was not cut)."""
+    found = _TRUNCATED.search(text)
+    return (text[: found.start()], int(found.group(1))) if found else (text, 0)
 
 
 def utf8_text(text: str) -> str:

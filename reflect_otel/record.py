@@ -162,6 +162,10 @@ class RepairPlan(BaseModel):
     correction_instruction: str = ""
     forbidden_actions: tuple[str, ...] = ()
     expected_next_tool: str | None = None
+    """One of the agent's tools (:func:`reflect_otel.stages.known_tool`), or None."""
+    written_next_tool: str | None = None
+    """The expected next tool as the Diagnostician wrote it, when that is not the name of one of the agent's tools:
+    ``expected_next_tool`` then holds the one tool it named the start of, or None (it named none, or several)."""
     expected_next_arguments: dict[str, str | int | float | bool] | None = None
     """The expected next tool's arguments, when the Diagnostician named them (beyond the paper's plan)."""
     confidence: float = Field(default=0.0, ge=0, le=1)

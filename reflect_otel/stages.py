@@ -14,6 +14,7 @@ from reflect_otel import prompts
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.prompts._tool_calls import arguments_of
 from reflect_otel.record import Classification, Correction, GateDecider, GateVerdict, Localization, RepairPlan
+from reflect_otel.tool_definitions import available_tools
 from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace, ToolDefinition
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "explain_correction",
     "gate_by_rules",
     "gate_with_llm",
+    "known_tool",
     "localize",
     "null_plan",
     "step_in_range",
@@ -117,11 +119,10 @@ def diagnose(
     if original is not None and corrected == StepAction.of_step(original):
         corrected = None  # repeats the erroneous step: nothing to test (a retry costs a call and rarely fixes it)
     legacy = out if isinstance(out, prompts.DiagnosisOutput) else None
-    expected_tool = (
-        (legacy.expected_next_tool or "").strip() if legacy else (corrected.tool_name or "" if corrected else "")
-    )
-    if expected_tool.lower() in ("", "null", "none"):
-        expected_tool = ""
+    written = (legacy.expected_next_tool or "").strip() if legacy else (corrected.tool_name or "" if corrected else "")
+    if written.lower() in ("", "null", "none"):
+        written = ""
+    expected_tool = (known_tool(written, _tool_names(trace, tools)) or "") if written else ""
     if legacy is not None:
         arguments = _arguments(legacy.expected_next_arguments) if expected_tool else None
     else:
@@ -130,12 +131,55 @@ def diagnose(
     return RepairPlan(
         root_cause=getattr(out, "root_cause", ""),
         correction_instruction=instruction,
-        forbidden_actions=_not_contradicting(getattr(out, "forbidden_actions", []), instruction, expected_tool),
+        forbidden_actions=_not_contradicting(
+            getattr(out, "forbidden_actions", []), instruction, expected_tool or written
+        ),
         expected_next_tool=expected_tool or None,
+        written_next_tool=written[:_MAX_NAME_CHARS] if written != expected_tool else None,
         expected_next_arguments=arguments,
         confidence=getattr(out, "confidence", 0.0),
         corrected_step=corrected,
     )
+
+
+_MAX_NAME_CHARS = 200
+_SEPARATORS = re.compile(r"[\s_.-]+")
+
+
+def _tool_names(trace: StructuredTrace, tools: Sequence[ToolDefinition]) -> set[str]:
+    """Every name the agent is known to have a tool by: the tools given, those its trace recorded, those it called."""
+    names = {t.name for t in tools} | {t.name for t in available_tools(trace)}
+    return names | {s.tool_name for s in trace.steps if s.tool_name}
+
+
+def known_tool(name: str, tools: Collection[str]) -> str | None:
+    """The one tool of ``tools`` that ``name`` (an auditor's free text) names, or None when it names none or several:
+    ``name`` itself, else the one tool spelt as it is up to case and separators, else the one tool whose name's
+    first words it is (``filter`` for ``filter_rows``, when no other tool begins ``filter``).
+
+    Why no looser rule: the rule gate refuses every proposal that calls another tool than this one, so a wrong guess
+    refuses a right proposal (on WikiTableQuestions nt-295 the plan's ``filter``, no tool at all, refused
+    ``filter_rows``). Case and whole leading words, when only one tool matches, leave nothing to guess: that tool is
+    the only one the text can mean. A part of a word (``fil``), a word inside a name, or a near spelling could mean a
+    tool the auditor did not, so such a name is dropped; dropping costs only the tool rule (the LLM gate still judges
+    the proposal), and the plan records the name as written."""
+    if name in tools:
+        return name
+    if not name.strip():
+        return None
+    wanted = _spelt(name)
+    for candidates in (
+        [t for t in tools if _spelt(t) == wanted],
+        [t for t in tools if _spelt(t).startswith(wanted + "_")],
+    ):
+        if len(candidates) == 1:
+            return candidates[0]
+    return None
+
+
+def _spelt(name: str) -> str:
+    """A tool name up to case and word separators (``Filter rows``, ``filter-rows``: ``filter_rows``)."""
+    return _SEPARATORS.sub("_", name.strip().casefold())
 
 
 def _chain_of_thought(trace: StructuredTrace) -> bool:

@@ -94,6 +94,7 @@ def test_a_plan_does_not_forbid_what_it_asks_for() -> None:
 def test_a_plan_keeps_the_next_call_arguments_but_not_copied_placeholders() -> None:
     from reflect_otel import prompts, stages
     from reflect_otel.record import Localization
+    from reflect_otel.trace import ToolDefinition
 
     def plan_with(arguments: object, tool: object = "filter_rows"):  # type: ignore[no-untyped-def]
         reply = {
@@ -104,7 +105,7 @@ def test_a_plan_keeps_the_next_call_arguments_but_not_copied_placeholders() -> N
             "expected_next_arguments": arguments,
             "confidence": 0.8,
         }
-        trace = five_step_trace()
+        trace = five_step_trace().model_copy(update={"tools": (ToolDefinition(name="filter_rows"),)})
         localized = Localization(step_index=2, confidence=0.9, reasoning="r", suggested_fix="f")
         return stages.diagnose(ScriptedLLM([reply]), prompts.PromptContext.of(trace, EXPECTED), trace, localized, None)
 
@@ -114,3 +115,72 @@ def test_a_plan_keeps_the_next_call_arguments_but_not_copied_placeholders() -> N
     assert plan_with({"<argument name>": "<value>"}).expected_next_arguments is None
     assert plan_with(wanted, tool=None).expected_next_arguments is None  # arguments of no named call mean nothing
     assert plan_with(None).expected_next_arguments is None
+
+
+TABLE_TOOLS = ("describe", "filter_rows", "sort_rows", "group_aggregate", "select_columns", "count_rows", "lookup")
+"""The table-QA demo agent's tools (``TableQAAgent.tools``)."""
+
+
+def test_a_plans_next_tool_is_one_of_the_agents_tools_or_nothing() -> None:
+    """An exact name is kept; a name that is only one tool up to case and separators, or the leading words of only
+    one tool, is that tool; a name that is no tool, part of a word, or the start of several tools is none."""
+    from reflect_otel.stages import known_tool
+
+    assert known_tool("filter_rows", TABLE_TOOLS) == "filter_rows"
+    assert known_tool("Filter_Rows", TABLE_TOOLS) == known_tool("filter rows", TABLE_TOOLS) == "filter_rows"
+    assert known_tool("filter", TABLE_TOOLS) == "filter_rows"  # nt-295's plan: the only tool that begins 'filter'
+    assert known_tool("group", TABLE_TOOLS) == "group_aggregate"
+    for never in ("fil", "rows", "filter_row", "filters", "final_answer", "query", "where"):
+        assert known_tool(never, TABLE_TOOLS) is None, never
+    assert known_tool("filter", (*TABLE_TOOLS, "filter_columns")) is None  # two tools begin 'filter': no guess
+    assert known_tool("lookup", ()) is None  # an agent with no tools has no next tool
+    assert known_tool(" ", TABLE_TOOLS) is None
+
+
+def test_a_plan_naming_no_tool_drops_it_and_the_gate_does_not_refuse_on_it() -> None:
+    """The paper's plan (free text) names its next tool: checked against the tools the trace knows (recorded or
+    called), it is kept, read as the one tool it begins, or dropped with its arguments; the plan records what was
+    written. A dropped name refuses nothing (nt-295: 'filter' refused the correct ``filter_rows``), a tool still does."""
+    from reflect_otel import prompts, stages
+    from reflect_otel.record import Localization, RepairPlan
+    from reflect_otel.testing import make_step, make_trace
+    from reflect_otel.trace import ToolDefinition
+
+    trace = make_trace(
+        "Which clubs were founded by 1950?",
+        [
+            {"tool": "describe", "args": {"table": "t0"}, "result": "t0: 12 rows; columns: Club, Founded"},
+            {"tool": "lookup", "args": {"table": "t0", "column": "Club", "row": 1}, "result": "Ajax"},
+            {"reasoning": "Ajax", "is_final_answer": True},
+        ],
+    ).model_copy(update={"tools": tuple(ToolDefinition(name=name) for name in TABLE_TOOLS)})
+    arguments = {"table": "t0", "column": "Founded", "op": "<=", "value": "1950"}
+
+    def plan(tool: str) -> RepairPlan:
+        reply = {
+            "root_cause": "it read one row",
+            "correction_instruction": "keep the rows founded by 1950",
+            "forbidden_actions": [],
+            "expected_next_tool": tool,
+            "expected_next_arguments": arguments,
+            "confidence": 0.7,
+        }
+        localized = Localization(step_index=2, confidence=0.8, reasoning="r", suggested_fix="f")
+        ctx = prompts.PromptContext.of(trace, "Ajax, PSV")
+        return stages.diagnose(ScriptedLLM([reply]), ctx, trace, localized, None, corrected_step=False)
+
+    proposed = make_step(2, tool="filter_rows", args=arguments)
+    kept, read, dropped = plan("filter_rows"), plan("filter"), plan("filter_by_year")
+    assert (kept.expected_next_tool, kept.written_next_tool, kept.expected_next_arguments) == (
+        "filter_rows",
+        None,
+        arguments,
+    )
+    assert (read.expected_next_tool, read.written_next_tool) == ("filter_rows", "filter")
+    assert (dropped.expected_next_tool, dropped.written_next_tool) == (None, "filter_by_year")
+    assert dropped.expected_next_arguments is None  # the arguments of no tool
+    assert "Your next action" not in prompts.repair_injection(dropped, 2)
+    for faithful in (kept, read, dropped):
+        assert stages.gate_by_rules(faithful, proposed, trace.steps[1]) is None
+    refused = stages.gate_by_rules(plan("lookup"), proposed, trace.steps[1])
+    assert refused is not None and refused.violation_reason == "called filter_rows, the plan expected lookup"

@@ -3,6 +3,8 @@ model with correct tool calls, and the chain-of-thought agent; both traced and r
 
 from __future__ import annotations
 
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -223,6 +225,94 @@ def test_a_filter_that_matches_nothing_names_values_the_column_holds() -> None:
     assert empty.startswith("t1: 0 rows") and "values of Position in t0 include:" in empty and "'1st'" in empty
     assert "no row matched" not in workspace.filter_rows("t0", "Position", "=", "1st")
     assert "no row matched" not in workspace.filter_rows("t0", "Year", ">", "3000")  # numbers: no value hint
+
+
+def _rows(workspace: TableWorkspace, table: str, column: str) -> list[str]:
+    """Every cell of ``column`` in ``table``, hidden rows included, read with the agent's own ``lookup``."""
+    count = int(workspace.count_rows(table))
+    return [workspace.lookup(table, column, row) for row in range(1, count + 1)]
+
+
+def test_tied_rows_come_back_in_one_order_whatever_order_the_table_holds_them_in(tmp_path: Path) -> None:
+    """Five venues tie at 2 and seven at 1 (four of them past the preview): each call gives one text, the ties in
+    the venues' order, and the same text from the table with its rows reversed; a sort keeps the table's order among
+    tied rows, and a filter's hint lists values in the order the table first shows them."""
+    source = QUESTIONS["nt-1"].table
+    header, rows = read_table(source)
+    lines = source.read_text(encoding="utf-8").splitlines()
+    reversed_table = tmp_path / "reversed.tsv"
+    reversed_table.write_text("\n".join([lines[0], *reversed(lines[1:])]) + "\n", encoding="utf-8")
+    venue, year = header.index("Venue"), header.index("Year")
+    counts = Counter(row[venue] for row in rows)
+    assert sorted(Counter(counts.values()).items()) == [(1, 7), (2, 5)]  # the ties this test is about
+
+    workspace, other = TableWorkspace(source), TableWorkspace(reversed_table)
+    grouped = workspace.group_aggregate("t0", "Venue", "count")
+    assert grouped.startswith("t1: 12 rows") and "... 4 more rows" in grouped
+    assert _rows(workspace, "t1", "Venue") == sorted(counts, key=lambda v: (-counts[v], v))
+    assert other.group_aggregate("t0", "Venue", "count") == grouped
+    assert _rows(other, "t1", "Venue") == _rows(workspace, "t1", "Venue")
+    for _ in range(5):  # as a rewind re-runs it
+        workspace.reset()
+        assert workspace.group_aggregate("t0", "Venue", "count") == grouped
+
+    by_year = workspace.sort_rows("t0", "Year", False, None)
+    stable = sorted(range(len(rows)), key=lambda i: int(rows[i][year]))  # Python's sort is stable
+    assert _rows(workspace, "t2", "Venue") == [rows[i][venue] for i in stable]
+    assert by_year.startswith("t2: 17 rows") and Counter(row[year] for row in rows)["2001"] == 3  # tied rows
+    hint = workspace.filter_rows("t0", "Venue", "=", "Paris")
+    first_seen = list(dict.fromkeys(row[venue] for row in rows))[:8]
+    assert hint.endswith(f"include: {', '.join(repr(v) for v in first_seen)}, ...)")
+
+
+def test_a_rewind_compares_whole_results_and_names_the_first_line_that_differs() -> None:
+    """The rewind re-runs the kept calls on the real tools and compares each result whole: the run's own results
+    (from another workspace) pass, a result recorded with two tied rows swapped or cut short without saying so is
+    refused with the line that differs, and one the trace cut short (saying how much) passes on what it kept."""
+    from reflect_otel import _values
+    from reflect_otel.demo.table_agent import TableQAAgent
+    from reflect_otel.errors import ReplayError
+    from reflect_otel.trace import Step, StructuredTrace
+
+    calls = [
+        ("group_aggregate", {"table": "t0", "group_by": "Venue", "aggregate": "count", "column": None}),
+        ("lookup", {"table": "t1", "column": "Venue", "row": 10}),
+    ]
+    run = TableWorkspace(QUESTIONS["nt-1"].table)
+    results = [str(getattr(run, name)(**args)) for name, args in calls]
+    assert results[1] == "Grosseto, Italy"  # a row past the preview: it too must be where the run had it
+
+    def trace(first_result: str) -> StructuredTrace:
+        recorded = [first_result, results[1]]
+        steps = [
+            Step(
+                index=i,
+                span_id=f"{i:016x}",
+                kind=StepKind.TOOL_CALL,
+                tool_name=name,
+                tool_args=args,
+                tool_result=result,
+            )
+            for i, ((name, args), result) in enumerate(zip(calls, recorded, strict=True), start=1)
+        ]
+        return StructuredTrace(trace_id="a" * 32, steps=steps)
+
+    agent = TableQAAgent(QUESTIONS["nt-1"], ScriptedLLM(respond=lambda request: {}))
+    agent.workspace.group_aggregate("t0", "Position", "count")  # a replay's own call, left in the workspace
+    agent.rewind(trace(results[0]), 2)
+    agent.rewind(trace(_values.truncate(results[0], 60)), 2)
+
+    lines = results[0].split("\n")
+    assert lines[1:3] == ["Bangkok, Thailand | 2", "Debrecen, Hungary | 2"]
+    swapped = "\n".join([lines[0], lines[2], lines[1], *lines[3:]])
+    with pytest.raises(ReplayError) as refused:
+        agent.rewind(trace(swapped), 2)
+    assert str(refused.value) == (
+        "step 1: group_aggregate gives another result now than the run recorded (line 2 is 'Bangkok, Thailand | 2' "
+        "now, 'Debrecen, Hungary | 2' in the run); the run's tables cannot be restored"
+    )
+    with pytest.raises(ReplayError, match=r"line 10 is '\.\.\. 4 more rows' now, nothing in the run"):
+        agent.rewind(trace("\n".join(lines[:-1])), 2)  # a prefix of the result: the old check let it pass
 
 
 def test_table_agent_replays_read_the_table_names_their_run_read(instrumented: Instrumented) -> None:

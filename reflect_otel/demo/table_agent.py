@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from reflect_otel import _values
 from reflect_otel.demo.table_tools import TableWorkspace
 from reflect_otel.demo.wtq import WTQQuestion
 from reflect_otel.errors import MissingDependencyError, ReplayError
@@ -251,6 +252,36 @@ class StructuredToolChatModel(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 
+_LINE_CHARS = 200
+
+
+def _difference(result: str, recorded: str) -> str | None:
+    """Where ``result`` departs from the ``recorded`` one, as its first differing line, or None when they are the
+    same text: the whole text, since a row out of place anywhere changes what a later call on the table reads (only
+    the part kept, when the trace cut the recorded one short). Nothing recorded is nothing to check."""
+    if not recorded:
+        return None
+    kept, cut = _values.untruncated(recorded)
+    if cut and result.startswith(kept):
+        if len(result) == len(kept) + cut:
+            return None
+        return f"{len(result)} characters now, {len(kept) + cut} in the run (its record cut after {len(kept)})"
+    if result == kept:
+        return None
+    now_lines, run_lines = result.splitlines(), kept.splitlines()
+    number = next(
+        (n for n, (a, b) in enumerate(zip(now_lines, run_lines, strict=False)) if a != b),
+        min(len(now_lines), len(run_lines)),
+    )
+    if number >= max(len(now_lines), len(run_lines)):
+        return f"the same lines, ending in {result[-20:]!r} now, {kept[-20:]!r} in the run"
+
+    def line(lines: list[str]) -> str:
+        return repr(lines[number][:_LINE_CHARS]) if number < len(lines) else "nothing"
+
+    return f"line {number + 1} is {line(now_lines)} now, {line(run_lines)} in the run"
+
+
 class TableQAAgent:
     """One question, its table and its graph. ``graph`` is compiled with an in-memory checkpointer, so its runs
     can be forked for replay (``LangGraphReplayAdapter(agent.graph, ...)``: the agent asks for temperature 0,
@@ -313,11 +344,11 @@ class TableQAAgent:
                 result = str(tool.invoke(dict(step.tool_args)))
             except Exception as error:  # the recorded arguments are data: a bad one is a mismatch, not a crash
                 result = f"error: {error}"
-            recorded = (step.tool_result or "")[:2000]
-            if recorded and not result.startswith(recorded):
+            difference = _difference(result, step.tool_result or "")
+            if difference:
                 raise ReplayError(
-                    f"step {step.index}: {step.tool_name} gives {result[:120]!r} now, not the {recorded[:120]!r} "
-                    "recorded; the run's tables cannot be restored"
+                    f"step {step.index}: {step.tool_name} gives another result now than the run recorded ({difference})"
+                    "; the run's tables cannot be restored"
                 )
 
     @property

@@ -7,6 +7,12 @@ table, and the agent re-runs its prefix's calls (``TableQAAgent.rewind``) before
 results are short text (a preview), and bad input (an unknown table or column) comes back as an ``error:`` line
 the agent can read, as a real tool's error would; a filter that matches nothing lists some values the column does
 hold, as a database's hint would.
+
+Every result is a function of the call and the table alone: rows keep their table's order (``rowid``, which a derived
+table takes from the order it was made in), and every sort is a total order: ties are broken by the group's value
+(``group_aggregate``) or keep the table's order (``sort_rows``). SQL leaves tied rows in any order, and a hash
+aggregate's order changes from call to call; a rewind that re-ran a call whose tied rows came back in another order
+refused the replay (two groups at 9.0 on WikiTableQuestions nt-1034).
 """
 
 from __future__ import annotations
@@ -98,7 +104,7 @@ class TableWorkspace:
 
     def _describe(self, table: str) -> str:
         count = self._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # type: ignore[index]
-        rows = self._db.execute(f"SELECT * FROM {table} LIMIT {PREVIEW_ROWS}").fetchall()
+        rows = self._db.execute(f"SELECT * FROM {table} ORDER BY rowid LIMIT {PREVIEW_ROWS}").fetchall()
         lines = [f"{table}: {count} rows; columns: {', '.join(self.columns[table])}"]
         for row in rows:
             cells = ["" if v is None else " ".join(str(v).split())[:CELL_CHARS] for v in row]
@@ -148,14 +154,15 @@ class TableWorkspace:
             except ValueError:
                 raise ToolInputError(f"{op} compares numbers; {value!r} is not a number") from None
             where, params = f"{_number(column)} {op} ?", [number]  # op is one of OPERATORS: safe to inline
-        result = self._derive(f"SELECT * FROM {table} WHERE {where}", params)
+        result = self._derive(f"SELECT * FROM {table} WHERE {where} ORDER BY rowid", params)
         if op in conditions and result.split(":", 2)[1].strip().startswith("0 rows"):
             result += f"\n(no row matched; {self._some_values(table, column)})"  # as a database would hint
         return result
 
     def _some_values(self, table: str, column: str) -> str:
-        found = self._db.execute(
-            f"SELECT DISTINCT {_quote(column)} FROM {table} WHERE {_quote(column)} IS NOT NULL LIMIT {HINT_VALUES + 1}"
+        found = self._db.execute(  # in the order they first appear, not a hash table's
+            f"SELECT {_quote(column)} FROM {table} WHERE {_quote(column)} IS NOT NULL GROUP BY {_quote(column)} "
+            f"ORDER BY min(rowid) LIMIT {HINT_VALUES + 1}"
         ).fetchall()
         values = [" ".join(str(v[0]).split())[:CELL_CHARS] for v in found[:HINT_VALUES]]
         more = ", ..." if len(found) > HINT_VALUES else ""
@@ -169,7 +176,8 @@ class TableWorkspace:
         table = self._table(table)
         column = self._column(table, column)
         direction = "DESC" if descending else "ASC"
-        order = f"{_number(column)} {direction} NULLS LAST, {_quote(column)} {direction}"
+        # ties keep the table's order (a stable sort): a total order, and the one a reader expects ("the earliest")
+        order = f"{_number(column)} {direction} NULLS LAST, {_quote(column)} {direction}, rowid"
         tail = f" LIMIT {int(limit)}" if limit is not None and int(limit) > 0 else ""
         return self._derive(f"SELECT * FROM {table} ORDER BY {order}{tail}", [])
 
@@ -190,7 +198,7 @@ class TableWorkspace:
             value = f"{aggregate}({_number(self._column(table, column))})"
         return self._derive(
             f"SELECT {_quote(group)}, {value} AS {_quote(aggregate)} FROM {table} GROUP BY {_quote(group)} "
-            f"ORDER BY {_quote(aggregate)} DESC NULLS LAST",
+            f"ORDER BY {_quote(aggregate)} DESC NULLS LAST, {_quote(group)} ASC NULLS LAST",  # groups are unique
             [],
         )
 
@@ -201,7 +209,7 @@ class TableWorkspace:
     def _select_columns(self, table: str, columns: list[str]) -> str:
         table = self._table(table)
         chosen = [self._column(table, c) for c in columns] or self.columns[table]
-        return self._derive(f"SELECT {', '.join(_quote(c) for c in chosen)} FROM {table}", [])
+        return self._derive(f"SELECT {', '.join(_quote(c) for c in chosen)} FROM {table} ORDER BY rowid", [])
 
     def count_rows(self, table: str) -> str:
         """The number of rows."""
@@ -218,7 +226,7 @@ class TableWorkspace:
         table = self._table(table)
         column = self._column(table, column)
         found = self._db.execute(
-            f"SELECT {_quote(column)} FROM {table} LIMIT 1 OFFSET ?", [max(0, int(row) - 1)]
+            f"SELECT {_quote(column)} FROM {table} ORDER BY rowid LIMIT 1 OFFSET ?", [max(0, int(row) - 1)]
         ).fetchone()
         if found is None:
             raise ToolInputError(f"{table} has fewer than {row} rows")
