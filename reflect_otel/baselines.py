@@ -27,6 +27,7 @@ from reflect_otel._run import AttributionRun, MethodBase
 from reflect_otel.leaks import leak
 from reflect_otel.pipeline import guidance_window
 from reflect_otel.record import (
+    REFUSED_TEXT_CHARS,
     AttributionMode,
     AttributionRecord,
     AttributionStatus,
@@ -243,7 +244,9 @@ class Reflexion(Baseline):
                 error_type=out.error_type,
                 auditor_confidence=out.confidence,
                 explanation=out.reason,
-                corrections=(retry.model_copy(update={"refused": leaked}),),
+                corrections=(
+                    retry.model_copy(update={"refused": leaked, "refused_text": memory[:REFUSED_TEXT_CHARS]}),
+                ),
                 reason=f"the retry was not run: its memory {leaked}",
             )
         attempt, result = Replayer(run, replay, expected=expected, injection_role=self.config.injection_role).replay(

@@ -47,7 +47,16 @@ from reflect_otel._stats import fisher_greater
 from reflect_otel.config import ReflectConfig
 from reflect_otel.leaks import action_leak, leak
 from reflect_otel.proposals import Candidate, candidates, judge
-from reflect_otel.record import Correction, Effect, Fidelity, GateDecider, GateVerdict, ReplayArm, ReplayAttempt
+from reflect_otel.record import (
+    REFUSED_TEXT_CHARS,
+    Correction,
+    Effect,
+    Fidelity,
+    GateDecider,
+    GateVerdict,
+    ReplayArm,
+    ReplayAttempt,
+)
 from reflect_otel.replay import ReplayAdapter, ReplayResult, is_deterministic
 from reflect_otel.trace import Step, StepAction
 from reflect_otel.trial import Decision, GateFn, Trial, TrialResult
@@ -123,7 +132,8 @@ class ControlledReplay:
         replacement = trial.correction.replacement
         if not trial.is_action or replacement is None:
             return None
-        return action_leak(StepAction.of_step(self.run.trace.steps[trial.step - 1]), replacement, self.expected)
+        step = StepAction.of_step(self.run.trace.steps[trial.step - 1])
+        return action_leak(step, replacement, self.expected, self.run.trace.question)
 
     def test(self, trial: Trial) -> TrialResult:
         """Test ``trial`` under the decision rule. Never raises for what the adapter or the agent does."""
@@ -131,7 +141,8 @@ class ControlledReplay:
             return TrialResult(trial, Decision.NOT_TESTED, f"step {trial.step} is not a step of the run")
         leaked = leak(_given_texts(trial), self.expected) or self._action_leak(trial)
         if leaked is not None:
-            refused = trial.correction.model_copy(update={"refused": leaked})
+            given = "\n".join(_given_texts(trial))[:REFUSED_TEXT_CHARS]
+            refused = trial.correction.model_copy(update={"refused": leaked, "refused_text": given})
             return TrialResult(trial, Decision.NOT_TESTED, f"refused: {leaked}", corrections=(refused,))
         if not self.can_test(trial.step):
             return TrialResult(trial, Decision.NOT_TESTED, "the replay budget cannot pay for both arms")

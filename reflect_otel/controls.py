@@ -198,7 +198,12 @@ class _PlaceboDraw:
     def no_points(self, trace: StructuredTrace, localized: int, count: int, earlier: frozenset[int]) -> str:
         with self._lock:
             drawn = self._drawn.get(trace.trace_id)
-        return NO_PLACEBO if drawn is None else "the plan drawn for the placebo has no instruction to inject"
+        if drawn is None:
+            return NO_PLACEBO
+        return (
+            "the plan drawn for the placebo has no instruction to inject, only a corrected call (tried as an action "
+            "unless refused: see the corrections)"
+        )
 
     def take(self, trace: StructuredTrace) -> tuple[bool, RepairPlan | None]:
         """Whether a plan was drawn for ``trace`` in its attribution, and which (None: the pool had none)."""

@@ -492,7 +492,7 @@ def refusal(correction: Correction, trace: StructuredTrace, expected: str | None
     recorded = {t.name for t in trace.tools if t.recorded}
     if replacement.tool_name is not None and recorded and replacement.tool_name not in recorded:
         return f"the replacement calls {replacement.tool_name!r}, which is not one of the agent's tools"
-    leaked = action_leak(StepAction.of_step(step), replacement, expected)
+    leaked = action_leak(StepAction.of_step(step), replacement, expected, trace.question)
     if leaked is not None:
         return f"the replacement: {leaked}"
     if replacement == StepAction.of_step(step):

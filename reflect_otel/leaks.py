@@ -15,7 +15,11 @@ Masking the answer out of a correction is not enough: "The correct answer is [th
 to stop and answer. The agent's own decisions are not checked (they are not the oracle's), only what is given to it.
 So an action executed in place of a step is checked for what it introduces (:func:`action_leak`): a fix of one
 literal in ``... WHERE city = 'boston' LIMIT 1`` is not refused for the agent's own ``1`` when the answer is 1, but a
-fix that writes a value of the answer (``'1st'`` for 1, ``'Bangkok'``) or states one is.
+fix that writes a value of the answer (``'1st'`` for 1, ``'Bangkok'``) or states one is. An argument may name an
+answer that the question itself names ("Kenya" in "Did Kenya or Uganda win more?"): the agent must look it up to
+answer, and the question gave it already. The exemption holds only for a value of at least
+:data:`QUESTION_VALUE_CHARS` characters, found in the question as a whole token sequence: "1" or "a" appear in most
+questions and stay refused. Statements of an answer are refused wherever the value comes from.
 
 The guard stands where text is about to reach a replay, not at the auditor's reply: the auditor is shown the
 answer, so its root cause naturally names it, and that text reaches no replay unless it is injected. A repair plan
@@ -35,7 +39,7 @@ from reflect_otel.judge import answer_value, answer_values
 from reflect_otel.record import RepairPlan
 from reflect_otel.trace import StepAction
 
-__all__ = ["INSTRUCTION", "Withheld", "action_leak", "guard_plan", "leak", "states_an_answer"]
+__all__ = ["INSTRUCTION", "QUESTION_VALUE_CHARS", "Withheld", "action_leak", "guard_plan", "leak", "states_an_answer"]
 
 _TOKEN = re.compile(r"\d[\d,]*(?:\.\d+)?|[^\W\d_]+|\d+", re.UNICODE)
 _STATES_ANSWER = re.compile(
@@ -50,6 +54,8 @@ _DATE_IN_TEXT = re.compile(
     r"|\b[A-Za-z]{3,9}\s+\d{4}\b"
 )
 _MAX_CHARS = 20_000
+QUESTION_VALUE_CHARS = 3
+"""The shortest answer value (letters and digits) an action may name because the question names it (see the module)."""
 
 
 def _tokens(text: str) -> list[str]:
@@ -76,9 +82,17 @@ def states_an_answer(text: str) -> bool:
     return bool(_STATES_ANSWER.search(text[:_MAX_CHARS]))
 
 
-def _carried(before: str, after: str, expected: str | None) -> str | None:
+def _named_by(question: str, value: str, needle: list[str]) -> bool:
+    """Whether ``question`` names the answer value ``value`` itself (see the module: long enough, whole tokens)."""
+    if not question or sum(c.isalnum() for c in value) < QUESTION_VALUE_CHARS:
+        return False
+    return _occurrences(_tokens(question), needle) > 0
+
+
+def _carried(before: str, after: str, expected: str | None, question: str = "") -> str | None:
     """Why ``after`` carries the answer where ``before`` did not: it states an answer, or holds a value of
-    ``expected`` (as a whole token sequence, or as a date) more often than ``before`` does."""
+    ``expected`` (as a whole token sequence, or as a date) more often than ``before`` does, a value that
+    ``question`` names excepted (given only for actions' arguments)."""
     if states_an_answer(after) and not states_an_answer(before):
         return "it states an answer ('the answer is ...'): it would tell the agent what to answer"
     if not expected:
@@ -87,9 +101,11 @@ def _carried(before: str, after: str, expected: str | None) -> str | None:
     dates_now, dates_was = _dates(after), _dates(before)
     for value in answer_values(expected):
         target = answer_value(value)
+        needle = _tokens(value)
+        if _named_by(question, value, needle):
+            continue
         if target.date is not None and dates_now.count(target.date) > dates_was.count(target.date):
             return f"it carries the expected answer {value!r} (as a date): it would flip a replay from any step"
-        needle = _tokens(value)
         if _occurrences(now, needle) > _occurrences(was, needle):
             return f"it carries the expected answer {value!r}: it would flip a replay from any step"
     return None
@@ -114,21 +130,24 @@ def _strings(value: object) -> Iterator[str]:
         yield str(value)
 
 
-def action_leak(original: StepAction | None, replacement: StepAction, expected: str | None) -> str | None:
+def action_leak(
+    original: StepAction | None, replacement: StepAction, expected: str | None, question: str = ""
+) -> str | None:
     """Why executing ``replacement`` in place of the agent's step ``original`` must not reach a replay, or None:
     what the replacement introduces is checked, not what it keeps of the agent's own step. Each argument (and the
     thought) that differs from the original's is read against the original's: refused when it states an answer or
     holds a value of ``expected`` more often than the agent's own argument did (``'boston'`` -> ``'Boston'`` in a
     statement ending ``LIMIT 1`` introduces no 1; ``'first'`` -> ``'1st'`` does). A call of another tool (or with
-    no original) is new throughout."""
+    no original) is new throughout. An argument naming a value of the answer that ``question`` names is not refused
+    for it (the module says when); the thought is read without that exemption."""
     same_tool = original is not None and original.tool_name == replacement.tool_name
     pairs = [(original.text if original is not None and same_tool else "", replacement.text)]
     for key, value in replacement.arguments.items():
         before = original.arguments.get(key) if original is not None and same_tool else None
         pairs.append(("\n".join(_strings(before)), "\n".join(_strings(value))))
-    for before, after in pairs:
+    for number, (before, after) in enumerate(pairs):
         if after != before and after.strip():
-            reason = _carried(before, after, expected)
+            reason = _carried(before, after, expected, question if number else "")
             if reason is not None:
                 return reason
     return None

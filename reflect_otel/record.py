@@ -15,6 +15,7 @@ from reflect_otel.verdict import Verdict
 
 __all__ = [
     "AGENT_REPLAY_STAGE",
+    "REFUSED_TEXT_CHARS",
     "AttributionMode",
     "AttributionRecord",
     "AttributionStatus",
@@ -108,6 +109,10 @@ class InterventionKind(str, Enum):
     """A concrete step executed in place of the original one (a corrected call, a replacement thought)."""
 
 
+REFUSED_TEXT_CHARS = 300
+"""How much of a refused text a correction keeps (:attr:`Correction.refused_text`)."""
+
+
 class Correction(BaseModel):
     """One correction REFLECT considered: where it came from, how it was applied, and what it replaced.
 
@@ -125,6 +130,11 @@ class Correction(BaseModel):
     replacement: StepAction | None = Field(default=None, description="The action executed instead (action only).")
     finding: str = Field(default="", description="What in the trace the correction came from.")
     refused: str | None = Field(default=None, description="Why it was never tried (it would prove nothing).")
+    refused_text: str = Field(
+        default="",
+        max_length=REFUSED_TEXT_CHARS,
+        description="The start of the text the leak guard refused to give the agent (a refusal is re-derivable).",
+    )
     flipped: bool = False
     replays: int = 0
 

@@ -335,6 +335,29 @@ def test_placebo_executes_the_corrected_call_written_for_another_failure_not_its
     assert record.status is not AttributionStatus.VERIFIED  # the other failure's call does not fix this run
 
 
+def test_a_placebo_whose_drawn_call_is_refused_says_a_plan_was_drawn() -> None:
+    """The drawn plan is a call alone, and that call carries this failure's answer: nothing is tested, and the
+    record says why (the plan had no instruction, its call was refused), not that no plan was written yet."""
+    pool = PlanPool()
+    other = AttributionRecord(
+        trace_id="f" * 32, method="reflect", status=AttributionStatus.UNVERIFIED, mode=AttributionMode.REPLAY,
+        root_cause="it read the wrong row",
+        corrections=(Correction(source="llm", kind=InterventionKind.ACTION, step_index=1,
+                                replacement=StepAction(tool_name="lookup", arguments={"table": "t0", "row": 777})),),
+    )  # fmt: skip
+    pool.add(five_steps("Which year had the most titles?").model_copy(update={"trace_id": "f" * 32}), other)
+    agent = agent_fixed_by(7)
+    record = (
+        METHODS["control-placebo"]
+        .build(auditor(2, call=CALL), OracleVerifier(), ReflectConfig(rounds=1, rollback_points=1), pool)
+        .attribute(five_steps(), expected="777", replay=agent)
+    )
+    refused = [c for c in record.corrections if c.kind is InterventionKind.ACTION]
+    assert refused and all(c.refused and "expected answer" in c.refused for c in refused)
+    assert record.status is AttributionStatus.UNVERIFIED and not agent.calls
+    assert NO_PLACEBO not in record.reason and "no instruction to inject" in record.reason
+
+
 def test_wrong_step_never_runs_a_correction_written_for_another_step_than_the_localized_one() -> None:
     """An evidence correction of the wrong step itself is REFLECT's own test of that step: the control skips it."""
 

@@ -74,6 +74,38 @@ def test_an_action_of_another_tool_or_a_new_argument_is_new_throughout() -> None
     assert action_leak(agent, _query("SELECT 'Kenya'"), None) is None  # the proxy regime knows no answer
 
 
+@pytest.mark.parametrize(
+    ("question", "before", "after", "expected", "leaks"),
+    [
+        # the question names both options: filtering on the one that is the answer introduces nothing new
+        ("Did Kenya or Uganda win more gold?", "... WHERE nation = 'Kenia'", "... WHERE nation = 'Kenya'", "Kenya", False),
+        ("Which came first, 1998 or 2001?", "... WHERE year = 98", "... WHERE year = 1998", "1998", False),
+        ("Is Rio de Janeiro or Lima larger?", "... city = 'Rio'", "... city = 'Rio de Janeiro'", "Rio de Janeiro", False),
+        # too short to tell apart from a leak: "a" and "1" appear in most questions
+        ("Which is larger, a or b?", "... WHERE k = 'c'", "... WHERE k = 'a'", "a", True),
+        ("Who finished 1st in the 10 km?", "... WHERE pos = 'first'", "... WHERE pos = '1'", "1", True),
+        ("Did the team win 12 or 13 games?", "... WHERE w = 11", "... WHERE w = 12", "12", True),
+        # the question does not name it, or only part of it
+        ("Did Kenya or Uganda win more gold?", "... WHERE nation = 'x'", "... WHERE nation = 'Spain'", "Spain", True),
+        ("Which city in Rio state is largest?", "... city = 'x'", "... city = 'Rio de Janeiro'", "Rio de Janeiro", True),
+        # a statement of the answer is refused wherever the value comes from
+        ("Did Kenya or Uganda win more gold?", "... WHERE n = 'x'", "the answer is Kenya", "Kenya", True),
+    ],
+)  # fmt: skip
+def test_an_argument_may_name_an_answer_the_question_names(
+    question: str, before: str, after: str, expected: str, leaks: bool
+) -> None:
+    assert (action_leak(_query(before), _query(after), expected, question) is not None) is leaks
+    assert action_leak(_query(before), _query(after), expected) is not None  # without the question: refused
+
+
+def test_the_thought_of_an_action_gets_no_question_exemption() -> None:
+    question = "Did Kenya or Uganda win more gold?"
+    agent = StepAction(tool_name="query", arguments={"sql": "x"}, text="")
+    fix = StepAction(tool_name="query", arguments={"sql": "x"}, text="Kenya won more gold")
+    assert action_leak(agent, fix, "Kenya", question) is not None
+
+
 def _trace() -> StructuredTrace:
     steps = [{"tool": "lookup", "args": {"row": i}, "result": f"row {i}"} for i in (1, 2, 3)]
     return make_trace("How many?", [*steps, {"reasoning": "4", "is_final_answer": True}], final_answer="4")
@@ -129,6 +161,19 @@ def test_no_method_shows_a_replay_the_expected_answer(method: str, expected: str
     assert refused or not given, record  # the leak was refused and the refusal recorded
     assert method != "ics" or (agent.calls and not given)
     assert record.status is not AttributionStatus.VERIFIED
+
+
+@pytest.mark.parametrize("method", ["reflexion", "dover"])
+def test_a_refused_text_is_kept_in_the_record_so_the_refusal_can_be_checked(method: str) -> None:
+    config = ReflectConfig(rounds=1, rollback_points=3, max_replays=None)
+    record = (
+        METHODS[method]
+        .build(_auditor("count again: it is 5"), OracleVerifier(), config)
+        .attribute(_trace(), expected="5", replay=_agent())
+    )
+    kept = [c.refused_text for c in record.corrections if c.refused and c.refused_text]
+    assert kept and all(len(text) <= 300 for text in kept), record.corrections
+    assert any(leak(text, "5") for text in kept)  # what was refused, as it would have been given
 
 
 def test_a_placebo_plan_that_carries_the_answer_is_refused() -> None:

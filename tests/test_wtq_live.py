@@ -125,6 +125,7 @@ def test_wtq_live_attributes_the_same_failed_run_with_each_method_and_resumes(
     rows = {r["question_id"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
     failed = rows["nt-1"]
     assert failed["answer"] == WRONG and not failed["correct"] and failed["trace"]["question"]
+    assert failed["method_order"] == ["reflect", "ics"]  # no seed: the questions and methods in the order given
     assert failed["methods"]["reflect"]["corrected_answer"] == "Bangkok, Thailand"
     assert failed["methods"]["reflect"]["step"] == 2  # the sort, redone as the correction says
     assert failed["methods"]["reflect"]["effect"] == {"step": 2, "intervention": [1, 1], "control": [0, 1],
@@ -144,6 +145,19 @@ def test_wtq_live_attributes_the_same_failed_run_with_each_method_and_resumes(
     calls = len(llm.requests)
     again = run_live_eval(options, llm, table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True))
     assert len(llm.requests) == calls and again == metrics  # resumed: nothing ran twice
+
+
+def test_each_failure_runs_its_methods_in_an_order_drawn_from_the_seed_and_its_id() -> None:
+    from reflect_otel.evaluation.live import method_order
+
+    methods = ("reflect", "reflect-guidance", "ics", "control-placebo", "control-wrong-step")
+    orders = {q: method_order(methods, 47, q) for q in (f"nt-{i}" for i in range(40))}
+    assert all(sorted(order) == sorted(methods) for order in orders.values())
+    assert orders == {q: method_order(methods, 47, q) for q in orders}  # a resume runs them in the same order
+    assert {order[0] for order in orders.values()} == set(methods)  # no method is always first
+    assert method_order(methods, 48, "nt-1") != method_order(methods, 47, "nt-1") or method_order(
+        methods, 48, "nt-2"
+    ) != method_order(methods, 47, "nt-2")
 
 
 def test_a_method_added_later_gets_the_stored_failures_replayed_from_their_traces_within_the_replay_budget(

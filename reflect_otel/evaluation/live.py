@@ -10,6 +10,10 @@ and is retried on resume. ``--limit`` counts failed runs, ``--runs`` every run, 
 runs are only recorded (labelled runs for ``benchmarks.flagging --live``). A method that never sees the expected
 answer (``reflect-proxy``) is judged by the oracle afterwards: of its verified records, how many the expected answer
 confirms as corrected.
+
+The methods run on a failure in an order drawn from the seed and the question id (:func:`method_order`, recorded in
+the row as ``method_order``): the first method to replay a failure may meet a server state (a prompt cache, a warm
+process) the later ones do not, and a fixed order would give that to one method every time.
 """
 
 from __future__ import annotations
@@ -41,7 +45,15 @@ from reflect_otel.service import AttributionService
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verifiers import OracleVerifier, judged_correct
 
-__all__ = ["AgentRun", "LiveOptions", "check_methods", "live_metrics", "live_metrics_markdown", "run_live_eval"]
+__all__ = [
+    "AgentRun",
+    "LiveOptions",
+    "check_methods",
+    "live_metrics",
+    "live_metrics_markdown",
+    "method_order",
+    "run_live_eval",
+]
 
 RESULTS = "results.jsonl"
 MAX_AGENT_ERRORS_IN_A_ROW = 3
@@ -167,6 +179,16 @@ def _method_row(
     }
 
 
+def method_order(methods: Sequence[str], seed: int | None, question_id: str) -> list[str]:
+    """``methods`` in the order they run on ``question_id``'s failure: a shuffle drawn from ``seed`` and the id, so a
+    resumed or re-run evaluation runs them in the same order, and no method is always first (see the module). With
+    no seed (the questions in file order), the order given."""
+    order = list(methods)
+    if seed is not None:
+        random.Random(f"{seed}:{question_id}").shuffle(order)
+    return order
+
+
 def check_methods(methods: Sequence[str]) -> None:
     """Raises :class:`InputError` naming the fix unless every method is one wtq-live can compare. No method at all
     records the agent's runs only."""
@@ -277,7 +299,8 @@ def run_live_eval(
             done[question.id] = row
             if not correct:
                 failed_runs += 1
-                for name in options.methods:
+                row["method_order"] = method_order(options.methods, options.seed, question.id)
+                for name in row["method_order"]:
                     row["methods"][name] = _attributed(llm, name, options, run, question, say, plans)
                     _append(out, row)
     metrics = live_metrics(list(done.values()), options.methods)
@@ -301,7 +324,8 @@ def _add_methods(
     ``options.limit`` failures, in the order they were run); append the row after each method, so a stop loses at
     most the method running."""
     for stored in [r for r in done.values() if not r["correct"]][: options.limit]:
-        missing = [m for m in options.methods if m not in stored["methods"]]
+        order = method_order(options.methods, options.seed, stored["question_id"])
+        missing = [m for m in order if m not in stored["methods"]]
         question = questions.get(stored["question_id"])
         if not missing or question is None or "trace" not in stored:
             continue
@@ -523,6 +547,7 @@ def _skipped(method: dict[str, Any]) -> str:
 
 
 HEADER = (
+    "Methods ran on each failure in an order drawn from the seed and the question id (the rows' method_order). "
     "Percentages and means (± standard error) are per scored run: the failed runs a method attributed, less those "
     "it skipped (nothing to test) or whose stages failed, so a method with runs not scored has a smaller denominator "
     "than the others (said below the table, with what those runs cost). "
