@@ -141,7 +141,7 @@ class ControlledReplay:
             return TrialResult(trial, Decision.NOT_TESTED, f"step {trial.step} is not a step of the run")
         leaked = leak(_given_texts(trial), self.expected) or self._action_leak(trial)
         if leaked is not None:
-            given = "\n".join(_given_texts(trial))[:REFUSED_TEXT_CHARS]
+            given = "\n".join(_given_texts(trial))[:REFUSED_TEXT_CHARS]  # model_copy does not validate
             refused = trial.correction.model_copy(update={"refused": leaked, "refused_text": given})
             return TrialResult(trial, Decision.NOT_TESTED, f"refused: {leaked}", corrections=(refused,))
         if not self.can_test(trial.step):

@@ -200,6 +200,8 @@ class _PlaceboDraw:
             drawn = self._drawn.get(trace.trace_id)
         if drawn is None:
             return NO_PLACEBO
+        if drawn.corrected_step is None:
+            return "the plan drawn for the placebo has no instruction to inject and no corrected call"
         return (
             "the plan drawn for the placebo has no instruction to inject, only a corrected call (tried as an action "
             "unless refused: see the corrections)"

@@ -14,12 +14,16 @@ there is checked first, and refused, with the refusal recorded, when it
 Masking the answer out of a correction is not enough: "The correct answer is [the answer]" still tells the agent
 to stop and answer. The agent's own decisions are not checked (they are not the oracle's), only what is given to it.
 So an action executed in place of a step is checked for what it introduces (:func:`action_leak`): a fix of one
-literal in ``... WHERE city = 'boston' LIMIT 1`` is not refused for the agent's own ``1`` when the answer is 1, but a
-fix that writes a value of the answer (``'1st'`` for 1, ``'Bangkok'``) or states one is. An argument may name an
-answer that the question itself names ("Kenya" in "Did Kenya or Uganda win more?"): the agent must look it up to
-answer, and the question gave it already. The exemption holds only for a value of at least
-:data:`QUESTION_VALUE_CHARS` characters, found in the question as a whole token sequence: "1" or "a" appear in most
-questions and stay refused. Statements of an answer are refused wherever the value comes from.
+literal in ``... WHERE city = 'boston' LIMIT 1`` is not refused for the agent's own ``1`` when the answer is 1, but
+a fix that writes a value of the answer (``'1'`` for 1 where the agent wrote ``'one'``, ``'Paris'``) or states one
+is. An argument may correct the agent's own spelling of an answer that the question itself names ("Kenia" -> "Kenya"
+in "Did Kenya or Uganda win more?"): the agent had chosen that value, the question gave it, and the fix only makes
+the lookup match. Naming the option alone, where the agent named another or none, is the choice the oracle knows,
+and stays refused. The exemption needs all of: a question of at most :data:`QUESTION_CHARS` characters naming the
+value as a whole token sequence; a value of at least :data:`QUESTION_VALUE_CHARS` letters and digits ("1" or "a"
+appear in most questions); and the agent's own argument holding, for every occurrence the fix writes, the value or a
+near spelling of it (as many tokens, similarity at least :data:`NEAR_SPELLING`). Statements of an answer are
+refused wherever the value comes from.
 
 The guard stands where text is about to reach a replay, not at the auditor's reply: the auditor is shown the
 answer, so its root cause naturally names it, and that text reaches no replay unless it is injected. A repair plan
@@ -34,12 +38,23 @@ import re
 import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 
 from reflect_otel.judge import answer_value, answer_values
 from reflect_otel.record import RepairPlan
 from reflect_otel.trace import StepAction
 
-__all__ = ["INSTRUCTION", "QUESTION_VALUE_CHARS", "Withheld", "action_leak", "guard_plan", "leak", "states_an_answer"]
+__all__ = [
+    "INSTRUCTION",
+    "NEAR_SPELLING",
+    "QUESTION_CHARS",
+    "QUESTION_VALUE_CHARS",
+    "Withheld",
+    "action_leak",
+    "guard_plan",
+    "leak",
+    "states_an_answer",
+]
 
 _TOKEN = re.compile(r"\d[\d,]*(?:\.\d+)?|[^\W\d_]+|\d+", re.UNICODE)
 _STATES_ANSWER = re.compile(
@@ -55,7 +70,11 @@ _DATE_IN_TEXT = re.compile(
 )
 _MAX_CHARS = 20_000
 QUESTION_VALUE_CHARS = 3
-"""The shortest answer value (letters and digits) an action may name because the question names it (see the module)."""
+"""The shortest answer value (letters and digits) an action may respell because the question names it (the module)."""
+QUESTION_CHARS = 300
+"""The longest question read for the exemption: a longer one holds more than a question (a table, a context)."""
+NEAR_SPELLING = 0.8
+"""How alike (difflib's ratio) the agent's spelling and the answer value must be for a fix to be a respelling."""
 
 
 def _tokens(text: str) -> list[str]:
@@ -63,7 +82,7 @@ def _tokens(text: str) -> list[str]:
     out = []
     for token in _TOKEN.findall(folded.lower()):
         value = answer_value(token)
-        out.append(format(value.number, "g") if value.number is not None else token)
+        out.append(format(value.number, ".15g") if value.number is not None else token)
     return out
 
 
@@ -82,17 +101,30 @@ def states_an_answer(text: str) -> bool:
     return bool(_STATES_ANSWER.search(text[:_MAX_CHARS]))
 
 
-def _named_by(question: str, value: str, needle: list[str]) -> bool:
-    """Whether ``question`` names the answer value ``value`` itself (see the module: long enough, whole tokens)."""
-    if not question or sum(c.isalnum() for c in value) < QUESTION_VALUE_CHARS:
+def _near(words: list[str], needle: list[str]) -> int:
+    """How many windows of ``words`` spell ``needle`` (as many tokens, alike by :data:`NEAR_SPELLING` or more)."""
+    target, size = " ".join(needle), len(needle)
+    return sum(
+        1
+        for i in range(len(words) - size + 1)
+        if SequenceMatcher(None, " ".join(words[i : i + size]), target).ratio() >= NEAR_SPELLING
+    )
+
+
+def _respelled(question: str, value: str, needle: list[str], before: list[str], after: list[str]) -> bool:
+    """Whether ``after`` only respells the agent's own ``before`` spelling of ``value``, a value ``question`` names
+    (see the module for the conditions)."""
+    if not question or len(question) > QUESTION_CHARS or sum(c.isalnum() for c in value) < QUESTION_VALUE_CHARS:
         return False
-    return _occurrences(_tokens(question), needle) > 0
+    if _occurrences(_tokens(question), needle) == 0:
+        return False
+    return _near(before, needle) >= _occurrences(after, needle)
 
 
 def _carried(before: str, after: str, expected: str | None, question: str = "") -> str | None:
     """Why ``after`` carries the answer where ``before`` did not: it states an answer, or holds a value of
-    ``expected`` (as a whole token sequence, or as a date) more often than ``before`` does, a value that
-    ``question`` names excepted (given only for actions' arguments)."""
+    ``expected`` (as a whole token sequence, or as a date) more often than ``before`` does, unless it respells the
+    agent's own spelling of a value ``question`` names (given only for actions' arguments; see the module)."""
     if states_an_answer(after) and not states_an_answer(before):
         return "it states an answer ('the answer is ...'): it would tell the agent what to answer"
     if not expected:
@@ -102,7 +134,7 @@ def _carried(before: str, after: str, expected: str | None, question: str = "") 
     for value in answer_values(expected):
         target = answer_value(value)
         needle = _tokens(value)
-        if _named_by(question, value, needle):
+        if question and _respelled(question, value, needle, was, now):
             continue
         if target.date is not None and dates_now.count(target.date) > dates_was.count(target.date):
             return f"it carries the expected answer {value!r} (as a date): it would flip a replay from any step"
@@ -137,9 +169,9 @@ def action_leak(
     what the replacement introduces is checked, not what it keeps of the agent's own step. Each argument (and the
     thought) that differs from the original's is read against the original's: refused when it states an answer or
     holds a value of ``expected`` more often than the agent's own argument did (``'boston'`` -> ``'Boston'`` in a
-    statement ending ``LIMIT 1`` introduces no 1; ``'first'`` -> ``'1st'`` does). A call of another tool (or with
-    no original) is new throughout. An argument naming a value of the answer that ``question`` names is not refused
-    for it (the module says when); the thought is read without that exemption."""
+    statement ending ``LIMIT 1`` introduces no 1; ``'one'`` -> ``'1'`` does). A call of another tool (or with
+    no original) is new throughout. An argument that respells the agent's own spelling of an answer ``question``
+    names is not refused for it (the module says when); the thought is read without that exemption."""
     same_tool = original is not None and original.tool_name == replacement.tool_name
     pairs = [(original.text if original is not None and same_tool else "", replacement.text)]
     for key, value in replacement.arguments.items():

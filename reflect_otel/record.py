@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from reflect_otel.trace import Step, StepAction
 from reflect_otel.verdict import Verdict
@@ -132,11 +132,18 @@ class Correction(BaseModel):
     refused: str | None = Field(default=None, description="Why it was never tried (it would prove nothing).")
     refused_text: str = Field(
         default="",
-        max_length=REFUSED_TEXT_CHARS,
-        description="The start of the text the leak guard refused to give the agent (a refusal is re-derivable).",
+        description=(
+            "The start of the text the leak guard refused to give the agent (guidance, a memory), so that a refusal "
+            "can be checked; a refused action is its replacement."
+        ),
     )
     flipped: bool = False
     replays: int = 0
+
+    @field_validator("refused_text", mode="before")
+    @classmethod
+    def _bounded(cls, value: object) -> object:
+        return value[:REFUSED_TEXT_CHARS] if isinstance(value, str) else value
 
     @property
     def key(self) -> tuple[object, ...]:

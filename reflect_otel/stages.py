@@ -158,7 +158,7 @@ def known_tool(name: str, tools: Collection[str]) -> str | None:
     first words it is (``filter`` for ``filter_rows``, when no other tool begins ``filter``).
 
     Why no looser rule: the rule gate refuses every proposal that calls another tool than this one, so a wrong guess
-    refuses a right proposal (on WikiTableQuestions nt-295 the plan's ``filter``, no tool at all, refused
+    refuses a right proposal (on a table agent's run the plan's ``filter``, no tool at all, refused
     ``filter_rows``). Case and whole leading words, when only one tool matches, leave nothing to guess: that tool is
     the only one the text can mean. A part of a word (``fil``), a word inside a name, or a near spelling could mean a
     tool the auditor did not, so such a name is dropped; dropping costs only the tool rule (the LLM gate still judges

@@ -146,3 +146,27 @@ def test_the_attribution_core_imports_no_dataset() -> None:
             if any(name == side or name.startswith(side + ".") for side in DATASET_SIDE)
         ]
     assert not offenders, offenders
+
+
+def test_no_value_of_the_bundled_questions_is_written_in_the_package_outside_the_demo() -> None:
+    """Issue 44: nothing of one dataset in the core. The bundled questions' answers that name things (a capital
+    letter), the value nt-1's filter was fixed to and its table's own column names appear only under
+    ``reflect_otel/demo/`` (the demo agent and its rules) and in tests, not in code, prompts or docstrings."""
+    import csv
+    import re
+
+    data = ROOT / "reflect_otel" / "demo" / "data" / "wtq"
+    with (data / "questions.tsv").open(encoding="utf-8") as file:
+        answers = {v for row in csv.DictReader(file, delimiter="\t") for v in row["targetValue"].split("|")}
+    named = {v for v in answers if any(c.isupper() for c in v)}
+    designed_on = {"1st", "Position", "Venue", "Competition"}  # nt-1's filter value, its table's columns
+    assert len(named) > 20 and "Bangkok, Thailand" in named  # the sample is read
+    found = [
+        f"{path.relative_to(ROOT)}: {value!r}"
+        for path in (ROOT / "reflect_otel").rglob("*.py")
+        if "demo" not in path.relative_to(ROOT).parts
+        for text in [path.read_text(encoding="utf-8")]
+        for value in sorted(named | designed_on)
+        if re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", text)
+    ]
+    assert found == []

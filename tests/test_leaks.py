@@ -77,22 +77,29 @@ def test_an_action_of_another_tool_or_a_new_argument_is_new_throughout() -> None
 @pytest.mark.parametrize(
     ("question", "before", "after", "expected", "leaks"),
     [
-        # the question names both options: filtering on the one that is the answer introduces nothing new
+        # the agent chose a value the question names and misspelt it: the fix only makes its lookup match
         ("Did Kenya or Uganda win more gold?", "... WHERE nation = 'Kenia'", "... WHERE nation = 'Kenya'", "Kenya", False),
-        ("Which came first, 1998 or 2001?", "... WHERE year = 98", "... WHERE year = 1998", "1998", False),
-        ("Is Rio de Janeiro or Lima larger?", "... city = 'Rio'", "... city = 'Rio de Janeiro'", "Rio de Janeiro", False),
+        ("Is Rio de Janeiro or Lima larger?", "... city = 'Rio de Janiero'", "... city = 'Rio de Janeiro'", "Rio de Janeiro", False),
+        ("Did Kenya or Uganda win more gold?", "... n IN ('Kenia', 'Uganda')", "... n IN ('Kenya', 'Uganda')", "Kenya", False),
+        # naming the option the agent did not choose, or none, is the oracle's choice: refused
+        ("Did Kenya or Uganda win more gold?", "... WHERE nation = 'Uganda'", "... WHERE nation = 'Kenya'", "Kenya", True),
+        ("Did Kenya or Uganda win more gold?", "... WHERE nation = 'x'", "... WHERE nation = 'Kenya'", "Kenya", True),
+        ("Did Kenya or Uganda win more gold?", "SELECT 1", "SELECT 'Kenya'", "Kenya", True),
+        ("Did Kenya or Uganda win more gold?", "... n = 'Kenia'", "... n = 'Kenya' OR m = 'Kenya'", "Kenya", True),
+        ("Which came first, 1998 or 2001?", "... WHERE year = 98", "... WHERE year = 1998", "1998", True),
+        ("Is Rio de Janeiro or Lima larger?", "... city = 'Rio'", "... city = 'Rio de Janeiro'", "Rio de Janeiro", True),
         # too short to tell apart from a leak: "a" and "1" appear in most questions
         ("Which is larger, a or b?", "... WHERE k = 'c'", "... WHERE k = 'a'", "a", True),
-        ("Who finished 1st in the 10 km?", "... WHERE pos = 'first'", "... WHERE pos = '1'", "1", True),
-        ("Did the team win 12 or 13 games?", "... WHERE w = 11", "... WHERE w = 12", "12", True),
-        # the question does not name it, or only part of it
-        ("Did Kenya or Uganda win more gold?", "... WHERE nation = 'x'", "... WHERE nation = 'Spain'", "Spain", True),
-        ("Which city in Rio state is largest?", "... city = 'x'", "... city = 'Rio de Janeiro'", "Rio de Janeiro", True),
+        ("Who finished 1st in the 10 km?", "... WHERE pos = 'I'", "... WHERE pos = '1'", "1", True),
+        # the question does not name it, or only part of it, or is not a question but a context
+        ("Did Kenya or Uganda win more gold?", "... nation = 'Spian'", "... nation = 'Spain'", "Spain", True),
+        ("Which city in Rio state is largest?", "... city = 'Rio de Janiero'", "... city = 'Rio de Janeiro'", "Rio de Janeiro", True),
+        ("Did Kenya or Uganda win more? " + "Kenya | 3 gold | " * 30, "... n = 'Kenia'", "... n = 'Kenya'", "Kenya", True),
         # a statement of the answer is refused wherever the value comes from
-        ("Did Kenya or Uganda win more gold?", "... WHERE n = 'x'", "the answer is Kenya", "Kenya", True),
+        ("Did Kenya or Uganda win more gold?", "Kenia", "the answer is Kenya", "Kenya", True),
     ],
 )  # fmt: skip
-def test_an_argument_may_name_an_answer_the_question_names(
+def test_an_argument_may_respell_the_agents_own_choice_of_an_answer_the_question_names(
     question: str, before: str, after: str, expected: str, leaks: bool
 ) -> None:
     assert (action_leak(_query(before), _query(after), expected, question) is not None) is leaks
@@ -174,6 +181,14 @@ def test_a_refused_text_is_kept_in_the_record_so_the_refusal_can_be_checked(meth
     kept = [c.refused_text for c in record.corrections if c.refused and c.refused_text]
     assert kept and all(len(text) <= 300 for text in kept), record.corrections
     assert any(leak(text, "5") for text in kept)  # what was refused, as it would have been given
+
+
+def test_a_refused_text_is_bounded_however_it_is_written() -> None:
+    from reflect_otel.record import REFUSED_TEXT_CHARS, Correction
+
+    long = Correction(source="llm", kind=InterventionKind.GUIDANCE, step_index=1, refused="r", refused_text="x" * 900)
+    assert len(long.refused_text) == REFUSED_TEXT_CHARS  # cut, not refused: a record is never lost for it
+    assert Correction.model_validate_json(long.model_dump_json()).refused_text == long.refused_text
 
 
 def test_a_placebo_plan_that_carries_the_answer_is_refused() -> None:

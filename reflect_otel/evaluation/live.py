@@ -180,12 +180,13 @@ def _method_row(
 
 
 def method_order(methods: Sequence[str], seed: int | None, question_id: str) -> list[str]:
-    """``methods`` in the order they run on ``question_id``'s failure: a shuffle drawn from ``seed`` and the id, so a
-    resumed or re-run evaluation runs them in the same order, and no method is always first (see the module). With
-    no seed (the questions in file order), the order given."""
-    order = list(methods)
-    if seed is not None:
-        random.Random(f"{seed}:{question_id}").shuffle(order)
+    """``methods`` in the order they run on ``question_id``'s failure: a shuffle drawn from ``seed`` and the id (of
+    the methods sorted by name), so a resumed or re-run evaluation runs them in the same order, and no method is
+    always first (see the module). With no seed (the questions in file order), the order given."""
+    if seed is None:
+        return list(methods)
+    order = sorted(methods)  # the draw does not depend on how --method listed them
+    random.Random(f"{seed}:{question_id}").shuffle(order)
     return order
 
 
@@ -299,9 +300,10 @@ def run_live_eval(
             done[question.id] = row
             if not correct:
                 failed_runs += 1
-                row["method_order"] = method_order(options.methods, options.seed, question.id)
-                for name in row["method_order"]:
+                row["method_order"] = []  # the methods in the order they ran (a resume appends the rest)
+                for name in method_order(options.methods, options.seed, question.id):
                     row["methods"][name] = _attributed(llm, name, options, run, question, say, plans)
+                    row["method_order"].append(name)
                     _append(out, row)
     metrics = live_metrics(list(done.values()), options.methods)
     (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
@@ -333,6 +335,8 @@ def _add_methods(
         run = rebuild(question, StructuredTrace.model_validate(stored["trace"]))
         for name in missing:
             stored["methods"][name] = _attributed(llm, name, options, run, question, say, plans)
+            if isinstance(stored.get("method_order"), list):  # a row made before orders were recorded has none
+                stored["method_order"].append(name)
             _append(out, stored)
 
 
@@ -547,7 +551,8 @@ def _skipped(method: dict[str, Any]) -> str:
 
 
 HEADER = (
-    "Methods ran on each failure in an order drawn from the seed and the question id (the rows' method_order). "
+    "Methods ran on each failure in the order its row's method_order records (drawn from the seed and the question "
+    "id; a resume appends the methods it ran). "
     "Percentages and means (± standard error) are per scored run: the failed runs a method attributed, less those "
     "it skipped (nothing to test) or whose stages failed, so a method with runs not scored has a smaller denominator "
     "than the others (said below the table, with what those runs cost). "
