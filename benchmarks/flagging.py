@@ -325,7 +325,7 @@ def progress_line(name: str, number: int, total: int, run: Labelled, measured: M
 
 def _live_resampler(results: Path, data: Path | None, llm: StructuredLLM | None) -> Callable[[Labelled], Any]:
     """The table agent rebuilt on each run's question with the run's step limit (``run_config.json``), its replay
-    adapter resampling (the model: ``llm``). Runs of the SQL agent are refused: its adapter cannot resample."""
+    adapter resampling (the model: ``llm``). Runs of the SQL agent are refused: only the table agent is rebuilt here."""
     from reflect_otel.cli.evaluate import table_agent_rebuilt
     from reflect_otel.demo.wtq import load_questions
     from reflect_otel.online.setup import instrumented_provider
@@ -340,9 +340,10 @@ def _live_resampler(results: Path, data: Path | None, llm: StructuredLLM | None)
     assert llm is not None
     if config.get("agent", "table") != "table":
         raise SystemExit(
-            f"--live {results}: the runs were made by the {config['agent']} agent, whose replay adapter cannot "
-            "resample a run; the consistency and combined verifiers re-run the table agent's runs (eval --benchmark "
-            "wtq-live --agent table), or leave them out of --verifiers"
+            f"--live {results}: the runs were made by the {config['agent']} agent; this benchmark rebuilds only the "
+            "table agent to resample a stored run (the SQL agent's adapter resamples runs made in its process: "
+            "`collect --attribute --verifier combined` or observe()); re-run with eval --benchmark wtq-live --agent "
+            "table, or leave consistency and combined out of --verifiers"
         )
     rebuild = table_agent_rebuilt(  # resampled, never taken as repeatable
         llm,

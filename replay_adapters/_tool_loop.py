@@ -1,9 +1,10 @@
 """What the replays of hand-written tool loops (OpenAI, Anthropic) share: the recorded request after a rollback
-point, the request the continuation actually sent, content comparison, and an action run for real under a TOOL
-span."""
+point, the request the continuation actually sent, content comparison, an action run for real under a TOOL span, and
+resampling (:meth:`ToolLoopReplay.resample`) when the user's ``resume`` takes a ``temperature`` keyword."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import uuid
 from collections.abc import Callable, Collection
@@ -14,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from reflect_otel import _values
 from reflect_otel.capture import captured
 from reflect_otel.errors import ReplayError
-from reflect_otel.replay import ReplayResult, check_rollback_point
+from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_point
 from reflect_otel.replay_adapters._guard import IrreversibleToolError, ToolGuard
 from reflect_otel.replay_adapters._stitch import stitch
 from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes, ToolCallAttributes
@@ -53,6 +54,53 @@ class ToolLoopReplay(Generic[Resume]):
         self._guard = ToolGuard(irreversible_tools, allow=allow_irreversible)
         self._execute_tool = execute_tool
 
+    @property
+    def resamples(self) -> bool:
+        """Whether :meth:`resample` can run: the user's ``resume`` takes a ``temperature`` keyword (the loop samples
+        its model calls at it). Without one a resample would repeat the loop's own sampling, greedy or not, so the
+        adapter does not offer it (:func:`~reflect_otel.replay.resampler` sees ``False``)."""
+        return callable(self._resume) and takes_temperature(self._resume)
+
+    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+        """The loop re-run ``samples`` times from its first model request (no step kept, no injection), its model
+        calls sampled at ``temperature`` (see :class:`~reflect_otel.replay.SamplesRuns`)."""
+        if not self.resamples:
+            raise ReplayError(
+                f"resampling an {self.loop_name} tool loop needs a resume function that takes a temperature keyword: "
+                "resume(..., temperature=t) samples the loop's model calls at t"
+            )
+        return tuple(
+            self._continue(trace, 0, "", InjectionRole.SYSTEM, None, temperature=temperature) for _ in range(samples)
+        )
+
+    def replay(
+        self,
+        trace: StructuredTrace,
+        *,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole = InjectionRole.SYSTEM,
+        action: StepAction | None = None,
+    ) -> ReplayResult:
+        return self._continue(trace, rollback_point, injection, injection_role, action, temperature=None)
+
+    def _continue(
+        self,
+        trace: StructuredTrace,
+        rollback_point: int,
+        injection: str,
+        injection_role: InjectionRole,
+        action: StepAction | None,
+        *,
+        temperature: float | None,
+    ) -> ReplayResult:
+        """The loop resumed after ``rollback_point`` (its API's messages, the injection, the action); ``temperature``
+        is passed to ``resume`` when given (a resample), never otherwise (a replay runs as the loop does)."""
+        raise NotImplementedError
+
+    def _sampling(self, temperature: float | None) -> dict[str, float]:
+        return {} if temperature is None else {"temperature": temperature}
+
     def _recorded(self, trace: StructuredTrace, rollback_point: int, action: StepAction | None) -> dict[str, Any]:
         """The recorded request to resume from, after checking the rollback point and that an action can run."""
         check_rollback_point(trace, rollback_point)
@@ -62,6 +110,19 @@ class ToolLoopReplay(Generic[Resume]):
                 f"pass execute_tool=... to {type(self).__name__}"
             )
         return recorded_request(trace, rollback_point, api=self.request_api)
+
+
+def takes_temperature(function: Callable[..., Any]) -> bool:
+    """Whether ``function`` can be called with a ``temperature`` keyword."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # a builtin or a C callable: nothing known, nothing assumed
+        return False
+    return any(
+        p.kind is inspect.Parameter.VAR_KEYWORD
+        or (p.name == "temperature" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+        for p in parameters
+    )
 
 
 def recorded_request(trace: StructuredTrace, rollback_point: int, *, api: str) -> dict[str, Any]:

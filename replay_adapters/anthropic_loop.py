@@ -36,8 +36,9 @@ __all__ = ["AnthropicToolLoopReplayAdapter", "ExecuteTool", "IrreversibleToolErr
 
 System = str | list[dict[str, Any]] | None
 """A Messages API system prompt: text, a list of text blocks, or none."""
-ResumeAnthropicLoop = Callable[[System, list[dict[str, Any]], Callable[[str, Any], None]], str]
-"""``resume(system, messages, guard) -> final answer``: continue the tool loop from ``messages``."""
+ResumeAnthropicLoop = Callable[..., str]
+"""``resume(system, messages, guard) -> final answer``: continue the tool loop from ``messages``; with a
+``temperature`` keyword the adapter also resamples whole runs (:meth:`~ToolLoopReplay.resample`)."""
 
 
 class AnthropicToolLoopReplayAdapter(ToolLoopReplay[ResumeAnthropicLoop]):
@@ -46,14 +47,15 @@ class AnthropicToolLoopReplayAdapter(ToolLoopReplay[ResumeAnthropicLoop]):
     loop_name = "Anthropic"
     request_api = "Anthropic Messages"
 
-    def replay(
+    def _continue(
         self,
         trace: StructuredTrace,
-        *,
         rollback_point: int,
         injection: str,
-        injection_role: InjectionRole = InjectionRole.SYSTEM,
-        action: StepAction | None = None,
+        injection_role: InjectionRole,
+        action: StepAction | None,
+        *,
+        temperature: float | None,
     ) -> ReplayResult:
         request = self._recorded(trace, rollback_point, action)
         system: System = request.get("system")
@@ -66,7 +68,9 @@ class AnthropicToolLoopReplayAdapter(ToolLoopReplay[ResumeAnthropicLoop]):
 
         def resume() -> str:
             messages.extend(self._execute(action) if action is not None else [])
-            return self._resume(copy.deepcopy(system), copy.deepcopy(messages), self._guard)
+            return self._resume(
+                copy.deepcopy(system), copy.deepcopy(messages), self._guard, **self._sampling(temperature)
+            )
 
         return resume_captured(
             trace,

@@ -18,6 +18,9 @@ of its other fields only the chat-completion parameters in :data:`RESENT_FIELDS`
 recorded field is dropped and named in the proposal's ``note``) at the proposal's temperature, and returns the first
 tool call the model makes, or its answer; nothing is executed. Its spans are marked as a replay's. Pass
 ``deterministic=True`` when the loop's model runs greedily (temperature 0).
+
+``resample`` (:class:`~reflect_otel.replay.SamplesRuns`, the consistency check's re-runs) needs a ``resume`` that
+takes a ``temperature`` keyword: the loop re-runs from its first recorded request with its model calls sampled at it.
 """
 
 from __future__ import annotations
@@ -46,8 +49,10 @@ from reflect_otel.trace import StepAction, StructuredTrace
 
 __all__ = ["RESENT_FIELDS", "ExecuteTool", "IrreversibleToolError", "OpenAIToolLoopReplayAdapter", "ResumeLoop"]
 
-ResumeLoop = Callable[[list[dict[str, Any]], Callable[[str, Any], None]], str]
-"""``resume(messages, guard) -> final answer``: continue the tool loop from ``messages``."""
+ResumeLoop = Callable[..., str]
+"""``resume(messages, guard) -> final answer``: continue the tool loop from ``messages``. With a ``temperature``
+keyword (``resume(messages, guard, temperature=t)``, the loop's model calls sampled at ``t``) the adapter also
+resamples whole runs, for the consistency check (:meth:`~ToolLoopReplay.resample`)."""
 
 
 class OpenAIToolLoopReplayAdapter(ToolLoopReplay[ResumeLoop]):
@@ -88,14 +93,15 @@ class OpenAIToolLoopReplayAdapter(ToolLoopReplay[ResumeLoop]):
         """The recorded request of the first LLM call after step ``rollback_point``."""
         return recorded_request(trace, rollback_point, api=OpenAIToolLoopReplayAdapter.request_api)
 
-    def replay(
+    def _continue(
         self,
         trace: StructuredTrace,
-        *,
         rollback_point: int,
         injection: str,
-        injection_role: InjectionRole = InjectionRole.SYSTEM,
-        action: StepAction | None = None,
+        injection_role: InjectionRole,
+        action: StepAction | None,
+        *,
+        temperature: float | None,
     ) -> ReplayResult:
         messages = list(self._recorded(trace, rollback_point, action)["messages"])
         if injection:
@@ -103,7 +109,7 @@ class OpenAIToolLoopReplayAdapter(ToolLoopReplay[ResumeLoop]):
 
         def resume() -> str:
             messages.extend(self._execute(action) if action is not None else [])
-            return self._resume(copy.deepcopy(messages), self._guard)
+            return self._resume(copy.deepcopy(messages), self._guard, **self._sampling(temperature))
 
         return resume_captured(
             trace,

@@ -129,8 +129,8 @@ def test_live_runs_are_resampled_by_the_table_agent_and_sql_runs_are_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The consistency check re-runs the table agent (runs recorded before the agent was recorded are its); the
-    SQL agent's adapter cannot resample, so its runs are refused with the fix rather than re-run as the table
-    agent's."""
+    benchmark rebuilds only the table agent, so the SQL agent's runs are refused with the fix rather than re-run
+    as the table agent's."""
     pytest.importorskip("langgraph")
     from opentelemetry.sdk.trace import TracerProvider
 
@@ -151,7 +151,7 @@ def test_live_runs_are_resampled_by_the_table_agent_and_sql_runs_are_refused(
     source = runs_for(live_runs(run / "results.jsonl")[0])
     assert type(source).__name__ == "LangGraphReplayAdapter"  # nothing called: the endpoint is never reached
     (run / "run_config.json").write_text(json.dumps(config | {"agent": "sql"}))
-    with pytest.raises(SystemExit, match="sql agent, whose replay adapter cannot resample"):
+    with pytest.raises(SystemExit, match="sql agent; this benchmark rebuilds only the table agent"):
         _live_resampler(run / "results.jsonl", None, llm)
 
 

@@ -252,6 +252,45 @@ def test_propose_asks_the_model_at_the_temperature_and_runs_nothing(
     assert at_answer[0].is_final_answer and at_answer[0].action.text == "none"
 
 
+def test_the_loop_resamples_whole_runs_at_the_temperature_for_the_consistency_check(
+    instrumented: Instrumented, server: ScriptedOpenAIServer
+) -> None:
+    from reflect_otel.consistency import check_consistency
+    from reflect_otel.replay import resampler
+
+    client = client_of(server)
+    agent = SQLAgent(nt1(), client, model="scripted-model", tracer_provider=instrumented.provider)
+    answer, trace = recorded(instrumented, agent)
+    adapter = adapter_of(instrumented, agent, client)
+    assert adapter.resamples and resampler(adapter) is adapter
+    sent = len(server.requests)
+    runs = adapter.resample(trace, samples=2, temperature=0.9)
+    asked = server.requests[sent:]
+    assert [r.rollback_point for r in runs] == [0, 0] and all(r.final_answer == answer for r in runs)
+    assert asked and {r["temperature"] for r in asked} == {0.9}  # every model call of the resample sampled
+    assert asked[0]["messages"] == server.requests[0]["messages"]  # from the run's first request, nothing kept
+    assert all(r["temperature"] == 0 for r in server.requests[:sent])  # the run and its replays stay greedy
+    check = check_consistency(trace, adapter, samples=2, temperature=0.9)
+    assert (check.finished, check.agreeing) == (2, 2)  # the scripted model answers the same every time
+
+
+def test_a_loop_whose_resume_takes_no_temperature_offers_no_resample(
+    instrumented: Instrumented, server: ScriptedOpenAIServer
+) -> None:
+    from reflect_otel.errors import ReplayError
+    from reflect_otel.replay import resampler
+    from reflect_otel.replay_adapters.openai_loop import OpenAIToolLoopReplayAdapter
+
+    agent = SQLAgent(nt1(), client_of(server), model="scripted-model", tracer_provider=instrumented.provider)
+    _, trace = recorded(instrumented, agent)
+    adapter = OpenAIToolLoopReplayAdapter(
+        lambda messages, guard: agent.resume(messages, guard), tracer_provider=instrumented.provider
+    )
+    assert not adapter.resamples and resampler(adapter) is None  # it would repeat the loop's own sampling
+    with pytest.raises(ReplayError, match="temperature keyword"):
+        adapter.resample(trace, samples=1, temperature=0.9)
+
+
 def test_reflect_proves_the_literal_the_data_writes_differently(
     instrumented: Instrumented, server: ScriptedOpenAIServer
 ) -> None:

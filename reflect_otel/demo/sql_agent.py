@@ -294,9 +294,10 @@ class SQLAgent:
             root.set_attribute(SpanAttributes.OUTPUT_VALUE, answer)
             return answer
 
-    def resume(self, messages: list[dict[str, Any]], guard: Guard) -> str:
+    def resume(self, messages: list[dict[str, Any]], guard: Guard, temperature: float = 0.0) -> str:
         """Continue the loop from ``messages`` (a replay's ``resume``): ask the model, run the tool it calls
-        (``guard(name, arguments)`` first), repeat until it answers without a tool call."""
+        (``guard(name, arguments)`` first), repeat until it answers without a tool call. Greedy unless
+        ``temperature`` says otherwise (a resample of the run, for the consistency check)."""
         calls = sum(len(m.get("tool_calls") or ()) for m in messages if m.get("role") == "assistant")
         while True:
             final = calls >= self.max_steps
@@ -305,7 +306,7 @@ class SQLAgent:
                 messages=messages,
                 tools=TOOLS,
                 tool_choice=_choice(calls, final),
-                temperature=0,
+                temperature=temperature,
             )
             message = reply.choices[0].message
             tool_calls = list(message.tool_calls or []) if not final else []
