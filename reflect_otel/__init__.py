@@ -1,11 +1,13 @@
 """reflect-otel: which step of a failed LLM-agent run caused the failure, proven by targeted replay.
 
 Online use: ``@reflect_otel.observe(replay=...)`` on an agent, optionally ``reflect_otel.configure(...)`` first and
-``with reflect_otel.expect(answer):`` around runs whose answer is known.
+``with reflect_otel.expect(answer):`` around runs whose answer is known. For a user's own evaluation, ``with
+reflect_otel.recorded_run(provider) as run:`` around one run gives that run's ``StructuredTrace`` (``run.trace``).
 """
 
 from __future__ import annotations
 
+from reflect_otel.capture import recorded_run
 from reflect_otel.online import configure, expect, observe, shutdown
 from reflect_otel.record import AttributionRecord, AttributionStatus, ErrorType
 from reflect_otel.trace import Step, StepKind, StructuredTrace
@@ -20,6 +22,7 @@ __all__ = [
     "configure",
     "expect",
     "observe",
+    "recorded_run",
     "shutdown",
 ]
 

@@ -77,7 +77,7 @@ def client_of(server: ScriptedOpenAIServer) -> Any:
 
 
 def recorded(instrumented: Instrumented, agent: SQLAgent) -> tuple[str, StructuredTrace]:
-    from reflect_otel.capture import recorded_run
+    from reflect_otel import recorded_run  # the public helper: the trace of the run just made
 
     with recorded_run(instrumented.provider, "sql_agent") as run:
         answer = agent.answer()
