@@ -342,7 +342,7 @@ def test_without_an_expected_answer_the_combined_verifier_flags_the_wrong_run_th
     assert by_question["how many more passen"] == ("combined", True, "consistency_agree", 3, 3)
     ((_, status, mode, step, kind, corrected, _),) = online.rows  # the right run is not attributed
     assert (status, mode, step, kind, corrected) == ("verified", "replay", 1, "action", "Bangkok, Thailand")
-    assert "consistency checked 2 of 2 (6 agent resamples)" in online.errors
+    assert "consistency checked 2 of 2 at rate 100% (6 agent resamples)" in online.errors
     assert "consistency check: 100% of runs without an expected answer" in online.errors
 
 

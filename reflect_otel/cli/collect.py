@@ -235,7 +235,11 @@ def _status(stats: dict[str, int], written: int, work: WorkerStats | None, *, en
             f"budget skips {w.budget_skips}, failed {w.failed}"
         )
         if w.consistency_checked:
-            line += f"; consistency checked {w.consistency_checked} of {w.verified} ({w.resamples} agent resamples)"
+            rate = settings().flag_sample_rate  # the share asked for, beside the share checked
+            line += (
+                f"; consistency checked {w.consistency_checked} of {w.verified} at rate {rate:.0%} "
+                f"({w.resamples} agent resamples)"
+            )
     if quiet and line == _last_status[0]:
         return  # print only when something changed, so logs stay short
     _last_status[0] = line
