@@ -14,12 +14,14 @@ any (the cheapest labelled runs: one agent run each). ``--bbm DATA`` takes equal
 resampled by the chain-of-thought replay adapter. The proxy and combined audits call the configured model (the
 local server by default); a verifier that failed on a run is counted apart, never scored.
 
-Long: every model call and agent run is kept in ``--out DIR/flagging.jsonl`` as it finishes, and a second run with
-the same ``--out`` resumes (what is there is not run again). ``--calibration-out FILE`` writes the precision per
-basis of the ``--calibrate`` verifier's verdicts (default combined), for ``REFLECT_PROXY_CALIBRATION``.
+Long: every model call and agent run is kept in ``--out DIR/flagging.jsonl`` as it finishes (with ``--live``, by
+default the ``flagging`` folder beside the results), and a second run with the same ``--out`` resumes (what is
+there is not run again). The precision per basis of the ``--calibrate`` verifier's verdicts (default combined) is
+written to ``DIR/calibration.json`` (or ``--calibration-out FILE``), for ``REFLECT_PROXY_CALIBRATION``: no
+calibration file, no confidence shown.
 
-    python -m benchmarks.flagging --live benchmarks/results/RUN/results.jsonl --out /tmp/flag \\
-        --verifiers evidence,proxy,consistency,combined --calibration-out calibration.json
+    python -m benchmarks.flagging --live benchmarks/results/RUN/results.jsonl \\
+        --verifiers evidence,proxy,consistency,combined
 """
 
 from __future__ import annotations
@@ -396,9 +398,16 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=3, help="resamples per run (REFLECT_FLAG_SAMPLES's default)")
     parser.add_argument("--temperature", type=float, default=0.7, help="the resamples' temperature")
     parser.add_argument("--limit", type=int, help="at most N runs (in file order)")
-    parser.add_argument("--out", type=Path, help="folder for flagging.jsonl: every measurement kept; resumes")
-    parser.add_argument("--calibrate", default="combined", help="the verifier whose verdicts --calibration-out counts")
-    parser.add_argument("--calibration-out", type=Path, help="write the per-basis precision here (a calibration)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="folder for flagging.jsonl (every measurement kept; a second run resumes) and calibration.json "
+        "(default with --live: the folder 'flagging' beside the results; with --smoke or --bbm: none)",
+    )
+    parser.add_argument("--calibrate", default="combined", help="the verifier whose verdicts the calibration counts")
+    parser.add_argument(
+        "--calibration-out", type=Path, help="write the per-basis precision here (default: OUT/calibration.json)"
+    )
     add_smoke_option(parser)
     args = parser.parse_args()
     if args.smoke:  # the demo agent's 7 live runs kept in the repository, the auditor scripted
@@ -413,6 +422,11 @@ def main() -> None:
         parser.error(f"--live {args.live}: no such file (the results.jsonl of an eval --benchmark wtq-live run)")
     if args.calibration_out and args.calibrate not in names:
         parser.error(f"--calibrate {args.calibrate}: not among --verifiers {','.join(names)}")
+    if args.out is None and args.live is not None and not args.smoke:
+        args.out = args.live.parent / "flagging"
+    calibration_out = args.calibration_out
+    if calibration_out is None and args.out is not None and args.calibrate in names:
+        calibration_out = args.out / "calibration.json"
     runs = bbm_runs(args.bbm, args.per_class, args.seed) if args.bbm else live_runs(args.live)
     runs = runs[: args.limit] if args.limit else runs
     wrong = sum(r.wrong for r in runs)
@@ -449,7 +463,9 @@ def main() -> None:
         text, right, judged = report(name, runs, results)
         counted[name] = (right, judged)
         print(text, flush=True)
-    if args.calibration_out:
+    if calibration_out is None:
+        print(f"no calibration written: give --out DIR or --calibration-out FILE, with {args.calibrate} measured")
+    else:
         right, judged = counted[args.calibrate]
         calibration = ConfidenceCalibration(
             verifier=VERIFIER_OF[args.calibrate],
@@ -460,8 +476,8 @@ def main() -> None:
             source=f"{len(runs)} labelled runs ({wrong} wrong), {date.today()}: python -m benchmarks.flagging {data} "
             f"--verifiers {args.calibrate} --samples {args.samples} --temperature {args.temperature}",
         )
-        args.calibration_out.write_text(calibration.model_dump_json(indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {args.calibration_out} (use it with REFLECT_PROXY_CALIBRATION={args.calibration_out})")
+        calibration_out.write_text(calibration.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {calibration_out} (use it with REFLECT_PROXY_CALIBRATION={calibration_out})")
     print(f"flagging_runs={len(runs)}")
 
 

@@ -135,13 +135,13 @@ def _is_value(text: str) -> bool:
 
 
 def _same_name(a: str, b: str) -> bool:
-    """The same name up to case, quotes and a qualifier (``t.position`` names ``position``)."""
+    """The same name up to case, quotes and a qualifier (``o.status`` names ``status``)."""
     x, y = a.strip("\"'`[]").casefold(), b.strip("\"'`[]").casefold()
     return x == y or x.rsplit(".", 1)[-1] == y or y.rsplit(".", 1)[-1] == x
 
 
 def _unqualified(options: Sequence[str], token: Token, qualifier: str | None = None) -> list[str]:
-    """``options`` as a token of a statement can take them: a qualified name (``t.position``) unqualified when the
+    """``options`` as a token of a statement can take them: a qualified name (``o.status``) unqualified when the
     token is not; when the token is qualified in the statement (``o.custmer``), only the options of that qualifier
     and the unqualified ones (``p.custmer`` is another table's column, not a fix of ``o.custmer``)."""
     if "." in token.value:

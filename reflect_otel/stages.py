@@ -155,11 +155,10 @@ def _tool_names(trace: StructuredTrace, tools: Sequence[ToolDefinition]) -> set[
 def known_tool(name: str, tools: Collection[str]) -> str | None:
     """The one tool of ``tools`` that ``name`` (an auditor's free text) names, or None when it names none or several:
     ``name`` itself, else the one tool spelt as it is up to case and separators, else the one tool whose name's
-    first words it is (``filter`` for ``filter_rows``, when no other tool begins ``filter``).
+    first words it is (``search`` for ``search_orders``, when no other tool begins ``search``).
 
     Why no looser rule: the rule gate refuses every proposal that calls another tool than this one, so a wrong guess
-    refuses a right proposal (on a table agent's run the plan's ``filter``, no tool at all, refused
-    ``filter_rows``). Case and whole leading words, when only one tool matches, leave nothing to guess: that tool is
+    refuses a right proposal (a plan's ``search``, no tool at all, refused ``search_orders``). Case and whole leading words, when only one tool matches, leave nothing to guess: that tool is
     the only one the text can mean. A part of a word (``fil``), a word inside a name, or a near spelling could mean a
     tool the auditor did not, so such a name is dropped; dropping costs only the tool rule (the LLM gate still judges
     the proposal), and the plan records the name as written."""
@@ -178,7 +177,7 @@ def known_tool(name: str, tools: Collection[str]) -> str | None:
 
 
 def _spelt(name: str) -> str:
-    """A tool name up to case and word separators (``Filter rows``, ``filter-rows``: ``filter_rows``)."""
+    """A tool name up to case and word separators (``Search orders``, ``search-orders``: ``search_orders``)."""
     return _SEPARATORS.sub("_", name.strip().casefold())
 
 

@@ -284,12 +284,66 @@ def test_the_literal_rule_stays_silent_without_a_concrete_fix(sql: str, schema: 
     assert corrected_sql(trace, "shown_value") == []
 
 
-def test_a_literal_near_a_value_the_question_names_takes_it() -> None:
+def _database(name: str, request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """One of the three databases' query tools (PostgreSQL's from its fixture: skipped without a server)."""
+    if name == "postgres":
+        tool: Callable[[str], str] = request.getfixturevalue("postgres_tool")
+        return tool
+    return {"duckdb": duckdb_tool, "sqlite": sqlite_tool}[name]()
+
+
+DATABASES = ["duckdb", "sqlite", "postgres"]
+
+
+@pytest.mark.parametrize("database", DATABASES)
+def test_each_database_s_empty_rows_have_the_literal_rewritten_as_its_sample_rows_write_it(
+    database: str, request: pytest.FixtureRequest
+) -> None:
+    query = _database(database, request)
+    trace = sql_trace(query, "SELECT customer FROM orders WHERE status = 'shipped'")
+    assert empty_call(trace.steps[1]) and not failed_call(trace.steps[1])
+    (fixed,) = corrected_sql(trace, "shown_value")
+    assert fixed == "SELECT customer FROM orders WHERE status = 'Shipped'"
+    assert json.loads(query(fixed))["rows"] == [{"customer": "Ann"}]
+
+
+@pytest.mark.parametrize("database", DATABASES)
+def test_a_literal_near_a_value_the_question_names_takes_it(database: str, request: pytest.FixtureRequest) -> None:
+    query = _database(database, request)
     trace = sql_trace(
-        sqlite_tool(), "SELECT customer FROM orders WHERE city = 'San Deigo'", schema=False,
+        query, "SELECT customer FROM orders WHERE city = 'San Deigo'", schema=False,
         question='Who ordered from "San Diego"?',
     )  # fmt: skip
-    assert corrected_sql(trace, "question_value") == ["SELECT customer FROM orders WHERE city = 'San Diego'"]
+    assert empty_call(trace.steps[0])
+    (fixed,) = corrected_sql(trace, "question_value")
+    assert fixed == "SELECT customer FROM orders WHERE city = 'San Diego'"
+    assert json.loads(query(fixed))["rows"] == [{"customer": "Ann"}]
+
+
+@pytest.mark.parametrize(
+    ("sql", "question"),
+    [
+        ("SELECT customer FROM orders WHERE city = 'Boston'", 'Who ordered from "Boston"?'),  # not empty
+        ("SELECT customer FROM orders WHERE city = 'Paris'", 'Who ordered from "San Diego"?'),  # nothing near
+        # the question's value already used by the call: the rule has nothing new to offer
+        ("SELECT customer FROM orders WHERE city = 'San Diego' AND amount > 500", 'Who ordered from "San Diego"?'),
+        ("SELECT customer FROM orders WHERE city = 'San Deigo'", "Who ordered the most?"),  # the question names none
+    ],
+)
+def test_the_question_value_rule_stays_silent_without_a_concrete_fix(sql: str, question: str) -> None:
+    trace = sql_trace(duckdb_tool(), sql, schema=False, question=question)
+    assert corrected_sql(trace, "question_value") == []
+
+
+def test_a_json_lookup_with_nothing_found_takes_the_value_the_question_names() -> None:
+    trace = make_trace(
+        'Who ordered from "San Diego"?',
+        [
+            {"tool": "search_orders", "args": {"city": "San Deigo"}, "result": json.dumps({"results": [], "total": 0})},
+            {"reasoning": "?", "is_final_answer": True},
+        ],
+    )
+    assert replacements(trace) == [("evidence:question_value", {"city": "San Diego"})]
 
 
 # -- JSON results of any tool -----------------------------------------------------------------------------------

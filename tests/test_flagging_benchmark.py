@@ -182,3 +182,45 @@ def test_a_long_measurement_logs_each_run_and_why_a_verifier_failed_on_it(
         "the verifier failed:" in line and "refused the connection" in line for line in failed
     )
     assert "the verifier failed on 2 runs" in captured.out
+
+
+def test_the_issues_command_resumes_beside_the_results_and_writes_the_calibration_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--live RESULTS --verifiers ...`` with no other option journals into RESULTS' folder and writes the
+    calibration of the ``--calibrate`` verifier there: the command a user runs leaves the file the confidence
+    needs (no file, no confidence shown)."""
+    import sys
+
+    from benchmarks import flagging
+    from reflect_otel.calibration import ConfidenceCalibration
+
+    results = tmp_path / "run" / "results.jsonl"
+    results.parent.mkdir()
+    results.write_text(_row("nt-1", False, {}) + "\n" + _row("nt-2", True, {}) + "\n")
+    anchors = {
+        "hard": {"entities": [], "filters": [], "target_property": "x", "operation": "lookup", "output_form": ""},
+        "plans": [{"subgoals": ["name it"]}],
+    }
+    audit = {
+        "steps": [{"macro_step": 1, "category": "Aligned", "severity": "minor", "anchor": "none", "rationale": "ok"}]
+    }
+    auditor = ScriptedLLM(by_stage={"proxy_anchors": [anchors, anchors], "proxy_audit": [audit, audit]})
+    monkeypatch.setattr(flagging, "make_llm", lambda: auditor)
+    argv = ["flagging", "--live", str(results), "--verifiers", "evidence,proxy", "--calibrate", "proxy"]
+    monkeypatch.setattr(sys, "argv", argv)
+    flagging.main()
+    out = capsys.readouterr().out
+    folder = results.parent / "flagging"
+    calibration = ConfidenceCalibration.model_validate_json((folder / "calibration.json").read_text())
+    assert f"wrote {folder / 'calibration.json'}" in out
+    assert calibration.verifier == "plan_anchored" and calibration.source.startswith("2 labelled runs (1 wrong)")
+    assert sum(judged for _right, judged in calibration.counts.values()) == 2  # both runs judged, each once
+    journaled = (folder / "flagging.jsonl").read_text().splitlines()
+    assert len(journaled) == 3  # the settings, then the two audits: a second run resumes from them
+
+    monkeypatch.setattr(sys, "argv", [*argv[:-2], "--calibrate", "combined"])  # not measured: nothing written
+    (folder / "calibration.json").unlink()
+    flagging.main()
+    assert "no calibration written" in capsys.readouterr().out and not (folder / "calibration.json").exists()
+    assert len(auditor.requests) == 4  # the resumed run asked the auditor nothing more
