@@ -13,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+from benchmarks import _contention as contention
 from benchmarks._common import RESULTS, add_smoke_option
 from reflect_otel.evaluation.live import live_metrics, live_metrics_markdown
 from reflect_otel.evaluation.metrics import metrics_markdown
@@ -26,17 +27,26 @@ def wtq_table(folder: Path) -> str:
     methods = config["methods"]
     rows = [
         row
-        for row in read_done(folder / "results.jsonl", key="question_id").values()
+        for row in read_done(folder / "results.jsonl", key="question_id", mend=False).values()
         if row["correct"] or set(methods) <= set(row["methods"])
     ]
     metrics = live_metrics(rows, methods)
-    return live_metrics_markdown(metrics, config["model"], code=code_line(config))
+    table = live_metrics_markdown(metrics, config["model"], code=code_line(config))
+    windows_file = folder / contention.FILE
+    if not windows_file.is_file():
+        return f"{table}\nNo {contention.FILE} in the folder: seconds not checked against contention windows.\n"
+    windows = contention.read_windows(windows_file)
+    return (
+        f"{table}\nSeconds per failed run measured alone (the runs overlapping none of the {len(windows)} windows "
+        f"of {contention.FILE}, when anything else ran on the machine):\n"
+        f"{contention.seconds_alone(rows, methods, windows)}\n"
+    )
 
 
 def bbm_tables(folder: Path) -> tuple[str, int]:
     """The table on each method's own rows, then on the traces all methods have; and that common count."""
     runs = {
-        method.name: read_done(method / "results.jsonl")
+        method.name: read_done(method / "results.jsonl", mend=False)
         for method in sorted(p for p in folder.iterdir() if (p / "results.jsonl").is_file())
     }
     common = set.intersection(*(set(rows) for rows in runs.values())) if runs else set()

@@ -195,3 +195,26 @@ def test_the_results_tables_command_prints_the_table_of_a_measurement_folder(tmp
     printed = wtq_table(folder)
     assert printed.startswith("wtq-live, model m: 4 questions, 1 answered right, 3 failed runs")
     assert _column(printed, "ics", "verified, control gave the run's answer") == "0.0% ± 0.0"
+
+
+def test_seconds_are_given_over_the_runs_measured_alone_and_a_running_measurement_is_read_untouched(
+    tmp_path: Path,
+) -> None:
+    """A window of ``contention.tsv`` inside REFLECT's nt-1273 run (13:42:42 to 13:49:14 by its record) leaves that
+    run out of REFLECT's seconds alone: (291.185 + 376.833) / 2 over nt-104 and nt-977. The results file, its last
+    line cut as a run in progress leaves it, is read without being mended (only the run that appends may cut it)."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    cut = ROWS.read_text(encoding="utf-8") + '{"question_id": "nt-5", "corr'
+    (folder / "results.jsonl").write_text(cut, encoding="utf-8")
+    (folder / "run_config.json").write_text(json.dumps({"methods": list(METHODS), "model": "m"}))
+    assert "No contention.tsv in the folder" in wtq_table(folder)
+    (folder / "contention.tsv").write_text(
+        "# start\tend\twhat ran\n2026-11-26T13:45Z\t2026-11-26T13:46Z\tpytest at nice 19\n", encoding="utf-8"
+    )
+    printed = wtq_table(folder)
+    assert "- reflect: 334 ± 43 s over 2 runs measured alone (1 contended, left out)" in printed
+    assert (folder / "results.jsonl").read_text(encoding="utf-8") == cut
+    (folder / "contention.tsv").write_text("2026-11-26 13:45\t13:46\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"contention.tsv:1: '2026-11-26 13:45' has no time zone"):
+        wtq_table(folder)

@@ -45,14 +45,17 @@ class EvalOptions:
     """Replays each method may run per trace (the same budget for every method compared); None: no cap."""
 
 
-def read_done(path: Path, *, key: str = "trace_id") -> dict[str, dict[str, Any]]:
-    """The finished rows of a results file, by ``key``; a last line cut short by a crash is dropped (and the file mended) so appends stay valid."""
+def read_done(path: Path, *, key: str = "trace_id", mend: bool = True) -> dict[str, dict[str, Any]]:
+    """The finished rows of a results file, by ``key``; a last line cut short by a crash is dropped, and with
+    ``mend`` cut from the file so that appends stay valid (only the run that appends may mend: a reader of a run in
+    progress would cut the line it is writing)."""
     if not path.is_file():
         return {}
     raw = path.read_bytes()
     if raw and not raw.endswith(b"\n"):
         raw = raw[: raw.rfind(b"\n") + 1]
-        path.write_bytes(raw)
+        if mend:
+            path.write_bytes(raw)
     done = {}
     for line in raw.decode("utf-8").splitlines():
         try:
