@@ -427,6 +427,9 @@ def main() -> None:
     calibration_out = args.calibration_out
     if calibration_out is None and args.out is not None and args.calibrate in names:
         calibration_out = args.out / "calibration.json"
+    if calibration_out is None:  # said before the hours of measuring, not after
+        print(f"no calibration will be written: give --out DIR or --calibration-out FILE, with {args.calibrate} "
+              "among --verifiers", file=sys.stderr)  # fmt: skip
     runs = bbm_runs(args.bbm, args.per_class, args.seed) if args.bbm else live_runs(args.live)
     runs = runs[: args.limit] if args.limit else runs
     wrong = sum(r.wrong for r in runs)
@@ -464,7 +467,7 @@ def main() -> None:
         counted[name] = (right, judged)
         print(text, flush=True)
     if calibration_out is None:
-        print(f"no calibration written: give --out DIR or --calibration-out FILE, with {args.calibrate} measured")
+        print("no calibration written")
     else:
         right, judged = counted[args.calibrate]
         calibration = ConfidenceCalibration(

@@ -1,7 +1,10 @@
 """The tables of a measurement in progress, from the rows its runs have written so far (``metrics.json`` is written
 only when a run ends): the wtq-live methods on the failed runs all of them have done, and the BIG-Bench-Mistake methods both on each
 one's own traces and on the traces every one of them has done (the same sample, for a fair comparison while the
-runs are at different counts). No model is called. Last line: ``common_traces=N``.
+runs are at different counts). No model is called. Last line: ``common_traces=N``. Under the wtq-live table, each
+method's seconds over the runs measured alone, where the folder has a ``contention.tsv`` (the windows when anything
+else ran on the machine; format in ``benchmarks/_contention.py``). The results files are only read, never mended,
+so it may run beside the measurement writing them.
 
     python -m benchmarks.results_tables --wtq benchmarks/results/wtq-live-six-methods-seed24-t0.2 \\
         --bbm benchmarks/results/bbm-qwen2.5-coder-1.5b
@@ -35,10 +38,13 @@ def wtq_table(folder: Path) -> str:
     windows_file = folder / contention.FILE
     if not windows_file.is_file():
         return f"{table}\nNo {contention.FILE} in the folder: seconds not checked against contention windows.\n"
-    windows = contention.read_windows(windows_file)
+    try:
+        windows = contention.read_windows(windows_file)
+    except contention.ContentionFileError as error:  # the table still stands; only the seconds alone are missing
+        return f"{table}\nSeconds measured alone not given: {error}\n"
     return (
-        f"{table}\nSeconds per failed run measured alone (the runs overlapping none of the {len(windows)} windows "
-        f"of {contention.FILE}, when anything else ran on the machine):\n"
+        f"{table}\nSeconds per scored failed run measured alone (the runs overlapping none of the {len(windows)} "
+        f"windows of {contention.FILE}, when anything else ran on the machine):\n"
         f"{contention.seconds_alone(rows, methods, windows)}\n"
     )
 

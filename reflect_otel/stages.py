@@ -158,10 +158,11 @@ def known_tool(name: str, tools: Collection[str]) -> str | None:
     first words it is (``search`` for ``search_orders``, when no other tool begins ``search``).
 
     Why no looser rule: the rule gate refuses every proposal that calls another tool than this one, so a wrong guess
-    refuses a right proposal (a plan's ``search``, no tool at all, refused ``search_orders``). Case and whole leading words, when only one tool matches, leave nothing to guess: that tool is
-    the only one the text can mean. A part of a word (``fil``), a word inside a name, or a near spelling could mean a
-    tool the auditor did not, so such a name is dropped; dropping costs only the tool rule (the LLM gate still judges
-    the proposal), and the plan records the name as written."""
+    refuses a right proposal (a plan's ``search``, no tool at all, refused ``search_orders``). Case and whole leading
+    words, when only one tool matches, leave nothing to guess: that tool is the only one the text can mean. A part
+    of a word (``sea``), a word inside a name, or a near spelling could mean a tool the auditor did not, so such a
+    name is dropped; dropping costs only the tool rule (the LLM gate still judges the proposal), and the plan records
+    the name as written."""
     if name in tools:
         return name
     if not name.strip():

@@ -321,17 +321,19 @@ def test_a_literal_near_a_value_the_question_names_takes_it(database: str, reque
 
 
 @pytest.mark.parametrize(
-    ("sql", "question"),
+    ("sql", "question", "empty"),
     [
-        ("SELECT customer FROM orders WHERE city = 'Boston'", 'Who ordered from "Boston"?'),  # not empty
-        ("SELECT customer FROM orders WHERE city = 'Paris'", 'Who ordered from "San Diego"?'),  # nothing near
+        # not empty: the misspelt literal is there, but the call found rows
+        ("SELECT customer FROM orders WHERE city = 'Boston' OR city = 'San Deigo'", 'Who ordered from "San Diego"?', False),
+        ("SELECT customer FROM orders WHERE city = 'Paris'", 'Who ordered from "San Diego"?', True),  # nothing near
         # the question's value already used by the call: the rule has nothing new to offer
-        ("SELECT customer FROM orders WHERE city = 'San Diego' AND amount > 500", 'Who ordered from "San Diego"?'),
-        ("SELECT customer FROM orders WHERE city = 'San Deigo'", "Who ordered the most?"),  # the question names none
+        ("SELECT customer FROM orders WHERE city = 'San Diego' AND amount > 500", 'Who ordered from "San Diego"?', True),
+        ("SELECT customer FROM orders WHERE city = 'San Deigo'", "Who ordered the most?", True),  # the question names none
     ],
-)
-def test_the_question_value_rule_stays_silent_without_a_concrete_fix(sql: str, question: str) -> None:
+)  # fmt: skip
+def test_the_question_value_rule_stays_silent_without_a_concrete_fix(sql: str, question: str, empty: bool) -> None:
     trace = sql_trace(duckdb_tool(), sql, schema=False, question=question)
+    assert empty_call(trace.steps[0]) is empty and not failed_call(trace.steps[0])  # the case's premise
     assert corrected_sql(trace, "question_value") == []
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks._used_questions import used_questions
+import pytest
+
+from benchmarks._used_questions import main, used_questions
 
 
 def test_every_wtq_live_folders_questions_and_exclusions_are_used(tmp_path: Path) -> None:
@@ -20,3 +22,18 @@ def test_every_wtq_live_folders_questions_and_exclusions_are_used(tmp_path: Path
     (other / "results.jsonl").write_text('{"question_id": "nt-9"}\n')
     assert used_questions(tmp_path) == {"nt-1", "nt-3", "nt-24", "nt-437", "nt-48"}
     assert used_questions(tmp_path, skip=("wtq-live-controlled-seed48",)) == {"nt-1", "nt-3", "nt-24"}
+
+
+def test_the_printed_list_is_what_evals_exclude_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from reflect_otel.cli.evaluate import excluded_ids
+
+    (tmp_path / "wtq-live-a").mkdir()
+    (tmp_path / "wtq-live-a" / "results.jsonl").write_text('{"question_id": "nt-10"}\n{"question_id": "nt-2"}\n')
+    monkeypatch.setattr(sys, "argv", ["_used_questions", "--results", str(tmp_path)])
+    main()
+    printed = capsys.readouterr().out
+    assert printed == "nt-2,nt-10\n" and excluded_ids(printed) == ("nt-2", "nt-10")

@@ -216,7 +216,7 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
         ),
         file=sys.stderr,
     )
-    exclude = tuple(q.strip() for q in (args.exclude or "").split(",") if q.strip())
+    exclude = excluded_ids(args.exclude or "")
     options = LiveOptions(
         methods,
         args.data,
@@ -375,3 +375,8 @@ def _compare(args: argparse.Namespace) -> int:
         write_text_atomically(args.chart, chart_svg(runs), flag="--chart")
         print(f"chart written to {args.chart}", file=sys.stderr)
     return 0
+
+
+def excluded_ids(text: str) -> tuple[str, ...]:
+    """``--exclude``'s question ids: comma separated, spaces and a trailing newline ignored."""
+    return tuple(q.strip() for q in text.split(",") if q.strip())
