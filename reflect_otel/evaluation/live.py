@@ -34,6 +34,7 @@ from reflect_otel.demo.wtq import WTQQuestion, load_questions
 from reflect_otel.errors import InputError
 from reflect_otel.evaluation import _live_records as reading
 from reflect_otel.evaluation.metrics import mean_se
+from reflect_otel.evaluation.rows_file import RowsFile
 from reflect_otel.evaluation.run_config import RUN_CONFIG, code_line, read_json_object, write_run_config
 from reflect_otel.evaluation.runner import read_done
 from reflect_otel.llm.base import StructuredLLM
@@ -258,7 +259,7 @@ def run_live_eval(
     plans = _stored_plans(done.values())
     errors_in_a_row = 0
     by_id = {q.id: q for q in questions}
-    with results.open("a", encoding="utf-8") as out:
+    with RowsFile(results) as out:
         if rebuild is not None:
             _add_methods(done, by_id, options, llm, rebuild, out, say, plans)
         for question in questions:
@@ -340,10 +341,9 @@ def _add_methods(
             _append(out, stored)
 
 
-def _append(out: Any, row: dict[str, Any]) -> None:
-    """Append ``row`` and flush; the last row of a question wins on resume."""
-    out.write(json.dumps(row) + "\n")
-    out.flush()
+def _append(out: RowsFile, row: dict[str, Any]) -> None:
+    """Append ``row`` (flushed); the last row of a question wins on resume."""
+    out.append(row)
 
 
 def _stored_plans(rows: Iterable[dict[str, Any]]) -> PlanPool:

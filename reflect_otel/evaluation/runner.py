@@ -17,6 +17,7 @@ from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.errors import InputError, LLMError
 from reflect_otel.evaluation.loaders import EvalItem, load_benchmark
 from reflect_otel.evaluation.metrics import Prediction, compute_metrics, metrics_markdown
+from reflect_otel.evaluation.rows_file import RowsFile
 from reflect_otel.evaluation.run_config import RUN_CONFIG, code_line, read_json_object, write_run_config
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.methods import METHODS
@@ -133,7 +134,7 @@ def run_eval(
         replay_finder=find_replay_adapter if options.benchmark in REPLAYABLE else None,
         max_replays=options.max_replays,
     )
-    with results.open("a", encoding="utf-8") as out:
+    with RowsFile(results) as out:
         for number, item in enumerate(items, start=1):
             if item.trace.trace_id in done:
                 continue
@@ -163,8 +164,7 @@ def run_eval(
                 "failed": record.failed,
                 "record": record.model_dump(mode="json"),
             }
-            out.write(json.dumps(row) + "\n")
-            out.flush()
+            out.append(row)
             done[item.trace.trace_id] = row
             if progress is not None:
                 scored = [r for r in done.values() if not r.get("failed")]
