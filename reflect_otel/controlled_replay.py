@@ -196,17 +196,19 @@ class ControlledReplay:
                 continue
             unconfirmed = self._confirm(control, trial) if counted else None
             effect = self._effect(trial, answered, len(counted), control)
-            deciding = (counted or flipped)[0]
+            first = (counted or flipped)[0]
+            # the record's intervention names the correction as tried (its replays and flip), not as proposed
+            deciding, replayed = (
+                first.model_copy(update={"correction": considered[candidate.index]}),
+                results.get(id(first)),
+            )
             if unconfirmed is None and self._verifies(effect, counted):
                 return TrialResult(
-                    trial, Decision.VERIFIED, "", tuple(attempts), tuple(considered), effect, deciding,
-                    results.get(id(deciding)),
+                    trial, Decision.VERIFIED, "", tuple(attempts), tuple(considered), effect, deciding, replayed
                 )  # fmt: skip
             if settled is None:
                 why = unconfirmed or _why_not(effect, counted, flipped)
-                settled = TrialResult(
-                    trial, Decision.NOT_ATTRIBUTABLE, why, (), (), effect, deciding, results.get(id(deciding))
-                )
+                settled = TrialResult(trial, Decision.NOT_ATTRIBUTABLE, why, (), (), effect, deciding, replayed)
         if settled is not None:
             return TrialResult(
                 trial, settled.decision, settled.reason, tuple(attempts), tuple(considered), settled.effect,

@@ -8,7 +8,8 @@ there is checked first, and refused, with the refusal recorded, when it
 * contains a value of the expected answer as a whole token sequence under the judge's normalisation
   (:mod:`reflect_otel.judge`): ``12,500`` is found in "pick 12500 tickets", ``Kenya`` in "filter on 'kenya'",
   and a lone ``5`` in "step 5" (a one-character answer is not exempt: it cannot be told apart from a leak);
-  a date is found written in any form the judge reads;
+  a date is found written in any form the judge reads; a part that gives the value away alone counts as the value
+  (each date of a range, the number of "34 years");
 * or states an answer ("the correct answer is ...", "answer: ...", the mask "[the answer]" of earlier versions).
 
 Masking the answer out of a correction is not enough: "The correct answer is [the answer]" still tells the agent
@@ -121,6 +122,21 @@ def _respelled(question: str, value: str, needle: list[str], before: list[str], 
     return _near(before, needle) >= _occurrences(after, needle)
 
 
+def _parts(value: str) -> list[str]:
+    """The parts of one answer value that give it away alone: each date of a value holding two or more (a range,
+    "September 21, 2011 to January 25, 2012": an auditor's "January 4, 2012 vs. September 21, 2011" carried half of
+    it, nt-901), and the number of a number with words ("34 years", "4 friendly matches": "34" is the answer the
+    judge's number rule would then read)."""
+    dates = [found for found in _DATE_IN_TEXT.findall(value) if answer_value(found).date]
+    if len(dates) >= 2:
+        return dates
+    tokens = _tokens(value)
+    numbers = [t for t in tokens if answer_value(t).number is not None]
+    if len(numbers) == 1 and len(tokens) > 1 and answer_value(value).date is None:
+        return numbers
+    return []
+
+
 def _carried(before: str, after: str, expected: str | None, question: str = "") -> str | None:
     """Why ``after`` carries the answer where ``before`` did not: it states an answer, or holds a value of
     ``expected`` (as a whole token sequence, or as a date) more often than ``before`` does, unless it respells the
@@ -131,7 +147,7 @@ def _carried(before: str, after: str, expected: str | None, question: str = "") 
         return None
     now, was = _tokens(after), _tokens(before)
     dates_now, dates_was = _dates(after), _dates(before)
-    for value in answer_values(expected):
+    for value in [v for whole in answer_values(expected) for v in (whole, *_parts(whole))]:
         target = answer_value(value)
         needle = _tokens(value)
         if question and _respelled(question, value, needle, was, now):

@@ -31,6 +31,15 @@ from reflect_otel.verifiers import OracleVerifier
         ("The correct answer is [the answer].", "Oslo", True),  # stating an answer, masked or not
         ("Answer: the first row", "Oslo", True),
         ("Filter the Position column on '1st'.", "Bangkok, Thailand", False),
+        # a part that gives the answer away alone: each date of a range (nt-901's auditor named one), a number's
+        # words dropped; not the numbers inside a date, nor a year alone
+        ("The wrong dates (January 4, 2012 vs. September 21, 2011)", "September 21, 2011 to January 25, 2012", True),
+        ("Use the row of 2012-01-25.", "September 21, 2011 to January 25, 2012", True),
+        ("Filter on the year 2011.", "September 21, 2011 to January 25, 2012", False),
+        ("He served 34 in all", "34 years", True),
+        ("Look at the 4 rows", "4 friendly matches", True),
+        ("Count rows from 1869", "34 years", False),
+        ("Filter on the day 21 of 2011", "September 21, 2011", False),
     ],
 )
 def test_the_guard_reads_the_answer_under_the_judge(text: str, expected: str, leaks: bool) -> None:

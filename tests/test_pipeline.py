@@ -80,6 +80,8 @@ def test_a_step_is_verified_when_its_intervention_flips_and_the_control_from_the
     verifying = record.intervention.correction
     assert verifying is not None and verifying.source == "proposal:llm" and verifying.kind.value == "action"
     assert verifying.replacement is not None and verifying.replacement.tool_name == "multiply"
+    # as tried: the record's intervention and its entry among the corrections agree (they did not: replays 0, no flip)
+    assert (verifying.replays, verifying.flipped) == (1, True) and verifying in record.corrections
     assert record.intervention.injection.startswith("IMPORTANT - CORRECTION CONTEXT:")
     assert "failed at Step 3" in record.intervention.injection
 
