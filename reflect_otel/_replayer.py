@@ -109,6 +109,10 @@ class Controls:
     def ran(self, point: int) -> bool:
         return point in self._arms
 
+    def get(self, point: int) -> ControlArm | None:
+        """The control arm of ``point`` if it ran."""
+        return self._arms.get(point)
+
     def at(self, point: int, *, round_: int, localized: int | None) -> ControlArm:
         """The control arm of ``point``, run now unless it ran before."""
         arm = self._arms.get(point)

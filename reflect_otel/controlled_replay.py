@@ -34,7 +34,8 @@ control may take another path to another wrong answer. Then one control is not e
 is credited, the control arm is brought to ``verify_samples`` replays, and none may answer right (when the budget
 cannot pay for them, the flip is not attributable). The record says how faithfully replay reproduced the run.
 Every replay, controls included, comes out of the same replay budget (``--max-replays``); a test that cannot afford
-both arms is not started. The engine holds the control arms (:mod:`reflect_otel._replayer`) and applies the rule;
+both arms is not started, and a control runs only once an intervention is ready to replay at its point (proposals
+are screened first: a control with nothing to compare it with would spend a replay on nothing). The engine holds the control arms (:mod:`reflect_otel._replayer`) and applies the rule;
 what a trial replays is :mod:`reflect_otel.proposals`'; what to test, and in which order, is the method's
 (:mod:`reflect_otel.search`).
 """
@@ -146,10 +147,10 @@ class ControlledReplay:
             return TrialResult(trial, Decision.NOT_TESTED, f"refused: {leaked}", corrections=(refused,))
         if not self.can_test(trial.step):
             return TrialResult(trial, Decision.NOT_TESTED, "the replay budget cannot pay for both arms")
-        control = self.controls.at(trial.rollback_point, round_=trial.round, localized=trial.localized_step)
-        if not control.answered:
-            return TrialResult(trial, Decision.NOT_TESTED, "the control replay failed; see errors")
-        if self.deterministic and control.flips and self._shown(trial.rollback_point):
+        ran = self.controls.get(trial.rollback_point)
+        if ran is not None and not ran.answered:
+            return TrialResult(trial, Decision.NOT_TESTED, _CONTROL_FAILED)
+        if ran is not None and self._explained(trial.rollback_point, ran):
             # the rule: one replay shows the flip the control explains, no more (nor proposals sampled for it)
             return TrialResult(
                 trial,
@@ -165,16 +166,23 @@ class ControlledReplay:
             gate=self.gate,
             replayed_here=self._replayed.get(trial.rollback_point, set()),
         )
-        if not found:
+        if not found:  # screened before the control runs: a control nothing is compared with wastes a replay
             reason = "no proposal changed the step as the plan says" if considered else "nothing to replay"
             return TrialResult(trial, Decision.NOT_TESTED, reason, corrections=tuple(considered))
+        control = self.controls.at(trial.rollback_point, round_=trial.round, localized=trial.localized_step)
+        if not control.answered:
+            return TrialResult(trial, Decision.NOT_TESTED, _CONTROL_FAILED, corrections=tuple(considered))
         if self.deterministic and control.flips:  # one replay shows the flip the control explains; no more
             found = found[:1]
         return self._run(trial, control, found, considered)
 
-    def _shown(self, point: int) -> bool:
-        """Whether an intervention was replayed from ``point``."""
-        return any(a.arm is ReplayArm.INTERVENTION and a.rollback_point == point for a in self.replayer.log)
+    def _explained(self, point: int, control: ControlArm) -> bool:
+        """Whether ``point``'s control answers right and an intervention was replayed there already."""
+        return (
+            self.deterministic
+            and control.flips > 0
+            and any(a.arm is ReplayArm.INTERVENTION and a.rollback_point == point for a in self.replayer.log)
+        )
 
     def _run(
         self, trial: Trial, control: ControlArm, found: list[Candidate], considered: list[Correction]
@@ -304,6 +312,9 @@ class ControlledReplay:
         if self.deterministic:
             return effect.control.flips == 0
         return effect.p_value is not None and effect.p_value <= ALPHA
+
+
+_CONTROL_FAILED = "the control replay failed; see errors"
 
 
 def _given_texts(trial: Trial) -> list[str]:

@@ -177,6 +177,8 @@ def test_a_proposal_that_repeats_the_original_step_is_not_replayed() -> None:
     record = run(auditor(localize=[3], plan=plan), agent(), rollback_points=1)
     assert interventions(record) == []
     assert any(c.refused == "the replacement repeats the original step" for c in record.corrections)
+    # nor a control: with no intervention to compare it with, it would spend a replay on nothing
+    assert controls(record) == [] and record.fidelity is None
 
 
 def test_sampled_arms_verify_by_the_fisher_test() -> None:
