@@ -238,3 +238,23 @@ def test_windows_written_to_the_minute_cover_the_minute_and_an_open_window_every
     assert [contended(reflect[q], open_window) for q in ("nt-1273", "nt-104", "nt-977")] == [False, False, True]
     no_time = {"seconds": 3.0, "record": {}}
     assert contended(no_time, open_window) is None
+
+
+def test_each_correction_considered_is_counted_as_replayed_or_by_the_general_reason_it_was_refused(
+    metrics: dict[str, Any], table: str
+) -> None:
+    # reflect: nt-1273's two auditor calls and nt-104's one were replayed, and three proposals repeated those calls;
+    # five proposals of nt-104 and nt-977 were judged unfaithful by the gate (in other words each: counted together)
+    reflect = metrics["methods"]["reflect"]["corrections"]
+    assert reflect == {
+        "refused: the gate judged it unfaithful to the plan": 5,
+        "replayed": 3,
+        "refused: the same call was already replayed at this step": 3,
+        "refused: the replacement repeats the original step": 2,
+        "refused: the agent answered at once": 1,
+    }
+    assert metrics["methods"]["control-placebo"]["corrections"] == {"replayed": 4}
+    assert (
+        "- reflect: 14 considered: refused: the gate judged it unfaithful to the plan 5; replayed 3; refused: the same "
+        "call was already replayed at this step 3;" in table
+    )

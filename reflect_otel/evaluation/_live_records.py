@@ -58,6 +58,24 @@ def proposals_kept(method: dict[str, Any]) -> int:
     return len(_proposals(record_of(method)))
 
 
+_REASON_END = re.compile(r"[:(]| '")
+"""Where a refusal's general reason ends and its particulars (the gate's words, the answer quoted) begin."""
+
+
+def correction_outcomes(method: dict[str, Any]) -> list[str]:
+    """What became of each correction the record considered: ``replayed``, ``not replayed`` (not refused, yet no
+    replay: the budget or an earlier flip stopped it), or ``refused: REASON`` with the refusal's general reason (its
+    text up to its particulars: the gate's words, the answer it carries), so refusals count together across runs."""
+    outcomes: list[str] = []
+    for correction in record_of(method).get("corrections") or []:
+        refused = correction.get("refused")
+        if refused:
+            outcomes.append("refused: " + _REASON_END.split(str(refused), maxsplit=1)[0].strip())
+        else:
+            outcomes.append("replayed" if correction.get("replays") else "not replayed")
+    return outcomes
+
+
 def proposals_sampled(method: dict[str, Any]) -> int:
     """The agent's decisions sampled for proposals: the ``M`` of each batch's ``proposal k of M``. The first decision
     of a batch is always recorded (nothing before it to repeat), and within a batch ``k`` rises, so a batch starts

@@ -463,6 +463,7 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
                     f"{m['verified_by']['source']} ({m['verified_by']['kind']})" for m in scored if m.get("verified_by")
                 )
             ),
+            "corrections": dict(Counter(o for m in scored for o in reading.correction_outcomes(m)).most_common()),
         }
         if name == WrongStepControl.method:
             out["methods"][name]["targets"] = _wrong_step_targets(scored_rows)
@@ -627,6 +628,19 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str, *, code: str | No
     ]
     if sources:
         lines += ["", "What verified each verified attribution (correction source and kind):", *sources]
+    outcomes = [
+        f"- {name}: {sum(m['corrections'].values())} considered: "
+        + "; ".join(f"{how} {count}" for how, count in m["corrections"].items())
+        for name, m in metrics["methods"].items()
+        if m.get("corrections")
+    ]
+    if outcomes:
+        lines += [
+            "",
+            "What became of the corrections each method considered over its scored runs (an auditor's or a rule's "
+            "correction, or one of the agent's sampled decisions; refusals by their general reason):",
+            *outcomes,
+        ]
     steps = [
         f"- {name}: " + ", ".join(f"{v['question_id']} step {v['step']}" for v in m["verified_steps"])
         for name, m in metrics["methods"].items()
