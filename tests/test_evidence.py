@@ -165,6 +165,23 @@ def test_a_question_constraint_absent_from_every_argument_is_reported_at_the_fir
     assert "'Gold Cup'" in finding.evidence and "'2013'" in finding.evidence and "Mexico" not in finding.evidence
 
 
+def test_a_number_before_punctuation_in_the_question_is_the_number_the_call_used() -> None:
+    # the shipped LangGraph example: "plus 1000, and ..." was read as '1000,' and reported missing from add(b=1000)
+    trace = make_trace(
+        "What is the population of Paris plus 1000, and what is the population of Rome?",
+        [
+            {"tool": "lookup_population", "args": {"city": "Paris"}, "result": "2100000"},
+            {"tool": "add", "args": {"a": 2100000, "b": 1000}, "result": "2101000"},
+            {"tool": "lookup_population", "args": {"city": "Rome"}, "result": "2800000"},
+            answer("2101000 and 2800000"),
+        ],
+    )
+    assert FindingKind.CONSTRAINT_DROPPED not in {f.kind for f in find_evidence(trace)}
+    dropped = make_trace("Add 1,250, then 17.5.", [{"tool": "add", "args": {"a": 1250}, "result": "1250"}, answer("x")])
+    (finding,) = [f for f in find_evidence(dropped) if f.kind is FindingKind.CONSTRAINT_DROPPED]
+    assert "'17.5'" in finding.evidence and "1,250" not in finding.evidence
+
+
 def test_a_result_no_later_step_refers_to_is_information_only() -> None:
     trace = make_trace(
         "q",
