@@ -261,7 +261,7 @@ class ControlledReplay:
             )
             attempt, result = self.replayer.replay(planned, action=candidate.action)
             if candidate.action is not None:
-                self._replayed.setdefault(trial.rollback_point, set()).add(candidate.action.render())
+                self._replayed.setdefault(trial.rollback_point, set()).add(candidate.action.key())
             if result is not None:
                 attempt = self._with_change(attempt, result, trial, candidate, original)
                 results[id(attempt)] = result
@@ -348,11 +348,7 @@ def _why_not(effect: Effect, counted: list[ReplayAttempt], flipped: list[ReplayA
 def _executed(first: Step | None, action: StepAction) -> GateVerdict:
     """Whether the adapter executed ``action`` as the first regenerated step: faithful by construction, checked
     since an adapter is someone else's code."""
-    done = first is not None and (
-        (first.tool_name, first.tool_args) == (action.tool_name, action.arguments)
-        if action.tool_name is not None
-        else first.reasoning.strip() == action.text.strip()
-    )
+    done = first is not None and StepAction.of_step(first).same_as(action)
     if done:
         return GateVerdict(is_faithful=True, decided_by=GateDecider.ACTION)
     return GateVerdict(
@@ -368,4 +364,4 @@ def _answers(step: Step) -> bool:
 
 
 def _differs(action: StepAction, original: Step) -> bool:
-    return action != StepAction.of_step(original)
+    return not action.same_as(StepAction.of_step(original))

@@ -495,7 +495,7 @@ def refusal(correction: Correction, trace: StructuredTrace, expected: str | None
     leaked = action_leak(StepAction.of_step(step), replacement, expected, trace.question)
     if leaked is not None:
         return f"the replacement: {leaked}"
-    if replacement == StepAction.of_step(step):
+    if replacement.same_as(StepAction.of_step(step)):
         return "the replacement repeats the original step"
     return None
 

@@ -56,7 +56,8 @@ def candidates(
     replayed_here: Collection[str],
 ) -> tuple[list[Candidate], list[Correction]]:
     """The interventions to replay for ``trial``, in order, and every correction considered for it (the candidates
-    point into that list). ``replayed_here``: the calls already replayed at the trial's rollback point."""
+    point into that list). ``replayed_here``: the keys (:meth:`StepAction.key`) of the actions already replayed at the trial's rollback
+    point."""
     if trial.is_action:
         return [Candidate(0, trial.correction.replacement)], [trial.correction]
     source = proposer(adapter)
@@ -91,10 +92,10 @@ def _screened(
     kept: list[Candidate] = []
     considered: list[Correction] = []
     for number, proposal in enumerate(proposals, start=1):
-        rendered = proposal.action.render()
-        if rendered in seen:
+        key = proposal.action.key()
+        if key in seen:
             continue
-        seen.add(rendered)
+        seen.add(key)
         correction = Correction(
             source=f"proposal:{trial.correction.source}",
             kind=InterventionKind.ACTION,
@@ -107,7 +108,7 @@ def _screened(
             + (f" ({proposal.note})" if proposal.note else ""),
         )
         refused = _refusal(correction, proposal, run)
-        if refused is None and rendered in replayed_here:
+        if refused is None and key in replayed_here:
             refused = "the same call was already replayed at this step"
         verdict = None if refused else judge(trial, proposal.action, original, gate, config.gate)
         if refused is None and verdict is not None and not verdict.is_faithful and config.gate is GateMode.HARD:

@@ -116,7 +116,7 @@ def diagnose(
     )
     out = llm.complete(messages, output, stage="diagnose", temperature=temperature).value
     corrected = _corrected_step(out)
-    if original is not None and corrected == StepAction.of_step(original):
+    if original is not None and corrected is not None and corrected.same_as(StepAction.of_step(original)):
         corrected = None  # repeats the erroneous step: nothing to test (a retry costs a call and rarely fixes it)
     legacy = out if isinstance(out, prompts.DiagnosisOutput) else None
     written = (legacy.expected_next_tool or "").strip() if legacy else (corrected.tool_name or "" if corrected else "")

@@ -159,6 +159,19 @@ class StepAction(BaseModel):
             return self.text
         return f"{self.tool_name}({json.dumps(self.arguments, ensure_ascii=False, sort_keys=True, default=str)})"
 
+    def key(self) -> str:
+        """What the action does, for telling two apart: its rendering without null arguments (``limit=None`` is the
+        tool's default, as an argument left out is) and without the surrounding whitespace of a thought."""
+        if self.tool_name is None:
+            return self.text.strip()
+        given = {name: value for name, value in self.arguments.items() if value is not None}
+        return f"{self.tool_name}({json.dumps(given, ensure_ascii=False, sort_keys=True, default=str)})"
+
+    def same_as(self, other: StepAction) -> bool:
+        """Whether the two do the same (:meth:`key`): a replacement differing only by a null argument changes
+        nothing."""
+        return self.key() == other.key()
+
 
 class TraceSource(BaseModel):
     """Where a trace came from."""

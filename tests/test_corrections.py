@@ -397,6 +397,10 @@ def test_corrections_that_would_prove_nothing_are_refused() -> None:
     assert "expected answer" in (corrections.refusal(_action(1, final), trace, "Bangkok") or "")
     assert "expected answer" in (corrections.refusal(_action(1, carries), trace, "Bangkok|Thailand") or "")
     assert "repeats the original" in (corrections.refusal(_action(1, same), trace, "Bangkok") or "")
+    # a null argument is the tool's default, as an argument left out is: the same call (seed 48's nt-723 wrong-step
+    # control replayed step 1's sort_rows with "limit": null added, and that counted as a changed step)
+    defaulted = same.model_copy(update={"arguments": {**same.arguments, "limit": None}})
+    assert "repeats the original" in (corrections.refusal(_action(1, defaulted), trace, "Bangkok") or "")
     # a call in place of the answer step is no answer: it is tested under control like any other
     assert corrections.refusal(_action(2, good), trace, "Bangkok") is None
     assert corrections.refusal(_action(1, good), trace, "Bangkok") is None

@@ -181,6 +181,21 @@ def test_a_proposal_that_repeats_the_original_step_is_not_replayed() -> None:
     assert controls(record) == [] and record.fidelity is None
 
 
+def test_a_proposal_that_adds_only_a_null_argument_to_the_step_changes_nothing() -> None:
+    plan = {"root_cause": "x", "correction_instruction": "check the sum", "forbidden_actions": [],
+            "expected_next_tool": None, "confidence": 0.5}  # fmt: skip
+    original = five_step_trace().steps[2]
+    defaulted = {"tool": original.tool_name, "args": {**original.tool_args, "note": None}}
+    adapter = ScriptedProposingAdapter(
+        lambda trace, point, injection: [{"reasoning": "The answer is 41", "is_final_answer": True}],
+        lambda trace, point, injection, sample, temperature: defaulted,
+        deterministic=True,
+    )
+    record = run(auditor(localize=[3], plan=plan), adapter, rollback_points=1)
+    assert interventions(record) == [] and controls(record) == []
+    assert [c.refused for c in record.corrections] == ["the replacement repeats the original step"]
+
+
 def test_sampled_arms_verify_by_the_fisher_test() -> None:
     flips = iter([True, True, True])
 
