@@ -480,7 +480,9 @@ def refusal(correction: Correction, trace: StructuredTrace, expected: str | None
     """Why ``correction`` must not be tried, or None. Refused: an action that is an answer (a call of a tool the run
     or one of its agents answered with), a call of a tool the agent's recorded definitions do not have, one that
     introduces the expected answer into the step (what it changes, not what it keeps of the agent's own step:
-    :func:`reflect_otel.leaks.action_leak`), and one that repeats the original step."""
+    :func:`reflect_otel.leaks.action_leak`), one that repeats the original step, and one that repeats a call the
+    prefix made and got a result from (the agent has it already: such a replacement only gives it another turn,
+    a flip from which would credit the step with what any extra turn does)."""
     replacement = correction.replacement
     if correction.kind is not InterventionKind.ACTION or replacement is None:
         return None
@@ -497,7 +499,28 @@ def refusal(correction: Correction, trace: StructuredTrace, expected: str | None
         return f"the replacement: {leaked}"
     if replacement.same_as(StepAction.of_step(step)):
         return "the replacement repeats the original step"
+    earlier = _same_call_before(replacement, trace, correction.step_index)
+    if earlier is not None:
+        return (
+            f"the replacement repeats step {earlier.index}'s call, whose result the agent already has: it would add "
+            "only a turn, no correction"
+        )
     return None
+
+
+def _same_call_before(action: StepAction, trace: StructuredTrace, index: int) -> Step | None:
+    """The earlier step that made ``action``'s call and got a result (a failed call may be retried: its failure can
+    be transient), or None."""
+    if action.tool_name is None:
+        return None
+    return next(
+        (
+            s
+            for s in trace.steps[: index - 1]
+            if s.tool_name and not failed_call(s) and action.same_as(StepAction.of_step(s))
+        ),
+        None,
+    )
 
 
 def ordered(

@@ -370,6 +370,32 @@ def _action(step: int, replacement: StepAction) -> Correction:
     return Correction(source="llm", kind=InterventionKind.ACTION, step_index=step, replacement=replacement)
 
 
+def test_a_replacement_that_repeats_a_call_the_prefix_got_a_result_from_is_refused() -> None:
+    # seed 48: 5 of REFLECT's 8 actions on five failures re-ran one of the run's earlier calls (in place of the
+    # answer step, most): the agent gets the rows it had, and a flip credits the step with an extra turn
+    first = {"tool": "filter_rows", "args": {"table": "t0", "column": "Year", "op": ">", "value": "2000"}}
+    trace = make_trace(
+        "q",
+        [
+            {**first, "result": "t1: 3 rows"},
+            {"tool": "count_rows", "args": {"table": "t1"}, "result": "3"},
+            {"reasoning": "The answer is 3", "is_final_answer": True},
+        ],
+    )
+    again = StepAction(tool_name=first["tool"], arguments={**first["args"], "limit": None})  # type: ignore[dict-item]
+    assert "repeats step 1's call" in (corrections.refusal(_action(3, again), trace, "4") or "")
+    assert (
+        corrections.refusal(_action(1, StepAction(tool_name="count_rows", arguments={"table": "t0"})), trace, "4")
+        is None
+    )
+    # a call that failed may be retried: its failure can be transient
+    failed = make_trace(
+        "q",
+        [{**first, "result": "Error: connection reset"}, {"reasoning": "I could not filter", "is_final_answer": True}],
+    )
+    assert corrections.refusal(_action(2, again), failed, "4") is None
+
+
 def test_corrections_that_would_prove_nothing_are_refused() -> None:
     trace = filter_trace()
     for tool in ("respond", "submit", "final_result"):  # a run that ended with its answer tool, whatever its name

@@ -212,7 +212,13 @@ def test_kill_9_leaves_every_postgresql_write_whole_or_absent(postgres_server: A
     url = postgres_server.url.rsplit("/", 1)[0] + "/killed"
     writer = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, url], stdout=subprocess.PIPE, text=True)
     assert writer.stdout is not None and writer.stdout.readline().strip() == "writing"
-    time.sleep(2.0)
+    deadline = time.monotonic() + 120  # a loaded machine gives the writer little time: wait for its writes, not a clock
+    with connect_postgres(url, autocommit=True) as db:
+        while time.monotonic() < deadline and writer.poll() is None:
+            row = db.execute("SELECT count(*) FROM attributions").fetchone()
+            if row is not None and row[0] > 10:
+                break
+            time.sleep(0.2)
     writer.kill()
     writer.wait(timeout=30)
     with connect_postgres(url, autocommit=True) as db:

@@ -201,7 +201,8 @@ def test_a_method_added_later_gets_the_stored_failures_replayed_from_their_trace
     assert added["control_replays"] == 1 and added["status"] == "verified"
     assert rows[-1]["methods"]["ics"] == rows[1]["methods"]["ics"]  # what was measured stays as measured
     assert metrics["methods"]["reflect-guidance"]["verified_steps"] == [{"question_id": "nt-1", "step": 2}]
-    assert metrics["methods"]["ics"]["replays"]["mean"] == 1  # its control; its resample repeated the step
+    # its resample repeated the step, so nothing was tested there, nor its control run (it would compare nothing)
+    assert metrics["methods"]["ics"]["replays"]["mean"] == 0
     # no agent run again: the stored failure was replayed (the agent model asked only for its continuation)
     assert not [line for line in said if "answered" in line]
     assert sum(1 for r in llm.requests if r.stage == "agent") > agent_calls
@@ -509,6 +510,7 @@ def _every_request_counted_once(llm: ScriptedLLM, in_runs: int, methods: dict[st
     assert sum(r.auditor_calls for r in records.values()) == auditor
     assert sum(r.total_calls for r in records.values()) == len(llm.requests) - in_runs
     for name, record in records.items():
-        assert record.agent_calls >= len(record.replays) > 0  # a replay asks the agent's model at least once
+        assert record.agent_calls >= len(record.replays)  # a replay asks the agent's model at least once
         assert record.agent_calls == sum(c.attempts for c in record.llm_calls if c.stage == AGENT_REPLAY_STAGE)
         assert methods[name]["llm_calls"] == record.auditor_calls == record.total_calls - record.agent_calls
+    assert records["reflect"].replays  # (ics's resample repeated the step: it replayed nothing, its control neither)
