@@ -46,8 +46,9 @@ from reflect_otel._replayer import ControlArm, Controls, Replayer, effect_arm
 from reflect_otel._run import AttributionRun
 from reflect_otel._stats import fisher_greater
 from reflect_otel.config import ReflectConfig
+from reflect_otel.corrections import repeated_call
 from reflect_otel.leaks import action_leak, leak
-from reflect_otel.proposals import Candidate, candidates, judge
+from reflect_otel.proposals import ALREADY_REPLAYED, Candidate, candidates, judge
 from reflect_otel.record import (
     REFUSED_TEXT_CHARS,
     Correction,
@@ -58,7 +59,7 @@ from reflect_otel.record import (
     ReplayArm,
     ReplayAttempt,
 )
-from reflect_otel.replay import ReplayAdapter, ReplayResult, is_deterministic
+from reflect_otel.replay import ReplayAdapter, ReplayResult, is_deterministic, pure_tools
 from reflect_otel.trace import Step, StepAction
 from reflect_otel.trial import Decision, GateFn, Trial, TrialResult
 
@@ -107,7 +108,8 @@ class ControlledReplay:
         self.samples = 1 if self.deterministic else config.verify_samples
         self.replayer = Replayer(run, adapter, expected=expected, injection_role=config.injection_role)
         self.controls = Controls(self.replayer, samples=self.samples)
-        self._replayed: dict[int, set[str]] = {}  # per rollback point, the calls replayed there
+        self._replayed: dict[int, set[str]] = {}  # per rollback point, the keys of the actions replayed there
+        self.pure = pure_tools(adapter)
 
     @property
     def replays(self) -> tuple[ReplayAttempt, ...]:
@@ -145,6 +147,10 @@ class ControlledReplay:
             given = "\n".join(_given_texts(trial))[:REFUSED_TEXT_CHARS]  # model_copy does not validate
             refused = trial.correction.model_copy(update={"refused": leaked, "refused_text": given})
             return TrialResult(trial, Decision.NOT_TESTED, f"refused: {leaked}", corrections=(refused,))
+        replacement = trial.correction.replacement if trial.is_action else None
+        if replacement is not None and replacement.key() in self._replayed.get(trial.rollback_point, set()):
+            refused = trial.correction.model_copy(update={"refused": ALREADY_REPLAYED})
+            return TrialResult(trial, Decision.NOT_TESTED, ALREADY_REPLAYED, corrections=(refused,))
         if not self.can_test(trial.step):
             return TrialResult(trial, Decision.NOT_TESTED, "the replay budget cannot pay for both arms")
         ran = self.controls.get(trial.rollback_point)
@@ -177,7 +183,8 @@ class ControlledReplay:
         return self._run(trial, control, found, considered)
 
     def _explained(self, point: int, control: ControlArm) -> bool:
-        """Whether ``point``'s control answers right and an intervention was replayed there already."""
+        """Whether, with a deterministic adapter, ``point``'s control answers right and an intervention was replayed
+        there already (the rule then tries nothing more there)."""
         return (
             self.deterministic
             and control.flips > 0
@@ -280,13 +287,17 @@ class ControlledReplay:
             gate = candidate.gate if executed.is_faithful and candidate.gate is not None else executed
             changed = executed.is_faithful and _differs(candidate.action, original)
             return attempt.model_copy(update={"gate": gate, "changed_step": changed})
-        # a new answer in place of step p is no change of the step: it would flip the run from anywhere
-        changed = first is not None and not _answers(first) and _differs(StepAction.of_step(first), original)
-        verdict = (
-            judge(trial, StepAction.of_step(first), original, self.gate, self.config.gate)
-            if changed and first is not None
-            else None
+        # a new answer in place of step p is no change of the step: it would flip the run from anywhere; nor is a
+        # pure tool's call the prefix made (the agent got only another turn)
+        if first is None:
+            return attempt.model_copy(update={"gate": None, "changed_step": False})
+        regenerated = StepAction.of_step(first)
+        changed = (
+            not _answers(first)
+            and _differs(regenerated, original)
+            and repeated_call(regenerated, self.run.trace, trial.step, self.pure) is None
         )
+        verdict = judge(trial, regenerated, original, self.gate, self.config.gate) if changed else None
         return attempt.model_copy(update={"gate": verdict, "changed_step": changed})
 
     def _effect(self, trial: Trial, answered: list[ReplayAttempt], counted: int, control: ControlArm) -> Effect:

@@ -19,8 +19,9 @@ logged by name and skipped. What the rules cannot see: a right value the data do
 another tool, or several arguments wrong at once.
 
 A replacement that is the final answer, or that introduces the expected answer into the step
-(:mod:`reflect_otel.leaks`), is refused: it would flip a replay from any step and prove nothing about the step (see
-:func:`refusal`).
+(:mod:`reflect_otel.leaks`), is refused: it would flip a replay from any step and prove nothing about the step; so
+is one that changes nothing (the step itself, or a pure tool's call the prefix already made). :func:`refusal` lists
+every refusal.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from __future__ import annotations
 import difflib
 import logging
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from reflect_otel import _tool_text, plugins
@@ -476,13 +477,15 @@ def _final_answer_tools(trace: StructuredTrace) -> set[str]:
     }
 
 
-def refusal(correction: Correction, trace: StructuredTrace, expected: str | None) -> str | None:
+def refusal(
+    correction: Correction, trace: StructuredTrace, expected: str | None, *, pure: Collection[str] = ()
+) -> str | None:
     """Why ``correction`` must not be tried, or None. Refused: an action that is an answer (a call of a tool the run
     or one of its agents answered with), a call of a tool the agent's recorded definitions do not have, one that
     introduces the expected answer into the step (what it changes, not what it keeps of the agent's own step:
-    :func:`reflect_otel.leaks.action_leak`), one that repeats the original step, and one that repeats a call the
-    prefix made and got a result from (the agent has it already: such a replacement only gives it another turn,
-    a flip from which would credit the step with what any extra turn does)."""
+    :func:`reflect_otel.leaks.action_leak`), one that repeats the original step, and one that repeats a call of a
+    ``pure`` tool (:class:`~reflect_otel.replay.HasPureTools`) that the prefix made and got a result from
+    (:func:`repeated_call`)."""
     replacement = correction.replacement
     if correction.kind is not InterventionKind.ACTION or replacement is None:
         return None
@@ -499,32 +502,40 @@ def refusal(correction: Correction, trace: StructuredTrace, expected: str | None
         return f"the replacement: {leaked}"
     if replacement.same_as(StepAction.of_step(step)):
         return "the replacement repeats the original step"
-    earlier = _same_call_before(replacement, trace, correction.step_index)
+    earlier = repeated_call(replacement, trace, correction.step_index, pure)
     if earlier is not None:
         return (
-            f"the replacement repeats step {earlier.index}'s call, whose result the agent already has: it would add "
-            "only a turn, no correction"
+            f"the replacement repeats an earlier call of a pure tool (step {earlier.index}'s), whose result the agent "
+            "already has: it would add only a turn, no correction"
         )
     return None
 
 
-def _same_call_before(action: StepAction, trace: StructuredTrace, index: int) -> Step | None:
-    """The earlier step that made ``action``'s call and got a result (a failed call may be retried: its failure can
-    be transient), or None."""
-    if action.tool_name is None:
+def repeated_call(action: StepAction, trace: StructuredTrace, index: int, pure: Collection[str]) -> Step | None:
+    """The step before ``index``, of the same agent, that made ``action``'s call of a ``pure`` tool and got a result,
+    or None. Such a call in place of step ``index`` gives the agent what it has: a flip would credit the step with
+    what any extra turn does. A failed call may be retried (its failure can be transient), and a tool not declared
+    pure may answer again differently."""
+    if action.tool_name is None or action.tool_name not in pure or not 1 <= index <= len(trace.steps) + 1:
         return None
+    agent = trace.steps[index - 1].agent if index <= len(trace.steps) else None
     return next(
         (
             s
             for s in trace.steps[: index - 1]
-            if s.tool_name and not failed_call(s) and action.same_as(StepAction.of_step(s))
+            if s.tool_name and s.agent == agent and not failed_call(s) and action.same_as(StepAction.of_step(s))
         ),
         None,
     )
 
 
 def ordered(
-    corrections: Sequence[Correction], trace: StructuredTrace, expected: str | None, limit: int
+    corrections: Sequence[Correction],
+    trace: StructuredTrace,
+    expected: str | None,
+    limit: int,
+    *,
+    pure: Collection[str] = (),
 ) -> list[Correction]:
     """``corrections`` deduplicated (first kept), each refused one with its reason, and at most ``limit`` actions
     left to try; refused ones stay in the list (the record shows them) but count for nothing."""
@@ -535,7 +546,7 @@ def ordered(
         if correction.key in seen:
             continue
         seen.add(correction.key)
-        reason = refusal(correction, trace, expected)
+        reason = refusal(correction, trace, expected, pure=pure)
         if reason is not None:
             out.append(correction.model_copy(update={"refused": reason}))
             continue

@@ -82,6 +82,8 @@ _LIMIT_TEXT = re.compile(
     r"GraphRecursionError|MaxTurnsExceeded|max_steps|max_iterations",
     re.IGNORECASE,
 )
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3})")
+"""A thousands separator (only between digits: "1,2" in a text argument is not 12)."""
 _NUMBER = re.compile(r"(?<![\w.])-?\d(?:[\d,]*\d)?(?:\.\d+)?(?![\w])")  # "1000," is 1000: a comma ends it
 _QUOTED = re.compile(r"\"([^\"]{2,80})\"|“([^”]{2,80})”|(?<!\w)'([^']{2,80})'(?!\w)")
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b([A-Z][\w&.-]+(?:\s+[A-Z][\w&.-]+)*)")
@@ -373,8 +375,8 @@ def dropped_constraints(trace: StructuredTrace) -> list[Finding]:
     calls = [s for s in trace.steps if _is_call(s) and s.tool_args]
     if not calls:
         return []
-    arguments = "\n".join(_args_text(s) for s in calls).lower().replace(",", "")  # 1,250 is 1250
-    absent = [c for c in _constraints(trace.question) if c.lower().replace(",", "") not in arguments]
+    arguments = _THOUSANDS.sub("", "\n".join(_args_text(s) for s in calls).lower())  # 1,250 is 1250
+    absent = [c for c in _constraints(trace.question) if _THOUSANDS.sub("", c.lower()) not in arguments]
     if not absent:
         return []
     return [

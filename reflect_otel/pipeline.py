@@ -218,7 +218,7 @@ class ReflectPolicy:
                 for c in mine
                 if target is not None
             ]
-        actions = corrections.ordered(proposed, trace, ctx.expected, config.max_corrections)
+        actions = corrections.ordered(proposed, trace, ctx.expected, config.max_corrections, pure=ctx.pure_tools)
         refused = (*unplaced, *(c for c in actions if c.refused is not None))
         trials = [
             Trial(c, round=round_, localized_step=located)

@@ -1,6 +1,7 @@
 """What a trial replays (:func:`candidates`): an action as given; or, for guidance, the agent's own decisions at the
 step with the text in context, proposed by the adapter (:class:`~reflect_otel.replay.ProposesSteps`), sampled, and
-screened before any costs a replay: a final answer, the original step, or a call already replayed there is refused,
+screened before any costs a replay: a final answer, the original step, a pure tool's call the prefix made (see
+:func:`reflect_otel.corrections.refusal`), or a call already replayed there is refused,
 and a proposal made under a plan is judged by the faithfulness gate (a hard gate refuses an unfaithful one)."""
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from reflect_otel import corrections
 from reflect_otel._run import AttributionRun
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.record import Correction, GateDecider, GateVerdict, InterventionKind
-from reflect_otel.replay import ProposedStep, ReplayAdapter, proposer
+from reflect_otel.replay import ProposedStep, ReplayAdapter, proposer, pure_tools
 from reflect_otel.trace import Step, StepAction, StepKind
 from reflect_otel.trial import GateFn, Trial
 
-__all__ = ["Candidate", "candidates", "judge"]
+__all__ = ["ALREADY_REPLAYED", "Candidate", "candidates", "judge"]
+
+ALREADY_REPLAYED = "the same call was already replayed at this step"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +78,8 @@ def candidates(
     except Exception as error:  # the adapter or the agent may fail in any way
         run.error("propose", error, trial.round)
         return [], []
-    return _screened(trial, proposals, run=run, config=config, gate=gate, replayed_here=replayed_here)
+    pure = pure_tools(adapter)
+    return _screened(trial, proposals, run=run, config=config, gate=gate, replayed_here=replayed_here, pure=pure)
 
 
 def _screened(
@@ -86,6 +90,7 @@ def _screened(
     config: ReflectConfig,
     gate: GateFn | None,
     replayed_here: Collection[str],
+    pure: Collection[str],
 ) -> tuple[list[Candidate], list[Correction]]:
     original = run.trace.steps[trial.step - 1]
     seen: set[str] = set()
@@ -107,9 +112,9 @@ def _screened(
             + f", proposal {number} of {len(proposals)}"
             + (f" ({proposal.note})" if proposal.note else ""),
         )
-        refused = _refusal(correction, proposal, run)
+        refused = _refusal(correction, proposal, run, pure)
         if refused is None and key in replayed_here:
-            refused = "the same call was already replayed at this step"
+            refused = ALREADY_REPLAYED
         verdict = None if refused else judge(trial, proposal.action, original, gate, config.gate)
         if refused is None and verdict is not None and not verdict.is_faithful and config.gate is GateMode.HARD:
             refused = (
@@ -123,10 +128,10 @@ def _screened(
     return kept, considered
 
 
-def _refusal(correction: Correction, proposal: ProposedStep, run: AttributionRun) -> str | None:
+def _refusal(correction: Correction, proposal: ProposedStep, run: AttributionRun, pure: Collection[str]) -> str | None:
     if proposal.is_final_answer:
         return "the agent answered at once: a final answer proves nothing about the step"
-    return corrections.refusal(correction, run.trace, expected=None)
+    return corrections.refusal(correction, run.trace, expected=None, pure=pure)
 
 
 def as_step(action: StepAction, index: int) -> Step:

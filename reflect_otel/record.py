@@ -148,7 +148,7 @@ class Correction(BaseModel):
     @property
     def key(self) -> tuple[object, ...]:
         """Two corrections with the same key are the same test (deduplication)."""
-        replacement = self.replacement.render() if self.replacement else None
+        replacement = self.replacement.key() if self.replacement else None
         return (self.kind, self.step_index if self.kind is InterventionKind.ACTION else None, replacement)
 
 

@@ -4,7 +4,7 @@ thought, remote HTTP); a conformance suite in ``reflect_otel.testing.conformance
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -219,6 +219,26 @@ def agent_rules(adapter: ReplayAdapter | None) -> tuple[Rule, ...]:
     if not isinstance(rules, list | tuple):
         return ()
     return tuple(rule for rule in rules if callable(rule))
+
+
+@runtime_checkable
+class HasPureTools(Protocol):
+    """An adapter whose agent has tools that answer the same call with the same data and change nothing the agent
+    can see (reads of fixed data: the table demo's operations). A correction that repeats a call of one of them the
+    run's prefix already made, and got a result from, gives the agent nothing new, only another turn, so it is
+    refused (:func:`reflect_otel.corrections.refusal`). A tool not named may have state or changing results (tests
+    run after an edit, a search, a page scrolled), where repeating a call is a real correction: never refused."""
+
+    pure_tools: Collection[str]
+
+
+def pure_tools(adapter: ReplayAdapter | None) -> frozenset[str]:
+    """The tools ``adapter`` declares pure (:class:`HasPureTools`), looking through a :class:`BudgetedReplay`; empty
+    for an adapter that declares none."""
+    inner = adapter.inner if isinstance(adapter, BudgetedReplay) else adapter
+    if not isinstance(inner, HasPureTools) or not isinstance(inner.pure_tools, list | tuple | set | frozenset):
+        return frozenset()
+    return frozenset(name for name in inner.pure_tools if isinstance(name, str))
 
 
 class BudgetedReplay:

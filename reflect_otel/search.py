@@ -37,7 +37,7 @@ from reflect_otel.record import (
     Localization,
     RepairPlan,
 )
-from reflect_otel.replay import ReplayAdapter, agent_rules, resampler
+from reflect_otel.replay import ReplayAdapter, agent_rules, pure_tools, resampler
 from reflect_otel.trace import Step, StructuredTrace
 from reflect_otel.trial import Decision, GateFn, Trial, TrialResult
 from reflect_otel.verdict import Verdict
@@ -107,6 +107,8 @@ class SearchContext:
     replayable: bool
     correction_rules: tuple[Rule, ...] = ()
     """The agent's own evidence rules, from its replay adapter (:func:`reflect_otel.replay.agent_rules`)."""
+    pure_tools: frozenset[str] = frozenset()
+    """The agent's tools its adapter declares pure (:func:`reflect_otel.replay.pure_tools`)."""
 
     @property
     def trace(self) -> StructuredTrace:
@@ -164,7 +166,9 @@ def search(
         )
     if not run.trace.steps:
         return run.record(status=AttributionStatus.SKIPPED, mode=mode, step_index=None, reason="the trace has no steps")
-    ctx = SearchContext(run, expected, domain_context, config, verdict, replay is not None, agent_rules(replay))
+    ctx = SearchContext(
+        run, expected, domain_context, config, verdict, replay is not None, agent_rules(replay), pure_tools(replay)
+    )
     engine = ControlledReplay(run, replay, expected=expected, config=config, gate=policy.gate(ctx)) if replay else None
     rounds: list[Round] = []
     for number in range(1, config.rounds + 1):

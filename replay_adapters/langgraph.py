@@ -104,7 +104,9 @@ class LangGraphReplayAdapter:
     """``graph`` is the compiled graph; ``tracer_provider`` the provider the LangChain instrumentation uses.
     ``model_node``/``tools_node`` name the ReAct nodes (LangGraph's defaults: ``agent`` and ``tools``).
     ``correction_rules`` are evidence rules that fit this agent's tools (:class:`~reflect_otel.replay.HasCorrectionRules`):
-    they run for the runs this adapter replays, beside the built-in ones."""
+    they run for the runs this adapter replays, beside the built-in ones. ``pure_tools`` names the tools that answer
+    the same call with the same data (:class:`~reflect_otel.replay.HasPureTools`): a correction repeating such a call
+    the run already made is refused."""
 
     def __init__(
         self,
@@ -118,12 +120,14 @@ class LangGraphReplayAdapter:
         recursion_limit: int = 50,
         deterministic: bool = False,
         correction_rules: Sequence[Rule] = (),
+        pure_tools: Collection[str] = (),
         restore_state: RestoreState | None = None,
     ) -> None:
         self.graph = graph
         self._restore_state = restore_state
         self._one_at_a_time = threading.Lock()
         self.correction_rules = tuple(correction_rules)
+        self.pure_tools = frozenset(pure_tools)
         self.deterministic = deterministic
         self._provider = tracer_provider
         self.model_node = model_node

@@ -370,9 +370,9 @@ def _action(step: int, replacement: StepAction) -> Correction:
     return Correction(source="llm", kind=InterventionKind.ACTION, step_index=step, replacement=replacement)
 
 
-def test_a_replacement_that_repeats_a_call_the_prefix_got_a_result_from_is_refused() -> None:
-    # seed 48: 5 of REFLECT's 8 actions on five failures re-ran one of the run's earlier calls (in place of the
-    # answer step, most): the agent gets the rows it had, and a flip credits the step with an extra turn
+def test_a_replacement_that_repeats_a_pure_tools_call_the_prefix_got_a_result_from_is_refused() -> None:
+    # seed 48: 5 of REFLECT's 8 actions on five failures re-issued an earlier call of the run: the agent gets the
+    # rows it had, and a flip credits the step with an extra turn. Only for tools the adapter declares pure
     first = {"tool": "filter_rows", "args": {"table": "t0", "column": "Year", "op": ">", "value": "2000"}}
     trace = make_trace(
         "q",
@@ -382,18 +382,28 @@ def test_a_replacement_that_repeats_a_call_the_prefix_got_a_result_from_is_refus
             {"reasoning": "The answer is 3", "is_final_answer": True},
         ],
     )
-    again = StepAction(tool_name=first["tool"], arguments={**first["args"], "limit": None})  # type: ignore[dict-item]
-    assert "repeats step 1's call" in (corrections.refusal(_action(3, again), trace, "4") or "")
-    assert (
-        corrections.refusal(_action(1, StepAction(tool_name="count_rows", arguments={"table": "t0"})), trace, "4")
-        is None
+    pure = ("filter_rows", "count_rows")
+    again = StepAction(tool_name="filter_rows", arguments={**first["args"], "limit": None})  # type: ignore[dict-item]
+    assert "repeats an earlier call of a pure tool" in (
+        corrections.refusal(_action(3, again), trace, "4", pure=pure) or ""
     )
+    assert "(step 1's)" in (corrections.refusal(_action(3, again), trace, "4", pure=pure) or "")
+    # a tool not declared pure may answer again differently (a test run after an edit, a search): no refusal
+    assert corrections.refusal(_action(3, again), trace, "4") is None
+    # the same tool with another value is a correction (nt-1's '1' -> '1st')
+    other = StepAction(tool_name="filter_rows", arguments={**first["args"], "value": "1999"})  # type: ignore[dict-item]
+    assert corrections.refusal(_action(3, other), trace, "4", pure=pure) is None
     # a call that failed may be retried: its failure can be transient
     failed = make_trace(
         "q",
         [{**first, "result": "Error: connection reset"}, {"reasoning": "I could not filter", "is_final_answer": True}],
     )
-    assert corrections.refusal(_action(2, again), failed, "4") is None
+    assert corrections.refusal(_action(2, again), failed, "4", pure=pure) is None
+    # another agent's call is not what this agent has
+    theirs = trace.model_copy(
+        update={"steps": (trace.steps[0].model_copy(update={"agent": "planner"}), *trace.steps[1:])}
+    )
+    assert corrections.refusal(_action(3, again), theirs, "4", pure=pure) is None
 
 
 def test_corrections_that_would_prove_nothing_are_refused() -> None:

@@ -196,6 +196,22 @@ def test_a_proposal_that_adds_only_a_null_argument_to_the_step_changes_nothing()
     assert [c.refused for c in record.corrections] == ["the replacement repeats the original step"]
 
 
+def test_a_pure_tools_call_the_prefix_made_is_no_correction_where_the_adapter_declares_the_tool_pure() -> None:
+    plan = {"root_cause": "it added", "correction_instruction": "fix the operation", "forbidden_actions": [],
+            "expected_next_tool": None, "confidence": 0.9}  # fmt: skip
+    reread = lambda step, sample: {"tool": "read", "args": {"x": 6}}  # noqa: E731  (step 1's call again)
+    declared = agent(fixed_at=(1,), resample=reread)
+    declared.pure_tools = ("read", "add", "double")  # type: ignore[attr-defined]
+    record = run(auditor(localize=[3], plan=plan), declared, rollback_points=1, rounds=1)
+    assert interventions(record) == [] and controls(record) == []
+    assert any(
+        c.refused and "repeats an earlier call of a pure tool (step 1's)" in c.refused for c in record.corrections
+    )
+    # undeclared, the tool may answer again differently: the call is tested like any other
+    record = run(auditor(localize=[3], plan=plan), agent(fixed_at=(1,), resample=reread), rollback_points=1, rounds=1)
+    assert interventions(record) == [2]
+
+
 def test_sampled_arms_verify_by_the_fisher_test() -> None:
     flips = iter([True, True, True])
 

@@ -258,6 +258,7 @@ def _agent(
         recursion_limit=table.recursion_limit,
         deterministic=deterministic,
         correction_rules=table_rules.RULES,  # the table agent's own rule, for its runs only
+        pure_tools=tuple(table.tools),  # its table operations read fixed data: a repeated call adds nothing
         restore_state=table.rewind,  # each replay reads the table names its run read
     )
     return lambda: table.answer(thread_id=f"demo-{question.id}"), graph_adapter, table.table_context, "table_qa"

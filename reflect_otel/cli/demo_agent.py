@@ -152,6 +152,7 @@ def _serve(args: argparse.Namespace) -> int:
                 tracer_provider=provider,
                 recursion_limit=agent.recursion_limit,
                 correction_rules=table_rules.RULES,  # the table agent's own rule, served to the collector
+                pure_tools=tuple(agent.tools),  # its table operations read fixed data: a repeated call adds nothing
                 restore_state=agent.rewind,  # each replay reads the table names its run read
             )
             for thread, agent in agents.items()

@@ -289,6 +289,7 @@ def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps:
             recursion_limit=agent.recursion_limit,
             deterministic=deterministic,
             correction_rules=table_rules.RULES,  # the table agent's own rule, for its runs only
+            pure_tools=tuple(agent.tools),  # its table operations read fixed data: a repeated call adds nothing
             restore_state=agent.rewind,  # each replay reads the table names its run read
         )
         return AgentRun(answer=answer, trace=trace, replay=adapter, context=agent.table_context)
@@ -320,6 +321,7 @@ def table_agent_rebuilt(
             recursion_limit=agent.recursion_limit,
             deterministic=deterministic,
             correction_rules=table_rules.RULES,  # the table agent's own rule, for its runs only
+            pure_tools=tuple(agent.tools),  # its table operations read fixed data: a repeated call adds nothing
             restore_state=agent.rewind,  # the tables its kept steps made, rebuilt before each replay
         )
         return AgentRun(answer=trace.final_answer or "", trace=trace, replay=adapter, context=agent.table_context)

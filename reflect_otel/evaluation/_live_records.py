@@ -63,14 +63,17 @@ _REASON_END = re.compile(r"[:(]| '")
 
 
 def correction_outcomes(method: dict[str, Any]) -> list[str]:
-    """What became of each correction the record considered: ``replayed``, ``not replayed`` (not refused, yet no
-    replay: the budget or an earlier flip stopped it), or ``refused: REASON`` with the refusal's general reason (its
-    text up to its particulars: the gate's words, the answer it carries), so refusals count together across runs."""
+    """What became of each correction the record lists: ``replayed`` (one or more replays, an errored one included),
+    ``not replayed`` (not refused, yet no replay: the budget, an earlier flip, a failed control or a failed proposal
+    stopped it), or ``refused: REASON`` with the refusal's general reason (its text up to its particulars: the gate's
+    words, the answer it carries, the step), so refusals count together across runs. A record does not list the
+    corrections it never considered (over ``max_corrections``, or at a step already tested)."""
     outcomes: list[str] = []
     for correction in record_of(method).get("corrections") or []:
         refused = correction.get("refused")
         if refused:
-            outcomes.append("refused: " + _REASON_END.split(str(refused), maxsplit=1)[0].strip())
+            reason = str(refused).removeprefix("the replacement: ")  # an action's leak, worded as its own reason
+            outcomes.append("refused: " + _REASON_END.split(reason, maxsplit=1)[0].strip())
         else:
             outcomes.append("replayed" if correction.get("replays") else "not replayed")
     return outcomes
