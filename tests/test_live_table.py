@@ -258,3 +258,11 @@ def test_each_correction_considered_is_counted_as_replayed_or_by_the_general_rea
         "- reflect: 14 considered: refused: the gate judged it unfaithful to the plan 5; replayed 3; refused: the same "
         "call was already replayed at this step 3;" in table
     )
+
+
+def test_the_auditors_requests_leave_out_the_agents_which_the_record_lists_too() -> None:
+    rows = _rows()
+    record = rows[0]["methods"]["ics"]["record"]
+    auditor = live_metrics(rows[:1], ["ics"])["methods"]["ics"]["model_requests"]["mean"]
+    record["llm_calls"] = [*record["llm_calls"], *({"stage": "agent_replay", "attempts": 1} for _ in range(5))]
+    assert live_metrics(rows[:1], ["ics"])["methods"]["ics"]["model_requests"]["mean"] == auditor

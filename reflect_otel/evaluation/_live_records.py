@@ -27,11 +27,12 @@ def record_of(method: dict[str, Any]) -> dict[str, Any]:
 
 def model_requests(method: dict[str, Any]) -> int:
     """The requests made to the auditor's model: each recorded call's ``attempts`` (2 where the reply needed the
-    repair retry), not the calls; a row whose record has no calls counts its ``llm_calls``."""
+    repair retry), not the calls; the agent's own requests, which a record lists too (stage ``agent_replay``), are
+    not the auditor's (:func:`agent_requests`). A row whose record has no calls counts its ``llm_calls``."""
     calls = record_of(method).get("llm_calls")
     if not isinstance(calls, list):
         return int(method.get("llm_calls", 0))
-    return sum(int(call.get("attempts") or 1) for call in calls)
+    return sum(int(call.get("attempts") or 1) for call in calls if call.get("stage") != AGENT_REPLAY_STAGE)
 
 
 def agent_requests(method: dict[str, Any]) -> int | None:
