@@ -30,7 +30,7 @@ from enum import Enum
 from pydantic import BaseModel, ConfigDict, Field
 
 from reflect_otel import _tool_text
-from reflect_otel.trace import Step, StepKind, StepStatus, StructuredTrace
+from reflect_otel.trace import Step, StepAction, StepKind, StepStatus, StructuredTrace
 
 __all__ = [
     "CHECKS",
@@ -125,8 +125,7 @@ def _quote(text: str | None) -> str:
 
 
 def _call(step: Step) -> str:
-    args = json.dumps(step.tool_args, ensure_ascii=False, sort_keys=True, default=str)
-    return f"{step.tool_name}({args})"
+    return StepAction.of_step(step).key()  # a null argument is the tool's default: the same call
 
 
 def _args_text(step: Step) -> str:

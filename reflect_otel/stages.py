@@ -277,21 +277,13 @@ def gate_by_rules(plan: RepairPlan, proposed: Step, replaced: Step | None) -> Ga
                     violation_reason=f"matches the forbidden action: {action}",
                     decided_by=GateDecider.RULE,
                 )
-    if replaced is not None:
-        same_tool = proposed.tool_name is not None and (proposed.tool_name, proposed.tool_args) == (
-            replaced.tool_name,
-            replaced.tool_args,
+    if replaced is not None and StepAction.of_step(proposed).same_as(StepAction.of_step(replaced)):
+        return GateVerdict(
+            is_faithful=False,
+            violation_type="repeats_original_error",
+            violation_reason="the regenerated step repeats the original action",
+            decided_by=GateDecider.RULE,
         )
-        same_text = (
-            proposed.tool_name is None and replaced.tool_name is None and proposed.reasoning == replaced.reasoning
-        )
-        if same_tool or same_text:
-            return GateVerdict(
-                is_faithful=False,
-                violation_type="repeats_original_error",
-                violation_reason="the regenerated step repeats the original action",
-                decided_by=GateDecider.RULE,
-            )
     return None
 
 

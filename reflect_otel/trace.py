@@ -160,17 +160,29 @@ class StepAction(BaseModel):
         return f"{self.tool_name}({json.dumps(self.arguments, ensure_ascii=False, sort_keys=True, default=str)})"
 
     def key(self) -> str:
-        """What the action does, for telling two apart: its rendering without null arguments (``limit=None`` is the
-        tool's default, as an argument left out is) and without the surrounding whitespace of a thought."""
+        """What the action does, for telling two apart: its rendering without null arguments, at any depth
+        (``limit=None`` is the tool's default, as an argument left out is), with whole floats as integers (``1.0``
+        recorded for ``1``), and without the surrounding whitespace of a thought."""
         if self.tool_name is None:
             return self.text.strip()
-        given = {name: value for name, value in self.arguments.items() if value is not None}
-        return f"{self.tool_name}({json.dumps(given, ensure_ascii=False, sort_keys=True, default=str)})"
+        given = json.dumps(_canonical(self.arguments), ensure_ascii=False, sort_keys=True, default=str)
+        return f"{self.tool_name}({given})"
 
     def same_as(self, other: StepAction) -> bool:
         """Whether the two do the same (:meth:`key`): a replacement differing only by a null argument changes
         nothing."""
         return self.key() == other.key()
+
+
+def _canonical(value: Any) -> Any:
+    """``value`` with null object members left out and whole floats as integers (see :meth:`StepAction.key`)."""
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 class TraceSource(BaseModel):

@@ -437,6 +437,14 @@ def test_corrections_that_would_prove_nothing_are_refused() -> None:
     # control replayed step 1's sort_rows with "limit": null added, and that counted as a changed step)
     defaulted = same.model_copy(update={"arguments": {**same.arguments, "limit": None}})
     assert "repeats the original" in (corrections.refusal(_action(1, defaulted), trace, "Bangkok") or "")
+    # nested nulls and whole floats too; a list keeps its nulls (a position is not a default)
+    assert StepAction(tool_name="t", arguments={"f": {"a": None}, "n": 1.0}).same_as(
+        StepAction(tool_name="t", arguments={"f": {}, "n": 1})
+    )
+    assert not StepAction(tool_name="t", arguments={"v": [None]}).same_as(
+        StepAction(tool_name="t", arguments={"v": []})
+    )
+    assert not StepAction(tool_name="t", arguments={"n": 1.5}).same_as(StepAction(tool_name="t", arguments={"n": 1}))
     # a call in place of the answer step is no answer: it is tested under control like any other
     assert corrections.refusal(_action(2, good), trace, "Bangkok") is None
     assert corrections.refusal(_action(1, good), trace, "Bangkok") is None
