@@ -156,6 +156,8 @@ class ReflectPolicy:
         if not self.use_diagnostician:
             return [fallback]
         config, plans = ctx.config, []
+        # the auditor is shown only candidates that could be tried: a refused one would invite its repeat
+        shown = [c for c in found if corrections.refusal(c, ctx.trace, ctx.expected, pure=ctx.pure_tools) is None]
         for sample in range(config.auditor_samples if self.actions else 1):
             try:
                 plans.append(
@@ -166,7 +168,7 @@ class ReflectPolicy:
                         localization,
                         classification,
                         tools=available_tools(ctx.trace) if self.actions else (),
-                        candidates=found[: config.max_corrections],
+                        candidates=shown[: config.max_corrections],
                         corrected_step=self.actions,
                         temperature=None if sample == 0 else config.proposal_temperature,
                     )

@@ -542,6 +542,24 @@ def _attribute(llm: ScriptedLLM, agent: ScriptedReplayAdapter, **config: Any) ->
     return pipeline.attribute(trace, expected="Bangkok", replay=agent)
 
 
+def test_the_auditor_is_shown_only_evidence_calls_that_could_be_tried() -> None:
+    # expected '1st': the listed-values call would introduce the answer, so it is refused and not offered to the
+    # auditor as a candidate (it would invite its repeat); with another expected answer it is offered
+    def diagnose_text(expected: str) -> str:
+        llm = _auditor(GOOD_CALL)
+        pipeline = ReflectPipeline(
+            llm, verifier=OracleVerifier(), config=ReflectConfig(rounds=1, rollback_points=1, gate=GateMode.HARD)
+        )
+        pipeline.attribute(
+            filter_trace().model_copy(update={"tools": TABLE_TOOLS}), expected=expected, replay=_table_agent()
+        )
+        return next(r.text for r in llm.requests if r.stage == "diagnose")
+
+    offered = '"value": "1st"'
+    assert offered in diagnose_text("Bangkok")
+    assert offered not in diagnose_text("1st")
+
+
 def test_the_auditors_action_is_executed_and_verifies() -> None:
     agent = _table_agent()
     record = _attribute(_auditor(GOOD_CALL), agent)
