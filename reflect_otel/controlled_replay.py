@@ -35,9 +35,9 @@ is credited, the control arm is brought to ``verify_samples`` replays, and none 
 cannot pay for them, the flip is not attributable). The record says how faithfully replay reproduced the run.
 Every replay, controls included, comes out of the same replay budget (``--max-replays``); a test that cannot afford
 both arms is not started, and a control runs only once an intervention is ready to replay at its point (proposals
-are screened first: a control with nothing to compare it with would spend a replay on nothing). The engine holds the control arms (:mod:`reflect_otel._replayer`) and applies the rule;
-what a trial replays is :mod:`reflect_otel.proposals`'; what to test, and in which order, is the method's
-(:mod:`reflect_otel.search`).
+are screened first: a control with nothing to compare it with would spend a replay on nothing). The engine holds
+the control arms (:mod:`reflect_otel._replayer`) and applies the rule; what a trial replays is
+:mod:`reflect_otel.proposals`'; what to test, and in which order, is the method's (:mod:`reflect_otel.search`).
 """
 
 from __future__ import annotations
