@@ -59,10 +59,13 @@ def candidates(
     replayed_here: Collection[str],
 ) -> tuple[list[Candidate], list[Correction]]:
     """The interventions to replay for ``trial``, in order, and every correction considered for it (the candidates
-    point into that list). ``replayed_here``: the keys (:meth:`StepAction.key`) of the actions already replayed at the trial's rollback
-    point."""
+    point into that list). ``replayed_here``: the keys (:meth:`StepAction.key`) of the actions already replayed at
+    the trial's rollback point; an action among them is refused, given or proposed."""
     if trial.is_action:
-        return [Candidate(0, trial.correction.replacement)], [trial.correction]
+        action = trial.correction.replacement
+        if action is not None and action.key() in replayed_here:
+            return [], [trial.correction.model_copy(update={"refused": ALREADY_REPLAYED})]
+        return [Candidate(0, action)], [trial.correction]
     source = proposer(adapter)
     if source is None:  # the agent regenerates the step itself in the replay; judged after the fact
         return [Candidate(0, None)], [trial.correction]

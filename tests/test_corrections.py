@@ -644,3 +644,30 @@ def test_an_answer_carrying_call_is_never_replayed() -> None:
     # the evidence rule's own call is tried instead, and carries no answer
     assert record.status is AttributionStatus.VERIFIED and record.verified_by is not None
     assert record.verified_by.source == "evidence:listed_values"
+
+
+def test_a_call_already_replayed_at_the_point_is_refused_given_or_proposed() -> None:
+    from reflect_otel._run import AttributionRun
+    from reflect_otel.proposals import ALREADY_REPLAYED, candidates
+    from reflect_otel.testing import ScriptedProposingAdapter
+    from reflect_otel.trial import Trial
+
+    call = StepAction(tool_name="filter_rows", arguments=GOOD_CALL["arguments"])
+    trace = filter_trace().model_copy(update={"tools": TABLE_TOOLS})
+    run = AttributionRun("reflect", ScriptedLLM(respond=lambda r: {}), trace, {}, OracleVerifier())
+    # the agent proposes the same call (its arguments in another order, a null added): one action all the same
+    same = {"tool": "filter_rows", "args": {**dict(reversed(list(GOOD_CALL["arguments"].items()))), "limit": None}}
+    agent = ScriptedProposingAdapter(
+        lambda trace, point, injection: [], lambda trace, point, injection, sample, temperature: same
+    )
+
+    def consider(trial: Trial, replayed: set[str]) -> tuple[list[Any], list[Correction]]:
+        return candidates(trial, run=run, adapter=agent, config=ReflectConfig(), gate=None, replayed_here=replayed)
+
+    given = Trial(_action(1, call))
+    assert [c.action for c in consider(given, set())[0]] == [call]
+    found, (refused,) = consider(given, {call.key()})
+    assert found == [] and refused.refused == ALREADY_REPLAYED and refused.replacement == call
+    guided = Trial(Correction(source="llm", kind=InterventionKind.GUIDANCE, step_index=1), "use 1st")
+    found, (proposal,) = consider(guided, {call.key()})
+    assert found == [] and proposal.refused == ALREADY_REPLAYED and proposal.source == "proposal:llm"

@@ -151,9 +151,10 @@ def test_failing_llm_and_exporter_never_reach_the_agent(
 
 
 def test_saturated_worker_drops_and_counts_without_deadlock(instrumented: Instrumented, tmp_path: Path) -> None:
-    release = threading.Event()
+    entered, release = threading.Event(), threading.Event()
 
     def slow(request: ScriptedRequest) -> Any:
+        entered.set()
         release.wait(30)
         return LLMError("stop here")
 
@@ -164,13 +165,19 @@ def test_saturated_worker_drops_and_counts_without_deadlock(instrumented: Instru
         proxy=False,
         max_queue=1,
     )
-    agent = reflect_otel.observe(lambda q: "wrong")
+    graph = replay_agents.build_graph()  # a run of several steps, so its attribution asks the auditor
+    runs = iter(range(6))
+    agent = reflect_otel.observe(lambda q: replay_agents.run_graph(graph, f"t-saturated-{next(runs)}"))
     with reflect_otel.expect("right"):
-        for _ in range(6):
-            agent("q")  # each returns at once, whatever the worker is doing
+        agent(replay_agents.QUESTION)
+        rt.processor.force_flush(10_000)
+        # wait until the worker holds the first trace, so the drop count does not depend on thread timing
+        assert entered.wait(10)
+        for _ in range(5):
+            agent(replay_agents.QUESTION)  # each returns at once, whatever the worker is doing
     rt.processor.force_flush(10_000)
-    # one trace held by the worker, one in the queue (max_queue=1): most of the others must have been dropped
-    assert rt.stats.traces_received == 6 and rt.stats.traces_dropped >= 3
+    # one trace held by the worker, one in the queue (max_queue=1): the other four were dropped
+    assert rt.stats.traces_received == 6 and rt.stats.traces_dropped == 4
     release.set()
     assert rt.drain(30)
     assert rt.stats.traces_verified + rt.stats.traces_dropped == 6
