@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from reflect_otel._worker import BatchWorker
 from reflect_otel.exporters._store_rows import (
@@ -30,6 +30,8 @@ from reflect_otel.verdict import Verdict
 
 __all__ = ["BatchedStore"]
 
+M = TypeVar("M", bound=BaseModel)
+
 _log = logging.getLogger("reflect_otel.exporters.store")
 _BATCH = 2_000
 _LINGER_S = 0.05
@@ -43,6 +45,11 @@ which then holds spans and answers its senders 429)."""
 def _job(row: Sequence[Any]) -> AttributionJob:
     """A job from (trace_id, status, attempts, expected_answer, reason)."""
     return AttributionJob(row[0], row[1], row[2] or 0, row[3], row[4])
+
+
+def _parsed(model: type[M], value: object) -> M:
+    """A JSON column's value as ``model``: text, or what a driver that decodes JSON columns itself gives."""
+    return model.model_validate_json(value) if isinstance(value, str | bytes) else model.model_validate(value)
 
 
 class BatchedStore:
@@ -122,14 +129,28 @@ class BatchedStore:
         rows = self._read("SELECT trace_json FROM traces WHERE trace_id = ?", [trace_id])
         if not rows:
             return None
-        text = rows[0][0]
         try:
-            if isinstance(text, str):
-                return StructuredTrace.model_validate_json(text)
-            return StructuredTrace.model_validate(text)  # a driver that decodes JSON columns itself
+            return _parsed(StructuredTrace, rows[0][0])
         except ValidationError as error:  # written by another version, or edited by hand
             _log.warning("trace %s in %s is not a valid trace: %s", trace_id, self.where, error)
             return None
+
+    def recent_records(self, limit: int, *, excluding: str = "") -> list[tuple[str, AttributionRecord]]:
+        self.flush()
+        rows = self._read(
+            "SELECT coalesce(t.question, ''), a.trace_id, a.record_json FROM attributions a "
+            "LEFT JOIN traces t ON t.trace_id = a.trace_id "
+            "WHERE a.method <> ? AND coalesce(a.root_cause, '') <> '' "
+            "ORDER BY a.created_at DESC NULLS LAST, a.trace_id LIMIT ?",
+            [excluding, max(0, limit)],
+        )
+        records: list[tuple[str, AttributionRecord]] = []
+        for question, trace_id, text in rows:
+            try:
+                records.append((question, _parsed(AttributionRecord, text)))
+            except ValidationError as error:  # written by another version, or edited by hand
+                _log.warning("the record of trace %s in %s is not a valid record: %s", trace_id, self.where, error)
+        return records
 
     @property
     def backlog(self) -> int:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 
 from reflect_otel.config import ReflectConfig
 from reflect_otel.llm.base import StructuredLLM
@@ -123,6 +123,12 @@ class PlanPool:
         plan = plan_of(record)
         if plan is not None:
             self.keep(trace_id, question, plan)
+
+    def add_stored(self, records: Iterable[tuple[str, AttributionRecord]]) -> None:
+        """Keep the plans of stored failures given newest first (:meth:`ReadsRecords.recent_records
+        <reflect_otel.store.ReadsRecords.recent_records>`), added oldest first so the newest are kept longest."""
+        for question, record in reversed(list(records)):
+            self.add_plan(record.trace_id, question, record)
 
     def keep(self, trace_id: str, question: str, plan: RepairPlan) -> None:
         """Keep ``plan`` as the one written for the failure ``trace_id`` (the first kept for it stays); past

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from reflect_otel.config import ReflectConfig
-from reflect_otel.controls import PlanPool
+from reflect_otel.controls import PLACEBO_METHOD, PlanPool
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import BudgetedLLM, TokenBudget
 from reflect_otel.llm.recording import CallLog, RecordingLLM, recording_agent_calls
 from reflect_otel.methods import MethodSpec
 from reflect_otel.record import AGENT_REPLAY_STAGE, AttributionMode, AttributionRecord, AttributionStatus
 from reflect_otel.replay import BudgetedReplay, ReplayAdapter, TakesTaskContext, resampler
-from reflect_otel.store import AttributionStore, RecordExporter
+from reflect_otel.store import AttributionStore, ReadsRecords, RecordExporter
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import Verifier, bound_to, bound_to_runs, takes_runs
@@ -113,9 +113,20 @@ class AttributionService:
         if self.max_replays is not None and self.max_replays != self.config.max_replays:
             # the record's configuration says the cap its replays ran under
             self.config = self.config.model_copy(update={"max_replays": self.max_replays})
-        self.plans = plans if plans is not None else PlanPool()
+        self.plans = plans if plans is not None else self._stored_plans()
         """The plans the auditor wrote for the failures this service attributed (the placebo control draws on
-        them); pass one pool to every service of an evaluation to share them."""
+        them), and for a placebo on a store that reads its records back, those stored before it started; pass one
+        pool to every service of an evaluation to share them."""
+
+    def _stored_plans(self) -> PlanPool:
+        pool = PlanPool()
+        if self.method.name != PLACEBO_METHOD or not isinstance(self.store, ReadsRecords):
+            return pool  # only the placebo draws on plans; reading records costs a start
+        try:
+            pool.add_stored(self.store.recent_records(pool.max_plans, excluding=PLACEBO_METHOD))
+        except Exception:  # a store that cannot be read: the placebo starts with no plan, as on an empty store
+            _log.warning("the stored plans could not be read; the placebo starts with none", exc_info=True)
+        return pool
 
     def verifier_for(self, expected: str | None) -> Verifier:
         return self.verifier if expected is not None or self.proxy is None else self.proxy

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from reflect_otel import plugins
 from reflect_otel.errors import ConfigError
@@ -24,6 +24,7 @@ __all__ = [
     "AttributionJob",
     "AttributionStore",
     "JobStatus",
+    "ReadsRecords",
     "RecordExporter",
     "check_store_target",
     "open_exporter",
@@ -80,6 +81,17 @@ class AttributionStore(Protocol):
     def flush(self, timeout_s: float = 30.0) -> bool: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ReadsRecords(Protocol):
+    """A store that gives its latest records back (the built-in ones do; an optional part of the contract): a
+    placebo control started on it draws on the plans written before it started."""
+
+    def recent_records(self, limit: int, *, excluding: str = "") -> list[tuple[str, AttributionRecord]]:
+        """The question and record of the latest ``limit`` attributions that name a root cause, those of the method
+        ``excluding`` left out, newest first; a stored record that no longer validates is skipped with a warning."""
+        ...
 
 
 def store_target(explicit: str | os.PathLike[str] | None = None) -> str:

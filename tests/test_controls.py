@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from reflect_otel.config import GateMode, ReflectConfig
@@ -255,6 +256,31 @@ def test_services_sharing_a_pool_give_the_placebo_the_plan_reflect_wrote_for_an_
     outcome = placebo.process(five_steps(), expected="Bangkok", replay=agent)
     assert outcome.record is not None and outcome.record.status is not AttributionStatus.SKIPPED
     assert any(OWN_INSTRUCTION in call.injection for call in agent.calls)  # the plan written for the other failure
+
+
+def test_a_placebo_started_on_a_store_draws_on_the_plans_stored_before_it(tmp_path: Path) -> None:
+    from reflect_otel.exporters.duckdb_store import DuckDBStore
+
+    config = ReflectConfig(rounds=1, rollback_points=1, gate=GateMode.SOFT)
+    first = five_steps("Which year had the most titles?").model_copy(update={"trace_id": "a" * 32})
+    store = DuckDBStore(tmp_path / "s.duckdb")
+    reflect = AttributionService(auditor(2), METHODS["reflect"], verifier=OracleVerifier(), config=config, store=store)
+    reflect.process(first, expected="Bangkok", replay=agent_that_follows("never"))
+    store.close()
+    # another process, later: a placebo on the same store, sharing no pool with the service that wrote the plan
+    store = DuckDBStore(tmp_path / "s.duckdb")
+    placebo = AttributionService(
+        auditor(2), METHODS["control-placebo"], verifier=OracleVerifier(), config=config, store=store
+    )
+    assert len(placebo.plans) == 1
+    agent = agent_that_follows("never")
+    outcome = placebo.process(five_steps(), expected="Bangkok", replay=agent)
+    assert outcome.record is not None and outcome.record.status is not AttributionStatus.SKIPPED
+    assert any(OWN_INSTRUCTION in call.injection for call in agent.calls)  # the plan stored for the other failure
+    # a service of another method does not read the store for plans it never draws on
+    other = AttributionService(auditor(2), METHODS["reflect"], verifier=OracleVerifier(), config=config, store=store)
+    assert len(other.plans) == 0
+    store.close()
 
 
 def test_the_plan_pool_keeps_the_latest_failures_and_draws_the_same_plan_whatever_the_order() -> None:

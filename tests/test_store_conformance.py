@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from reflect_otel.exporters.duckdb_store import VIEWS, DuckDBStore
-from reflect_otel.store import AttributionJob
+from reflect_otel.store import AttributionJob, ReadsRecords
 from reflect_otel.testing.store_conformance import StoreUnderTest, sample_writes, schema, view_rows, write_sample
 
 BACKENDS = ["duckdb", "postgresql"]
@@ -79,6 +79,21 @@ def test_jobs_and_traces_read_back_and_bad_writes_are_counted(backend: StoreUnde
     store.write_trace("not a trace")  # type: ignore[arg-type]
     assert store.flush(30)
     assert store.stats.rejected == 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_the_latest_records_read_back_with_their_questions(backend: StoreUnderTest) -> None:
+    store = backend.store
+    assert isinstance(store, ReadsRecords)  # the built-in stores give their records back (the placebo's plans)
+    traces, _, records, _ = sample_writes()
+    write_sample(store, twice=False)
+    questions = {t.trace_id: t.question for t in traces}
+    with_cause = {(r.trace_id, r.method) for r in records if r.root_cause.strip()}
+    read = store.recent_records(10)
+    assert with_cause and {(r.trace_id, r.method) for _, r in read} == with_cause
+    assert all(question == questions[r.trace_id] and r in records for question, r in read)
+    assert {r.method for _, r in store.recent_records(10, excluding="aao")} == {m for _, m in with_cause} - {"aao"}
+    assert len(store.recent_records(1)) == 1 and store.recent_records(0) == []
 
 
 @pytest.mark.parametrize("backend", BACKENDS, indirect=True)
