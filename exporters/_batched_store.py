@@ -139,9 +139,9 @@ class BatchedStore:
         self.flush()
         rows = self._read(
             "SELECT coalesce(t.question, ''), a.trace_id, a.record_json FROM attributions a "
-            "LEFT JOIN traces t ON t.trace_id = a.trace_id "
+            "JOIN traces t ON t.trace_id = a.trace_id "  # the question, which the placebo must not share
             "WHERE a.method <> ? AND coalesce(a.root_cause, '') <> '' "
-            "ORDER BY a.created_at DESC NULLS LAST, a.trace_id LIMIT ?",
+            "ORDER BY a.created_at DESC NULLS LAST, a.trace_id, a.method LIMIT ?",
             [excluding, max(0, limit)],
         )
         records: list[tuple[str, AttributionRecord]] = []

@@ -48,7 +48,7 @@ from reflect_otel._stats import fisher_greater
 from reflect_otel.config import ReflectConfig
 from reflect_otel.corrections import repeated_call
 from reflect_otel.leaks import action_leak, leak
-from reflect_otel.proposals import Candidate, candidates, judge
+from reflect_otel.proposals import ALREADY_REPLAYED, Candidate, candidates, judge, replayed_already
 from reflect_otel.record import (
     REFUSED_TEXT_CHARS,
     Correction,
@@ -147,6 +147,9 @@ class ControlledReplay:
             given = "\n".join(_given_texts(trial))[:REFUSED_TEXT_CHARS]  # model_copy does not validate
             refused = trial.correction.model_copy(update={"refused": leaked, "refused_text": given})
             return TrialResult(trial, Decision.NOT_TESTED, f"refused: {leaked}", corrections=(refused,))
+        repeated = replayed_already(trial, self._replayed.get(trial.rollback_point, set()))
+        if repeated is not None:  # before the budget's and the control's checks, so the record lists why
+            return TrialResult(trial, Decision.NOT_TESTED, ALREADY_REPLAYED, corrections=(repeated,))
         if not self.can_test(trial.step):
             return TrialResult(trial, Decision.NOT_TESTED, "the replay budget cannot pay for both arms")
         ran = self.controls.get(trial.rollback_point)
@@ -169,7 +172,7 @@ class ControlledReplay:
             replayed_here=self._replayed.get(trial.rollback_point, set()),
         )
         if not found:  # screened before the control runs: a control nothing is compared with wastes a replay
-            reason = _unreplayed(trial, considered)
+            reason = "no proposal changed the step as the plan says" if considered else "nothing to replay"
             return TrialResult(trial, Decision.NOT_TESTED, reason, corrections=tuple(considered))
         control = self.controls.at(trial.rollback_point, round_=trial.round, localized=trial.localized_step)
         if not control.answered:
@@ -322,13 +325,6 @@ class ControlledReplay:
 
 
 _CONTROL_FAILED = "the control replay failed; see errors"
-
-
-def _unreplayed(trial: Trial, considered: list[Correction]) -> str:
-    """Why nothing was replayed for ``trial``: an action's own refusal, or the proposals' fate."""
-    if trial.is_action and len(considered) == 1 and considered[0].refused:
-        return considered[0].refused
-    return "no proposal changed the step as the plan says" if considered else "nothing to replay"
 
 
 def _given_texts(trial: Trial) -> list[str]:

@@ -8,7 +8,8 @@ guidance (which the hard gate refuses when the regenerated step ignores it) woul
 * ``control-placebo``: the plan is one the same auditor wrote for *another* failure, drawn at run time from a
   :class:`PlanPool` (the plans of the other failures the same service, or evaluation, attributed: REFLECT's, the
   wrong-step control's, which is the run's own plan, and the placebo's own auditor's, which it pays for as REFLECT
-  does and keeps for the failures after it). Its corrected call, if it has one, is executed at the localized step,
+  does and keeps for the failures after it; and, for a placebo service on a store, the plans of the latest records
+  stored before it started, see :data:`STORED_RECORDS`; its own auditor's plans are not stored). Its corrected call, if it has one, is executed at the localized step,
   and its text injected at the same rollback points; the evidence rules' calls (this run's content) are not tried.
   A correction of the right form, whose content does not fit: what a correct one gains over it is what its content
   does. With no plan for another failure yet (the first failure a placebo-only run sees), the record is ``skipped``
@@ -65,8 +66,11 @@ NO_WRONG_STEP = (
 )
 NO_PLACEBO = (
     "no plan written for another failure yet: the placebo injects the auditor's plan for another failure (the plans "
-    "written for earlier failures of the same run), so it has nothing to inject; not replayed"
+    "written for earlier failures of the same run, or stored before it), so it has nothing to inject; not replayed"
 )
+STORED_RECORDS = 200
+"""How many of a store's latest records a placebo service reads at its start for their plans (each record is read
+whole, tens of kilobytes with its replays: a bound on the start's time and memory, not on the pool)."""
 
 
 def plan_of(record: AttributionRecord) -> RepairPlan | None:
@@ -125,7 +129,7 @@ class PlanPool:
             self.keep(trace_id, question, plan)
 
     def add_stored(self, records: Iterable[tuple[str, AttributionRecord]]) -> None:
-        """Keep the plans of stored failures given newest first (:meth:`ReadsRecords.recent_records
+        """Keep the plans of stored records given newest first (:meth:`ReadsRecords.recent_records
         <reflect_otel.store.ReadsRecords.recent_records>`), added oldest first so the newest are kept longest."""
         for question, record in reversed(list(records)):
             self.add_plan(record.trace_id, question, record)

@@ -17,7 +17,7 @@ from reflect_otel.replay import ProposedStep, ReplayAdapter, proposer, pure_tool
 from reflect_otel.trace import Step, StepAction, StepKind
 from reflect_otel.trial import GateFn, Trial
 
-__all__ = ["ALREADY_REPLAYED", "Candidate", "candidates", "judge"]
+__all__ = ["ALREADY_REPLAYED", "Candidate", "candidates", "judge", "replayed_already"]
 
 ALREADY_REPLAYED = "the same call was already replayed at this step"
 
@@ -62,10 +62,8 @@ def candidates(
     point into that list). ``replayed_here``: the keys (:meth:`StepAction.key`) of the actions already replayed at
     the trial's rollback point; an action among them is refused, given or proposed."""
     if trial.is_action:
-        action = trial.correction.replacement
-        if action is not None and action.key() in replayed_here:
-            return [], [trial.correction.model_copy(update={"refused": ALREADY_REPLAYED})]
-        return [Candidate(0, action)], [trial.correction]
+        refused = replayed_already(trial, replayed_here)
+        return ([], [refused]) if refused else ([Candidate(0, trial.correction.replacement)], [trial.correction])
     source = proposer(adapter)
     if source is None:  # the agent regenerates the step itself in the replay; judged after the fact
         return [Candidate(0, None)], [trial.correction]
@@ -83,6 +81,15 @@ def candidates(
         return [], []
     pure = pure_tools(adapter)
     return _screened(trial, proposals, run=run, config=config, gate=gate, replayed_here=replayed_here, pure=pure)
+
+
+def replayed_already(trial: Trial, replayed_here: Collection[str]) -> Correction | None:
+    """``trial``'s own action refused as replayed at its rollback point already (``replayed_here``: the keys of the
+    actions replayed there), or None: guidance, or an action new there."""
+    action = trial.correction.replacement if trial.is_action else None
+    if action is not None and action.key() in replayed_here:
+        return trial.correction.model_copy(update={"refused": ALREADY_REPLAYED})
+    return None
 
 
 def _screened(

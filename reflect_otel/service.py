@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from reflect_otel.config import ReflectConfig
-from reflect_otel.controls import PLACEBO_METHOD, PlanPool
+from reflect_otel.controls import PLACEBO_METHOD, STORED_RECORDS, PlanPool
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import BudgetedLLM, TokenBudget
 from reflect_otel.llm.recording import CallLog, RecordingLLM, recording_agent_calls
@@ -123,7 +123,7 @@ class AttributionService:
         if self.method.name != PLACEBO_METHOD or not isinstance(self.store, ReadsRecords):
             return pool  # only the placebo draws on plans; reading records costs a start
         try:
-            pool.add_stored(self.store.recent_records(pool.max_plans, excluding=PLACEBO_METHOD))
+            pool.add_stored(self.store.recent_records(STORED_RECORDS, excluding=PLACEBO_METHOD))
         except Exception:  # a store that cannot be read: the placebo starts with no plan, as on an empty store
             _log.warning("the stored plans could not be read; the placebo starts with none", exc_info=True)
         return pool

@@ -89,8 +89,9 @@ class ReadsRecords(Protocol):
     placebo control started on it draws on the plans written before it started."""
 
     def recent_records(self, limit: int, *, excluding: str = "") -> list[tuple[str, AttributionRecord]]:
-        """The question and record of the latest ``limit`` attributions that name a root cause, those of the method
-        ``excluding`` left out, newest first; a stored record that no longer validates is skipped with a warning."""
+        """The question and record of the latest ``limit`` stored records that name a root cause and whose trace is
+        stored, those of the method ``excluding`` left out, newest first; a stored record that no longer validates
+        is skipped with a warning."""
         ...
 
 

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.controls import NO_PLACEBO, NO_WRONG_STEP, PlanPool, plan_of, wrong_step
 from reflect_otel.methods import METHODS
@@ -280,6 +282,24 @@ def test_a_placebo_started_on_a_store_draws_on_the_plans_stored_before_it(tmp_pa
     # a service of another method does not read the store for plans it never draws on
     other = AttributionService(auditor(2), METHODS["reflect"], verifier=OracleVerifier(), config=config, store=store)
     assert len(other.plans) == 0
+    store.close()
+
+
+def test_a_store_that_cannot_be_read_leaves_the_placebo_with_no_plan_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from reflect_otel.exporters.duckdb_store import DuckDBStore
+
+    class Unreadable(DuckDBStore):
+        def recent_records(self, limit: int, *, excluding: str = "") -> list[tuple[str, AttributionRecord]]:
+            raise OSError("the disk went away")
+
+    store = Unreadable(tmp_path / "s.duckdb")
+    placebo = AttributionService(auditor(2), METHODS["control-placebo"], verifier=OracleVerifier(), store=store)
+    assert len(placebo.plans) == 0
+    assert "the stored plans could not be read" in caplog.text
+    outcome = placebo.process(five_steps(), expected="Bangkok", replay=agent_that_follows("never"))
+    assert outcome.record is not None and outcome.record.reason == NO_PLACEBO  # as on an empty store
     store.close()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,13 @@ def test_the_latest_records_read_back_with_their_questions(backend: StoreUnderTe
     assert all(question == questions[r.trace_id] and r in records for question, r in read)
     assert {r.method for _, r in store.recent_records(10, excluding="aao")} == {m for _, m in with_cause} - {"aao"}
     assert len(store.recent_records(1)) == 1 and store.recent_records(0) == []
+    # the newest first: a record written an hour later, of a trace that is stored; one whose trace is not, left out
+    latest = records[0].model_copy(update={"method": "late", "created_at": records[0].created_at + timedelta(hours=1)})
+    orphan = latest.model_copy(update={"trace_id": "9" * 32})
+    store.write_record(latest)
+    store.write_record(orphan)
+    assert [r for _, r in store.recent_records(1)] == [latest]
+    assert "9" * 32 not in {r.trace_id for _, r in store.recent_records(100)}
 
 
 @pytest.mark.parametrize("backend", BACKENDS, indirect=True)
