@@ -186,11 +186,12 @@ def test_the_corrected_call_is_one_of_the_agents_tools_by_schema() -> None:
     assert filter_arguments["properties"]["op"]["enum"] == ["=", "!=", "contains"]
 
 
-def test_the_corrected_thought_is_asked_for_without_the_final_answer() -> None:
+def test_the_corrected_thought_and_the_instruction_are_asked_for_without_the_final_answer() -> None:
     # a rewritten step that states the answer is refused by the leak guard: the schema says so before the call
     schema = diagnosis_output((), chain_of_thought=True).model_json_schema()
     assert "corrected_thought" in schema["required"]
     assert "must not state the final answer" in schema["properties"]["corrected_thought"]["description"]
+    assert "not the final answer" in schema["properties"]["correction_instruction"]["description"]
 
 
 def test_a_call_of_a_tool_the_agent_lacks_is_rejected_and_sent_back() -> None:

@@ -69,7 +69,10 @@ whole, where inside a text field a double quote ends the string under schema-con
 class DiagnosisOutput(BaseModel):
     model_config = FROZEN
     root_cause: Explanation = Field(description="explanation")
-    correction_instruction: Explanation = Field(description="the exact action to take instead, with its values")
+    correction_instruction: Explanation = Field(
+        description="the exact action to take instead, with its values, not the final answer (an instruction that "
+        "states it is refused)"
+    )
     forbidden_actions: list[str] = Field(max_length=10, description="action")
     expected_next_tool: str | None = Field(description="tool")
     expected_next_arguments: dict[str, ArgumentValue] | None = Field(default=None, description="argument")
