@@ -134,14 +134,21 @@ class Controls:
             )
             attempt, _ = self.replayer.replay(planned, action=None)
             if attempt.error is None:
-                attempt = attempt.model_copy(update={"reproduced": self._reproduces(attempt.final_answer)})
+                attempt = attempt.model_copy(update={"reproduced": self._reproduces(attempt)})
             arm.attempts.append(self.replayer.record(attempt))
 
-    def _reproduces(self, final_answer: str | None) -> bool:
-        answer = extract_answer(final_answer)
+    def _reproduces(self, attempt: ReplayAttempt) -> bool:
+        """The run's own answer: the same under the judge's normalisation, or the same answer the verifier read
+        from both in the task's form (a chain of thought answering "Melissa" where its run wrote "(A)", the option
+        the question lists as "(A) Melissa")."""
+        answer = extract_answer(attempt.final_answer)
         if answer is None or self._original is None:
             return answer is None and self._original is None
-        return answers_match(answer, self._original)
+        if answers_match(answer, self._original):
+            return True
+        ours, run = attempt.verdict, self.replayer.run.original_verdict
+        read = [v.extracted_answer for v in (ours, run) if v is not None and v.extracted_answer]
+        return len(read) == 2 and read[0].casefold().split() == read[1].casefold().split()
 
     @property
     def fidelity(self) -> Fidelity | None:

@@ -235,7 +235,7 @@ class Reflexion(Baseline):
         retry = Correction(
             source="reflexion", kind=InterventionKind.GUIDANCE, step_index=1, finding=reflection.reflection[:500]
         )
-        leaked = leak(memory, expected)
+        leaked = leak(memory, expected, trace.question)
         if leaked is not None:
             return run.record(
                 status=AttributionStatus.UNVERIFIED,

@@ -142,7 +142,7 @@ class ControlledReplay:
         """Test ``trial`` under the decision rule. Never raises for what the adapter or the agent does."""
         if not 1 <= trial.step <= len(self.run.trace.steps):
             return TrialResult(trial, Decision.NOT_TESTED, f"step {trial.step} is not a step of the run")
-        leaked = leak(_given_texts(trial), self.expected) or self._action_leak(trial)
+        leaked = leak(_given_texts(trial), self.expected, self.run.trace.question) or self._action_leak(trial)
         if leaked is not None:
             given = "\n".join(_given_texts(trial))[:REFUSED_TEXT_CHARS]  # model_copy does not validate
             refused = trial.correction.model_copy(update={"refused": leaked, "refused_text": given})

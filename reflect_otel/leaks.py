@@ -10,6 +10,9 @@ there is checked first, and refused, with the refusal recorded, when it
   and a lone ``5`` in "step 5" (a one-character answer is not exempt: it cannot be told apart from a leak);
   a date is found written in any form the judge reads; a part that gives the value away alone counts as the value
   (each date of a range, the number of "34 years");
+* names it in its own form where the answer is an option label or a bracket sequence: ``(B)`` as "(B)", "option B"
+  or the option's text where the question lists ``(B) text`` (never the letter as a word: "a" is in most texts), and
+  ``] > )`` written in a run of brackets, spaced or not (a bracket answer has no tokens to find);
 * or states an answer ("the correct answer is ...", "answer: ...", the mask "[the answer]" of earlier versions).
 
 Masking the answer out of a correction is not enough: "The correct answer is [the answer]" still tells the agent
@@ -70,6 +73,10 @@ _DATE_IN_TEXT = re.compile(
     r"|\b[A-Za-z]{3,9}\s+\d{4}\b"
 )
 _MAX_CHARS = 20_000
+_CHOICE_LABEL = re.compile(r"\s*\(([A-Z])\)\s*")
+_OPTION_LINE = re.compile(r"^\s*\(([A-Z])\)\s*(.+?)\s*$", re.MULTILINE)
+_BRACKETS = "[](){}<>"
+_BRACKET_RUN = re.compile(r"[\[\](){}<>](?:\s*[\[\](){}<>])*")
 QUESTION_VALUE_CHARS = 3
 """The shortest answer value (letters and digits) an action may respell because the question names it (the module)."""
 QUESTION_CHARS = 300
@@ -137,20 +144,51 @@ def _parts(value: str) -> list[str]:
     return []
 
 
-def _carried(before: str, after: str, expected: str | None, question: str = "") -> str | None:
-    """Why ``after`` carries the answer where ``before`` did not: it states an answer, or holds a value of
-    ``expected`` (as a whole token sequence, or as a date) more often than ``before`` does, unless it respells the
-    agent's own spelling of a value ``question`` names (given only for actions' arguments; see the module)."""
+def _option_label(text: str, letter: str) -> int:
+    """How often ``text`` names the option ``letter``: ``(B)``, "option B", "choice (B)"."""
+    return len(re.findall(rf"\(\s*{letter}\s*\)|\b(?:option|choice)\s+{letter}\b", text[:_MAX_CHARS], re.IGNORECASE))
+
+
+def _bracket_runs(text: str, needle: str) -> int:
+    """How often ``needle`` (brackets, no spaces) is written in ``text``'s runs of brackets."""
+    return sum("".join(run.split()).count(needle) for run in _BRACKET_RUN.findall(text[:_MAX_CHARS]))
+
+
+def _answer_forms(expected: str, question: str) -> tuple[str | None, str | None, list[str]]:
+    """The forms in which ``expected`` is found in a text (see the module): an option label (with the option's text
+    among the values, where ``question`` lists it), a bracket sequence, or the values the judge reads."""
+    choice = _CHOICE_LABEL.fullmatch(expected)
+    if choice is not None:
+        letter = choice.group(1)
+        option = next((text for label, text in _OPTION_LINE.findall(question) if label == letter), None)
+        return letter, None, [option] if option else []  # never the letter as a word: "a" is in most texts
+    if expected.strip() and all(c in _BRACKETS or c.isspace() for c in expected):
+        return None, "".join(expected.split()), []
+    return None, None, [v for whole in answer_values(expected) for v in (whole, *_parts(whole))]
+
+
+def _carried(
+    before: str, after: str, expected: str | None, *, question: str = "", respelling: bool = False
+) -> str | None:
+    """Why ``after`` carries the answer where ``before`` did not: it states an answer, names the expected option or
+    writes the expected bracket sequence, or holds a value of ``expected`` (as a whole token sequence, or as a
+    date) more often than ``before`` does, unless (``respelling``: actions' arguments) it respells the agent's own
+    spelling of a value ``question`` names (see the module)."""
     if states_an_answer(after) and not states_an_answer(before):
         return "it states an answer ('the answer is ...'): it would tell the agent what to answer"
     if not expected:
         return None
+    letter, brackets, values = _answer_forms(expected, question)
+    if letter is not None and _option_label(after, letter) > _option_label(before, letter):
+        return f"it names the expected option ({letter}): it would flip a replay from any step"
+    if brackets is not None and _bracket_runs(after, brackets) > _bracket_runs(before, brackets):
+        return f"it carries the expected answer {expected!r}: it would flip a replay from any step"
     now, was = _tokens(after), _tokens(before)
     dates_now, dates_was = _dates(after), _dates(before)
-    for value in [v for whole in answer_values(expected) for v in (whole, *_parts(whole))]:
+    for value in values:
         target = answer_value(value)
         needle = _tokens(value)
-        if question and _respelled(question, value, needle, was, now):
+        if respelling and question and _respelled(question, value, needle, was, now):
             continue
         if target.date is not None and dates_now.count(target.date) > dates_was.count(target.date):
             return f"it carries the expected answer {value!r} (as a date): it would flip a replay from any step"
@@ -159,12 +197,13 @@ def _carried(before: str, after: str, expected: str | None, question: str = "") 
     return None
 
 
-def leak(texts: str | Iterable[str], expected: str | None) -> str | None:
-    """Why ``texts`` must not reach a replayed agent when ``expected`` is the answer, or None (see the module)."""
+def leak(texts: str | Iterable[str], expected: str | None, question: str = "") -> str | None:
+    """Why ``texts`` must not reach a replayed agent when ``expected`` is the answer to ``question``, or None (see
+    the module; the question gives an option label's text)."""
     joined = texts if isinstance(texts, str) else "\n".join(texts)
     if not joined.strip():
         return None
-    return _carried("", joined, expected)
+    return _carried("", joined, expected, question=question)
 
 
 def _strings(value: object) -> Iterator[str]:
@@ -195,7 +234,7 @@ def action_leak(
         pairs.append(("\n".join(_strings(before)), "\n".join(_strings(value))))
     for number, (before, after) in enumerate(pairs):
         if after != before and after.strip():
-            reason = _carried(before, after, expected, question if number else "")
+            reason = _carried(before, after, expected, question=question, respelling=bool(number))
             if reason is not None:
                 return reason
     return None
@@ -219,7 +258,7 @@ def _next_call(plan: RepairPlan) -> str:
     return " ".join([plan.expected_next_tool or "", *(str(v) for v in arguments.values())]).strip()
 
 
-def guard_plan(plan: RepairPlan, expected: str | None) -> tuple[RepairPlan, tuple[Withheld, ...]]:
+def guard_plan(plan: RepairPlan, expected: str | None, question: str = "") -> tuple[RepairPlan, tuple[Withheld, ...]]:
     """``plan`` as it may be given to a replayed agent when ``expected`` is the answer, and the parts withheld.
 
     Each part the guidance writes into the agent's context (the root cause, the instruction, each forbidden action,
@@ -230,7 +269,7 @@ def guard_plan(plan: RepairPlan, expected: str | None) -> tuple[RepairPlan, tupl
     withheld: list[Withheld] = []
 
     def kept(part: str, text: str) -> bool:
-        reason = leak(text, expected)
+        reason = leak(text, expected, question)
         if reason is not None:
             withheld.append(Withheld(part, text, reason))
         return reason is None

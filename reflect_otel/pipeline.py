@@ -230,7 +230,7 @@ class ReflectPolicy:
         window = self.points(trace, located, config.rollback_points, earlier)
         points = [p for p in window if p not in tested]
         source = self.llm_source if self.use_diagnostician else "localizer"
-        given, withheld = leaks.guard_plan(plan, ctx.expected) if points else (plan, ())
+        given, withheld = leaks.guard_plan(plan, ctx.expected, trace.question) if points else (plan, ())
         refused += tuple(
             Correction(
                 source=source,

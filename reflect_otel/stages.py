@@ -193,9 +193,19 @@ def _corrected_step(out: BaseModel) -> StepAction | None:
     if isinstance(call, BaseModel):
         return StepAction(tool_name=str(getattr(call, "tool", "")), arguments=arguments_of(call))
     thought = getattr(out, "corrected_thought", None)
-    if isinstance(thought, str) and thought.strip():
+    if isinstance(thought, str) and thought.strip() and not _not_a_step(thought):
         return StepAction(text=thought.strip())
     return None
+
+
+_ADVICE = re.compile(r"\bthe agent (?:should|must|needs? to|ought to|has to)\b", re.IGNORECASE)
+
+
+def _not_a_step(thought: str) -> bool:
+    """A rewritten thought that is no step of the agent's: the prompt's own request copied back (seed 48's BBM
+    replayed "Step 2 as it should have been, with concrete values taken from the data above" twice), or advice
+    about the agent ("The agent should have ...", advice the hard gate cannot judge as a step)."""
+    return prompts.CORRECTED_STEP_ASK in " ".join(thought.lower().split()) or bool(_ADVICE.search(thought))
 
 
 def _scalars(arguments: Mapping[str, object]) -> dict[str, str | int | float | bool]:

@@ -679,3 +679,21 @@ def test_a_call_already_replayed_at_the_point_is_refused_given_or_proposed() -> 
     guided = Trial(Correction(source="llm", kind=InterventionKind.GUIDANCE, step_index=1), "use 1st")
     found, (proposal,) = consider(guided, {call.key()})
     assert found == [] and proposal.refused == ALREADY_REPLAYED and proposal.source == "proposal:llm"
+
+
+@pytest.mark.parametrize(
+    ("thought", "kept"),
+    [
+        ("Eve and Bob swap: Eve has the red ball.", True),
+        ("Step 2 as it should have been, with concrete values taken from the data above", False),  # the ask, back
+        ("The agent should have swapped Eve's ball with Bob's.", False),  # advice about the agent, not its step
+    ],
+)
+def test_a_rewritten_thought_that_is_no_step_of_the_agents_is_no_correction(thought: str, kept: bool) -> None:
+    trace = make_trace("Who holds the red ball?", [{"reasoning": "Eve keeps the blue ball."}, {"reasoning": "(A)"}])
+    diagnosis = {"root_cause": "a swap was missed", "correction_instruction": "redo the swap",
+                 "corrected_thought": thought, "forbidden_actions": [], "confidence": 0.8}  # fmt: skip
+    ctx = PromptContext.of(trace, "(B)")
+    plan = diagnose(ScriptedLLM([diagnosis]), ctx, trace, Localization(step_index=1, confidence=0.5), None)
+    assert (plan.corrected_step == StepAction(text=thought)) is kept
+    assert plan.root_cause == "a swap was missed"  # the plan itself is kept either way

@@ -388,7 +388,6 @@ def test_attribute_exits_non_zero_when_every_attribution_failed(tmp_path: Path, 
     ("options", "message"),
     [
         (["--benchmark", "who-and-when", "--max-replays", "3"], "who-and-when is localization-only"),
-        (["--benchmark", "bbm", "--exclude", "nt-1"], "--exclude names questions of wtq-live"),
         (["--benchmark", "bbm", "--replay-temperature", "0.2"], "--replay-temperature was removed"),
         (["--benchmark", "bbm", "--deterministic-agent"], "--deterministic-agent is about the agent of wtq-live"),
         (["--benchmark", "bbm", "--runs", "3"], "--runs counts the agent runs of wtq-live"),
@@ -468,3 +467,24 @@ def test_bbm_table_sets_verified_em_against_unverified_em_with_counts(shared_dat
         common == 3
         and "\n- ics: EM under the controlled rule (scored records naming a gold step): verified 1 of 2" in tables
     )
+
+
+def test_a_dataset_sample_leaves_the_excluded_traces_out_and_a_resume_keeps_the_list(
+    shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def run(out: Path, *extra: str) -> int:
+        args = ["eval", "--benchmark", "bbm", "--method", "first-step", "--data", str(shared_data)]
+        return main([*args, "--out", str(out), "--limit", "3", "--seed", "5", *extra])
+
+    def traces(out: Path) -> list[str]:
+        return [json.loads(line)["trace_id"] for line in (out / "results.jsonl").read_text().splitlines()]
+
+    assert run(tmp_path / "first") == 0
+    read = traces(tmp_path / "first")
+    assert run(tmp_path / "fresh", "--exclude", ",".join(read)) == 0
+    fresh = traces(tmp_path / "fresh")
+    assert len(fresh) == 3 and not set(fresh) & set(read)  # another sample of the same size
+    assert json.loads((tmp_path / "fresh" / "run_config.json").read_text())["exclude"] == read
+    capsys.readouterr()
+    assert run(tmp_path / "fresh", "--exclude", read[0]) != 0  # a resume under another list is another sample
+    assert "exclude" in capsys.readouterr().err

@@ -46,6 +46,32 @@ def test_the_guard_reads_the_answer_under_the_judge(text: str, expected: str, le
     assert (leak(text, expected) is not None) is leaks
 
 
+OPTIONS = "At the end, Claire has the\nOptions:\n(A) green ball.\n(B) orange ball.\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "leaks"),
+    [
+        # an option label: named as a label, or by its option's text; never the letter as a word
+        ("Recheck a swap: Claire had a ball before.", "(A)", False),  # the article "a" is not option A
+        ("The right option is (A).", "(A)", True),
+        ("Pick option A after the swaps.", "(A)", True),
+        ("So Claire ends with the green ball.", "(A)", True),  # option A's text
+        ("So Claire ends with the orange ball.", "(A)", False),
+        ("Compare (B) with the swaps.", "(A)", False),
+        # a bracket sequence: written as one, spaces or none; not brackets scattered through prose
+        ("Now close them: ] > ) in that order.", "] > )", True),
+        ("The stack holds ( < [ so the next is ]>).", "] > )", True),
+        ("Push ] (the square bracket) then > (angle).", "] > )", False),
+        ("Recount the open brackets in the input.", "] > )", False),
+    ],
+)
+def test_an_option_label_and_a_bracket_sequence_are_read_in_their_own_form(
+    text: str, expected: str, leaks: bool
+) -> None:
+    assert (leak(text, expected, OPTIONS) is not None) is leaks
+
+
 def _query(sql: str) -> StepAction:
     return StepAction(tool_name="query", arguments={"sql": sql})
 

@@ -16,7 +16,13 @@ from reflect_otel.errors import LLMError
 from reflect_otel.pipeline import ReflectPipeline, guidance_window, rollback_points
 from reflect_otel.record import AttributionRecord, AttributionStatus, ErrorType, ReplayArm
 from reflect_otel.replay import BudgetedReplay, ReplayAdapter
-from reflect_otel.testing import ScriptedLLM, ScriptedProposingAdapter, ScriptedReplayAdapter, ScriptedRequest
+from reflect_otel.testing import (
+    ScriptedLLM,
+    ScriptedProposingAdapter,
+    ScriptedReplayAdapter,
+    ScriptedRequest,
+    make_trace,
+)
 from reflect_otel.testing.examples import EXPECTED, five_step_trace
 from reflect_otel.testing.examples import scripted_agent as agent
 from reflect_otel.testing.examples import scripted_auditor as auditor
@@ -471,3 +477,21 @@ def test_a_point_whose_control_answers_right_is_shown_once_then_left(shared_data
     assert controls(record) == [step - 1, step - 2] and interventions(record) == [step - 1, step - 2]
     # proposals sampled once, for the one intervention at the earlier point (the later one's was the auditor's)
     assert proposals == config.proposal_samples
+
+
+def test_a_control_that_names_the_runs_option_by_its_text_reproduces_the_run() -> None:
+    # a chain of thought whose run answered "(B)" and whose replays answer with option B's text: the same answer
+    question = "At the end, Claire has the\nOptions:\n(A) green ball.\n(B) orange ball.\n(C) red ball."
+    steps = [{"reasoning": "Claire swaps with Bob."}, {"reasoning": "So the answer is (B)", "is_final_answer": True}]
+    trace = make_trace(question, steps)
+    again = ScriptedReplayAdapter(  # left alone it answers as its run did, in words
+        lambda trace, point, injection: [{"reasoning": "So the answer is the orange ball", "is_final_answer": True}],
+        deterministic=True,
+    )
+    llm = auditor(localize=[1])
+    record = ReflectPipeline(llm, verifier=BBMVerifier(), config=ReflectConfig(rounds=1, rollback_points=1)).attribute(
+        trace, expected="(A)", replay=again
+    )
+    (control,) = [a for a in record.replays if a.arm is ReplayArm.CONTROL]
+    assert control.verdict is not None and control.verdict.extracted_answer == "(B)"
+    assert control.reproduced and record.fidelity is not None and record.fidelity.reproduced == 1

@@ -81,6 +81,33 @@ def test_bbm_extraction_by_target_form(text: str, target: str, extracted: str, c
     assert BBMVerifier().verify(_trace(text), expected=target).is_correct is correct
 
 
+TRACKING = (
+    "Alice, Bob and Claire each hold a ball. At the end of the game, Claire has the\nOptions:\n(A) green ball.\n"
+    "(B) orange ball.\n(C) orange and white ball.\n"
+)
+DYCK = "Complete the rest of the sequence, making sure that the parentheses are closed properly. Input: ( < [ ( )"
+
+
+@pytest.mark.parametrize(
+    ("text", "target", "question", "extracted"),
+    [
+        ("So the answer is Claire has the green ball.", "(A)", TRACKING, "(A)"),  # the option's text, in a sentence
+        ("So the answer is green", "(A)", TRACKING, "(A)"),  # part of one option's text only
+        ("So the answer is orange", "(B)", TRACKING, None),  # part of two: names none
+        ("So the answer is orange and white ball", "(C)", TRACKING, "(C)"),  # one option's whole text holds another's
+        ("So the answer is ball", "(A)", TRACKING, None),
+        ("So the answer is green", "(A)", "", None),  # no options listed: a word is no label
+        ("So the answer is ( < [ ( ) ] > )", "] > )", DYCK, "] > )"),  # the whole sequence: what it adds
+        ("So the answer is ] > )", "] > )", DYCK, "] > )"),
+        ("So the answer is ( < [ ( )", "] > )", DYCK, "( < [ ( )"),  # adds nothing: read as written, wrong
+    ],
+)
+def test_bbm_answers_are_read_in_the_questions_terms(text: str, target: str, question: str, extracted: str) -> None:
+    assert extract_bbm_answer(text, target=target, question=question) == extracted
+    verdict = BBMVerifier().verify(_trace(text).model_copy(update={"question": question}), expected=target)
+    assert verdict.is_correct is (extracted == target)
+
+
 def test_self_verifier_uses_the_llm_without_ground_truth() -> None:
     llm = ScriptedLLM([{"is_correct": False, "confidence": 0.9, "reasoning": "wrong city"}])
     verdict = SelfVerifier(llm).verify(_trace("Rome"), expected="SECRET-TRUTH")

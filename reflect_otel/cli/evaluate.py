@@ -83,7 +83,8 @@ def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument("--seed", type=int, help="shuffle the traces with this seed before --limit")
     parser.add_argument(
         "--exclude",
-        help=f"{LIVE}: comma-separated question ids never to run (e.g. the demo's, to measure on others)",
+        help=f"comma-separated ids never to run: {LIVE}'s question ids (e.g. the demo's, to measure on others), or a "
+        "dataset benchmark's trace ids (the traces an earlier sample was read on), left out before --seed's shuffle",
     )
     parser.add_argument(
         "--max-replays",
@@ -139,8 +140,6 @@ def _eval(args: argparse.Namespace) -> int:
         return _eval_live(args, config)
     if args.method not in METHODS:
         raise ConfigError(f"--method: choose one of {', '.join(METHODS)}")
-    if args.exclude:
-        raise ConfigError(f"--exclude names questions of {LIVE}; {args.benchmark} samples its traces by --seed")
     if args.runs is not None:
         raise ConfigError(f"--runs counts the agent runs of {LIVE}; for {args.benchmark} give --limit")
     if args.agent != "table":
@@ -171,6 +170,7 @@ def _eval(args: argparse.Namespace) -> int:
         args.judge_explanations,
         config,
         max_replays=args.max_replays,
+        exclude=excluded_ids(args.exclude or ""),
     )
     metrics = run_eval(options, llm, progress=progress)
     if tty:

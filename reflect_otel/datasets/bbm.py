@@ -110,10 +110,16 @@ def read_bbm(path: Path) -> Iterator[DatasetItem]:
 _CHOICE = re.compile(r"\(([A-Z])\)")
 _BRACKETS = re.compile(r"[\[\](){}<>]")
 _SIGNED_NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
+_OPTION = re.compile(r"^\s*\(([A-Z])\)\s*(.+?)\s*$", re.MULTILINE)
 
 
-def extract_bbm_answer(text: str | None, *, target: str) -> str | None:
-    """A BIG-Bench-Mistake answer in the form of ``target``: ``(C)``, a number, a bracket sequence, or words."""
+def extract_bbm_answer(text: str | None, *, target: str, question: str = "") -> str | None:
+    """A BIG-Bench-Mistake answer in the form of ``target``: ``(C)``, a number, a bracket sequence, or words.
+
+    Read in ``question``'s terms where an answer names its content rather than its form: an option's text for its
+    label, where the question lists options as ``(C) text`` lines and exactly one option's text and the answer
+    contain one another ("the orange ball" is ``(C) orange ball.``; "ball" names none); and a bracket sequence that
+    repeats the question's own sequence before going on, for what it adds (the completion asked for)."""
     stated = extract_answer(text)
     if stated is None:
         return None
@@ -122,25 +128,48 @@ def extract_bbm_answer(text: str | None, *, target: str) -> str | None:
         if choices:
             return f"({choices[-1]})"
         bare = re.fullmatch(r"\(?([A-Z])\)?", stated.strip())
-        return f"({bare.group(1)})" if bare else None
+        if bare:
+            return f"({bare.group(1)})"
+        named = _named_option(stated, question)
+        return f"({named})" if named else None
     if _number(target) is not None:
         numbers = _SIGNED_NUMBER.findall(stated.replace(",", ""))
         return numbers[-1] if numbers else None
     if target.strip() and not _BRACKETS.sub("", target).strip():
-        return " ".join(_BRACKETS.findall(stated)) or None
-    return " ".join(re.sub(r"[^\w'\s-]", " ", stated.lower()).split()) or None
+        brackets, given = _BRACKETS.findall(stated), _BRACKETS.findall(question)
+        if given and len(brackets) > len(given) and brackets[: len(given)] == given:
+            brackets = brackets[len(given) :]  # the whole sequence written out: what it adds is the answer
+        return " ".join(brackets) or None
+    return _words(stated) or None
+
+
+def _words(text: str) -> str:
+    return " ".join(re.sub(r"[^\w'\s-]", " ", text.lower()).split())
+
+
+def _named_option(stated: str, question: str) -> str | None:
+    """The label of the one option of ``question`` whose text and ``stated`` contain one another as whole words."""
+    said = _words(stated)
+    if not said:
+        return None
+    named = set()
+    for label, text in _OPTION.findall(question):
+        option = _words(text)
+        if option and (f" {option} " in f" {said} " or f" {said} " in f" {option} "):
+            named.add(label)
+    return named.pop() if len(named) == 1 else None
 
 
 class BBMVerifier:
-    """BIG-Bench-Mistake: extract in the target's form, then compare case-insensitively. Word order matters
-    (word sorting is about order)."""
+    """BIG-Bench-Mistake: extract in the target's form (:func:`extract_bbm_answer`, read in the question's terms),
+    then compare case-insensitively. Word order matters (word sorting is about order)."""
 
     name = "bbm"
 
     def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
         if expected is None:
             return Verdict(verifier=self.name, is_correct=None, confidence=0.0, reasoning="no target answer")
-        extracted = extract_bbm_answer(trace.final_answer, target=expected)
+        extracted = extract_bbm_answer(trace.final_answer, target=expected, question=trace.question)
         if extracted is None:
             return Verdict(verifier=self.name, is_correct=False, reasoning="no answer in the target's form")
         if _number(expected) is not None:

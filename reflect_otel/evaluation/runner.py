@@ -44,6 +44,8 @@ class EvalOptions:
     config: ReflectConfig = field(default_factory=ReflectConfig)
     max_replays: int | None = None
     """Replays each method may run per trace (the same budget for every method compared); None: no cap."""
+    exclude: tuple[str, ...] = ()
+    """Trace ids never to run (the traces an earlier sample was read on), left out before the shuffle."""
 
 
 def read_done(path: Path, *, key: str = "trace_id", mend: bool = True) -> dict[str, dict[str, Any]]:
@@ -66,6 +68,11 @@ def read_done(path: Path, *, key: str = "trace_id", mend: bool = True) -> dict[s
         if isinstance(row, dict) and key in row:
             done[str(row[key])] = row
     return done
+
+
+def _as_json(value: Any) -> Any:
+    """An option as its run configuration writes it (and a resume reads it back): paths as text, tuples as lists."""
+    return str(value) if isinstance(value, Path) else list(value) if isinstance(value, tuple) else value
 
 
 def _judge(llm: StructuredLLM, record: AttributionRecord, item: EvalItem, max_chars: int) -> float | None:
@@ -99,7 +106,7 @@ def run_eval(
     """Run (or resume) and return the metrics. ``progress(done, total, running EM or None, failed so far)``."""
     if options.method not in METHODS:
         raise InputError(f"unknown method {options.method!r}; choose one of {', '.join(METHODS)}")
-    items = load_benchmark(options.benchmark, options.data)
+    items = [i for i in load_benchmark(options.benchmark, options.data) if i.trace.trace_id not in options.exclude]
     if options.seed is not None:
         random.Random(options.seed).shuffle(items)
     items = items[: options.limit] if options.limit else items
@@ -108,7 +115,7 @@ def run_eval(
     options.out.mkdir(parents=True, exist_ok=True)
     results = options.out / RESULTS
     done = read_done(results)
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items() if k != "config"}
+    config = {k: _as_json(v) for k, v in asdict(options).items() if k != "config"}
     write_run_config(
         options.out,
         config
@@ -121,9 +128,10 @@ def run_eval(
             "verification": "controlled",
         },
         defining=(
-            "benchmark", "method", "seed", "judge_explanations", "model", "reflect_config", "max_replays", "verification"
+            "benchmark", "method", "seed", "judge_explanations", "model", "reflect_config", "max_replays",
+            "verification", "exclude",
         ),
-        absent_means={"verification": "uncontrolled"},
+        absent_means={"verification": "uncontrolled", "exclude": []},
     )  # fmt: skip
     service = AttributionService(
         llm,

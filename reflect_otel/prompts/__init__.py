@@ -36,6 +36,7 @@ from reflect_otel.prompts.baselines import (
 )
 from reflect_otel.prompts.judges import SelfVerifyOutput, SimilarityOutput, explanation_similarity, self_verify
 from reflect_otel.prompts.reflect import (
+    CORRECTED_STEP_ASK,
     ClassificationOutput,
     DiagnosisOutput,
     GateOutput,
@@ -53,6 +54,7 @@ from reflect_otel.prompts.reflect import (
 
 __all__ = [
     "CHAIN_OF_THOUGHT_PROMPT",
+    "CORRECTED_STEP_ASK",
     "WITHHELD",
     "AAOOutput",
     "BisectOutput",

@@ -27,6 +27,7 @@ from reflect_otel.record import ErrorType, RepairPlan
 from reflect_otel.trace import Step, ToolDefinition
 
 __all__ = [
+    "CORRECTED_STEP_ASK",
     "ClassificationOutput",
     "DiagnosisOutput",
     "GateOutput",
@@ -80,6 +81,9 @@ class DiagnosisOutput(BaseModel):
 
 
 _CALL_DESCRIPTION = "the corrected step: the call the agent should have made at the erroneous step, or null"
+CORRECTED_STEP_ASK = "as it should have been, with concrete values taken from the data above"
+"""How the diagnosis asks for the corrected step (lower case, single spaces): a reply that copies it back wrote no
+step (:func:`reflect_otel.stages.diagnose`)."""
 _THOUGHT_DESCRIPTION = (
     "the erroneous step rewritten correctly, as one reasoning step; it must not state the final answer (a step that "
     "does is refused: it would prove nothing)"
@@ -204,7 +208,7 @@ def diagnosis(
         f"Previously suggested correction:\n{data_block('SUGGESTION', cut(correction, ctx.max_chars))}\n\n"
         f"{options}"
         "Produce a repair plan:\n1. ROOT CAUSE: why the agent chose wrongly\n2. What EXACTLY to do instead\n"
-        f"3. {what}{error_index} as it should have been, with concrete values taken from the data above (a tool "
+        f"3. {what}{error_index} {CORRECTED_STEP_ASK} (a tool "
         "result, an error message or the context often shows the right value); a candidate above when one is right\n"
         "4. What the agent must NEVER do\n"
         "In text fields, quote values with single quotes ('like this'). Never state the expected answer: say "
