@@ -26,7 +26,16 @@ import unicodedata
 from dataclasses import dataclass
 from datetime import datetime
 
-__all__ = ["AnswerValue", "answer_value", "answer_values", "answers_match", "normalise_text", "split_answer"]
+__all__ = [
+    "AnswerValue",
+    "answer_value",
+    "answer_values",
+    "answers_match",
+    "listed_options",
+    "normalise_text",
+    "option_label",
+    "split_answer",
+]
 
 _SMART_SINGLE = re.compile("[\u2018\u2019\u00b4`]")
 _SMART_DOUBLE = re.compile("[\u201c\u201d]")
@@ -153,3 +162,21 @@ def answers_match(answer: str, expected: str) -> bool:
     if len(targets) == 1:
         return targets[0].matches(answer_value(answer))
     return _denotation_matches(targets, [answer_value(part) for part in split_answer(answer)])
+
+
+_OPTION_LABEL = re.compile(r"\s*\(([A-Z])\)\s*")
+_OPTION_LINE = re.compile(r"^\s*\(([A-Z])\)\s*(.+?)\s*$", re.MULTILINE)
+
+
+def option_label(answer: str) -> str | None:
+    """The letter of an answer that is an option's label (``(B)``), else None."""
+    found = _OPTION_LABEL.fullmatch(answer)
+    return found.group(1) if found else None
+
+
+def listed_options(question: str) -> dict[str, str]:
+    """The options ``question`` lists as ``(B) text`` lines, by label (the first line of a label wins)."""
+    options: dict[str, str] = {}
+    for label, text in _OPTION_LINE.findall(question):
+        options.setdefault(label, text)
+    return options

@@ -44,7 +44,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
-from reflect_otel.judge import answer_value, answer_values
+from reflect_otel.judge import answer_value, answer_values, listed_options, option_label
 from reflect_otel.record import RepairPlan
 from reflect_otel.trace import StepAction
 
@@ -73,8 +73,6 @@ _DATE_IN_TEXT = re.compile(
     r"|\b[A-Za-z]{3,9}\s+\d{4}\b"
 )
 _MAX_CHARS = 20_000
-_CHOICE_LABEL = re.compile(r"\s*\(([A-Z])\)\s*")
-_OPTION_LINE = re.compile(r"^\s*\(([A-Z])\)\s*(.+?)\s*$", re.MULTILINE)
 _BRACKETS = "[](){}<>"
 _BRACKET_RUN = re.compile(r"[\[\](){}<>](?:\s*[\[\](){}<>])*")
 QUESTION_VALUE_CHARS = 3
@@ -157,10 +155,9 @@ def _bracket_runs(text: str, needle: str) -> int:
 def _answer_forms(expected: str, question: str) -> tuple[str | None, str | None, list[str]]:
     """The forms in which ``expected`` is found in a text (see the module): an option label (with the option's text
     among the values, where ``question`` lists it), a bracket sequence, or the values the judge reads."""
-    choice = _CHOICE_LABEL.fullmatch(expected)
-    if choice is not None:
-        letter = choice.group(1)
-        option = next((text for label, text in _OPTION_LINE.findall(question) if label == letter), None)
+    letter = option_label(expected)
+    if letter is not None:
+        option = listed_options(question).get(letter)
         return letter, None, [option] if option else []  # never the letter as a word: "a" is in most texts
     if expected.strip() and all(c in _BRACKETS or c.isspace() for c in expected):
         return None, "".join(expected.split()), []

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from reflect_otel.errors import InputError
-from reflect_otel.judge import answer_value
+from reflect_otel.judge import answer_value, listed_options
 from reflect_otel.trace import ErrorLabel, Step, StepKind, StructuredTrace, TraceSource
 from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import extract_answer
@@ -110,7 +110,6 @@ def read_bbm(path: Path) -> Iterator[DatasetItem]:
 _CHOICE = re.compile(r"\(([A-Z])\)")
 _BRACKETS = re.compile(r"[\[\](){}<>]")
 _SIGNED_NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
-_OPTION = re.compile(r"^\s*\(([A-Z])\)\s*(.+?)\s*$", re.MULTILINE)
 
 
 def extract_bbm_answer(text: str | None, *, target: str, question: str = "") -> str | None:
@@ -153,7 +152,7 @@ def _named_option(stated: str, question: str) -> str | None:
     if not said:
         return None
     named = set()
-    for label, text in _OPTION.findall(question):
+    for label, text in listed_options(question).items():
         option = _words(text)
         if option and (f" {option} " in f" {said} " or f" {said} " in f" {option} "):
             named.add(label)
