@@ -10,12 +10,11 @@ __all__ = ["CHAIN_OF_THOUGHT_PROMPT", "ReasoningContinuation"]
 
 CHAIN_OF_THOUGHT_PROMPT = (
     "You solve the task step by step. Each step is one short line of reasoning. Continue the reasoning from "
-    "where it stops (do not repeat earlier steps), then give the final answer in the form the task asks for: an "
-    "option's label such as (B) where the task lists options, only the missing part where it asks to complete "
-    "something."
+    "where it stops (do not repeat earlier steps), then give the final answer."
 )
-"""Why the form: a replay answering "Melissa" where its run and the task's target write "(A)" was read as no answer
-at all by BIG-Bench-Mistake's scoring (26 of 44 control replays in seed 48's first 18 traces, 374a535)."""
+"""No answer form is asked for here. Asking for an option's label (0a7c766) made the default model answer "What is
+7 + 5?" in one long line with 17 (CI), and it still answered an option's text where options were listed, in the system
+or the user message; the BIG-Bench-Mistake verifier reads an option's text as its label instead."""
 
 
 class ReasoningContinuation(BaseModel):
