@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -21,13 +21,16 @@ if TYPE_CHECKING:
     from reflect_otel.assembly import AssemblyLimits
 
 __all__ = [
+    "TRACES_HINT",
     "FileReader",
+    "FormatNamer",
     "ImportedTrace",
     "TraceRow",
     "TraceWriter",
     "check_traces_file",
     "each_trace_row",
     "good_trace_rows",
+    "import_first",
     "other_format",
     "read_trace_rows",
     "read_traces",
@@ -57,6 +60,14 @@ class FileReader(Protocol):
     def __call__(
         self, path: Path, documents: list[object], *, max_bytes: int, limits: AssemblyLimits | None
     ) -> list[ImportedTrace] | None: ...
+
+
+class FormatNamer(Protocol):
+    """Names a file of another format than traces from its JSON ``document`` (its first line, or the whole file when
+    that line is not JSON): the message saying what it is and which command reads it, else None. The datasets'
+    namers are passed by the app (:data:`reflect_otel.datasets.files.DATASET_FORMAT_NAMERS`)."""
+
+    def __call__(self, path: Path, document: object) -> str | None: ...
 
 
 class TraceWriter:
@@ -157,7 +168,7 @@ def each_trace_row(path: str | Path, *, extra_fields: tuple[str, ...] = ()) -> I
                 if len(first_bad) == _BAD_LINES_BEFORE_A_GOOD_ONE:
                     raise InputError(
                         f"{path}: none of its first {len(first_bad)} lines is a trace ({first_bad[0]}), so it "
-                        f"is not a file of traces; {_TRACES_HINT}"
+                        f"is not a file of traces; {TRACES_HINT}"
                     )
             else:
                 seen_good = True
@@ -169,17 +180,18 @@ def each_trace_row(path: str | Path, *, extra_fields: tuple[str, ...] = ()) -> I
 _BAD_LINES_BEFORE_A_GOOD_ONE = 20
 """A file whose first this-many lines are all bad is refused whole (one message, not a line per line)."""
 
-_TRACES_HINT = "write one with 'reflect-otel collect' or 'reflect-otel import'"
+TRACES_HINT = "write one with 'reflect-otel collect' or 'reflect-otel import'"
+"""How to get a file of traces, for the messages that refuse another file."""
 
 
-def check_traces_file(path: Path) -> Path:
+def check_traces_file(path: Path, *, namers: Sequence[FormatNamer] = ()) -> Path:
     """``path`` when it may be a JSONL file of traces; else :class:`InputError` saying what it is and which
-    command reads it: missing, a folder, unreadable, empty, binary, or a file of a known other format (a TRAIL,
-    BIG-Bench-Mistake, Who&When or OTLP/JSON file, a file of attribution records, a store)."""
-    check_input_file(path, what="JSONL file of traces", hint=_TRACES_HINT)
+    command reads it: missing, a folder, unreadable, empty, binary, or a file of a known other format (an OTLP/JSON
+    export, a file of attribution records, a store, or one that ``namers`` name)."""
+    check_input_file(path, what="JSONL file of traces", hint=TRACES_HINT)
     if path.stat().st_size == 0:
-        raise InputError(f"{path}: the file is empty; {_TRACES_HINT}")
-    other = other_format(path)
+        raise InputError(f"{path}: the file is empty; {TRACES_HINT}")
+    other = other_format(path, namers=namers)
     if other is not None:
         raise InputError(f"{path}: {other}")
     return path
@@ -214,16 +226,14 @@ _WHOLE_DOCUMENT_BYTES = 256 * 1024 * 1024
 """A file this large or smaller whose first line is not JSON is parsed whole, to name its format."""
 
 
-def _import_first(kind: str, path: Path) -> str:
+def import_first(kind: str, path: Path) -> str:
+    """The message for a file ``import`` reads: what it is, and the command."""
     return f"this is {kind}, not a file of traces: run 'reflect-otel import {path} -o traces.jsonl' first"
 
 
-def other_format(path: Path) -> str | None:
+def other_format(path: Path, *, namers: Sequence[FormatNamer] = ()) -> str | None:
     """What ``path`` is when it is plainly not a JSONL file of traces (and which command reads it), else None.
     Reads the file's head, and the whole file only when its first line is not JSON (a pretty-printed document)."""
-    from reflect_otel.datasets.bbm import is_bbm_row
-    from reflect_otel.datasets.trail import is_trail_document
-
     with path.open("rb") as file:
         head = file.read(_HEAD_BYTES)
     if head[8:12] == b"DUCK":
@@ -251,28 +261,34 @@ def other_format(path: Path) -> str | None:
                 return None  # not JSON as a whole either: each bad line is reported
             if not isinstance(document, dict | list):
                 return None
-            if not is_trail_document(document) and not _is_otlp(document) and not _is_who_and_when(document):
+            named = _named(path, document, namers)
+            if named is None:
                 kind = "a JSON array" if isinstance(document, list) else "one JSON document over several lines"
-                return f"this is {kind}, not JSONL (one trace per line); {_TRACES_HINT}"
-    if is_trail_document(document):
-        return _import_first("a TRAIL trace file", path)
-    if _is_otlp(document):
-        return _import_first("an OTLP/JSON export", path)
-    if is_bbm_row(document):
-        return _import_first("a BIG-Bench-Mistake file", path)
-    if _is_who_and_when(document):
-        return (
-            "this is a Who&When log, not a file of traces: 'reflect-otel eval --benchmark who-and-when --data "
-            "FOLDER' reads these"
-        )
+                return f"this is {kind}, not JSONL (one trace per line); {TRACES_HINT}"
+            return named
+    return _named(path, document, namers)
+
+
+def _named(path: Path, document: object, namers: Sequence[FormatNamer]) -> str | None:
+    for namer in (_otlp_export, _attribution_records, *namers):  # a record has an errors list, as TRAIL's labels
+        named = namer(path, document)
+        if named is not None:
+            return named
+    return None
+
+
+def _otlp_export(path: Path, document: object) -> str | None:
+    is_otlp = isinstance(document, dict) and isinstance(
+        document.get("resourceSpans", document.get("resource_spans")), list
+    )
+    return import_first("an OTLP/JSON export", path) if is_otlp else None
+
+
+def _attribution_records(path: Path, document: object) -> str | None:
     if isinstance(document, dict) and document.keys() >= _RECORD_KEYS and "steps" not in document:
         return (
             "this is a file of attribution records (from 'reflect-otel attribute'), not traces: show them with "
             f"'reflect-otel show TRACES.jsonl --records {path}'"
-        )
-    if isinstance(document, dict) and isinstance(document.get("errors"), list) and "spans" not in document:
-        return (
-            "this is a TRAIL annotation file; import its trace folder with 'reflect-otel import FOLDER -o traces.jsonl'"
         )
     return None
 
@@ -287,16 +303,6 @@ def _first_line(path: Path) -> bytes:
 
 
 _RECORD_KEYS = frozenset({"trace_id", "method", "status", "mode"})
-
-
-def _is_otlp(document: object) -> bool:
-    return isinstance(document, dict) and isinstance(
-        document.get("resourceSpans", document.get("resource_spans")), list
-    )
-
-
-def _is_who_and_when(document: object) -> bool:
-    return isinstance(document, dict) and "history" in document and "mistake_step" in document
 
 
 def read_traces(path: str | Path) -> Iterator[StructuredTrace]:

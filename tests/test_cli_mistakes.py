@@ -318,6 +318,33 @@ def test_show_and_report_of_a_baseline_say_what_ran(tmp_path: Path, capsys: pyte
             assert "step 4 is not one of them" in page
 
 
+def test_files_that_are_not_traces_are_named_before_any_line_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file of attribution records (whose errors list a TRAIL annotation file also has), a Who&When log and a
+    TRAIL annotation file, each given where traces are expected: one line saying what it is and what reads it. The
+    datasets' formats are named by the app (the core's reader knows none)."""
+    traces = tmp_path / "traces.jsonl"
+    _traces(traces, {"a" * 32: ("The answer is 41", "42")})
+    records = tmp_path / "records.jsonl"
+    assert main(["attribute", str(traces), "--method", "first-step", "-o", str(records), "--no-store"]) == 0
+    assert "errors" in json.loads(records.read_text().splitlines()[0])
+    log = tmp_path / "0.json"
+    log.write_text(json.dumps({"history": [{"role": "a", "content": "x"}], "mistake_step": "0"}, indent=2))
+    labels = tmp_path / "labels.json"
+    labels.write_text(json.dumps({"trace_id": "t", "errors": [{"category": "Tool Selection Errors"}]}))
+    capsys.readouterr()
+    for path, says in [
+        (records, "this is a file of attribution records (from 'reflect-otel attribute')"),
+        (log, "this is a Who&When log, not a file of traces"),
+        (labels, "this is a TRAIL annotation file"),
+    ]:
+        for command in (["show", str(path)], ["attribute", str(path), "-o", str(tmp_path / "r.jsonl"), "--no-store"]):
+            assert main(command) == 2, command
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and says in err, err
+
+
 def test_import_example_is_what_the_readme_says_to_try_first(tmp_path: Path) -> None:
     out = tmp_path / "traces.jsonl"
     assert main(["import", "--example", "-o", str(out)]) == 0

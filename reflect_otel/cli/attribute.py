@@ -17,6 +17,7 @@ from reflect_otel.cli._options import add_pipeline_options, pipeline_config, pos
 from reflect_otel.config import LLMConfig, ReflectConfig
 from reflect_otel.datasets import BBM_TASKS
 from reflect_otel.datasets.bbm import BBMVerifier
+from reflect_otel.datasets.files import DATASET_FORMAT_NAMERS
 from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import TokenBudget
@@ -216,7 +217,7 @@ def _default_verifier(rows: list[TraceRow]) -> str:
 def _check_paths(args: argparse.Namespace) -> None:
     """Every path the command was given, before any work: a wrong one fails naming the fix, and no file is
     touched."""
-    check_traces_file(args.traces)
+    check_traces_file(args.traces, namers=DATASET_FORMAT_NAMERS)
     check_output_file(args.out, flag="-o", example="records.jsonl")
     if args.expected_file is not None:
         check_input_file(args.expected_file, flag="--expected-file", what="file of expected answers")

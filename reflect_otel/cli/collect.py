@@ -15,7 +15,7 @@ from reflect_otel.cli._online import add_online_options, online_service, replay_
 from reflect_otel.collectors.files import DEFAULT_MAX_FILE_BYTES, ImportReport, import_files
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits, parse_endpoint
 from reflect_otel.collectors.trace_collector import BufferLimits
-from reflect_otel.datasets.files import DATASET_READERS
+from reflect_otel.datasets.files import DATASET_FORMAT_NAMERS, DATASET_READERS
 from reflect_otel.demo.examples import example_path
 from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.online.shared import SharedQueue
@@ -79,7 +79,7 @@ def add_collect_command(subparsers: argparse._SubParsersAction[argparse.Argument
 def _reingest(path: Path, store_path: str | None) -> int:
     """Every trace of ``path`` (a --out file, or an ``import`` output, whose lines carry expected answers) into the
     store; bad lines (a line torn by a crash) are named and skipped."""
-    check_traces_file(path)  # before the store is opened: a wrong file creates no store
+    check_traces_file(path, namers=DATASET_FORMAT_NAMERS)  # before the store is opened: a wrong file creates no store
     store = open_store(store_path)
     written = bad = 0
     try:

@@ -1,6 +1,8 @@
 """The datasets' files as ``import`` reads them (:class:`~reflect_otel.tracefile.FileReader` s, passed by the app to
 :func:`reflect_otel.collectors.files.import_files`): BIG-Bench-Mistake rows (each with its expected answer) and
-TRAIL trace files (with their annotations, read beside them)."""
+TRAIL trace files (with their annotations, read beside them); and how each is named when given where a file of
+traces is expected (:class:`~reflect_otel.tracefile.FormatNamer` s, passed by the app to
+:func:`~reflect_otel.tracefile.check_traces_file`)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,11 @@ from pathlib import Path
 from reflect_otel.assembly import AssemblyLimits
 from reflect_otel.datasets.bbm import bbm_item, is_bbm_row
 from reflect_otel.datasets.trail import is_trail_document, read_trail_file
+from reflect_otel.datasets.who_and_when import is_who_and_when_log
 from reflect_otel.trace import EXPECTED_ANSWER_FIELD
-from reflect_otel.tracefile import FileReader, ImportedTrace
+from reflect_otel.tracefile import FileReader, FormatNamer, ImportedTrace, import_first
 
-__all__ = ["DATASET_READERS", "bbm_rows", "trail_annotations", "trail_file"]
+__all__ = ["DATASET_FORMAT_NAMERS", "DATASET_READERS", "bbm_rows", "trail_annotations", "trail_file"]
 
 
 def trail_annotations(
@@ -47,3 +50,29 @@ def trail_file(
 
 DATASET_READERS: tuple[FileReader, ...] = (trail_annotations, bbm_rows, trail_file)
 """Every dataset file format ``import`` reads, in the order they are tried."""
+
+
+def _trail_trace(path: Path, document: object) -> str | None:
+    return import_first("a TRAIL trace file", path) if is_trail_document(document) else None
+
+
+def _bbm_file(path: Path, document: object) -> str | None:
+    return import_first("a BIG-Bench-Mistake file", path) if is_bbm_row(document) else None
+
+
+def _who_and_when_log(path: Path, document: object) -> str | None:
+    if not is_who_and_when_log(document):
+        return None
+    return "this is a Who&When log, not a file of traces: 'reflect-otel eval --benchmark who-and-when --data FOLDER' reads these"
+
+
+def _trail_annotations(path: Path, document: object) -> str | None:
+    if isinstance(document, dict) and isinstance(document.get("errors"), list) and "spans" not in document:
+        return (
+            "this is a TRAIL annotation file; import its trace folder with 'reflect-otel import FOLDER -o traces.jsonl'"
+        )
+    return None
+
+
+DATASET_FORMAT_NAMERS: tuple[FormatNamer, ...] = (_trail_trace, _bbm_file, _who_and_when_log, _trail_annotations)
+"""Every dataset file format named when given where a file of traces is expected, in the order they are tried."""

@@ -12,7 +12,7 @@ from pathlib import Path
 from reflect_otel.errors import InputError
 from reflect_otel.trace import ErrorLabel, Step, StepKind, StructuredTrace, TraceSource
 
-__all__ = ["WhoAndWhenLog", "read_who_and_when"]
+__all__ = ["WhoAndWhenLog", "is_who_and_when_log", "read_who_and_when"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +23,11 @@ class WhoAndWhenLog:
     expected: str | None
     mistake_step: int
     reason: str
+
+
+def is_who_and_when_log(document: object) -> bool:
+    """True for a JSON document shaped as a Who&When log (its history and its labelled mistake step)."""
+    return isinstance(document, dict) and "history" in document and "mistake_step" in document
 
 
 def read_who_and_when(folder: Path, *, max_bytes: int) -> Iterator[WhoAndWhenLog]:
