@@ -201,6 +201,29 @@ def test_audit_missing_steps_is_sent_back() -> None:
     assert "missing: [2, 3]" in llm.requests[2].messages[-1].content
 
 
+def _audited(*steps: int, category: str = "Aligned") -> dict[str, Any]:
+    return {
+        "steps": [
+            {"macro_step": i, "category": category, "severity": "minor", "anchor": "none", "rationale": f"step {i}"}
+            for i in steps
+        ]
+    }
+
+
+def test_steps_still_missing_after_the_repair_are_asked_for_alone_and_the_rest_is_kept() -> None:
+    """The default model left the last macro-step out of 10 of 80 audits even after the repair; those steps are
+    asked once more on their own, and the steps it did classify are kept, not asked again."""
+    llm = ScriptedLLM([ANCHORS, _audited(1, 2), _audited(1, 2), _audited(3, category="Output_Drift")])
+    verdict = PlanAnchoredVerifier(llm).verify(_long_trace(3), expected=None)
+    assert [r.stage for r in llm.requests] == ["proxy_anchors", "proxy_audit", "proxy_audit", "proxy_audit"]
+    assert "Macro-steps 1 to 3:" in llm.requests[1].text and "Macro-steps 3 to 3:" in llm.requests[3].text
+    assert verdict.label != "UNCERTAIN" and "Output_Drift at macro-step 3" in verdict.reasoning
+    still = ScriptedLLM([ANCHORS, _audited(1, 2), _audited(1, 2), _audited(1), _audited(1)])
+    failed = PlanAnchoredVerifier(still).verify(_long_trace(3), expected=None)
+    assert len(still.requests) == 5 and failed.label == "UNCERTAIN" and failed.error is not None
+    assert "missing: [3]" in failed.reasoning
+
+
 def test_a_critical_evidence_finding_flags_the_run_without_an_llm_call() -> None:
     loop = {"tool": "sort", "args": {"col": "Year"}, "result": "t2: 5 rows"}
     trace = make_trace("Which year?", [loop, loop, loop], final_answer="")
