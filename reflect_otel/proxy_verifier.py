@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from reflect_otel.calibration import Basis, ConfidenceCalibration
 from reflect_otel.errors import LLMError
 from reflect_otel.evidence import Finding, Severity, find_evidence, render_findings
-from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.llm.base import LLMOutputError, StructuredLLM
 from reflect_otel.prompts import format_step
 from reflect_otel.prompts.proxy import Anchors, AuditedStep, AuditOutput, anchors_prompt, audit_prompt
 from reflect_otel.trace import Step, StepStatus, StructuredTrace
@@ -249,21 +249,19 @@ class PlanAnchoredVerifier:
         self, question: str, anchors: Anchors, steps: Sequence[MacroStep], window: range, evidence: str
     ) -> dict[int, AuditedStep]:
         """The window's macro-steps classified. A reply that still leaves some out after its repair is kept, and
-        the steps it left out are asked for once more, alone (the default model left one step out of 10 of 80
-        audits, mostly the last; issue 43's seed 2475 at 8bd2a4e). Raises :class:`LLMError` when that fails too."""
+        each run of the steps it left out is asked for once more, alone (the default model left one step out of 10
+        of 80 audits, mostly the last; issue 43's seed 2475 at 8bd2a4e). Raises :class:`LLMError` when that fails
+        too, or when the model could not be reached."""
         replies: list[AuditOutput] = []
         try:
             return _classified(self._ask_audit(question, anchors, steps, window, evidence, replies), window)
-        except LLMError:
+        except LLMOutputError:
             if not replies:
                 raise  # no reply parsed at all: nothing to keep
-        kept = _classified(replies[-1], window)
-        missing = sorted(set(window) - kept.keys())
-        if not missing:
-            return kept
-        rest = range(missing[0], missing[-1] + 1)
-        retried = _classified(self._ask_audit(question, anchors, steps, rest, evidence, []), rest)
-        return kept | retried
+        kept = _classified(replies[-1], window)  # the last reply that parsed
+        for run in _runs(sorted(set(window) - kept.keys())):
+            kept |= _classified(self._ask_audit(question, anchors, steps, run, evidence, []), run)
+        return kept
 
     def _ask_audit(
         self,
@@ -339,6 +337,17 @@ class PlanAnchoredVerifier:
             measured=measured,
         )
         return verdict, basis
+
+
+def _runs(indices: Sequence[int]) -> list[range]:
+    """Sorted ``indices`` as ranges of consecutive ones: [2, 3, 7] -> range(2, 4), range(7, 8)."""
+    runs: list[range] = []
+    for index in indices:
+        if runs and runs[-1].stop == index:
+            runs[-1] = range(runs[-1].start, index + 1)
+        else:
+            runs.append(range(index, index + 1))
+    return runs
 
 
 def _classified(out: AuditOutput, window: range) -> dict[int, AuditedStep]:

@@ -126,34 +126,44 @@ class TraceRow:
     extras: dict[str, Any]
 
 
-def read_trace_rows(path: str | Path, *, extra_fields: tuple[str, ...] = ()) -> Iterator[TraceRow]:
-    """Traces of a JSONL file, with ``extra_fields`` taken out of each line before validation.
+def read_trace_rows(
+    path: str | Path, *, extra_fields: tuple[str, ...] = (), namers: Sequence[FormatNamer] = ()
+) -> Iterator[TraceRow]:
+    """Traces of a JSONL file, with ``extra_fields`` taken out of each line before validation (``namers``: as for
+    :func:`check_traces_file`).
 
     Raises :class:`InputError` naming the line of the first invalid trace.
     """
-    for row in each_trace_row(path, extra_fields=extra_fields):
+    for row in each_trace_row(path, extra_fields=extra_fields, namers=namers):
         if isinstance(row, InputError):
             raise row
         yield row
 
 
 def good_trace_rows(
-    path: str | Path, *, extra_fields: tuple[str, ...] = (), skipped: Callable[[InputError], None]
+    path: str | Path,
+    *,
+    extra_fields: tuple[str, ...] = (),
+    skipped: Callable[[InputError], None],
+    namers: Sequence[FormatNamer] = (),
 ) -> Iterator[TraceRow]:
     """The valid rows of a JSONL file of traces; each bad line goes to ``skipped`` (for a one-line message naming
-    file and line) and the reading goes on."""
-    for row in each_trace_row(path, extra_fields=extra_fields):
+    file and line) and the reading goes on (``namers``: as for :func:`check_traces_file`)."""
+    for row in each_trace_row(path, extra_fields=extra_fields, namers=namers):
         if isinstance(row, InputError):
             skipped(row)
         else:
             yield row
 
 
-def each_trace_row(path: str | Path, *, extra_fields: tuple[str, ...] = ()) -> Iterator[TraceRow | InputError]:
+def each_trace_row(
+    path: str | Path, *, extra_fields: tuple[str, ...] = (), namers: Sequence[FormatNamer] = ()
+) -> Iterator[TraceRow | InputError]:
     """Every line of a JSONL file of traces, as a :class:`TraceRow` or the :class:`InputError` (naming file and
     line) that says why the line is not one, so a reader can keep the good lines around a bad one (a line torn by
-    a crash mid-write, for instance). Raises :class:`InputError` only when the file cannot be read."""
-    path = check_traces_file(Path(path))
+    a crash mid-write, for instance). Raises :class:`InputError` only when the file cannot be read, or is of
+    another format (``namers``: as for :func:`check_traces_file`)."""
+    path = check_traces_file(Path(path), namers=namers)
     first_bad: list[InputError] = []  # held until a good line shows that this is a file of traces
     seen_good = False
     with path.open("rb") as file:

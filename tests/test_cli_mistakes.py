@@ -345,6 +345,23 @@ def test_files_that_are_not_traces_are_named_before_any_line_is_read(
             assert err.count("\n") == 1 and says in err, err
 
 
+def test_the_python_readers_name_a_datasets_file_when_given_its_namers(tmp_path: Path) -> None:
+    """``read_trace_rows`` (the README's example) refuses a BIG-Bench-Mistake file either way; given the datasets'
+    namers it says what the file is and which command reads it, as the command line does."""
+    from reflect_otel.datasets.files import DATASET_FORMAT_NAMERS
+    from reflect_otel.errors import InputError
+    from reflect_otel.tracefile import read_trace_rows
+
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes((EXAMPLES / "bbm" / "multistep_arithmetic.jsonl").read_bytes())
+    with pytest.raises(InputError) as named:
+        list(read_trace_rows(path, namers=DATASET_FORMAT_NAMERS))
+    assert "this is a BIG-Bench-Mistake file" in str(named.value) and "reflect-otel import" in str(named.value)
+    with pytest.raises(InputError) as unnamed:
+        list(read_trace_rows(path))
+    assert "BIG-Bench-Mistake" not in str(unnamed.value) and "not a StructuredTrace" in str(unnamed.value)
+
+
 def test_import_example_is_what_the_readme_says_to_try_first(tmp_path: Path) -> None:
     out = tmp_path / "traces.jsonl"
     assert main(["import", "--example", "-o", str(out)]) == 0

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from reflect_otel.calibration import BASES, CALIBRATION_ENV, ConfidenceCalibration
-from reflect_otel.errors import ConfigError
+from reflect_otel.errors import ConfigError, LLMError
 from reflect_otel.proxy_verifier import (
     AuditedStep,
     PlanAnchoredVerifier,
@@ -212,16 +212,28 @@ def _audited(*steps: int, category: str = "Aligned") -> dict[str, Any]:
 
 def test_steps_still_missing_after_the_repair_are_asked_for_alone_and_the_rest_is_kept() -> None:
     """The default model left the last macro-step out of 10 of 80 audits even after the repair; those steps are
-    asked once more on their own, and the steps it did classify are kept, not asked again."""
-    llm = ScriptedLLM([ANCHORS, _audited(1, 2), _audited(1, 2), _audited(3, category="Output_Drift")])
-    verdict = PlanAnchoredVerifier(llm).verify(_long_trace(3), expected=None)
-    assert [r.stage for r in llm.requests] == ["proxy_anchors", "proxy_audit", "proxy_audit", "proxy_audit"]
-    assert "Macro-steps 1 to 3:" in llm.requests[1].text and "Macro-steps 3 to 3:" in llm.requests[3].text
-    assert verdict.label != "UNCERTAIN" and "Output_Drift at macro-step 3" in verdict.reasoning
+    asked once more on their own (each run of consecutive ones), and the repair's verdicts on the steps it did
+    classify are kept, not asked again."""
+    first = _audited(1, 2, 5, category="Output_Drift")
+    repaired = _audited(1, 4, 5)  # misses 2-3 and 6: the repair's verdicts are the ones kept
+    llm = ScriptedLLM([ANCHORS, first, repaired, _audited(2, 3), _audited(6, category="Output_Drift")])
+    verdict = PlanAnchoredVerifier(llm).verify(_long_trace(6), expected=None)
+    assert [r.stage for r in llm.requests] == ["proxy_anchors", *["proxy_audit"] * 4]
+    assert "Macro-steps 1 to 6:" in llm.requests[1].text
+    assert "Macro-steps 2 to 3:" in llm.requests[3].text and "Macro-steps 6 to 6:" in llm.requests[4].text
+    assert "Output_Drift at macro-step 6" in verdict.reasoning  # the drift on 1, 2, 5 was the first reply's
+    assert "macro-step 1" not in verdict.reasoning and "macro-step 5" not in verdict.reasoning
     still = ScriptedLLM([ANCHORS, _audited(1, 2), _audited(1, 2), _audited(1), _audited(1)])
     failed = PlanAnchoredVerifier(still).verify(_long_trace(3), expected=None)
     assert len(still.requests) == 5 and failed.label == "UNCERTAIN" and failed.error is not None
     assert "missing: [3]" in failed.reasoning
+
+
+def test_an_unreachable_model_is_not_asked_again_for_the_missing_steps() -> None:
+    """Only a reply that misses steps is mended: a transport failure on the repair fails the verdict at once."""
+    llm = ScriptedLLM([ANCHORS, _audited(1, 2), LLMError("connection refused")])
+    verdict = PlanAnchoredVerifier(llm).verify(_long_trace(3), expected=None)
+    assert len(llm.requests) == 3 and verdict.label == "UNCERTAIN" and "connection refused" in verdict.reasoning
 
 
 def test_a_critical_evidence_finding_flags_the_run_without_an_llm_call() -> None:

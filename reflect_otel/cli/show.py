@@ -15,7 +15,7 @@ from reflect_otel.datasets.files import DATASET_FORMAT_NAMERS
 from reflect_otel.errors import InputError, ReflectError
 from reflect_otel.record import AttributionRecord
 from reflect_otel.trace import EXPECTED_ANSWER_FIELD, ErrorLabel
-from reflect_otel.tracefile import check_traces_file, good_trace_rows
+from reflect_otel.tracefile import good_trace_rows
 
 __all__ = ["add_show_command"]
 
@@ -87,8 +87,10 @@ def _show(args: argparse.Namespace) -> int:
         bad.append(error)
         print(f"reflect-otel show: skipped: {error}", file=sys.stderr)
 
-    check_traces_file(args.traces, namers=DATASET_FORMAT_NAMERS)  # a dataset's file, named as such
-    for row in good_trace_rows(args.traces, extra_fields=(EXPECTED_ANSWER_FIELD,), skipped=skipped):
+    rows = good_trace_rows(
+        args.traces, extra_fields=(EXPECTED_ANSWER_FIELD,), skipped=skipped, namers=DATASET_FORMAT_NAMERS
+    )
+    for row in rows:
         trace = row.trace
         if args.trace_id and trace.trace_id != args.trace_id:
             continue

@@ -67,7 +67,9 @@ def _who_and_when_log(path: Path, document: object) -> str | None:
 
 
 def _trail_annotations(path: Path, document: object) -> str | None:
-    if isinstance(document, dict) and isinstance(document.get("errors"), list) and "spans" not in document:
+    errors = document.get("errors") if isinstance(document, dict) else None
+    labels = isinstance(errors, list) and all(isinstance(e, dict) and "category" in e for e in errors)
+    if labels and isinstance(document, dict) and "spans" not in document:
         return (
             "this is a TRAIL annotation file; import its trace folder with 'reflect-otel import FOLDER -o traces.jsonl'"
         )
