@@ -46,6 +46,7 @@ from reflect_otel._statement import (
 )
 from reflect_otel.evidence import empty_call, failed_call, question_constraints
 from reflect_otel.leaks import action_leak
+from reflect_otel.prompts import without_step_label
 from reflect_otel.record import Correction, InterventionKind
 from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
 
@@ -500,8 +501,10 @@ def refusal(
     leaked = action_leak(StepAction.of_step(step), replacement, expected, trace.question)
     if leaked is not None:
         return f"the replacement: {leaked}"
-    if replacement.same_as(StepAction.of_step(step)):
+    if replacement.same_as(StepAction.of_step(step)) or _same_words(replacement, step):
         return "the replacement repeats the original step"
+    if _cut_short(replacement, step):
+        return "the replacement is the original step cut short: it corrects nothing in it"
     earlier = repeated_call(replacement, trace, correction.step_index, pure)
     if earlier is not None:
         return (
@@ -509,6 +512,25 @@ def refusal(
             "already has: it would add only a turn, no correction"
         )
     return None
+
+
+def _words(text: str) -> str:
+    """A thought's words, without the step label a model may have copied from the prompt's layout."""
+    return " ".join(without_step_label(text).split())
+
+
+def _same_words(replacement: StepAction, step: Step) -> bool:
+    """A thought that is the step's own, but for line breaks, spacing and a step label."""
+    return replacement.tool_name is None and not step.tool_name and _words(replacement.text) == _words(step.reasoning)
+
+
+def _cut_short(replacement: StepAction, step: Step) -> bool:
+    """A thought that is the beginning of the step's own and nothing more (seed 7725's BBM replayed "So, we need" for
+    the step 'So, we need "}". So the answer is }'): it drops the step's end, writing nothing in its place."""
+    if replacement.tool_name is not None or step.tool_name:
+        return False
+    given, original = _words(replacement.text), _words(step.reasoning)
+    return bool(given) and len(given) < len(original) and original.startswith(given)
 
 
 def repeated_call(action: StepAction, trace: StructuredTrace, index: int, pure: Collection[str]) -> Step | None:

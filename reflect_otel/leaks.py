@@ -60,7 +60,10 @@ __all__ = [
     "states_an_answer",
 ]
 
-_TOKEN = re.compile(r"\d[\d,]*(?:\.\d+)?|[^\W\d_]+|\d+", re.UNICODE)
+_TOKEN = re.compile(r"(?:(?<![\d)\]])(?<![\d)\]]\s)[-\u2212](?=\d))?\d[\d,]*(?:\.\d+)?|[^\W\d_]+|\d+", re.UNICODE)
+"""Words and numbers; a number keeps its minus sign where the minus is not a subtraction (after a number or a
+closing bracket): "-7" is not in "5 * 7" (seed 7725's BBM refused guidance for writing the operand 7 of an
+arithmetic chain whose answer was -7), and "5 - 7" writes no -7."""
 _STATES_ANSWER = re.compile(
     r"\b(?:the\s+)?(?:correct|right|expected|true|final|actual)\s+answer\s+(?:is|should\s+be|would\s+be|was|=|:)"
     r"|\banswer\s+(?:is|should\s+be)\b|\banswer\s*:|\[the answer\]",

@@ -193,19 +193,28 @@ def _corrected_step(out: BaseModel) -> StepAction | None:
     if isinstance(call, BaseModel):
         return StepAction(tool_name=str(getattr(call, "tool", "")), arguments=arguments_of(call))
     thought = getattr(out, "corrected_thought", None)
-    if isinstance(thought, str) and thought.strip() and not _not_a_step(thought):
-        return StepAction(text=thought.strip())
-    return None
+    if not isinstance(thought, str):
+        return None
+    thought = prompts.without_step_label(thought)
+    return StepAction(text=thought) if thought and not _not_a_step(thought) else None
 
 
 _ADVICE = re.compile(r"\bthe agent (?:should|must|needs? to|ought to|has to)\b", re.IGNORECASE)
+_COMMENTARY = re.compile(
+    r"\bthe (?:erroneous|wrong|incorrect|faulty|mistaken) step\b"
+    r"|\bthe (?:correct|corrected|right) (?:thought|step|sequence|reasoning) (?:would|should|is|was)\b"
+    r"|\bthe (?:error|mistake) (?:is|was|lies)\b",
+    re.IGNORECASE,
+)
 
 
 def _not_a_step(thought: str) -> bool:
     """A rewritten thought that is no step of the agent's: the prompt's own request copied back (seed 48's BBM
-    replayed "Step 2 as it should have been, with concrete values taken from the data above" twice), or advice
-    about the agent ("The agent should have ...", advice the hard gate cannot judge as a step)."""
-    return prompts.CORRECTED_STEP_ASK in " ".join(thought.lower().split()) or bool(_ADVICE.search(thought))
+    replayed "Step 2 as it should have been, with concrete values taken from the data above" twice), advice about
+    the agent ("The agent should have ..."), or commentary on the run ("The erroneous step was ...", "The correct
+    sequence should be ...": seed 7725), none of which the hard gate can judge as a step."""
+    lowered = " ".join(thought.lower().split())
+    return prompts.CORRECTED_STEP_ASK in lowered or bool(_ADVICE.search(thought) or _COMMENTARY.search(thought))
 
 
 def _scalars(arguments: Mapping[str, object]) -> dict[str, str | int | float | bool]:

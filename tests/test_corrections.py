@@ -687,6 +687,8 @@ def test_a_call_already_replayed_at_the_point_is_refused_given_or_proposed() -> 
         ("Eve and Bob swap: Eve has the red ball.", True),
         ("Step 2 as it should have been, with concrete values taken from the data above", False),  # the ask, back
         ("The agent should have swapped Eve's ball with Bob's.", False),  # advice about the agent, not its step
+        ("The erroneous step was to include '}}}' at the end of the sequence.", False),  # commentary on the run
+        ("The correct sequence should be '} ] )' to close the brackets.", False),
     ],
 )
 def test_a_rewritten_thought_that_is_no_step_of_the_agents_is_no_correction(thought: str, kept: bool) -> None:
@@ -697,3 +699,24 @@ def test_a_rewritten_thought_that_is_no_step_of_the_agents_is_no_correction(thou
     plan = diagnose(ScriptedLLM([diagnosis]), ctx, trace, Localization(step_index=1, confidence=0.5), None)
     assert (plan.corrected_step == StepAction(text=thought)) is kept
     assert plan.root_cause == "a swap was missed"  # the plan itself is kept either way
+
+
+def test_a_rewritten_thought_is_read_without_the_step_label_copied_from_the_prompt() -> None:
+    """Seed 7725's BBM auditor wrote "Step 4 (final_answer) Reasoning: " before a step's words: the step is the
+    words; where they are the original step's, or its beginning only, nothing is corrected and nothing is replayed."""
+    original = 'So, we need "}". So the answer is }'
+    trace = make_trace("Complete the sequence: { [ ]", [{"reasoning": "Open: {"}, {"reasoning": original}])
+    diagnosis = {"root_cause": "a bracket is left open", "correction_instruction": "close the brace",
+                 "corrected_thought": "Step 2 (final_answer)\nReasoning: We close the brace: }",
+                 "forbidden_actions": [], "confidence": 0.8}  # fmt: skip
+    plan = diagnose(
+        ScriptedLLM([diagnosis]), PromptContext.of(trace, "}"), trace, Localization(step_index=2, confidence=0.5), None
+    )
+    assert plan.corrected_step == StepAction(text="We close the brace: }")
+    for text, refused in [
+        (f"Step 2 (final_answer) Reasoning: {original}", "the replacement repeats the original step"),
+        (f"{original.replace(' ', '  ')}", "the replacement repeats the original step"),
+        ("Step 2 (final_answer) Reasoning: So, we need", "the replacement is the original step cut short"),
+    ]:
+        assert (corrections.refusal(_action(2, StepAction(text=text)), trace, None) or "").startswith(refused), text
+    assert corrections.refusal(_action(2, StepAction(text="So, we need ']'")), trace, None) is None

@@ -40,6 +40,11 @@ from reflect_otel.verifiers import OracleVerifier
         ("Look at the 4 rows", "4 friendly matches", True),
         ("Count rows from 1869", "34 years", False),
         ("Filter on the day 21 of 2011", "September 21, 2011", False),
+        # a negative answer is the number with its sign (seed 7725's BBM refused "5 * 7" for the answer -7)
+        ("Compute 5 * 7 before subtracting.", "-7", False),
+        ("So C = -7.", "-7", True),
+        ("So C = \u22127.", "-7", True),  # the minus sign written as such
+        ("Subtract: 5 - 7 is the next step.", "-7", False),  # a subtraction writes no -7
     ],
 )
 def test_the_guard_reads_the_answer_under_the_judge(text: str, expected: str, leaks: bool) -> None:

@@ -15,6 +15,7 @@ from reflect_otel.prompts._render import (
     format_steps,
     messages,
     reply_format,
+    without_step_label,
 )
 from reflect_otel.prompts.agents import CHAIN_OF_THOUGHT_PROMPT, ReasoningContinuation
 from reflect_otel.prompts.baselines import (
@@ -98,4 +99,5 @@ __all__ = [
     "reply_format",
     "self_verify",
     "step_check",
+    "without_step_label",
 ]

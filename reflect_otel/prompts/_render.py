@@ -10,6 +10,7 @@ description of it from the model, so the two cannot drift.
 from __future__ import annotations
 
 import json
+import re
 import types
 from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
@@ -39,6 +40,7 @@ __all__ = [
     "messages",
     "reply_format",
     "trace_prompt",
+    "without_step_label",
 ]
 
 WITHHELD = "[WITHHELD]"
@@ -179,6 +181,16 @@ def format_step(step: Step, max_chars: int) -> str:
     if step.status.value == "error":
         lines.append(f"Status: error {cut(step.status_message or '', 200)}")
     return "\n".join(lines)
+
+
+_STEP_LABEL = re.compile(r"^Step\s+\d+\s*(?:\([^)\n]{0,80}\))?\s*:?\s*(?:Reasoning\s*:)?", re.IGNORECASE)
+
+
+def without_step_label(thought: str) -> str:
+    """``thought`` without a leading step label as :func:`format_step` writes one (``Step 4 (final_answer)`` then
+    ``Reasoning:``), or ``Step 4:``: a model that copies the prompt's layout into a step it writes (seed 7725's
+    BBM auditor wrote "Step 4 (final_answer) Reasoning: " before the original step's words) wrote what follows."""
+    return _STEP_LABEL.sub("", thought.strip(), count=1).strip()
 
 
 def format_steps(steps: Iterable[Step], max_chars: int) -> str:
