@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from benchmarks import _contention as contention
 from benchmarks._common import RESULTS, add_smoke_option
@@ -62,11 +63,39 @@ def bbm_tables(folder: Path) -> tuple[str, int]:
     )
     by_status = "".join(
         f"- {name}: {em_by_status_line(metrics_from_rows(list(rows.values()))['exact_match_by_status'])}\n"
+        + (f"  {by_round}\n" if (by_round := localization_by_round(list(rows.values()))) else "")
         for name, rows in runs.items()
     )
     return (
         f"Each method's own traces:\n\n{own}\n{by_status}\nThe {len(common)} traces every method has done:\n\n{shared}",
         len(common),
+    )
+
+
+def localization_by_round(rows: list[dict[str, Any]]) -> str:
+    """EM of each diagnosis round's localization over the unverified records that localized in every round they
+    ran, beside the record's: an unverified record names its last round's step, and the paper's table of fallback
+    records uses the first round's ("Stage-1 hypothesis only"). Empty for a method with one round."""
+    unverified = [
+        r
+        for r in rows
+        if r.get("status") != "verified"
+        and r.get("gold")
+        and len((r.get("record") or {}).get("localizations") or []) > 1
+    ]
+    if not unverified:
+        return ""
+
+    def hits(pick: Any) -> int:
+        return sum(1 for r in unverified if pick(r) in set(r["gold"]))
+
+    first = hits(lambda r: r["record"]["localizations"][0].get("step_index"))
+    last = hits(lambda r: r["record"]["localizations"][-1].get("step_index"))
+    named = hits(lambda r: r.get("predicted"))
+    n = len(unverified)
+    return (
+        f"unverified records with two or more rounds ({n}): the step named matches gold in {named}, round 1's "
+        f"localization in {first}, the last round's in {last}"
     )
 
 

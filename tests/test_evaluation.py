@@ -469,6 +469,26 @@ def test_bbm_table_sets_verified_em_against_unverified_em_with_counts(shared_dat
     )
 
 
+def test_the_bbm_tables_say_each_rounds_localization_beside_the_step_an_unverified_record_names() -> None:
+    from benchmarks.results_tables import localization_by_round
+
+    def row(status: str, gold: int, named: int, *rounds: int) -> dict[str, Any]:
+        localizations = [{"step_index": step, "confidence": 0.5} for step in rounds]
+        return {"status": status, "gold": [gold], "predicted": named, "record": {"localizations": localizations}}
+
+    rows = [
+        row("verified", 2, 2, 2, 3),  # proved: not a fallback
+        row("unverified", 4, 5, 4, 5),  # round 1 was right, the record names round 2's
+        row("unverified", 3, 3, 1, 3),
+        row("unverified", 6, 6, 6),  # one round: nothing to compare
+    ]
+    assert localization_by_round(rows) == (
+        "unverified records with two or more rounds (2): the step named matches gold in 1, round 1's localization "
+        "in 1, the last round's in 1"
+    )
+    assert localization_by_round(rows[3:]) == ""
+
+
 def test_a_dataset_sample_leaves_the_excluded_traces_out_and_a_resume_keeps_the_list(
     shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
