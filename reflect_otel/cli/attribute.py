@@ -243,7 +243,9 @@ def _attribute(args: argparse.Namespace) -> int:
         bad_lines.append(error)
         print(f"skipped: {error}", file=sys.stderr)
 
-    rows = list(good_trace_rows(args.traces, extra_fields=(args.expected_field,), skipped=skipped))[: args.limit]
+    rows = list(
+        good_trace_rows(args.traces, extra_fields=(args.expected_field,), skipped=skipped, namers=DATASET_FORMAT_NAMERS)
+    )[: args.limit]
     if not rows:
         raise InputError(f"{args.traces}: no valid traces")
     spec = method_spec(args.method)
