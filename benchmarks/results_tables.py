@@ -73,8 +73,8 @@ def bbm_tables(folder: Path) -> tuple[str, int]:
 
 
 def localization_by_round(rows: list[dict[str, Any]]) -> str:
-    """EM of each diagnosis round's localization over the unverified records that localized in every round they
-    ran, beside the record's: an unverified record names its last round's step, and the paper's table of fallback
+    """EM of each diagnosis round's localization over the records not verified (unverified or not attributable) that
+    localized in two or more rounds, beside the record's: an unverified record names its last round's step, and the paper's table of fallback
     records uses the first round's ("Stage-1 hypothesis only"). Empty for a method with one round."""
     unverified = [
         r
@@ -94,7 +94,7 @@ def localization_by_round(rows: list[dict[str, Any]]) -> str:
     named = hits(lambda r: r.get("predicted"))
     n = len(unverified)
     return (
-        f"unverified records with two or more rounds ({n}): the step named matches gold in {named}, round 1's "
+        f"records not verified (unverified or not attributable) with two or more rounds ({n}): the step named matches gold in {named}, round 1's "
         f"localization in {first}, the last round's in {last}"
     )
 

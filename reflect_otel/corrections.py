@@ -46,7 +46,7 @@ from reflect_otel._statement import (
 )
 from reflect_otel.evidence import empty_call, failed_call, question_constraints
 from reflect_otel.leaks import action_leak
-from reflect_otel.prompts import without_step_label
+from reflect_otel.prompts import CORRECTED_STEP_ASK, without_step_label
 from reflect_otel.record import Correction, InterventionKind
 from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
 
@@ -501,10 +501,17 @@ def refusal(
     leaked = action_leak(StepAction.of_step(step), replacement, expected, trace.question)
     if leaked is not None:
         return f"the replacement: {leaked}"
+    if replacement.tool_name is None and not_a_step(replacement.text):
+        return (
+            "the replacement is no step of the agent's (commentary on the run, advice about the agent or the prompt's "
+            "request copied back): the hard gate could not judge it as a step"
+        )
     if replacement.same_as(StepAction.of_step(step)) or _same_words(replacement, step):
         return "the replacement repeats the original step"
-    if _cut_short(replacement, step):
-        return "the replacement is the original step cut short: it corrects nothing in it"
+    cut_from = _cut_short(replacement, trace)
+    if cut_from is not None:
+        whose = "the original step" if cut_from.index == step.index else f"step {cut_from.index}"
+        return f"the replacement is the beginning of {whose}, cut off mid-sentence: it corrects nothing"
     earlier = repeated_call(replacement, trace, correction.step_index, pure)
     if earlier is not None:
         return (
@@ -512,6 +519,25 @@ def refusal(
             "already has: it would add only a turn, no correction"
         )
     return None
+
+
+_ADVICE = re.compile(r"\bthe agent (?:should|must|needs? to|ought to|has to)\b", re.IGNORECASE)
+_COMMENTARY = re.compile(
+    r"\bthe (?:erroneous|wrong|incorrect|faulty|mistaken) step\b"
+    r"|\bthe (?:correct|corrected|right) (?:thought|step|sequence|reasoning) (?:would|should|is|was)\b"
+    r"|\bthe agent'?s (?:reasoning|step|thought|answer|mistake|error) (?:is|was)\b",
+    re.IGNORECASE,
+)
+
+
+def not_a_step(thought: str) -> bool:
+    """A rewritten thought that is no step of the agent's: the prompt's own request copied back (seed 48's BBM
+    replayed "Step 2 as it should have been, with concrete values taken from the data above" twice), advice about
+    the agent ("The agent should have ..."), or commentary on the run ("The erroneous step was ...", "The correct
+    sequence should be ...", "The agent's reasoning was ...": seed 7725). A thought in the agent's own voice that
+    names an error ("The error is that the column has a space, so quote it") is a step."""
+    lowered = " ".join(thought.lower().split())
+    return CORRECTED_STEP_ASK in lowered or bool(_ADVICE.search(thought) or _COMMENTARY.search(thought))
 
 
 def _words(text: str) -> str:
@@ -524,13 +550,27 @@ def _same_words(replacement: StepAction, step: Step) -> bool:
     return replacement.tool_name is None and not step.tool_name and _words(replacement.text) == _words(step.reasoning)
 
 
-def _cut_short(replacement: StepAction, step: Step) -> bool:
-    """A thought that is the beginning of the step's own and nothing more (seed 7725's BBM replayed "So, we need" for
-    the step 'So, we need "}". So the answer is }'): it drops the step's end, writing nothing in its place."""
-    if replacement.tool_name is not None or step.tool_name:
-        return False
-    given, original = _words(replacement.text), _words(step.reasoning)
-    return bool(given) and len(given) < len(original) and original.startswith(given)
+def _cut_short(replacement: StepAction, trace: StructuredTrace) -> Step | None:
+    """The thought step of the run whose words ``replacement``'s begin, stopping mid-sentence, or None. Seed 7725's
+    BBM auditor wrote "So, we need", the first words of the run's final step, as its rewrite of steps 10 and 12: a
+    fragment that changes no content of the step it replaces. A shorter thought that ends a sentence or an
+    expression is a correction by deletion ("} ]" for "} ] )") and is not refused."""
+    if replacement.tool_name is not None:
+        return None
+    given = _words(replacement.text).split()
+    if not given or not _MID_SENTENCE.search(given[-1]):
+        return None
+    for step in trace.steps:
+        if step.tool_name or not step.reasoning:
+            continue
+        words = _words(step.reasoning).split()
+        if len(given) < len(words) and words[: len(given)] == given:
+            return step
+    return None
+
+
+_MID_SENTENCE = re.compile(r"(?:[^\W\d_]|[,;:\-])$")
+"""A last word that ends in a letter or a joining mark: the text stops mid-sentence."""
 
 
 def repeated_call(action: StepAction, trace: StructuredTrace, index: int, pure: Collection[str]) -> Step | None:

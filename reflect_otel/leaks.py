@@ -60,10 +60,10 @@ __all__ = [
     "states_an_answer",
 ]
 
-_TOKEN = re.compile(r"(?:(?<![\d)\]])(?<![\d)\]]\s)[-\u2212](?=\d))?\d[\d,]*(?:\.\d+)?|[^\W\d_]+|\d+", re.UNICODE)
-"""Words and numbers; a number keeps its minus sign where the minus is not a subtraction (after a number or a
-closing bracket): "-7" is not in "5 * 7" (seed 7725's BBM refused guidance for writing the operand 7 of an
-arithmetic chain whose answer was -7), and "5 - 7" writes no -7."""
+_TOKEN = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?|[^\W\d_]+", re.UNICODE)
+"""Words and numbers; a comma inside a number only as a thousands separator ("12,467"), so "rows 5, 6" writes 5."""
+_MINUSES = re.compile("[\u2010-\u2015\u2212\ufe63\uff0d]")
+"""Every dash a minus sign may be written as (the judge reads "\u22127" and "\u20137" as -7): folded to "-"."""
 _STATES_ANSWER = re.compile(
     r"\b(?:the\s+)?(?:correct|right|expected|true|final|actual)\s+answer\s+(?:is|should\s+be|would\s+be|was|=|:)"
     r"|\banswer\s+(?:is|should\s+be)\b|\banswer\s*:|\[the answer\]",
@@ -76,6 +76,8 @@ _DATE_IN_TEXT = re.compile(
     r"|\b[A-Za-z]{3,9}\s+\d{4}\b"
 )
 _MAX_CHARS = 20_000
+_LOOKBACK_CHARS = 40
+"""How far back past spaces a minus sign's operand is looked for (more spaces than that: a sign)."""
 _BRACKETS = "[](){}<>"
 _BRACKET_RUN = re.compile(r"[\[\](){}<>](?:\s*[\[\](){}<>])*")
 QUESTION_VALUE_CHARS = 3
@@ -88,11 +90,35 @@ NEAR_SPELLING = 0.8
 
 def _tokens(text: str) -> list[str]:
     folded = "".join(c for c in unicodedata.normalize("NFKD", text[:_MAX_CHARS]) if unicodedata.category(c) != "Mn")
+    folded = _MINUSES.sub("-", folded.lower())
     out = []
-    for token in _TOKEN.findall(folded.lower()):
+    for found in _TOKEN.finditer(folded):
+        token = found.group()
+        if token[0].isdigit() and _signed(folded, found.start()):
+            token = "-" + token
         value = answer_value(token)
         out.append(format(value.number, ".15g") if value.number is not None else token)
     return out
+
+
+def _signed(text: str, start: int) -> bool:
+    """Whether the number at ``start`` has a minus sign, not a subtraction or a hyphen before it. After a number or a
+    closing bracket a minus subtracts ("5 - 7", "5 -7", "(a)-7"), glued to a word it is a hyphen ("C-7",
+    "Boeing-747", "top-5"), and between spaces after a word it subtracts ("C - 7"); it is a sign at the start, after
+    an operator or punctuation ("= -7", "(-7)", "x=-7", "= - 7") and after a word and a space ("C is -7")."""
+    spaced = text[start - 2 : start] == "- "
+    minus = start - 2 if spaced else start - 1
+    if minus < 0 or text[minus] != "-":
+        return False
+    glued = text[minus - 1 : minus]
+    before = text[max(0, minus - _LOOKBACK_CHARS) : minus].rstrip()[-1:]
+    if not before:
+        return True
+    if before.isdigit() or before in ")]":
+        return False
+    if glued.isalnum() or glued == "_":
+        return False
+    return not (spaced and before.isalnum())
 
 
 def _occurrences(haystack: list[str], needle: list[str]) -> int:
@@ -150,9 +176,12 @@ def _option_label(text: str, letter: str) -> int:
     return len(re.findall(rf"\(\s*{letter}\s*\)|\b(?:option|choice)\s+{letter}\b", text[:_MAX_CHARS], re.IGNORECASE))
 
 
-def _bracket_runs(text: str, needle: str) -> int:
-    """How often ``needle`` (brackets, no spaces) is written in ``text``'s runs of brackets."""
-    return sum("".join(run.split()).count(needle) for run in _BRACKET_RUN.findall(text[:_MAX_CHARS]))
+def _bracket_runs(text: str, needle: str) -> tuple[int, int]:
+    """How often ``needle`` (brackets, no spaces) is a whole run of brackets in ``text``, and how often it is
+    written within one. Both are compared: an original step whose answer "] >" holds ">" must not let a
+    replacement that answers ">" alone through (seed 7725's BBM audit)."""
+    runs = ["".join(run.split()) for run in _BRACKET_RUN.findall(text[:_MAX_CHARS])]
+    return sum(run == needle for run in runs), sum(run.count(needle) for run in runs)
 
 
 def _answer_forms(expected: str, question: str) -> tuple[str | None, str | None, list[str]]:
@@ -181,7 +210,9 @@ def _carried(
     letter, brackets, values = _answer_forms(expected, question)
     if letter is not None and _option_label(after, letter) > _option_label(before, letter):
         return f"it names the expected option ({letter}): it would flip a replay from any step"
-    if brackets is not None and _bracket_runs(after, brackets) > _bracket_runs(before, brackets):
+    if brackets is not None and any(
+        now > was for now, was in zip(_bracket_runs(after, brackets), _bracket_runs(before, brackets), strict=True)
+    ):
         return f"it carries the expected answer {expected!r}: it would flip a replay from any step"
     now, was = _tokens(after), _tokens(before)
     dates_now, dates_was = _dates(after), _dates(before)

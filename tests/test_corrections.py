@@ -689,16 +689,22 @@ def test_a_call_already_replayed_at_the_point_is_refused_given_or_proposed() -> 
         ("The agent should have swapped Eve's ball with Bob's.", False),  # advice about the agent, not its step
         ("The erroneous step was to include '}}}' at the end of the sequence.", False),  # commentary on the run
         ("The correct sequence should be '} ] )' to close the brackets.", False),
+        ("The agent's reasoning was that Eve keeps the blue ball.", False),
+        ("The error is that Eve swapped first, so Eve has the red ball.", True),  # the agent's own voice
     ],
 )
-def test_a_rewritten_thought_that_is_no_step_of_the_agents_is_no_correction(thought: str, kept: bool) -> None:
+def test_a_rewritten_thought_that_is_no_step_of_the_agents_is_refused_with_its_reason(thought: str, kept: bool) -> None:
     trace = make_trace("Who holds the red ball?", [{"reasoning": "Eve keeps the blue ball."}, {"reasoning": "(A)"}])
     diagnosis = {"root_cause": "a swap was missed", "correction_instruction": "redo the swap",
                  "corrected_thought": thought, "forbidden_actions": [], "confidence": 0.8}  # fmt: skip
     ctx = PromptContext.of(trace, "(B)")
     plan = diagnose(ScriptedLLM([diagnosis]), ctx, trace, Localization(step_index=1, confidence=0.5), None)
-    assert (plan.corrected_step == StepAction(text=thought)) is kept
-    assert plan.root_cause == "a swap was missed"  # the plan itself is kept either way
+    assert plan.corrected_step == StepAction(text=thought)  # kept in the plan: the refusal is recorded, not silent
+    assert plan.root_cause == "a swap was missed"
+    refused = corrections.refusal(_action(1, StepAction(text=thought)), trace, None)
+    assert (refused is None) is kept
+    if not kept:
+        assert refused is not None and refused.startswith("the replacement is no step of the agent's")
 
 
 def test_a_rewritten_thought_is_read_without_the_step_label_copied_from_the_prompt() -> None:
@@ -716,7 +722,44 @@ def test_a_rewritten_thought_is_read_without_the_step_label_copied_from_the_prom
     for text, refused in [
         (f"Step 2 (final_answer) Reasoning: {original}", "the replacement repeats the original step"),
         (f"{original.replace(' ', '  ')}", "the replacement repeats the original step"),
-        ("Step 2 (final_answer) Reasoning: So, we need", "the replacement is the original step cut short"),
+        ("Step 2 (final_answer) Reasoning: So, we need", "the replacement is the beginning of the original step"),
     ]:
         assert (corrections.refusal(_action(2, StepAction(text=text)), trace, None) or "").startswith(refused), text
     assert corrections.refusal(_action(2, StepAction(text="So, we need ']'")), trace, None) is None
+
+
+@pytest.mark.parametrize(
+    ("thought", "words"),
+    [
+        ("Step 4 (final_answer) Reasoning: So x = 3.", "So x = 3."),
+        ("Step 4: So x = 3.", "So x = 3."),
+        ("step 2 (reasoning)\nReasoning: a", "a"),
+        ("Step 3 forward puts us at 3.", "Step 3 forward puts us at 3."),  # a sentence, not a label
+        ("Step 1. Open the file", "Step 1. Open the file"),
+    ],
+)
+def test_only_a_step_label_is_taken_off_a_rewritten_thought(thought: str, words: str) -> None:
+    from reflect_otel.prompts import without_step_label
+
+    assert without_step_label(thought) == words
+
+
+@pytest.mark.parametrize(
+    ("text", "refused"),
+    [
+        # seed 7725's auditor rewrote steps 10 and 12 as the first words of the final step
+        ("So, we need", "the replacement is the beginning of step 3, cut off mid-sentence"),
+        ("Step 1 (reasoning) Reasoning: So, we", "the replacement is the beginning of step 3, cut off mid-sentence"),
+        ("Stack: { [", None),  # the step's beginning, ending an expression: a correction by deletion
+        ("Stack: { [ ] )", None),  # a change, not a beginning
+        ("So, we needed", None),  # words are compared, not characters
+        ("So, the sequence needs", None),  # begins no step's words
+    ],
+)
+def test_a_thought_cut_off_mid_sentence_from_any_step_of_the_run_is_refused(text: str, refused: str | None) -> None:
+    trace = make_trace(
+        "Complete the sequence: { [ ]",
+        [{"reasoning": "Stack: { [ ]"}, {"reasoning": "Close ]: stack { ["}, {"reasoning": 'So, we need "}". So }'}],
+    )
+    reason = corrections.refusal(_action(1, StepAction(text=text)), trace, None)
+    assert reason == (refused and f"{refused}: it corrects nothing")

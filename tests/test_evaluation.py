@@ -483,7 +483,7 @@ def test_the_bbm_tables_say_each_rounds_localization_beside_the_step_an_unverifi
         row("unverified", 6, 6, 6),  # one round: nothing to compare
     ]
     assert localization_by_round(rows) == (
-        "unverified records with two or more rounds (2): the step named matches gold in 1, round 1's localization "
+        "records not verified (unverified or not attributable) with two or more rounds (2): the step named matches gold in 1, round 1's localization "
         "in 1, the last round's in 1"
     )
     assert localization_by_round(rows[3:]) == ""

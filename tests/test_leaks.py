@@ -45,6 +45,18 @@ from reflect_otel.verifiers import OracleVerifier
         ("So C = -7.", "-7", True),
         ("So C = \u22127.", "-7", True),  # the minus sign written as such
         ("Subtract: 5 - 7 is the next step.", "-7", False),  # a subtraction writes no -7
+        ("So C = \u20137.", "-7", True),  # any dash the judge reads as a minus
+        ("So C = - 7.", "-7", True),  # a sign after an operator, a space between
+        ("So C is -7.", "-7", True),
+        ("Then C-7 is left.", "-7", False),  # glued to a word: a hyphen or a subtraction
+        ("Then C - 7 is left.", "-7", False),
+        ("Use x=-7 here.", "-7", True),
+        # a hyphen after a word does not hide the number after it
+        ("The Boeing-747 row", "747", True),
+        ("Keep the top-5 rows", "5", True),
+        # a comma after a number ends it unless three digits follow (a thousands separator)
+        ("Use rows 5, 6 and 7", "5", True),
+        ("Use rows 1,2,3", "2", True),
     ],
 )
 def test_the_guard_reads_the_answer_under_the_judge(text: str, expected: str, leaks: bool) -> None:
@@ -103,6 +115,21 @@ def _query(sql: str) -> StepAction:
 def test_an_action_is_read_for_what_it_introduces(before: str, after: str, expected: str, leaks: bool) -> None:
     assert (action_leak(_query(before), _query(after), expected) is not None) is leaks
     assert leak(after, expected) is not None or not leaks  # the whole text still carries what the fix introduces
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected", "leaks"),
+    [
+        # seed 7725's BBM: the original answered "] >"; a rewrite answering ">" writes the expected sequence anew
+        ("The expected answer is ] >", "So the answer is >", ">", True),
+        ("So the answer is ] > ]", "So the answer is > > >", "> > >", True),
+        ("Close ] then >", "Close ] then > and stop", ">", False),  # nothing written that was not there
+    ],
+)
+def test_a_rewritten_thought_that_writes_the_expected_brackets_as_a_whole_is_refused(
+    before: str, after: str, expected: str, leaks: bool
+) -> None:
+    assert (action_leak(StepAction(text=before), StepAction(text=after), expected) is not None) is leaks
 
 
 def test_an_action_of_another_tool_or_a_new_argument_is_new_throughout() -> None:

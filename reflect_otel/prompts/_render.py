@@ -183,7 +183,9 @@ def format_step(step: Step, max_chars: int) -> str:
     return "\n".join(lines)
 
 
-_STEP_LABEL = re.compile(r"^Step\s+\d+\s*(?:\([^)\n]{0,80}\))?\s*:?\s*(?:Reasoning\s*:)?", re.IGNORECASE)
+_STEP_LABEL = re.compile(
+    r"^Step\s+\d+\s*(?:\([^)\n]{0,80}\)\s*:?|:)\s*(?:Reasoning\s*:)?", re.IGNORECASE
+)  # a label, not a sentence that begins with "Step 3": the kind in brackets or a colon must follow the number
 
 
 def without_step_label(thought: str) -> str:
