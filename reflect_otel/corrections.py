@@ -508,6 +508,9 @@ def refusal(
         )
     if replacement.same_as(StepAction.of_step(step)) or _same_words(replacement, step):
         return "the replacement repeats the original step"
+    copied = next((s for s in trace.steps[: step.index - 1] if _same_words(replacement, s)), None)
+    if copied is not None:
+        return f"the replacement repeats step {copied.index}'s thought word for word: it corrects nothing in the step"
     cut_from = _cut_short(replacement, trace)
     if cut_from is not None:
         whose = "the original step" if cut_from.index == step.index else f"step {cut_from.index}"
@@ -525,7 +528,8 @@ _ADVICE = re.compile(r"\bthe agent (?:should|must|needs? to|ought to|has to)\b",
 _COMMENTARY = re.compile(
     r"\bthe (?:erroneous|wrong|incorrect|faulty|mistaken) step\b"
     r"|\bthe (?:correct|corrected|right) (?:thought|step|sequence|reasoning) (?:would|should|is|was)\b"
-    r"|\bthe agent'?s (?:reasoning|step|thought|answer|mistake|error) (?:is|was)\b",
+    r"|^\W*the agent(?:'s)?\b"  # the run told in the third person: "The agent incorrectly assumed ..."
+    r"|^\W*(?:was|is) (?:incorrect|wrong|erroneous)\b",  # a verdict on a step whose label was taken off
     re.IGNORECASE,
 )
 
@@ -534,8 +538,11 @@ def not_a_step(thought: str) -> bool:
     """A rewritten thought that is no step of the agent's: the prompt's own request copied back (seed 48's BBM
     replayed "Step 2 as it should have been, with concrete values taken from the data above" twice), advice about
     the agent ("The agent should have ..."), or commentary on the run ("The erroneous step was ...", "The correct
-    sequence should be ...", "The agent's reasoning was ...": seed 7725). A thought in the agent's own voice that
+    sequence should be ...", a text that tells the run in the third person, "The agent incorrectly assumed ...",
+    "The agent's reasoning was ...", or a verdict such as "Step 7 (final_answer) was incorrect because ...": 13 of
+    the 27 rewritten thoughts replayed in BBM seed 7725's first 33 traces). A thought in the agent's own voice that
     names an error ("The error is that the column has a space, so quote it") is a step."""
+    thought = without_step_label(thought)
     lowered = " ".join(thought.lower().split())
     return CORRECTED_STEP_ASK in lowered or bool(_ADVICE.search(thought) or _COMMENTARY.search(thought))
 

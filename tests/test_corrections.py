@@ -690,16 +690,23 @@ def test_a_call_already_replayed_at_the_point_is_refused_given_or_proposed() -> 
         ("The erroneous step was to include '}}}' at the end of the sequence.", False),  # commentary on the run
         ("The correct sequence should be '} ] )' to close the brackets.", False),
         ("The agent's reasoning was that Eve keeps the blue ball.", False),
+        ("The agent incorrectly assumed that Eve keeps the blue ball.", False),  # seed 7725, in the third person
+        ("The agent chose the wrong values for the swap.", False),
+        ("Step 1 (reasoning) was incorrect because Eve swapped first.", False),  # a verdict once the label is off
+        ("Eve swapped first, so the agent's count is off by one: Eve has the red ball.", True),
         ("The error is that Eve swapped first, so Eve has the red ball.", True),  # the agent's own voice
     ],
 )
 def test_a_rewritten_thought_that_is_no_step_of_the_agents_is_refused_with_its_reason(thought: str, kept: bool) -> None:
+    from reflect_otel.prompts import without_step_label
+
     trace = make_trace("Who holds the red ball?", [{"reasoning": "Eve keeps the blue ball."}, {"reasoning": "(A)"}])
     diagnosis = {"root_cause": "a swap was missed", "correction_instruction": "redo the swap",
                  "corrected_thought": thought, "forbidden_actions": [], "confidence": 0.8}  # fmt: skip
     ctx = PromptContext.of(trace, "(B)")
     plan = diagnose(ScriptedLLM([diagnosis]), ctx, trace, Localization(step_index=1, confidence=0.5), None)
-    assert plan.corrected_step == StepAction(text=thought)  # kept in the plan: the refusal is recorded, not silent
+    # kept in the plan (without a step label): the refusal is recorded, not silent
+    assert plan.corrected_step == StepAction(text=without_step_label(thought))
     assert plan.root_cause == "a swap was missed"
     refused = corrections.refusal(_action(1, StepAction(text=thought)), trace, None)
     assert (refused is None) is kept
@@ -750,6 +757,7 @@ def test_only_a_step_label_is_taken_off_a_rewritten_thought(thought: str, words:
         # seed 7725's auditor rewrote steps 10 and 12 as the first words of the final step
         ("So, we need", "the replacement is the beginning of step 3, cut off mid-sentence"),
         ("Step 1 (reasoning) Reasoning: So, we", "the replacement is the beginning of step 3, cut off mid-sentence"),
+        ("Stack:  { [ ]", "the replacement repeats step 1's thought word for word"),  # an earlier step, copied
         ("Stack: { [", None),  # the step's beginning, ending an expression: a correction by deletion
         ("Stack: { [ ] )", None),  # a change, not a beginning
         ("So, we needed", None),  # words are compared, not characters
@@ -761,5 +769,5 @@ def test_a_thought_cut_off_mid_sentence_from_any_step_of_the_run_is_refused(text
         "Complete the sequence: { [ ]",
         [{"reasoning": "Stack: { [ ]"}, {"reasoning": "Close ]: stack { ["}, {"reasoning": 'So, we need "}". So }'}],
     )
-    reason = corrections.refusal(_action(1, StepAction(text=text)), trace, None)
-    assert reason == (refused and f"{refused}: it corrects nothing")
+    reason = corrections.refusal(_action(2, StepAction(text=text)), trace, None)
+    assert reason is None if refused is None else reason.startswith(refused)
