@@ -6,10 +6,10 @@ nothing about the step. So every text a method puts into a replayed agent's cont
 there is checked first, and refused, with the refusal recorded, when it
 
 * contains a value of the expected answer as a whole token sequence under the judge's normalisation
-  (:mod:`reflect_otel.judge`): ``12,500`` is found in "pick 12500 tickets", ``Kenya`` in "filter on 'kenya'",
+  (:mod:`reflect_otel.judge`): ``12,500`` is found in "pick 12500 tickets", ``Lisbon`` in "filter on 'lisbon'",
   and a lone ``5`` in "step 5" (a one-character answer is not exempt: it cannot be told apart from a leak);
   a date is found written in any form the judge reads; a part that gives the value away alone counts as the value
-  (each date of a range, the number of "34 years");
+  (each date of a range, the number of "12 days");
 * names it in its own form where the answer is an option label or a bracket sequence: ``(B)`` as "(B)", "option B"
   or the option's text where the question lists ``(B) text`` (never the letter as a word: "a" is in most texts), and
   ``] > )`` written in a run of brackets, spaced or not (a bracket answer has no tokens to find);
@@ -20,8 +20,8 @@ to stop and answer. The agent's own decisions are not checked (they are not the 
 So an action executed in place of a step is checked for what it introduces (:func:`action_leak`): a fix of one
 literal in ``... WHERE city = 'boston' LIMIT 1`` is not refused for the agent's own ``1`` when the answer is 1, but
 a fix that writes a value of the answer (``'1'`` for 1 where the agent wrote ``'one'``, ``'Paris'``) or states one
-is. An argument may correct the agent's own spelling of an answer that the question itself names ("Kenia" -> "Kenya"
-in "Did Kenya or Uganda win more?"): the agent had chosen that value, the question gave it, and the fix only makes
+is. An argument may correct the agent's own spelling of an answer that the question itself names ("Lisboa" -> "Lisbon"
+in "Is Lisbon or Porto older?"): the agent had chosen that value, the question gave it, and the fix only makes
 the lookup match. Naming the option alone, where the agent named another or none, is the choice the oracle knows,
 and stays refused. The exemption needs all of: a question of at most :data:`QUESTION_CHARS` characters naming the
 value as a whole token sequence; a value of at least :data:`QUESTION_VALUE_CHARS` letters and digits ("1" or "a"
@@ -158,9 +158,9 @@ def _respelled(question: str, value: str, needle: list[str], before: list[str], 
 
 def _parts(value: str) -> list[str]:
     """The parts of one answer value that give it away alone: each date of a value holding two or more (a range,
-    "September 21, 2011 to January 25, 2012": an auditor's "January 4, 2012 vs. September 21, 2011" carried half of
-    it, nt-901), and the number of a number with words ("34 years", "4 friendly matches": "34" is the answer the
-    judge's number rule would then read)."""
+    "March 3, 2010 to May 9, 2012": an auditor's "June 1, 2012 vs. March 3, 2010" carried half of it), and the
+    number of a number with words ("12 days", "4 home games": "12" is the answer the judge's number rule would then
+    read)."""
     dates = [found for found in _DATE_IN_TEXT.findall(value) if answer_value(found).date]
     if len(dates) >= 2:
         return dates
