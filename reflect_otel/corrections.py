@@ -508,6 +508,8 @@ def refusal(
         )
     if replacement.same_as(StepAction.of_step(step)) or _same_words(replacement, step):
         return "the replacement repeats the original step"
+    if _commentary_added(replacement, step):
+        return "the replacement is the original step with commentary on the run added: it corrects nothing in it"
     copied = next((s for s in trace.steps[: step.index - 1] if _same_words(replacement, s)), None)
     if copied is not None:
         return f"the replacement repeats step {copied.index}'s thought word for word: it corrects nothing in the step"
@@ -540,16 +542,34 @@ def not_a_step(thought: str) -> bool:
     the agent ("The agent should have ..."), or commentary on the run ("The erroneous step was ...", "The correct
     sequence should be ...", a text that tells the run in the third person, "The agent incorrectly assumed ...",
     "The agent's reasoning was ...", or a verdict such as "Step 7 (final_answer) was incorrect because ...": 13 of
-    the 27 rewritten thoughts replayed in BBM seed 7725's first 33 traces). A thought in the agent's own voice that
+    the 30 rewritten thoughts replayed as interventions in BBM seed 7725's 40 traces). A thought in the agent's own voice that
     names an error ("The error is that the column has a space, so quote it") is a step."""
     thought = without_step_label(thought)
     lowered = " ".join(thought.lower().split())
     return CORRECTED_STEP_ASK in lowered or bool(_ADVICE.search(thought) or _COMMENTARY.search(thought))
 
 
+_QUOTES = str.maketrans("", "", "\"'`\u2018\u2019\u201c\u201d")
+
+
 def _words(text: str) -> str:
-    """A thought's words, without the step label a model may have copied from the prompt's layout."""
-    return " ".join(without_step_label(text).split())
+    """A thought's words, without the step label a model may have copied from the prompt's layout, and without
+    quotation marks (seed 7725's auditor rewrote 'So, we need "]" and ">"' as 'So, we need ] and >')."""
+    return " ".join(without_step_label(text).translate(_QUOTES).split())
+
+
+def _commentary_added(replacement: StepAction, step: Step) -> bool:
+    """The step's own thought with commentary on the run after it (seed 7725: the original step, then "The agent
+    has produced an incorrect result.")."""
+    if replacement.tool_name is not None or step.tool_name:
+        return False
+    given, original = _words(replacement.text), _words(step.reasoning)
+    return (
+        bool(original)
+        and len(given) > len(original)
+        and given.startswith(original)
+        and not_a_step(given[len(original) :])
+    )
 
 
 def _same_words(replacement: StepAction, step: Step) -> bool:

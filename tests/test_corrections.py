@@ -729,6 +729,7 @@ def test_a_rewritten_thought_is_read_without_the_step_label_copied_from_the_prom
     for text, refused in [
         (f"Step 2 (final_answer) Reasoning: {original}", "the replacement repeats the original step"),
         (f"{original.replace(' ', '  ')}", "the replacement repeats the original step"),
+        (original.replace('"', ""), "the replacement repeats the original step"),  # quotation marks dropped
         ("Step 2 (final_answer) Reasoning: So, we need", "the replacement is the beginning of the original step"),
     ]:
         assert (corrections.refusal(_action(2, StepAction(text=text)), trace, None) or "").startswith(refused), text
@@ -761,6 +762,11 @@ def test_only_a_step_label_is_taken_off_a_rewritten_thought(thought: str, words:
         ("Stack: { [", None),  # the step's beginning, ending an expression: a correction by deletion
         ("Stack: { [ ] )", None),  # a change, not a beginning
         ("So, we needed", None),  # words are compared, not characters
+        (
+            "Close ]: stack { [. The agent has produced an incorrect result.",
+            "the replacement is the original step with",
+        ),
+        ("So, we need } . So }", None),  # quotation marks dropped, and a change
         ("So, the sequence needs", None),  # begins no step's words
     ],
 )
