@@ -484,9 +484,12 @@ def refusal(
     """Why ``correction`` must not be tried, or None. Refused: an action that is an answer (a call of a tool the run
     or one of its agents answered with), a call of a tool the agent's recorded definitions do not have, one that
     introduces the expected answer into the step (what it changes, not what it keeps of the agent's own step:
-    :func:`reflect_otel.leaks.action_leak`), one that repeats the original step, and one that repeats a call of a
-    ``pure`` tool (:class:`~reflect_otel.replay.HasPureTools`) that the prefix made and got a result from
-    (:func:`repeated_call`)."""
+    :func:`reflect_otel.leaks.action_leak`), a thought that is no step of the agent's (:func:`not_a_step`), one
+    that repeats the original step (its words, but for a step label, spacing and quotation marks) or repeats it with
+    commentary added, and one that repeats a call of a ``pure`` tool (:class:`~reflect_otel.replay.HasPureTools`)
+    that the prefix made and got a result from (:func:`repeated_call`). A thought that changes the step's content in
+    any other way (a deletion, another step's words) is a change, however poor a repair: the control decides
+    whether its flip proves anything. The agent's own proposals are screened by the same rules before the gate."""
     replacement = correction.replacement
     if correction.kind is not InterventionKind.ACTION or replacement is None:
         return None
@@ -510,13 +513,6 @@ def refusal(
         return "the replacement repeats the original step"
     if _commentary_added(replacement, step):
         return "the replacement is the original step with commentary on the run added: it corrects nothing in it"
-    copied = next((s for s in trace.steps[: step.index - 1] if _same_words(replacement, s)), None)
-    if copied is not None:
-        return f"the replacement repeats step {copied.index}'s thought word for word: it corrects nothing in the step"
-    cut_from = _cut_short(replacement, trace)
-    if cut_from is not None:
-        whose = "the original step" if cut_from.index == step.index else f"step {cut_from.index}"
-        return f"the replacement is the beginning of {whose}, cut off mid-sentence: it corrects nothing"
     earlier = repeated_call(replacement, trace, correction.step_index, pure)
     if earlier is not None:
         return (
@@ -531,9 +527,13 @@ _COMMENTARY = re.compile(
     r"\bthe (?:erroneous|wrong|incorrect|faulty|mistaken) step\b"
     r"|\bthe (?:correct|corrected|right) (?:thought|step|sequence|reasoning) (?:would|should|is|was)\b"
     r"|^\W*the agent(?:'s)?\b"  # the run told in the third person: "The agent incorrectly assumed ..."
-    r"|^\W*(?:was|is) (?:incorrect|wrong|erroneous)\b",  # a verdict on a step whose label was taken off
+    r"|^\W*the model(?:'s)? (?:incorrectly|wrongly|mistakenly)\b",
     re.IGNORECASE,
 )
+_VERDICT = re.compile(
+    r"^\W*(?:in\s+)?step\s+\d+\b[^.\n]{0,80}?\b(?:was|is)\s+(?:incorrect|wrong|erroneous|flawed)\b", re.IGNORECASE
+)
+"""A verdict on a step, read before its label is taken off: "Step 7 (final_answer) was incorrect because ..."."""
 
 
 def not_a_step(thought: str) -> bool:
@@ -544,6 +544,8 @@ def not_a_step(thought: str) -> bool:
     "The agent's reasoning was ...", or a verdict such as "Step 7 (final_answer) was incorrect because ...": 13 of
     the 30 rewritten thoughts replayed as interventions in BBM seed 7725's 40 traces). A thought in the agent's own voice that
     names an error ("The error is that the column has a space, so quote it") is a step."""
+    if _VERDICT.search(thought):
+        return True
     thought = without_step_label(thought)
     lowered = " ".join(thought.lower().split())
     return CORRECTED_STEP_ASK in lowered or bool(_ADVICE.search(thought) or _COMMENTARY.search(thought))
@@ -575,29 +577,6 @@ def _commentary_added(replacement: StepAction, step: Step) -> bool:
 def _same_words(replacement: StepAction, step: Step) -> bool:
     """A thought that is the step's own, but for line breaks, spacing and a step label."""
     return replacement.tool_name is None and not step.tool_name and _words(replacement.text) == _words(step.reasoning)
-
-
-def _cut_short(replacement: StepAction, trace: StructuredTrace) -> Step | None:
-    """The thought step of the run whose words ``replacement``'s begin, stopping mid-sentence, or None. Seed 7725's
-    BBM auditor wrote "So, we need", the first words of the run's final step, as its rewrite of steps 10 and 12: a
-    fragment that changes no content of the step it replaces. A shorter thought that ends a sentence or an
-    expression is a correction by deletion ("} ]" for "} ] )") and is not refused."""
-    if replacement.tool_name is not None:
-        return None
-    given = _words(replacement.text).split()
-    if not given or not _MID_SENTENCE.search(given[-1]):
-        return None
-    for step in trace.steps:
-        if step.tool_name or not step.reasoning:
-            continue
-        words = _words(step.reasoning).split()
-        if len(given) < len(words) and words[: len(given)] == given:
-            return step
-    return None
-
-
-_MID_SENTENCE = re.compile(r"(?:[^\W\d_]|[,;:\-])$")
-"""A last word that ends in a letter or a joining mark: the text stops mid-sentence."""
 
 
 def repeated_call(action: StepAction, trace: StructuredTrace, index: int, pure: Collection[str]) -> Step | None:

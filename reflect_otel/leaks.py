@@ -60,7 +60,7 @@ __all__ = [
     "states_an_answer",
 ]
 
-_TOKEN = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?|[^\W\d_]+", re.UNICODE)
+_TOKEN = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?|\.\d+|[^\W\d_]+", re.UNICODE)
 """Words and numbers; a comma inside a number only as a thousands separator ("12,467"), so "rows 5, 6" writes 5."""
 _MINUSES = re.compile("[\u2010-\u2015\u2212\ufe63\uff0d]")
 """Every dash a minus sign may be written as (the judge reads "\u22127" and "\u20137" as -7): folded to "-"."""
@@ -94,7 +94,7 @@ def _tokens(text: str) -> list[str]:
     out = []
     for found in _TOKEN.finditer(folded):
         token = found.group()
-        if token[0].isdigit() and _signed(folded, found.start()):
+        if (token[0].isdigit() or token[0] == ".") and _signed(folded, found.start()):
             token = "-" + token
         value = answer_value(token)
         out.append(format(value.number, ".15g") if value.number is not None else token)
@@ -102,18 +102,20 @@ def _tokens(text: str) -> list[str]:
 
 
 def _signed(text: str, start: int) -> bool:
-    """Whether the number at ``start`` has a minus sign, not a subtraction or a hyphen before it. After a number or a
-    closing bracket a minus subtracts ("5 - 7", "5 -7", "(a)-7"), glued to a word it is a hyphen ("C-7",
-    "Boeing-747", "top-5"), and between spaces after a word it subtracts ("C - 7"); it is a sign at the start, after
-    an operator or punctuation ("= -7", "(-7)", "x=-7", "= - 7") and after a word and a space ("C is -7")."""
+    """Whether the number at ``start`` has a minus sign, not a subtraction, a hyphen or a bullet before it. After a
+    number or a closing bracket on its line a minus subtracts ("5 - 7", "5 -7", "(a)-7"), glued to a word it is a
+    hyphen ("C-7", "Boeing-747", "top-5"), between spaces after a word it subtracts ("C - 7"), and first on its line
+    with a space after it, it is a bullet ("- 2010: Brazil"). It is a sign at the start of a line ("-7"), after an
+    operator or punctuation ("= -7", "(-7)", "x=-7", "= - 7") and after a word and a space ("C is -7")."""
     spaced = text[start - 2 : start] == "- "
     minus = start - 2 if spaced else start - 1
     if minus < 0 or text[minus] != "-":
         return False
     glued = text[minus - 1 : minus]
-    before = text[max(0, minus - _LOOKBACK_CHARS) : minus].rstrip()[-1:]
+    line = text[max(0, minus - _LOOKBACK_CHARS) : minus].rsplit("\n", 1)[-1]
+    before = line.rstrip()[-1:]
     if not before:
-        return True
+        return not spaced
     if before.isdigit() or before in ")]":
         return False
     if glued.isalnum() or glued == "_":

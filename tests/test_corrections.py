@@ -692,7 +692,9 @@ def test_a_call_already_replayed_at_the_point_is_refused_given_or_proposed() -> 
         ("The agent's reasoning was that Eve keeps the blue ball.", False),
         ("The agent incorrectly assumed that Eve keeps the blue ball.", False),  # seed 7725, in the third person
         ("The agent chose the wrong values for the swap.", False),
-        ("Step 1 (reasoning) was incorrect because Eve swapped first.", False),  # a verdict once the label is off
+        ("Step 1 (reasoning) was incorrect because Eve swapped first.", False),  # a verdict on a step
+        ("In step 1 the swap was wrong because Eve swapped first.", False),
+        ("The model incorrectly assumed that Eve keeps the blue ball.", False),
         ("Eve swapped first, so the agent's count is off by one: Eve has the red ball.", True),
         ("The error is that Eve swapped first, so Eve has the red ball.", True),  # the agent's own voice
     ],
@@ -716,7 +718,7 @@ def test_a_rewritten_thought_that_is_no_step_of_the_agents_is_refused_with_its_r
 
 def test_a_rewritten_thought_is_read_without_the_step_label_copied_from_the_prompt() -> None:
     """Seed 7725's BBM auditor wrote "Step 4 (final_answer) Reasoning: " before a step's words: the step is the
-    words; where they are the original step's, or its beginning only, nothing is corrected and nothing is replayed."""
+    words; where they are the original step's, nothing is corrected and nothing is replayed."""
     original = 'So, we need "}". So the answer is }'
     trace = make_trace("Complete the sequence: { [ ]", [{"reasoning": "Open: {"}, {"reasoning": original}])
     diagnosis = {"root_cause": "a bracket is left open", "correction_instruction": "close the brace",
@@ -730,7 +732,6 @@ def test_a_rewritten_thought_is_read_without_the_step_label_copied_from_the_prom
         (f"Step 2 (final_answer) Reasoning: {original}", "the replacement repeats the original step"),
         (f"{original.replace(' ', '  ')}", "the replacement repeats the original step"),
         (original.replace('"', ""), "the replacement repeats the original step"),  # quotation marks dropped
-        ("Step 2 (final_answer) Reasoning: So, we need", "the replacement is the beginning of the original step"),
     ]:
         assert (corrections.refusal(_action(2, StepAction(text=text)), trace, None) or "").startswith(refused), text
     assert corrections.refusal(_action(2, StepAction(text="So, we need ']'")), trace, None) is None
@@ -755,22 +756,20 @@ def test_only_a_step_label_is_taken_off_a_rewritten_thought(thought: str, words:
 @pytest.mark.parametrize(
     ("text", "refused"),
     [
-        # seed 7725's auditor rewrote steps 10 and 12 as the first words of the final step
-        ("So, we need", "the replacement is the beginning of step 3, cut off mid-sentence"),
-        ("Step 1 (reasoning) Reasoning: So, we", "the replacement is the beginning of step 3, cut off mid-sentence"),
-        ("Stack:  { [ ]", "the replacement repeats step 1's thought word for word"),  # an earlier step, copied
-        ("Stack: { [", None),  # the step's beginning, ending an expression: a correction by deletion
-        ("Stack: { [ ] )", None),  # a change, not a beginning
-        ("So, we needed", None),  # words are compared, not characters
         (
             "Close ]: stack { [. The agent has produced an incorrect result.",
             "the replacement is the original step with",
         ),
-        ("So, we need } . So }", None),  # quotation marks dropped, and a change
-        ("So, the sequence needs", None),  # begins no step's words
+        ("Close ]: stack { [ is wrong: close ] then }: stack {", None),  # a self-correction, not commentary
+        ("Step 2 was incorrect because the brace was left open.", "the replacement is no step of the agent's"),
+        # any other change of content is a change, however poor a repair: the control decides what a flip proves
+        ("Stack: { [ ]", None),  # an earlier step's words (in a bracket task the right step often is one)
+        ("Close ]: stack {", None),  # the step's beginning: a correction by deletion
+        ("So, we need", None),  # a later step's beginning
+        ("So, we need } . So }", None),
     ],
 )
-def test_a_thought_cut_off_mid_sentence_from_any_step_of_the_run_is_refused(text: str, refused: str | None) -> None:
+def test_a_thought_changed_in_any_way_but_commentary_is_a_change(text: str, refused: str | None) -> None:
     trace = make_trace(
         "Complete the sequence: { [ ]",
         [{"reasoning": "Stack: { [ ]"}, {"reasoning": "Close ]: stack { ["}, {"reasoning": 'So, we need "}". So }'}],

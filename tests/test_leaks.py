@@ -51,6 +51,11 @@ from reflect_otel.verifiers import OracleVerifier
         ("Then C-7 is left.", "-7", False),  # glued to a word: a hyphen or a subtraction
         ("Then C - 7 is left.", "-7", False),
         ("Use x=-7 here.", "-7", True),
+        ("So C is 3\n-7 in the end.", "-7", True),  # a new line: no subtraction from the number above
+        ("Set x=-.5 now.", "-0.5", True),
+        # a bullet is no minus sign
+        ("Candidates:\n- 2010: Brazil", "2010", True),
+        ("rows:\n- 5 goals", "5", True),
         # a hyphen after a word does not hide the number after it
         ("The Boeing-747 row", "747", True),
         ("Keep the top-5 rows", "5", True),
