@@ -526,7 +526,11 @@ _ADVICE = re.compile(r"\bthe agent (?:should|must|needs? to|ought to|has to)\b",
 _COMMENTARY = re.compile(
     r"\bthe (?:erroneous|wrong|incorrect|faulty|mistaken) step\b"
     r"|\bthe (?:correct|corrected|right) (?:thought|step|sequence|reasoning) (?:would|should|is|was)\b"
-    r"|^\W*the agent(?:'s)?\b"  # the run told in the third person: "The agent incorrectly assumed ..."
+    # the run told in the third person ("The agent incorrectly assumed ...", "The agent's reasoning was ..."), not
+    # a sentence about an agent in the data ("The agent earns a 3% commission")
+    r"|^\W*the agent's\s+(?:\w+\s+){0,2}?(?:reasoning|step|thought|answer|mistake|error|approach|logic)\b"
+    r"|^\W*the agent\s+(?:\w+ly\s+)?(?:incorrectly|wrongly|mistakenly|failed|chose|assumed|made|did|has|had"
+    r"|produced|computed|calculated|missed|forgot|ignored|misread|misinterpreted|miscounted|overlooked)\b"
     r"|^\W*the model(?:'s)? (?:incorrectly|wrongly|mistakenly)\b",
     re.IGNORECASE,
 )

@@ -695,6 +695,9 @@ def test_a_call_already_replayed_at_the_point_is_refused_given_or_proposed() -> 
         ("Step 1 (reasoning) was incorrect because Eve swapped first.", False),  # a verdict on a step
         ("In step 1 the swap was wrong because Eve swapped first.", False),
         ("The model incorrectly assumed that Eve keeps the blue ball.", False),
+        ("The agent has produced an incorrect order.", False),
+        ("The agent's final answer does not match the swaps.", False),
+        ("The agent earns a 3% commission on each sale, so 3% of 200 is 6.", True),  # an agent in the data
         ("Eve swapped first, so the agent's count is off by one: Eve has the red ball.", True),
         ("The error is that Eve swapped first, so Eve has the red ball.", True),  # the agent's own voice
     ],
