@@ -546,8 +546,8 @@ def not_a_step(thought: str) -> bool:
     the agent ("The agent should have ..."), or commentary on the run ("The erroneous step was ...", "The correct
     sequence should be ...", a text that tells the run in the third person, "The agent incorrectly assumed ...",
     "The agent's reasoning was ...", or a verdict such as "Step 7 (final_answer) was incorrect because ...": 13 of
-    the 30 rewritten thoughts replayed as interventions in BBM seed 7725's 40 traces). A thought in the agent's own voice that
-    names an error ("The error is that the column has a space, so quote it") is a step."""
+    the 30 rewritten thoughts replayed as interventions in BBM seed 7725's 40 traces). A thought in the agent's own
+    voice that names an error ("The error is that the column has a space, so quote it") is a step."""
     if _VERDICT.search(thought):
         return True
     thought = without_step_label(thought)
@@ -579,7 +579,7 @@ def _commentary_added(replacement: StepAction, step: Step) -> bool:
 
 
 def _same_words(replacement: StepAction, step: Step) -> bool:
-    """A thought that is the step's own, but for line breaks, spacing and a step label."""
+    """A thought that is the step's own, but for line breaks, spacing, quotation marks and a step label."""
     return replacement.tool_name is None and not step.tool_name and _words(replacement.text) == _words(step.reasoning)
 
 
