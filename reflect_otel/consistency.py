@@ -13,7 +13,8 @@ Decision rule (fixed before any measurement, the same for every agent):
 * all of them reproduce it: ``LOW_ERROR_SIGNAL`` (basis ``consistency_agree``);
 * otherwise (at least half, not all): ``LOW_ERROR_SIGNAL`` on basis ``consistency_partial``, which the combined
   verifier (:mod:`reflect_otel.flagging`) hands to the audit;
-* no resample finished, no adapter, or the run not drawn by the sample rate: ``UNCERTAIN`` (``is_correct`` None).
+* no more than half of the resamples asked finished (one run of three is no consensus), no adapter, or the run not
+  drawn by the sample rate: ``UNCERTAIN`` (``is_correct`` None).
 
 The resamples are kept in the verdict (:class:`ConsistencyCheck`): each one's answer and the first step at which it
 departed from the original, which the proxy audit and REFLECT's localizer read as evidence (as delimited data).
@@ -24,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Sequence
 
 from reflect_otel.calibration import ConfidenceCalibration
 from reflect_otel.errors import ReplayError
@@ -32,7 +32,7 @@ from reflect_otel.judge import answers_match
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.replay import SamplesRuns
 from reflect_otel.trace import Step, StructuredTrace
-from reflect_otel.verdict import ConsistencyCheck, Resample, Verdict
+from reflect_otel.verdict import ConsistencyCheck, Resample, Verdict, shown_answer
 from reflect_otel.verifiers import Verifier, bound_to, extract_answer
 
 __all__ = [
@@ -46,9 +46,10 @@ __all__ = [
     "first_divergence",
     "majority_answer",
     "render_consistency",
+    "undecided",
 ]
 
-_MAX_SHOWN_ANSWER = 200
+_MAX_KEPT_ANSWER = 2000  # answers are compared (and voted on) within this bound; prompts show less (verdict.py)
 
 
 def drawn_for_sampling(trace_id: str, rate: float) -> bool:
@@ -91,38 +92,47 @@ def _tokens(trace: StructuredTrace) -> int:
     return sum((s.prompt_tokens or 0) + (s.completion_tokens or 0) for s in trace.steps)
 
 
+def _one_resample(runs: SamplesRuns, trace: StructuredTrace, temperature: float) -> object:
+    """One run again, or the reason it gave none. Any exception of the adapter (a user's, or an endpoint's reply
+    read wrong) is a failed resample, never the caller's: the check runs on the worker, beside other runs."""
+    try:
+        results = runs.resample(trace, samples=1, temperature=temperature)
+    except ReplayError as error:
+        return str(error)[:300]
+    except Exception as error:
+        return f"the adapter failed: {type(error).__name__}: {error}"[:300]
+    if not results:
+        return "the adapter returned no run for the resample asked"
+    return results[0]
+
+
 def check_consistency(
     trace: StructuredTrace, runs: SamplesRuns, *, samples: int, temperature: float
 ) -> ConsistencyCheck:
-    """Resample the run ``samples`` times and compare each answer with the original's. A resample the adapter
-    refused, failed or did not return (an endpoint answering fewer runs than asked) is kept with its error and left
-    out of the agreement; runs beyond ``samples`` are ignored."""
+    """Resample the run ``samples`` times, one run per request (a failed one costs only itself: the others' answers
+    and tokens are kept), and compare each answer with the original's. A resample the adapter refused, failed or did
+    not return is kept with its error and left out of the agreement."""
     original = extract_answer(trace.final_answer)
-    try:
-        results: Sequence[object] = runs.resample(trace, samples=samples, temperature=temperature)[:samples]
-        failure = None
-    except ReplayError as error:
-        results, failure = (), str(error)[:300]
     kept: list[Resample] = []
-    for result in results:
+    for _ in range(samples):
+        result = _one_resample(runs, trace, temperature)
         rerun = getattr(result, "trace", None)
-        if not isinstance(rerun, StructuredTrace):
-            kept.append(Resample(answer=None, agrees=False, error="the adapter returned a resample without a trace"))
+        if isinstance(result, str) or not isinstance(rerun, StructuredTrace):
+            error = result if isinstance(result, str) else "the adapter returned a resample without a trace"
+            kept.append(Resample(answer=None, agrees=False, error=error))
             continue
         answer = extract_answer(getattr(result, "final_answer", None) or rerun.final_answer)
         kept.append(
             Resample(
-                answer=answer[:_MAX_SHOWN_ANSWER] if answer else None,
+                answer=answer[:_MAX_KEPT_ANSWER] if answer else None,
                 agrees=answers_agree(original, answer),
                 diverged_at=first_divergence(trace, rerun),
                 steps=len(rerun.steps),
                 agent_tokens=_tokens(rerun),
             )
         )
-    missing = failure or f"the adapter returned {len(results)} of the {samples} resamples asked"
-    kept.extend(Resample(answer=None, agrees=False, error=missing) for _ in range(samples - len(kept)))
     return ConsistencyCheck(
-        original_answer=original[:_MAX_SHOWN_ANSWER] if original else None,
+        original_answer=original[:_MAX_KEPT_ANSWER] if original else None,
         runs=tuple(kept),
         temperature=temperature,
         samples=samples,
@@ -131,13 +141,24 @@ def check_consistency(
 
 def consistency_basis(check: ConsistencyCheck) -> str | None:
     """``consistency_disagree``, ``consistency_partial`` or ``consistency_agree`` (see the module's rule); None when
-    no resample finished, or the run gave no answer to compare (that is the evidence checks' finding to make)."""
+    no more than half of the resamples asked finished, or the run gave no answer to compare (that is the evidence
+    checks' finding to make)."""
     finished = check.finished
-    if not finished or check.original_answer is None:
+    if 2 * finished <= len(check.runs) or check.original_answer is None:
         return None
     if 2 * check.agreeing < finished:
         return "consistency_disagree"
     return "consistency_agree" if check.agreeing == finished else "consistency_partial"
+
+
+def undecided(check: ConsistencyCheck) -> str:
+    """Why ``check`` decides nothing (:func:`consistency_basis` is None): no answer, or too few resamples finished
+    (with the first reason one failed)."""
+    if check.original_answer is None:
+        return "the run gave no answer to compare"
+    errors = sorted({r.error for r in check.runs if r.error})
+    why = f"too few resamples finished to decide ({check.finished} of {len(check.runs)})"
+    return why + (f": {errors[0]}" if errors else "")
 
 
 def render_consistency(check: ConsistencyCheck) -> str:
@@ -152,7 +173,8 @@ def render_consistency(check: ConsistencyCheck) -> str:
             continue
         where = f"; it first decided otherwise at step {run.diverged_at}" if run.diverged_at else ""
         lines.append(
-            f"Resample {number}: answered {run.answer!r} ({'the same' if run.agrees else 'different'}){where}."
+            f"Resample {number}: answered {shown_answer(run.answer)} ({'the same' if run.agrees else 'different'})"
+            f"{where}."
         )
     return "\n".join(lines)
 
@@ -221,13 +243,12 @@ def consistency_verdict(check: ConsistencyCheck, verifier: str, calibration: Con
     basis = consistency_basis(check)
     if basis is None:
         errors = sorted({r.error for r in check.runs if r.error})
-        why = "the run gave no answer to compare" if check.original_answer is None else "no resample finished"
         return Verdict(
             verifier=verifier,
             is_correct=None,
             confidence=None,
             label="UNCERTAIN",
-            reasoning=why + (f": {errors[0]}" if errors and check.original_answer is not None else ""),
+            reasoning=undecided(check),
             consistency=check,
             error=errors[0] if errors and not check.finished else None,
         )
@@ -250,7 +271,7 @@ def majority_answer(check: ConsistencyCheck) -> str | None:
     """The answer most resamples gave when more than half of them gave it (under the judge), else None: the
     agent's own consensus, used to judge a replay's answer where no answer is known."""
     answers = [r.answer for r in check.runs if r.error is None and r.answer]
-    if not answers:
+    if not answers or consistency_basis(check) is None:  # too few finished: one run is no consensus
         return None
     # each answer counted under the first one it matches: equal answers written differently vote together
     groups = Counter(next(j for j, other in enumerate(answers) if answers_agree(other, answer)) for answer in answers)
@@ -290,7 +311,8 @@ class ConsensusVerifier:
         if answers_agree(consensus, check.original_answer):
             return self.fallback.verify(trace, expected=None)
         answer = extract_answer(trace.final_answer)
-        right = answer is not None and answers_agree(answer, consensus)
+        # compared as the resamples' answers were kept (a long consensus is held to the same bound)
+        right = answer is not None and answers_agree(answer[:_MAX_KEPT_ANSWER], consensus)
         measured = self.calibration.measured(
             "consistency_majority", verifier=self.name, samples=len(check.runs), temperature=check.temperature
         )
@@ -300,7 +322,8 @@ class ConsensusVerifier:
             extracted_answer=answer,
             confidence=measured.rate if measured is not None else None,
             label="LOW_ERROR_SIGNAL" if right else "HIGH_ERROR_SIGNAL",
-            reasoning=f"the replay answered {answer!r}; the agent's resamples of the run agreed on {consensus!r} "
+            reasoning=f"the replay answered {shown_answer(answer)}; the agent's resamples of the run agreed on "
+            f"{shown_answer(consensus)} "
             f"({check.summary()})",
             basis="consistency_majority",
             measured=measured,

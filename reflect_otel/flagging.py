@@ -11,6 +11,10 @@ The rule, in order (fixed before any measurement; the cheapest signal first):
 3. otherwise (some resamples disagree, or no check was made) the plan-anchored audit decides
    (:mod:`reflect_otel.proxy_verifier`), shown the resamples' answers and where they departed from the run.
 
+An audit's confidence is the precision measured for the combined verifier's audits of split checks (shown the
+resamples); any other audit (no check made, or too few resamples finished) is the proxy verifier's own and takes the
+proxy's measured precision.
+
 The verdict's ``confidence`` is the precision measured for the deciding basis
 (:class:`~reflect_otel.calibration.ConfidenceCalibration`), None where it was never measured.
 """
@@ -24,6 +28,7 @@ from reflect_otel.consistency import (
     consistency_basis,
     consistency_verdict,
     render_consistency,
+    undecided,
 )
 from reflect_otel.evidence import find_evidence
 from reflect_otel.llm.base import StructuredLLM
@@ -71,13 +76,19 @@ class CombinedVerifier:
             return critical
         outcome = self.consistency.check(trace)
         check = outcome if isinstance(outcome, ConsistencyCheck) else None
-        if check is not None and consistency_basis(check) in ("consistency_disagree", "consistency_agree"):
+        decided = consistency_basis(check) if check is not None else None
+        if check is not None and decided in ("consistency_disagree", "consistency_agree"):
             return consistency_verdict(check, self.name, self.calibration)
         context = render_consistency(check) if check is not None else ""  # shown inside the audit's EVIDENCE block
         audit, basis = self.proxy.judge(trace, context=context)
-        reasoning = f"audit ({check.summary() if check is not None else outcome}): {audit.reasoning}"
+        split = check is not None and decided == "consistency_partial"
+        why = str(outcome) if check is None else check.summary() if split else undecided(check)
+        reasoning = f"audit ({why}): {audit.reasoning}"
+        # the combined audits were measured on split checks, shown the resamples; any other audit (no check made,
+        # or too few resamples finished) is the proxy's own, and takes the proxy's measured precision (or none)
+        measured_as = self.name if split else self.proxy.name
         measured = (
-            self.calibration.measured(basis, verifier=self.name, model=self.proxy.llm.model_name) if basis else None
+            self.calibration.measured(basis, verifier=measured_as, model=self.proxy.llm.model_name) if basis else None
         )
         return audit.model_copy(  # the audit's verdict, as the combined verifier's (its own calibration)
             update={

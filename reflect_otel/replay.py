@@ -157,8 +157,9 @@ class SamplesRuns(Protocol):
     ``resample(trace, samples=n, temperature=t)`` re-runs the agent from the start (no step kept, no injection) ``n``
     times, each run's model calls sampled at temperature ``t`` (passed as :data:`SAMPLING_TEMPERATURE` to LangChain
     agents), and returns each run as a :class:`ReplayResult` with ``rollback_point`` 0. Self-consistency checks use
-    it: an answer the agent's own resamples do not reproduce is suspect. Irreversible tools stop a resample as they
-    stop a replay. Raises :class:`~reflect_otel.errors.ReplayError` as ``replay`` does."""
+    it (asking for one run at a time, so that a failed run costs only itself): an answer the agent's own resamples do
+    not reproduce is suspect. Irreversible tools stop a resample as they stop a replay. Raises
+    :class:`~reflect_otel.errors.ReplayError` as ``replay`` does."""
 
     def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]: ...
 

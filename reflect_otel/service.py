@@ -16,12 +16,13 @@ from typing import Protocol
 
 from reflect_otel.config import ReflectConfig
 from reflect_otel.controls import PLACEBO_METHOD, STORED_RECORDS, PlanPool
+from reflect_otel.errors import ReplayError
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import BudgetedLLM, TokenBudget
 from reflect_otel.llm.recording import CallLog, RecordingLLM, recording_agent_calls
 from reflect_otel.methods import MethodSpec
 from reflect_otel.record import AGENT_REPLAY_STAGE, AttributionMode, AttributionRecord, AttributionStatus
-from reflect_otel.replay import BudgetedReplay, ReplayAdapter, TakesTaskContext, resampler
+from reflect_otel.replay import BudgetedReplay, ReplayAdapter, ReplayResult, TakesTaskContext, resampler
 from reflect_otel.store import AttributionStore, ReadsRecords, RecordExporter
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
@@ -174,8 +175,10 @@ class AttributionService:
         verifier = judge = self.verifier_for(expected)
         if (self.triage or self.skip_correct) and takes_runs(verifier):  # a consistency check resamples the agent
             replay = replay if replay is not None else found()
-            spent = self.budget is not None and self.budget.hour_is_spent  # no agent runs past the hourly budget
-            judge = bound_to_runs(verifier, resampler(replay) if replay is not None and not spent else None)
+            source = resampler(replay) if replay is not None else None
+            if source is not None and self.budget is not None and self.budget.hour_is_spent:
+                source = _SpentHour(self.budget.per_hour)  # no agent runs past the hourly budget, and it says why
+            judge = bound_to_runs(verifier, source)
         verdict: Verdict | None = None
         triage_calls = CallLog()
         flagged = True
@@ -210,6 +213,9 @@ class AttributionService:
         record = attributor.attribute(
             trace, expected=expected, replay=replay, domain_context=domain_context, verdict=verdict
         ).with_calls(before=triage_calls.calls, after=agent_calls.calls)
+        checked = record.original_verdict.consistency if verdict is None and record.original_verdict else None
+        if self.budget is not None and checked is not None and not agent_calls.calls:
+            self.budget.spend(checked.agent_tokens)  # the method's own check resampled an agent on its own model
         tokens = budgeted.used if budgeted is not None else record.total_tokens
         first = verdict or record.original_verdict
         return self._finish(trace, first, record, Outcome(first, flagged, record, tokens=tokens))
@@ -273,6 +279,19 @@ class AttributionService:
             exporter.close()
         if self.store is not None:
             self.store.close()
+
+
+class _SpentHour:
+    """The resampler while the hourly token budget is spent: it runs the agent no more, and says so (the check's
+    verdict then names the budget, not a missing adapter)."""
+
+    def __init__(self, per_hour: int) -> None:
+        self.per_hour = per_hour
+
+    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+        raise ReplayError(
+            f"the hourly token budget ({self.per_hour} tokens) is spent: no agent resample until it frees"
+        )
 
 
 def _correct_skip(trace: StructuredTrace, method: str, verdict: Verdict) -> AttributionRecord:

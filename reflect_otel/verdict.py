@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ConsistencyCheck", "MeasuredPrecision", "Resample", "Verdict"]
+__all__ = ["ConsistencyCheck", "MeasuredPrecision", "Resample", "Verdict", "shown_answer"]
+
+
+_SHOWN_ANSWER_CHARS = 200
+
+
+def shown_answer(answer: str | None) -> str:
+    """An answer as a reasoning line or a prompt shows it: quoted, cut to 200 characters (``nothing`` for none)."""
+    if not answer:
+        return "nothing"
+    cut = answer[:_SHOWN_ANSWER_CHARS]
+    return repr(cut) + ("..." if len(answer) > len(cut) else "")
 
 
 class Resample(BaseModel):
@@ -58,8 +69,10 @@ class ConsistencyCheck(BaseModel):
 
     def summary(self) -> str:
         """``1 of 3 resamples reproduced the answer 'X'; the others answered 'Y', 'Z' (first diverging at step 2)``."""
-        others = [repr(r.answer) if r.answer else "nothing" for r in self.runs if r.error is None and not r.agrees]
-        text = f"{self.agreeing} of {self.finished} resamples reproduced the answer {self.original_answer!r}"
+        others = [shown_answer(r.answer) for r in self.runs if r.error is None and not r.agrees]
+        text = (
+            f"{self.agreeing} of {self.finished} resamples reproduced the answer {shown_answer(self.original_answer)}"
+        )
         if others:
             text += f"; the others answered {', '.join(others)}"
         if self.first_divergence is not None:

@@ -181,6 +181,31 @@ def test_the_combined_confidence_is_the_measured_precision_of_the_deciding_basis
     assert alone.verify(_run("none"), expected=None).confidence is None
 
 
+def test_a_combined_audit_takes_the_combined_precision_only_where_a_check_split() -> None:
+    """The combined verifier's audits were measured on split checks, shown the resamples: an audit made with no
+    check (no adapter, or too few resamples finished) is the proxy's own and shows no combined precision."""
+    calibration = ConfidenceCalibration(
+        verifier="combined", model="scripted-llm", samples=3, temperature=0.7, counts={"audit_high": (6, 8)}
+    )
+    split = _combined(
+        _audit_llm("Evidence_Contradiction"), _answering("none", "Bangkok, Thailand", "none"), calibration
+    )
+    assert split.verify(_run("none"), expected=None).confidence == pytest.approx(0.75)
+    unchecked = _combined(_audit_llm("Evidence_Contradiction"), None, calibration).verify(_run("none"), expected=None)
+    assert unchecked.basis == "audit_high" and unchecked.confidence is None and unchecked.measured is None
+    assert "no replay adapter" in unchecked.reasoning
+
+    def refused(_t: StructuredTrace, sample: int, _temp: float) -> list[dict[str, Any]]:
+        if sample:
+            raise ReplayError("the agent's endpoint is down")
+        return [RIGHT_FILTER, {"tool": "final_answer", "args": {"answer": "none"}}]
+
+    short = _combined(_audit_llm("Evidence_Contradiction"), ScriptedResampler(refused), calibration)
+    verdict = short.verify(_run("none"), expected=None)
+    assert verdict.basis == "audit_high" and verdict.confidence is None
+    assert "too few resamples finished to decide (1 of 3): the agent's endpoint is down" in verdict.reasoning
+
+
 def test_the_service_resamples_through_the_found_adapter_and_counts_the_agents_tokens() -> None:
     """Online triage with the combined verifier: the wrong run is flagged through its adapter's resamples and
     attributed; the right one is left alone; each resample's tokens (the agent's own model) count against the
@@ -263,7 +288,7 @@ class _ResamplingAgent:
         runs = []
         for n in range(samples):
             steps = (*trace.steps[:2], make_step(3, tool="multiply", args={"a": 6, "b": 7}, result="42"))
-            steps += (make_step(4, reasoning="The answer is 42", is_final_answer=True),)
+            steps += (make_step(4, reasoning="The answer is 42", is_final_answer=True, completion_tokens=50),)
             rerun = trace.model_copy(
                 update={"trace_id": f"{n:032x}", "steps": steps, "final_answer": "The answer is 42"}
             )
@@ -291,6 +316,25 @@ def test_reflect_proxy_judges_the_run_and_its_replays_by_the_agents_own_consensu
     assert record.effect is not None and record.effect.control.flips == 0
 
 
+def test_reflect_proxys_own_check_counts_the_agents_resample_tokens_against_the_hour() -> None:
+    """Without triage (``attribute --method reflect-proxy``) the method checks the run itself: the resamples of an
+    agent on its own model spend the hourly budget as the triage's do."""
+    budget = TokenBudget(per_trace=10**6, per_hour=10**6)
+    agent = _ResamplingAgent()
+    service = AttributionService(
+        scripted_auditor(),
+        METHODS["reflect-proxy"],
+        verifier=OracleVerifier(),
+        config=ReflectConfig(rounds=1),
+        budget=budget,
+    )
+    outcome = service.process(five_step_trace(), replay=agent)
+    assert outcome.record is not None and outcome.record.original_verdict is not None
+    assert outcome.record.original_verdict.basis == "consistency_disagree" and agent.resampled == 3
+    # the hour holds the auditor's tokens (the record's) and the three resamples' 50 each, counted once
+    assert budget.spent_last_hour() == outcome.record.total_tokens + 3 * 50
+
+
 def test_a_run_without_an_answer_is_not_cleared_by_resamples_without_one() -> None:
     """Three resamples that also never answer 'agree' with a run that never answered: that is no evidence the run
     was right (the evidence checks flag such runs), so the check says nothing."""
@@ -300,21 +344,60 @@ def test_a_run_without_an_answer_is_not_cleared_by_resamples_without_one() -> No
     assert verdict.is_correct is None and "no answer to compare" in verdict.reasoning
 
 
-def test_an_endpoint_answering_fewer_or_more_runs_than_asked_is_held_to_the_request() -> None:
+def test_each_resample_is_asked_alone_so_one_that_fails_keeps_the_others_and_their_tokens() -> None:
+    """One run per request: an endpoint answering more runs than asked is held to one, and a failed resample (a
+    refusal, an empty answer, or any exception of a user's adapter) costs only itself."""
+
     class Endpoint:
-        def __init__(self, count: int) -> None:
-            self.source = _answering("Bangkok, Thailand")
-            self.count = count
+        def __init__(self, replies: list[object]) -> None:
+            self.source = _answering("Bangkok, Thailand", tokens=40)
+            self.replies = replies
+            self.asked: list[int] = []
 
         def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
-            return self.source.resample(trace, samples=self.count, temperature=temperature)
+            self.asked.append(samples)
+            reply = self.replies[len(self.asked) - 1]
+            if isinstance(reply, Exception):
+                raise reply
+            return self.source.resample(trace, samples=int(str(reply)), temperature=temperature)
 
-    short = ConsistencyVerifier(Endpoint(1), samples=3).verify(_run("none"), expected=None)
-    assert short.consistency is not None and (short.consistency.finished, len(short.consistency.runs)) == (1, 3)
-    assert "returned 1 of the 3 resamples asked" in (short.consistency.runs[-1].error or "")
-    assert short.is_correct is False  # 1 of 1 finished disagrees
-    long = ConsistencyVerifier(Endpoint(20), samples=3).verify(_run("none"), expected=None)
-    assert long.consistency is not None and len(long.consistency.runs) == 3
+    many = Endpoint([20, 20, 20])
+    judged = ConsistencyVerifier(many, samples=3).verify(_run("none"), expected=None)
+    assert many.asked == [1, 1, 1] and judged.consistency is not None and len(judged.consistency.runs) == 3
+
+    broken = Endpoint([1, TypeError("dict() argument must be a mapping"), ReplayError("agent refused")])
+    verdict = ConsistencyVerifier(broken, samples=3).verify(_run("none"), expected=None)
+    check = verdict.consistency
+    assert check is not None and (check.finished, check.agent_tokens) == (1, 40)
+    assert [r.error for r in check.runs[1:]] == [
+        "the adapter failed: TypeError: dict() argument must be a mapping",
+        "agent refused",
+    ]
+    # one finished run of three is no consensus: the check decides nothing and says why
+    assert verdict.is_correct is None and verdict.label == "UNCERTAIN"
+    assert "too few resamples finished to decide (1 of 3)" in verdict.reasoning
+    assert majority_answer(check) is None
+
+    empty = Endpoint([1, 0, 1])
+    two = ConsistencyVerifier(empty, samples=3).verify(_run("none"), expected=None)
+    assert (
+        two.consistency is not None
+        and two.consistency.runs[1].error == "the adapter returned no run for the resample asked"
+    )
+    assert two.is_correct is False and two.basis == "consistency_disagree"  # 2 of 3 finished, neither agrees
+
+
+def test_a_long_consensus_answer_judges_a_replay_that_gives_it() -> None:
+    """Answers are kept (and voted on) within a bound far above what a prompt shows: a replay giving the agent's
+    long consensus answer is right, not cut short into a mismatch."""
+    long = "Bangkok, Thailand; " + "the venue of the race, " * 40
+    runs = _answering(long)
+    verdict = ConsistencyVerifier(runs, samples=3).verify(_run("none"), expected=None)
+    assert verdict.consistency is not None and majority_answer(verdict.consistency) == long.strip()
+    assert len(verdict.reasoning) < len(long) * 3  # each answer shown cut, not whole
+    judge = ConsistencyVerifier(samples=3).with_original(_run("none"), verdict)
+    replayed = judge.verify(_run(long, RIGHT_FILTER, trace_id="0" * 31 + "2"), expected=None)
+    assert replayed.is_correct is True and replayed.basis == "consistency_majority"
 
 
 def test_a_spent_hourly_budget_stops_resampling_and_skips_cost_nothing_more() -> None:
@@ -333,7 +416,7 @@ def test_a_spent_hourly_budget_stops_resampling_and_skips_cost_nothing_more() ->
     )
     outcome = service.process(_run("none"))
     assert adapter.resampled == [] and outcome.budget_skipped
-    assert outcome.verdict is not None and "no replay adapter" in outcome.verdict.reasoning
+    assert outcome.verdict is not None and "hourly token budget" in outcome.verdict.reasoning
 
 
 def test_resamples_within_a_replay_budget_count_as_replays() -> None:

@@ -284,8 +284,9 @@ def make_trace(
 
 class ScriptedResampler(ScriptedReplayAdapter):
     """A replay adapter double that can also resample runs (:class:`~reflect_otel.replay.SamplesRuns`):
-    ``resample_with(trace, sample, temperature)`` gives each resampled run's steps from the start (the last one's
-    text or ``final_answer`` call is its answer), or raises :class:`ReplayError`. ``resampled`` counts the runs."""
+    ``resample_with(trace, sample, temperature)`` gives each resampled run's steps from the start (the last one's text
+    or ``final_answer`` call is its answer), or raises :class:`ReplayError`; ``sample`` counts the runs this double
+    has resampled, from 0, over every call. ``resampled`` counts the runs."""
 
     def __init__(
         self,
@@ -299,7 +300,8 @@ class ScriptedResampler(ScriptedReplayAdapter):
 
     def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
         runs = []
-        for sample in range(samples):
+        for _ in range(samples):
+            sample = len(self.resampled)  # counted over every call (a check asks for one run at a time)
             self.resampled.append(temperature)
             new = list(self._resample(trace, sample, temperature))
             steps = tuple(_as_step(s, index=i, trace_id=trace.trace_id) for i, s in enumerate(new, start=1))
