@@ -260,6 +260,31 @@ def test_verifier_is_honoured_and_right_runs_are_not_attributed_unless_asked(
     assert "drop --verifier" in capsys.readouterr().err
 
 
+def test_attribute_pending_judges_runs_without_an_answer_with_the_chosen_flagging_verifier(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Runs 'collect --attribute --verifier combined' left pending are taken by 'attribute --pending
+    --flag-verifier combined' with the same verifier (it was always the plain proxy)."""
+    from reflect_otel.flagging import CombinedVerifier
+    from reflect_otel.proxy_verifier import PlanAnchoredVerifier
+
+    built: list[AttributionService] = []
+    real = AttributionService.__init__
+
+    def keep(self: AttributionService, *args: Any, **kwargs: Any) -> None:
+        real(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(AttributionService, "__init__", keep)
+    store = str(tmp_path / "pending.duckdb")
+    assert main(["attribute", "--pending", "--store", store, "--flag-verifier", "combined"]) == 0
+    assert main(["attribute", "--pending", "--store", store]) == 0
+    assert [type(service.proxy) for service in built] == [CombinedVerifier, PlanAnchoredVerifier]
+    with pytest.raises(SystemExit) as refused:
+        main(["attribute", "--pending", "--store", store, "--flag-verifier", "judge"])
+    assert refused.value.code == 2 and "invalid choice: 'judge'" in capsys.readouterr().err
+
+
 def test_store_views_and_stats_say_what_was_judged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The bundled examples: three failed BIG-Bench-Mistake chains (with their answers; the evidence checks find
     nothing in them) and a LangGraph run without an expected answer."""

@@ -4,6 +4,7 @@ rule's order (evidence, consistency, audit), costs counted, and confidence only 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -429,3 +430,35 @@ def test_resamples_within_a_replay_budget_count_as_replays() -> None:
     assert budgeted.remaining == 1
     with pytest.raises(ReplayError, match="leaves 1"):
         source.resample(_run("none"), samples=3, temperature=0.7)
+
+
+def test_store_stats_show_each_verifiers_measured_precision_with_its_interval(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The proxy's and the combined verifier's verdicts on one basis are counted apart, each with the precision
+    (interval and count) it carried."""
+    from reflect_otel.cli import main
+    from reflect_otel.exporters.duckdb_store import DuckDBStore
+
+    calibration = ConfidenceCalibration(
+        verifier="combined", model="scripted-llm", samples=3, temperature=0.7, counts={"consistency_disagree": (17, 20)}
+    )
+    flagged = _combined(ScriptedLLM([]), _answering("Bangkok, Thailand"), calibration).verify(
+        _run("none"), expected=None
+    )
+    audited = _combined(_audit_llm(), None).verify(_run("none", trace_id="0" * 31 + "2"), expected=None)
+    proxy = PlanAnchoredVerifier(_audit_llm()).verify(_run("none", trace_id="0" * 31 + "3"), expected=None)
+    path = tmp_path / "stats.duckdb"
+    with DuckDBStore(path) as store:
+        for number, verdict in enumerate((flagged, audited, proxy), start=1):
+            trace = _run("none", trace_id="0" * 31 + str(number))
+            store.write_trace(trace)
+            store.write_verdict(trace.trace_id, verdict)
+    assert main(["stats", "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "combined verdicts on consistency_disagree: 1 (1 flagged; precision 0.85, 95% [0.64, 0.95] measured on 20 "
+        "labelled runs, 3 agent resamples)" in out
+    )
+    assert "combined verdicts on audit_low_clean: 1 (0 flagged; precision not measured)" in out
+    assert "plan_anchored verdicts on audit_low_clean: 1 (0 flagged; precision not measured)" in out

@@ -19,6 +19,7 @@ from reflect_otel.datasets import BBM_TASKS
 from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.datasets.files import DATASET_FORMAT_NAMERS
 from reflect_otel.errors import ConfigError, InputError
+from reflect_otel.flagging import VERIFIER_NAMES
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import TokenBudget
 from reflect_otel.llm.factory import make_llm
@@ -55,7 +56,14 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
         "--pending",
         action="store_true",
         help="instead of a file, take the runs 'collect --attribute' left pending in the store: each is judged "
-        "(against its expected answer, else by the plan-anchored proxy verifier), and attributed when flagged",
+        "(against its expected answer, else by --flag-verifier), and attributed when flagged",
+    )
+    parser.add_argument(
+        "--flag-verifier",
+        choices=VERIFIER_NAMES,
+        default="proxy",
+        help="with --pending, how runs without an expected answer are judged, as 'collect --verifier' (default "
+        "proxy; consistency and combined re-run the agent through its --replay-config endpoint)",
     )
     parser.add_argument(
         "--replay-config",
@@ -172,13 +180,14 @@ def _attribute_pending(args: argparse.Namespace) -> int:
         )
     if args.verifier is not None or args.include_correct:
         raise ConfigError(
-            "--pending judges each run against its expected answer, else with the plan-anchored proxy verifier, and "
+            "--pending judges each run against its expected answer, else with --flag-verifier (default proxy), and "
             "attributes only runs judged wrong: drop --verifier and --include-correct"
         )
     check_store_target(args.store)
     replays = replay_endpoints(args.replay_config)
     store = open_store(args.store)
-    service = online_service(args, store, replays, verifier="proxy", budget=TokenBudget(10**12, 10**12))
+    # a batch the user started and can stop: no token budget
+    service = online_service(args, store, replays, verifier=args.flag_verifier, budget=TokenBudget(10**12, 10**12))
     worker = AttributionWorker(service, store)
     started = time.monotonic()
 

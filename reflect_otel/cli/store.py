@@ -165,20 +165,27 @@ def _stats(args: argparse.Namespace) -> int:
                 f"{unjudged} of {counts['traces']} trace(s) were never judged right or wrong (no expected answer, or a "
                 "verifier that could not tell): failure_rate counts judged runs only, and is empty where none was"
             )
+        # per verifier and basis (the proxy's audits and the combined verifier's are measured apart), the precision
+        # its latest measured verdict carried, with the interval and count it was measured with
         _, bases, _ = _query(
             db,
-            "SELECT basis, count(*), count(*) FILTER (WHERE is_correct = false), max(confidence), "
-            "max(confidence_runs), sum(resamples) FROM verdicts WHERE basis IS NOT NULL GROUP BY basis ORDER BY 2 DESC",
+            "SELECT verifier, basis, count(*), count(*) FILTER (WHERE is_correct = false), "
+            "arg_max(confidence, created_at) FILTER (WHERE confidence IS NOT NULL), "
+            "arg_max(confidence_low, created_at) FILTER (WHERE confidence IS NOT NULL), "
+            "arg_max(confidence_high, created_at) FILTER (WHERE confidence IS NOT NULL), "
+            "arg_max(confidence_runs, created_at) FILTER (WHERE confidence IS NOT NULL), sum(resamples) "
+            "FROM verdicts WHERE basis IS NOT NULL GROUP BY verifier, basis ORDER BY 3 DESC, 1, 2",
             20,
         )
-        for basis, runs, flagged, precision, measured_on, resamples in bases:
+        for verifier, basis, runs, flagged, precision, low, high, measured_on, resamples in bases:
+            interval = f", 95% [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
             shown = (
-                f"precision {precision:.2f} measured on {measured_on} labelled runs"
+                f"precision {precision:.2f}{interval} measured on {measured_on} labelled runs"
                 if precision is not None
-                else ("precision not measured")
+                else "precision not measured"
             )
             extra = f", {resamples} agent resamples" if resamples else ""
-            print(f"verdicts on {basis}: {runs} ({flagged} flagged; {shown}{extra})")
+            print(f"{verifier} verdicts on {basis}: {runs} ({flagged} flagged; {shown}{extra})")
         _, fidelity, _ = _query(db, "SELECT service, agent, controls, reproduced FROM replay_fidelity LIMIT 20", 20)
         for service, agent, controls, reproduced in fidelity:
             who = " / ".join(str(v) for v in (service, agent) if v) or "agents without a service name"
