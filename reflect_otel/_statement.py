@@ -85,10 +85,22 @@ def tokens(text: str) -> list[Token]:
     return out
 
 
+_STATEMENT = re.compile(  # a statement's opening keyword with the clause it needs
+    r"\s*(?:select\b.*\bfrom|with\b.*\bas|insert\s+into|update\b.*\bset|delete\s+from"
+    r"|(?:create|drop|alter)\s+(?:table|view|index)|explain\s+select)\b",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
 def is_statement(text: str) -> bool:
     """Whether ``text`` reads as a statement or expression rather than a value: three tokens or more, with an
-    operator, a quote or a parenthesis between them."""
-    return len(tokens(text)) >= 3 and bool(re.search(r"[=<>()'\"`]", text))
+    operator, a quote or a parenthesis between them; or a SQL statement's opening keywords (``SELECT custmer FROM
+    orders`` has neither operator nor quote; "Select Committee" and "Drop from the list" are values)."""
+    if len(tokens(text)) < 3:
+        return False
+    if re.search(r"[=<>()'\"`]", text):
+        return True
+    return _STATEMENT.match(text) is not None
 
 
 def _quoted(token: Token, value: str) -> str:

@@ -35,7 +35,13 @@ from collections.abc import Collection, Iterable
 from reflect_otel.config import ReflectConfig
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.pipeline import ReflectPipeline, ReflectPolicy, guidance_window
-from reflect_otel.record import AttributionRecord, AttributionStatus, InterventionKind, RepairPlan
+from reflect_otel.record import (
+    AGENT_REPLAY_STAGE,
+    AttributionRecord,
+    AttributionStatus,
+    InterventionKind,
+    RepairPlan,
+)
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.search import SearchContext
 from reflect_otel.trace import StructuredTrace
@@ -49,6 +55,7 @@ __all__ = [
     "PlaceboControl",
     "PlanPool",
     "WrongStepControl",
+    "auditor_model",
     "plan_of",
     "wrong_step",
 ]
@@ -105,6 +112,11 @@ def plan_of(record: AttributionRecord) -> RepairPlan | None:
     return RepairPlan(root_cause=record.root_cause, correction_instruction=instruction, corrected_step=corrected)
 
 
+def auditor_model(record: AttributionRecord) -> str:
+    """The model of ``record``'s first auditor call (not the agent's replays), "" when it recorded none."""
+    return next((call.model for call in record.llm_calls if call.stage != AGENT_REPLAY_STAGE), "")
+
+
 class PlanPool:
     """The plans one auditor wrote, by failure (trace id and question), for the placebo to draw from: the same
     service, or evaluation, feeds it every record it makes (:meth:`add`). It keeps the last ``max_plans`` failures'
@@ -115,7 +127,7 @@ class PlanPool:
         if max_plans < 1:
             raise ValueError("max_plans must be at least 1")
         self.max_plans = max_plans
-        self._plans: OrderedDict[str, tuple[str, RepairPlan]] = OrderedDict()
+        self._plans: OrderedDict[str, tuple[str, str, RepairPlan]] = OrderedDict()
         self._lock = threading.Lock()
 
     def add(self, trace: StructuredTrace, record: AttributionRecord) -> None:
@@ -123,10 +135,11 @@ class PlanPool:
         self.add_plan(trace.trace_id, trace.question, record)
 
     def add_plan(self, trace_id: str, question: str, record: AttributionRecord) -> None:
-        """:meth:`add`, from a stored failure's trace id and question."""
+        """:meth:`add`, from a stored failure's trace id and question; the plan is kept as written by the model of
+        the record's auditor calls (none recorded: any auditor's)."""
         plan = plan_of(record)
         if plan is not None:
-            self.keep(trace_id, question, plan)
+            self.keep(trace_id, question, plan, model=auditor_model(record))
 
     def add_stored(self, records: Iterable[tuple[str, AttributionRecord]]) -> None:
         """Keep the plans of stored records given newest first (:meth:`ReadsRecords.recent_records
@@ -134,15 +147,15 @@ class PlanPool:
         for question, record in reversed(list(records)):
             self.add_plan(record.trace_id, question, record)
 
-    def keep(self, trace_id: str, question: str, plan: RepairPlan) -> None:
-        """Keep ``plan`` as the one written for the failure ``trace_id`` (the first kept for it stays); past
-        ``max_plans`` failures, the oldest one's plan is dropped."""
+    def keep(self, trace_id: str, question: str, plan: RepairPlan, *, model: str = "") -> None:
+        """Keep ``plan`` as the one written for the failure ``trace_id`` by the auditor ``model`` ("" when not
+        known; the first kept for a failure stays); past ``max_plans`` failures, the oldest one's plan is dropped."""
         if not plan.correction_instruction.strip() and plan.corrected_step is None:
             return
         with self._lock:
             if trace_id in self._plans:
                 return
-            self._plans[trace_id] = (question.strip().casefold(), plan)
+            self._plans[trace_id] = (question.strip().casefold(), model, plan)
             while len(self._plans) > self.max_plans:
                 self._plans.popitem(last=False)
 
@@ -150,17 +163,17 @@ class PlanPool:
         with self._lock:
             return len(self._plans)
 
-    def other_than(self, trace: StructuredTrace) -> RepairPlan | None:
-        """A plan written for another failure than ``trace`` (another trace and another question), or None when
-        there is none yet. The pick depends only on ``trace``'s id and the failures in the pool, not on the order
+    def other_than(self, trace: StructuredTrace, *, model: str = "") -> RepairPlan | None:
+        """A plan written for another failure than ``trace`` (another trace and another question) by the auditor
+        ``model`` (a plan of another model is not the same auditor's; "" takes any), or None when there is none yet. The pick depends only on ``trace``'s id and the failures in the pool, not on the order
         they came in (the one whose trace id hashes lowest with ``trace``'s, one pass, no sort): the same trace gets
         the same placebo from the same pool, and a plan added later changes the draw only when it is the new pick."""
         question = trace.question.strip().casefold()
         with self._lock:
             plans = list(self._plans.items())
         best: tuple[bytes, RepairPlan] | None = None
-        for trace_id, (asked, plan) in plans:
-            if trace_id == trace.trace_id or asked == question:
+        for trace_id, (asked, written_by, plan) in plans:
+            if trace_id == trace.trace_id or asked == question or (model and written_by and written_by != model):
                 continue
             rank = hashlib.sha256(f"{trace.trace_id}:{trace_id}".encode()).digest()
             if best is None or rank < best[0]:
@@ -193,8 +206,9 @@ class _PlaceboDraw:
     def swap(self, ctx: SearchContext, own: RepairPlan) -> RepairPlan:
         """The auditor's call is made and paid for, as REFLECT's is; its plan is kept for later failures and
         replaced by a placebo."""
-        self.pool.keep(ctx.trace.trace_id, ctx.trace.question, own)
-        placebo = self.pool.other_than(ctx.trace)
+        model = ctx.run.llm.model_name
+        self.pool.keep(ctx.trace.trace_id, ctx.trace.question, own, model=model)
+        placebo = self.pool.other_than(ctx.trace, model=model)
         with self._lock:
             self._drawn[ctx.trace.trace_id] = placebo
         return (placebo or RepairPlan()).model_copy(update={"confidence": own.confidence})

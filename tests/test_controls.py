@@ -12,9 +12,16 @@ from typing import Any
 import pytest
 
 from reflect_otel.config import GateMode, ReflectConfig
-from reflect_otel.controls import NO_PLACEBO, NO_WRONG_STEP, PlanPool, plan_of, wrong_step
+from reflect_otel.controls import NO_PLACEBO, NO_WRONG_STEP, PlanPool, auditor_model, plan_of, wrong_step
 from reflect_otel.methods import METHODS
-from reflect_otel.record import AttributionMode, AttributionRecord, AttributionStatus, Correction, InterventionKind
+from reflect_otel.record import (
+    AttributionMode,
+    AttributionRecord,
+    AttributionStatus,
+    Correction,
+    InterventionKind,
+    LLMCall,
+)
 from reflect_otel.service import AttributionService
 from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
 from reflect_otel.trace import StepAction, StructuredTrace
@@ -72,7 +79,13 @@ OTHER_INSTRUCTION = "Sort the Year column descending before reading the first ro
 def other_failure(question: str = "Which year had the most titles?", trace_id: str = "f" * 32) -> PlanPool:
     """A pool holding the plan the auditor wrote for another failure (another trace, another question)."""
     pool = PlanPool()
-    record = AttributionRecord(
+    pool.add(five_steps(question).model_copy(update={"trace_id": trace_id}), other_record(trace_id))
+    return pool
+
+
+def other_record(trace_id: str = "f" * 32) -> AttributionRecord:
+    """The record of another failure, its plan a guidance instruction (no auditor call recorded)."""
+    return AttributionRecord(
         trace_id=trace_id,
         method="reflect",
         status=AttributionStatus.UNVERIFIED,
@@ -82,8 +95,6 @@ def other_failure(question: str = "Which year had the most titles?", trace_id: s
             Correction(source="llm", kind=InterventionKind.GUIDANCE, step_index=2, finding=OTHER_INSTRUCTION),
         ),
     )
-    pool.add(five_steps(question).model_copy(update={"trace_id": trace_id}), record)
-    return pool
 
 
 def attribute(
@@ -210,6 +221,22 @@ def test_a_placebo_is_never_the_plan_written_for_the_same_failure() -> None:
     assert other_failure(trace_id=trace.trace_id).other_than(trace) is None  # the same trace
     assert other_failure(question=trace.question.upper()).other_than(trace) is None  # the same question
     assert other_failure().other_than(trace) is not None
+
+
+def test_a_placebo_draws_only_plans_its_own_auditor_model_wrote() -> None:
+    """A store written with another auditor model holds that model's plans, not the same auditor's: the placebo
+    does not draw them (a record with no auditor call recorded is taken as any model's)."""
+    trace = five_steps()
+    by_other = PlanPool()
+    record = other_record()
+    call = LLMCall(stage="diagnose", model="gpt-other", prompt_tokens=1, completion_tokens=1, seconds=0.1, attempts=1,
+                   ok=True)  # fmt: skip
+    by_other.add(five_steps("Which year had the most titles?").model_copy(update={"trace_id": "f" * 32}),
+                 record.model_copy(update={"llm_calls": (call,)}))  # fmt: skip
+    assert auditor_model(record.model_copy(update={"llm_calls": (call,)})) == "gpt-other"
+    assert by_other.other_than(trace, model="qwen2.5-coder-1.5b-instruct") is None
+    assert by_other.other_than(trace, model="gpt-other") is not None
+    assert other_failure().other_than(trace, model="qwen2.5-coder-1.5b-instruct") is not None  # model not recorded
 
 
 def test_the_plan_of_a_record_is_its_auditors_and_a_placebos_record_gives_none() -> None:

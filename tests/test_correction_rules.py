@@ -109,6 +109,17 @@ def corrected_sql(trace: StructuredTrace, rule: str) -> list[str]:
     return [str(c.replacement.arguments["sql"]) for c in found if c.replacement is not None]
 
 
+def _database(name: str, request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """One of the three databases' query tools (PostgreSQL's from its fixture: skipped without a server)."""
+    if name == "postgres":
+        tool: Callable[[str], str] = request.getfixturevalue("postgres_tool")
+        return tool
+    return {"duckdb": duckdb_tool, "sqlite": sqlite_tool}[name]()
+
+
+DATABASES = ["duckdb", "sqlite", "postgres"]
+
+
 # -- SQL: a name the error names a candidate for ---------------------------------------------------------------
 def test_duckdb_candidate_bindings_rewrite_the_column_it_names() -> None:
     query = duckdb_tool()
@@ -253,8 +264,11 @@ def test_an_argument_that_is_the_named_value_is_replaced_whole_and_no_other() ->
         "SELEC city FROM orders",  # a syntax error names no column to rewrite
     ],
 )
-def test_sql_errors_without_a_near_candidate_stay_silent(sql: str) -> None:
-    trace = sql_trace(duckdb_tool(), sql, schema=False)
+@pytest.mark.parametrize("database", DATABASES)
+def test_sql_errors_without_a_near_candidate_stay_silent(
+    sql: str, database: str, request: pytest.FixtureRequest
+) -> None:
+    trace = sql_trace(_database(database, request), sql, schema=False)
     assert failed_call(trace.steps[0])
     assert corrections.evidence_corrections(trace) == []
 
@@ -279,20 +293,12 @@ def test_an_empty_row_set_rewrites_the_literal_as_the_rows_shown_write_it() -> N
         ("SELECT customer FROM orders WHERE region = 'north'", True),  # a field the data shown does not have
     ],
 )
-def test_the_literal_rule_stays_silent_without_a_concrete_fix(sql: str, schema: bool) -> None:
-    trace = sql_trace(duckdb_tool(), sql, schema=schema)
+@pytest.mark.parametrize("database", DATABASES)
+def test_the_literal_rule_stays_silent_without_a_concrete_fix(
+    sql: str, schema: bool, database: str, request: pytest.FixtureRequest
+) -> None:
+    trace = sql_trace(_database(database, request), sql, schema=schema)
     assert corrected_sql(trace, "shown_value") == []
-
-
-def _database(name: str, request: pytest.FixtureRequest) -> Callable[[str], str]:
-    """One of the three databases' query tools (PostgreSQL's from its fixture: skipped without a server)."""
-    if name == "postgres":
-        tool: Callable[[str], str] = request.getfixturevalue("postgres_tool")
-        return tool
-    return {"duckdb": duckdb_tool, "sqlite": sqlite_tool}[name]()
-
-
-DATABASES = ["duckdb", "sqlite", "postgres"]
 
 
 @pytest.mark.parametrize("database", DATABASES)
@@ -331,8 +337,11 @@ def test_a_literal_near_a_value_the_question_names_takes_it(database: str, reque
         ("SELECT customer FROM orders WHERE city = 'San Deigo'", "Who ordered the most?", True),  # the question names none
     ],
 )  # fmt: skip
-def test_the_question_value_rule_stays_silent_without_a_concrete_fix(sql: str, question: str, empty: bool) -> None:
-    trace = sql_trace(duckdb_tool(), sql, schema=False, question=question)
+@pytest.mark.parametrize("database", DATABASES)
+def test_the_question_value_rule_stays_silent_without_a_concrete_fix(
+    sql: str, question: str, empty: bool, database: str, request: pytest.FixtureRequest
+) -> None:
+    trace = sql_trace(_database(database, request), sql, schema=False, question=question)
     assert empty_call(trace.steps[0]) is empty and not failed_call(trace.steps[0])  # the case's premise
     assert corrected_sql(trace, "question_value") == []
 
@@ -598,3 +607,21 @@ def test_a_literal_fix_of_a_limit_1_query_is_tried_when_the_answer_is_1() -> Non
     assert record.status is AttributionStatus.VERIFIED and record.step_index == 2
     assert record.verified_by is not None and record.verified_by.source == "evidence:shown_value"
     assert record.corrected_answer == "1"
+
+
+@pytest.mark.parametrize(
+    ("text", "statement"),
+    [
+        ("SELECT custmer FROM orders", True),  # no operator, no quote: still a statement, rewritten token by token
+        ("select *\nfrom orders", True),
+        ("DELETE FROM orders", True),
+        ("WITH t AS (SELECT 1) SELECT * FROM t", True),
+        ("Select Committee", False),  # values that open with a keyword's word
+        ("Drop from the list", False),
+        ("San Diego", False),
+    ],
+)
+def test_a_short_sql_statement_is_never_read_as_a_value_replaced_whole(text: str, statement: bool) -> None:
+    from reflect_otel._statement import is_statement
+
+    assert is_statement(text) is statement

@@ -128,10 +128,10 @@ def _serve(args: argparse.Namespace) -> int:
 
     from reflect_otel.demo import table_rules
     from reflect_otel.demo.table_agent import TableQAAgent
-    from reflect_otel.demo.wtq import load_questions
+    from reflect_otel.demo.wtq import DEMO_QUESTIONS, load_questions
     from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 
-    wanted = args.question or ["nt-1"]
+    wanted = args.question or list(DEMO_QUESTIONS)
     questions = {q.id: q for q in load_questions()}
     unknown = [q for q in wanted if q not in questions]
     if unknown:

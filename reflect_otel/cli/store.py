@@ -143,6 +143,11 @@ def _count(db: Any, table: str) -> int:
     return int(row[0]) if row else 0
 
 
+# the value of the latest verdict that carried a measured precision (SQL that DuckDB and PostgreSQL both read)
+_LATEST_MEASURED = "(array_agg({column} ORDER BY created_at DESC) FILTER (WHERE confidence IS NOT NULL))[1]"
+_MEASURED_COLUMNS = ("confidence", "confidence_low", "confidence_high", "confidence_runs")
+
+
 def _stats(args: argparse.Namespace) -> int:
     path = store_target(args.store)
     db = connect_store_read_only(args.store)
@@ -170,11 +175,8 @@ def _stats(args: argparse.Namespace) -> int:
         _, bases, _ = _query(
             db,
             "SELECT verifier, basis, count(*), count(*) FILTER (WHERE is_correct = false), "
-            "arg_max(confidence, created_at) FILTER (WHERE confidence IS NOT NULL), "
-            "arg_max(confidence_low, created_at) FILTER (WHERE confidence IS NOT NULL), "
-            "arg_max(confidence_high, created_at) FILTER (WHERE confidence IS NOT NULL), "
-            "arg_max(confidence_runs, created_at) FILTER (WHERE confidence IS NOT NULL), sum(resamples) "
-            "FROM verdicts WHERE basis IS NOT NULL GROUP BY verifier, basis ORDER BY 3 DESC, 1, 2",
+            + ", ".join(_LATEST_MEASURED.format(column=c) for c in _MEASURED_COLUMNS)
+            + ", sum(resamples) FROM verdicts WHERE basis IS NOT NULL GROUP BY verifier, basis ORDER BY 3 DESC, 1, 2",
             20,
         )
         for verifier, basis, runs, flagged, precision, low, high, measured_on, resamples in bases:
