@@ -251,7 +251,8 @@ class Bench:
             judged = combined.verify(run.trace, expected=None)
             return Measured(judged, len(log.calls), 0, time.perf_counter() - started)
 
-        own = self.journal.get(run.key, "combined", verdict)
+        # a verdict made on a failed check is not journaled: a resume measures the check again, and this with it
+        own = verdict() if consistency.failed else self.journal.get(run.key, "combined", verdict)
         used = own.verdict is not None and own.verdict.basis != "critical_evidence"  # evidence decides with no check
         return Measured(
             own.verdict,
@@ -470,14 +471,16 @@ def main() -> None:
         print("no calibration written")
     else:
         right, judged = counted[args.calibrate]
+        verdicts = sum(judged.values())  # the runs the verifier judged (a run it failed on is in no count)
         calibration = ConfidenceCalibration(
             verifier=VERIFIER_OF[args.calibrate],
             model=llm.model_name if llm is not None else "",
             samples=args.samples,
             temperature=args.temperature,
             counts={b: (right[b], judged[b]) for b in BASES if judged[b]},
-            source=f"{len(runs)} labelled runs ({wrong} wrong), {date.today()}: python -m benchmarks.flagging {data} "
-            f"--verifiers {args.calibrate} --samples {args.samples} --temperature {args.temperature}",
+            source=f"{args.calibrate}'s verdicts on {verdicts} of {len(runs)} labelled runs ({wrong} wrong), "
+            f"{date.today()}: python -m benchmarks.flagging {data} --verifiers {','.join(names)} --calibrate "
+            f"{args.calibrate} --samples {args.samples} --temperature {args.temperature}",
         )
         calibration_out.write_text(calibration.model_dump_json(indent=2) + "\n", encoding="utf-8")
         print(f"wrote {calibration_out} (use it with REFLECT_PROXY_CALIBRATION={calibration_out})")

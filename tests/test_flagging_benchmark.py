@@ -115,6 +115,32 @@ def test_the_combined_verdict_reuses_the_consistency_checks_agent_runs(tmp_path:
     assert combined.calls == 2 and "2 of 3 resamples reproduced" in auditor.requests[-1].text
 
 
+def test_a_combined_verdict_made_on_a_failed_check_is_not_journaled(tmp_path: Path) -> None:
+    """When no resample finished, the combined verdict is the audit alone; a resume measures the check again, so
+    that verdict must not be reused beside a check that then succeeds."""
+    from reflect_otel.errors import ReplayError
+
+    def down(_t: object, _sample: int, _temp: float) -> list[dict[str, str]]:
+        raise ReplayError("the agent's endpoint is down")
+
+    trace = make_trace("capital?", [{"reasoning": "Paris", "is_final_answer": True}], final_answer="Paris")
+    run = Labelled("q1", trace, wrong=False)
+    anchors = {
+        "hard": {"entities": [], "filters": [], "target_property": "capital", "operation": "lookup", "output_form": ""},
+        "plans": [{"subgoals": ["name it"]}],
+    }
+    audit = {
+        "steps": [{"macro_step": 1, "category": "Aligned", "severity": "minor", "anchor": "none", "rationale": "ok"}]
+    }
+    auditor = ScriptedLLM(by_stage={"proxy_anchors": [anchors], "proxy_audit": [audit]})
+    path = tmp_path / "j.jsonl"
+    bench = Bench(auditor, lambda _r: ScriptedResampler(down), Journal(path, SETTINGS), 3, 0.7)
+    combined = bench.measure("combined", run)
+    assert combined.verdict is not None and combined.verdict.basis == "audit_low_clean"  # the audit alone decided
+    assert bench.measure("consistency", run).failed
+    assert bench.journal.done == {} and len(path.read_text().splitlines()) == 1  # the settings line only
+
+
 def test_a_results_file_cut_mid_write_is_read_without_its_last_line(tmp_path: Path) -> None:
     """An eval stopped mid-write leaves a cut last line (its resume mends it): the runs before it are measured."""
     results = tmp_path / "results.jsonl"
@@ -214,7 +240,9 @@ def test_the_issues_command_resumes_beside_the_results_and_writes_the_calibratio
     folder = results.parent / "flagging"
     calibration = ConfidenceCalibration.model_validate_json((folder / "calibration.json").read_text())
     assert f"wrote {folder / 'calibration.json'}" in out
-    assert calibration.verifier == "plan_anchored" and calibration.source.startswith("2 labelled runs (1 wrong)")
+    assert calibration.verifier == "plan_anchored"
+    assert calibration.source.startswith("proxy's verdicts on 2 of 2 labelled runs (1 wrong)")
+    assert "--verifiers evidence,proxy --calibrate proxy" in calibration.source  # the command that ran
     assert sum(judged for _right, judged in calibration.counts.values()) == 2  # both runs judged, each once
     journaled = (folder / "flagging.jsonl").read_text().splitlines()
     assert len(journaled) == 3  # the settings, then the two audits: a second run resumes from them
