@@ -263,3 +263,48 @@ def test_a_demo_agent_run_that_ends_without_an_answer_is_flagged_online_without_
     ((label, reasoning),) = _store_rows(store, "SELECT label, reasoning FROM verdicts")
     assert label == "HIGH_ERROR_SIGNAL" and "no_final_answer" in reasoning
     assert not [r for r in llm.requests if r.stage.startswith("proxy")]
+
+
+def test_without_an_expected_answer_configure_combined_flags_a_run_its_own_resamples_do_not_repeat(
+    instrumented: Instrumented, tmp_path: Path
+) -> None:
+    """Issue 43 in process: ``configure(verifier="combined")`` and ``observe(replay=...)``, no answer known
+    anywhere. The agent's sampled runs find Paris where the run looked Lyon up: the run is flagged through its
+    resamples, attributed, and its replays judged by that consensus; a run its resamples repeat is left alone."""
+    from reflect_otel.replay_adapters.openai_loop import OpenAIToolLoopReplayAdapter
+
+    rt = reflect_otel.configure(
+        store=str(tmp_path / "combined.duckdb"),
+        llm=replay_agents.scripted_auditor(),
+        tracer_provider=instrumented.provider,
+        reflect_config=ReflectConfig(gate=GateMode.HARD),
+        verifier="combined",
+    )
+    client = replay_agents.openai_client()
+    tracer = instrumented.provider.get_tracer("tests.online")
+
+    def resume(messages: list[dict[str, Any]], guard: Any, temperature: float | None = None) -> str:
+        if temperature is not None:  # this agent, sampled, reads the question right
+            messages.insert(0, {"role": "system", "content": replay_agents.FIX})
+        return replay_agents.tool_loop(client, tracer, messages, guard)
+
+    adapter = OpenAIToolLoopReplayAdapter(resume, tracer_provider=instrumented.provider)
+
+    @reflect_otel.observe(replay=adapter)
+    def agent(question: str) -> str:
+        return replay_agents.tool_loop(client, tracer, [{"role": "user", "content": question}])
+
+    try:
+        assert agent(replay_agents.QUESTION) == replay_agents.WRONG  # no expect(): nothing known
+        assert agent(f"{replay_agents.QUESTION} ({replay_agents.FIX})") == replay_agents.CORRECT
+        assert rt.drain(120)
+        (record,) = rt.records  # the right run is not attributed
+        assert record.status is AttributionStatus.VERIFIED and record.step_index == 1
+        assert record.original_verdict is not None and record.original_verdict.basis == "consistency_disagree"
+        assert {r.verdict.basis for r in record.replays if r.verdict is not None} == {"consistency_majority"}
+        assert rt.stats.traces_verified == 2 and rt.stats.traces_flagged == 1
+        rt.store.flush()  # type: ignore[union-attr]
+    finally:
+        reflect_otel.shutdown()
+    rows = _store_rows(tmp_path / "combined.duckdb", "SELECT basis, resamples, resamples_agreeing FROM verdicts")
+    assert sorted(rows) == [("consistency_agree", 3, 3), ("consistency_disagree", 3, 0)]

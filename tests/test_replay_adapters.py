@@ -179,6 +179,13 @@ def test_irreversible_tools_stop_the_replay(
     )
     with pytest.raises(IrreversibleToolError, match="'add', which is marked irreversible"):
         guarded.replay(openai_case.trace, rollback_point=1, injection=replay_agents.FIX)
+    sampling = OpenAIToolLoopReplayAdapter(  # a loop that can be resampled: its resume takes a temperature
+        lambda messages, guard, temperature=None: replay_agents.tool_loop(client, tracer, messages, guard),
+        tracer_provider=instrumented.provider,
+        irreversible_tools={"add"},
+    )
+    with pytest.raises(IrreversibleToolError):  # a consistency check's resample stops as a replay does
+        sampling.resample(openai_case.trace, samples=1, temperature=0.7)
     graph = langgraph_case.adapter.graph  # type: ignore[attr-defined]
     lg = LangGraphReplayAdapter(graph, tracer_provider=instrumented.provider, irreversible_tools={"add"})
     with pytest.raises(IrreversibleToolError):
