@@ -49,6 +49,7 @@ __all__ = [
     "undecided",
 ]
 
+_NOT_RUN = "not run: too many resamples failed to decide"
 _MAX_KEPT_ANSWER = 2000  # answers are compared (and voted on) within this bound; prompts show less (verdict.py)
 
 
@@ -96,14 +97,31 @@ def _one_resample(runs: SamplesRuns, trace: StructuredTrace, temperature: float)
     """One run again, or the reason it gave none. Any exception of the adapter (a user's, or an endpoint's reply
     read wrong) is a failed resample, never the caller's: the check runs on the worker, beside other runs."""
     try:
-        results = runs.resample(trace, samples=1, temperature=temperature)
+        results = list(runs.resample(trace, samples=1, temperature=temperature))[:1]
     except ReplayError as error:
         return str(error)[:300]
-    except Exception as error:
+    except Exception as error:  # a third-party adapter's bug fails this resample, not the worker
         return f"the adapter failed: {type(error).__name__}: {error}"[:300]
     if not results:
         return "the adapter returned no run for the resample asked"
     return results[0]
+
+
+def _kept(trace: StructuredTrace, original: str | None, result: object) -> Resample:
+    """One resample as kept: its answer, agreement and divergence, or why it has none."""
+    rerun = getattr(result, "trace", None)
+    if isinstance(result, str) or not isinstance(rerun, StructuredTrace):
+        error = result if isinstance(result, str) else "the adapter returned a resample without a trace"
+        return Resample(answer=None, agrees=False, error=error)
+    returned = getattr(result, "final_answer", None)
+    answer = extract_answer(returned if isinstance(returned, str) and returned else rerun.final_answer)
+    return Resample(
+        answer=answer[:_MAX_KEPT_ANSWER] if answer else None,
+        agrees=answers_agree(original, answer),
+        diverged_at=first_divergence(trace, rerun),
+        steps=len(rerun.steps),
+        agent_tokens=_tokens(rerun),
+    )
 
 
 def check_consistency(
@@ -111,26 +129,16 @@ def check_consistency(
 ) -> ConsistencyCheck:
     """Resample the run ``samples`` times, one run per request (a failed one costs only itself: the others' answers
     and tokens are kept), and compare each answer with the original's. A resample the adapter refused, failed or did
-    not return is kept with its error and left out of the agreement."""
+    not return is kept with its error and left out of the agreement; once so many failed that the check cannot
+    decide, the rest are not run."""
     original = extract_answer(trace.final_answer)
     kept: list[Resample] = []
     for _ in range(samples):
-        result = _one_resample(runs, trace, temperature)
-        rerun = getattr(result, "trace", None)
-        if isinstance(result, str) or not isinstance(rerun, StructuredTrace):
-            error = result if isinstance(result, str) else "the adapter returned a resample without a trace"
-            kept.append(Resample(answer=None, agrees=False, error=error))
+        if 2 * (samples - sum(1 for r in kept if r.error is not None)) <= samples:
+            # too many failed for the check to decide: the rest would cost agent runs and decide nothing
+            kept.append(Resample(answer=None, agrees=False, error=_NOT_RUN))
             continue
-        answer = extract_answer(getattr(result, "final_answer", None) or rerun.final_answer)
-        kept.append(
-            Resample(
-                answer=answer[:_MAX_KEPT_ANSWER] if answer else None,
-                agrees=answers_agree(original, answer),
-                diverged_at=first_divergence(trace, rerun),
-                steps=len(rerun.steps),
-                agent_tokens=_tokens(rerun),
-            )
-        )
+        kept.append(_kept(trace, original, _one_resample(runs, trace, temperature)))
     return ConsistencyCheck(
         original_answer=original[:_MAX_KEPT_ANSWER] if original else None,
         runs=tuple(kept),
@@ -151,12 +159,17 @@ def consistency_basis(check: ConsistencyCheck) -> str | None:
     return "consistency_agree" if check.agreeing == finished else "consistency_partial"
 
 
+def _failures(check: ConsistencyCheck) -> list[str]:
+    """Why resamples failed, in the order they ran (the ones never run for it say nothing)."""
+    return [r.error for r in check.runs if r.error and r.error != _NOT_RUN]
+
+
 def undecided(check: ConsistencyCheck) -> str:
     """Why ``check`` decides nothing (:func:`consistency_basis` is None): no answer, or too few resamples finished
     (with the first reason one failed)."""
     if check.original_answer is None:
         return "the run gave no answer to compare"
-    errors = sorted({r.error for r in check.runs if r.error})
+    errors = _failures(check)
     why = f"too few resamples finished to decide ({check.finished} of {len(check.runs)})"
     return why + (f": {errors[0]}" if errors else "")
 
@@ -242,7 +255,7 @@ def consistency_verdict(check: ConsistencyCheck, verifier: str, calibration: Con
     confidence the precision ``calibration`` measured for ``verifier``'s verdicts on its basis (else none)."""
     basis = consistency_basis(check)
     if basis is None:
-        errors = sorted({r.error for r in check.runs if r.error})
+        errors = _failures(check)
         return Verdict(
             verifier=verifier,
             is_correct=None,
@@ -250,7 +263,8 @@ def consistency_verdict(check: ConsistencyCheck, verifier: str, calibration: Con
             label="UNCERTAIN",
             reasoning=undecided(check),
             consistency=check,
-            error=errors[0] if errors and not check.finished else None,
+            # too few finished is a failed check (a benchmark counts it apart and measures it again), not a verdict
+            error=errors[0] if errors and check.original_answer is not None else None,
         )
     measured = calibration.measured(basis, verifier=verifier, samples=len(check.runs), temperature=check.temperature)
     return Verdict(
@@ -271,7 +285,7 @@ def majority_answer(check: ConsistencyCheck) -> str | None:
     """The answer most resamples gave when more than half of them gave it (under the judge), else None: the
     agent's own consensus, used to judge a replay's answer where no answer is known."""
     answers = [r.answer for r in check.runs if r.error is None and r.answer]
-    if not answers or consistency_basis(check) is None:  # too few finished: one run is no consensus
+    if not answers or 2 * check.finished <= len(check.runs):  # too few finished: one run is no consensus
         return None
     # each answer counted under the first one it matches: equal answers written differently vote together
     groups = Counter(next(j for j, other in enumerate(answers) if answers_agree(other, answer)) for answer in answers)

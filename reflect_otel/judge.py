@@ -40,7 +40,9 @@ __all__ = [
 _SMART_SINGLE = re.compile("[\u2018\u2019\u00b4`]")
 _SMART_DOUBLE = re.compile("[\u201c\u201d]")
 _DASHES = re.compile("[\u2010\u2011\u2012\u2013\u2014\u2212]")
-_CITATIONS = re.compile("((?<!^)\\[[^\\]]*\\]|\\[\\d+\\]|[\u2022\u2666\u2020\u2021*#+])*$")
+# the alternatives match disjoint texts (a digit-only bracket only by the first): overlapping ones backtrack
+# exponentially on a run of "[1]" markers
+_CITATIONS = re.compile("(?:\\[\\d+\\]|(?<!^)\\[(?!\\d+\\])[^\\]]*\\]|[\u2022\u2666\u2020\u2021*#+])*$")
 _PARENTHESES = re.compile(r"(?<!^)( \([^)]*\))*$")
 _QUOTED = re.compile(r'^"([^"]*)"$')
 _THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")

@@ -462,3 +462,23 @@ def test_store_stats_show_each_verifiers_measured_precision_with_its_interval(
     )
     assert "combined verdicts on audit_low_clean: 1 (0 flagged; precision not measured)" in out
     assert "plan_anchored verdicts on audit_low_clean: 1 (0 flagged; precision not measured)" in out
+
+
+def test_a_check_that_can_no_longer_decide_runs_no_more_resamples_and_counts_as_failed() -> None:
+    """Two of three failed: the third would cost an agent run and decide nothing. Such a check is a failure (a
+    benchmark counts it apart), not a verdict."""
+
+    def down(_t: StructuredTrace, _sample: int, _temp: float) -> list[dict[str, Any]]:
+        raise ReplayError("the agent's endpoint is down")
+
+    runs = ScriptedResampler(down)
+    verdict = ConsistencyVerifier(runs, samples=3).verify(_run("none"), expected=None)
+    assert len(runs.resampled) == 2 and verdict.consistency is not None and len(verdict.consistency.runs) == 3
+    assert verdict.is_correct is None and verdict.error == "the agent's endpoint is down"
+    assert verdict.reasoning == "too few resamples finished to decide (0 of 3): the agent's endpoint is down"
+
+
+def test_a_run_without_an_answer_still_has_its_resamples_consensus_for_judging_replays() -> None:
+    silent = make_trace(QUESTION, [WRONG_FILTER], final_answer=None)
+    verdict = ConsistencyVerifier(_answering("Bangkok, Thailand"), samples=3).verify(silent, expected=None)
+    assert verdict.consistency is not None and majority_answer(verdict.consistency) == "Bangkok, Thailand"

@@ -52,3 +52,11 @@ def test_values_read_as_the_evaluator_reads_them() -> None:
     assert answer_value("1,000").number == 1000.0
     assert answer_value("xx-01-02").date == (-1, 1, 2)
     assert answer_value("May").date is None and answer_value("May").text == "may"
+
+
+def test_a_long_run_of_citation_markers_is_stripped_without_backtracking() -> None:
+    """Answers are untrusted: a run of "[1]" markers inside an answer (the stripping regex used to backtrack
+    exponentially on it, hanging the consistency check) is compared at once."""
+    answer = "Paris" + "[1]" * 400 + " and Lyon"
+    assert not answers_match(answer, "Paris")
+    assert answers_match("Paris" + "[1]" * 400, "Paris")

@@ -306,5 +306,7 @@ def test_without_an_expected_answer_configure_combined_flags_a_run_its_own_resam
         rt.store.flush()  # type: ignore[union-attr]
     finally:
         reflect_otel.shutdown()
-    rows = _store_rows(tmp_path / "combined.duckdb", "SELECT basis, resamples, resamples_agreeing FROM verdicts")
-    assert sorted(rows) == [("consistency_agree", 3, 3), ("consistency_disagree", 3, 0)]
+    rows = _store_rows(
+        tmp_path / "combined.duckdb", "SELECT verifier, basis, resamples, resamples_agreeing FROM verdicts"
+    )
+    assert sorted(rows) == [("combined", "consistency_agree", 3, 3), ("combined", "consistency_disagree", 3, 0)]

@@ -144,7 +144,9 @@ def _count(db: Any, table: str) -> int:
 
 
 # the value of the latest verdict that carried a measured precision (SQL that DuckDB and PostgreSQL both read)
-_LATEST_MEASURED = "(array_agg({column} ORDER BY created_at DESC) FILTER (WHERE confidence IS NOT NULL))[1]"
+_LATEST_MEASURED = (
+    "(array_agg({column} ORDER BY created_at DESC NULLS LAST, trace_id) FILTER (WHERE confidence IS NOT NULL))[1]"
+)
 _MEASURED_COLUMNS = ("confidence", "confidence_low", "confidence_high", "confidence_runs")
 
 
