@@ -86,8 +86,9 @@ def tokens(text: str) -> list[Token]:
 
 
 _STATEMENT = re.compile(  # a statement's opening keyword with the clause it needs
-    r"\s*(?:select\b.*\bfrom|with\b.*\bas|insert\s+into|update\b.*\bset|delete\s+from"
-    r"|(?:create|drop|alter)\s+(?:table|view|index)|explain\s+select)\b",
+    r"\s*(?:select\s+(?!from\b)\S.*\bfrom\s+(?=\S)"  # something selected, from something
+    r"|(?:with\b.*\bas|insert\s+into|update\b.*\bset|delete\s+from|(?:create|drop|alter)\s+(?:table|view|index)"
+    r"|explain\s+select)\b)",
     re.IGNORECASE | re.DOTALL,
 )
 
@@ -95,7 +96,8 @@ _STATEMENT = re.compile(  # a statement's opening keyword with the clause it nee
 def is_statement(text: str) -> bool:
     """Whether ``text`` reads as a statement or expression rather than a value: three tokens or more, with an
     operator, a quote or a parenthesis between them; or a SQL statement's opening keywords (``SELECT custmer FROM
-    orders`` has neither operator nor quote; "Select Committee" and "Drop from the list" are values)."""
+    orders`` has neither operator nor quote; "Select Committee", "Drop from the list" and "Select from the list", with
+    nothing selected, are values)."""
     if len(tokens(text)) < 3:
         return False
     if re.search(r"[=<>()'\"`]", text):

@@ -118,16 +118,17 @@ def auditor_model(record: AttributionRecord) -> str:
 
 
 class PlanPool:
-    """The plans one auditor wrote, by failure (trace id and question), for the placebo to draw from: the same
-    service, or evaluation, feeds it every record it makes (:meth:`add`). It keeps the last ``max_plans`` failures'
-    plans (:data:`MAX_PLANS` by default; the oldest is dropped first), so a long-running service holds a bounded
-    pool. Thread-safe."""
+    """The plans auditors wrote, by failure (trace id and question) and auditor model, for the placebo to draw
+    from: the same service, or evaluation, feeds it every record it makes (:meth:`add`). It keeps the last
+    ``max_plans`` plans (:data:`MAX_PLANS` by default; the oldest is dropped first), so a long-running service holds
+    a bounded pool. Thread-safe."""
 
     def __init__(self, *, max_plans: int = MAX_PLANS) -> None:
         if max_plans < 1:
             raise ValueError("max_plans must be at least 1")
         self.max_plans = max_plans
-        self._plans: OrderedDict[str, tuple[str, str, RepairPlan]] = OrderedDict()
+        # (trace id, auditor model) -> (question, plan): a store written by two models keeps each one's plan
+        self._plans: OrderedDict[tuple[str, str], tuple[str, RepairPlan]] = OrderedDict()
         self._lock = threading.Lock()
 
     def add(self, trace: StructuredTrace, record: AttributionRecord) -> None:
@@ -149,13 +150,13 @@ class PlanPool:
 
     def keep(self, trace_id: str, question: str, plan: RepairPlan, *, model: str = "") -> None:
         """Keep ``plan`` as the one written for the failure ``trace_id`` by the auditor ``model`` ("" when not
-        known; the first kept for a failure stays); past ``max_plans`` failures, the oldest one's plan is dropped."""
+        known; the first kept for a failure and model stays); past ``max_plans`` plans, the oldest is dropped."""
         if not plan.correction_instruction.strip() and plan.corrected_step is None:
             return
         with self._lock:
-            if trace_id in self._plans:
+            if (trace_id, model) in self._plans:
                 return
-            self._plans[trace_id] = (question.strip().casefold(), model, plan)
+            self._plans[(trace_id, model)] = (question.strip().casefold(), plan)
             while len(self._plans) > self.max_plans:
                 self._plans.popitem(last=False)
 
@@ -171,11 +172,12 @@ class PlanPool:
         question = trace.question.strip().casefold()
         with self._lock:
             plans = list(self._plans.items())
-        best: tuple[bytes, RepairPlan] | None = None
-        for trace_id, (asked, written_by, plan) in plans:
+        best: tuple[tuple[bytes, str], RepairPlan] | None = None
+        for (trace_id, written_by), (asked, plan) in plans:
             if trace_id == trace.trace_id or asked == question or (model and written_by and written_by != model):
                 continue
-            rank = hashlib.sha256(f"{trace.trace_id}:{trace_id}".encode()).digest()
+            # two models' plans for one failure tie on the hash: the model name breaks it, not the order they came
+            rank = (hashlib.sha256(f"{trace.trace_id}:{trace_id}".encode()).digest(), written_by)
             if best is None or rank < best[0]:
                 best = (rank, plan)
         return best[1] if best is not None else None

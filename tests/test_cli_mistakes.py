@@ -278,7 +278,12 @@ def test_attribute_pending_judges_runs_without_an_answer_with_the_chosen_flaggin
     monkeypatch.setattr(AttributionService, "__init__", keep)
     store = str(tmp_path / "pending.duckdb")
     assert main(["attribute", "--pending", "--store", store, "--flag-verifier", "combined"]) == 0
+    # no --replay-config: nothing can be re-run, and the user is told before the batch, not left to wonder
+    warned = capsys.readouterr().err
+    assert "warning: --flag-verifier consistency/combined needs an agent to re-run" in warned
+    assert "no run will be checked for consistency" in warned
     assert main(["attribute", "--pending", "--store", store]) == 0
+    assert "consistency" not in capsys.readouterr().err
     assert [type(service.proxy) for service in built] == [CombinedVerifier, PlanAnchoredVerifier]
     with pytest.raises(SystemExit) as refused:
         main(["attribute", "--pending", "--store", store, "--flag-verifier", "judge"])

@@ -21,6 +21,7 @@ from reflect_otel.record import (
     Correction,
     InterventionKind,
     LLMCall,
+    RepairPlan,
 )
 from reflect_otel.service import AttributionService
 from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
@@ -237,6 +238,14 @@ def test_a_placebo_draws_only_plans_its_own_auditor_model_wrote() -> None:
     assert by_other.other_than(trace, model="qwen2.5-coder-1.5b-instruct") is None
     assert by_other.other_than(trace, model="gpt-other") is not None
     assert other_failure().other_than(trace, model="qwen2.5-coder-1.5b-instruct") is not None  # model not recorded
+    # the same failure audited by both models (a store written with two): each model's plan is kept for its own
+    # placebo, whichever came first
+    ours = RepairPlan(root_cause="it filtered the wrong column", correction_instruction="Filter the Year column.")
+    by_other.keep("f" * 32, "Which year had the most titles?", ours, model="qwen2.5-coder-1.5b-instruct")
+    assert len(by_other) == 2
+    assert by_other.other_than(trace, model="qwen2.5-coder-1.5b-instruct") == ours
+    drawn = by_other.other_than(trace, model="gpt-other")
+    assert drawn is not None and drawn.correction_instruction == OTHER_INSTRUCTION
 
 
 def test_the_plan_of_a_record_is_its_auditors_and_a_placebos_record_gives_none() -> None:
@@ -332,7 +341,6 @@ def test_a_store_that_cannot_be_read_leaves_the_placebo_with_no_plan_and_says_so
 
 def test_the_plan_pool_keeps_the_latest_failures_and_draws_the_same_plan_whatever_the_order() -> None:
     """A long-running service feeds the pool every failure: it keeps the last ``max_plans``, dropping the oldest."""
-    from reflect_otel.record import RepairPlan
 
     def plan(n: int) -> RepairPlan:
         return RepairPlan(root_cause=f"cause {n}", correction_instruction=f"instruction {n}")

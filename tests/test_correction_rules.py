@@ -618,6 +618,7 @@ def test_a_literal_fix_of_a_limit_1_query_is_tried_when_the_answer_is_1() -> Non
         ("WITH t AS (SELECT 1) SELECT * FROM t", True),
         ("Select Committee", False),  # values that open with a keyword's word
         ("Drop from the list", False),
+        ("Select from the list", False),  # nothing selected: a menu's label, not a statement
         ("San Diego", False),
     ],
 )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from reflect_otel._files import check_input_file
@@ -16,10 +17,11 @@ from reflect_otel.llm.factory import LazyLLM
 from reflect_otel.methods import ATTRIBUTE_METHODS, llm_for, method_spec
 from reflect_otel.replay_adapters.remote import load_replay_endpoints
 from reflect_otel.service import AttributionService, ReplayFinder
+from reflect_otel.settings import settings
 from reflect_otel.store import AttributionStore, open_exporter
 from reflect_otel.verifiers import OracleVerifier, Verifier
 
-__all__ = ["add_online_options", "online_service", "replay_endpoints"]
+__all__ = ["add_online_options", "online_service", "replay_endpoints", "say_consistency"]
 
 
 def add_online_options(parser: argparse.ArgumentParser, online: argparse._ArgumentGroup) -> None:
@@ -100,4 +102,24 @@ def online_service(
         replay_finder=replays,
         budget=budget or TokenBudget(args.max_tokens_per_trace, args.max_tokens_per_hour),
         triage=True,
+    )
+
+
+def say_consistency(replays: object, *, flag: str) -> None:
+    """What the consistency check of ``flag`` (consistency or combined) will cost, or why it cannot run: no
+    ``--replay-config`` endpoint serves resamples."""
+    resampling = [e.service for e in getattr(replays, "endpoints", ()) if e.resample]
+    if not resampling:
+        print(
+            f"warning: {flag} consistency/combined needs an agent to re-run, and no --replay-config endpoint has "
+            "resample = true: no run will be checked for consistency (combined falls back to the audit)",
+            file=sys.stderr,
+        )
+        return
+    current = settings()
+    print(
+        f"consistency check: {current.flag_sample_rate:.0%} of runs without an expected answer "
+        f"(REFLECT_FLAG_SAMPLE_RATE) of {', '.join(resampling)}, each run again {current.flag_samples} times through "
+        "its replay endpoint (REFLECT_FLAG_SAMPLES); their tokens count against --max-tokens-per-hour",
+        file=sys.stderr,
     )

@@ -12,7 +12,7 @@ from typing import Any
 
 from reflect_otel._files import check_input_file, check_output_file, replaced_on_success
 from reflect_otel._values import utf8_text
-from reflect_otel.cli._online import online_service, replay_endpoints
+from reflect_otel.cli._online import online_service, replay_endpoints, say_consistency
 from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int
 from reflect_otel.config import LLMConfig, ReflectConfig
 from reflect_otel.datasets import BBM_TASKS
@@ -188,6 +188,8 @@ def _attribute_pending(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     # a batch the user started and can stop: no token budget
     service = online_service(args, store, replays, verifier=args.flag_verifier, budget=TokenBudget(10**12, 10**12))
+    if args.flag_verifier in ("consistency", "combined"):
+        say_consistency(replays, flag="--flag-verifier")
     worker = AttributionWorker(service, store)
     started = time.monotonic()
 

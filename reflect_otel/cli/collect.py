@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from reflect_otel._files import check_output_file, replaced_on_success
-from reflect_otel.cli._online import add_online_options, online_service, replay_endpoints
+from reflect_otel.cli._online import add_online_options, online_service, replay_endpoints, say_consistency
 from reflect_otel.collectors.files import DEFAULT_MAX_FILE_BYTES, ImportReport, import_files
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits, parse_endpoint
 from reflect_otel.collectors.trace_collector import BufferLimits
@@ -161,7 +161,7 @@ def _collect(args: argparse.Namespace) -> int:
         where.append(f"OTLP/gRPC on {grpc_endpoint[0]}:{receiver.grpc_port}")
     print(f"reflect-otel collect: listening for {' and '.join(where)}; writing to {args.out}", file=sys.stderr)
     if args.attribute and args.verifier in ("consistency", "combined"):
-        _say_consistency(replays)
+        say_consistency(replays, flag="--verifier")
     deadline = None if args.duration is None else time.monotonic() + args.duration
     try:
         while not stop.wait(1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))):
@@ -189,25 +189,6 @@ def _collect(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
-
-
-def _say_consistency(replays: object) -> None:
-    """What the consistency check will cost, or why it cannot run (no endpoint that serves resamples)."""
-    resampling = [e.service for e in getattr(replays, "endpoints", ()) if e.resample]
-    if not resampling:
-        print(
-            "warning: --verifier consistency/combined needs an agent to re-run, and no --replay-config endpoint has "
-            "resample = true: no run will be checked for consistency (combined falls back to the audit)",
-            file=sys.stderr,
-        )
-        return
-    current = settings()
-    print(
-        f"consistency check: {current.flag_sample_rate:.0%} of runs without an expected answer "
-        f"(REFLECT_FLAG_SAMPLE_RATE) of {', '.join(resampling)}, each run again {current.flag_samples} times through "
-        "its replay endpoint (REFLECT_FLAG_SAMPLES); their tokens count against --max-tokens-per-hour",
-        file=sys.stderr,
-    )
 
 
 def _end() -> str:
