@@ -298,7 +298,11 @@ class ConsensusVerifier:
 
     Where most of the run's resamples agreed on an answer other than the run's, a replay is right when it gives that
     answer and wrong otherwise (basis ``consistency_majority``): the agent's own consensus stands in for the
-    expected answer. Without such a consensus, ``fallback`` judges the replay (it does not resample replays)."""
+    expected answer. Without such a consensus, ``fallback`` judges the replay (it does not resample replays), and
+    only its "wrong" stands: its "right" (an audit finding no deviation, whose precision on replays nobody measured)
+    is no proof a correction worked, so the replay is left not judged. Measured on seed 2475's ``reflect-proxy``
+    (benchmarks/results/wtq-live-runs-seed2475): the audit's "right" verified one wrong replay and made four
+    failures not attributable, the control judged right as well."""
 
     name = "consensus"
 
@@ -319,11 +323,14 @@ class ConsensusVerifier:
 
     def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
         check = self.check
+        if trace is self.original:
+            return self.fallback.verify(trace, expected=None)
         consensus = majority_answer(check) if check is not None else None
-        if trace is self.original or check is None or consensus is None:
-            return self.fallback.verify(trace, expected=None)
+        if check is None or consensus is None:
+            why = "no consensus of the agent's resamples to compare its answer with" if check else "no resamples"
+            return _unproven(self.fallback.verify(trace, expected=None), why)
         if answers_agree(consensus, check.original_answer):
-            return self.fallback.verify(trace, expected=None)
+            return _unproven(self.fallback.verify(trace, expected=None), "the resamples agreed with the run's answer")
         answer = extract_answer(trace.final_answer)
         # compared as the resamples' answers were kept (a long consensus is held to the same bound)
         right = answer is not None and answers_agree(answer[:_MAX_KEPT_ANSWER], consensus)
@@ -342,3 +349,18 @@ class ConsensusVerifier:
             basis="consistency_majority",
             measured=measured,
         )
+
+
+def _unproven(verdict: Verdict, why: str) -> Verdict:
+    """``verdict`` on a replay, its "right" withdrawn (see :class:`ConsensusVerifier`): a "wrong" stands."""
+    if verdict.is_correct is not True:
+        return verdict
+    return verdict.model_copy(
+        update={
+            "is_correct": None,
+            "label": "UNCERTAIN",
+            "confidence": None,
+            "measured": None,
+            "reasoning": f"not judged: {why}, and {verdict.verifier}'s 'right' proves no replay ({verdict.reasoning})",
+        }
+    )

@@ -4,7 +4,8 @@ plan-anchored audit, with the basis that decided it and that basis's measured pr
 The rule, in order (fixed before any measurement; the cheapest signal first):
 
 1. a critical evidence finding (no answer, a step limit, a loop, an answer right after a failed call) flags the
-   run (basis ``critical_evidence``; no model call, no agent run);
+   run (basis ``critical_evidence``; no model call, no agent run, except that ``reflect-proxy`` resamples it
+   anyway, for its replays to be judged by the agent's consensus);
 2. where the run's replay adapter can resample it and the run is drawn by the sample rate, the consistency check
    (:mod:`reflect_otel.consistency`): fewer than half of the resamples reproducing the answer flags the run
    (``consistency_disagree``), all of them clears it (``consistency_agree``);
@@ -54,16 +55,25 @@ class CombinedVerifier:
         consistency: ConsistencyVerifier,
         *,
         calibration: ConfidenceCalibration | None = None,
+        check_after_evidence: bool = False,
     ) -> None:
         self.proxy = proxy
         self.consistency = consistency
         self.calibration = calibration if calibration is not None else proxy.config.calibration
+        self.check_after_evidence = check_after_evidence
+        """Resample a run the evidence already flagged too: its replays then have the agent's consensus to be
+        judged by (``reflect-proxy``); online flagging saves those agent runs."""
+
+    def _like(self, proxy: PlanAnchoredVerifier, consistency: ConsistencyVerifier) -> CombinedVerifier:
+        return CombinedVerifier(
+            proxy, consistency, calibration=self.calibration, check_after_evidence=self.check_after_evidence
+        )
 
     def with_llm(self, llm: StructuredLLM) -> CombinedVerifier:
-        return CombinedVerifier(self.proxy.with_llm(llm), self.consistency, calibration=self.calibration)
+        return self._like(self.proxy.with_llm(llm), self.consistency)
 
     def with_runs(self, runs: SamplesRuns | None) -> CombinedVerifier:
-        return CombinedVerifier(self.proxy, self.consistency.with_runs(runs), calibration=self.calibration)
+        return self._like(self.proxy, self.consistency.with_runs(runs))
 
     def with_original(self, trace: StructuredTrace, verdict: Verdict) -> ConsensusVerifier:
         """The judge of ``trace``'s replays: the agent's consensus where its check found one, else this verifier
@@ -73,7 +83,12 @@ class CombinedVerifier:
     def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
         critical = critical_evidence_verdict(find_evidence(trace), self.name, self.calibration)
         if critical is not None:
-            return critical
+            if not self.check_after_evidence:
+                return critical
+            resampled = self.consistency.check(trace)  # kept for the replays; the evidence decided
+            return (
+                critical.model_copy(update={"consistency": resampled}) if not isinstance(resampled, str) else critical
+            )
         outcome = self.consistency.check(trace)
         check = outcome if isinstance(outcome, ConsistencyCheck) else None
         decided = consistency_basis(check) if check is not None else None
@@ -115,8 +130,9 @@ def _consistency() -> ConsistencyVerifier:
 
 def proxy_regime_verifier(llm: StructuredLLM) -> CombinedVerifier:
     """``reflect-proxy``'s judge: the combined verdict on the run (resampling as :func:`flagging_verifier` does),
-    then its replays judged by the agent's consensus (:meth:`CombinedVerifier.with_original`)."""
-    return CombinedVerifier(PlanAnchoredVerifier(llm), _consistency())
+    then its replays judged by the agent's consensus (:meth:`CombinedVerifier.with_original`), a run the evidence
+    flagged resampled as well so that its replays have one."""
+    return CombinedVerifier(PlanAnchoredVerifier(llm), _consistency(), check_after_evidence=True)
 
 
 def flagging_verifier(name: str, llm: StructuredLLM) -> Verifier:

@@ -482,3 +482,44 @@ def test_a_run_without_an_answer_still_has_its_resamples_consensus_for_judging_r
     silent = make_trace(QUESTION, [WRONG_FILTER], final_answer=None)
     verdict = ConsistencyVerifier(_answering("Bangkok, Thailand"), samples=3).verify(silent, expected=None)
     assert verdict.consistency is not None and majority_answer(verdict.consistency) == "Bangkok, Thailand"
+
+
+def test_without_an_answer_a_replay_is_proved_right_only_by_the_agents_consensus() -> None:
+    """reflect-proxy's judge of replays. On seed 2475 an audit finding no deviation in a replay was taken as "right":
+    it verified a wrong answer (14 for 36) and judged four controls right, so those failures were not attributable.
+    Now only the agent's consensus proves a replay right; the audit's "right" leaves it not judged, its "wrong"
+    (a critical finding) stands; and a run the evidence flagged is resampled too, so its replays have a consensus."""
+    calibration = ConfidenceCalibration()
+
+    def judge(runs: ScriptedResampler, audit: ScriptedLLM) -> CombinedVerifier:
+        proxy = PlanAnchoredVerifier(audit, config=ProxyVerifierConfig(calibration=calibration))
+        return CombinedVerifier(proxy, ConsistencyVerifier(samples=3), check_after_evidence=True).with_runs(runs)
+
+    looped = make_trace(QUESTION, [WRONG_FILTER, WRONG_FILTER, WRONG_FILTER], final_answer="", trace_id="0" * 31 + "1")
+    consensus = _answering("Bangkok, Thailand")
+    flagged = judge(consensus, ScriptedLLM([])).verify(looped, expected=None)
+    assert flagged.basis == "critical_evidence" and flagged.is_correct is False  # the evidence still decides
+    assert len(consensus.resampled) == 3 and flagged.consistency is not None
+    replays = judge(consensus, ScriptedLLM([])).with_original(looped, flagged)
+    fixed = replays.verify(_run("Bangkok, Thailand", RIGHT_FILTER, trace_id="0" * 31 + "2"), expected=None)
+    assert fixed.is_correct is True and fixed.basis == "consistency_majority"
+    assert replays.verify(_run("Hanoi", trace_id="0" * 31 + "3"), expected=None).is_correct is False
+
+    split = _answering("Bangkok", "Hanoi", "Lima")  # no two resamples agree: no consensus
+    audited = judge(split, _audit_llm("Aligned"))
+    original = _run("none")
+    verdict = audited.verify(original, expected=None)
+    assert verdict.basis == "consistency_disagree" and verdict.consistency is not None
+    assert majority_answer(verdict.consistency) is None
+    replays = audited.with_original(original, verdict)
+    clean = replays.verify(_run("Bangkok, Thailand", RIGHT_FILTER, trace_id="0" * 31 + "2"), expected=None)
+    assert clean.is_correct is None and clean.label == "UNCERTAIN" and clean.confidence is None
+    assert clean.reasoning.startswith("not judged: no consensus of the agent's resamples")
+    assert "no deviations" in clean.reasoning  # what the audit said is kept, not hidden
+    relooped = looped.model_copy(update={"trace_id": "0" * 31 + "4"})
+    assert replays.verify(relooped, expected=None).is_correct is False  # a critical finding still says wrong
+
+    # online flagging keeps its order: the evidence decides without spending agent runs
+    online = _answering("Bangkok, Thailand")
+    assert _combined(ScriptedLLM([]), online).verify(looped, expected=None).basis == "critical_evidence"
+    assert online.resampled == []
