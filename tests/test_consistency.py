@@ -486,7 +486,7 @@ def test_a_run_without_an_answer_still_has_its_resamples_consensus_for_judging_r
 
 def test_without_an_answer_a_replay_is_proved_right_only_by_the_agents_consensus() -> None:
     """reflect-proxy's judge of replays. On seed 2475 an audit finding no deviation in a replay was taken as "right":
-    it verified a wrong answer (14 for 36) and judged four controls right, so those failures were not attributable.
+    it verified a wrong answer (14 for 36) and judged both arms right on four failures, so they were not attributable.
     Now only the agent's consensus proves a replay right; the audit's "right" leaves it not judged, its "wrong"
     (a critical finding) stands; and a run the evidence flagged is resampled too, so its replays have a consensus."""
     calibration = ConfidenceCalibration()
