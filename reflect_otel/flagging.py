@@ -4,8 +4,9 @@ plan-anchored audit, with the basis that decided it and that basis's measured pr
 The rule, in order (fixed before any measurement; the cheapest signal first):
 
 1. a critical evidence finding (no answer, a step limit, a loop, an answer right after a failed call) flags the
-   run (basis ``critical_evidence``; no model call, no agent run, except that ``reflect-proxy`` resamples it
-   anyway, for its replays to be judged by the agent's consensus);
+   run (basis ``critical_evidence``; no model call). Where flagged runs go on to attribution (online, and
+   ``reflect-proxy``), the run is resampled anyway, as step 2 would (sample rate and budget alike), so that its
+   replays can be judged by the agent's consensus; the flagging benchmark measures the rule without it;
 2. where the run's replay adapter can resample it and the run is drawn by the sample rate, the consistency check
    (:mod:`reflect_otel.consistency`): fewer than half of the resamples reproducing the answer flags the run
    (``consistency_disagree``), all of them clears it (``consistency_agree``);
@@ -62,7 +63,7 @@ class CombinedVerifier:
         self.calibration = calibration if calibration is not None else proxy.config.calibration
         self.check_after_evidence = check_after_evidence
         """Resample a run the evidence already flagged too: its replays then have the agent's consensus to be
-        judged by (``reflect-proxy``); online flagging saves those agent runs."""
+        judged by (where flagged runs are attributed); flagging alone saves those agent runs."""
 
     def _like(self, proxy: PlanAnchoredVerifier, consistency: ConsistencyVerifier) -> CombinedVerifier:
         return CombinedVerifier(
@@ -136,8 +137,9 @@ def proxy_regime_verifier(llm: StructuredLLM) -> CombinedVerifier:
 
 
 def flagging_verifier(name: str, llm: StructuredLLM) -> Verifier:
-    """The verifier ``name`` (:data:`VERIFIER_NAMES`): the consistency check's samples, rate and temperature come
-    from ``REFLECT_FLAG_SAMPLES``, ``REFLECT_FLAG_SAMPLE_RATE`` and ``REFLECT_FLAG_TEMPERATURE``."""
+    """The verifier ``name`` (:data:`VERIFIER_NAMES`) of online attribution (its flagged runs are attributed):
+    the consistency check's samples, rate and temperature come from ``REFLECT_FLAG_SAMPLES``,
+    ``REFLECT_FLAG_SAMPLE_RATE`` and ``REFLECT_FLAG_TEMPERATURE``."""
     if name == "evidence":
         return EvidenceVerifier()
     if name == "proxy":
@@ -145,6 +147,6 @@ def flagging_verifier(name: str, llm: StructuredLLM) -> Verifier:
     consistency = _consistency()
     if name == "consistency":
         return consistency
-    if name == "combined":
-        return CombinedVerifier(PlanAnchoredVerifier(llm), consistency)
+    if name == "combined":  # its flagged runs are attributed: their replays need the agent's consensus
+        return CombinedVerifier(PlanAnchoredVerifier(llm), consistency, check_after_evidence=True)
     raise ValueError(f"unknown verifier {name!r}; choose from {', '.join(VERIFIER_NAMES)}")

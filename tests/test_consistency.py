@@ -519,7 +519,31 @@ def test_without_an_answer_a_replay_is_proved_right_only_by_the_agents_consensus
     relooped = looped.model_copy(update={"trace_id": "0" * 31 + "4"})
     assert replays.verify(relooped, expected=None).is_correct is False  # a critical finding still says wrong
 
-    # online flagging keeps its order: the evidence decides without spending agent runs
-    online = _answering("Bangkok, Thailand")
-    assert _combined(ScriptedLLM([]), online).verify(looped, expected=None).basis == "critical_evidence"
-    assert online.resampled == []
+    # flagging alone (as the flagging benchmark measures it) spends no agent run on a run the evidence flagged
+    alone = _answering("Bangkok, Thailand")
+    assert _combined(ScriptedLLM([]), alone).verify(looped, expected=None).basis == "critical_evidence"
+    assert alone.resampled == []
+
+
+def test_online_a_run_the_evidence_flagged_is_resampled_for_its_replays_and_the_resamples_are_paid_for() -> None:
+    """Online, a flagged run is attributed: 'combined' resamples a run the evidence flagged as well, so its
+    replays can be proved right by the agent's consensus, and the resamples count against the hourly budget."""
+    budget = TokenBudget(per_trace=10**6, per_hour=10**6)
+    agent = _answering("Bangkok, Thailand", tokens=100)
+    llm = ScriptedLLM(respond=lambda _r: {})
+    service = AttributionService(
+        llm,
+        METHODS["first-step"],
+        verifier=OracleVerifier(),
+        proxy=flagging_verifier("combined", llm),
+        config=ReflectConfig(),
+        replay_finder=lambda _t, _l: agent,
+        budget=budget,
+        triage=True,
+    )
+    looped = make_trace(QUESTION, [WRONG_FILTER, WRONG_FILTER, WRONG_FILTER], final_answer="", trace_id="c" * 32)
+    outcome = service.process(looped)
+    assert outcome.flagged and outcome.verdict is not None and outcome.verdict.basis == "critical_evidence"
+    check = outcome.verdict.consistency
+    assert check is not None and majority_answer(check) == "Bangkok, Thailand"
+    assert len(agent.resampled) == 3 and budget.spent_last_hour() == 300 and llm.requests == []

@@ -35,7 +35,8 @@ def add_online_options(parser: argparse.ArgumentParser, online: argparse._Argume
         default="proxy",
         help="for runs without an expected answer: consistency (the agent run again REFLECT_FLAG_SAMPLES times "
         "through its replay endpoint; an answer most resamples do not reproduce is flagged), combined (evidence, "
-        "then consistency, then the audit where they do not decide), proxy (the plan-anchored verifier: evidence checks, then an "
+        "then consistency, then the audit where they do not decide; a run the evidence flags is resampled too, for its "
+        "replays to be judged by the agent's consensus), proxy (the plan-anchored verifier: evidence checks, then an "
         "LLM audit) or evidence (critical evidence checks only, no LLM call; silent failures go unflagged)",
     )
     online.add_argument(
