@@ -147,7 +147,8 @@ class AttributionRun:
 
     def _evidence(self, of: StructuredTrace) -> str:
         """The evidence checks' findings on ``of``; on the original run, also its consistency check's resamples
-        (where they departed from it: localization evidence) when the run was flagged by one."""
+        (where they departed from it: localization evidence) when its verdict carries one (a run the evidence
+        flagged is resampled too where its replays are judged by the agent's consensus)."""
         findings = render_findings(find_evidence(of))
         check = self.original_verdict.consistency if self.original_verdict is not None else None
         if check is None or of.trace_id != self.trace.trace_id:

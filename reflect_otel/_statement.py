@@ -86,7 +86,7 @@ def tokens(text: str) -> list[Token]:
 
 
 _STATEMENT = re.compile(  # a statement's opening keyword with the clause it needs
-    r"\s*(?:select\s+(?!from\b)\S.*\bfrom\s+(?=\S)"  # something selected, from something
+    r"\s*(?:select\b(?!\s*from\b)\s*\S.*\bfrom\b"  # something selected, then FROM
     r"|(?:with\b.*\bas|insert\s+into|update\b.*\bset|delete\s+from|(?:create|drop|alter)\s+(?:table|view|index)"
     r"|explain\s+select)\b)",
     re.IGNORECASE | re.DOTALL,

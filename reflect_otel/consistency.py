@@ -50,6 +50,10 @@ __all__ = [
 ]
 
 _NOT_RUN = "not run: too many resamples failed to decide"
+_NO_ADAPTER = (
+    "no replay adapter that can resample this agent: pass one to observe(), or give its --replay-config endpoint "
+    "resample = true"
+)
 _MAX_KEPT_ANSWER = 2000  # answers are compared (and voted on) within this bound; prompts show less (verdict.py)
 
 
@@ -235,10 +239,7 @@ class ConsistencyVerifier:
     def check(self, trace: StructuredTrace) -> ConsistencyCheck | str:
         """The check, or why it was not made (no adapter, not drawn)."""
         if self.runs is None:
-            return (
-                "no replay adapter that can resample this agent: pass one to observe(), or give its --replay-config "
-                "endpoint resample = true"
-            )
+            return _NO_ADAPTER
         if not drawn_for_sampling(trace.trace_id, self.sample_rate):
             return f"not drawn for a consistency check (sample rate {self.sample_rate:g})"
         return check_consistency(trace, self.runs, samples=self.samples, temperature=self.temperature)
@@ -321,16 +322,25 @@ class ConsensusVerifier:
     def with_llm(self, llm: StructuredLLM) -> ConsensusVerifier:
         return ConsensusVerifier(bound_to(self.fallback, llm), self.original, self.check, self.calibration)
 
+    @property
+    def unprovable(self) -> str | None:
+        """Why no replay of the run can be judged right (replaying it then proves nothing), or None."""
+        if self.check is None:
+            return "the run was not resampled, so no consensus of the agent's can judge a replay right"
+        consensus = majority_answer(self.check)
+        if consensus is None:
+            return "the agent's resamples agreed on no answer, so none can judge a replay right"
+        if answers_agree(consensus, self.check.original_answer):
+            return "the agent's resamples agreed with the run's own answer, so none can judge a replay right"
+        return None
+
     def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
         check = self.check
-        if trace is self.original:
-            return self.fallback.verify(trace, expected=None)
-        consensus = majority_answer(check) if check is not None else None
-        if check is None or consensus is None:
-            why = "no consensus of the agent's resamples to compare its answer with" if check else "no resamples"
-            return _unproven(self.fallback.verify(trace, expected=None), why)
-        if answers_agree(consensus, check.original_answer):
-            return _unproven(self.fallback.verify(trace, expected=None), "the resamples agreed with the run's answer")
+        why = self.unprovable
+        if check is None or why is not None:
+            return _unproven(self.fallback.verify(trace, expected=None), why or "")
+        consensus = majority_answer(check)
+        assert consensus is not None  # unprovable says so otherwise
         answer = extract_answer(trace.final_answer)
         # compared as the resamples' answers were kept (a long consensus is held to the same bound)
         right = answer is not None and answers_agree(answer[:_MAX_KEPT_ANSWER], consensus)
@@ -352,15 +362,18 @@ class ConsensusVerifier:
 
 
 def _unproven(verdict: Verdict, why: str) -> Verdict:
-    """``verdict`` on a replay, its "right" withdrawn (see :class:`ConsensusVerifier`): a "wrong" stands."""
+    """``verdict`` on a replay, its "right" withdrawn (see :class:`ConsensusVerifier`): a "wrong" stands. The
+    withdrawn verdict keeps no basis (it decided nothing) and says what the fallback found."""
     if verdict.is_correct is not True:
         return verdict
+    found = verdict.reasoning.replace(f"audit ({_NO_ADAPTER}): ", "audit: ")  # replays are never resampled
     return verdict.model_copy(
         update={
             "is_correct": None,
             "label": "UNCERTAIN",
             "confidence": None,
             "measured": None,
-            "reasoning": f"not judged: {why}, and {verdict.verifier}'s 'right' proves no replay ({verdict.reasoning})",
+            "basis": None,
+            "reasoning": f"not judged: {why}; a 'right' of {verdict.verifier} proves no replay ({found})",
         }
     )

@@ -63,7 +63,7 @@ __all__ = [
 WRONG_STEP_DISTANCES = (2, 1)
 """The wrong step's distances from the localized one, in order of preference."""
 MAX_PLANS = 1000
-"""Failures whose plans a :class:`PlanPool` keeps by default (the most recent ones)."""
+"""Plans a :class:`PlanPool` keeps by default (the most recent ones; one per failure and auditor model)."""
 PLACEBO_METHOD = "control-placebo"
 AUDITOR_SOURCES = frozenset({"llm", "control:wrong-step"})
 """The sources of the corrected calls an auditor wrote (REFLECT's, the wrong-step control's): a plan's call."""
@@ -172,12 +172,13 @@ class PlanPool:
         question = trace.question.strip().casefold()
         with self._lock:
             plans = list(self._plans.items())
-        best: tuple[tuple[bytes, str], RepairPlan] | None = None
+        best: tuple[tuple[bytes, bool, str], RepairPlan] | None = None
         for (trace_id, written_by), (asked, plan) in plans:
             if trace_id == trace.trace_id or asked == question or (model and written_by and written_by != model):
                 continue
-            # two models' plans for one failure tie on the hash: the model name breaks it, not the order they came
-            rank = (hashlib.sha256(f"{trace.trace_id}:{trace_id}".encode()).digest(), written_by)
+            # two plans of one failure tie on the hash: the one known to be this model's wins, then the name
+            digest = hashlib.sha256(f"{trace.trace_id}:{trace_id}".encode()).digest()
+            rank = (digest, written_by != model, written_by)
             if best is None or rank < best[0]:
                 best = (rank, plan)
         return best[1] if best is not None else None

@@ -41,7 +41,7 @@ from reflect_otel.replay import ReplayAdapter, agent_rules, pure_tools, resample
 from reflect_otel.trace import Step, StructuredTrace
 from reflect_otel.trial import Decision, GateFn, Trial, TrialResult
 from reflect_otel.verdict import Verdict
-from reflect_otel.verifiers import bound_to_original, bound_to_runs
+from reflect_otel.verifiers import bound_to_original, bound_to_runs, unprovable_by
 
 __all__ = [
     "Diagnosis",
@@ -156,6 +156,9 @@ def search(
     verdict = run.original_verdict or run.verifier.verify(run.trace, expected=expected)
     run.original_verdict = verdict  # its consistency check, if any, is localization evidence (see AttributionRun)
     run.verifier = bound_to_original(run.verifier, run.trace, verdict)  # the proxy regime judges replays by it
+    unprovable = unprovable_by(run.verifier)
+    if replay is not None and unprovable is not None:  # no replay could verify: none is spent
+        replay, mode = None, AttributionMode.LOCALIZATION_ONLY
     if is_correct(verdict):
         return run.record(
             status=AttributionStatus.SKIPPED,
@@ -188,7 +191,7 @@ def search(
         rounds.append(Round(number, diagnosis, results))
         if rounds[-1].verified is not None or (engine.remaining is not None and engine.remaining <= 0):
             break
-    return record_of(ctx, policy, rounds, engine, mode)
+    return record_of(ctx, policy, rounds, engine, mode, no_replay=unprovable)
 
 
 def _test(engine: ControlledReplay, diagnosis: Diagnosis, run: AttributionRun) -> tuple[TrialResult, ...]:
@@ -211,9 +214,12 @@ def record_of(
     rounds: Sequence[Round],
     engine: ControlledReplay | None,
     mode: AttributionMode,
+    *,
+    no_replay: str | None = None,
 ) -> AttributionRecord:
     """The record of a search, built once from its rounds: verified (the first verified trial), not attributable
-    (the first flip its control explained), or unverified (the last localization, a hypothesis)."""
+    (the first flip its control explained), or unverified (the last localization, a hypothesis). ``no_replay``: why
+    a run with a replay adapter was not replayed."""
     run = ctx.run
     replays = engine.replays if engine else ()
     fidelity = engine.fidelity if engine else None
@@ -244,7 +250,7 @@ def record_of(
     else:
         status, decided = AttributionStatus.UNVERIFIED, None
         step = min(diagnosis.localization.step_index, len(run.trace.steps))
-        reason = _unverified_reason(rounds, results, engine, diagnosis.note)
+        reason = _unverified_reason(rounds, results, engine, diagnosis.note, no_replay)
     classification = diagnosis.classification
     return run.record(
         status=status,
@@ -289,10 +295,14 @@ def _corrections(round_: Round) -> list[Correction]:
 
 
 def _unverified_reason(
-    rounds: Sequence[Round], results: Sequence[TrialResult], engine: ControlledReplay | None, note: str
+    rounds: Sequence[Round],
+    results: Sequence[TrialResult],
+    engine: ControlledReplay | None,
+    note: str,
+    no_replay: str | None,
 ) -> str:
     if engine is None:
-        return "localization only: no replay adapter for this trace"
+        return f"localization only: {no_replay or 'no replay adapter for this trace'}"
     if not results:
         return f"nothing could be tested: {note or 'no correction survived the checks'}"
     idle = "".join(

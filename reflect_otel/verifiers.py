@@ -32,6 +32,7 @@ __all__ = [
     "judged_correct",
     "normalise_answer",
     "takes_runs",
+    "unprovable_by",
 ]
 
 
@@ -81,6 +82,13 @@ def bound_to_original(verifier: Verifier, trace: StructuredTrace, verdict: Verdi
     ``with_original(trace, verdict)``, as the consistency and combined verifiers do: by the agent's consensus);
     else as it is."""
     return _rebound(verifier, "with_original", trace, verdict)
+
+
+def unprovable_by(verifier: Verifier) -> str | None:
+    """Why ``verifier`` (bound to the original run) can judge no replay right, when it says so (its ``unprovable``
+    property, as the agent's consensus does where there is none), else None: replaying would then prove nothing."""
+    reason = getattr(verifier, "unprovable", None)
+    return reason if isinstance(reason, str) else None
 
 
 # -- extraction and normalisation --------------------------------------------------------------------------------

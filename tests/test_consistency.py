@@ -28,7 +28,7 @@ from reflect_otel.service import AttributionService
 from reflect_otel.testing import ScriptedLLM, ScriptedResampler, make_step, make_trace
 from reflect_otel.testing.examples import five_step_trace, scripted_agent, scripted_auditor
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.verifiers import OracleVerifier
+from reflect_otel.verifiers import OracleVerifier, bound_to_runs
 
 QUESTION = "Where was the first-place finish?"
 WRONG_FILTER = {"tool": "filter_rows", "args": {"column": "Position", "value": "1"}, "result": "0 rows"}
@@ -514,10 +514,23 @@ def test_without_an_answer_a_replay_is_proved_right_only_by_the_agents_consensus
     replays = audited.with_original(original, verdict)
     clean = replays.verify(_run("Bangkok, Thailand", RIGHT_FILTER, trace_id="0" * 31 + "2"), expected=None)
     assert clean.is_correct is None and clean.label == "UNCERTAIN" and clean.confidence is None
-    assert clean.reasoning.startswith("not judged: no consensus of the agent's resamples")
-    assert "no deviations" in clean.reasoning  # what the audit said is kept, not hidden
+    assert clean.basis is None  # it decided nothing
+    assert clean.reasoning.startswith("not judged: the agent's resamples agreed on no answer")
+    assert "no deviations" in clean.reasoning and "no replay adapter" not in clean.reasoning  # what the audit said
+    assert replays.unprovable is not None
     relooped = looped.model_copy(update={"trace_id": "0" * 31 + "4"})
     assert replays.verify(relooped, expected=None).is_correct is False  # a critical finding still says wrong
+
+    # resamples agreeing with the run's own answer (the evidence flagged it): no consensus to prove a replay by
+    repeated = _answering("none", "none", "Bangkok, Thailand")
+    agreeing = judge(repeated, _audit_llm("Aligned"))
+    stuck = _run("none", trace_id="0" * 31 + "5").model_copy(update={"steps": looped.steps, "final_answer": "none"})
+    judged = agreeing.verify(stuck, expected=None)
+    assert judged.basis == "critical_evidence" and judged.consistency is not None
+    same = agreeing.with_original(stuck, judged)
+    assert same.unprovable is not None and "agreed with the run's own answer" in same.unprovable
+    other = same.verify(_run("Bangkok, Thailand", RIGHT_FILTER, trace_id="0" * 31 + "6"), expected=None)
+    assert other.is_correct is None and other.reasoning.startswith("not judged: the agent's resamples agreed with")
 
     # flagging alone (as the flagging benchmark measures it) spends no agent run on a run the evidence flagged
     alone = _answering("Bangkok, Thailand")
@@ -547,3 +560,60 @@ def test_online_a_run_the_evidence_flagged_is_resampled_for_its_replays_and_the_
     check = outcome.verdict.consistency
     assert check is not None and majority_answer(check) == "Bangkok, Thailand"
     assert len(agent.resampled) == 3 and budget.spent_last_hour() == 300 and llm.requests == []
+
+
+def test_a_run_whose_resamples_prove_no_replay_right_is_localized_without_spending_replays() -> None:
+    """Without an expected answer, resamples that agree on no answer leave nothing to prove a replay right by:
+    reflect-proxy localizes the step and says why, and replays nothing (they could only come back not judged)."""
+
+    class Split(_ResamplingAgent):
+        def __init__(self) -> None:
+            super().__init__()
+            self.replays = 0
+
+        def replay(self, trace: StructuredTrace, **kwargs: Any) -> Any:
+            self.replays += 1
+            return super().replay(trace, **kwargs)
+
+        def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+            runs = super().resample(trace, samples=samples, temperature=temperature)
+            answer = f"The answer is {40 + 3 * self.resampled}"  # another answer each time
+            return tuple(r.model_copy(update={"final_answer": answer}) for r in runs)
+
+    agent = Split()
+    method = METHODS["reflect-proxy"].build(scripted_auditor(), OracleVerifier(), ReflectConfig(rounds=1))
+    record = method.attribute(five_step_trace(), expected=None, replay=agent)
+    assert agent.resampled == 3 and agent.replays == 0 and record.replays == ()
+    assert record.original_verdict is not None and record.original_verdict.basis == "consistency_disagree"
+    assert record.status.value == "unverified" and record.mode.value == "localization_only"
+    assert record.step_index is not None
+    assert record.reason == (
+        "localization only: the agent's resamples agreed on no answer, so none can judge a replay right"
+    )
+
+
+def test_online_the_sample_rate_and_a_spent_hour_hold_for_a_run_the_evidence_flagged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    looped = make_trace(QUESTION, [WRONG_FILTER, WRONG_FILTER, WRONG_FILTER], final_answer="", trace_id="d" * 32)
+    monkeypatch.setenv("REFLECT_FLAG_SAMPLE_RATE", "0")
+    undrawn = _answering("Bangkok, Thailand")
+    verdict = bound_to_runs(flagging_verifier("combined", ScriptedLLM([])), undrawn).verify(looped, expected=None)
+    assert verdict.basis == "critical_evidence" and verdict.consistency is None and undrawn.resampled == []
+    monkeypatch.delenv("REFLECT_FLAG_SAMPLE_RATE")
+    budget = TokenBudget(per_trace=10**6, per_hour=100)
+    budget.spend(100)
+    agent = _answering("Bangkok, Thailand", tokens=100)
+    llm = ScriptedLLM(respond=lambda _r: {})
+    service = AttributionService(
+        llm,
+        METHODS["first-step"],
+        verifier=OracleVerifier(),
+        proxy=flagging_verifier("combined", llm),
+        replay_finder=lambda _t, _l: agent,
+        budget=budget,
+        triage=True,
+    )
+    outcome = service.process(looped)
+    assert outcome.verdict is not None and outcome.verdict.basis == "critical_evidence"
+    assert agent.resampled == [] and outcome.budget_skipped

@@ -614,6 +614,7 @@ def test_a_literal_fix_of_a_limit_1_query_is_tried_when_the_answer_is_1() -> Non
     [
         ("SELECT custmer FROM orders", True),  # no operator, no quote: still a statement, rewritten token by token
         ("select *\nfrom orders", True),
+        ("SELECT*FROM t", True),
         ("DELETE FROM orders", True),
         ("WITH t AS (SELECT 1) SELECT * FROM t", True),
         ("Select Committee", False),  # values that open with a keyword's word

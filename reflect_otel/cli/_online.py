@@ -106,14 +106,15 @@ def online_service(
     )
 
 
-def say_consistency(replays: object, *, flag: str) -> None:
-    """What the consistency check of ``flag`` (consistency or combined) will cost, or why it cannot run: no
-    ``--replay-config`` endpoint serves resamples."""
+def say_consistency(replays: ReplayFinder | None, *, flag: str, budgeted: bool) -> None:
+    """What the consistency check of ``flag`` (consistency or combined) will cost (``budgeted``: under
+    ``--max-tokens-per-hour``), or why it cannot run: no ``--replay-config`` endpoint serves resamples."""
     resampling = [e.service for e in getattr(replays, "endpoints", ()) if e.resample]
     if not resampling:
         print(
             f"warning: {flag} consistency/combined needs an agent to re-run, and no --replay-config endpoint has "
-            "resample = true: no run will be checked for consistency (combined falls back to the audit)",
+            "resample = true: no run will be checked for consistency (combined falls back to the audit), and without "
+            "an expected answer a flagged run's replays cannot be proved right, so it is localized only",
             file=sys.stderr,
         )
         return
@@ -121,6 +122,7 @@ def say_consistency(replays: object, *, flag: str) -> None:
     print(
         f"consistency check: {current.flag_sample_rate:.0%} of runs without an expected answer "
         f"(REFLECT_FLAG_SAMPLE_RATE) of {', '.join(resampling)}, each run again {current.flag_samples} times through "
-        "its replay endpoint (REFLECT_FLAG_SAMPLES); their tokens count against --max-tokens-per-hour",
+        "its replay endpoint (REFLECT_FLAG_SAMPLES)"
+        + ("; their tokens count against --max-tokens-per-hour" if budgeted else ""),
         file=sys.stderr,
     )

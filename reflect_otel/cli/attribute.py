@@ -189,7 +189,7 @@ def _attribute_pending(args: argparse.Namespace) -> int:
     # a batch the user started and can stop: no token budget
     service = online_service(args, store, replays, verifier=args.flag_verifier, budget=TokenBudget(10**12, 10**12))
     if args.flag_verifier in ("consistency", "combined"):
-        say_consistency(replays, flag="--flag-verifier")
+        say_consistency(replays, flag="--flag-verifier", budgeted=False)
     worker = AttributionWorker(service, store)
     started = time.monotonic()
 

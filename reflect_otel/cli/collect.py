@@ -161,7 +161,7 @@ def _collect(args: argparse.Namespace) -> int:
         where.append(f"OTLP/gRPC on {grpc_endpoint[0]}:{receiver.grpc_port}")
     print(f"reflect-otel collect: listening for {' and '.join(where)}; writing to {args.out}", file=sys.stderr)
     if args.attribute and args.verifier in ("consistency", "combined"):
-        say_consistency(replays, flag="--verifier")
+        say_consistency(replays, flag="--verifier", budgeted=True)
     deadline = None if args.duration is None else time.monotonic() + args.duration
     try:
         while not stop.wait(1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))):
