@@ -207,6 +207,28 @@ def test_a_combined_audit_takes_the_combined_precision_only_where_a_check_split(
     assert "too few resamples finished to decide (1 of 3): the agent's endpoint is down" in verdict.reasoning
 
 
+def _online_combined(finder: Any, budget: TokenBudget) -> tuple[AttributionService, ScriptedLLM]:
+    """Online triage with the combined verifier, flagged runs attributed by first-step; its model answers nothing
+    (no test here needs an audit: the evidence or a unanimous check decides)."""
+    llm = ScriptedLLM(respond=lambda _r: {})
+    service = AttributionService(
+        llm,
+        METHODS["first-step"],
+        verifier=OracleVerifier(),
+        proxy=flagging_verifier("combined", llm),
+        config=ReflectConfig(),
+        replay_finder=finder,
+        budget=budget,
+        triage=True,
+    )
+    return service, llm
+
+
+def _looped(trace_id: str) -> StructuredTrace:
+    """A run that repeats one filter and never answers: a critical evidence finding."""
+    return make_trace(QUESTION, [WRONG_FILTER, WRONG_FILTER, WRONG_FILTER], final_answer="", trace_id=trace_id)
+
+
 def test_the_service_resamples_through_the_found_adapter_and_counts_the_agents_tokens() -> None:
     """Online triage with the combined verifier: the wrong run is flagged through its adapter's resamples and
     attributed; the right one is left alone; each resample's tokens (the agent's own model) count against the
@@ -217,17 +239,7 @@ def test_the_service_resamples_through_the_found_adapter_and_counts_the_agents_t
     def find(trace: StructuredTrace, _llm: object) -> ScriptedResampler:
         return adapters["wrong" if trace.final_answer == "none" else "right"]
 
-    llm = ScriptedLLM(respond=lambda _r: {})  # no audit is needed: every check is unanimous
-    service = AttributionService(
-        llm,
-        METHODS["first-step"],
-        verifier=OracleVerifier(),
-        proxy=flagging_verifier("combined", llm),
-        config=ReflectConfig(),
-        replay_finder=find,
-        budget=budget,
-        triage=True,
-    )
+    service, llm = _online_combined(find, budget)
     flagged = service.process(_run("none", trace_id="a" * 32))
     assert flagged.flagged and flagged.record is not None and flagged.verdict is not None
     assert flagged.verdict.basis == "consistency_disagree"
@@ -495,7 +507,7 @@ def test_without_an_answer_a_replay_is_proved_right_only_by_the_agents_consensus
         proxy = PlanAnchoredVerifier(audit, config=ProxyVerifierConfig(calibration=calibration))
         return CombinedVerifier(proxy, ConsistencyVerifier(samples=3), check_after_evidence=True).with_runs(runs)
 
-    looped = make_trace(QUESTION, [WRONG_FILTER, WRONG_FILTER, WRONG_FILTER], final_answer="", trace_id="0" * 31 + "1")
+    looped = _looped("0" * 31 + "1")
     consensus = _answering("Bangkok, Thailand")
     flagged = judge(consensus, ScriptedLLM([])).verify(looped, expected=None)
     assert flagged.basis == "critical_evidence" and flagged.is_correct is False  # the evidence still decides
@@ -543,18 +555,8 @@ def test_online_a_run_the_evidence_flagged_is_resampled_for_its_replays_and_the_
     replays can be proved right by the agent's consensus, and the resamples count against the hourly budget."""
     budget = TokenBudget(per_trace=10**6, per_hour=10**6)
     agent = _answering("Bangkok, Thailand", tokens=100)
-    llm = ScriptedLLM(respond=lambda _r: {})
-    service = AttributionService(
-        llm,
-        METHODS["first-step"],
-        verifier=OracleVerifier(),
-        proxy=flagging_verifier("combined", llm),
-        config=ReflectConfig(),
-        replay_finder=lambda _t, _l: agent,
-        budget=budget,
-        triage=True,
-    )
-    looped = make_trace(QUESTION, [WRONG_FILTER, WRONG_FILTER, WRONG_FILTER], final_answer="", trace_id="c" * 32)
+    service, llm = _online_combined(lambda _t, _l: agent, budget)
+    looped = _looped("c" * 32)
     outcome = service.process(looped)
     assert outcome.flagged and outcome.verdict is not None and outcome.verdict.basis == "critical_evidence"
     check = outcome.verdict.consistency
@@ -595,7 +597,7 @@ def test_a_run_whose_resamples_prove_no_replay_right_is_localized_without_spendi
 def test_online_the_sample_rate_and_a_spent_hour_hold_for_a_run_the_evidence_flagged(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    looped = make_trace(QUESTION, [WRONG_FILTER, WRONG_FILTER, WRONG_FILTER], final_answer="", trace_id="d" * 32)
+    looped = _looped("d" * 32)
     monkeypatch.setenv("REFLECT_FLAG_SAMPLE_RATE", "0")
     undrawn = _answering("Bangkok, Thailand")
     verdict = bound_to_runs(flagging_verifier("combined", ScriptedLLM([])), undrawn).verify(looped, expected=None)
@@ -604,16 +606,7 @@ def test_online_the_sample_rate_and_a_spent_hour_hold_for_a_run_the_evidence_fla
     budget = TokenBudget(per_trace=10**6, per_hour=100)
     budget.spend(100)
     agent = _answering("Bangkok, Thailand", tokens=100)
-    llm = ScriptedLLM(respond=lambda _r: {})
-    service = AttributionService(
-        llm,
-        METHODS["first-step"],
-        verifier=OracleVerifier(),
-        proxy=flagging_verifier("combined", llm),
-        replay_finder=lambda _t, _l: agent,
-        budget=budget,
-        triage=True,
-    )
+    service, _llm = _online_combined(lambda _t, _l: agent, budget)
     outcome = service.process(looped)
     assert outcome.verdict is not None and outcome.verdict.basis == "critical_evidence"
     assert agent.resampled == [] and outcome.budget_skipped
