@@ -1,21 +1,23 @@
-"""The two arms' bookkeeping for a controlled test: :class:`Replayer` makes one replay and judges it (every replay
-of an attribution goes through it, in order, out of one budget), :class:`Controls` keeps the control arm of each
-rollback point (run once, reused, topped up when the run is not reproduced) and the replay fidelity they show."""
+"""The arms' bookkeeping for a controlled test: :class:`Replayer` makes one replay and judges it (every replay of an
+attribution goes through it, in order, out of one budget), :class:`Controls` keeps the control arm of each rollback
+point (run once, reused, topped up when the run is not reproduced) and the replay fidelity they show, and
+:class:`Sensitivities` the sensitivity arm of each (step p changed in text, not in effect; run once, reused)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from reflect_otel._run import AttributionRun, is_correct
 from reflect_otel._stats import wilson
+from reflect_otel.effects import ResultNormaliser, same_content, same_result, variant_replayed_as_given
 from reflect_otel.judge import answers_match
-from reflect_otel.record import EffectArm, Fidelity, ReplayArm, ReplayAttempt
+from reflect_otel.record import EffectArm, Fidelity, ReplayArm, ReplayAttempt, StepChange
 from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult, replay_with
-from reflect_otel.trace import StepAction
+from reflect_otel.trace import Step, StepAction
 from reflect_otel.verifiers import extract_answer
 
-__all__ = ["ControlArm", "Controls", "Replayer", "effect_arm"]
+__all__ = ["ControlArm", "Controls", "Replayer", "Sensitivities", "SensitivityArm", "effect_arm"]
 
 
 def effect_arm(attempts: Sequence[ReplayAttempt], flips: int) -> EffectArm:
@@ -160,3 +162,116 @@ class Controls:
             reproduced=sum(1 for a in answered if a.reproduced),
             flipped=sum(1 for a in answered if a.flipped),
         )
+
+
+VariantMaker = Callable[[Step], tuple[StepAction | None, str]]
+"""``step -> (its text-only variant, how)``, or ``(None, why)`` (:func:`reflect_otel.effects.sensitivity_variant`)."""
+
+
+@dataclass(slots=True)
+class SensitivityArm:
+    """The sensitivity arm of one rollback point: the variant executed in place of step p (None: none could be
+    made), how it differs or why there is none, and its replays. ``usable`` is False once a replay shows the variant
+    is no text-only change (not executed as given, another effect, or replayed as the original step), with why."""
+
+    variant: StepAction | None
+    note: str
+    attempts: list[ReplayAttempt] = field(default_factory=list)
+    usable: bool = True
+
+    @property
+    def answered(self) -> list[ReplayAttempt]:
+        return [a for a in self.attempts if a.error is None]
+
+    @property
+    def flips(self) -> int:
+        return sum(1 for a in self.answered if a.flipped)
+
+    def arm(self) -> EffectArm:
+        return effect_arm(self.answered, self.flips)
+
+
+class Sensitivities:
+    """The sensitivity arm of each rollback point, run once on demand (only before a flip is credited there) and
+    reused; ``samples`` replays per arm, as the control's."""
+
+    def __init__(
+        self,
+        replayer: Replayer,
+        *,
+        samples: int,
+        make_variant: VariantMaker,
+        normalise: ResultNormaliser | None = None,
+    ) -> None:
+        self.replayer = replayer
+        self.samples = samples
+        self.make_variant = make_variant
+        self.normalise = normalise
+        self._arms: dict[int, SensitivityArm] = {}
+
+    def variant(self, point: int) -> tuple[StepAction | None, str]:
+        """The variant of the step after ``point`` (step ``point + 1``), or ``(None, why)``."""
+        arm = self._arms.get(point)
+        if arm is not None:
+            return arm.variant, arm.note
+        step = self.replayer.run.trace.steps[point]
+        try:
+            return self.make_variant(step)
+        except Exception as error:  # an adapter's variant maker is someone else's code
+            return None, f"the adapter's variant maker failed: {type(error).__name__}: {str(error)[:200]}"
+
+    def ran(self, point: int) -> bool:
+        return point in self._arms
+
+    def cost(self, point: int) -> int:
+        """Replays the arm of ``point`` still needs: none once it ran, or when no variant can be made."""
+        if point in self._arms:
+            return 0
+        return self.samples if self.variant(point)[0] is not None else 0
+
+    def at(self, point: int, *, round_: int, localized: int | None) -> SensitivityArm:
+        """The sensitivity arm of ``point``, run now unless it ran before."""
+        arm = self._arms.get(point)
+        if arm is not None:
+            return arm
+        variant, note = self.variant(point)
+        arm = self._arms[point] = SensitivityArm(variant, note)
+        if variant is None:
+            arm.usable = False
+            return arm
+        original = self.replayer.run.trace.steps[point]
+        for sample in range(self.samples):
+            planned = ReplayAttempt(
+                round=round_,
+                rollback_point=point,
+                arm=ReplayArm.SENSITIVITY,
+                sample=sample,
+                localized_step=localized,
+                injection="",
+            )
+            attempt, result = self.replayer.replay(planned, action=variant)
+            if result is not None:
+                first = result.continuation[0] if result.continuation else None
+                why = self._not_text_only(first, variant, original)
+                attempt = attempt.model_copy(
+                    update={"change": StepChange.SAME_EFFECT if why is None else StepChange.CHANGED}
+                )
+                if why is not None and arm.usable:
+                    arm.usable, arm.note = False, f"{note}; but {why}: no sensitivity test"
+            arm.attempts.append(self.replayer.record(attempt))
+        if not arm.answered and arm.usable:
+            arm.usable, arm.note = False, f"{note}; but its replay failed (see errors)"
+        return arm
+
+    def _not_text_only(self, replayed: Step | None, variant: StepAction, original: Step) -> str | None:
+        """Why the replayed step p is not the variant as a text-only change of ``original``, or None."""
+        if replayed is None or not StepAction.of_step(replayed).same_as(variant):
+            return "the adapter did not execute it as given"
+        if not variant_replayed_as_given(replayed, variant, original):
+            return "the adapter replayed it as the original step (the same text)"
+        if variant.tool_name is None:
+            return None if same_content(replayed.reasoning, original.reasoning) else "its words changed"
+        same = same_result(
+            original.tool_result, replayed.tool_result, tool_name=variant.tool_name, normalise=self.normalise
+        )
+        return None if same else "it returned another result than the original call"

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from reflect_otel import evidence, prompts, stages
 from reflect_otel._replayer import Replayer
 from reflect_otel._run import AttributionRun, MethodBase
 from reflect_otel.leaks import leak
-from reflect_otel.pipeline import guidance_window
+from reflect_otel.pipeline import guidance_window, resampling
 from reflect_otel.record import (
     REFUSED_TEXT_CHARS,
     AttributionMode,
@@ -35,12 +35,12 @@ from reflect_otel.record import (
     InterventionKind,
     Localization,
     RepairPlan,
+    ReplayArm,
     ReplayAttempt,
 )
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.search import (
     Diagnosis,
-    Explanation,
     Round,
     SearchContext,
     SearchPolicy,
@@ -220,8 +220,10 @@ class Reflexion(Baseline):
         expected: str | None,
         replay: ReplayAdapter | None,
     ) -> AttributionRecord:
+        # the reflection becomes the retry's memory: written without the expected answer in view when it is replayed
+        written = ctx.model_copy(update={"include_expected": False}) if replay is not None else ctx
         reflection = run.llm.complete(
-            prompts.reflexion_reflect(ctx, trace.steps), prompts.ReflectionOutput, stage="reflect"
+            prompts.reflexion_reflect(written, trace.steps), prompts.ReflectionOutput, stage="reflect"
         ).value
         out = run.llm.complete(
             prompts.reflexion_extract(ctx, trace.steps, reflection.reflection),
@@ -319,17 +321,7 @@ class ResamplePolicy:
             return Diagnosis(localization)
         located = localization.step_index
         trials = tuple(
-            Trial(
-                Correction(
-                    source="resample",
-                    kind=InterventionKind.GUIDANCE,
-                    step_index=point,
-                    original=StepAction.of_step(trace.steps[point - 1]),
-                    finding="the agent's own step, resampled with no hint",
-                ),
-                round=len(rounds) + 1,
-                localized_step=located,
-            )
+            resampling(point, trace, round_=len(rounds) + 1, localized=located)
             for point in guidance_window(trace, located, ctx.config.rollback_points)
             if point not in tested
         )
@@ -338,8 +330,16 @@ class ResamplePolicy:
     def gate(self, ctx: SearchContext) -> GateFn | None:
         return None  # no plan to follow: a step that differs is the intervention
 
-    def explain(self, ctx: SearchContext, round_: Round, verified: TrialResult) -> Explanation | None:
-        return None
+    def elsewhere(self, ctx: SearchContext, verified: TrialResult, step: int) -> tuple[Trial | None, str]:
+        """The agent's own decision at ``step``, resampled: the source that verified, elsewhere."""
+        trial = resampling(
+            step,
+            ctx.trace,
+            round_=verified.trial.round,
+            localized=verified.trial.step,
+            finding="the localization test: the agent's own step, resampled",
+        )
+        return replace(trial, arm=ReplayArm.LOCALIZATION), ""
 
 
 class ICS(_Searching):
@@ -364,7 +364,7 @@ class HypothesesPolicy:
         if rounds:
             return None
         run, trace = ctx.run, ctx.trace
-        prompt = ctx.prompt_context(show_expected=True)
+        prompt = ctx.prompt_context(show_expected=False)  # its interventions are injected into replays
         count = len(trace.steps)
 
         def check(out: prompts.HypothesesOutput) -> str | None:
@@ -404,15 +404,8 @@ class HypothesesPolicy:
     def gate(self, ctx: SearchContext) -> GateFn | None:
         return faithfulness_gate(ctx)
 
-    def explain(self, ctx: SearchContext, round_: Round, verified: TrialResult) -> Explanation | None:
-        plan = verified.trial.plan
-        return (
-            Explanation(
-                round_.diagnosis.classification.error_type if round_.diagnosis.classification else None, plan.root_cause
-            )
-            if plan
-            else None
-        )
+    def elsewhere(self, ctx: SearchContext, verified: TrialResult, step: int) -> tuple[Trial | None, str]:
+        return None, "DoVer's hypotheses each name their own step: it has no correction source for another step"
 
 
 class DoVer(_Searching):

@@ -12,29 +12,38 @@ the same sampling:
   run by the adapter as it runs (greedily, where the adapter is deterministic).
 * the **control** arm: the same prefix replayed with no intervention at all.
 
-The decision rule. The intervention *changed step p* when it was an action the adapter executed as given, or a
-regenerated step that differs from the original and that the faithfulness gate judged to follow the text's plan
-(only a hard or soft gate judges; with the gate off, or when the gate finds it unfaithful, a guidance flip is
-recorded and never verifies). Bare resampling has no plan to follow: a step that differs is a change.
+* the **sensitivity** arm: the same prefix with step p changed in text but not in effect (the original call
+  re-serialised, the original thought under a step label: :func:`~reflect_otel.effects.sensitivity_variant`),
+  executed as every intervention is. Run once per point, and only before a flip there is credited.
+
+The decision rule. The intervention *changed step p* when it changed the step's **effect**
+(:mod:`reflect_otel.effects`): the adapter executed it as given (an action) and what it produced differs from what
+the original step produced (a call's result, under the tool's normalisation; a thought's content); never when it
+takes the place of the run's answer turn or is a call the run made at a later step, moved earlier. A regenerated
+step made under a plan must also be judged faithful to it by the gate (only a hard or soft gate judges; with the
+gate off, or when the gate finds it unfaithful, a guidance flip is recorded and never verifies). Bare resampling has
+no plan to follow: a change of effect is the intervention. A point whose step has no text-only variant is not
+tested (a flip there could not be told from sensitivity), nor is the run's answer turn.
 
 * **Deterministic adapter** (greedy continuations): one replay per arm. The control of a rollback point runs once
   and is reused by every intervention tried there. *Verified* when the intervention changed step p and answered
-  right, and the control did not (it reproduced the run's outcome: a wrong answer). A control that answers right
-  (the run flips with no intervention) makes a flip there *not attributable*: one intervention is replayed to show
-  it, no more.
+  right, and neither the control (it reproduced the run's outcome: a wrong answer) nor the sensitivity arm did. A
+  control that answers right (the run flips with no intervention) makes a flip there *not attributable*: one
+  intervention is replayed to show it, no more; so does a sensitivity arm that answers right (the point is
+  *sensitive*: any change of text there flips the run).
 
-* **Sampled adapter**: ``verify_samples`` replays per arm (the control once per point, reused). *Verified* when the
-  one-sided Fisher exact test of "the intervention flips more often than the control" gives p <= 0.05, every
-  counted flip having changed step p (at n = 3: 3 of 3 against 0 of 3). Flips that do not pass are *not
-  attributable*.
+* **Sampled adapter**: ``verify_samples`` replays per arm (the control and the sensitivity arm once per point,
+  reused). *Verified* when the one-sided Fisher exact test of "the intervention flips more often than the control"
+  gives p <= 0.05, and the same test against the sensitivity arm too, every counted flip having changed step p (at
+  n = 3: 3 of 3 against 0 of 3). Flips that do not pass are *not attributable*.
 
 Replay fidelity is recorded apart: whether each control gave the run's own answer. Greedy decoding on a real server
 is not bit-exact (a prompt evaluated from llama.cpp's cache can tie-break another way than the run did), so a
 control may take another path to another wrong answer. Then one control is not enough: before a flip at that point
 is credited, the control arm is brought to ``verify_samples`` replays, and none may answer right (when the budget
 cannot pay for them, the flip is not attributable). The record says how faithfully replay reproduced the run.
-Every replay, controls included, comes out of the same replay budget (``--max-replays``); a test that cannot afford
-both arms is not started, and a control runs only once an intervention is ready to replay at its point (proposals
+Every replay, controls and sensitivity arms included, comes out of the same replay budget (``--max-replays``); a test
+that cannot afford its arms is not started, and a control runs only once an intervention is ready to replay at its point (proposals
 are screened first: a control with nothing to compare it with would spend a replay on nothing). The engine holds
 the control arms (:mod:`reflect_otel._replayer`) and applies the rule; what a trial replays is
 :mod:`reflect_otel.proposals`'; what to test, and in which order, is the method's (:mod:`reflect_otel.search`).
@@ -42,11 +51,12 @@ the control arms (:mod:`reflect_otel._replayer`) and applies the rule; what a tr
 
 from __future__ import annotations
 
-from reflect_otel._replayer import ControlArm, Controls, Replayer, effect_arm
+from reflect_otel._replayer import ControlArm, Controls, Replayer, Sensitivities, SensitivityArm, effect_arm
 from reflect_otel._run import AttributionRun
 from reflect_otel._stats import fisher_greater
 from reflect_otel.config import ReflectConfig
 from reflect_otel.corrections import repeated_call
+from reflect_otel.effects import change_of, screened_change, sensitivity_variant
 from reflect_otel.leaks import action_leak, leak
 from reflect_otel.proposals import ALREADY_REPLAYED, Candidate, candidates, judge, replayed_already
 from reflect_otel.record import (
@@ -56,10 +66,19 @@ from reflect_otel.record import (
     Fidelity,
     GateDecider,
     GateVerdict,
+    Obstacle,
     ReplayArm,
     ReplayAttempt,
+    StepChange,
 )
-from reflect_otel.replay import ReplayAdapter, ReplayResult, is_deterministic, pure_tools
+from reflect_otel.replay import (
+    ReplayAdapter,
+    ReplayResult,
+    is_deterministic,
+    pure_tools,
+    result_normaliser,
+    variant_maker,
+)
 from reflect_otel.trace import Step, StepAction
 from reflect_otel.trial import Decision, GateFn, Trial, TrialResult
 
@@ -78,12 +97,12 @@ ALPHA = 0.05
 """The significance a sampled test must reach (one-sided Fisher exact test)."""
 
 RULE_DETERMINISTIC = (
-    "deterministic replay: the intervention changed step p and answered right; the control from the same prefix, "
-    "with no intervention, did not"
+    "deterministic replay: the intervention changed step p's effect and answered right; from the same prefix, "
+    "neither the control (no intervention) nor the sensitivity arm (step p changed in text, not in effect) did"
 )
 RULE_SAMPLED = (
-    f"sampled replay: the intervention (changed step p in each counted flip) flipped more often than the control, "
-    f"one-sided Fisher exact p <= {ALPHA}"
+    f"sampled replay: the intervention (changed step p's effect in each counted flip) flipped more often than the "
+    f"control and than the sensitivity arm, one-sided Fisher exact p <= {ALPHA} against each"
 )
 
 
@@ -108,6 +127,13 @@ class ControlledReplay:
         self.samples = 1 if self.deterministic else config.verify_samples
         self.replayer = Replayer(run, adapter, expected=expected, injection_role=config.injection_role)
         self.controls = Controls(self.replayer, samples=self.samples)
+        self.normalise = result_normaliser(adapter)
+        self.sensitivities = Sensitivities(
+            self.replayer,
+            samples=self.samples,
+            make_variant=variant_maker(adapter) or sensitivity_variant,
+            normalise=self.normalise,
+        )
         self._replayed: dict[int, set[str]] = {}  # per rollback point, the keys of the actions replayed there
         self.pure = pure_tools(adapter)
 
@@ -124,10 +150,13 @@ class ControlledReplay:
     def remaining(self) -> int | None:
         return self.replayer.remaining
 
-    def can_test(self, step: int) -> bool:
-        """Whether the budget pays for a test at ``step``: its control (unless it ran) and one intervention arm."""
+    def can_test(self, step: int, *, sensitivity: bool = True) -> bool:
+        """Whether the budget pays for a test at ``step``: its control and sensitivity arm (unless they ran) and one
+        intervention arm."""
         left = self.remaining
-        return left is None or left >= self.samples * (1 if self.controls.ran(step - 1) else 2)
+        point = step - 1
+        need = self.samples * (1 if self.controls.ran(point) else 2)
+        return left is None or left >= need + (self.sensitivities.cost(point) if sensitivity else 0)
 
     def _action_leak(self, trial: Trial) -> str | None:
         """Why an action trial's replacement must not run: what it introduces into the step it replaces carries the
@@ -138,10 +167,28 @@ class ControlledReplay:
         step = StepAction.of_step(self.run.trace.steps[trial.step - 1])
         return action_leak(step, replacement, self.expected, self.run.trace.question)
 
-    def test(self, trial: Trial) -> TrialResult:
-        """Test ``trial`` under the decision rule. Never raises for what the adapter or the agent does."""
+    def test(self, trial: Trial, *, sensitivity: bool = True) -> TrialResult:
+        """Test ``trial`` under the decision rule. Never raises for what the adapter or the agent does. Without
+        ``sensitivity`` (the localization test, which asks only whether a change flips the run there) no
+        sensitivity arm is run and a flip its control does not explain is reported verified."""
         if not 1 <= trial.step <= len(self.run.trace.steps):
             return TrialResult(trial, Decision.NOT_TESTED, f"step {trial.step} is not a step of the run")
+        if self.run.trace.steps[trial.step - 1].is_final_answer:
+            return TrialResult(trial, Decision.NOT_TESTED, f"step {trial.step}: {StepChange.ANSWER_TURN.text}")
+        screened = (
+            screened_change(trial.correction.replacement, self.run.trace, trial.step) if trial.is_action else None
+        )
+        if screened is not None:
+            refused = trial.correction.model_copy(update={"refused": screened.text})
+            return TrialResult(trial, Decision.NOT_TESTED, f"refused: {screened.text}", corrections=(refused,))
+        variant, why_none = self.sensitivities.variant(trial.rollback_point)
+        if sensitivity and variant is None:
+            return TrialResult(
+                trial,
+                Decision.NOT_TESTED,
+                f"step {trial.step} has no text-only variant ({why_none}), so a flip there could not be told from "
+                "any change of text: not tested",
+            )
         leaked = leak(_given_texts(trial), self.expected, self.run.trace.question) or self._action_leak(trial)
         if leaked is not None:
             given = "\n".join(_given_texts(trial))[:REFUSED_TEXT_CHARS]  # model_copy does not validate
@@ -150,8 +197,8 @@ class ControlledReplay:
         repeated = replayed_already(trial, self._replayed.get(trial.rollback_point, set()))
         if repeated is not None:  # before the budget's and the control's checks, so the record lists why
             return TrialResult(trial, Decision.NOT_TESTED, ALREADY_REPLAYED, corrections=(repeated,))
-        if not self.can_test(trial.step):
-            return TrialResult(trial, Decision.NOT_TESTED, "the replay budget cannot pay for both arms")
+        if not self.can_test(trial.step, sensitivity=sensitivity):
+            return TrialResult(trial, Decision.NOT_TESTED, self._unaffordable(trial.step, sensitivity))
         ran = self.controls.get(trial.rollback_point)
         if ran is not None and not ran.answered:
             return TrialResult(trial, Decision.NOT_TESTED, _CONTROL_FAILED)
@@ -179,7 +226,19 @@ class ControlledReplay:
             return TrialResult(trial, Decision.NOT_TESTED, _CONTROL_FAILED, corrections=tuple(considered))
         if self.deterministic and control.flips:  # one replay shows the flip the control explains; no more
             found = found[:1]
-        return self._run(trial, control, found, considered)
+        return self._run(trial, control, found, considered, sensitivity=sensitivity)
+
+    def _unaffordable(self, step: int, sensitivity: bool) -> str:
+        arms = ["an intervention"]
+        if not self.controls.ran(step - 1):
+            arms.append("a control")
+        if sensitivity and self.sensitivities.cost(step - 1):
+            arms.append("a sensitivity arm")
+        need = self.samples * len(arms)
+        return (
+            f"the replay budget ({self.remaining} left) cannot pay for the {need} replays of a test at step {step} "
+            f"({', '.join(arms)}); raise --max-replays"
+        )
 
     def _explained(self, point: int, control: ControlArm) -> bool:
         """Whether, with a deterministic adapter, ``point``'s control answers right and an intervention was replayed
@@ -191,7 +250,13 @@ class ControlledReplay:
         )
 
     def _run(
-        self, trial: Trial, control: ControlArm, found: list[Candidate], considered: list[Correction]
+        self,
+        trial: Trial,
+        control: ControlArm,
+        found: list[Candidate],
+        considered: list[Correction],
+        *,
+        sensitivity: bool,
     ) -> TrialResult:
         attempts: list[ReplayAttempt] = []
         settled: TrialResult | None = None
@@ -216,17 +281,32 @@ class ControlledReplay:
                 first.model_copy(update={"correction": considered[candidate.index]}),
                 results.get(id(first)),
             )
+            obstacle: Obstacle | None = Obstacle.CONTROL_UNREPRODUCED if unconfirmed else None
+            why = unconfirmed or ""
             if unconfirmed is None and self._verifies(effect, counted):
-                return TrialResult(
-                    trial, Decision.VERIFIED, "", tuple(attempts), tuple(considered), effect, deciding, replayed
-                )  # fmt: skip
+                if not sensitivity:
+                    return TrialResult(
+                        trial, Decision.VERIFIED, "", tuple(attempts), tuple(considered), effect, deciding, replayed
+                    )  # fmt: skip
+                arm = self.sensitivities.at(trial.rollback_point, round_=trial.round, localized=trial.localized_step)
+                effect = self._with_sensitivity(effect, arm, len(counted), len(answered))
+                obstacle, why = self._sensitivity_obstacle(trial, effect, arm)
+                if obstacle is None:
+                    return TrialResult(
+                        trial, Decision.VERIFIED, "", tuple(attempts), tuple(considered), effect, deciding, replayed
+                    )  # fmt: skip
+            elif obstacle is None:
+                why, obstacle = _why_not(effect, counted, flipped)
             if settled is None:
-                why = unconfirmed or _why_not(effect, counted, flipped)
-                settled = TrialResult(trial, Decision.NOT_ATTRIBUTABLE, why, (), (), effect, deciding, replayed)
+                settled = TrialResult(
+                    trial, Decision.NOT_ATTRIBUTABLE, why, (), (), effect, deciding, replayed, obstacle
+                )  # fmt: skip
+            if obstacle is Obstacle.SENSITIVE:
+                break  # any change of text flips the run here: nothing more tried at this point can be credited
         if settled is not None:
             return TrialResult(
                 trial, settled.decision, settled.reason, tuple(attempts), tuple(considered), settled.effect,
-                settled.deciding, settled.result,
+                settled.deciding, settled.result, settled.obstacle,
             )  # fmt: skip
         decision = Decision.NO_FLIP if attempts else Decision.NOT_TESTED
         reason = "no intervention flipped the outcome" if attempts else "the replay budget is spent"
@@ -259,7 +339,7 @@ class ControlledReplay:
             planned = ReplayAttempt(
                 round=trial.round,
                 rollback_point=trial.rollback_point,
-                arm=ReplayArm.INTERVENTION,
+                arm=trial.arm,
                 sample=sample,
                 localized_step=trial.localized_step,
                 injection=trial.injection,
@@ -277,27 +357,26 @@ class ControlledReplay:
     def _with_change(
         self, attempt: ReplayAttempt, result: ReplayResult, trial: Trial, candidate: Candidate, original: Step
     ) -> ReplayAttempt:
-        """The attempt with whether it changed step p, and the verdict on how: for an action, whether the adapter
-        executed it (and, for a proposal, the gate's verdict on it); for regenerated guidance, the gate's verdict
-        on the new step."""
+        """The attempt with what it changed at step p (:func:`~reflect_otel.effects.change_of`: only a change of
+        effect counts) and the verdict on how: for an action, whether the adapter executed it (and, for a proposal,
+        the gate's verdict on it); for regenerated guidance, the gate's verdict on the new step."""
         first = result.continuation[0] if result.continuation else None
+        change = change_of(first, candidate.action, original, self.run.trace, normalise=self.normalise)
         if candidate.action is not None:
             executed = _executed(first, candidate.action)
             gate = candidate.gate if executed.is_faithful and candidate.gate is not None else executed
-            changed = executed.is_faithful and _differs(candidate.action, original)
-            return attempt.model_copy(update={"gate": gate, "changed_step": changed})
-        # a new answer in place of step p is no change of the step: it would flip the run from anywhere; nor is a
-        # pure tool's call the prefix made (the agent got only another turn)
-        if first is None:
-            return attempt.model_copy(update={"gate": None, "changed_step": False})
-        regenerated = StepAction.of_step(first)
+            return attempt.model_copy(
+                update={"gate": gate, "changed_step": change is StepChange.CHANGED, "change": change}
+            )
+        # a pure tool's call the prefix made is no change either: the agent got only another turn
+        regenerated = StepAction.of_step(first) if first is not None else None
         changed = (
-            not _answers(first)
-            and _differs(regenerated, original)
+            change is StepChange.CHANGED
+            and regenerated is not None
             and repeated_call(regenerated, self.run.trace, trial.step, self.pure) is None
         )
-        verdict = judge(trial, regenerated, original, self.gate, self.config.gate) if changed else None
-        return attempt.model_copy(update={"gate": verdict, "changed_step": changed})
+        verdict = judge(trial, regenerated, original, self.gate, self.config.gate) if changed and regenerated else None
+        return attempt.model_copy(update={"gate": verdict, "changed_step": changed, "change": change})
 
     def _effect(self, trial: Trial, answered: list[ReplayAttempt], counted: int, control: ControlArm) -> Effect:
         control_arm = control.arm()
@@ -315,6 +394,39 @@ class ControlledReplay:
             p_value=p_value,
             rule=RULE_DETERMINISTIC if self.deterministic else RULE_SAMPLED,
         )
+
+    def _with_sensitivity(self, effect: Effect, arm: SensitivityArm, counted: int, answered: int) -> Effect:
+        shown = arm.arm() if arm.answered else None
+        p_value = effect.p_value
+        if shown is not None and not self.deterministic:
+            against = round(fisher_greater(counted, answered, shown.flips, shown.replays), 6)
+            p_value = max(p_value or 0.0, against)
+        return effect.model_copy(
+            update={
+                "sensitivity": shown,
+                "sensitivity_variant": arm.variant,
+                "sensitivity_note": arm.note,
+                "p_value": p_value,
+            }
+        )
+
+    def _sensitivity_obstacle(self, trial: Trial, effect: Effect, arm: SensitivityArm) -> tuple[Obstacle | None, str]:
+        """Whether the sensitivity arm lets the flip be credited: None when it ran as a text-only change and did not
+        flip (sampled: the intervention flipped significantly more often), else why not."""
+        if not arm.usable or effect.sensitivity is None:
+            return Obstacle.SENSITIVITY_UNTESTED, (
+                f"{effect.text()}: step {trial.step}'s sensitivity arm could not run ({arm.note}), so the flip cannot "
+                "be told from any change of text there"
+            )
+        flipped = (
+            effect.sensitivity.flips > 0 if self.deterministic else effect.p_value is None or effect.p_value > ALPHA
+        )
+        if flipped:
+            return Obstacle.SENSITIVE, (
+                f"{effect.text()}: step {trial.step} changed in text only ({arm.note}) flips the run too: the point "
+                "is sensitive, and no flip there can be credited to a correction"
+            )
+        return None, ""
 
     def _verifies(self, effect: Effect, counted: list[ReplayAttempt]) -> bool:
         if not counted:
@@ -339,20 +451,27 @@ def _counts(attempt: ReplayAttempt) -> bool:
     return bool(attempt.changed_step) and (attempt.gate is None or attempt.gate.is_faithful)
 
 
-def _why_not(effect: Effect, counted: list[ReplayAttempt], flipped: list[ReplayAttempt]) -> str:
+def _why_not(effect: Effect, counted: list[ReplayAttempt], flipped: list[ReplayAttempt]) -> tuple[str, Obstacle]:
     if effect.deterministic and effect.control.flips:
-        return f"{effect.text()}: the control replay from the same prefix answers right with no intervention"
+        return (
+            f"{effect.text()}: the control replay from the same prefix answers right with no intervention",
+            Obstacle.CONTROL_FLIPPED,
+        )
     if not counted:
         gate = flipped[0].gate if flipped else None
         if flipped and not flipped[0].changed_step:
+            change = flipped[0].change
+            what = change.text if change is not None else "its step p is the original one or an answer given at once"
             return (
-                "the replay flipped, but its step p is the original one or an answer given at once: the change came "
-                "later, or from anywhere, not from a changed step"
+                f"the replay flipped, but {what}: the flip is not the step's change of effect",
+                Obstacle.NO_CHANGE_OF_EFFECT,
             )
         return "the replay flipped, but the gate did not judge its step p faithful to the plan" + (
             f" ({gate.violation_type}: {gate.violation_reason})" if gate is not None and gate.violation_type else ""
-        )
-    return f"{effect.text()}: the control explains the flips (p = {effect.p_value})"
+        ), Obstacle.NOT_FAITHFUL
+    if effect.control.flips:
+        return f"{effect.text()}: the control explains the flips (p = {effect.p_value})", Obstacle.CONTROL_FLIPPED
+    return f"{effect.text()}: the control explains the flips (p = {effect.p_value})", Obstacle.SAMPLED_NOT_SIGNIFICANT
 
 
 def _executed(first: Step | None, action: StepAction) -> GateVerdict:
@@ -367,11 +486,3 @@ def _executed(first: Step | None, action: StepAction) -> GateVerdict:
         violation_reason="the replay's first regenerated step is not the action the adapter was given",
         decided_by=GateDecider.ACTION,
     )
-
-
-def _answers(step: Step) -> bool:
-    return step.is_final_answer
-
-
-def _differs(action: StepAction, original: Step) -> bool:
-    return not action.same_as(StepAction.of_step(original))

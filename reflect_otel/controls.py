@@ -10,14 +10,18 @@ guidance (which the hard gate refuses when the regenerated step ignores it) woul
   wrong-step control's, which is the run's own plan, and the placebo's own auditor's, which it pays for as REFLECT
   does and keeps for the failures after it; and, for a placebo service on a store, the plans of the latest records
   stored before it started, see :data:`STORED_RECORDS`; its own auditor's plans are not stored). Its corrected call, if it has one, is executed at the localized step,
-  and its text injected at the same rollback points; the evidence rules' calls (this run's content) are not tried.
+  and its text injected at the same rollback points; the evidence rules' calls (this run's content) and the agent's
+  own resampled decisions (REFLECT's, not the plan's) are not tried.
   A correction of the right form, whose content does not fit: what a correct one gains over it is what its content
   does. With no plan for another failure yet (the first failure a placebo-only run sees), the record is ``skipped``
   and nothing is replayed.
 * ``control-wrong-step``: this run's own plan and corrected calls (the auditor's and the evidence rules'), executed
-  and injected at another step: the nearest one at distance 2 from the localized one, else at distance 1 (after it
-  where the run has such a step before its answer, else before it), never a step an earlier round of the same
-  attribution localized (that step is a localizer's answer, not a wrong one: testing it would test the right step).
+  and injected at another step, and the agent's own decisions resampled there: the nearest one at distance 2 from
+  the localized one, else at distance 1 (after it where the run has such a step before its answer, else before it),
+  never a step an earlier round of the same attribution localized (that step is a localizer's answer, not a wrong
+  one: testing it would test the right step). A corrected call is never moved to an earlier step: a later step's
+  call repaired at an earlier one flips a run wherever it is executed
+  (:data:`~reflect_otel.pipeline.MOVED_EARLIER`).
   A round with no such step left tests nothing and says so in the record (its corrections refused with
   :data:`NO_WRONG_STEP`); a run with no other step is not replayed. Its guidance is not tried where REFLECT's is
   (the K steps ending at the localized one). What the localized step gains over it is what the localization does.
@@ -65,6 +69,8 @@ WRONG_STEP_DISTANCES = (2, 1)
 MAX_PLANS = 1000
 """Plans a :class:`PlanPool` keeps by default (the most recent ones; one per failure and auditor model)."""
 PLACEBO_METHOD = "control-placebo"
+RESAMPLE = "resample"
+"""The source of the agent's own resampled decisions (no plan: never a plan's instruction)."""
 AUDITOR_SOURCES = frozenset({"llm", "control:wrong-step"})
 """The sources of the corrected calls an auditor wrote (REFLECT's, the wrong-step control's): a plan's call."""
 NO_WRONG_STEP = (
@@ -95,7 +101,7 @@ def plan_of(record: AttributionRecord) -> RepairPlan | None:
         (
             c.finding
             for c in record.corrections
-            if c.kind is InterventionKind.GUIDANCE and c.refused is None and c.finding.strip()
+            if c.kind is InterventionKind.GUIDANCE and c.source != RESAMPLE and c.refused is None and c.finding.strip()
         ),
         "",
     )
@@ -281,6 +287,7 @@ class PlaceboControl(ReflectPipeline):
             llm_source="control:placebo",
             actions=config.actions,
             evidence=False,
+            resample=False,
             use_diagnostician=config.use_diagnostician,
             swap_plan=self._draw.swap,
             points=self._draw.points,

@@ -1,7 +1,8 @@
 """What a trial replays (:func:`candidates`): an action as given; or, for guidance, the agent's own decisions at the
 step with the text in context, proposed by the adapter (:class:`~reflect_otel.replay.ProposesSteps`), sampled, and
 screened before any costs a replay: a final answer, the original step, a pure tool's call the prefix made (see
-:func:`reflect_otel.corrections.refusal`), or a call already replayed there is refused,
+:func:`reflect_otel.corrections.refusal`), a call the run made at a later step
+(:func:`reflect_otel.effects.screened_change`), or a call already replayed there is refused,
 and a proposal made under a plan is judged by the faithfulness gate (a hard gate refuses an unfaithful one)."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from reflect_otel import corrections
 from reflect_otel._run import AttributionRun
 from reflect_otel.config import GateMode, ReflectConfig
+from reflect_otel.effects import screened_change
 from reflect_otel.record import Correction, GateDecider, GateVerdict, InterventionKind
 from reflect_otel.replay import ProposedStep, ReplayAdapter, proposer, pure_tools
 from reflect_otel.trace import Step, StepAction, StepKind
@@ -141,6 +143,9 @@ def _screened(
 def _refusal(correction: Correction, proposal: ProposedStep, run: AttributionRun, pure: Collection[str]) -> str | None:
     if proposal.is_final_answer:
         return "the agent answered at once: a final answer proves nothing about the step"
+    screened = screened_change(proposal.action, run.trace, correction.step_index)
+    if screened is not None:
+        return screened.text
     return corrections.refusal(correction, run.trace, expected=None, pure=pure)
 
 

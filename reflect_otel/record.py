@@ -31,11 +31,15 @@ __all__ = [
     "InterventionKind",
     "LLMCall",
     "Localization",
+    "LocalizationOutcome",
+    "LocalizationTest",
+    "Obstacle",
     "RepairPlan",
     "ReplayArm",
     "ReplayAttempt",
     "StageCost",
     "StageError",
+    "StepChange",
     "stage_costs",
 ]
 
@@ -206,6 +210,66 @@ class ReplayArm(str, Enum):
     """The step replaced (an action) or regenerated with a correction in context."""
     CONTROL = "control"
     """The same prefix, replayed with no intervention at all: what the agent does from there on its own."""
+    LOCALIZATION = "localization"
+    """The localization test: the correction source that verified step p, applied at another step of the run."""
+    SENSITIVITY = "sensitivity"
+    """The same prefix with step p changed in text but not in effect (the original call re-serialised, the original
+    thought under a step label), executed as every intervention is: whether any change of text there flips the run."""
+
+
+class StepChange(str, Enum):
+    """What a replacement executed at step p changed (:mod:`reflect_otel.effects` decides it)."""
+
+    CHANGED = "changed"
+    """Its effect differs from the original step's: a different result, or a thought of other content."""
+    SAME_EFFECT = "same_effect"
+    """Another text, the same effect: the call returned what the original returned (under the tool's
+    normalisation), or the thought says what the original said."""
+    SAME_STEP = "same_step"
+    """The original step itself (its call, or its words)."""
+    ANSWER_TURN = "answer_turn"
+    """It replaces the run's answer turn: the agent only got more turns."""
+    LATER_CALL = "later_call"
+    """A call the run itself made at a later step, moved earlier."""
+    NOT_EXECUTED = "not_executed"
+    """The adapter's first regenerated step is not the replacement it was given."""
+    ANSWERED = "answered"
+    """The regenerated step is an answer given at once (guidance an adapter regenerates itself)."""
+
+    @property
+    def text(self) -> str:
+        return _CHANGE_TEXT[self]
+
+
+_CHANGE_TEXT = {
+    StepChange.CHANGED: "the step's effect changed",
+    StepChange.SAME_EFFECT: "the replacement produced what the original step produced (no change of effect)",
+    StepChange.SAME_STEP: "the replacement is the original step",
+    StepChange.ANSWER_TURN: "the replacement takes the place of the run's answer turn (any extra turn can flip a run)",
+    StepChange.LATER_CALL: "the replacement is a call the run itself made at a later step, moved earlier",
+    StepChange.NOT_EXECUTED: "the adapter did not execute the replacement as given",
+    StepChange.ANSWERED: "the regenerated step answers at once (an answer flips a run from anywhere)",
+}
+
+
+class Obstacle(str, Enum):
+    """Why a flip was not credited to the step (a not-attributable record says which)."""
+
+    CONTROL_FLIPPED = "control_flipped"
+    """The control from the same prefix, with no intervention, answered right too."""
+    CONTROL_UNREPRODUCED = "control_unreproduced"
+    """The control did not give the run's own answer, and the budget left no room for the controls that would
+    check the flip."""
+    SENSITIVE = "sensitive"
+    """The sensitivity arm (step p changed in text, not in effect) flipped too: the point is chaotic."""
+    SENSITIVITY_UNTESTED = "sensitivity_untested"
+    """No sensitivity arm could run there (no text-only variant of the step, or no budget for it)."""
+    NO_CHANGE_OF_EFFECT = "no_change_of_effect"
+    """The flipping replacement did not change the step's effect (see :class:`StepChange`)."""
+    NOT_FAITHFUL = "not_faithful"
+    """The flipping step did not follow the plan, as the faithfulness gate judged it."""
+    SAMPLED_NOT_SIGNIFICANT = "sampled_not_significant"
+    """Sampled arms: the intervention did not flip significantly more often than the control."""
 
 
 class ReplayAttempt(BaseModel):
@@ -225,6 +289,10 @@ class ReplayAttempt(BaseModel):
     changed_step: bool | None = Field(
         default=None,
         description="Whether the replay's step rollback_point+1 differs from the original one (None for a control).",
+    )
+    change: StepChange | None = Field(
+        default=None,
+        description="What the replay's step rollback_point+1 changed (None for a control): only 'changed' can verify.",
     )
     verdict: Verdict | None = None
     flipped: bool = False
@@ -276,10 +344,18 @@ class Effect(BaseModel):
         default=None, description="One-sided Fisher exact test, intervention flips more than control (sampled arms)."
     )
     rule: str = ""
+    sensitivity: EffectArm | None = Field(
+        default=None,
+        description="The sensitivity arm from the same prefix (step p changed in text, not in effect); None where "
+        "none ran (see sensitivity_note).",
+    )
+    sensitivity_variant: StepAction | None = Field(default=None, description="The text-only variant it executed.")
+    sensitivity_note: str = Field(default="", description="How the variant differs, or why there is none.")
 
     def text(self) -> str:
-        """``intervention flipped k of n, control j of n``, as the report and spans say it."""
-        return f"intervention flipped {self.intervention.text()}, control {self.control.text()}"
+        """``intervention flipped k of n, control j of n[, sensitivity i of n]``, as the report and spans say it."""
+        arms = f"intervention flipped {self.intervention.text()}, control {self.control.text()}"
+        return arms + (f", sensitivity {self.sensitivity.text()}" if self.sensitivity is not None else "")
 
 
 class Fidelity(BaseModel):
@@ -300,6 +376,33 @@ class Fidelity(BaseModel):
     def text(self) -> str:
         flipped = f"; {self.flipped} answered right with no intervention" if self.flipped else ""
         return f"replays of this agent reproduced its run {self.reproduced} of {self.controls} times{flipped}"
+
+
+class LocalizationOutcome(str, Enum):
+    """What the localization test of a decisive step found (see :class:`LocalizationTest`)."""
+
+    LOCALIZED = "localized"
+    """The same correction source, applied at another replaceable step, did not flip the run."""
+    NOT_LOCALIZED = "not_localized"
+    """It flipped the run there too (its control did not): the run turns on more than this step."""
+    UNTESTED = "untested"
+    """No test could be made (no other replaceable step, nothing from the source there, no budget, or its control
+    flipped): the record says decisive, not localized."""
+
+
+class LocalizationTest(BaseModel):
+    """The test behind the claim "localized at step p": the correction source that proved step p decisive, applied
+    at another replaceable step ``step_index`` of the run (one no round localized), replayed under control."""
+
+    model_config = _FROZEN
+
+    outcome: LocalizationOutcome
+    step_index: int | None = Field(default=None, ge=1, description="The other step tested (None: none).")
+    source: str = Field(default="", description="The correction source applied there.")
+    reason: str = ""
+    correction: Correction | None = None
+    intervention: EffectArm | None = None
+    control: EffectArm | None = None
 
 
 class Intervention(BaseModel):
@@ -404,6 +507,14 @@ class AttributionRecord(BaseModel):
     fidelity: Fidelity | None = Field(
         default=None, description="How often this record's control replays reproduced the run (None: none ran)."
     )
+    obstacle: Obstacle | None = Field(
+        default=None, description="A not-attributable record: why the flip was not credited to the step."
+    )
+    localization_test: LocalizationTest | None = Field(
+        default=None,
+        description="A verified record: the test of whether the same correction source flips the run at another "
+        "step (the claim 'localized' rests on it).",
+    )
     original_answer: str | None = None
     corrected_answer: str | None = None
     original_verdict: Verdict | None = None
@@ -448,6 +559,16 @@ class AttributionRecord(BaseModel):
         if self.status is AttributionStatus.VERIFIED:
             return "not measured (a record from before controlled verification)"
         return "not measured (an unverified attribution is the auditor's hypothesis)"
+
+    @property
+    def claim(self) -> str | None:
+        """What a verified record claims: ``localized`` (decisive, and the same correction source applied at another
+        step did not flip the run), else ``decisive`` (the step decides the run under replay; whether the error is
+        there alone was not shown). None for a record that is not verified."""
+        if self.status is not AttributionStatus.VERIFIED:
+            return None
+        test = self.localization_test
+        return "localized" if test is not None and test.outcome is LocalizationOutcome.LOCALIZED else "decisive"
 
     @property
     def verified_by(self) -> Correction | None:

@@ -4,7 +4,7 @@ thought, remote HTTP); a conformance suite in ``reflect_otel.testing.conformance
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -23,6 +23,8 @@ __all__ = [
     "BudgetedReplay",
     "HasCorrectionRules",
     "InjectionRole",
+    "MakesVariants",
+    "NormalisesResults",
     "ProposedStep",
     "ProposesSteps",
     "ReplayAdapter",
@@ -36,6 +38,8 @@ __all__ = [
     "proposer",
     "replay_with",
     "resampler",
+    "result_normaliser",
+    "variant_maker",
 ]
 
 
@@ -240,6 +244,38 @@ def pure_tools(adapter: ReplayAdapter | None) -> frozenset[str]:
     if not isinstance(inner, HasPureTools) or not isinstance(inner.pure_tools, list | tuple | set | frozenset):
         return frozenset()
     return frozenset(name for name in inner.pure_tools if isinstance(name, str))
+
+
+@runtime_checkable
+class NormalisesResults(Protocol):
+    """An adapter whose agent's tools say what in their results carries no meaning (row order for a set, a time
+    stamp): ``normalise_result(tool_name, result)`` returns the result as compared when deciding whether a replayed
+    call changed what the original call produced (:mod:`reflect_otel.effects`). Without it, JSON key order and
+    whitespace are all that is set aside."""
+
+    def normalise_result(self, tool_name: str, result: str) -> str: ...
+
+
+def result_normaliser(adapter: ReplayAdapter | None) -> Callable[[str, str], str] | None:
+    """``adapter``'s :class:`NormalisesResults` method, looking through a :class:`BudgetedReplay`; None without."""
+    inner = adapter.inner if isinstance(adapter, BudgetedReplay) else adapter
+    return inner.normalise_result if isinstance(inner, NormalisesResults) else None
+
+
+@runtime_checkable
+class MakesVariants(Protocol):
+    """An adapter that knows a text-only variant of its agent's steps better than the generic one
+    (:func:`reflect_otel.effects.sensitivity_variant`): ``sensitivity_variant(step)`` returns the step changed in
+    text but not in effect (an equivalent spelling its tool resolves identically) with a few words saying how, or
+    ``(None, why)`` where it has none."""
+
+    def sensitivity_variant(self, step: Step) -> tuple[StepAction | None, str]: ...
+
+
+def variant_maker(adapter: ReplayAdapter | None) -> Callable[[Step], tuple[StepAction | None, str]] | None:
+    """``adapter``'s :class:`MakesVariants` method, looking through a :class:`BudgetedReplay`; None without."""
+    inner = adapter.inner if isinstance(adapter, BudgetedReplay) else adapter
+    return inner.sensitivity_variant if isinstance(inner, MakesVariants) else None
 
 
 class BudgetedReplay:

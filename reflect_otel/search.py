@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from reflect_otel import prompts, stages
+from reflect_otel._replayer import effect_arm
 from reflect_otel._run import AttributionRun, is_correct
 from reflect_otel.config import ReflectConfig
 from reflect_otel.controlled_replay import ControlledReplay
@@ -30,27 +31,30 @@ from reflect_otel.record import (
     AttributionStatus,
     Classification,
     Correction,
-    ErrorType,
     GateDecider,
     GateVerdict,
     Intervention,
     Localization,
+    LocalizationOutcome,
+    LocalizationTest,
     RepairPlan,
+    StepChange,
 )
 from reflect_otel.replay import ReplayAdapter, agent_rules, pure_tools, resampler
-from reflect_otel.trace import Step, StructuredTrace
+from reflect_otel.trace import Step, StepAction, StructuredTrace
 from reflect_otel.trial import Decision, GateFn, Trial, TrialResult
-from reflect_otel.verdict import Verdict
+from reflect_otel.verdict import Verdict, shown_answer
 from reflect_otel.verifiers import bound_to_original, bound_to_runs, unprovable_by
 
 __all__ = [
     "Diagnosis",
-    "Explanation",
     "Round",
     "SearchContext",
     "SearchPolicy",
     "faithfulness_gate",
+    "localization_test",
     "localized_steps",
+    "proof_text",
     "record_of",
     "search",
     "tested_steps",
@@ -84,14 +88,6 @@ class Round:
     @property
     def verified(self) -> TrialResult | None:
         return next((r for r in self.results if r.decision is Decision.VERIFIED), None)
-
-
-@dataclass(frozen=True, slots=True)
-class Explanation:
-    """Why the verified step was wrong, as the policy explains it from the correction's continuation."""
-
-    error_type: ErrorType | None
-    text: str
 
 
 @dataclass(frozen=True)
@@ -130,14 +126,15 @@ class SearchPolicy(Protocol):
     ``diagnose(ctx, rounds)`` returns this round's :class:`Diagnosis` (None when there is nothing more to try); it
     may call the LLM through ``ctx.run.llm`` and raises :class:`~reflect_otel.errors.LLMError` when a stage it
     cannot do without fails (the loop records it and stops). ``gate(ctx)`` is the faithfulness gate for guidance
-    trials (None: no gate, so a guidance flip never verifies). ``explain`` says why a verified step was wrong (None:
-    the diagnosis's own words)."""
+    trials (None: no gate, so a guidance flip never verifies). ``elsewhere(ctx, verified, step)`` is the localization
+    test's trial: the correction source that verified, applied at another ``step`` (``(None, why)`` where the source
+    has nothing there); it is replayed under control like any trial, with no sensitivity arm."""
 
     def diagnose(self, ctx: SearchContext, rounds: Sequence[Round]) -> Diagnosis | None: ...
 
     def gate(self, ctx: SearchContext) -> GateFn | None: ...
 
-    def explain(self, ctx: SearchContext, round_: Round, verified: TrialResult) -> Explanation | None: ...
+    def elsewhere(self, ctx: SearchContext, verified: TrialResult, step: int) -> tuple[Trial | None, str]: ...
 
 
 def search(
@@ -191,7 +188,9 @@ def search(
         rounds.append(Round(number, diagnosis, results))
         if rounds[-1].verified is not None or (engine.remaining is not None and engine.remaining <= 0):
             break
-    return record_of(ctx, policy, rounds, engine, mode, no_replay=unprovable)
+    verified = rounds[-1].verified if rounds else None
+    test = localization_test(ctx, policy, engine, rounds, verified) if engine and verified else None
+    return record_of(ctx, rounds, engine, mode, no_replay=unprovable, localization=test)
 
 
 def _test(engine: ControlledReplay, diagnosis: Diagnosis, run: AttributionRun) -> tuple[TrialResult, ...]:
@@ -208,18 +207,88 @@ def _test(engine: ControlledReplay, diagnosis: Diagnosis, run: AttributionRun) -
     return tuple(results)
 
 
-def record_of(
+def localization_test(
     ctx: SearchContext,
     policy: SearchPolicy,
+    engine: ControlledReplay,
+    rounds: Sequence[Round],
+    verified: TrialResult,
+) -> LocalizationTest:
+    """Whether the correction source that proved step p decisive flips the run at another replaceable step too: the
+    nearest step to p (before or after it) that no round of this attribution named, where the source has a
+    correction (:meth:`SearchPolicy.elsewhere`), replayed under control without a sensitivity arm. *Localized* when
+    a replacement there changed its step's effect and the run did not flip; *not localized* when it flipped and its
+    control did not; untested otherwise, saying why."""
+    trace, step = ctx.trace, verified.trial.step
+    named = localized_steps(rounds) | {r.trial.step for round_ in rounds for r in round_.results}
+    others = sorted(
+        (s.index for s in trace.steps if not s.is_final_answer and s.index not in named),
+        key=lambda q: (abs(q - step), q),
+    )
+    if not others:
+        return LocalizationTest(
+            outcome=LocalizationOutcome.UNTESTED,
+            reason="the run has no other replaceable step (none before its answer turn that no round named)",
+        )
+    notes = []
+    for other in others[:_ELSEWHERE_STEPS]:
+        trial, why = policy.elsewhere(ctx, verified, other)
+        if trial is None:
+            notes.append(why)
+            continue
+        _progress(ctx.run, "localization test: %s", _describe(trial))
+        return _localization_outcome(engine, trial, engine.test(trial, sensitivity=False))
+    return LocalizationTest(outcome=LocalizationOutcome.UNTESTED, reason="; ".join(dict.fromkeys(notes))[:1000])
+
+
+_ELSEWHERE_STEPS = 2
+"""How many of the steps nearest to the verified one the localization test asks its source for a correction of
+(an auditor's costs a model call each)."""
+
+
+def _localization_outcome(engine: ControlledReplay, trial: Trial, result: TrialResult) -> LocalizationTest:
+    control = engine.controls.get(trial.rollback_point)
+    arms = {
+        "intervention": effect_arm([a for a in result.attempts if a.error is None], 0) if result.attempts else None,
+        "control": control.arm() if control is not None and control.answered else None,
+    }
+    if result.effect is not None:
+        arms = {"intervention": result.effect.intervention, "control": result.effect.control}
+    changed = [a for a in result.attempts if a.error is None and a.change is StepChange.CHANGED]
+    tried = result.deciding.correction if result.deciding is not None else trial.correction
+    common = {"step_index": trial.step, "source": trial.correction.source, "correction": tried, **arms}
+    if result.decision is Decision.VERIFIED:
+        return LocalizationTest(
+            outcome=LocalizationOutcome.NOT_LOCALIZED,
+            reason=f"the same source's correction of step {trial.step} flipped the run too; its control did not",
+            **common,
+        )
+    if result.decision is Decision.NO_FLIP and changed:
+        return LocalizationTest(
+            outcome=LocalizationOutcome.LOCALIZED,
+            reason=f"the same source's correction of step {trial.step} changed that step's effect and did not flip "
+            "the run",
+            **common,
+        )
+    why = result.reason or "no replacement there changed its step's effect"
+    if result.decision is Decision.NO_FLIP:
+        why = f"no replacement at step {trial.step} changed its effect"
+    return LocalizationTest(outcome=LocalizationOutcome.UNTESTED, reason=f"step {trial.step}: {why}"[:1000], **common)
+
+
+def record_of(
+    ctx: SearchContext,
     rounds: Sequence[Round],
     engine: ControlledReplay | None,
     mode: AttributionMode,
     *,
     no_replay: str | None = None,
+    localization: LocalizationTest | None = None,
 ) -> AttributionRecord:
-    """The record of a search, built once from its rounds: verified (the first verified trial), not attributable
-    (the first flip its control explained), or unverified (the last localization, a hypothesis). ``no_replay``: why
-    a run with a replay adapter was not replayed."""
+    """The record of a search, built once from its rounds: verified (the first verified trial, explained by its
+    arms, with its localization test), not attributable (the first flip its control or sensitivity arm explained),
+    or unverified (the last localization, a hypothesis). ``no_replay``: why a run with a replay adapter was not
+    replayed."""
     run = ctx.run
     replays = engine.replays if engine else ()
     fidelity = engine.fidelity if engine else None
@@ -237,7 +306,6 @@ def record_of(
     diagnosis = last.diagnosis
     results = [r for round_ in rounds for r in round_.results]
     verified = last.verified
-    explained = policy.explain(ctx, last, verified) if verified is not None else None
     flip = next((r for r in results if r.decision is Decision.NOT_ATTRIBUTABLE), None)
     if verified is not None:
         status, decided, step, reason = AttributionStatus.VERIFIED, verified, verified.trial.step, ""
@@ -252,22 +320,27 @@ def record_of(
         step = min(diagnosis.localization.step_index, len(run.trace.steps))
         reason = _unverified_reason(rounds, results, engine, diagnosis.note, no_replay)
     classification = diagnosis.classification
+    auditor_text = classification.explanation if classification else diagnosis.localization.reasoning
+    names_step = diagnosis.localization.step_index == step
+    explanation = auditor_text
+    if verified is not None:
+        explanation = proof_text(ctx.trace, verified, auditor_text if names_step else "")
     return run.record(
         status=status,
         mode=mode,
         step_index=step,
         reason=reason,
-        error_type=explained.error_type if explained else (classification.error_type if classification else None),
+        error_type=classification.error_type if classification and (names_step or verified is None) else None,
         auditor_confidence=diagnosis.localization.confidence,
-        explanation=explained.text
-        if explained
-        else (classification.explanation if classification else diagnosis.localization.reasoning),
+        explanation=explanation,
         root_cause=diagnosis.plan.root_cause if diagnosis.plan else "",
         intervention=_intervention(verified, diagnosis),
         replays=replays,
         corrections=[c for round_ in rounds for c in (*round_.diagnosis.refused, *_corrections(round_))],
         effect=decided.effect if decided is not None else None,
         fidelity=fidelity,
+        obstacle=flip.obstacle if status is AttributionStatus.NOT_ATTRIBUTABLE and flip is not None else None,
+        localization_test=localization if verified is not None else None,
         corrected_answer=verified.deciding.final_answer if verified is not None and verified.deciding else None,
         original_verdict=ctx.verdict,
         rounds=len(rounds),
@@ -312,7 +385,11 @@ def _unverified_reason(
     if decisions <= {Decision.NOT_TESTED}:
         notes = "; ".join(dict.fromkeys(r.reason for r in results if r.reason))
         return f"nothing was proved: {notes}{idle}"
-    return f"no intervention flipped the outcome under control in {len(rounds)} round(s){idle}"
+    untested = "; ".join(
+        dict.fromkeys(f"step {r.trial.step}: {r.reason}" for r in results if r.decision is Decision.NOT_TESTED)
+    )
+    skipped = f"; not tested: {untested}" if untested else ""
+    return f"no intervention flipped the outcome under control in {len(rounds)} round(s){idle}{skipped}"[:2000]
 
 
 def tested_steps(rounds: Sequence[Round]) -> dict[int, str]:
@@ -329,11 +406,54 @@ def localized_steps(rounds: Sequence[Round]) -> set[int]:
     return {round_.diagnosis.localization.step_index for round_ in rounds}
 
 
+def proof_text(trace: StructuredTrace, verified: TrialResult, auditor: str = "") -> str:
+    """A verified record's explanation, built from its proof: the original step p and its result, the replacement
+    executed and its result, and what the intervention, the control and the sensitivity arm answered from the same
+    prefix; ``auditor``'s reading beside it (given only where the auditor named the same step)."""
+    step = verified.trial.step
+    original = trace.steps[step - 1]
+    deciding = verified.deciding
+    correction = deciding.correction if deciding is not None else None
+    replaced = deciding.continuation[0] if deciding is not None and deciding.continuation else None
+    lines = [f"Step {step} did: {_done(original)}."]
+    if replaced is not None:
+        source = f" ({correction.source}: {correction.finding[:200]})" if correction is not None else ""
+        lines.append(f"Executed in its place{source}: {_done(replaced)}.")
+    effect = verified.effect
+    if deciding is not None:
+        lines.append(f"From there the agent answered {shown_answer(deciding.final_answer)}, judged right.")
+    if effect is not None:
+        lines.append(
+            f"From the same prefix with step {step} left alone (control) it answered "
+            f"{', '.join(shown_answer(a) for a in effect.control.answers) or 'nothing'}."
+        )
+        if effect.sensitivity is not None:
+            lines.append(
+                f"With step {step} changed in text only ({effect.sensitivity_note}) it answered "
+                f"{', '.join(shown_answer(a) for a in effect.sensitivity.answers) or 'nothing'}."
+            )
+    text = " ".join(lines)
+    return f"{text}\n\nThe auditor's reading of step {step}: {auditor.strip()}" if auditor.strip() else text
+
+
+_SHOWN_RESULT_CHARS = 300
+
+
+def _done(step: Step) -> str:
+    """A step as the proof tells it: the call and what it returned, or the thought."""
+    action = StepAction.of_step(step).render()[:_SHOWN_RESULT_CHARS]
+    if step.tool_name is None:
+        return repr(action)
+    result = " ".join((step.tool_result or "").split())
+    cut = result[:_SHOWN_RESULT_CHARS] + ("..." if len(result) > _SHOWN_RESULT_CHARS else "")
+    return f"{action}, which returned {cut!r}" if result else f"{action}, which returned nothing"
+
+
 def faithfulness_gate(ctx: SearchContext) -> GateFn:
     """The paper's gate on a new step made under a plan: the cheap rules first (expected tool, forbidden action,
     the original step repeated), else the LLM gate. A gate that fails judges nothing, and an unjudged step cannot
-    verify."""
-    prompt = ctx.prompt_context(show_expected=True)
+    verify. It judges without the expected answer in view: it chooses which proposals a replay executes."""
+    prompt = ctx.prompt_context(show_expected=False)
 
     def judge(plan: RepairPlan, proposed: Step, replaced: Step) -> GateVerdict:
         ruled = stages.gate_by_rules(plan, proposed, replaced)

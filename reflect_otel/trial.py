@@ -7,7 +7,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from reflect_otel.record import Correction, Effect, GateVerdict, InterventionKind, RepairPlan, ReplayAttempt
+from reflect_otel.record import (
+    Correction,
+    Effect,
+    GateVerdict,
+    InterventionKind,
+    Obstacle,
+    RepairPlan,
+    ReplayArm,
+    ReplayAttempt,
+)
 from reflect_otel.replay import ReplayResult
 from reflect_otel.trace import Step
 
@@ -42,6 +51,8 @@ class Trial:
     authored: tuple[str, ...] | None = None
     """The texts of ``injection`` the method wrote (a plan, a hypothesis, a memory), which the leak guard reads; the
     rest is the run's own record (the failed step and what it got back), data the agent saw. None: all of it."""
+    arm: ReplayArm = ReplayArm.INTERVENTION
+    """The arm its replays are recorded under: the intervention, or the localization test's."""
 
     @property
     def step(self) -> int:
@@ -71,3 +82,5 @@ class TrialResult:
     """The intervention replay behind a verified or not-attributable decision."""
     result: ReplayResult | None = None
     """That replay's result (its continuation explains the correction)."""
+    obstacle: Obstacle | None = None
+    """A not-attributable decision: why the flip was not credited to the step."""

@@ -17,7 +17,7 @@ from reflect_otel.testing import (
     ScriptedRequest,
     make_trace,
 )
-from reflect_otel.trace import StructuredTrace
+from reflect_otel.trace import StepAction, StructuredTrace
 from reflect_otel.verifiers import OracleVerifier
 
 T = 8
@@ -174,14 +174,23 @@ def test_dover_validates_each_hypothesis_under_control_without_relocalizing() ->
         lambda trace, point, injection: [
             {"reasoning": "The answer is right" if injection == "do y" else "The answer is wrong"}
         ],
+        tools={"step": lambda i: str(i)},  # as the run recorded its results
         deterministic=True,
     )
     record = attribute("dover", llm, replay=follows_y)
-    # each hypothesis's step: the control from its prefix, then its intervention
-    assert [(c.rollback_point, c.injection) for c in follows_y.calls] == [(1, ""), (1, "do x"), (4, ""), (4, "do y")]
+    # each hypothesis's step: the control from its prefix, then its intervention; the flip, then its sensitivity arm
+    assert [(c.rollback_point, c.injection) for c in follows_y.calls] == [
+        (1, ""),
+        (1, "do x"),
+        (4, ""),
+        (4, "do y"),
+        (4, ""),
+    ]
+    assert follows_y.calls[-1].action == StepAction(tool_name="step", arguments={"i": 5})  # without its thought
     assert [r.stage for r in llm.requests] == ["dover_hypotheses", "classify", "gate", "gate"]
     assert record.status is AttributionStatus.VERIFIED and record.step_index == 5
-    assert record.effect is not None and record.effect.text() == "intervention flipped 1 of 1, control 0 of 1"
+    assert record.effect is not None
+    assert record.effect.text() == "intervention flipped 1 of 1, control 0 of 1, sensitivity 0 of 1"
     unsupported = attribute("dover", answers(), replay=never_flips())
     assert unsupported.status is AttributionStatus.UNVERIFIED and unsupported.step_index == 2
 

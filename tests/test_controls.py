@@ -14,6 +14,7 @@ import pytest
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.controls import NO_PLACEBO, NO_WRONG_STEP, PlanPool, auditor_model, plan_of, wrong_step
 from reflect_otel.methods import METHODS
+from reflect_otel.pipeline import MOVED_EARLIER
 from reflect_otel.record import (
     AttributionMode,
     AttributionRecord,
@@ -21,6 +22,7 @@ from reflect_otel.record import (
     Correction,
     InterventionKind,
     LLMCall,
+    LocalizationOutcome,
     RepairPlan,
 )
 from reflect_otel.service import AttributionService
@@ -70,6 +72,7 @@ def agent_that_follows(instruction: str) -> ScriptedReplayAdapter:
             {"tool": "lookup", "args": {"table": "t0", "row": 99}, "result": "row 99"},
             {"reasoning": "Bangkok" if instruction in injection else "Nowhere.", "is_final_answer": True},
         ],
+        tools={"lookup": lambda table, row: f"row {row}"},
         deterministic=True,
     )
 
@@ -133,13 +136,17 @@ def test_the_wrong_step_is_two_steps_away_and_never_the_answer() -> None:
 def test_wrong_step_injects_the_runs_own_plan_two_steps_from_the_localized_one() -> None:
     agent = agent_that_follows(OWN_INSTRUCTION)
     record = attribute("control-wrong-step", 2, agent)
-    control, call = agent.calls
+    control, resampled, call, sensitivity = agent.calls
     assert control.rollback_point == 3 and control.injection == ""  # the control from the same prefix
+    assert resampled.rollback_point == 3 and resampled.injection == ""  # the agent's own step 4, resampled first
     assert call.rollback_point == 3 and OWN_INSTRUCTION in call.injection  # regenerates step 4, not step 2
+    assert sensitivity.action == StepAction(tool_name="lookup", arguments={"row": 4, "table": "t0"})
     assert [(c.source, c.kind.value, c.step_index) for c in record.corrections] == [
-        ("control:wrong-step", "guidance", 4)
+        ("resample", "guidance", 4),
+        ("control:wrong-step", "guidance", 4),
     ]
-    # the same rule as REFLECT's: the plan at the wrong step flipped the run and its control did not
+    # the same rule as REFLECT's: the plan at the wrong step flipped the run, its control and its sensitivity arm
+    # (step 4's call with its arguments reordered) did not
     assert record.status is AttributionStatus.VERIFIED and record.step_index == 4
 
 
@@ -176,7 +183,11 @@ def test_wrong_step_does_not_test_the_step_round_one_localized_and_says_round_tw
     assert [loc.step_index for loc in record.localizations] == [2, 1]
     assert {(a.round, a.rollback_point) for a in record.replays} == {(1, 0)}  # step 1 only, never step 2
     assert all(call.rollback_point == 0 for call in agent.calls) and agent.calls
-    idle = [c for c in record.corrections if c.refused is not None]
+    # round 1: step 2's corrected call is never moved earlier, to step 1 (a later step's call repaired sooner
+    # flips a run wherever it is executed); step 1 is tested by its resampled decision and the plan instead
+    (moved,) = [c for c in record.corrections if c.refused == MOVED_EARLIER]
+    assert (moved.kind.value, moved.step_index) == ("action", 2)
+    idle = [c for c in record.corrections if c.refused is not None and c.refused != MOVED_EARLIER]
     assert idle and all(NO_WRONG_STEP in (c.refused or "") for c in idle)
     assert {(c.kind.value, c.step_index) for c in idle} == {("action", 1), ("guidance", 1)}  # round 2's, refused
     assert record.status is AttributionStatus.UNVERIFIED
@@ -378,7 +389,7 @@ def test_wrong_step_executes_the_auditors_corrected_call_at_the_wrong_step() -> 
     agent = agent_fixed_by(7)
     record = attribute("control-wrong-step", 2, agent, call=CALL)
     acted = [c for c in agent.calls if c.action is not None]
-    assert acted and {c.rollback_point for c in acted} == {3}  # step 4 replaced, not step 2
+    assert acted[0].rollback_point == 3  # step 4 replaced, not step 2
     assert acted[0].action is not None and acted[0].action.arguments == CALL["arguments"]
     action = next(c for c in record.corrections if c.kind is InterventionKind.ACTION)
     assert (action.source, action.step_index, action.original and action.original.arguments) == (
@@ -388,6 +399,12 @@ def test_wrong_step_executes_the_auditors_corrected_call_at_the_wrong_step() -> 
     )
     # the same rule as REFLECT's: the call at the wrong step flipped the run and its control did not
     assert record.status is AttributionStatus.VERIFIED and record.step_index == 4
+    # but the same source (the auditor's corrected call, asked for step 3) flips the run at step 3 too: a call that
+    # answers verifies wherever it is executed, so the record claims the step decisive, not localized
+    test = record.localization_test
+    assert test is not None and test.outcome is LocalizationOutcome.NOT_LOCALIZED and test.step_index == 3
+    assert record.claim == "decisive"
+    assert [c.rollback_point for c in acted] == [3, 3, 2]  # the intervention, its sensitivity arm, the test at 3
 
 
 def test_placebo_executes_the_corrected_call_written_for_another_failure_not_its_own() -> None:
@@ -403,7 +420,7 @@ def test_placebo_executes_the_corrected_call_written_for_another_failure_not_its
                 source="llm",
                 kind=InterventionKind.ACTION,
                 step_index=1,
-                replacement=StepAction(tool_name="lookup", arguments={"table": "t0", "row": 3}),
+                replacement=StepAction(tool_name="lookup", arguments={"table": "t0", "row": 30}),
             ),
         ),
     )
@@ -411,7 +428,7 @@ def test_placebo_executes_the_corrected_call_written_for_another_failure_not_its
     agent = agent_fixed_by(7)
     record = attribute("control-placebo", 2, agent, plans=pool, call=CALL)
     acted = [c.action for c in agent.calls if c.action is not None]
-    assert [a.arguments for a in acted if a is not None] == [{"table": "t0", "row": 3}]  # the other failure's call
+    assert [a.arguments for a in acted if a is not None] == [{"table": "t0", "row": 30}]  # the other failure's call
     assert all(c.source == "control:placebo" for c in record.corrections)  # no evidence rule's call
     assert record.status is not AttributionStatus.VERIFIED  # the other failure's call does not fix this run
 
@@ -468,7 +485,8 @@ def test_wrong_step_never_runs_a_correction_written_for_another_step_than_the_lo
 
 def test_wrong_step_guidance_is_never_where_reflects_own_guidance_is_tried() -> None:
     """Two calls before the answer, localized at step 2: the only other step, 1, is in REFLECT's window (K=2), so the
-    control tries its corrected call there but injects no plan there."""
+    control injects no plan there; nor does it move step 2's corrected call to step 1 (never earlier): it tests
+    nothing, and says why."""
     two = make_trace(
         "q",
         [
@@ -479,5 +497,6 @@ def test_wrong_step_guidance_is_never_where_reflects_own_guidance_is_tried() -> 
     )
     agent = agent_fixed_by(99)
     record = attribute("control-wrong-step", 2, agent, two, call=CALL, rollback_points=2)
-    assert [(c.kind.value, c.step_index) for c in record.corrections] == [("action", 1)]
-    assert all(not call.injection for call in agent.calls)
+    first = record.corrections[0]
+    assert (first.kind.value, first.step_index, first.refused) == ("action", 2, MOVED_EARLIER)
+    assert agent.calls == [] and record.status is AttributionStatus.UNVERIFIED

@@ -16,7 +16,15 @@ from reflect_otel.demo.table_rules import other_field, tables_in
 from reflect_otel.errors import LLMError
 from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.prompts import PromptContext, diagnosis_output
-from reflect_otel.record import AttributionStatus, Correction, GateDecider, InterventionKind, Localization, ReplayArm
+from reflect_otel.record import (
+    AttributionStatus,
+    Correction,
+    GateDecider,
+    InterventionKind,
+    Localization,
+    ReplayArm,
+    StepChange,
+)
 from reflect_otel.replay import BudgetedReplay, agent_rules
 from reflect_otel.spans import SpanRecord
 from reflect_otel.stages import diagnose
@@ -524,11 +532,12 @@ def _auditor(call: object, *, root_cause: str | None = None) -> ScriptedLLM:
     return ScriptedLLM(respond=respond)
 
 
-def _table_agent() -> ScriptedReplayAdapter:
-    """Answers right only when the filter on '1st' ran; the action is executed by its own filter tool."""
+def _table_agent(empty: str = NO_ROWS) -> ScriptedReplayAdapter:
+    """Answers right only when the filter on '1st' ran; the action is executed by its own filter tool, which finds
+    nothing (``empty``) on any other value."""
 
     def filter_rows(table: str, column: str, op: str, value: str) -> str:
-        return "t2: 1 rows; Bangkok" if value == "1st" else NO_ROWS
+        return "t2: 1 rows; Bangkok" if value == "1st" else empty
 
     def continue_with(trace: StructuredTrace, point: int, injection: str) -> list[dict[str, Any]]:
         ran = any(s.tool_args.get("value") == "1st" and s.tool_result for s in trace.steps[:point])
@@ -542,11 +551,14 @@ def _table_agent() -> ScriptedReplayAdapter:
     )
 
 
-def _attribute(llm: ScriptedLLM, agent: ScriptedReplayAdapter, **config: Any) -> Any:
+def _attribute(
+    llm: ScriptedLLM, agent: ScriptedReplayAdapter, *, trace: StructuredTrace | None = None, **config: Any
+) -> Any:
     pipeline = ReflectPipeline(
         llm, verifier=OracleVerifier(), config=ReflectConfig(rounds=1, rollback_points=2, gate=GateMode.HARD, **config)
     )
-    trace = filter_trace().model_copy(update={"tools": TABLE_TOOLS})  # as the agent's instrumentation recorded them
+    # the tools as the agent's instrumentation recorded them
+    trace = (trace or filter_trace()).model_copy(update={"tools": TABLE_TOOLS})
     return pipeline.attribute(trace, expected="Bangkok", replay=agent)
 
 
@@ -568,37 +580,68 @@ def test_the_auditor_is_shown_only_evidence_calls_that_could_be_tried() -> None:
     assert offered not in diagnose_text("1st")
 
 
+_BARE_EMPTY = "t1: 0 rows; columns: Year, Venue, Position"
+
+
+def _no_evidence_trace() -> StructuredTrace:
+    """The filter run whose empty result lists no values and whose question names none: no evidence rule fires, so
+    the auditor's corrected call is the only action."""
+    return filter_trace(_BARE_EMPTY, question="Where was the last win?")
+
+
 def test_the_auditors_action_is_executed_and_verifies() -> None:
+    agent = _table_agent(_BARE_EMPTY)
+    record = _attribute(_auditor(GOOD_CALL), agent, trace=_no_evidence_trace())
+    assert record.status is AttributionStatus.VERIFIED and record.step_index == 1, record.reason
+    # the control first; the agent's own step 1, resampled (this agent redoes it in the replay: it answers at once,
+    # which changes nothing); then the auditor's call; then step 1 changed in text only (its arguments reordered)
+    control, resampled, call, sensitivity = agent.calls
+    assert control.action is None and control.injection == "" and control.rollback_point == 0
+    assert resampled.action is None and resampled.injection == ""
+    assert call.action == StepAction(tool_name="filter_rows", arguments=GOOD_CALL["arguments"]) and call.injection == ""
+    assert sensitivity.action is not None and list(sensitivity.action.arguments) == ["value", "op", "column", "table"]
+    kept, regenerated, attempt, insensitive = record.replays
+    assert kept.arm is ReplayArm.CONTROL and kept.reproduced and not kept.flipped
+    assert regenerated.change is StepChange.ANSWERED and not regenerated.changed_step
+    assert attempt.gate is not None and attempt.gate.decided_by is GateDecider.ACTION and attempt.gate.is_faithful
+    assert attempt.continuation[0].tool_result == "t2: 1 rows; Bangkok"  # executed by the agent's tool
+    assert attempt.change is StepChange.CHANGED
+    assert insensitive.arm is ReplayArm.SENSITIVITY and insensitive.change is StepChange.SAME_EFFECT
+    assert record.verified_by is not None and (record.verified_by.source, record.verified_by.kind) == ("llm", "action")
+    assert record.intervention is not None and record.intervention.correction == record.verified_by
+    assert record.effect is not None
+    assert record.effect.text() == "intervention flipped 1 of 1, control 0 of 1, sensitivity 0 of 1"
+    # the run has no other step before its answer: decisive, its localization untested
+    assert record.claim == "decisive" and record.localization_test is not None
+    assert "no other replaceable step" in record.localization_test.reason
+
+
+def test_an_evidence_call_is_tried_first_and_the_auditors_same_call_not_again() -> None:
     agent = _table_agent()
     record = _attribute(_auditor(GOOD_CALL), agent)
     assert record.status is AttributionStatus.VERIFIED and record.step_index == 1
-    control, call = agent.calls  # the control replay from the same prefix first, then the action
-    assert control.action is None and control.injection == "" and control.rollback_point == 0
-    assert call.action == StepAction(tool_name="filter_rows", arguments=GOOD_CALL["arguments"]) and call.injection == ""
-    kept, attempt = record.replays
-    assert kept.arm is ReplayArm.CONTROL and kept.reproduced and not kept.flipped
-    assert attempt.gate is not None and attempt.gate.decided_by is GateDecider.ACTION and attempt.gate.is_faithful
-    assert attempt.continuation[0].tool_result == "t2: 1 rows; Bangkok"  # executed by the agent's tool
-    assert record.verified_by is not None and (record.verified_by.source, record.verified_by.kind) == ("llm", "action")
-    assert record.intervention is not None and record.intervention.correction == record.verified_by
-    assert record.effect is not None and record.effect.text() == "intervention flipped 1 of 1, control 0 of 1"
-    # the evidence rule proposed the same call: tried once, under the auditor's name
-    assert [(c.source, c.kind.value, c.flipped, c.replays) for c in record.corrections] == [("llm", "action", True, 1)]
+    assert [c.action for c in agent.calls][:2] == [
+        None,
+        StepAction(tool_name="filter_rows", arguments=GOOD_CALL["arguments"]),
+    ]
+    assert record.verified_by is not None and record.verified_by.source == "evidence:listed_values"
+    assert [(c.source, c.flipped, c.replays) for c in record.corrections] == [("evidence:listed_values", True, 1)]
 
 
 def test_a_root_cause_that_names_the_answer_keeps_the_auditors_call_and_it_is_replayed() -> None:
-    """The auditor saw the answer and named it in its root cause; that text reaches no replay, so the diagnosis
-    is kept: its step, error type and corrected call, which carries no answer and verifies."""
+    """The root cause is written without the answer in view now, but a model may still name one (here it does):
+    that text reaches no replay, so the diagnosis is kept: its step, error type and corrected call, which carries no
+    answer and verifies."""
     root_cause = "the last 1st place was in Bangkok; '1' matched nothing"
     llm = _auditor(GOOD_CALL, root_cause=root_cause)
-    agent = _table_agent()
-    record = _attribute(llm, agent)
+    agent = _table_agent(_BARE_EMPTY)
+    record = _attribute(llm, agent, trace=_no_evidence_trace())
     assert [r.stage for r in llm.requests].count("diagnose") == 1 and not record.errors
     assert record.status is AttributionStatus.VERIFIED and record.step_index == 1
     assert record.error_type is not None and record.error_type.value == "tool_error"
     assert record.verified_by is not None and record.verified_by.source == "llm"
     assert record.verified_by.replacement == StepAction(tool_name="filter_rows", arguments=GOOD_CALL["arguments"])
-    assert [c.action for c in agent.calls] == [None, record.verified_by.replacement]  # the control, then the call
+    assert [c.action for c in agent.calls][2] == record.verified_by.replacement  # the control, the resample, the call
     assert all(c.injection == "" for c in agent.calls)
     assert record.root_cause == root_cause
     # the guidance would have been given without it: the withheld root cause is recorded with the reason
@@ -607,15 +650,25 @@ def test_a_root_cause_that_names_the_answer_keeps_the_auditors_call_and_it_is_re
     assert withheld.refused == "it carries the expected answer 'Bangkok': it would flip a replay from any step"
 
 
-def test_evidence_is_tried_when_the_auditors_own_correction_fails() -> None:
+def test_the_auditor_writes_its_correction_without_the_expected_answer_in_view() -> None:
+    llm = _auditor(GOOD_CALL)
+    _attribute(llm, _table_agent())
+    shown = {r.stage: r.text for r in llm.requests}
+    assert "Bangkok" in shown["localize"]  # the oracle regime: the localizer sees the answer
+    assert "Bangkok" not in shown["diagnose"]  # what a replay executes is written without it
+    # nor the localizer's or the classifier's words, which saw it
+    assert "the filter matched nothing" not in shown["diagnose"] and "check the values" not in shown["diagnose"]
+
+
+def test_evidence_is_tried_before_the_auditors_own_correction() -> None:
     agent = _table_agent()
     useless = {"tool": "lookup", "arguments": {"table": "t0", "column": "City", "row": 1}}
     record = _attribute(_auditor(useless), agent)
     assert record.status is AttributionStatus.VERIFIED
-    # one control for both actions at step 1
-    assert [c.action.tool_name if c.action else None for c in agent.calls] == [None, "lookup", "filter_rows"]
+    # the evidence rule's call first, after the point's control: it verifies, and the auditor's is never replayed
+    assert [c.action.tool_name if c.action else None for c in agent.calls][:2] == [None, "filter_rows"]
+    assert all(c.action is None or c.action.tool_name != "lookup" for c in agent.calls)
     assert record.verified_by is not None and record.verified_by.source == "evidence:listed_values"
-    assert [(c.source, c.flipped) for c in record.corrections][:2] == [("llm", False), ("evidence:listed_values", True)]
     assert "its result lists '2nd', '1st'" in record.verified_by.finding
 
 

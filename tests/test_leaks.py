@@ -186,7 +186,7 @@ def test_the_thought_of_an_action_gets_no_question_exemption() -> None:
 
 
 def _trace() -> StructuredTrace:
-    steps = [{"tool": "lookup", "args": {"row": i}, "result": f"row {i}"} for i in (1, 2, 3)]
+    steps = [{"tool": "lookup", "args": {"row": i}, "result": f"row {i}", "reasoning": f"row {i}"} for i in (1, 2, 3)]
     return make_trace("How many?", [*steps, {"reasoning": "4", "is_final_answer": True}], final_answer="4")
 
 
@@ -328,7 +328,13 @@ def test_a_root_cause_that_names_the_answer_is_kept_from_the_replay_and_the_guid
     """The auditor saw the answer and its root cause names it: the guidance is given without the root cause, the
     refusal is recorded, and the localization and error type are kept."""
     auditor = _auditor("look the row up again", root_cause=NAMED[expected])
-    agent = _agent()
+    agent = ScriptedReplayAdapter(  # answers as its run did, so that every trial runs (none is explained away)
+        lambda trace, point, injection: [
+            {"tool": "lookup", "args": {"row": 9}, "result": "row 9"},
+            {"reasoning": "4", "is_final_answer": True},
+        ],
+        deterministic=True,
+    )
     config = ReflectConfig(rounds=1, rollback_points=3, max_replays=None)
     record = (
         METHODS[method].build(auditor, OracleVerifier(), config).attribute(_trace(), expected=expected, replay=agent)

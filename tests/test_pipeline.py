@@ -26,7 +26,7 @@ from reflect_otel.testing import (
 from reflect_otel.testing.examples import EXPECTED, five_step_trace
 from reflect_otel.testing.examples import scripted_agent as agent
 from reflect_otel.testing.examples import scripted_auditor as auditor
-from reflect_otel.trace import StructuredTrace
+from reflect_otel.trace import StepAction, StructuredTrace
 from reflect_otel.verifiers import OracleVerifier
 
 
@@ -53,10 +53,10 @@ def test_rollback_points_are_the_localized_step_and_those_before() -> None:
 
 
 def test_the_guidance_window_is_the_localized_step_and_those_before_it() -> None:
-    trace = five_step_trace()  # step 5 is the answer: the agent's new decision there counts unless it answers again
-    assert guidance_window(trace, 5, 2) == [5, 4]
+    trace = five_step_trace()  # step 5 is the answer turn: never a point (any extra turn can flip a run)
+    assert guidance_window(trace, 5, 2) == [4, 3]
     assert guidance_window(trace, 3, 3) == [3, 2, 1]
-    assert guidance_window(trace, 9, 1) == [5]
+    assert guidance_window(trace, 9, 1) == [4]
 
 
 def test_a_step_is_verified_when_its_intervention_flips_and_the_control_from_the_same_prefix_does_not() -> None:
@@ -66,22 +66,39 @@ def test_a_step_is_verified_when_its_intervention_flips_and_the_control_from_the
     assert record.step_index == 2
     assert record.span_id == five_step_trace().steps[1].span_id
     assert record.intervention is not None and record.intervention.rollback_point == 1
-    # step 3 redone (control first, then the intervention), then step 2: stop at the controlled flip
+    # step 3 redone (control first, then the intervention), then step 2: the flip is credited once step 2 changed
+    # in text only (its arguments reordered, as every replacement is executed) does not flip too
     assert [(a.arm.value, a.rollback_point) for a in record.replays] == [
         ("control", 2),
         ("intervention", 2),
         ("control", 1),
         ("intervention", 1),
+        ("sensitivity", 1),
     ]
-    assert record.effect is not None and record.effect.text() == "intervention flipped 1 of 1, control 0 of 1"
-    assert record.effect.deterministic and record.effect.control.answers == ("The answer is 41",)
+    effect = record.effect
+    assert effect is not None and effect.text() == "intervention flipped 1 of 1, control 0 of 1, sensitivity 0 of 1"
+    assert effect.deterministic and effect.control.answers == ("The answer is 41",)
+    # step 2, read(x=7), has one argument: its variant is the call alone, without the thought the agent wrote with it
+    assert effect.sensitivity_variant == StepAction(tool_name="read", arguments={"x": 7})
+    assert effect.sensitivity_note == "the call alone, without the text the agent wrote with it"
     assert record.fidelity is not None and (record.fidelity.controls, record.fidelity.reproduced) == (2, 2)
     assert record.confidence == 1.0 and record.confidence_samples == 1
     assert record.corrected_answer == "The answer is 42"
-    assert record.error_type is ErrorType.INCORRECT_PROBLEM_IDENTIFICATION
-    assert "adding was the wrong operation" in record.explanation  # refined by the post-correction explanation
+    # the classification was of step 3, not of the step proved: no error type is claimed for step 2
+    assert record.error_type is None
+    # the explanation is the proof: the step, what replaced it, and the three arms' answers
+    assert record.explanation.startswith("Step 2 did: read(")
+    assert "multiply(" in record.explanation and "'The answer is 42', judged right" in record.explanation
+    assert "left alone (control) it answered 'The answer is 41'" in record.explanation
+    assert (
+        "changed in text only (the call alone, without the text the agent wrote with it) it answered 'The answer "
+        "is 41'" in record.explanation
+    )
     assert record.root_cause == "it added instead of multiplying"
-    assert llm.stages() == ["localize", "classify", "diagnose", "gate", "gate", "explain"]
+    assert llm.stages() == ["localize", "classify", "diagnose", "gate", "gate"]
+    # decisive, not localized: the agent's own step 1, resampled for the localization test, repeats itself
+    assert record.claim == "decisive"
+    assert record.localization_test is not None and record.localization_test.outcome.value == "untested"
     # the agent proposed its step with the paper's repair message in context; the proposal was executed as an action
     verifying = record.intervention.correction
     assert verifying is not None and verifying.source == "proposal:llm" and verifying.kind.value == "action"
@@ -152,29 +169,33 @@ def test_a_control_that_takes_another_wrong_path_is_checked_again_before_a_flip_
 
     def drifting(trace: StructuredTrace, point: int, injection: str) -> list[dict[str, Any]]:
         multiplied = any(s.tool_name == "multiply" for s in trace.steps[:point])
-        return [{"reasoning": f"The answer is {42 if multiplied else next(answers)}", "is_final_answer": True}]
+        return [{"reasoning": f"The answer is {42 if multiplied else next(answers, 41)}", "is_final_answer": True}]
 
     adapter = ScriptedProposingAdapter(
         drifting,
         lambda trace, point, injection, sample, temperature: {"tool": "multiply", "args": {"a": 6, "b": 7}},
-        tools={"multiply": lambda a, b: a * b},
+        tools={"multiply": lambda a, b: a * b, "add": lambda a, b: a + b},
         deterministic=True,
     )
-    record = run(auditor(localize=[3]), adapter, rollback_points=1)
-    assert record.status is AttributionStatus.VERIFIED
-    assert [a.arm.value for a in record.replays] == ["control", "intervention", "control", "control"]
-    assert record.effect is not None and record.effect.text() == "intervention flipped 1 of 1, control 0 of 3"
-    assert record.fidelity is not None and (record.fidelity.controls, record.fidelity.reproduced) == (3, 1)
-    assert record.fidelity.text() == "replays of this agent reproduced its run 1 of 3 times"
+    record = run(auditor(localize=[3]), adapter, rollback_points=1, rounds=1)
+    assert record.status is AttributionStatus.VERIFIED, record.reason
+    assert [a.arm.value for a in record.replays][:5] == ["control", "intervention", "control", "control", "sensitivity"]
+    assert record.effect is not None
+    assert record.effect.text() == "intervention flipped 1 of 1, control 0 of 3, sensitivity 0 of 1"
+    controls_run = [a for a in record.replays if a.arm is ReplayArm.CONTROL and a.rollback_point == 2]
+    assert [a.reproduced for a in controls_run] == [False, False, True]
+    assert record.fidelity.text().startswith("replays of this agent reproduced its run")  # type: ignore[union-attr]
     # a budget with no room for the extra controls: the flip is recorded, not credited
     answers = iter([40, 39, 41])
-    short = run(auditor(localize=[3]), BudgetedReplay(adapter, 3), rollback_points=1)
+    short = run(auditor(localize=[3]), BudgetedReplay(adapter, 3), rollback_points=1, rounds=1)
     assert short.status is AttributionStatus.NOT_ATTRIBUTABLE and "left no room" in short.reason
+    assert short.obstacle is not None and short.obstacle.value == "control_unreproduced"
     # a control that leaves the extra controls answering right: not attributable
     answers = iter([40, 42, 40])
-    lucky = run(auditor(localize=[3]), adapter, rollback_points=1)
+    lucky = run(auditor(localize=[3]), adapter, rollback_points=1, rounds=1)
     assert lucky.status is AttributionStatus.NOT_ATTRIBUTABLE
     assert lucky.effect is not None and lucky.effect.text() == "intervention flipped 1 of 1, control 1 of 3"
+    assert lucky.obstacle is not None and lucky.obstacle.value == "control_flipped"
 
 
 def test_a_proposal_that_repeats_the_original_step_is_not_replayed() -> None:
@@ -229,30 +250,39 @@ def test_sampled_arms_verify_by_the_fisher_test() -> None:
     def propose(trace: StructuredTrace, point: int, injection: str, sample: int, temperature: float) -> Any:
         return {"tool": "multiply", "args": {"a": 6, "b": 7}}
 
-    adapter = ScriptedProposingAdapter(sampled, propose, tools={"multiply": lambda a, b: a * b})
-    record = run(auditor(localize=[3]), adapter, rollback_points=1, verify_samples=3)
-    assert record.status is AttributionStatus.VERIFIED
-    assert record.effect is not None and record.effect.text() == "intervention flipped 3 of 3, control 0 of 3"
+    adapter = ScriptedProposingAdapter(
+        sampled, propose, tools={"multiply": lambda a, b: a * b, "add": lambda a, b: a + b}
+    )
+    record = run(auditor(localize=[3]), adapter, rollback_points=1, verify_samples=3, rounds=1)
+    assert record.status is AttributionStatus.VERIFIED, record.reason
+    assert record.effect is not None
+    assert record.effect.text() == "intervention flipped 3 of 3, control 0 of 3, sensitivity 0 of 3"
     assert record.effect.p_value == pytest.approx(0.05) and not record.effect.deterministic
     assert record.effect.intervention.low == pytest.approx(0.438503, abs=1e-5)
     assert record.confidence == 1.0 and record.confidence_samples == 3
 
     flips = iter([True, True, False])
-    weaker = run(auditor(localize=[3]), adapter, rollback_points=1, verify_samples=3)
+    weaker = run(auditor(localize=[3]), adapter, rollback_points=1, verify_samples=3, rounds=1)
     assert weaker.status is AttributionStatus.NOT_ATTRIBUTABLE
     assert weaker.effect is not None and weaker.effect.p_value == pytest.approx(0.2)
 
 
-def test_every_replay_controls_included_comes_out_of_the_budget() -> None:
-    # four replays: step 3 (control + intervention), step 2 (control + intervention); step 1 is never started
-    budgeted = BudgetedReplay(agent(fixed_at=(1,)), 4)
-    record = run(auditor(localize=[3]), budgeted, rollback_points=3)
+def test_every_replay_controls_and_sensitivity_arms_included_comes_out_of_the_budget() -> None:
+    # a test needs its control, its intervention and room for its sensitivity arm (run only before a flip is
+    # credited): step 3 (control + intervention), step 2 (control + intervention); step 1 cannot pay for three
+    budgeted = BudgetedReplay(agent(fixed_at=(1,)), 6)
+    record = run(auditor(localize=[3]), budgeted, rollback_points=3, rounds=1)
     assert len(record.replays) == 4 and budgeted.used == 4
     assert record.status is AttributionStatus.UNVERIFIED
-    # three replays cannot pay for step 2's test after step 3's: it is not started
-    short = BudgetedReplay(agent(fixed_at=(2,)), 3)
-    record = run(auditor(localize=[3]), short, rollback_points=3)
+    assert "cannot pay for the 3 replays of a test at step 1" in record.reason and "--max-replays" in record.reason
+    # four replays cannot pay for step 2's test after step 3's: it is not started, so its flip is never seen
+    short = BudgetedReplay(agent(fixed_at=(2,)), 4)
+    record = run(auditor(localize=[3]), short, rollback_points=3, rounds=1)
     assert len(record.replays) == 2 and record.status is AttributionStatus.UNVERIFIED
+    # five pay for it: the flip at step 2, its control and its sensitivity arm
+    enough = BudgetedReplay(agent(fixed_at=(2,)), 5)
+    record = run(auditor(localize=[3]), enough, rollback_points=3, rounds=1)
+    assert record.status is AttributionStatus.VERIFIED and enough.used == 5
 
 
 def test_a_later_round_names_another_step_and_is_told_what_was_tested() -> None:
@@ -324,7 +354,6 @@ def test_cost_sums_per_stage() -> None:
         "classify": 1,
         "diagnose": 1,
         "gate": 2,
-        "explain": 1,
     }
     assert record.total_calls == len(record.llm_calls) == len(llm.requests)
     expected_prompt = sum(sum(len(m.content) for m in r.messages) // 4 for r in llm.requests)
@@ -402,7 +431,7 @@ def test_a_root_cause_that_names_the_answer_is_withheld_and_the_rest_of_the_plan
     assert record.status is AttributionStatus.VERIFIED and record.step_index == 3
     assert record.error_type is ErrorType.INCORRECT_PROBLEM_IDENTIFICATION
     assert record.root_cause == naming["root_cause"]  # the record keeps the auditor's words
-    (given,) = [p.injection for p in adapter.proposals]
+    (given,) = [p.injection for p in adapter.proposals if p.injection]  # the others: the localization test's
     assert "multiply 6 by 7" in given and "- add" in given
     assert EXPECTED not in given and "Diagnosis:" not in given
     assert record.intervention is not None and record.intervention.injection == given
@@ -475,8 +504,9 @@ def test_a_point_whose_control_answers_right_is_shown_once_then_left(shared_data
     assert record.status is AttributionStatus.NOT_ATTRIBUTABLE, record.reason
     # each point: its control, then one intervention; never a second correction where the control already flips
     assert controls(record) == [step - 1, step - 2] and interventions(record) == [step - 1, step - 2]
-    # proposals sampled once, for the one intervention at the earlier point (the later one's was the auditor's)
-    assert proposals == config.proposal_samples
+    # proposals sampled once per point, for its resampled decision (tried first); the auditor's thought never ran
+    assert proposals == 2 * config.proposal_samples
+    assert record.obstacle is not None and record.obstacle.value == "control_flipped"
 
 
 def test_a_control_that_names_the_runs_option_by_its_text_reproduces_the_run() -> None:

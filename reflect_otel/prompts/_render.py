@@ -101,12 +101,14 @@ def trace_prompt(ctx: PromptContext, steps: Sequence[Step], role: str, task: str
 
 def _run_block(ctx: PromptContext, steps: Sequence[Step]) -> str:
     """The run as every stage shows it; its steps are fitted to ``ctx.budget`` the same way for every stage, so
-    the shared prefix holds."""
+    the shared prefix holds. The expected answer comes last, after the steps: the stages that see it (localizing,
+    judging) and those that must not (the ones that write what a replay executes) share everything before it."""
     header = f"{ctx.header()}\n\nThe agent's steps:\n"
     evidence = ""
     if ctx.evidence:
         evidence = f"\n\n{_EVIDENCE_HEADING}\n{data_block('EVIDENCE', cut(ctx.evidence, ctx.max_chars * 4))}"
-    return ctx.with_steps(steps, lambda shown: f"{header}{data_block('STEPS', shown)}{evidence}")
+    expected = f"\n\nExpected answer:\n{data_block('EXPECTED_ANSWER', ctx.expected)}"
+    return ctx.with_steps(steps, lambda shown: f"{header}{data_block('STEPS', shown)}{evidence}{expected}")
 
 
 TASK_ALLOWANCE_TOKENS = 2000
@@ -250,8 +252,7 @@ class PromptContext(BaseModel):
             parts.append(
                 f"{self.domain_context_label}:\n" + data_block("CONTEXT", cut(self.domain_context, self.max_chars * 4))
             )
-        if with_answers:
-            parts.append("Expected answer:\n" + data_block("EXPECTED_ANSWER", self.expected))
+        if with_answers:  # the expected answer follows the steps (see _run_block)
             parts.append("Agent final answer:\n" + data_block("AGENT_ANSWER", cut(self.agent_answer, self.max_chars)))
         return "\n\n".join(parts)
 
