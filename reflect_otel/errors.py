@@ -4,9 +4,11 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "EndpointDownError",
     "InputError",
     "LLMError",
     "MissingDependencyError",
+    "NoModelError",
     "ReflectError",
     "ReplayError",
 ]
@@ -35,6 +37,21 @@ class MissingDependencyError(ReflectError):
 
 class LLMError(ReflectError):
     """An LLM call failed after its retries, or its output never matched the schema."""
+
+
+class EndpointDownError(LLMError):
+    """An LLM endpoint failed the same way on several requests in a row (refused, unreachable, timed out, or a key
+    or model it does not know): the message names its URL and the cause once, and a command stops. ``endpoint``
+    is how the endpoint's other errors name it."""
+
+    def __init__(self, message: str, *, endpoint: str = "") -> None:
+        super().__init__(message)
+        self.endpoint = endpoint
+
+
+class NoModelError(LLMError):
+    """No model can be had here: no endpoint is configured and the local model is not installed (the light
+    install). The message names both ways to get one."""
 
 
 class ReplayError(ReflectError):

@@ -21,6 +21,16 @@ from reflect_otel.trace import StructuredTrace
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+@pytest.fixture(autouse=True)
+def _endpoints_not_down() -> Iterator[None]:
+    """An endpoint a test took for down (a closed port, a scripted failure) is not down for the next test: the
+    process remembers failing endpoints (reflect_otel.llm.openai_compat.endpoint_down)."""
+    from reflect_otel.llm.openai_compat import forget_endpoint_health
+
+    forget_endpoint_health()
+    yield
+
+
 @dataclass
 class Instrumented:
     """One tracer provider for the session, as an application has: OpenInference instrumentation bound to it,

@@ -44,10 +44,15 @@ class BudgetedLLM:
 
     def __init__(self, inner: StructuredLLM, budget: TokenBudget) -> None:
         self.inner = inner
-        self.model_name = inner.model_name
         self.limit = budget.per_trace
         self.budget = budget
         self.used = 0
+
+    @property
+    def model_name(self) -> str:
+        """The inner model's, read when asked: wrapping a lazily made model does not make it (a run judged with no
+        model call never starts one)."""
+        return self.inner.model_name
 
     def complete(
         self,

@@ -228,6 +228,8 @@ class LocalLLM(OpenAICompatibleLLM):
     so a prompt's logits are bitwise the same whether it was evaluated fresh, after a cached prefix or from a
     restored state (:mod:`reflect_otel.llm._llama_server`). Within one build of llama.cpp on one machine."""
 
+    slow_notice_s = None  # a CPU takes minutes over a long prompt: no notice, the commands show their progress
+
     def __init__(self, config: LLMConfig, server: LocalLlamaServer, *, client: Any | None = None) -> None:
         if config.context_tokens is None:  # the server's own: prompts are fitted to what it holds
             config = config.model_copy(update={"context_tokens": server.context})

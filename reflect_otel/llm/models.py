@@ -32,6 +32,7 @@ __all__ = [
     "ResolvedModel",
     "assemble_parts",
     "cache_dir",
+    "local_model_missing",
     "resolve_local_model",
 ]
 
@@ -155,6 +156,29 @@ def resolve_local_model(spec: str | None = None) -> ResolvedModel:
         f"unknown local model {spec!r}; choose one of {', '.join(MODELS)}, a path to a .gguf file, or "
         "hf:OWNER/REPO/FILE.gguf"
     )
+
+
+def local_model_missing(spec: str | None = None) -> str | None:
+    """Why the local model cannot be served here, in a few words (the server or the model file is not installed),
+    or None when it can be; nothing is assembled, downloaded or started. A ``hf:`` model counts as available: only
+    the download can tell."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return "the local model server (llama-cpp-python) is not installed"
+    if not spec:
+        chosen = settings()
+        spec = chosen.local_model or chosen.local_model_path
+    spec = spec or DEFAULT_MODEL
+    if spec.startswith("hf:"):
+        return None
+    if spec not in MODELS:
+        path = Path(spec).expanduser()
+        return None if path.is_file() else f"REFLECT_LOCAL_MODEL={spec}: no such file"
+    source = MODELS[spec].source
+    packages = [source.package] if isinstance(source, PackagedFile) else []
+    packages += [package for package, _ in source.parts] if isinstance(source, PackagedParts) else []
+    if any(importlib.util.find_spec(package) is None for package in packages):
+        return f"the local model {spec} is not installed"
+    return None
 
 
 def _package_file(package: str, path: str, install: str) -> Path:

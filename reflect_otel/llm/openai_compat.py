@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import context
@@ -13,7 +16,7 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 from pydantic import BaseModel
 
 from reflect_otel.config import LLMConfig, SchemaMode
-from reflect_otel.errors import ConfigError, LLMError
+from reflect_otel.errors import ConfigError, EndpointDownError, LLMError
 from reflect_otel.llm.base import (
     ChatMessage,
     Check,
@@ -24,7 +27,17 @@ from reflect_otel.llm.base import (
     schema_instruction,
 )
 
-__all__ = ["OpenAICompatibleLLM", "reset_negotiation"]
+__all__ = [
+    "ENDPOINT_ERROR_PREFIX",
+    "STOP_AFTER",
+    "OpenAICompatibleLLM",
+    "endpoint_down",
+    "forget_endpoint_health",
+    "reset_negotiation",
+]
+
+ENDPOINT_ERROR_PREFIX = "LLM endpoint "
+"""How every error about an endpoint begins (then its URL and model)."""
 
 _log = logging.getLogger("reflect_otel.llm.openai")
 
@@ -48,18 +61,68 @@ def _about_response_format(error: Any) -> bool:
 
 
 def reset_negotiation() -> None:
-    """Forget which structured-output mode each endpoint accepted (for tests, or after reconfiguring a server)."""
+    """Forget what was learned about each endpoint: the structured-output mode it accepted, and whether it was
+    failing (for tests, or after reconfiguring a server)."""
     with _negotiated_lock:
         _negotiated.clear()
+    forget_endpoint_health()
+
+
+def forget_endpoint_health() -> None:
+    """Forget which endpoints were failing (a test that takes one for down must not leave it down)."""
+    with _health_lock:
+        _health.clear()
+
+
+STOP_AFTER = 3
+"""Consecutive requests to one endpoint that fail the same way (refused, unreachable, timed out, a 401/403/404,
+429 or 5xx after their retries) after which it is taken for down: :func:`endpoint_down` names it, and for
+:data:`_COOL_OFF_S` every request to it fails at once with that cause instead of waiting again."""
+_COOL_OFF_S = 30.0
+SLOW_NOTICE_S = 10.0
+"""A request with no answer after this many seconds (or a third of ``timeout_s``, if sooner) says what it waits for
+(once)."""
+
+
+@dataclass(slots=True)
+class _Health:
+    """Consecutive failures of one endpoint, and since when it is taken for down."""
+
+    signature: str = ""
+    streak: int = 0
+    down: EndpointDownError | None = None
+    down_since: float = 0.0
+
+
+_health: dict[tuple[str | None, str], _Health] = {}
+_health_lock = threading.Lock()
+_stage: contextvars.ContextVar[str] = contextvars.ContextVar("reflect_llm_stage", default="")
+
+
+def endpoint_down() -> EndpointDownError | None:
+    """The first endpoint of this process taken for down (:data:`STOP_AFTER` consecutive failures the same way),
+    with its URL and the cause; None when every endpoint answers. A command checks it between traces and stops."""
+    with _health_lock:
+        return next((health.down for health in _health.values() if health.down is not None), None)
+
+
+def _failure_signature(error: Exception) -> str | None:
+    """How a failed request failed, for telling "the same way" apart; None for a failure about the request
+    itself (a 400 or 422: another request may well succeed)."""
+    status = getattr(error, "status_code", None)
+    if isinstance(status, int):
+        return None if status in (400, 422) else f"HTTP {status}"
+    return type(error).__name__
 
 
 class OpenAICompatibleLLM:
     """Structured output via ``response_format``. With no schema mode configured the mode is negotiated per
     endpoint: ``json_schema``, then ``json_object`` with the schema (llama.cpp), then plain JSON mode with the schema
     in the prompt, stepping down when the endpoint refuses a mode in words that name it; the mode that worked is
-    remembered for the endpoint (for the process) and logged once. ``REFLECT_LLM_SCHEMA_MODE`` forces one. The
-    client retries 429, 5xx, timeouts and connection errors with backoff (``max_retries``), except while a mode is
-    still being tried; after that an :class:`LLMError` names the endpoint."""
+    remembered for the endpoint (for the process) and logged once. ``REFLECT_LLM_SCHEMA_MODE`` forces one. A request
+    is retried on 429, 5xx, timeouts and connection errors with backoff (``max_retries``), all within ``timeout_s``;
+    after that an :class:`LLMError` names the endpoint, and an endpoint failing the same way :data:`STOP_AFTER` times
+    in a row is taken for down (:func:`endpoint_down`)."""
 
     def __init__(self, config: LLMConfig, *, client: Any | None = None) -> None:
         import openai
@@ -72,7 +135,7 @@ class OpenAICompatibleLLM:
             base_url=config.base_url,
             api_key=config.api_key or "not-needed",
             timeout=config.timeout_s,
-            max_retries=config.max_retries,
+            max_retries=0,  # retried here, within timeout_s in all
         )
         self._endpoint = (config.base_url, config.model)
         self._auto_mode = config.schema_mode is None
@@ -103,9 +166,13 @@ class OpenAICompatibleLLM:
             last = messages[-1]
             framed = [*messages[:-1], ChatMessage(role=last.role, content=f"{last.content}\n\n{instruction}")]
         sampling = self.config.temperature if temperature is None else temperature
-        return complete_with_repair(
-            lambda conversation: self._send(conversation, output, sampling), framed, output, check
-        )
+        token = _stage.set(stage)
+        try:
+            return complete_with_repair(
+                lambda conversation: self._send(conversation, output, sampling), framed, output, check
+            )
+        finally:
+            _stage.reset(token)
 
     def _response_format(self, output: type[BaseModel]) -> dict[str, Any]:
         schema = output.model_json_schema()
@@ -142,42 +209,125 @@ class OpenAICompatibleLLM:
         )
 
     def _create(self, messages: list[ChatMessage], output: type[BaseModel], temperature: float) -> Any:
+        """One request, retried where a retry can help (429, 408, 409, 5xx, timeouts, connection errors) with
+        backoff, within ``timeout_s`` in all: the setting bounds what a caller waits, retries included. A refusal
+        that names the structured-output mode steps down a mode and is not counted as a retry."""
         openai = self._openai
-        probing = not self._confirmed  # a mode not yet known to work: no retries, so a refusal is seen at once
-        retries_left = self.config.max_retries > 0
-        client = self._client.with_options(max_retries=0) if probing else self._client
-        while True:
-            mode = self._mode
-            try:
-                response = client.chat.completions.create(
-                    model=self.model_name,
-                    messages=[m.model_dump() for m in messages],
-                    response_format=self._response_format(output),
-                    temperature=temperature,
-                    max_tokens=self.config.max_output_tokens,
-                )
-            except openai.APIStatusError as error:
-                if self._auto_mode and mode in _STEP_DOWN and _about_response_format(error):
-                    self._step_down(mode, error)
-                    continue
-                if probing and retries_left and (error.status_code >= 500 or error.status_code in (408, 409, 429)):
-                    probing, client = False, self._after_probe()  # transient, not about the mode: retry as usual
-                    continue
-                if isinstance(error, openai.BadRequestError):
-                    raise LLMError(f"{self._where()} refused the request: {error}") from None
-                raise self._failed(error) from None
-            except openai.APIError as error:
-                if probing and retries_left:
-                    probing, client = False, self._after_probe()
-                    continue
-                raise self._failed(error) from None
-            self._confirm(mode)
-            return response
+        self._refuse_if_down()
+        deadline = time.monotonic() + self.config.timeout_s
+        retries = 0
+        with self._slow_notice():
+            while True:
+                mode = self._mode
+                remaining = deadline - time.monotonic()
+                try:
+                    if remaining <= 0:
+                        raise openai.APITimeoutError(request=None)
+                    response = self._client.with_options(max_retries=0, timeout=remaining).chat.completions.create(
+                        model=self.model_name,
+                        messages=[m.model_dump() for m in messages],
+                        response_format=self._response_format(output),
+                        temperature=temperature,
+                        max_tokens=self.config.max_output_tokens,
+                    )
+                except openai.APIStatusError as error:
+                    if self._auto_mode and mode in _STEP_DOWN and _about_response_format(error):
+                        self._step_down(mode, error)
+                        continue
+                    transient = error.status_code >= 500 or error.status_code in (408, 409, 429)
+                    if transient and self._pause_before_retry(retries, deadline, error):
+                        retries += 1
+                        continue
+                    if isinstance(error, openai.BadRequestError):
+                        raise LLMError(f"{self._where()} refused the request: {error}") from None
+                    raise self._failed(error, retries) from None
+                except openai.APIError as error:  # connection refused or reset, timed out
+                    if self._pause_before_retry(retries, deadline, error):
+                        retries += 1
+                        continue
+                    raise self._failed(error, retries) from None
+                self._confirm(mode)
+                self._answered()
+                return response
 
-    def _after_probe(self) -> Any:
-        """The client for the retries a failed probe still has (the probe was the first attempt), after a pause."""
-        time.sleep(0.5)
-        return self._client.with_options(max_retries=self.config.max_retries - 1)
+    def _pause_before_retry(self, retries: int, deadline: float, error: Exception) -> bool:
+        """Wait before retry ``retries + 1`` (the server's retry-after, else 0.5 s doubling up to 8 s) and say
+        True, or say False when no retry is left or no time for one."""
+        if retries >= self.config.max_retries:
+            return False
+        pause = min(0.5 * 2**retries, 8.0)
+        response = getattr(error, "response", None)
+        after = response.headers.get("retry-after") if response is not None else None
+        with contextlib.suppress(TypeError, ValueError):
+            pause = float(after) if after is not None else pause
+        if time.monotonic() + pause >= deadline:
+            return False
+        time.sleep(max(0.0, pause))
+        return True
+
+    @contextlib.contextmanager
+    def _slow_notice(self) -> Iterator[None]:
+        """While a request goes unanswered past :data:`SLOW_NOTICE_S`, say once what it waits for."""
+        if self.slow_notice_s is None:
+            yield
+            return
+        after = min(self.slow_notice_s, self.config.timeout_s / 3)
+        stage = _stage.get()
+        timer = threading.Timer(
+            after,
+            lambda: _log.warning(
+                "waiting for %s%s: no answer after %.0f s; it is given up to %.0f s in all, retries included "
+                "(REFLECT_LLM_TIMEOUT_S)",
+                self._where(),
+                f" for {stage}" if stage else "",
+                after,
+                self.config.timeout_s,
+            ),
+        )
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+
+    slow_notice_s: float | None = SLOW_NOTICE_S
+    """Seconds of silence after which a request says what it waits for (None: never)."""
+
+    def _refuse_if_down(self) -> None:
+        with _health_lock:
+            health = _health.get(self._endpoint)
+            if health is None or health.down is None:
+                return
+            if time.monotonic() - health.down_since < _COOL_OFF_S:
+                raise health.down
+            health.down = None  # cooled off: the next request tries the endpoint again
+            health.streak = 0
+
+    def _answered(self) -> None:
+        with _health_lock:
+            _health.pop(self._endpoint, None)
+
+    def _failed(self, error: Exception, retries: int) -> LLMError:
+        failure = LLMError(
+            f"{self._where()} failed after {retries} retries: {error}. "
+            "Check that the server is up and REFLECT_LLM_BASE_URL / REFLECT_LLM_API_KEY are right"
+        )
+        signature = _failure_signature(error)
+        if signature is None:
+            return failure
+        with _health_lock:
+            health = _health.setdefault(self._endpoint, _Health())
+            health.streak = health.streak + 1 if health.signature == signature else 1
+            health.signature = signature
+            if health.streak >= STOP_AFTER and health.down is None:
+                health.down = EndpointDownError(
+                    f"{self._where()} failed {health.streak} times in a row the same way ({error}); check that the "
+                    "server is up and REFLECT_LLM_BASE_URL / REFLECT_LLM_MODEL / REFLECT_LLM_API_KEY are right",
+                    endpoint=self._where(),
+                )
+                health.down_since = time.monotonic()
+        return failure
 
     def _step_down(self, mode: SchemaMode, error: Exception) -> None:
         lower = _STEP_DOWN[mode]
@@ -199,11 +349,5 @@ class OpenAICompatibleLLM:
                 "%s: structured output as %s (set REFLECT_LLM_SCHEMA_MODE to force one)", self._where(), mode.value
             )
 
-    def _failed(self, error: Exception) -> LLMError:
-        return LLMError(
-            f"{self._where()} failed after {self.config.max_retries} retries: {error}. "
-            "Check that the server is up and REFLECT_LLM_BASE_URL / REFLECT_LLM_API_KEY are right"
-        )
-
     def _where(self) -> str:
-        return f"LLM endpoint {self.config.base_url or '(OpenAI default)'} (model {self.model_name})"
+        return f"{ENDPOINT_ERROR_PREFIX}{self.config.base_url or '(OpenAI default)'} (model {self.model_name})"
