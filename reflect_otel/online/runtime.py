@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.trace import Tracer
 
 from reflect_otel._worker import BatchWorker
+from reflect_otel.errors import ReflectError
 from reflect_otel.llm.budget import TokenBudget
 from reflect_otel.online._tally import OutcomeCounts
 from reflect_otel.record import AttributionRecord
@@ -106,6 +107,7 @@ class Runtime:
         self.records: list[AttributionRecord] = []
         self._pending: OrderedDict[str, PendingRun] = OrderedDict()
         self._lock = threading.Lock()
+        self._said: set[str] = set()
         self._worker: BatchWorker[StructuredTrace] = BatchWorker(
             self._handle, name="reflect-otel-online", max_items=max_queue, on_error=self._failed
         ).start()
@@ -153,16 +155,39 @@ class Runtime:
                 run = self._pending.pop(trace.trace_id, None)
             if run is None:
                 continue
-            outcome = self.service.process(trace, expected=run.expected, replay=run.replay, domain_context=run.context)
+            try:
+                outcome = self.service.process(
+                    trace, expected=run.expected, replay=run.replay, domain_context=run.context
+                )
+            except ReflectError as error:  # the run is recorded even when it could not be judged; the next goes on
+                if self.store is not None:
+                    self.store.write_trace(trace)
+                self._failed([(trace, 0)], error)
+                continue
             self.stats.count(outcome)
             if outcome.record is not None:
                 with self._lock:
                     self.records.append(outcome.record)
 
     def _failed(self, batch: list[tuple[StructuredTrace, int]], error: Exception) -> None:
-        """A bug in the worker: logged and counted, and the worker goes on."""
+        """A failure in the worker: counted, and the worker goes on. One of ours (a model that cannot be had, a
+        store that refuses) is one line, said once per message; anything else is a bug, logged with its
+        traceback."""
         self.stats.worker_errors += len(batch)
-        _log.error("reflect-otel failed to process trace %s", batch[0][0].trace_id, exc_info=error)
+        trace_id = batch[0][0].trace_id
+        if not isinstance(error, ReflectError):
+            _log.error("reflect-otel failed to process trace %s", trace_id, exc_info=error)
+            return
+        with self._lock:
+            first = str(error) not in self._said
+            self._said.add(str(error))
+        if first:
+            _log.error(
+                "reflect-otel could not process trace %s: %s (said once: later runs that fail the same way are only "
+                "counted)",
+                trace_id,
+                error,
+            )
 
     def drain(self, timeout_s: float = 600.0) -> bool:
         """Wait until every finished run has been processed; True when done in time."""

@@ -3,6 +3,7 @@ and metrics wired by import, and the store, exporters and LLM chosen by name or 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 
@@ -14,7 +15,7 @@ from reflect_otel.errors import ConfigError
 from reflect_otel.flagging import VERIFIER_NAMES, flagging_verifier
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import TokenBudget
-from reflect_otel.llm.factory import LazyLLM, make_llm
+from reflect_otel.llm.factory import LazyLLM, NoModel, make_llm, model_missing
 from reflect_otel.methods import method_spec
 from reflect_otel.online.runtime import Runtime
 from reflect_otel.service import AttributionService
@@ -22,10 +23,27 @@ from reflect_otel.settings import check_environment
 from reflect_otel.store import open_exporter, open_store
 from reflect_otel.verifiers import OracleVerifier
 
-__all__ = ["configure", "instrumented_provider", "runtime", "shutdown"]
+__all__ = ["NO_MODEL_VERIFIERS", "configure", "instrumented_provider", "runtime", "say_no_model", "shutdown"]
 
+_log = logging.getLogger("reflect_otel.online")
 _runtime: Runtime | None = None
 _runtime_lock = threading.Lock()
+_said_no_model: set[str] = set()
+_said_lock = threading.Lock()
+
+NO_MODEL_VERIFIERS = ("evidence", "consistency")
+"""The verifiers of runs without an expected answer that need no model (consistency re-runs the agent, which runs
+on its own model); ``proxy`` and ``combined`` audit with one."""
+
+
+def say_no_model(missing: str, *, instead: str) -> None:
+    """Warn once per process that there is no model (``missing`` names both ways to get one) and what runs
+    ``instead``."""
+    with _said_lock:
+        if missing in _said_no_model:
+            return
+        _said_no_model.add(missing)
+    _log.warning("reflect-otel: %s. Meanwhile %s", missing, instead)
 
 
 def _provider(explicit: TracerProvider | None) -> TracerProvider:
@@ -98,11 +116,24 @@ def configure(
         if _runtime is not None:
             _runtime.close()
         provider = _provider(tracer_provider)
-        model = llm if llm is not None else LazyLLM(lambda: make_llm(llm_config or LLMConfig.from_env()))
+        missing = None if llm is not None else model_missing(llm_config)
+        method = "reflect"
+        model: StructuredLLM
+        if missing is not None:  # the light install: judge and attribute what needs no model, say so once
+            model, method = NoModel(missing), "evidence"
+            if verifier not in NO_MODEL_VERIFIERS:
+                verifier = "evidence"
+            say_no_model(
+                missing,
+                instead="runs are recorded, judged against expect(...) and by the evidence checks, and failures "
+                "attributed by the evidence checks (no audit, no replay)",
+            )
+        else:
+            model = llm if llm is not None else LazyLLM(lambda: make_llm(llm_config or LLMConfig.from_env()))
         metrics = AttributionMetrics(prometheus_port=metrics_port) if metrics_port else None
         service = AttributionService(
             model,
-            method_spec("reflect"),
+            method_spec(method),
             verifier=OracleVerifier(),  # without an expected answer and without the proxy: stored, not flagged
             proxy=flagging_verifier(verifier, model) if proxy else None,
             config=reflect_config or ReflectConfig.from_env(),
