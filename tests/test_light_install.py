@@ -59,13 +59,10 @@ def test_the_decorator_records_and_judges_every_run_without_a_model(tmp_path: Pa
 
 def test_a_model_that_cannot_be_made_costs_one_line_not_a_traceback_per_run(tmp_path: Path) -> None:
     """configure() with the local backend named outright: the run is still stored, and the cause said once."""
-    script = (
-        "import os\nos.environ['REFLECT_LLM_BACKEND'] = 'local'\n"
-        + DECORATED.replace(
-            "import reflect_otel\n",
-            "import reflect_otel\nfrom reflect_otel.llm.factory import LazyLLM, make_llm\n"
-            "reflect_otel.configure(llm=LazyLLM(make_llm))\n",
-        )
+    script = "import os\nos.environ['REFLECT_LLM_BACKEND'] = 'local'\n" + DECORATED.replace(
+        "import reflect_otel\n",
+        "import reflect_otel\nfrom reflect_otel.llm.factory import LazyLLM, make_llm\n"
+        "reflect_otel.configure(llm=LazyLLM(make_llm))\n",
     )
     result = _run(script, tmp_path)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
