@@ -3,8 +3,9 @@ only when a run ends): the wtq-live methods on the failed runs all of them have 
 one's own traces and on the traces every one of them has done (the same sample, for a fair comparison while the
 runs are at different counts). No model is called. Last line: ``common_traces=N``. Under the wtq-live table, each
 method's seconds over the runs measured alone, where the folder has a ``contention.tsv`` (the windows when anything
-else ran on the machine; format in ``benchmarks/_contention.py``). The results files are only read, never mended,
-so it may run beside the measurement writing them.
+else ran on the machine; format in ``benchmarks/_contention.py``), then what each evidence rule did for each method
+(fired / tried / verified). The results files are only read, never mended, so it may run beside the measurement
+writing them.
 
     python -m benchmarks.results_tables --wtq benchmarks/results/wtq-live-six-methods-seed24-t0.2 \\
         --bbm benchmarks/results/bbm-qwen2.5-coder-1.5b
@@ -19,6 +20,7 @@ from typing import Any
 
 from benchmarks import _contention as contention
 from benchmarks._common import RESULTS, add_smoke_option
+from reflect_otel.corrections import RULES
 from reflect_otel.evaluation.live import live_metrics, live_metrics_markdown
 from reflect_otel.evaluation.metrics import metrics_markdown
 from reflect_otel.evaluation.run_config import code_line
@@ -32,22 +34,68 @@ def wtq_table(folder: Path) -> str:
     rows = [
         row
         for row in read_done(folder / "results.jsonl", key="question_id", mend=False).values()
-        if row["correct"] or set(methods) <= set(row["methods"])
+        if row["correct"] is not False or set(methods) <= set(row["methods"])  # right and undecided runs count too
     ]
     metrics = live_metrics(rows, methods)
     table = live_metrics_markdown(metrics, config["model"], code=code_line(config))
+    rules = evidence_rule_table([r for r in rows if not r["correct"]], methods)
+    return f"{table}\n{_seconds_alone(folder, rows, methods)}\n{rules}"
+
+
+def _seconds_alone(folder: Path, rows: list[dict[str, Any]], methods: list[str]) -> str:
     windows_file = folder / contention.FILE
     if not windows_file.is_file():
-        return f"{table}\nNo {contention.FILE} in the folder: seconds not checked against contention windows.\n"
+        return f"No {contention.FILE} in the folder: seconds not checked against contention windows.\n"
     try:
         windows = contention.read_windows(windows_file)
     except contention.ContentionFileError as error:  # the table still stands; only the seconds alone are missing
-        return f"{table}\nSeconds measured alone not given: {error}\n"
+        return f"Seconds measured alone not given: {error}\n"
     return (
-        f"{table}\nSeconds per scored failed run measured alone (the runs overlapping none of the {len(windows)} "
+        f"Seconds per scored failed run measured alone (the runs overlapping none of the {len(windows)} "
         f"windows of {contention.FILE}, when anything else ran on the machine):\n"
         f"{contention.seconds_alone(rows, methods, windows)}\n"
     )
+
+
+def _rule_counts(record: dict[str, Any], rule: str) -> tuple[bool, bool, bool]:
+    """Whether a record's corrections hold one of source ``evidence:<rule>`` (fired), one not refused that was
+    replayed (tried), and whether the record is verified by that rule's correction (verified)."""
+    source = f"evidence:{rule}"
+    own = [c for c in record.get("corrections") or [] if c.get("source") == source]
+    tried = any(not c.get("refused") and (c.get("replays") or 0) > 0 for c in own)
+    correction = (record.get("intervention") or {}).get("correction") or {}
+    verified = record.get("status") == "verified" and correction.get("source") == source
+    return bool(own), tried, verified
+
+
+def evidence_rule_table(failed: list[dict[str, Any]], methods: list[str]) -> str:
+    """Per evidence rule and method, over the failed runs given: on how many failures the rule proposed a correction
+    (fired: one of source ``evidence:<rule>`` in the record's corrections, refused or not, counted once per failure),
+    tried one (not refused, and replayed), and verified the record (verified, its intervention that rule's
+    correction). The built-in rules first, in their order, then any other rule the records name."""
+    records = {m: [(r["methods"].get(m) or {}).get("record") or {} for r in failed] for m in methods}
+    named = {
+        c["source"].removeprefix("evidence:")
+        for found in records.values()
+        for record in found
+        for c in record.get("corrections") or []
+        if str(c.get("source", "")).startswith("evidence:")
+    }
+    built_in = [rule.__name__ for rule in RULES]
+    lines = [
+        f"Evidence rules over the {len(failed)} failed runs, fired / tried / verified (failures where the rule "
+        "proposed a correction, refused or not / replayed one / verified the record with it):",
+        "",
+        "| rule | " + " | ".join(methods) + " |",
+        "|---|" + "---|" * len(methods),
+    ]
+    for rule in [*built_in, *sorted(named - set(built_in))]:
+        cells = []
+        for method in methods:
+            counts = [_rule_counts(record, rule) for record in records[method]]
+            cells.append(" / ".join(str(sum(c[i] for c in counts)) for i in range(3)))
+        lines.append(f"| {rule} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def bbm_tables(folder: Path) -> tuple[str, int]:

@@ -10,7 +10,10 @@ defined by ``AS yr`` is not the column ``yr``, the table after ``FROM yr`` is ne
 taken alone when the statement also defines an alias of that name (it may mean the alias). A literal means the same
 where it is compared with the same field (``city = 'paris'`` is not ``name = 'paris'``); one compared with nothing
 is taken alone. A repeated column reference (``SELECT venu ... GROUP BY venu``) moves together: rewriting one of its
-occurrences would leave a statement that fails on the other."""
+occurrences would leave a statement that fails on the other.
+
+A name with spaces or symbols (``Train No``, ``Length (miles)``) must be quoted; :func:`bare_spellings` finds where a
+statement writes one unquoted, so a correction can quote the whole name rather than one of its words."""
 
 from __future__ import annotations
 
@@ -21,11 +24,17 @@ from enum import Enum
 __all__ = [
     "Token",
     "TokenKind",
+    "bare_spellings",
     "comparisons",
+    "identifier_quote",
+    "is_sql",
     "is_statement",
     "marked",
     "name_at",
+    "needs_quotes",
+    "qualified_start",
     "qualifier_of",
+    "quote_name",
     "rewrite",
     "tokens",
 ]
@@ -93,6 +102,11 @@ _STATEMENT = re.compile(  # a statement's opening keyword with the clause it nee
 )
 
 
+def is_sql(text: str) -> bool:
+    """Whether ``text`` opens as a SQL statement (``SELECT ... FROM``, ``WITH ... AS``, ``UPDATE ... SET``, ...)."""
+    return _STATEMENT.match(text) is not None
+
+
 def is_statement(text: str) -> bool:
     """Whether ``text`` reads as a statement or expression rather than a value: three tokens or more, with an
     operator, a quote or a parenthesis between them; or a SQL statement's opening keywords (``SELECT custmer FROM
@@ -103,6 +117,81 @@ def is_statement(text: str) -> bool:
     if re.search(r"[=<>()'\"`]", text):
         return True
     return _STATEMENT.match(text) is not None
+
+
+_PLAIN_NAME = re.compile(r"[^\W\d][\w$]*")
+
+
+def needs_quotes(name: str) -> bool:
+    """Whether ``name`` can be written in a statement only quoted: it holds a space or a symbol (``Train No``,
+    ``pos.``, ``Length (miles)``)."""
+    return bool(name.strip()) and _PLAIN_NAME.fullmatch(name) is None
+
+
+def quote_name(name: str, quote: str) -> str:
+    """``name`` as an identifier quoted with ``quote`` (``"``, ````` or ``[``)."""
+    return _quoted(Token(TokenKind.QUOTED, name, 0, 0, quote), name)
+
+
+def identifier_quote(text: str) -> str:
+    """The quote ``text`` writes identifiers with: the one of its first quoted identifier; else ``"`` for SQL, and
+    ````` for an expression that is not SQL (a pandas ``query``, where ``"x"`` would be a string)."""
+    quoted = next((t for t in tokens(text) if t.kind is TokenKind.QUOTED), None)
+    if quoted is not None:
+        return quoted.quote
+    return '"' if is_sql(text) else "`"
+
+
+_PIECE = re.compile(r"\w+|[^\w\s]")
+
+
+def _spelling(name: str) -> re.Pattern[str] | None:
+    """A pattern for ``name`` written bare: its words and symbols in order, in any case, with any spacing between a
+    symbol and its neighbours and at least one space between two words; the symbols after its last word may be left
+    out (``Train No`` writes ``Train No:``)."""
+    pieces = _PIECE.findall(name)
+    words = [i for i, piece in enumerate(pieces) if piece[0].isalnum() or piece[0] == "_"]
+    if not words:
+        return None
+    parts = []
+    for i, piece in enumerate(pieces):
+        between = "" if i == 0 else r"\s+" if i in words and i - 1 in words else r"\s*"
+        parts.append(between + re.escape(piece))
+    core, tail = "".join(parts[: words[-1] + 1]), "".join(parts[words[-1] + 1 :])
+    return re.compile(rf"(?<![\w\"'`\[.]){core}(?:{tail})?(?!\w)", re.IGNORECASE)
+
+
+def bare_spellings(text: str, name: str) -> list[tuple[int, int]]:
+    """Where ``text`` writes ``name``, a name that needs quotes (:func:`needs_quotes`), unquoted: ``(start, end)`` of
+    each place, in order: its words and symbols in order, in any case and spacing, the symbols after its last word
+    possibly left out (``Train No`` for ``Train No:``). Never inside a quoted identifier
+    or a string literal, and never a place that is one bare word: that is a name as any is written."""
+    if not needs_quotes(name):
+        return []
+    pattern = _spelling(name)
+    if pattern is None:
+        return []
+    text = text[:_MAX_CHARS]
+    closed = [(t.start, t.end) for t in tokens(text) if t.kind in (TokenKind.QUOTED, TokenKind.LITERAL)]
+    found = []
+    for match in pattern.finditer(text):
+        start, end = match.span()
+        if _PLAIN_NAME.fullmatch(match.group()) or any(s < end and start < e for s, e in closed):
+            continue
+        found.append((start, end))
+    return found
+
+
+def qualified_start(text: str, token: Token) -> int:
+    """Where the dotted name that ends in ``token`` starts (``o`` of ``o.amount``): ``token.start`` when it has no
+    qualifier."""
+    found = tokens(text)
+    at = next((i for i, t in enumerate(found) if (t.start, t.end) == (token.start, token.end)), None)
+    start = token.start
+    while at is not None and at > 0 and text[found[at - 1].end : found[at].start] == ".":
+        at -= 1
+        start = found[at].start
+    return start
 
 
 def _quoted(token: Token, value: str) -> str:
@@ -235,16 +324,18 @@ def marked(text: str, error: str) -> int | None:
     return None
 
 
-def comparisons(text: str) -> list[tuple[Token, Token]]:
+def comparisons(text: str, *, numbers: bool = False) -> list[tuple[Token, Token]]:
     """``(field, literal)`` for each ``field <operator> literal`` in ``text`` (``"status" = 'done'``,
-    ``name LIKE 'x%'``, ``city IN ('a', 'b')`` gives each literal)."""
+    ``name LIKE 'x%'``, ``city IN ('a', 'b')`` gives each literal); with ``numbers``, a number compared counts as a
+    literal too (``"Tie no" = 1``)."""
+    operands = (TokenKind.LITERAL, TokenKind.NUMBER) if numbers else (TokenKind.LITERAL,)
     found = []
     found_tokens = tokens(text)
     for i, token in enumerate(found_tokens):
-        if token.kind is not TokenKind.LITERAL:
+        if token.kind not in operands:
             continue
         j = i  # in an IN list, walk back over the literals before this one
-        while j > 0 and found_tokens[j - 1].kind is TokenKind.LITERAL:
+        while j > 0 and found_tokens[j - 1].kind in operands:
             if text[found_tokens[j - 1].end : found_tokens[j].start].strip() != ",":
                 break
             j -= 1

@@ -11,7 +11,13 @@ What the evidence checks and the correction rules ask of a tool result:
 - :func:`hints`: the values it offers instead (keys naming the available, valid or existing values; ``Candidate
   bindings:``, ``Did you mean``, ``HINT: Perhaps you meant``; prose such as ``must be one of a, b``);
 - :func:`named`: what an error names as wrong (``column "x" does not exist``, ``no such column: x``);
-- :func:`shown_fields`: the data a result shows, field by field (JSON rows, ``columns`` + ``rows``, Markdown tables).
+- :func:`shown_fields`: the data a result shows, field by field (JSON rows, ``columns`` + ``rows``, Markdown tables),
+  and :func:`shown_kinds`: whether a field holds text or numbers (JSON cell types, a schema's column types);
+- :func:`shown_tables`, :func:`row_counts`: the tables a result names and how many rows it says they have, and
+  :func:`stated_size`: how many items an error says there are (``out of bounds for axis 0 with size 10``);
+- :func:`type_clash`: what an error says about a value compared with a field of the other type (DuckDB's
+  ``Could not convert string``, PostgreSQL's ``operator does not exist: text = integer``, pandas' ``Invalid
+  comparison between dtype=int64 and str``).
 """
 
 from __future__ import annotations
@@ -19,10 +25,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 __all__ = [
     "HEAD_CHARS",
+    "Kind",
+    "TypeClash",
     "hints",
     "listed_in_prose",
     "messages",
@@ -30,8 +39,14 @@ __all__ = [
     "parsed",
     "reads_as_empty",
     "reads_as_error",
+    "row_counts",
     "shown_fields",
+    "shown_kinds",
     "shown_names",
+    "shown_tables",
+    "stated_size",
+    "type_clash",
+    "type_kind",
 ]
 
 HEAD_CHARS = 4000
@@ -165,7 +180,8 @@ _LIBRARY_ERROR = re.compile(
 )
 _ERROR_PHRASE = re.compile(
     r"\b(does not exist|syntax error|not found|no such \w+|is not defined|permission denied|not allowed|"
-    r"validation errors? for|"
+    r"validation errors? for|out of range|out of bounds|out-of-bounds|has fewer than \d+ rows|"
+    r"not supported between instances of|invalid comparison between|cannot compare values|invalid input syntax|"
     r"unknown (?:column|table|field|function|key|parameter|argument))\b",
     re.IGNORECASE,
 )
@@ -293,8 +309,14 @@ def hints(result: str | None) -> list[tuple[str, tuple[str, ...]]]:
 
 _QUOTED_NAME = re.compile(r"\"([^\"\n]{1,80})\"|'([^'\n]{1,80})'|`([^`\n]{1,80})`")
 _TRAILING_NAME = re.compile(r"\b(?:column|table|field|function|key|name|relation|attribute)s?:?\s+([\w.$-]{1,80})\s*$")
+_SYNTAX_ERROR = re.compile(r"\bsyntax error\b", re.IGNORECASE)
 _MISSING_NAME = re.compile(r"\b(?:column|table|relation|function)\s+([\w.$]{1,80})\s+does not exist\b")
 """PostgreSQL names an unquoted name bare: ``column o.custmer does not exist``."""
+
+
+def _marker(line: str) -> bool:
+    """A line that only marks a place in the line above it (``^^^``, ``~~~``)."""
+    return bool(line) and set(line) <= {"^", " ", "~"}
 
 
 def messages(result: str | None) -> list[str]:
@@ -309,13 +331,18 @@ def named(result: str | None) -> list[str]:
     """What an error names as wrong: the quoted names of its message lines (``column "x" does not exist``), or the
     name ending its first line (``no such column: x``, ``Table with name x does not exist!``), or the bare name
     PostgreSQL says does not exist (``column o.x does not exist``). The lines that echo the statement (``LINE 1:
-    ...`` and its marker) and the lines that offer alternatives are not read."""
+    ...`` and its marker, Python's ``File "..."`` and the code line over its ``^``), the lines that offer
+    alternatives and a syntax error's lines (``syntax error at or near "No"`` says where parsing stopped, not what
+    name is wrong) are not read."""
     names: list[str] = []
     for text in messages(result):
-        for line in text.splitlines()[:6]:
+        lines = text.splitlines()[:6]
+        for i, line in enumerate(lines):
             stripped = line.strip()
-            if not stripped or _SQL_CONTEXT.match(stripped) or set(stripped) <= {"^", " ", "~"}:
+            if not stripped or _SQL_CONTEXT.match(stripped) or _marker(stripped) or stripped.startswith('File "'):
                 continue
+            if (i + 1 < len(lines) and _marker(lines[i + 1].strip())) or _SYNTAX_ERROR.search(stripped):
+                continue  # a line echoed over its marker; "at or near "No"": where parsing stopped, not a name
             offered = _LISTING.search(stripped)
             if offered is not None:  # "Did you mean ...", "Candidate bindings: ...": alternatives, not the wrong name
                 stripped = stripped[: offered.end("lead")]
@@ -402,3 +429,201 @@ def shown_names(text: str | None) -> list[str]:
                 if isinstance(name, str) and name and name not in names:
                     names.append(name)
     return names
+
+
+Kind = Literal["number", "text"]
+"""What a field holds, as far as a comparison is concerned."""
+
+_NUMBER_TYPE = re.compile(
+    r"(?:u?(?:tiny|small|medium|big|huge)?int(?:eger)?\d*|float\d*|double(?: precision)?|real|numeric|decimal|"
+    r"number)\b",
+    re.IGNORECASE,
+)
+_TEXT_TYPE = re.compile(
+    r"(?:varchar|character varying|nvarchar|text|char(?:acter)?|bpchar|string|str|object)\b", re.IGNORECASE
+)
+_SCHEMA_KEYS = frozenset({"columns", "fields", "schema"})
+_TYPE_KEYS = ("type", "dtype", "data_type")
+
+
+def type_kind(name: str) -> Kind | None:
+    """The kind a type name gives its values: ``number`` for ``INTEGER``, ``INT32``, ``int64``, ``DOUBLE``,
+    ``numeric``; ``text`` for ``VARCHAR``, ``text``, ``character varying``, ``str``, ``object``; None for the rest
+    (dates, booleans)."""
+    name = name.strip()
+    if _NUMBER_TYPE.match(name):
+        return "number"
+    return "text" if _TEXT_TYPE.match(name) else None
+
+
+def _cell_kind(cell: Any) -> Kind | None:
+    if isinstance(cell, bool) or cell is None:
+        return None
+    if isinstance(cell, int | float):
+        return "number"
+    return "text" if isinstance(cell, str) else None
+
+
+def shown_kinds(text: str | None) -> dict[str, set[Kind]]:
+    """The kinds of value (``number``, ``text``) ``text`` shows under each field: the JSON types of its rows' cells
+    (``"1"`` is text, ``1`` a number), the types a schema gives its columns (``{"columns": [{"name": "amount",
+    "type": "INTEGER"}]}``) and a ``dtypes`` object. Markdown tables and prose tell no kind."""
+    value = parsed(text)
+    if value is None:
+        return {}
+    out: dict[str, set[Kind]] = {}
+
+    def add(name: Any, kind: Kind | None) -> None:
+        if kind is not None:
+            out.setdefault(str(name), set()).add(kind)
+
+    for key, item in [("", value), *_walk(value)]:
+        if key.casefold() in _SCHEMA_KEYS and isinstance(item, list):
+            for column in item[:_MAX_OPTIONS]:
+                if isinstance(column, dict) and isinstance(column.get("name"), str):
+                    declared = next((column[k] for k in _TYPE_KEYS if isinstance(column.get(k), str)), None)
+                    add(column["name"], type_kind(declared) if declared else None)
+        elif key.casefold() in ("dtypes", "types", "column_types") and isinstance(item, dict):
+            for name, declared in list(item.items())[:_MAX_OPTIONS]:
+                add(name, type_kind(declared) if isinstance(declared, str) else None)
+        elif isinstance(item, list) and item and all(isinstance(r, dict) for r in item[:_MAX_ROWS]):
+            for row in item[:_MAX_ROWS]:
+                for name, cell in row.items():
+                    add(name, _cell_kind(cell))
+        elif isinstance(item, dict) and isinstance(item.get("columns"), list) and isinstance(item.get("rows"), list):
+            header = [c if isinstance(c, str) else str((c or {}).get("name", "")) for c in item["columns"]]
+            for row in item["rows"][:_MAX_ROWS]:
+                if isinstance(row, list) and len(row) == len(header):
+                    for name, cell in zip(header, row, strict=True):
+                        add(name, _cell_kind(cell))
+    return out
+
+
+_TABLE_KEYS = ("table", "table_name", "tablename", "relation", "dataframe")
+_ROWS_KEY = re.compile(r"(?:n_?|num_?|total_?)?rows|rows?_?count|rowcount", re.IGNORECASE)
+"""Keys (whole) whose number is how many rows a table or result has: ``row_count``, ``n_rows``, ``num_rows``,
+``rows``; not ``count`` or ``total``, which rows of data use as fields."""
+_ROWS_LINE = re.compile(r"^\s*([\w.$-]{1,80}):\s+(\d[\d,]*)\s+rows?\b", re.MULTILINE)
+"""A result that opens with a table's name and its size: ``t0: 10 rows; columns: ...``."""
+_ROWS_FOOTER = re.compile(r"^\s*\((\d[\d,]*) rows?\)\s*$", re.MULTILINE)
+"""psql's footer: ``(10 rows)``."""
+
+
+def _table_of(value: dict[Any, Any]) -> str | None:
+    return next((v for k in _TABLE_KEYS if isinstance(v := value.get(k), str) and v), None)
+
+
+def _json_counts(value: Any, out: list[tuple[str | None, int]], depth: int = 0) -> None:
+    """The row counts of ``value``'s objects, not of the rows inside its arrays (a row's ``rows`` field is data)."""
+    if depth > _MAX_DEPTH or not isinstance(value, dict):
+        return
+    table = _table_of(value)
+    for raw, item in list(value.items())[:_MAX_OPTIONS]:
+        key = _snake(str(raw))
+        if _ROWS_KEY.fullmatch(key) and isinstance(item, int) and not isinstance(item, bool):
+            out.append((table, item))
+        elif key == "shape" and isinstance(item, list) and item and type(item[0]) is int:
+            out.append((table, item[0]))  # a DataFrame's (rows, columns)
+        elif isinstance(item, dict):
+            _json_counts(item, out, depth + 1)
+
+
+def row_counts(text: str | None) -> list[tuple[str | None, int]]:
+    """How many rows ``text`` says a table or result has, with the table's name where it gives one: ``t0: 10 rows``,
+    ``{"table": "data", "row_count": 10}``, ``{"shape": [10, 3]}`` (a DataFrame's), psql's ``(10 rows)``."""
+    if not text:
+        return []
+    value = parsed(text)
+    if value is not None:
+        found: list[tuple[str | None, int]] = []
+        _json_counts(value, found)
+        return found
+    head = text[:HEAD_CHARS]
+    named_counts: list[tuple[str | None, int]] = [
+        (m.group(1), int(m.group(2).replace(",", ""))) for m in _ROWS_LINE.finditer(head)
+    ]
+    return named_counts + [(None, int(m.group(1).replace(",", ""))) for m in _ROWS_FOOTER.finditer(head)]
+
+
+def shown_tables(text: str | None) -> list[str]:
+    """The table names ``text`` shows: a JSON ``table`` or ``table_name`` and a ``tables`` list (of names, or of
+    objects with a ``name``), and the name opening a result such as ``t0: 10 rows``."""
+    if not text:
+        return []
+    value = parsed(text)
+    if value is None:
+        return list(dict.fromkeys(name for name, _ in row_counts(text) if name))
+    names: list[str] = []
+    for key, item in [("", value), *_walk(value)]:
+        if isinstance(item, dict) and (table := _table_of(item)):
+            names.append(table)
+        if key.casefold() == "tables" and isinstance(item, list):
+            for table in item[:_MAX_OPTIONS]:
+                name = table if isinstance(table, str) else table.get("name") if isinstance(table, dict) else None
+                if isinstance(name, str) and name:
+                    names.append(name)
+    return list(dict.fromkeys(names))
+
+
+_SIZE = re.compile(
+    r"\bwith size (\d+)|\((\d+) (?:items?|rows?|elements?|entries|records?)\)"
+    r"|\bhas (?:only )?(\d+) (?:items?|rows?|elements?|entries|records?)\b|\b(?:length|size|len) (?:is |of )?(\d+)\b",
+    re.IGNORECASE,
+)
+
+
+def stated_size(text: str | None) -> int | None:
+    """How many items or rows an error says there are: numpy's ``index 26 is out of bounds for axis 0 with size
+    10``, ``index 26 out of range (10 items)``, ``the table has 10 rows``; None when it says no number (``fewer than
+    26 rows`` bounds the size, it does not say it)."""
+    for message in messages(text):
+        match = _SIZE.search(message)
+        if match:
+            return int(next(g for g in match.groups() if g))
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class TypeClash:
+    """What an error says of a value compared with a field of the other type. ``field_kind`` is what the field
+    holds; ``column`` the field when the error names it; ``value`` the value the error could not read as the
+    field's type (a literal of the call, or a cell of the data when ``column`` is given)."""
+
+    field_kind: Kind | None
+    column: str | None = None
+    value: str | None = None
+
+
+_CONVERT = re.compile(r"Could not convert string '(.*)' to (\w+)(?: when casting from source column (.+?))?\s*$")
+_COMPARE = re.compile(r"Cannot compare values of type (\w[\w ]*?) and type (\w+)")
+_OPERATOR_TYPES = re.compile(r"operator does not exist: (\w[\w ]*?) (?:=|<>|!=|<=|>=|<|>|~~\*?|!~~\*?) (\w[\w ]*)")
+_INPUT_SYNTAX = re.compile(r'invalid input syntax for type ([\w ]+): "(.*)"')
+_DTYPE_COMPARISON = re.compile(r"Invalid comparison between dtype=(\w+) and (\w+)")
+_NOT_SUPPORTED = re.compile(r"'\S+' not supported between instances of '(\w+)' and '(\w+)'")
+_LITERAL_VALUE = re.compile(
+    r"invalid literal for (?:int|float)\(\)(?: with base \d+)?: '(.*)'|could not convert string to float: '(.*)'"
+)
+
+
+def type_clash(result: str | None) -> TypeClash | None:
+    """What an error says of a comparison of values of two types, read from DuckDB (``Could not convert string
+    'Replay' to INT32 when casting from source column Tie no``: the column holds text; without the column: the
+    literal is not a number; ``Cannot compare values of type VARCHAR and type INTEGER_LITERAL``), PostgreSQL
+    (``operator does not exist: text = integer``; ``invalid input syntax for type integer: "abc"``), pandas
+    (``Invalid comparison between dtype=int64 and str``), Python (``'>' not supported between instances of 'str' and
+    'int'``, ``invalid literal for int() with base 10: 'abc'``); None for any other error."""
+    for text in messages(result):
+        line = text.strip().split("\n", 1)[0]
+        if match := _CONVERT.search(line):
+            if match.group(3):
+                return TypeClash("text", column=match.group(3).strip().strip('"'), value=match.group(1))
+            return TypeClash("number", value=match.group(1))
+        if match := _COMPARE.search(line) or _OPERATOR_TYPES.search(line):
+            return TypeClash(type_kind(match.group(1)))
+        if match := _INPUT_SYNTAX.search(line):
+            return TypeClash(type_kind(match.group(1)), value=match.group(2))
+        if match := _DTYPE_COMPARISON.search(line) or _NOT_SUPPORTED.search(line):
+            return TypeClash(type_kind(match.group(1)))
+        if match := _LITERAL_VALUE.search(line):
+            return TypeClash("number", value=match.group(1) if match.group(1) is not None else match.group(2))
+    return None

@@ -266,3 +266,49 @@ def test_the_auditors_requests_leave_out_the_agents_which_the_record_lists_too()
     auditor = live_metrics(rows[:1], ["ics"])["methods"]["ics"]["model_requests"]["mean"]
     record["llm_calls"] = [*record["llm_calls"], *({"stage": "agent_replay", "attempts": 1} for _ in range(5))]
     assert live_metrics(rows[:1], ["ics"])["methods"]["ics"]["model_requests"]["mean"] == auditor
+
+
+def _evidence(rule: str, *, refused: str | None = None, replays: int = 1) -> dict[str, Any]:
+    return {"source": f"evidence:{rule}", "kind": "action", "step_index": 2, "refused": refused, "replays": replays}
+
+
+def test_the_results_tables_count_what_each_evidence_rule_did_per_method(tmp_path: Path) -> None:
+    """The three real rows with evidence corrections written into their records: nt-1273's REFLECT proposed two
+    unquoted_name corrections and replayed them (one failure: fired 1, tried 1), unverified; nt-104's wrong-step
+    control was verified by one; nt-977's REFLECT had a last_row correction refused, and a plugin's rule tried. A
+    run answered right counts for nothing, whatever its records hold."""
+    rows = copy.deepcopy(_rows())
+    by_id = {r["question_id"]: r for r in rows}
+    reflect = by_id["nt-1273"]["methods"]["reflect"]["record"]
+    reflect["corrections"] += [_evidence("unquoted_name"), _evidence("unquoted_name")]
+    wrong_step = by_id["nt-104"]["methods"]["control-wrong-step"]["record"]
+    assert wrong_step["status"] == "verified"
+    wrong_step["corrections"].append(_evidence("unquoted_name"))
+    wrong_step["intervention"]["correction"] = _evidence("unquoted_name")
+    refused = by_id["nt-977"]["methods"]["reflect"]["record"]
+    refused["corrections"] += [_evidence("last_row", refused="the replacement is a final answer", replays=0)]
+    refused["corrections"] += [_evidence("my_rule")]
+    right = copy.deepcopy(by_id["nt-977"]) | {"question_id": "nt-0", "correct": True}
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [right, *rows]), encoding="utf-8")
+    (folder / "run_config.json").write_text(json.dumps({"methods": list(METHODS), "model": "m"}))
+    printed = wtq_table(folder)
+    assert "Evidence rules over the 3 failed runs, fired / tried / verified" in printed
+    rules = {
+        cells[0]: dict(zip(METHODS, cells[1:], strict=True))
+        for line in printed.split("Evidence rules over", 1)[1].splitlines()
+        if line.startswith("| ") and not line.startswith("| rule")
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+    assert list(rules)[:3] == ["listed_values", "valid_options", "unquoted_name"]  # the built-in rules, in order
+    assert rules["unquoted_name"] == {
+        "reflect": "1 / 1 / 0",
+        "reflect-guidance": "0 / 0 / 0",
+        "ics": "0 / 0 / 0",
+        "control-placebo": "0 / 0 / 0",
+        "control-wrong-step": "1 / 1 / 1",
+    }
+    assert rules["last_row"]["reflect"] == "1 / 0 / 0"  # proposed and refused: fired, never tried
+    assert rules["my_rule"]["reflect"] == "1 / 1 / 0"  # a rule no built-in names, after them
+    assert all(v == "0 / 0 / 0" for v in rules["valid_options"].values())
