@@ -88,9 +88,11 @@ def test_an_interrupted_attribute_leaves_the_records_as_they_were(
 
     monkeypatch.setattr(AttributionService, "process", interrupted)
     assert main(["attribute", str(traces), "--method", "last-step", "-o", str(out), "--no-store"]) == 130
-    assert "interrupted" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "interrupted" in err and f"the 1 record(s) that finished are in {tmp_path / 'records.partial.jsonl'}" in err
     assert out.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["records.jsonl", "traces.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["records.jsonl", "records.partial.jsonl", "traces.jsonl"]
+    assert [r.method for r in _records(tmp_path / "records.partial.jsonl")] == ["last-step"]  # what finished
 
 
 def test_a_store_that_is_not_a_store_is_refused_before_any_work(
@@ -410,3 +412,203 @@ def test_a_traces_file_is_not_mistaken_for_another_format(tmp_path: Path, capsys
     assert main(["show", str(path)]) == 1
     captured = capsys.readouterr()
     assert f"trace {five_step_trace().trace_id}" in captured.out and f"{path}:1: not valid JSON" in captured.err
+
+
+# -- 4. a failed command keeps its outputs, the cause is on the screen ----------------------------------------------
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_attribute_against_a_closed_endpoint_stops_names_it_once_and_keeps_the_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    traces = tmp_path / "traces.jsonl"
+    _traces(traces, {f"{n:032x}": ("The answer is 41", "42") for n in range(1, 6)})
+    out = tmp_path / "out.jsonl"
+    assert main(["attribute", str(traces), "--method", "first-step", "-o", str(out), "--no-store"]) == 0
+    before = out.read_bytes()
+    port = _closed_port()
+    monkeypatch.setenv("REFLECT_LLM_BASE_URL", f"http://127.0.0.1:{port}/v1")
+    monkeypatch.setenv("REFLECT_LLM_MODEL", "m")
+    monkeypatch.setenv("REFLECT_LLM_TIMEOUT_S", "1")
+    capsys.readouterr()
+    assert main(["attribute", str(traces), "--method", "reflect", "-o", str(out), "--no-store"]) == 1
+    err = capsys.readouterr().err
+    assert out.read_bytes() == before  # the help's promise: a failed command leaves -o as it was
+    (stop,) = [line for line in err.splitlines() if "error:" in line]
+    assert f"stopped after 3 of 5 trace(s): LLM endpoint http://127.0.0.1:{port}/v1 (model m) failed 3 times" in stop
+    assert (
+        "Connection error" in stop and f"the 3 record(s) that finished are in {tmp_path / 'out.partial.jsonl'}" in stop
+    )
+    assert err.count(f"127.0.0.1:{port}") == 1  # the URL and the cause once, not once per trace
+    assert len(_records(tmp_path / "out.partial.jsonl")) == 3
+
+
+def test_attribute_on_a_cut_traces_file_keeps_the_output_and_the_finished_records_aside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    traces = tmp_path / "traces.jsonl"
+    _traces(traces, {f"{n:032x}": ("The answer is 41", "42") for n in range(1, 5)})
+    out = tmp_path / "out.jsonl"
+    assert main(["attribute", str(traces), "--method", "first-step", "-o", str(out), "--no-store"]) == 0
+    before = out.read_bytes()
+    traces.write_bytes(traces.read_bytes()[:-40])  # a copy cut short: the last line is torn
+    capsys.readouterr()
+    assert main(["attribute", str(traces), "--method", "last-step", "-o", str(out), "--no-store"]) == 1
+    err = capsys.readouterr().err
+    assert out.read_bytes() == before and len(_records(out)) == 4
+    assert "1 line(s) of" in err and f"{out} was left as it was" in err
+    assert [r.method for r in _records(tmp_path / "out.partial.jsonl")] == ["last-step"] * 3
+
+
+def test_without_a_model_attribute_and_collect_say_both_ways_to_get_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("reflect_otel.llm.models.importlib.util.find_spec", lambda name: None)  # the light install
+    traces = tmp_path / "traces.jsonl"
+    _traces(traces, {"1" * 32: ("The answer is 41", "42")})
+    assert main(["attribute", str(traces), "--method", "reflect", "-o", str(tmp_path / "r.jsonl"), "--no-store"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "REFLECT_LLM_BASE_URL" in err and "pip install 'reflect-otel[local]'" in err
+    assert not (tmp_path / "r.jsonl").exists()
+    store = str(tmp_path / "s.duckdb")
+    argv = ["collect", "--attribute", "-o", str(tmp_path / "c.jsonl"), "--store", store, "--http", "127.0.0.1:0"]
+    assert main([*argv, "--method", "reflect", "--duration", "0"]) == 2  # asked for what needs a model: refused
+    err = capsys.readouterr().err
+    assert "--method reflect needs a model" in err and "REFLECT_LLM_BASE_URL" in err
+    assert not (tmp_path / "c.jsonl").exists()
+    assert main([*argv, "--duration", "0"]) == 0  # nothing asked: evidence-only, said before it listens
+    err = capsys.readouterr().err
+    assert "attributed by the evidence checks only (--method evidence --verifier evidence)" in err
+    assert err.index("evidence checks only") < err.index("listening")
+
+
+def test_a_damaged_store_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    traces = tmp_path / "traces.jsonl"
+    _traces(traces, {f"{n:032x}": ("The answer is 41", "42") for n in range(1, 5)})
+    store = tmp_path / "s.duckdb"
+    argv = ["attribute", str(traces), "--method", "first-step", "-o", str(tmp_path / "r.jsonl")]
+    assert main([*argv, "--store", str(store)]) == 0
+    with store.open("r+b") as file:
+        file.truncate(store.stat().st_size // 2)  # a copy that stopped half way
+    capsys.readouterr()
+    assert main(["stats", "--store", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"the store {store} is damaged" in err and "internal error" not in err
+
+
+@pytest.mark.parametrize(
+    "folder",
+    sorted(p for p in (Path(__file__).parents[1] / "benchmarks/results").iterdir() if p.is_dir()),
+    ids=lambda p: p.name,
+)
+def test_eval_compare_reads_every_folder_the_repository_ships(folder: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = {p: p.stat().st_mtime_ns for p in folder.rglob("*")}
+    assert main(["eval-compare", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("|") or f"{folder.name}:" in out
+    assert {p: p.stat().st_mtime_ns for p in folder.rglob("*")} == before  # nothing written into it
+
+
+# -- 5. one vocabulary on the command line --------------------------------------------------------------------------
+def test_a_mistyped_choice_command_or_option_is_one_line_with_the_nearest(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, says in [
+        (
+            ["attribute", "t.jsonl", "--method", "evidance", "-o", "r.jsonl"],
+            "invalid choice: 'evidance' (did you mean 'evidence'?)",
+        ),
+        (["attribte"], "invalid choice: 'attribte' (did you mean 'attribute'?)"),
+        (["show", "t.jsonl", "--recrods", "r.jsonl"], "--recrods: did you mean --records?"),
+    ]:
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and err.count("\n") == 1 and says in err and "usage:" not in err, err
+
+
+def test_every_command_takes_v_after_it_and_its_help_ends_with_an_example(capsys: pytest.CaptureFixture[str]) -> None:
+    from reflect_otel.cli import EXAMPLES, build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices
+    assert set(EXAMPLES) <= set(commands)
+    for name, command in commands.items():
+        if name not in EXAMPLES:
+            continue  # a third party's
+        help_text = command.format_help()
+        assert "\nexamples:\n  reflect-otel " + name in help_text, name
+        assert "-v, --verbose" in help_text
+    assert parser.parse_args(["stats", "-v"]).verbose is True
+    assert parser.parse_args(["-v", "stats"]).verbose is True and parser.parse_args(["stats"]).verbose is False
+    assert parser.parse_args(["eval", "--benchmark", "bbm", "--data", "d", "-o", "runs/x"]).out == Path("runs/x")
+    assert parser.parse_args(["eval", "--benchmark", "bbm", "--data", "d", "--out", "runs/x"]).out == Path("runs/x")
+    assert parser.parse_args(["demo-agent", "--questions", "nt-1,nt-3"]).questions == "nt-1,nt-3"
+    assert parser.parse_args(["demo-agent", "--question", "nt-1"]).question == ["nt-1"]  # the old spelling
+
+
+def test_report_says_which_record_it_shows_and_refuses_a_method_with_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    traces = tmp_path / "traces.jsonl"
+    _traces(traces, {"ab" + "1" * 30: ("The answer is 41", "42")})
+    store = tmp_path / "s.duckdb"
+    for method in ("first-step", "last-step"):
+        argv = ["attribute", str(traces), "--method", method, "-o", str(tmp_path / f"{method}.jsonl")]
+        assert main([*argv, "--store", str(store)]) == 0
+    page = tmp_path / "r.html"
+    capsys.readouterr()
+    assert main(["report", "ab11", "-o", str(page), "--store", str(store)]) == 0
+    err = capsys.readouterr().err
+    assert "the last-step record of trace ab" in err and "it also has records of first-step (--method picks one)" in err
+    before = page.read_bytes()
+    assert main(["report", "ab11", "-o", str(page), "--store", str(store), "--method", "reflect"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "has no record of --method reflect; its records are of last-step, first-step" in err
+    assert page.read_bytes() == before
+
+
+def test_show_takes_a_prefix_of_the_trace_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    traces = tmp_path / "traces.jsonl"
+    _traces(traces, {"ab" + "1" * 30: ("41", "42"), "cd" + "2" * 30: ("41", "42")})
+    assert main(["show", str(traces), "--trace-id", "ab1"]) == 0
+    out = capsys.readouterr().out
+    assert f"trace {'ab' + '1' * 30}" in out and "cd22" not in out
+    assert main(["show", str(traces), "--trace-id", "ef"]) == 2
+    assert "no trace id starts with 'ef'" in capsys.readouterr().err
+
+
+def test_a_store_named_like_another_format_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    traces = tmp_path / "traces.jsonl"
+    _traces(traces, {"1" * 32: ("The answer is 41", "42")})
+    before = _listing(tmp_path)
+    argv = ["attribute", str(traces), "--method", "first-step", "-o", str(tmp_path / "r.jsonl")]
+    assert main([*argv, "--store", str(tmp_path / "new.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a new store is a DuckDB file, and .jsonl names another format" in err
+    assert f"--store {tmp_path / 'new.duckdb'}" in err and _listing(tmp_path) == before
+
+
+def test_a_trace_line_over_the_limit_is_named_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from reflect_otel.tracefile import MAX_LINE_BYTES
+
+    huge = five_step_trace().model_copy(update={"question": "x" * (MAX_LINE_BYTES + 10)})
+    path = tmp_path / "traces.jsonl"
+    path.write_text(huge.model_dump_json() + "\n")
+    assert main(["show", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "its first line is over 67108864 bytes (64 MiB)" in err
+    assert "several lines" not in err
+
+
+def test_a_failed_import_says_nothing_was_imported_only_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "bad.json").write_text("{oops")
+    assert main(["import", str(tmp_path / "bad.json"), "-o", str(tmp_path / "t.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "imported 0" not in err and "no trace in" in err and "t.jsonl was not written" in err
+    assert not (tmp_path / "t.jsonl").exists()

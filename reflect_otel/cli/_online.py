@@ -10,35 +10,40 @@ from pathlib import Path
 from reflect_otel._files import check_input_file
 from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int
 from reflect_otel.config import LLMConfig
+from reflect_otel.errors import NoModelError
 from reflect_otel.flagging import VERIFIER_NAMES, flagging_verifier
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import TokenBudget
-from reflect_otel.llm.factory import LazyLLM
+from reflect_otel.llm.factory import GET_A_MODEL, LazyLLM, model_missing
 from reflect_otel.methods import ATTRIBUTE_METHODS, llm_for, method_spec
+from reflect_otel.online.setup import NO_MODEL_VERIFIERS
 from reflect_otel.replay_adapters.remote import load_replay_endpoints
 from reflect_otel.service import AttributionService, ReplayFinder
 from reflect_otel.settings import settings
 from reflect_otel.store import AttributionStore, open_exporter
 from reflect_otel.verifiers import OracleVerifier, Verifier
 
-__all__ = ["add_online_options", "online_service", "replay_endpoints", "say_consistency"]
+__all__ = ["add_online_options", "online_choices", "online_service", "replay_endpoints", "say_consistency"]
+
+VERIFIER_HELP = (
+    "how runs without an expected answer are judged (a run with one is judged against it): consistency (the "
+    "agent run again REFLECT_FLAG_SAMPLES times through its replay endpoint; an answer most resamples do not "
+    "reproduce is flagged), combined (evidence, then consistency, then the audit where they do not decide; a run "
+    "the evidence flags is resampled too, for its replays to be judged by the agent's consensus), proxy (the "
+    "plan-anchored verifier: evidence checks, then an LLM audit; the default with a model) or evidence (critical "
+    "evidence checks only, no LLM call, silent failures go unflagged; the default without a model). These are "
+    "not 'attribute --verifier''s choices, which judge a file's runs against their expected answers"
+)
 
 
 def add_online_options(parser: argparse.ArgumentParser, online: argparse._ArgumentGroup) -> None:
     """``--method``, ``--verifier``, ``--replay-config``, ``--export``, the budgets and REFLECT's settings."""
     online.add_argument(
-        "--method", choices=ATTRIBUTE_METHODS, default="reflect", help="attribution method (default reflect)"
+        "--method",
+        choices=ATTRIBUTE_METHODS,
+        help="attribution method (default reflect; without a model, evidence)",
     )
-    online.add_argument(
-        "--verifier",
-        choices=VERIFIER_NAMES,
-        default="proxy",
-        help="for runs without an expected answer: consistency (the agent run again REFLECT_FLAG_SAMPLES times "
-        "through its replay endpoint; an answer most resamples do not reproduce is flagged), combined (evidence, "
-        "then consistency, then the audit where they do not decide; a run the evidence flags is resampled too, for its "
-        "replays to be judged by the agent's consensus), proxy (the plan-anchored verifier: evidence checks, then an "
-        "LLM audit) or evidence (critical evidence checks only, no LLM call; silent failures go unflagged)",
-    )
+    online.add_argument("--verifier", choices=VERIFIER_NAMES, help=VERIFIER_HELP)
     online.add_argument(
         "--replay-config",
         type=Path,
@@ -58,14 +63,51 @@ def add_online_options(parser: argparse.ArgumentParser, online: argparse._Argume
         default=64 << 20,
         help="runs held in memory for attribution (default 64 MiB); beyond it they wait in the store",
     )
-    online.add_argument("--max-tokens-per-trace", type=positive_int, default=200_000, help="LLM token budget per run")
+    online.add_argument(
+        "--max-tokens-per-trace",
+        type=positive_int,
+        default=200_000,
+        help="LLM token budget per run (default %(default)s)",
+    )
     online.add_argument(
         "--max-tokens-per-hour",
         type=positive_int,
         default=2_000_000,
-        help="LLM token budget per hour; a flagged run met with a spent budget is stored and counted, not attributed",
+        help="LLM token budget per hour (default %(default)s); a flagged run met with a spent budget is stored and "
+        "counted, not attributed",
     )
     add_pipeline_options(parser.add_argument_group("REFLECT's settings"))
+
+
+def online_choices(args: argparse.Namespace, *, command: str, verifier_flag: str = "--verifier") -> None:
+    """Fill in ``args.method`` and ``args.verifier`` (``verifier_flag``'s): as given, else reflect and proxy.
+    Without a model (the light install) a choice that needs one is refused naming both ways to get one, and what
+    was not given becomes the evidence checks, said in one line."""
+    verifier_name = verifier_flag.removeprefix("--").replace("-", "_")
+    missing = model_missing()
+    if missing is None:
+        args.method = args.method or "reflect"
+        setattr(args, verifier_name, getattr(args, verifier_name) or "proxy")
+        return
+    needs = []
+    if args.method is not None and method_spec(args.method).needs_llm:
+        needs.append(f"--method {args.method}")
+    chosen = getattr(args, verifier_name)
+    if chosen is not None and chosen not in NO_MODEL_VERIFIERS:
+        needs.append(f"{verifier_flag} {chosen}")
+    if needs:
+        raise NoModelError(
+            f"{' and '.join(needs)} need{'s' if len(needs) == 1 else ''} a model; {missing} (or choose "
+            f"--method evidence {verifier_flag} evidence, which need none)"
+        )
+    args.method = args.method or "evidence"
+    setattr(args, verifier_name, chosen or "evidence")
+    print(
+        f"reflect-otel {command}: {missing.split(';')[0]}: runs are judged against their expected answer or by the "
+        f"evidence checks, and attributed by the evidence checks only (--method {args.method} {verifier_flag} "
+        f"{getattr(args, verifier_name)}); for REFLECT, {GET_A_MODEL}",
+        file=sys.stderr,
+    )
 
 
 def replay_endpoints(path: Path | None) -> ReplayFinder | None:

@@ -10,19 +10,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reflect_otel._files import check_input_file, check_output_file, replaced_on_success
+from reflect_otel._files import LinesOut, check_input_file, check_output_file, lines_replaced_on_success
 from reflect_otel._values import utf8_text
-from reflect_otel.cli._online import online_service, replay_endpoints, say_consistency
+from reflect_otel.cli._online import online_choices, online_service, replay_endpoints, say_consistency
 from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int
 from reflect_otel.config import LLMConfig, ReflectConfig
 from reflect_otel.datasets import BBM_TASKS
 from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.datasets.files import DATASET_FORMAT_NAMERS
-from reflect_otel.errors import ConfigError, InputError
+from reflect_otel.errors import ConfigError, EndpointDownError, InputError
 from reflect_otel.flagging import VERIFIER_NAMES
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import TokenBudget
 from reflect_otel.llm.factory import make_llm
+from reflect_otel.llm.openai_compat import ENDPOINT_ERROR_PREFIX, endpoint_down
 from reflect_otel.methods import ATTRIBUTE_METHODS, llm_for, method_spec
 from reflect_otel.online.work import AttributionWorker, WorkerStats
 from reflect_otel.record import AttributionRecord, AttributionStatus
@@ -61,9 +62,9 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
     parser.add_argument(
         "--flag-verifier",
         choices=VERIFIER_NAMES,
-        default="proxy",
         help="with --pending, how runs without an expected answer are judged, as 'collect --verifier' (default "
-        "proxy; consistency and combined re-run the agent through its --replay-config endpoint)",
+        "proxy, or evidence without a model; consistency and combined re-run the agent through its --replay-config "
+        "endpoint)",
     )
     parser.add_argument(
         "--replay-config",
@@ -73,7 +74,9 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
         "only these URLs are called, never one found in a trace",
     )
     parser.add_argument(
-        "--method", choices=ATTRIBUTE_METHODS, default="reflect", help="attribution method (default reflect)"
+        "--method",
+        choices=ATTRIBUTE_METHODS,
+        help="attribution method (default reflect; evidence, first-step and last-step need no model)",
     )
     expected = parser.add_mutually_exclusive_group()
     expected.add_argument(
@@ -88,7 +91,9 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
         help="how each run's answer is judged before it is attributed (and, for methods that replay, each replay's): "
         "oracle: match the expected answer (the default); bbm: BIG-Bench-Mistake answers (the default for "
         "BIG-Bench-Mistake traces); self: an LLM judge, which needs no expected answer. Runs judged right are not "
-        "attributed (see --include-correct); runs that cannot be judged (no expected answer) are",
+        "attributed (see --include-correct); runs that cannot be judged (no expected answer) are attributed. These "
+        "judge a file's runs against their answers; 'collect --verifier' (and --flag-verifier here) chooses how "
+        "runs without one are flagged, hence other names",
     )
     parser.add_argument(
         "--include-correct",
@@ -104,8 +109,9 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
         "-o",
         "--out",
         type=Path,
-        help="JSONL file of records to write (required with a file); replaced when the command completes, left as "
-        "it was when it fails or is interrupted",
+        help="JSONL file of records to write (required with a file); replaced only when every trace was read and "
+        "attributed; when the command fails or is interrupted it is left as it was, and the records that finished "
+        "are kept in NAME.partial.jsonl beside it",
     )
     parser.add_argument(
         "--store", help="DuckDB file for traces, verdicts and records (default: REFLECT_STORE, then ./reflect.duckdb)"
@@ -184,6 +190,7 @@ def _attribute_pending(args: argparse.Namespace) -> int:
             "attributes only runs judged wrong: drop --verifier and --include-correct"
         )
     check_store_target(args.store)
+    online_choices(args, command="attribute --pending", verifier_flag="--flag-verifier")
     replays = replay_endpoints(args.replay_config)
     store = open_store(args.store)
     # a batch the user started and can stop: no token budget
@@ -259,7 +266,7 @@ def _attribute(args: argparse.Namespace) -> int:
     )[: args.limit]
     if not rows:
         raise InputError(f"{args.traces}: no valid traces")
-    spec = method_spec(args.method)
+    spec = method_spec(args.method or "reflect")
     verifier_name = args.verifier or _default_verifier(rows)
     # the verifier is honoured for every method: a model judge gets the configured model even for a method
     # that asks none
@@ -283,8 +290,11 @@ def _attribute(args: argparse.Namespace) -> int:
     )
     tally = _Tally()
     started = time.monotonic()
+    causes = _Causes()
+    output: LinesOut | None = None
+    stopped: EndpointDownError | None = None
     try:
-        with replaced_on_success(args.out, flag="-o") as out:
+        with lines_replaced_on_success(args.out, flag="-o") as output:
             for number, row in enumerate(rows, start=1):
                 expected = answers.get(row.trace.trace_id) or row.extras.get(args.expected_field)
                 outcome = service.process(
@@ -294,15 +304,52 @@ def _attribute(args: argparse.Namespace) -> int:
                 )
                 record = outcome.record
                 assert record is not None  # without triage every trace gets a record
-                out.write(record.model_dump_json() + "\n")
+                output.write_line(record.model_dump_json())
                 tally.add(record, outcome.verdict, outcome.export_failures)
                 print(
                     f"[{number}/{len(rows)}] {row.trace.trace_id[:12]} {_line(record, outcome.verdict)}",
                     file=sys.stderr,
                 )
+                causes.add(record)
+                stopped = endpoint_down()
+                if stopped is not None:  # every later trace would fail the same way, after the same wait
+                    break
+            failure = _failure(tally, len(rows) if stopped is None else tally.seen, bad_lines, stopped)
+            if failure is not None:
+                output.fail(failure)
+    except BaseException:
+        if output is not None and output.aside is not None:
+            print(f"reflect-otel attribute: {output.kept('record(s)')}", file=sys.stderr)
+        raise
     finally:
         service.close()
-    return _summary(args, tally, len(rows), time.monotonic() - started, bad_lines)
+    causes.say_held(stopped)
+    return _summary(args, tally, len(rows), time.monotonic() - started, bad_lines, output, stopped)
+
+
+class _Causes:
+    """Why stages failed, each message said once: at once, except an endpoint's failure, which is said at the end
+    unless the endpoint was taken for down (the line that stops the command names it)."""
+
+    def __init__(self) -> None:
+        self.said: set[str] = set()
+        self.held: dict[str, str] = {}
+
+    def add(self, record: AttributionRecord) -> None:
+        for error in record.errors:
+            message = " ".join(error.message.split())[:400]
+            if message in self.said or message in self.held:
+                continue
+            if message.startswith(ENDPOINT_ERROR_PREFIX):
+                self.held[message] = error.stage
+                continue
+            self.said.add(message)
+            print(f"    {error.stage} failed: {message}", file=sys.stderr)
+
+    def say_held(self, stopped: EndpointDownError | None) -> None:
+        for message, stage in self.held.items():
+            if stopped is None or not message.startswith(stopped.endpoint):
+                print(f"{stage} failed: {message}", file=sys.stderr)
 
 
 def _line(record: AttributionRecord, verdict: Verdict | None) -> str:
@@ -325,11 +372,13 @@ class _Tally:
         self.failed = 0
         self.right_skipped = 0
         self.export_failures: dict[str, int] = {}
+        self.seen = 0
 
     def add(
         self, record: AttributionRecord, verdict: Verdict | None, export_failures: Sequence[tuple[str, str]]
     ) -> None:
         judged = {True: "right", False: "wrong", None: "not judged"}[verdict.is_correct if verdict else None]
+        self.seen += 1
         self.judged[judged] = self.judged.get(judged, 0) + 1
         if record.status is AttributionStatus.SKIPPED and verdict is not None and verdict.is_correct:
             self.right_skipped += 1
@@ -341,22 +390,46 @@ class _Tally:
             print(f"  export to {name} failed: {message}", file=sys.stderr)
 
 
-def _summary(args: argparse.Namespace, tally: _Tally, total: int, seconds: float, bad_lines: list[InputError]) -> int:
+def _failure(
+    tally: _Tally, attempted_total: int, bad_lines: list[InputError], stopped: EndpointDownError | None
+) -> str | None:
+    """Why the command failed (and so leaves -o as it was), or None: an endpoint taken for down, every
+    attribution failed, or lines of the traces file that were not traces."""
+    if stopped is not None:
+        return "stopped"
+    attempted = attempted_total - tally.right_skipped
+    if attempted and tally.failed == attempted:
+        return "every attribution failed"
+    if bad_lines:
+        return "lines skipped"
+    return None
+
+
+def _summary(
+    args: argparse.Namespace,
+    tally: _Tally,
+    total: int,
+    seconds: float,
+    bad_lines: list[InputError],
+    output: LinesOut | None,
+    stopped: EndpointDownError | None,
+) -> int:
     for name, count in tally.export_failures.items():
         print(f"{count} record(s) could not be exported to {name}", file=sys.stderr)
     if not args.no_store:
         print(f"written to the store {store_target(args.store)}", file=sys.stderr)
     judged = ", ".join(f"{n} {kind}" for kind, n in sorted(tally.judged.items()))
     statuses = ", ".join(f"{n} {status}" for status, n in sorted(tally.statuses.items())) or "none"
+    failed = output is not None and output.failure is not None
     print(
-        f"{total} trace(s) in {seconds:.1f} s; judged: {judged}; attributions: {statuses}"
+        f"{tally.seen} of {total} trace(s) in {seconds:.1f} s; judged: {judged}; attributions: {statuses}"
         + (f" ({tally.failed} failed: stage errors, no attribution)" if tally.failed else "")
         + (
             f"; {tally.right_skipped} right run(s) not attributed (--include-correct attributes them)"
             if tally.right_skipped
             else ""
         )
-        + f"; records in {args.out}",
+        + ("" if failed else f"; records in {args.out}"),
         file=sys.stderr,
     )
     if tally.judged.get("not judged"):
@@ -365,13 +438,23 @@ def _summary(args: argparse.Namespace, tally: _Tally, total: int, seconds: float
             "--verifier self) and were attributed as failures",
             file=sys.stderr,
         )
-    attempted = total - tally.right_skipped
-    if attempted and tally.failed == attempted:
-        print(f"every attribution failed; the records in {args.out} say which stage and why", file=sys.stderr)
+    kept = output.kept("record(s)") if output is not None else ""
+    if stopped is not None:
+        print(
+            f"reflect-otel attribute: error: stopped after {tally.seen} of {total} trace(s): {stopped}; {kept}",
+            file=sys.stderr,
+        )
+        return 1
+    if output is not None and output.failure == "every attribution failed":
+        print(
+            f"reflect-otel attribute: error: every attribution failed (the causes are above); {kept}",
+            file=sys.stderr,
+        )
         return 1
     if bad_lines:
         print(
-            f"exit 1: {len(bad_lines)} line(s) of {args.traces} were not traces and were skipped (see above)",
+            f"reflect-otel attribute: error: {len(bad_lines)} line(s) of {args.traces} were not traces and were "
+            f"skipped (see above); {kept}",
             file=sys.stderr,
         )
         return 1

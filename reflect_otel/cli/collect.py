@@ -10,8 +10,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reflect_otel._files import check_output_file, replaced_on_success
-from reflect_otel.cli._online import add_online_options, online_service, replay_endpoints, say_consistency
+from reflect_otel._files import LinesOut, check_output_file, lines_replaced_on_success
+from reflect_otel.cli._online import (
+    add_online_options,
+    online_choices,
+    online_service,
+    replay_endpoints,
+    say_consistency,
+)
 from reflect_otel.collectors.files import DEFAULT_MAX_FILE_BYTES, ImportReport, import_files
 from reflect_otel.collectors.receiver import OTLPReceiver, ReceiverLimits, parse_endpoint
 from reflect_otel.collectors.trace_collector import BufferLimits
@@ -54,11 +60,29 @@ def add_collect_command(subparsers: argparse._SubParsersAction[argparse.Argument
     )
     parser.add_argument("--http", default="127.0.0.1:4318", help="HTTP HOST:PORT, or 'off' (default 127.0.0.1:4318)")
     parser.add_argument("--grpc", default="off", help="gRPC HOST:PORT, e.g. 127.0.0.1:4317, or 'off' (default off)")
-    parser.add_argument("--out", "-o", type=Path, help="JSONL file the traces are appended to (required to listen)")
+    parser.add_argument(
+        "-o", "--out", type=Path, help="JSONL file the traces are appended to (required to listen; never truncated)"
+    )
     parser.add_argument("--allow-remote", action="store_true", help="allow listening on a non-loopback address")
-    parser.add_argument("--max-body-bytes", type=int, default=ReceiverLimits().max_body_bytes, help="request limit")
-    parser.add_argument("--grace", type=float, default=BufferLimits().grace_s, help="seconds to wait for late spans")
-    parser.add_argument("--ttl", type=float, default=BufferLimits().ttl_s, help="seconds before an unfinished trace")
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=ReceiverLimits().max_body_bytes,
+        help="the largest request body taken, in bytes (default %(default)s); a larger one is refused with 413",
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=BufferLimits().grace_s,
+        help="seconds a run waits, after its root span ends, for late spans (default %(default)s)",
+    )
+    parser.add_argument(
+        "--ttl",
+        type=float,
+        default=BufferLimits().ttl_s,
+        help="seconds a run whose root span never ends is kept before it is written as incomplete (default "
+        "%(default)s)",
+    )
     parser.add_argument("--duration", type=float, help="stop after this many seconds (default: run until Ctrl-C)")
     parser.add_argument(
         "--store", help="DuckDB file the traces also go to (default: REFLECT_STORE, then ./reflect.duckdb)"
@@ -117,6 +141,8 @@ def _collect(args: argparse.Namespace) -> int:
         raise ConfigError("--max-body-bytes must be positive")
     if args.attribute and args.no_store:
         raise ConfigError("--attribute keeps its work list in the store; drop --no-store")
+    if args.attribute:
+        online_choices(args, command="collect --attribute")  # before any file: no model refuses, or says evidence
     writer: TraceWriter | None = None
     store: AttributionStore | None = None
     worker: AttributionWorker | None = None
@@ -244,7 +270,8 @@ def add_import_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         "--out",
         required=True,
         type=Path,
-        help="JSONL file to write; replaced only when the import read some trace (a failed import leaves it as it was)",
+        help="JSONL file to write; replaced only when every file was read; when the import fails it is left as it "
+        "was, and the traces read are kept in NAME.partial.jsonl beside it",
     )
     parser.add_argument(
         "--example",
@@ -272,38 +299,55 @@ def _import(args: argparse.Namespace) -> int:
         if tty:
             print(f"\rread {report.files_read} file(s), {report.traces} trace(s)", end="", file=sys.stderr)
 
+    output: LinesOut | None = None
     try:
-        # a new file, renamed over -o only when some trace was read: a failed import leaves -o as it was
-        with replaced_on_success(args.out, flag="-o") as file:
+        # a new file, renamed over -o only when every file was read: a failed import leaves -o as it was
+        with lines_replaced_on_success(args.out, flag="-o") as output:
             report = import_files(
                 paths,
-                TraceWriter(args.out, stream=file).write,
+                TraceWriter(args.out, stream=output.file).write,
                 max_file_bytes=args.max_file_bytes,
                 progress=progress,
                 readers=DATASET_READERS,  # TRAIL and BIG-Bench Mistake files, besides OTLP
             )
+            output.lines = report.traces
             if not report.traces:
                 raise _NothingImported(report)
+            if report.failures:
+                output.fail("files failed")
     except _NothingImported as nothing:
-        report = nothing.report
         if tty:
             print(file=sys.stderr)
-        _print_report(report, args.out)
-        kept = f"{args.out} was left as it was" if args.out.exists() else f"{args.out} was not written"
+        _print_problems(nothing.report)
         raise InputError(
-            f"no trace in {', '.join(map(str, paths))}; {kept}. import reads OTLP/JSON exports, TRAIL trace files "
-            "and BIG-Bench-Mistake .jsonl files"
+            f"no trace in {', '.join(map(str, paths))}; {output.kept() if output else args.out}. import reads "
+            "OTLP/JSON exports, TRAIL trace files and BIG-Bench-Mistake .jsonl files"
         ) from None
     if tty:
         print(file=sys.stderr)
+    if report.failures:
+        _print_problems(report)
+        print(
+            f"reflect-otel import: error: {len(report.failures)} file(s) could not be read (see above); "
+            f"{output.kept('trace(s)')}",
+            file=sys.stderr,
+        )
+        return 1
     _print_report(report, args.out)
-    return 1 if report.failures else 0
+    return 0
 
 
 class _NothingImported(Exception):
     def __init__(self, report: ImportReport) -> None:
         super().__init__("no trace imported")
         self.report = report
+
+
+def _print_problems(report: ImportReport) -> None:
+    if report.files_skipped:
+        print(f"skipped {report.files_skipped} file(s) that hold no traces (annotations, other JSON)", file=sys.stderr)
+    for failure in report.failures:
+        print(f"failed: {failure}", file=sys.stderr)
 
 
 def _print_report(report: ImportReport, out: Any) -> None:
@@ -317,7 +361,4 @@ def _print_report(report: ImportReport, out: Any) -> None:
             f"annotations: {report.labels_mapped} of {report.labels_total} locations mapped to a step ({share:.1f}%)",
             file=sys.stderr,
         )
-    if report.files_skipped:
-        print(f"skipped {report.files_skipped} file(s) that hold no traces (annotations, other JSON)", file=sys.stderr)
-    for failure in report.failures:
-        print(f"failed: {failure}", file=sys.stderr)
+    _print_problems(report)

@@ -8,7 +8,7 @@ import socket
 import sys
 import time
 
-from reflect_otel.cli._online import add_online_options, online_service, replay_endpoints
+from reflect_otel.cli._online import add_online_options, online_choices, online_service, replay_endpoints
 from reflect_otel.errors import ConfigError
 from reflect_otel.online.work import AttributionWorker
 from reflect_otel.store import open_store, store_kind, store_target
@@ -35,7 +35,7 @@ def add_worker_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         "--stalled-after",
         type=float,
         default=30.0,
-        help="seconds without a worker's heartbeat before its job is retaken",
+        help="seconds without a worker's heartbeat before its job is retaken (default %(default)s)",
     )
     parser.add_argument("--once", action="store_true", help="stop when no job is left instead of waiting for more")
     add_online_options(parser, parser.add_argument_group("attribution"))
@@ -48,6 +48,7 @@ def _worker(args: argparse.Namespace) -> int:
     if args.stalled_after <= 0:
         raise ConfigError("--stalled-after must be positive")
     target = store_target(args.store)
+    online_choices(args, command="worker")
     replays = replay_endpoints(args.replay_config)
     store = open_store(target)
     service = online_service(args, store, replays)
