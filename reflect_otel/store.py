@@ -135,6 +135,11 @@ def check_store_target(explicit: str | os.PathLike[str] | None = None, *, readin
         raise ConfigError(f"{named}: is a folder; name a DuckDB file in it, e.g. --store {example}")
     if path.exists():
         return _check_duckdb_file(path, named)
+    if path.suffix.lower() in _OTHER_FORMATS:
+        raise ConfigError(
+            f"{named}: a new store is a DuckDB file, and {path.suffix} names another format "
+            f"({_OTHER_FORMATS[path.suffix.lower()]}); name it e.g. --store {path.with_suffix('.duckdb')}"
+        )
     if reading:
         raise ConfigError(
             f"{named}: no store there; write one with 'reflect-otel attribute TRACES.jsonl -o records.jsonl "
@@ -148,6 +153,21 @@ def check_store_target(explicit: str | os.PathLike[str] | None = None, *, readin
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(f"{named}: cannot create the store in {parent} (permission denied); choose another folder")
     return target
+
+
+_OTHER_FORMATS = {
+    ".json": "JSON",
+    ".jsonl": "JSON Lines",
+    ".ndjson": "JSON Lines",
+    ".csv": "CSV",
+    ".tsv": "TSV",
+    ".txt": "text",
+    ".html": "HTML",
+    ".parquet": "Parquet",
+    ".sqlite": "SQLite",
+    ".sqlite3": "SQLite",
+}
+"""Suffixes a new store's name may not have: the store would be a DuckDB file under a name that says otherwise."""
 
 
 def _check_duckdb_file(path: Path, named: str) -> str:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -44,7 +45,7 @@ def add_sql_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     parser.add_argument("--json", action="store_true", help="print a JSON list of row objects")
     parser.add_argument("--max-rows", type=int, default=1000, help="print at most this many rows (default 1000)")
     _store_argument(parser)
-    parser.set_defaults(handler=_sql)
+    parser.set_defaults(handler=_reading(_sql))
 
 
 def add_stats_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -52,7 +53,7 @@ def add_stats_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "stats", help="print the headline statistics of the store", description="Print the store's headline views."
     )
     _store_argument(parser)
-    parser.set_defaults(handler=_stats)
+    parser.set_defaults(handler=_reading(_stats))
 
 
 def _plain(value: Any) -> Any:
@@ -73,11 +74,34 @@ def connect_store_read_only(explicit: str | None) -> Any:
     return connect_read_only(target)
 
 
+def _reading(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """``handler``, for which a store file that cannot be read whole (cut short by a full disk or a copy that
+    stopped) is one line naming the fix, not an internal error."""
+
+    def guarded(args: argparse.Namespace) -> int:
+        with _damaged(store_target(args.store)):
+            return handler(args)
+
+    return guarded
+
+
+@contextlib.contextmanager
+def _damaged(target: str) -> Iterator[None]:
+    try:
+        yield
+    except duckdb.IOException as error:
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise InputError(
+            f"the store {target} is damaged ({first}); it may have been cut short: restore it from a copy, or build "
+            "a new one from your traces file with 'reflect-otel collect --reingest TRACES.jsonl --store NEW.duckdb'"
+        ) from None
+
+
 def _query(db: Any, query: str, max_rows: int) -> tuple[list[str], list[tuple[Any, ...]], bool]:
     try:
         cursor = db.execute(query)
     except Exception as error:  # the backend's error for a bad query (DuckDB's or psycopg's)
-        if not _is_query_error(error):
+        if isinstance(error, duckdb.IOException) or not _is_query_error(error):
             raise
         raise InputError(f"query failed: {str(error).splitlines()[0] if str(error) else error!r}") from None
     if cursor.description is None:
@@ -211,10 +235,19 @@ def add_report_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         "cost) from the store as one HTML file with no external assets.",
     )
     parser.add_argument("trace_id", help="the trace's id (a unique prefix is enough)")
-    parser.add_argument("-o", "--out", required=True, help="HTML file to write")
-    parser.add_argument("--method", help="which attribution, when several methods attributed the trace")
+    parser.add_argument(
+        "-o",
+        "--out",
+        required=True,
+        help="HTML file to write; replaced only when the page is whole, else left as it was",
+    )
+    parser.add_argument(
+        "--method",
+        help="which attribution, when several methods attributed the trace (default: the latest, named on the "
+        "screen); a method with no record of the trace is refused",
+    )
     _store_argument(parser)
-    parser.set_defaults(handler=_report)
+    parser.set_defaults(handler=_reading(_report))
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -234,8 +267,11 @@ def _report(args: argparse.Namespace) -> int:
                 else f"no trace {args.trace_id!r} in the store"
             )
         trace_id, trace_json = found[0]
-        query = "SELECT record_json FROM attributions WHERE trace_id = ?" + (" AND method = ?" if args.method else "")
-        records = _rows(db, query + " ORDER BY created_at DESC", [trace_id, *([args.method] if args.method else [])])
+        records = _rows(
+            db,
+            "SELECT method, record_json FROM attributions WHERE trace_id = ? ORDER BY created_at DESC",
+            [trace_id],
+        )
         verdicts = _rows(
             db,
             "SELECT verifier, is_correct, extracted_answer, reasoning FROM verdicts WHERE trace_id = ? "
@@ -245,8 +281,16 @@ def _report(args: argparse.Namespace) -> int:
         jobs = _rows(db, "SELECT expected_answer FROM attribution_jobs WHERE trace_id = ?", [trace_id])
     finally:
         db.close()
+    methods = list(dict.fromkeys(method for method, _ in records))  # newest first
+    if args.method is not None and args.method not in methods:
+        has = f"its records are of {', '.join(methods)}" if methods else "it has no attribution yet"
+        raise InputError(
+            f"trace {trace_id} has no record of --method {args.method}; {has} (drop --method, or attribute it with "
+            f"'reflect-otel attribute TRACES.jsonl --method {args.method} -o records.jsonl --store ...')"
+        )
+    shown = [json for method, json in records if args.method in (None, method)]
     trace = _model(StructuredTrace, trace_json)
-    record = _model(AttributionRecord, records[0][0]) if records else None
+    record = _model(AttributionRecord, shown[0]) if shown else None
     verdict = None
     if verdicts:
         verifier, is_correct, extracted, reasoning = verdicts[0]
@@ -255,5 +299,13 @@ def _report(args: argparse.Namespace) -> int:
         )
     expected = jobs[0][0] if jobs and jobs[0][0] is not None else None
     write_text_atomically(out, render_report(trace, record, verdict=verdict, expected=expected), flag="-o")
-    print(f"wrote {out}" + ("" if record else " (the trace has no attribution yet)"), file=sys.stderr)
+    if record is None:
+        print(f"wrote {out}: trace {trace_id}, which has no attribution yet", file=sys.stderr)
+    else:
+        others = [m for m in methods if m != record.method]
+        print(
+            f"wrote {out}: the {record.method} record of trace {trace_id} ({record.status.value})"
+            + (f"; it also has records of {', '.join(others)} (--method picks one)" if others else ""),
+            file=sys.stderr,
+        )
     return 0
