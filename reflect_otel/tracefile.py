@@ -264,6 +264,11 @@ def other_format(path: Path, *, namers: Sequence[FormatNamer] = ()) -> str | Non
         document: Any = json.loads(first_line)
     except (ValueError, RecursionError):
         document = None
+        if len(first_line) >= MAX_LINE_BYTES and not first_line.endswith(b"\n"):
+            return (
+                f"its first line is over {MAX_LINE_BYTES} bytes ({MAX_LINE_BYTES // (1024 * 1024)} MiB), more than "
+                "one trace line may hold; cut the trace's long fields (its tool results?) and write it again"
+            )
         if path.stat().st_size <= _WHOLE_DOCUMENT_BYTES:
             try:
                 document = json.loads(path.read_bytes())

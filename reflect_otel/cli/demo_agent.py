@@ -103,7 +103,10 @@ def add_demo_agent_command(subparsers: argparse._SubParsersAction[argparse.Argum
         help="serve the demo agent as a remote agent: OTLP out, HTTP replay endpoint in",
         description=(__doc__ or "").split("\n\n", 1)[0].replace("``", "'"),
     )
-    parser.add_argument("--question", action="append", help="a bundled question id (repeatable; default nt-1)")
+    parser.add_argument(
+        "--questions", help="comma-separated bundled question ids, as 'demo --questions' (default: the demo's set)"
+    )
+    parser.add_argument("--question", action="append", help=argparse.SUPPRESS)  # the older spelling, repeatable
     parser.add_argument(
         "--otlp-endpoint", default="http://127.0.0.1:4318/v1/traces", help="where the spans go (OTLP/HTTP)"
     )
@@ -131,11 +134,14 @@ def _serve(args: argparse.Namespace) -> int:
     from reflect_otel.demo.wtq import DEMO_QUESTIONS, load_questions
     from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 
-    wanted = args.question or list(DEMO_QUESTIONS)
+    given = [q.strip() for q in (args.questions or "").split(",") if q.strip()] + list(args.question or [])
+    wanted = given or list(DEMO_QUESTIONS)
     questions = {q.id: q for q in load_questions()}
     unknown = [q for q in wanted if q not in questions]
     if unknown:
-        raise ConfigError(f"unknown question(s) {unknown}; bundled: {', '.join(sorted(questions))}")
+        raise ConfigError(
+            f"--questions: no bundled question {', '.join(unknown)}; bundled: {', '.join(sorted(questions))}"
+        )
     provider = TracerProvider(
         resource=Resource.create({"service.name": args.service}),
         span_limits=SpanLimits(max_span_attributes=10_000, max_attribute_length=None),

@@ -27,7 +27,9 @@ def add_show_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         description="Print each trace of a JSONL file (from 'collect' or 'import') as a numbered list of steps.",
     )
     parser.add_argument("traces", type=Path, help="JSONL file of traces")
-    parser.add_argument("--trace-id", help="show only this trace")
+    parser.add_argument(
+        "--trace-id", metavar="ID", help="show only this trace (a prefix is enough: every trace it starts is shown)"
+    )
     parser.add_argument(
         "--records",
         type=Path,
@@ -92,7 +94,7 @@ def _show(args: argparse.Namespace) -> int:
     )
     for row in rows:
         trace = row.trace
-        if args.trace_id and trace.trace_id != args.trace_id:
+        if args.trace_id and not trace.trace_id.startswith(args.trace_id):
             continue
         shown += 1
         record = records.get(trace.trace_id)
@@ -117,7 +119,7 @@ def _show(args: argparse.Namespace) -> int:
         if record is not None:
             _print_record(record, trace.labels, None if expected is None else str(expected), args.width)
     if args.trace_id and not shown:
-        raise ReflectError(f"no trace {args.trace_id} in {args.traces}")
+        raise ReflectError(f"no trace id starts with {args.trace_id!r} in {args.traces}")
     if not shown and not bad:
         raise InputError(
             f"{args.traces}: no traces in it; write one with 'reflect-otel collect' or 'reflect-otel import'"
