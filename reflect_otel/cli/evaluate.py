@@ -54,14 +54,19 @@ def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         "applies each method to the same failed runs with the same model (replays through LangGraph, or the OpenAI "
         "tool-loop adapter); it reports, per method, the failures corrected and verified.",
     )
-    parser.add_argument("--benchmark", required=True, choices=(*BENCHMARKS, LIVE))
+    parser.add_argument(
+        "--benchmark",
+        required=True,
+        choices=(*BENCHMARKS, LIVE),
+        help="the dataset (in --data, as its repository lays it out) or, for wtq-live, a demo agent answering live",
+    )
     parser.add_argument(
         "--method",
         help=f"one of {', '.join(METHODS)}; for {LIVE}, a comma-separated list (default {','.join(LIVE_METHODS)}), "
         f"or {NO_METHOD} to record the agent's runs only (labelled runs for benchmarks.flagging --live)",
     )
     parser.add_argument("--data", required=True, type=Path, help="the dataset folder, e.g. ../shared/data")
-    parser.add_argument("--out", required=True, type=Path, help="folder for this run")
+    parser.add_argument("-o", "--out", required=True, type=Path, help="folder for this run (new, or one to resume)")
     parser.add_argument("--limit", type=positive_int, help=f"at most N traces (for {LIVE}: stop after N failed runs)")
     parser.add_argument(
         "--runs",
@@ -109,10 +114,16 @@ def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
 
 def add_eval_compare_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "eval-compare", help="put evaluation runs side by side", description="A markdown table and an SVG chart."
+        "eval-compare",
+        help="put evaluation runs side by side",
+        description="Print the runs' figures as markdown tables: dataset runs (EM, Off-1, verified, cost), wtq-live "
+        "runs (one row per method: failures flipped and verified), and a localization benchmark's own table. A "
+        "folder may be a run of 'reflect-otel eval', a folder of runs, or any folder under benchmarks/results/; "
+        "a run without metrics.json is computed from its results.jsonl, and the table says so. Nothing is written "
+        "into the folders.",
     )
-    parser.add_argument("runs", nargs="+", type=Path, help="run folders written by 'reflect-otel eval'")
-    parser.add_argument("--chart", type=Path, help="write the chart here (SVG)")
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders (from 'reflect-otel eval -o FOLDER')")
+    parser.add_argument("--chart", type=Path, help="also write a chart here (SVG; replaced only when written whole)")
     parser.set_defaults(handler=_compare)
 
 
@@ -373,6 +384,8 @@ def _compare(args: argparse.Namespace) -> int:
         check_output_file(args.chart, flag="--chart", example="chart.svg")
     runs = load_runs(args.runs)
     print(compare_markdown(runs))
+    if args.chart and not any(run.kind in ("dataset", "live") for run in runs):
+        raise InputError("--chart: none of these folders holds a run with figures to chart (only localization tables)")
     if args.chart:
         write_text_atomically(args.chart, chart_svg(runs), flag="--chart")
         print(f"chart written to {args.chart}", file=sys.stderr)
