@@ -294,7 +294,8 @@ def test_attribute_pending_judges_runs_without_an_answer_with_the_chosen_flaggin
 
 def test_store_views_and_stats_say_what_was_judged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The bundled examples: three failed BIG-Bench-Mistake chains (with their answers; the evidence checks find
-    nothing in them) and a LangGraph run without an expected answer."""
+    nothing in them), a failed run of the table agent (its root span carries its expected answer; the evidence
+    checks find its empty filter, step 1) and a LangGraph run without an expected answer."""
     traces = tmp_path / "traces.jsonl"
     assert main(["import", "--example", "-o", str(traces)]) == 0
     store = tmp_path / "s.duckdb"
@@ -305,13 +306,37 @@ def test_store_views_and_stats_say_what_was_judged(tmp_path: Path, capsys: pytes
     assert "1 run(s) could not be judged (no expected answer" in err
     with duckdb.connect(str(store), read_only=True) as db:
         stats = db.execute("SELECT agent, traces, judged, failed, failure_rate FROM failure_stats ORDER BY agent")
-        assert stats.fetchall() == [("agent", 1, 0, 0, None), ("chain_of_thought", 3, 3, 3, 1.0)]
+        assert stats.fetchall() == [
+            ("agent", 1, 0, 0, None),
+            ("chain_of_thought", 3, 3, 3, 1.0),
+            ("table_qa", 1, 1, 1, 1.0),
+        ]
         types = dict(db.execute("SELECT error_type, attributions FROM error_types").fetchall())
-    # no step is a category of its own, not "unknown": the evidence checks find nothing in any of the four (the
+        evidence = db.execute("SELECT step_index FROM attributions WHERE method = 'evidence' AND step_index > 0")
+        assert evidence.fetchall() == [(1,)]  # the table agent's empty filter, found with no model
+    # no step is a category of its own, not "unknown": the evidence checks find nothing in four of the five (the
     # LangGraph run's "plus 1000," was once read as a dropped '1000,'), first-step names a step it cannot classify
-    assert types == {"no_step": 4, "unclassified": 4}
+    assert types.get("no_step") == 4 and sum(types.values()) == 10, types
     assert main(["stats", "--store", str(store)]) == 0
-    assert "1 of 4 trace(s) were never judged right or wrong" in capsys.readouterr().out
+    assert "1 of 5 trace(s) were never judged right or wrong" in capsys.readouterr().out
+
+
+def test_the_shipped_table_example_is_a_recording_of_the_real_agent(instrumented: Any, tmp_path: Path) -> None:
+    """The example is what ``tests.table_example`` records: the table agent's real graph, tools and instrumentation
+    (its model scripted), rebuilt into the same steps; and its failing step is found with no model."""
+    from tests.table_example import record
+
+    fresh = tmp_path / "fresh.otlp.json"
+    fresh.write_text(json.dumps(record(instrumented.provider, instrumented.exporter.get_finished_spans)))
+    steps = {}
+    for name, path in (("shipped", EXAMPLES / "table_agent_nt1.otlp.json"), ("fresh", fresh)):
+        out = tmp_path / f"{name}.jsonl"
+        assert main(["import", str(path), "-o", str(out)]) == 0
+        (trace,) = read_traces(out)
+        steps[name] = [(s.kind, s.tool_name, s.tool_args, s.tool_result, s.reasoning) for s in trace.steps]
+        assert trace.metadata["expected_answer"] == "Bangkok, Thailand" and trace.agent == "table_qa"
+    assert steps["shipped"] == steps["fresh"]
+    assert "values of Position in t0 include: '2nd', '1st'" in str(steps["shipped"][0][3])
 
 
 def test_show_and_report_of_a_baseline_say_what_ran(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -397,7 +422,7 @@ def test_the_python_readers_name_a_datasets_file_when_given_its_namers(tmp_path:
 def test_import_example_is_what_the_readme_says_to_try_first(tmp_path: Path) -> None:
     out = tmp_path / "traces.jsonl"
     assert main(["import", "--example", "-o", str(out)]) == 0
-    assert len(list(read_traces(out))) == 4
+    assert len(list(read_traces(out))) == 5
 
 
 def test_a_traces_file_is_not_mistaken_for_another_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

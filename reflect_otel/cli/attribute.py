@@ -25,7 +25,7 @@ from reflect_otel.llm.budget import TokenBudget
 from reflect_otel.llm.factory import make_llm
 from reflect_otel.llm.openai_compat import ENDPOINT_ERROR_PREFIX, endpoint_down
 from reflect_otel.methods import ATTRIBUTE_METHODS, llm_for, method_spec
-from reflect_otel.online.work import AttributionWorker, WorkerStats
+from reflect_otel.online.work import AttributionWorker, WorkerStats, expected_answer_of
 from reflect_otel.record import AttributionRecord, AttributionStatus
 from reflect_otel.replay import ReplayAdapter, find_replay_adapter
 from reflect_otel.service import AttributionService, ReplayFinder
@@ -296,7 +296,11 @@ def _attribute(args: argparse.Namespace) -> int:
     try:
         with lines_replaced_on_success(args.out, flag="-o") as output:
             for number, row in enumerate(rows, start=1):
-                expected = answers.get(row.trace.trace_id) or row.extras.get(args.expected_field)
+                expected = (
+                    answers.get(row.trace.trace_id)
+                    or row.extras.get(args.expected_field)
+                    or expected_answer_of(row.trace)  # its root span's reflect.expected_answer, as collect reads it
+                )
                 outcome = service.process(
                     row.trace,
                     expected=str(expected) if expected is not None else None,

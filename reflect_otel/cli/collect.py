@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from reflect_otel.tracefile import TraceWriter, check_traces_file, each_trace_ro
 
 __all__ = ["add_collect_command", "add_import_command"]
 
-EXAMPLE_FILES = ("langgraph_agent.otlp.json", "bbm/multistep_arithmetic.jsonl")
+EXAMPLE_FILES = ("table_agent_nt1.otlp.json", "langgraph_agent.otlp.json", "bbm/multistep_arithmetic.jsonl")
 
 
 def add_collect_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -276,8 +277,9 @@ def add_import_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     parser.add_argument(
         "--example",
         action="store_true",
-        help="also read the examples shipped with the package: a LangGraph run and three failed BIG-Bench-Mistake "
-        "chains of thought (with their expected answers)",
+        help="also read the examples shipped with the package: a failed run of the table-QA demo agent whose empty "
+        "filter result names the right value (the evidence checks find its failing step with no model), a "
+        "LangGraph run, and three failed BIG-Bench-Mistake chains of thought, with their expected answers",
     )
     parser.add_argument("--max-file-bytes", type=int, default=DEFAULT_MAX_FILE_BYTES, help="largest file read")
     parser.set_defaults(handler=_import)
@@ -305,7 +307,7 @@ def _import(args: argparse.Namespace) -> int:
         with lines_replaced_on_success(args.out, flag="-o") as output:
             report = import_files(
                 paths,
-                TraceWriter(args.out, stream=output.file).write,
+                _with_expected_answer(TraceWriter(args.out, stream=output.file).write),
                 max_file_bytes=args.max_file_bytes,
                 progress=progress,
                 readers=DATASET_READERS,  # TRAIL and BIG-Bench Mistake files, besides OTLP
@@ -335,6 +337,21 @@ def _import(args: argparse.Namespace) -> int:
         return 1
     _print_report(report, args.out)
     return 0
+
+
+def _with_expected_answer(
+    write: Callable[[StructuredTrace, dict[str, str] | None], None],
+) -> Callable[[StructuredTrace, dict[str, str] | None], None]:
+    """``write``, giving a trace whose root span said its expected answer (``reflect.expected_answer``) that answer
+    as the line's ``expected_answer``, as a dataset row's is: ``show`` and ``attribute`` read it there."""
+
+    def written(trace: StructuredTrace, fields: dict[str, str] | None) -> None:
+        expected = expected_answer_of(trace)
+        if expected is not None and not (fields or {}).get(EXPECTED_ANSWER_FIELD):
+            fields = {**(fields or {}), EXPECTED_ANSWER_FIELD: expected}
+        write(trace, fields)
+
+    return written
 
 
 class _NothingImported(Exception):

@@ -108,7 +108,7 @@ def _show(args: argparse.Namespace) -> int:
             if step.tool_result:
                 print(f"       -> {_cut(step.tool_result, args.width)}")
         print(f"  final answer: {_cut(trace.final_answer, args.width)}")
-        expected = row.extras.get(EXPECTED_ANSWER_FIELD)
+        expected = row.extras.get(EXPECTED_ANSWER_FIELD) or trace.metadata.get(EXPECTED_ANSWER_FIELD)
         if expected is not None:
             print(f"  expected answer: {_cut(str(expected), args.width)}")
         for warning in trace.warnings:

@@ -73,7 +73,9 @@ def test_attribute_keeps_the_good_traces_and_expected_answers(
     err = capsys.readouterr().err
     assert code == 1 and "4 line(s)" in err
     assert f"{expected}:2: not valid JSON" in err and f"{expected}:4: needs trace_id and expected_answer" in err
-    records = [json.loads(line) for line in out.read_text().splitlines()]
+    # a run that skipped lines failed: -o is not written, the good traces' records are kept beside it
+    assert not out.exists() and f"are in {tmp_path / 'records.partial.jsonl'}" in err
+    records = [json.loads(line) for line in (tmp_path / "records.partial.jsonl").read_text().splitlines()]
     assert [r["trace_id"] for r in records] == good
 
 
@@ -127,7 +129,9 @@ def test_import_keeps_the_good_files_and_lines_beside_bad_ones(
     assert main(["import", str(good), str(mixed), str(infinite), "-o", str(out)]) == 1
     err = capsys.readouterr().err
     assert "mixed.jsonl:2: not valid JSON" in err
-    assert len(out.read_text().splitlines()) == 3  # the OTLP trace and the two good BIG-Bench-Mistake rows
+    assert not out.exists() and f"are in {tmp_path / 'o.partial.jsonl'}" in err  # a failed import writes no -o
+    # the OTLP trace and the two good BIG-Bench-Mistake rows, kept beside it
+    assert len((tmp_path / "o.partial.jsonl").read_text().splitlines()) == 3
 
 
 def test_parent_ids_that_form_a_cycle_end_the_import(tmp_path: Path) -> None:

@@ -32,4 +32,4 @@ def test_collect_reingest_brings_the_store_up_to_the_file_and_skips_a_torn_line(
     imported = tmp_path / "imported.jsonl"  # an import output: its lines carry expected answers
     assert main(["import", "--example", "-o", str(imported)]) == 0
     assert main(["collect", "--reingest", str(imported), "--store", str(store)]) == 0
-    assert "4 trace(s)" in capsys.readouterr().err
+    assert "5 trace(s)" in capsys.readouterr().err
