@@ -310,9 +310,9 @@ def test_attribute_command_exports_and_survives_a_down_endpoint(tmp_path: Path, 
     receiver.shutdown(10)
     assert code == 1
     err = capsys.readouterr().err
-    assert "4 record(s) could not be exported to phoenix" in err and "not every export succeeded" in err
+    assert "5 record(s) could not be exported to phoenix" in err and "not every export succeeded" in err
     with duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True) as db:  # nothing lost
-        assert db.execute("SELECT count(*) FROM attributions").fetchone() == (4,)
+        assert db.execute("SELECT count(*) FROM attributions").fetchone() == (5,)
     assert sorted(t.trace_id for t in received) == sorted(
         json.loads(line)["trace_id"] for line in (tmp_path / "r.jsonl").read_text().splitlines()
     )

@@ -224,7 +224,7 @@ def test_attribute_writes_to_the_store(tmp_path: Path, capsys: pytest.CaptureFix
 
     assert main(["attribute", str(traces), "--method", "last-step", "-o", str(tmp_path / "r.jsonl")]) == 0
     counts = _counts(tmp_path / "env.duckdb")  # REFLECT_STORE was used
-    assert counts["traces"] == counts["attributions"] == 4 and counts["steps"] == 16
+    assert counts["traces"] == counts["attributions"] == 5 and counts["steps"] == 18
 
 
 def test_a_version_1_store_is_migrated_in_place(tmp_path: Path) -> None:
