@@ -77,7 +77,7 @@ Columns = dict[str, list[Any]]
 REPLAY_COLUMNS = (
     "trace_id", "method", "seq", "round", "rollback_point", "localized_step", "gate_retry", "sample", "faithful",
     "violation_type", "flipped", "final_answer", "error", "correction_source", "correction_kind", "replaced_step",
-    "original_call", "replacement_call", "arm", "changed_step", "reproduced",
+    "original_call", "replacement_call", "arm", "changed_step", "reproduced", "change",
 )  # fmt: skip
 CALL_COLUMNS = (
     "trace_id", "method", "seq", "stage", "model", "prompt_tokens", "cached_prompt_tokens", "completion_tokens",
@@ -177,7 +177,7 @@ def _effect_columns(record: AttributionRecord) -> dict[str, Any]:
     """The controlled test behind the record (both arms, each with its Wilson interval) and replay fidelity."""
     effect, fidelity = record.effect, record.fidelity
     arms: dict[str, Any] = {}
-    for name in ("intervention", "control"):
+    for name in ("intervention", "control", "sensitivity"):
         arm = getattr(effect, name) if effect is not None else None
         arms |= {
             f"effect_{name}_replays": arm.replays if arm else None,
@@ -191,6 +191,9 @@ def _effect_columns(record: AttributionRecord) -> dict[str, Any]:
         "effect_p_value": effect.p_value if effect else None,
         "fidelity_controls": fidelity.controls if fidelity else None,
         "fidelity_reproduced": fidelity.reproduced if fidelity else None,
+        "claim": record.claim,
+        "localization_test": record.localization_test.outcome.value if record.localization_test else None,
+        "obstacle": record.obstacle.value if record.obstacle else None,
     }
 
 
@@ -246,6 +249,7 @@ def record_rows(record: AttributionRecord) -> Write:
             "arm": a.arm.value,
             "changed_step": a.changed_step,
             "reproduced": a.reproduced,
+            "change": a.change.value if a.change is not None else None,
         }
         for seq, a in enumerate(record.replays)
     ]

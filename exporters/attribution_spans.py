@@ -35,6 +35,8 @@ ANNOTATION_NAME = "decisive_error"
 def record_attributes(record: AttributionRecord) -> dict[str, str | int | float | bool]:
     """The span attributes of a record (None values left out, as OTel requires)."""
     verified_by = record.verified_by
+    sensitivity = record.effect.sensitivity if record.effect else None
+    test = record.localization_test
     values: dict[str, str | int | float | bool | None] = {
         SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.EVALUATOR.value,
         ReflectAttributes.TRACE_ID: record.trace_id,
@@ -58,6 +60,11 @@ def record_attributes(record: AttributionRecord) -> dict[str, str | int | float 
         ReflectAttributes.EFFECT_INTERVENTION_REPLAYS: record.effect.intervention.replays if record.effect else None,
         ReflectAttributes.EFFECT_CONTROL_FLIPS: record.effect.control.flips if record.effect else None,
         ReflectAttributes.EFFECT_CONTROL_REPLAYS: record.effect.control.replays if record.effect else None,
+        ReflectAttributes.EFFECT_SENSITIVITY_FLIPS: sensitivity.flips if sensitivity else None,
+        ReflectAttributes.EFFECT_SENSITIVITY_REPLAYS: sensitivity.replays if sensitivity else None,
+        ReflectAttributes.CLAIM: record.claim,
+        ReflectAttributes.LOCALIZATION_TEST: test.outcome.value if test else None,
+        ReflectAttributes.OBSTACLE: record.obstacle.value if record.obstacle else None,
         ReflectAttributes.FIDELITY_CONTROLS: record.fidelity.controls if record.fidelity else None,
         ReflectAttributes.FIDELITY_REPRODUCED: record.fidelity.reproduced if record.fidelity else None,
         SpanAttributes.INPUT_VALUE: record.trace_id,
@@ -73,6 +80,7 @@ def record_attributes(record: AttributionRecord) -> dict[str, str | int | float 
                 "status": record.status.value,
                 "step_index": record.step_index,
                 "rollback_point": record.intervention.rollback_point if record.intervention else None,
+                "claim": record.claim,
             }
         ),
     }

@@ -110,7 +110,23 @@ UPDATE attributions SET agent_calls = coalesce((
     WHERE c.trace_id = attributions.trace_id AND c.method = attributions.method AND c.stage = 'agent_replay'), 0)
 """
 
-MIGRATIONS: list[str] = [_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6, _SCHEMA_V7, _SCHEMA_V8]
+# v9: the sensitivity arm (the step changed in text, not in effect, from the same prefix), what a verified record
+# claims (localized or decisive) and its localization test, why a not-attributable record's flip was not credited,
+# and what each replay changed at its step (its effect, the answer turn, a later call moved earlier, ...)
+_SCHEMA_V9 = """
+ALTER TABLE attributions ADD COLUMN effect_sensitivity_replays INTEGER;
+ALTER TABLE attributions ADD COLUMN effect_sensitivity_flips INTEGER;
+ALTER TABLE attributions ADD COLUMN effect_sensitivity_low DOUBLE;
+ALTER TABLE attributions ADD COLUMN effect_sensitivity_high DOUBLE;
+ALTER TABLE attributions ADD COLUMN claim VARCHAR;
+ALTER TABLE attributions ADD COLUMN localization_test VARCHAR;
+ALTER TABLE attributions ADD COLUMN obstacle VARCHAR;
+ALTER TABLE replays ADD COLUMN change VARCHAR
+"""
+
+MIGRATIONS: list[str] = [
+    _SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6, _SCHEMA_V7, _SCHEMA_V8, _SCHEMA_V9,
+]  # fmt: skip
 """Each schema version's DDL (``postgres_schema.MIGRATIONS`` holds the same versions in PostgreSQL's SQL)."""
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -158,6 +174,20 @@ VIEWS: dict[str, str] = {
                round(count(*) FILTER (WHERE r.reproduced) / count(*), 4) AS fidelity
         FROM replays r JOIN traces t USING (trace_id)
         WHERE r.arm = 'control' AND r.error IS NULL GROUP BY ALL ORDER BY service, agent""",
+    "replay_sensitivity": """
+        SELECT json_extract_string(t.trace_json, '$.source.service') AS service, t.agent,
+               count(*) AS points, count(*) FILTER (WHERE r.flipped) AS sensitive,
+               round(count(*) FILTER (WHERE r.flipped) / count(*), 4) AS sensitive_share
+        FROM replays r JOIN traces t USING (trace_id)
+        WHERE r.arm = 'sensitivity' AND r.error IS NULL AND r.sample = 0 GROUP BY ALL ORDER BY service, agent""",
+    "verified_claims": """
+        SELECT method, count(*) FILTER (WHERE status = 'verified') AS verified,
+               count(*) FILTER (WHERE claim = 'localized') AS localized,
+               count(*) FILTER (WHERE status = 'verified' AND claim = 'decisive') AS decisive_only,
+               count(*) FILTER (WHERE obstacle = 'sensitive') AS sensitive,
+               count(*) FILTER (WHERE obstacle = 'control_flipped') AS control_flipped,
+               count(*) FILTER (WHERE obstacle = 'no_change_of_effect') AS no_change_of_effect
+        FROM attributions GROUP BY ALL ORDER BY method""",
     "cost_per_trace": """
         SELECT a.trace_id, a.method, a.llm_calls, a.tokens, c.cached_prompt_tokens, a.seconds
         FROM attributions a LEFT JOIN (SELECT trace_id, method, sum(cached_prompt_tokens) AS cached_prompt_tokens

@@ -14,6 +14,7 @@ from reflect_otel.record import (
     AttributionStatus,
     Correction,
     InterventionKind,
+    LocalizationOutcome,
     ReplayArm,
     ReplayAttempt,
 )
@@ -88,11 +89,16 @@ def _diagnosis(record: AttributionRecord, kind: str) -> str:
             if correction is not None and correction.kind is InterventionKind.ACTION
             else "redone as the correction below says"
         )
+        headline = (
+            f"Step {_e(record.step_index)} caused the wrong answer"
+            if record.claim == "localized"
+            else f"Step {_e(record.step_index)} decided the wrong answer"
+        )
         text = (
-            f"<b>Step {_e(record.step_index)} caused the wrong answer</b> ({_e(kind)}). The agent answered "
+            f"<b>{headline}</b> ({_e(kind)}). The agent answered "
             f"<b>{_e(record.original_answer)}</b>{_stop(record.original_answer)} Replayed with {_kept(kept)} and step {_e(record.step_index)} "
             f"{redone}, it answered <b>{_e(record.corrected_answer)}</b>, which verifies as correct.{_control(record)}"
-            f"{_proof(correction)}"
+            f"{_localization(record)}{_proof(correction)}"
         )
     elif record.status is AttributionStatus.NOT_ATTRIBUTABLE and record.effect is not None:
         text = (
@@ -112,18 +118,40 @@ def _diagnosis(record: AttributionRecord, kind: str) -> str:
 
 
 def _control(record: AttributionRecord) -> str:
-    """What the control replay did beside the intervention, and the replay fidelity."""
+    """What the control and the sensitivity arm did beside the intervention, and the replay fidelity."""
     effect = record.effect
     if effect is None:
         return ""
     answers = ", ".join(repr(a) for a in effect.control.answers[:5]) or "nothing"
     fidelity = f" {_e(record.fidelity.text())}." if record.fidelity else ""
+    sensitivity = ""
+    if effect.sensitivity is not None:
+        said = ", ".join(repr(a) for a in effect.sensitivity.answers[:5]) or "nothing"
+        sensitivity = (
+            f" With step {_e(effect.step_index)} changed in text only ({_e(effect.sensitivity_note)}), the sensitivity "
+            f"arm, it answered {_e(said)}."
+        )
+    elif effect.sensitivity_note:
+        sensitivity = f" No sensitivity arm ran: {_e(effect.sensitivity_note)}."
+    intervals = f"intervention [{effect.intervention.low:.2f}, {effect.intervention.high:.2f}], control [{effect.control.low:.2f}, {effect.control.high:.2f}]"
+    if effect.sensitivity is not None:
+        intervals += f", sensitivity [{effect.sensitivity.low:.2f}, {effect.sensitivity.high:.2f}]"
     return (
-        f" Replayed from the same prefix with no intervention (the control), it answered {_e(answers)}: "
-        f"<b>{_e(effect.text())}</b> (Wilson 95%: intervention [{effect.intervention.low:.2f}, "
-        f"{effect.intervention.high:.2f}], control [{effect.control.low:.2f}, {effect.control.high:.2f}])."
-        f"{fidelity}"
+        f" Replayed from the same prefix with no intervention (the control), it answered {_e(answers)}.{sensitivity} "
+        f"<b>{_e(effect.text())}</b> (Wilson 95%: {intervals}).{fidelity}"
     )
+
+
+def _localization(record: AttributionRecord) -> str:
+    """What the localization test found: whether the same correction source flips the run at another step."""
+    test = record.localization_test
+    if test is None:
+        return ""
+    if test.outcome is LocalizationOutcome.LOCALIZED:
+        return f" <b>Localized:</b> {_e(test.reason)}."
+    if test.outcome is LocalizationOutcome.NOT_LOCALIZED:
+        return f" <b>Decisive, not localized:</b> {_e(test.reason)}: the run turns on more than this step."
+    return f" <b>Decisive; localization untested:</b> {_e(test.reason)}{_stop(test.reason)}"
 
 
 def _call(correction: Correction) -> str:
@@ -182,6 +210,8 @@ def _replays_tried(record: AttributionRecord) -> str:
         correction = attempt.correction
         if attempt.arm is ReplayArm.CONTROL:
             given = "<p><b>Control:</b> the same prefix, no intervention</p>"
+        elif attempt.arm is ReplayArm.SENSITIVITY:
+            given = "<p><b>Sensitivity:</b> the same prefix, the step changed in text only</p>"
         elif correction is not None and correction.kind is InterventionKind.ACTION and correction.replacement:
             given = f"<p><b>Executed instead ({_e(correction.source)})</b></p><pre>{_e(correction.replacement.render())}</pre>"
         else:
@@ -288,6 +318,15 @@ def render_report(
             if control is not None
             else ""
         )
+        sensitivity = next(
+            (a for a in record.replays if a.arm is ReplayArm.SENSITIVITY and a.rollback_point == point and not a.error),
+            None,
+        )
+        if sensitivity is not None:
+            control_column += (
+                f"<div><h2>Sensitivity (changed in text only)</h2>{_steps(sensitivity.continuation, None)}"
+                f"<p><b>Answer:</b> {_e(sensitivity.final_answer)}</p></div>"
+            )
         body.append(
             f'<div class="cols"><div><h2>Original continuation</h2>{_steps(trace.steps[point:], decisive, labelled)}'
             f"<p><b>Answer:</b> {_e(record.original_answer)}</p></div>{control_column}"

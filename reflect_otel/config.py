@@ -156,17 +156,18 @@ class ReflectConfig(BaseModel):
         "verify.",
     )
     max_replays: int | None = Field(
-        default=8,
+        default=12,
         ge=1,
         le=200,
-        description="Replays one attribution may run, controls included (None: no cap); every method compared "
-        "gets the same budget.",
+        description="Replays one attribution may run, controls and sensitivity arms included (None: no cap); every "
+        "method compared gets the same budget. A test needs three arms: 3 replays with a deterministic adapter, "
+        "3 x verify_samples with a sampled one.",
     )
     verify_samples: int = Field(
         default=3,
         ge=1,
         le=20,
-        description="Replays per arm of a controlled test (intervention and control) when the adapter's "
+        description="Replays per arm of a controlled test (intervention, control and sensitivity) when the adapter's "
         "continuations are sampled; a deterministic adapter needs one per arm.",
     )
     proposal_samples: int = Field(

@@ -14,7 +14,8 @@ the same sampling:
 
 * the **sensitivity** arm: the same prefix with step p changed in text but not in effect (the original call
   re-serialised, the original thought under a step label: :func:`~reflect_otel.effects.sensitivity_variant`),
-  executed as every intervention is. Run once per point, and only before a flip there is credited.
+  executed as every intervention is; for guidance an adapter regenerates itself, a text that asks for nothing
+  injected where the correction was. Run once per point, and only before a flip there is credited.
 
 The decision rule. The intervention *changed step p* when it changed the step's **effect**
 (:mod:`reflect_otel.effects`): the adapter executed it as given (an action) and what it produced differs from what
@@ -58,7 +59,7 @@ from reflect_otel.config import ReflectConfig
 from reflect_otel.corrections import repeated_call
 from reflect_otel.effects import change_of, screened_change, sensitivity_variant
 from reflect_otel.leaks import action_leak, leak
-from reflect_otel.proposals import ALREADY_REPLAYED, Candidate, candidates, judge, replayed_already
+from reflect_otel.proposals import ALREADY_REPLAYED, Candidate, EffectScreen, candidates, judge, replayed_already
 from reflect_otel.record import (
     REFUSED_TEXT_CHARS,
     Correction,
@@ -75,6 +76,7 @@ from reflect_otel.replay import (
     ReplayAdapter,
     ReplayResult,
     is_deterministic,
+    proposer,
     pure_tools,
     result_normaliser,
     variant_maker,
@@ -136,6 +138,7 @@ class ControlledReplay:
         )
         self._replayed: dict[int, set[str]] = {}  # per rollback point, the keys of the actions replayed there
         self.pure = pure_tools(adapter)
+        self.effects = EffectScreen(run.trace, adapter)
 
     @property
     def replays(self) -> tuple[ReplayAttempt, ...]:
@@ -150,13 +153,13 @@ class ControlledReplay:
     def remaining(self) -> int | None:
         return self.replayer.remaining
 
-    def can_test(self, step: int, *, sensitivity: bool = True) -> bool:
+    def can_test(self, step: int, *, sensitivity: bool = True, guided: bool = False) -> bool:
         """Whether the budget pays for a test at ``step``: its control and sensitivity arm (unless they ran) and one
-        intervention arm."""
+        intervention arm. ``guided``: a guidance trial the adapter regenerates itself."""
         left = self.remaining
         point = step - 1
         need = self.samples * (1 if self.controls.ran(point) else 2)
-        return left is None or left >= need + (self.sensitivities.cost(point) if sensitivity else 0)
+        return left is None or left >= need + (self.sensitivities.cost(point, guided=guided) if sensitivity else 0)
 
     def _action_leak(self, trial: Trial) -> str | None:
         """Why an action trial's replacement must not run: what it introduces into the step it replaces carries the
@@ -181,8 +184,9 @@ class ControlledReplay:
         if screened is not None:
             refused = trial.correction.model_copy(update={"refused": screened.text})
             return TrialResult(trial, Decision.NOT_TESTED, f"refused: {screened.text}", corrections=(refused,))
+        guided = self._guided(trial)
         variant, why_none = self.sensitivities.variant(trial.rollback_point)
-        if sensitivity and variant is None:
+        if sensitivity and variant is None and not guided:
             return TrialResult(
                 trial,
                 Decision.NOT_TESTED,
@@ -197,8 +201,8 @@ class ControlledReplay:
         repeated = replayed_already(trial, self._replayed.get(trial.rollback_point, set()))
         if repeated is not None:  # before the budget's and the control's checks, so the record lists why
             return TrialResult(trial, Decision.NOT_TESTED, ALREADY_REPLAYED, corrections=(repeated,))
-        if not self.can_test(trial.step, sensitivity=sensitivity):
-            return TrialResult(trial, Decision.NOT_TESTED, self._unaffordable(trial.step, sensitivity))
+        if not self.can_test(trial.step, sensitivity=sensitivity, guided=guided):
+            return TrialResult(trial, Decision.NOT_TESTED, self._unaffordable(trial.step, sensitivity, guided))
         ran = self.controls.get(trial.rollback_point)
         if ran is not None and not ran.answered:
             return TrialResult(trial, Decision.NOT_TESTED, _CONTROL_FAILED)
@@ -217,9 +221,11 @@ class ControlledReplay:
             config=self.config,
             gate=self.gate,
             replayed_here=self._replayed.get(trial.rollback_point, set()),
+            effects=self.effects,
         )
         if not found:  # screened before the control runs: a control nothing is compared with wastes a replay
-            reason = "no proposal changed the step as the plan says" if considered else "nothing to replay"
+            changed = "no proposal changed the step" + (" as the plan says" if trial.plan is not None else "")
+            reason = changed if considered else "nothing to replay"
             return TrialResult(trial, Decision.NOT_TESTED, reason, corrections=tuple(considered))
         control = self.controls.at(trial.rollback_point, round_=trial.round, localized=trial.localized_step)
         if not control.answered:
@@ -228,11 +234,16 @@ class ControlledReplay:
             found = found[:1]
         return self._run(trial, control, found, considered, sensitivity=sensitivity)
 
-    def _unaffordable(self, step: int, sensitivity: bool) -> str:
+    def _guided(self, trial: Trial) -> bool:
+        """Whether ``trial`` is guidance the adapter regenerates itself (it cannot propose): its sensitivity arm is a
+        neutral text injected, not a variant executed."""
+        return not trial.is_action and proposer(self.adapter) is None
+
+    def _unaffordable(self, step: int, sensitivity: bool, guided: bool) -> str:
         arms = ["an intervention"]
         if not self.controls.ran(step - 1):
             arms.append("a control")
-        if sensitivity and self.sensitivities.cost(step - 1):
+        if sensitivity and self.sensitivities.cost(step - 1, guided=guided):
             arms.append("a sensitivity arm")
         need = self.samples * len(arms)
         return (
@@ -288,7 +299,12 @@ class ControlledReplay:
                     return TrialResult(
                         trial, Decision.VERIFIED, "", tuple(attempts), tuple(considered), effect, deciding, replayed
                     )  # fmt: skip
-                arm = self.sensitivities.at(trial.rollback_point, round_=trial.round, localized=trial.localized_step)
+                arm = self.sensitivities.at(
+                    trial.rollback_point,
+                    round_=trial.round,
+                    localized=trial.localized_step,
+                    guided=candidate.action is None,
+                )
                 effect = self._with_sensitivity(effect, arm, len(counted), len(answered))
                 obstacle, why = self._sensitivity_obstacle(trial, effect, arm)
                 if obstacle is None:

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from reflect_otel import corrections
 from reflect_otel._run import AttributionRun
 from reflect_otel.config import GateMode, ReflectConfig
-from reflect_otel.effects import screened_change
-from reflect_otel.record import Correction, GateDecider, GateVerdict, InterventionKind
-from reflect_otel.replay import ProposedStep, ReplayAdapter, proposer, pure_tools
-from reflect_otel.trace import Step, StepAction, StepKind
+from reflect_otel.effects import same_result, screened_change
+from reflect_otel.record import Correction, GateDecider, GateVerdict, InterventionKind, StepChange
+from reflect_otel.replay import ProposedStep, ReplayAdapter, previewer, proposer, pure_tools, result_normaliser
+from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
 from reflect_otel.trial import GateFn, Trial
 
-__all__ = ["ALREADY_REPLAYED", "Candidate", "candidates", "judge", "replayed_already"]
+__all__ = ["ALREADY_REPLAYED", "Candidate", "EffectScreen", "candidates", "judge", "replayed_already"]
 
 ALREADY_REPLAYED = "the same call was already replayed at this step"
 
@@ -59,13 +59,20 @@ def candidates(
     config: ReflectConfig,
     gate: GateFn | None,
     replayed_here: Collection[str],
+    effects: EffectScreen | None = None,
 ) -> tuple[list[Candidate], list[Correction]]:
     """The interventions to replay for ``trial``, in order, and every correction considered for it (the candidates
     point into that list). ``replayed_here``: the keys (:meth:`StepAction.key`) of the actions already replayed at
-    the trial's rollback point; an action among them is refused, given or proposed."""
+    the trial's rollback point; an action among them is refused, given or proposed. ``effects``: the attribution's
+    screen of what replacements would produce (one that changes nothing, or repeats another's result, is refused)."""
+    effects = effects or EffectScreen(run.trace, adapter)
     if trial.is_action:
         refused = replayed_already(trial, replayed_here)
-        return ([], [refused]) if refused else ([Candidate(0, trial.correction.replacement)], [trial.correction])
+        action = trial.correction.replacement
+        if refused is None and action is not None:
+            why = effects.refusal(action, trial.step)
+            refused = trial.correction.model_copy(update={"refused": why}) if why else None
+        return ([], [refused]) if refused else ([Candidate(0, action)], [trial.correction])
     source = proposer(adapter)
     if source is None:  # the agent regenerates the step itself in the replay; judged after the fact
         return [Candidate(0, None)], [trial.correction]
@@ -82,7 +89,40 @@ def candidates(
         run.error("propose", error, trial.round)
         return [], []
     pure = pure_tools(adapter)
-    return _screened(trial, proposals, run=run, config=config, gate=gate, replayed_here=replayed_here, pure=pure)
+    return _screened(
+        trial, proposals, run=run, config=config, gate=gate, replayed_here=replayed_here, pure=pure, effects=effects
+    )
+
+
+class EffectScreen:
+    """What a replacement would produce at its step, where the adapter can preview it
+    (:class:`~reflect_otel.replay.PreviewsSteps`): one whose result is the original step's, or the same as another
+    replacement's already kept there, would test nothing new and is refused before a replay is spent on it."""
+
+    def __init__(self, trace: StructuredTrace, adapter: ReplayAdapter) -> None:
+        self.trace = trace
+        self.source = previewer(adapter)
+        self.normalise = result_normaliser(adapter)
+        self._kept: dict[int, list[tuple[str, str]]] = {}  # per step: (result, the replacement that gave it)
+
+    def refusal(self, action: StepAction, step: int) -> str | None:
+        """Why ``action`` at ``step`` would test nothing new, or None (also when no preview can tell)."""
+        if self.source is None or action.tool_name is None or not 1 <= step <= len(self.trace.steps):
+            return None
+        result = self.source.preview(self.trace, rollback_point=step - 1, action=action)
+        if result is None:
+            return None
+        original = self.trace.steps[step - 1]
+        if original.tool_name == action.tool_name and same_result(
+            original.tool_result, result, tool_name=action.tool_name, normalise=self.normalise
+        ):
+            return f"{StepChange.SAME_EFFECT.text} (previewed before any replay)"
+        kept = self._kept.setdefault(step, [])
+        for earlier, rendered in kept:
+            if same_result(earlier, result, tool_name=action.tool_name, normalise=self.normalise):
+                return f"it returns what {rendered[:120]} returns there, which is tested already (previewed)"
+        kept.append((result, action.render()))
+        return None
 
 
 def replayed_already(trial: Trial, replayed_here: Collection[str]) -> Correction | None:
@@ -103,6 +143,7 @@ def _screened(
     gate: GateFn | None,
     replayed_here: Collection[str],
     pure: Collection[str],
+    effects: EffectScreen,
 ) -> tuple[list[Candidate], list[Correction]]:
     original = run.trace.steps[trial.step - 1]
     seen: set[str] = set()
@@ -127,6 +168,8 @@ def _screened(
         refused = _refusal(correction, proposal, run, pure)
         if refused is None and key in replayed_here:
             refused = ALREADY_REPLAYED
+        if refused is None:
+            refused = effects.refusal(proposal.action, trial.step)
         verdict = None if refused else judge(trial, proposal.action, original, gate, config.gate)
         if refused is None and verdict is not None and not verdict.is_faithful and config.gate is GateMode.HARD:
             refused = (

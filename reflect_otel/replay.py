@@ -25,6 +25,7 @@ __all__ = [
     "InjectionRole",
     "MakesVariants",
     "NormalisesResults",
+    "PreviewsSteps",
     "ProposedStep",
     "ProposesSteps",
     "ReplayAdapter",
@@ -35,6 +36,7 @@ __all__ = [
     "check_rollback_point",
     "find_replay_adapter",
     "is_deterministic",
+    "previewer",
     "proposer",
     "replay_with",
     "resampler",
@@ -260,6 +262,25 @@ def result_normaliser(adapter: ReplayAdapter | None) -> Callable[[str, str], str
     """``adapter``'s :class:`NormalisesResults` method, looking through a :class:`BudgetedReplay`; None without."""
     inner = adapter.inner if isinstance(adapter, BudgetedReplay) else adapter
     return inner.normalise_result if isinstance(inner, NormalisesResults) else None
+
+
+@runtime_checkable
+class PreviewsSteps(Protocol):
+    """An adapter that can say what a call would return at a rollback point without running the agent on:
+    ``preview(trace, rollback_point=p, action=a)`` brings the agent's state to after step ``p`` and runs ``a``'s
+    tool alone, returning its result as the agent would read it; None when it cannot tell (the tool is not one its
+    agent declared pure, :class:`HasPureTools`, or it failed). It changes nothing the agent can see and costs no
+    model call, so a replacement whose effect equals the original step's (:mod:`reflect_otel.effects`) is refused
+    before a replay is spent on it. Raises nothing."""
+
+    def preview(self, trace: StructuredTrace, *, rollback_point: int, action: StepAction) -> str | None: ...
+
+
+def previewer(adapter: ReplayAdapter | None) -> PreviewsSteps | None:
+    """``adapter`` as a :class:`PreviewsSteps` (looking through a :class:`BudgetedReplay`: a preview is no replay),
+    or None."""
+    inner = adapter.inner if isinstance(adapter, BudgetedReplay) else adapter
+    return inner if isinstance(inner, PreviewsSteps) else None
 
 
 @runtime_checkable

@@ -215,12 +215,13 @@ def localization_test(
     verified: TrialResult,
 ) -> LocalizationTest:
     """Whether the correction source that proved step p decisive flips the run at another replaceable step too: the
-    nearest step to p (before or after it) that no round of this attribution named, where the source has a
+    nearest step to p (before or after it) that no round of this attribution localized or replayed, where the source has a
     correction (:meth:`SearchPolicy.elsewhere`), replayed under control without a sensitivity arm. *Localized* when
     a replacement there changed its step's effect and the run did not flip; *not localized* when it flipped and its
     control did not; untested otherwise, saying why."""
     trace, step = ctx.trace, verified.trial.step
-    named = localized_steps(rounds) | {r.trial.step for round_ in rounds for r in round_.results}
+    replayed = {r.trial.step for round_ in rounds for r in round_.results if r.decision is not Decision.NOT_TESTED}
+    named = localized_steps(rounds) | replayed
     others = sorted(
         (s.index for s in trace.steps if not s.is_final_answer and s.index not in named),
         key=lambda q: (abs(q - step), q),

@@ -150,6 +150,18 @@ class ReflectAttributes:
     """Control replays of this attribution that ran to an answer."""
     FIDELITY_REPRODUCED = "reflect.attribution.fidelity.reproduced"
     """Of those, how many reproduced the run's original answer (replay fidelity)."""
+    EFFECT_SENSITIVITY_FLIPS = "reflect.attribution.effect.sensitivity.flips"
+    """Sensitivity replays (the step changed in text, not in effect, from the same prefix) that flipped the outcome."""
+    EFFECT_SENSITIVITY_REPLAYS = "reflect.attribution.effect.sensitivity.replays"
+    """Sensitivity replays that ran to an answer."""
+    CLAIM = "reflect.attribution.claim"
+    """What a verified record claims: ``localized`` (the same correction source at another step did not flip the
+    run) or ``decisive`` (the step decides the run under replay; whether the error is there alone was not shown)."""
+    LOCALIZATION_TEST = "reflect.attribution.localization_test"
+    """The localization test's outcome: ``localized``, ``not_localized`` or ``untested``."""
+    OBSTACLE = "reflect.attribution.obstacle"
+    """A not-attributable record: why its flip was not credited (``sensitive``, ``control_flipped``,
+    ``no_change_of_effect``, ...)."""
     REPLAY = "reflect.replay"
     """True on the root span of a replay run that reflect-otel made: our collectors skip such traces (they are
     evidence inside an attribution record, not runs of the application), and other backends can filter on it."""

@@ -267,6 +267,22 @@ class LangGraphReplayAdapter:
     def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
         return tuple(self._run_from(trace, 0, "", InjectionRole.SYSTEM, None, temperature) for _ in range(samples))
 
+    def preview(self, trace: StructuredTrace, *, rollback_point: int, action: StepAction) -> str | None:
+        """What ``action``'s tool returns after step ``rollback_point``, run alone from the graph's tools node: only
+        for a tool declared pure, with ``restore_state`` to bring the agent's state there (see
+        :class:`~reflect_otel.replay.PreviewsSteps`). None otherwise, or when the tool fails."""
+        if self._restore_state is None or action.tool_name not in self.pure_tools:
+            return None
+        node = getattr(self.graph, "nodes", {}).get(self.tools_node)
+        tool = getattr(getattr(node, "bound", None), "tools_by_name", {}).get(action.tool_name)
+        if tool is None:
+            return None
+        try:
+            with self._prepared(trace, rollback_point):
+                return _values.as_text(tool.invoke(dict(action.arguments)))
+        except Exception:  # the agent's tool, or its state, may fail in any way: a replay will tell
+            return None
+
     def replay(
         self,
         trace: StructuredTrace,

@@ -34,7 +34,10 @@ ANCHORS = {
 
 
 def failed_run() -> StructuredTrace:
-    steps = [{"tool": "search", "args": {"q": f"river {i}"}, "result": f"river {i} is long"} for i in (1, 2, 3)]
+    steps = [
+        {"tool": "search", "args": {"q": f"river {i}"}, "result": f"river {i} is long", "reasoning": f"search {i}"}
+        for i in (1, 2, 3)
+    ]
     return make_trace("Which river is longest?", [*steps, {"reasoning": "Danube", "is_final_answer": True}])
 
 
@@ -74,7 +77,7 @@ def fixed_agent() -> ScriptedProposingAdapter:
     return ScriptedProposingAdapter(
         continue_with,
         lambda trace, point, injection, sample, temperature: {"tool": "search", "args": {"q": "nile"}},
-        tools={"search": lambda q: f"{q} is the longest"},
+        tools={"search": lambda q: f"{q} is the longest" if q == "nile" else f"{q} is long"},
         deterministic=True,
     )
 
@@ -100,11 +103,19 @@ def test_online_the_triage_audit_and_every_replay_audit_are_in_the_record_and_th
     record = outcome.record
     assert outcome.flagged and record is not None and record.corrected_answer == "Nile"
     asked = [r.stage for r in llm.requests]
-    # the original run is audited once (triage), not again by the method; each replay (control, intervention) once
+    # the original run is audited once (triage), not again by the method; each replay once: the test's control,
+    # intervention and sensitivity arm, then the localization test's control and intervention at another step
     audit = ["proxy_anchors", "proxy_audit"]
-    assert asked == [*audit, "localize", *audit, *audit]
+    assert [(a.arm.value, a.rollback_point) for a in record.replays] == [
+        ("control", 1),
+        ("intervention", 1),
+        ("sensitivity", 1),
+        ("control", 0),
+        ("localization", 0),
+    ]
+    assert asked == [*audit, "localize", *audit * len(record.replays)]
     assert [c.stage for c in record.llm_calls] == asked
-    assert {c.stage: c.calls for c in record.cost} == {"proxy_anchors": 3, "proxy_audit": 3, "localize": 1}
+    assert {c.stage: c.calls for c in record.cost} == {"proxy_anchors": 6, "proxy_audit": 6, "localize": 1}
     assert record.original_verdict is not None and record.original_verdict.verifier == "plan_anchored"
     assert outcome.tokens == record.total_tokens == budget.spent_last_hour() > 0
 
@@ -142,11 +153,13 @@ def test_attribute_with_a_model_verifier_counts_its_verdicts_on_replays() -> Non
     outcome = service.process(failed_run(), expected="Nile", replay=fixed_agent())
     record = outcome.record
     assert record is not None and record.corrected_answer == "Nile"
-    # the run judged (a right run is not attributed), localize, then the control replay and the intervention judged
+    # the run judged (a right run is not attributed), localize, then each replay judged: the control, the
+    # intervention, the sensitivity arm, and the localization test's control and intervention
+    assert len(record.replays) == 5
     assert (
         [c.stage for c in record.llm_calls]
         == [r.stage for r in llm.requests]
-        == ["verify", "localize", "verify", "verify"]
+        == ["verify", "localize", *["verify"] * 5]
     )
     assert outcome.tokens == record.total_tokens == budget.spent_last_hour()
 
@@ -206,11 +219,12 @@ def test_a_found_adapters_agent_on_our_model_is_counted_as_the_agents_cost() -> 
     record = outcome.record
     assert record is not None and record.corrected_answer is not None and "7" in record.corrected_answer
     asked = [r.stage for r in llm.requests]
-    assert asked == ["localize", "agent_replay", "agent_replay", "agent_replay"]  # control, proposal, intervention
+    # control, proposal, intervention, sensitivity; then the localization test's control, proposal, intervention
+    assert asked == ["localize", *["agent_replay"] * 7]
     assert [c.stage for c in record.llm_calls] == asked  # the method's calls, then its agent's
     agent = record.agent_replay_cost
-    assert agent is not None and agent.calls == 3 and agent.prompt_tokens > 0
-    assert record.auditor_calls == 1 and record.total_calls == 4 and record.annotator_kind == "LLM"
+    assert agent is not None and agent.calls == 7 and agent.prompt_tokens > 0
+    assert record.auditor_calls == 1 and record.total_calls == 8 and record.annotator_kind == "LLM"
     assert record.total_tokens == record.auditor_tokens + agent.prompt_tokens + agent.completion_tokens
     assert outcome.tokens == record.total_tokens == budget.spent_last_hour()
 

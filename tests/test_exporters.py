@@ -49,13 +49,17 @@ def test_record_becomes_an_evaluator_span_inside_the_judged_trace() -> None:
         ReflectAttributes.VERIFIED_BY_SOURCE: "proposal:llm",  # the agent's own step under the auditor's plan
         ReflectAttributes.VERIFIED_BY_KIND: "action",  # executed as an action
         ReflectAttributes.REPLACEMENT_CALL: 'multiply({"a": 6, "b": 7})',
-        ReflectAttributes.EFFECT: "intervention flipped 1 of 1, control 0 of 1",
+        ReflectAttributes.EFFECT: "intervention flipped 1 of 1, control 0 of 1, sensitivity 0 of 1",
         ReflectAttributes.EFFECT_INTERVENTION_FLIPS: 1,
         ReflectAttributes.EFFECT_INTERVENTION_REPLAYS: 1,
         ReflectAttributes.EFFECT_CONTROL_FLIPS: 0,
         ReflectAttributes.EFFECT_CONTROL_REPLAYS: 1,
-        ReflectAttributes.FIDELITY_CONTROLS: 2,
-        ReflectAttributes.FIDELITY_REPRODUCED: 2,
+        ReflectAttributes.EFFECT_SENSITIVITY_FLIPS: 0,  # step 2 changed in text only did not flip the run
+        ReflectAttributes.EFFECT_SENSITIVITY_REPLAYS: 1,
+        ReflectAttributes.CLAIM: "decisive",  # the localization test found nothing to test elsewhere
+        ReflectAttributes.LOCALIZATION_TEST: "untested",
+        ReflectAttributes.FIDELITY_CONTROLS: 1,
+        ReflectAttributes.FIDELITY_REPRODUCED: 1,
         SpanAttributes.INPUT_VALUE: record.trace_id,
         SpanAttributes.OUTPUT_VALUE: record.explanation,
         AnnotationAttributes.ANNOTATION_NAME: ANNOTATION_NAME,
@@ -68,7 +72,7 @@ def test_record_becomes_an_evaluator_span_inside_the_judged_trace() -> None:
     for key, value in expected.items():  # exhaustive: pop each expected key, then nothing may be left
         assert attributes.pop(key) == value, key
     metadata = json.loads(str(attributes.pop(AnnotationAttributes.ANNOTATION_METADATA)))
-    assert metadata == {"status": "verified", "step_index": 2, "rollback_point": 1}
+    assert metadata == {"status": "verified", "step_index": 2, "rollback_point": 1, "claim": "decisive"}
     assert attributes == {}
     (event,) = span.events
     assert event.name == GenAIEvaluation.EVENT
@@ -113,12 +117,12 @@ def test_no_surface_shows_a_self_reported_figure_as_confidence() -> None:
     # verified: the measured rate under a name that says what it is, apart from the error type's label
     spans, whole = annotation_payloads(verified)
     assert [(a["name"], a["result"]["score"]) for a in spans] == [("decisive_error", None), ("replay_flip_rate", 1.0)]
-    assert spans[1]["result"]["explanation"] == "intervention flipped 1 of 1, control 0 of 1 (measured)"
+    assert spans[1]["result"]["explanation"] == "intervention flipped 1 of 1, control 0 of 1, sensitivity 0 of 1 (measured)"
     assert (whole["result"]["label"], whole["result"]["score"]) == ("verified", None)
     html = render_report(trace, record)
     assert "0.8" not in html and "Hypothesis, not verified" in html and "not measured" in html
     verified_html = render_report(trace, verified)
-    assert "intervention flipped 1 of 1, control 0 of 1 (measured)" in verified_html
+    assert "intervention flipped 1 of 1, control 0 of 1, sensitivity 0 of 1 (measured)" in verified_html
 
 
 def test_a_record_of_an_earlier_version_keeps_its_self_report_apart() -> None:

@@ -53,7 +53,7 @@ def test_langgraph_agent_is_traced_verified_attributed_and_stored(
         assert answer(replay_agents.QUESTION) == replay_agents.WRONG  # the agent's own result, untouched
     assert online.drain(60)
     (record,) = online.records
-    assert record.status is AttributionStatus.VERIFIED and record.step_index == 1
+    assert record.status is AttributionStatus.VERIFIED and record.step_index == 1, (record.reason, record.corrections)
     assert online.stats.as_dict() | {"tokens": 0} == {
         "runs": 1,
         "traces_received": 1,
@@ -95,7 +95,7 @@ def test_openai_loop_agent_and_correct_runs_are_not_attributed(online: Runtime, 
         assert agent(replay_agents.QUESTION) == replay_agents.WRONG
     assert online.drain(60)
     (record,) = online.records
-    assert record.status is AttributionStatus.VERIFIED and record.mode == "replay"
+    assert record.status is AttributionStatus.VERIFIED and record.mode == "replay", (record.reason, record.errors)
     assert online.stats.traces_verified == 2 and online.stats.traces_flagged == 1
 
 

@@ -26,7 +26,7 @@ from reflect_otel.testing import (
 from reflect_otel.testing.examples import EXPECTED, five_step_trace
 from reflect_otel.testing.examples import scripted_agent as agent
 from reflect_otel.testing.examples import scripted_auditor as auditor
-from reflect_otel.trace import StepAction, StructuredTrace
+from reflect_otel.trace import StepAction, StructuredTrace, ToolDefinition
 from reflect_otel.verifiers import OracleVerifier
 
 
@@ -525,3 +525,142 @@ def test_a_control_that_names_the_runs_option_by_its_text_reproduces_the_run() -
     (control,) = [a for a in record.replays if a.arm is ReplayArm.CONTROL]
     assert control.verdict is not None and control.verdict.extracted_answer == "(B)"
     assert control.reproduced and record.fidelity is not None and record.fidelity.reproduced == 1
+
+
+# -- what a skeptic accepts as verified: a change of effect, no sensitivity, nothing written with the answer ---------
+_TOOLS = tuple(
+    ToolDefinition(name=name, parameters={"type": "object", "properties": props, "required": list(props)})
+    for name, props in {
+        "read": {"x": {"type": "integer"}},
+        "add": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "multiply": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "double": {"v": {"type": "integer"}},
+    }.items()
+)
+
+
+def _auditor_writing(call: dict[str, Any], *, localize: int = 3) -> ScriptedLLM:
+    """The scripted auditor, localizing ``localize``, whose diagnosis writes ``call`` as the corrected step."""
+    base = auditor(localize=[localize])
+
+    def respond(request: ScriptedRequest) -> Any:
+        out = base._respond(request)  # type: ignore[misc]
+        return {**out, "corrected_call": call} if request.stage == "diagnose" else out
+
+    return ScriptedLLM(respond=respond)
+
+
+def _reflect(llm: ScriptedLLM, adapter: ReplayAdapter, **config: Any) -> AttributionRecord:
+    settings = {"rounds": 1, "rollback_points": 1, "proposal_samples": 1, "max_replays": None, **config}
+    trace = five_step_trace().model_copy(update={"tools": _TOOLS})
+    return ReflectPipeline(llm, verifier=OracleVerifier(), config=ReflectConfig(**settings)).attribute(
+        trace, expected=EXPECTED, replay=adapter
+    )
+
+
+MULTIPLY = {"tool": "multiply", "arguments": {"a": 6, "b": 7}}
+
+
+def test_any_executed_call_flipping_the_run_makes_the_point_sensitive_and_nothing_there_verifies() -> None:
+    """The placebo's nt-1356 and nt-1342: any call executed at the step flipped the run (the agent got more turns).
+    The sensitivity arm (the step's own call, its arguments reordered) flips too: not attributable, sensitive."""
+
+    def any_action_fixes(trace: StructuredTrace, point: int, injection: str) -> list[dict[str, Any]]:
+        acted = point > 0 and not trace.steps[point - 1].reasoning  # an executed action carries no thought
+        return [{"reasoning": f"The answer is {42 if acted else 41}", "is_final_answer": True}]
+
+    tools = {"multiply": lambda a, b: a * b, "add": lambda a, b: a + b}
+    adapter = ScriptedReplayAdapter(any_action_fixes, tools=tools, deterministic=True)
+    record = _reflect(_auditor_writing(MULTIPLY), adapter, actions=True)
+    assert record.status is AttributionStatus.NOT_ATTRIBUTABLE, record.reason
+    assert record.obstacle is not None and record.obstacle.value == "sensitive"
+    assert record.effect is not None and record.effect.sensitivity is not None
+    assert record.effect.text() == "intervention flipped 1 of 1, control 0 of 1, sensitivity 1 of 1"
+    assert "changed in text only (its arguments in reverse order) flips the run too" in record.reason
+    (sensitive,) = [a for a in record.replays if a.arm is ReplayArm.SENSITIVITY]
+    assert sensitive.correction is None and sensitive.change is not None and sensitive.change.value == "same_effect"
+
+
+def test_a_call_that_gives_the_step_its_own_result_back_flips_nothing_that_counts() -> None:
+    """Seed 48's nt-58: another call text, the same rows; the greedy continuation took another path. The flip is not
+    the step's change of effect: not attributable, no change of effect."""
+
+    def text_sensitive(trace: StructuredTrace, point: int, injection: str) -> list[dict[str, Any]]:
+        call = trace.steps[point - 1] if point else None
+        lucky = call is not None and call.tool_args.get("b") == 6  # add(7, 6): the same sum, another text
+        return [{"reasoning": f"The answer is {42 if lucky else 41}", "is_final_answer": True}]
+
+    adapter = ScriptedReplayAdapter(
+        text_sensitive, tools={"add": lambda a, b: a + b, "multiply": lambda a, b: a * b}, deterministic=True
+    )
+    record = _reflect(_auditor_writing({"tool": "add", "arguments": {"a": 7, "b": 6}}), adapter, actions=True)
+    assert record.status is AttributionStatus.NOT_ATTRIBUTABLE, record.reason
+    assert record.obstacle is not None and record.obstacle.value == "no_change_of_effect"
+    (flip,) = [a for a in record.replays if a.arm is ReplayArm.INTERVENTION and a.flipped]
+    assert flip.change is not None and flip.change.value == "same_effect" and not flip.changed_step
+    assert "produced what the original step produced" in record.reason
+
+
+def test_a_call_the_run_made_later_or_in_place_of_its_answer_is_never_tried() -> None:
+    """Wrong-step nt-801 and nt-849: the run's own later call at an earlier step; and any call in place of the answer
+    turn (the placebo's nt-1356). Both are refused before any replay, saying why."""
+    adapter = agent(fixed_at=(1, 2, 3, 4))
+    later = {"tool": "double", "arguments": {"v": 13}}  # step 4's call, at step 3
+    record = _reflect(_auditor_writing(later), adapter, actions=True)
+    (moved,) = [c for c in record.corrections if c.source == "llm" and c.kind.value == "action"]
+    assert moved.refused == "the replacement is a call the run itself made at a later step, moved earlier"
+    assert all(a.correction is None or a.correction.replacement is None or a.correction.replacement.tool_name !=
+               "double" for a in record.replays)  # fmt: skip
+    answer_turn = _reflect(_auditor_writing(MULTIPLY, localize=5), adapter, actions=True)
+    (refused,) = [c for c in answer_turn.corrections if c.source == "llm" and c.kind.value == "action"]
+    assert refused.step_index == 5 and refused.refused is not None and "answer turn" in refused.refused
+    assert all(a.rollback_point != 4 for a in answer_turn.replays)  # step 5 is never replaced
+
+
+def test_a_decisive_step_is_localized_only_when_the_same_source_elsewhere_does_not_flip() -> None:
+    # the auditor's call fixes the run at step 3 only: asked for step 2's corrected call (the nearest other step),
+    # it writes the same multiplication, which there changes the step's effect and does not flip the run
+    localized = _reflect(_auditor_writing(MULTIPLY), agent(fixed_at=(3,)), actions=True)
+    assert localized.status is AttributionStatus.VERIFIED and localized.step_index == 3
+    test = localized.localization_test
+    assert test is not None and test.outcome.value == "localized" and test.step_index == 2
+    assert localized.claim == "localized"
+    assert test.control is not None and test.intervention is not None and test.intervention.flips == 0
+    assert [(a.arm.value, a.rollback_point) for a in localized.replays][-2:] == [("control", 1), ("localization", 1)]
+    # the same call fixes the run at step 2 too: the run turns on more than step 3; decisive, not localized
+    decisive = _reflect(_auditor_writing(MULTIPLY), agent(fixed_at=(2, 3)), actions=True)
+    assert decisive.status is AttributionStatus.VERIFIED and decisive.claim == "decisive"
+    assert decisive.localization_test is not None and decisive.localization_test.outcome.value == "not_localized"
+
+
+@pytest.mark.parametrize("method", ["reflect", "control-wrong-step", "dover", "reflexion"])
+def test_no_prompt_that_writes_what_a_replay_executes_shows_the_expected_answer(method: str) -> None:
+    """The oracle regime shows the localizer the answer; the texts and calls a replay executes (the diagnosis and
+    its corrected call, the gate's choice of proposals, DoVer's interventions, Reflexion's memory) are written
+    without it, nor from the words of the stages that saw it."""
+    from reflect_otel.methods import METHODS
+
+    others = {
+        "reflect": {"reflection": "multiply the two numbers"},
+        "reflexion_extract": {"error_step": 3, "responsible_agent": None, "reason": "r",
+                              "error_type": "tool_error", "confidence": 0.5},
+        "dover_hypotheses": {"hypotheses": [{"step": 3, "hypothesis": "h", "intervention": "multiply"}]},
+    }  # fmt: skip
+    scripted = auditor(localize=[3])
+
+    def respond(request: ScriptedRequest) -> Any:
+        return others[request.stage] if request.stage in others else scripted._respond(request)  # type: ignore[misc]
+
+    llm = ScriptedLLM(respond=respond)
+    config = ReflectConfig(rounds=1, rollback_points=2, max_replays=None, proposal_samples=1)
+    trace = five_step_trace().model_copy(update={"tools": _TOOLS})
+    METHODS[method].build(llm, OracleVerifier(), config).attribute(trace, expected="42", replay=agent())
+    writers = {"diagnose", "gate", "dover_hypotheses", "reflect"}
+    written = [r for r in llm.requests if r.stage in writers]
+    assert written, [r.stage for r in llm.requests]
+    for request in written:  # "42" appears nowhere in the run: only as the expected answer
+        assert "42" not in request.text, request.stage
+        # nor the classifier's suggestion ("multiply instead"), which was written with the answer in view
+        assert request.stage != "diagnose" or "multiply instead" not in request.text
+    localized = [r for r in llm.requests if r.stage in {"localize", "reflexion_extract"}]
+    assert method == "dover" or any("42" in r.text for r in localized)  # the oracle regime, for localizing only

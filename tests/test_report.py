@@ -100,9 +100,14 @@ def test_an_unverified_report_shows_each_replay_tried() -> None:
         in page
     )
     assert page.count("<details>") == len(record.replays)
-    assert page.count("<b>Control:</b> the same prefix, no intervention") == len(record.replays) // 2
-    assert page.count("IMPORTANT - CORRECTION CONTEXT") == len(record.replays) // 2
-    assert "Replay fidelity:</b> replays of this agent reproduced its run 3 of 3 times" in page
+    controls = [a for a in record.replays if a.arm.value == "control"]
+    assert page.count("<b>Control:</b> the same prefix, no intervention") == len(controls)
+    guided = [a for a in record.replays if a.injection]
+    assert guided and page.count("IMPORTANT - CORRECTION CONTEXT") == len(guided)
+    assert (
+        f"Replay fidelity:</b> replays of this agent reproduced its run {len(controls)} of {len(controls)} times"
+        in page
+    )
 
 
 def test_report_of_an_action_shows_what_proved_it() -> None:
@@ -110,15 +115,19 @@ def test_report_of_an_action_shows_what_proved_it() -> None:
 
     record = _attribute(_auditor(GOOD_CALL), _table_agent())
     page = render_report(filter_trace(), record)
-    assert "What proved it:</b> a correction from <b>llm</b>, executed in place of the step" in page
+    assert "What proved it:</b> a correction from <b>evidence:listed_values</b>, executed in place of the step" in page
     original = "filter_rows({&quot;column&quot;: &quot;Position&quot;, &quot;op&quot;: &quot;=&quot;, "
     assert f"<pre>{original}&quot;table&quot;: &quot;t0&quot;, &quot;value&quot;: &quot;1&quot;}})</pre>" in page
     assert "&rArr; filter_rows(" in page and "&quot;value&quot;: &quot;1st&quot;" in page
     assert "<h2>Corrections tried</h2>" in page and "<td>action</td>" in page
-    assert "intervention flipped 1 of 1, control 0 of 1" in page
-    # the three continuations (the run's, the control's, the corrected one), each with its answer
-    assert page.count("<p><b>Answer:</b> No 1st place finishes found.</p>") == 2
+    assert "intervention flipped 1 of 1, control 0 of 1, sensitivity 0 of 1" in page
+    # the proof's three arms from the same prefix, beside the run's own continuation, each with its answer
+    assert page.count("<p><b>Answer:</b> No 1st place finishes found.</p>") == 3  # the run, the control, sensitivity
     assert "<h2>Control (no intervention)</h2>" in page and "<p><b>Answer:</b> Bangkok</p>" in page
+    assert "<h2>Sensitivity (changed in text only)</h2>" in page
+    assert "changed in text only (its arguments in reverse order), the sensitivity arm" in page
+    # the run has no other step before its answer: the step decided the answer; its localization is untested
+    assert "Step 1 decided the wrong answer" in page and "localization untested" in page
     assert "Injected correction" not in page  # an action injects no text
 
 

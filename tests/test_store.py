@@ -87,20 +87,32 @@ def test_views_compute_the_statistics(tmp_path: Path) -> None:
         assert db.execute("SELECT method, verified, verified_share FROM verified_share").fetchall() == [
             ("reflect", 1, 1.0)
         ]
-        # the localized step was 3: at each point a control, then the intervention; only step 2's flipped
+        # the localized step was 2: its control, the intervention that flipped, then its sensitivity arm (the step
+        # changed in text only), which did not
         assert db.execute("SELECT rollback_offset, arm, replays, flips FROM flip_rate_by_offset").fetchall() == [
             (0, "control", 1, 0),
-            (0, "intervention", 1, 0),
-            (1, "control", 1, 0),
-            (1, "intervention", 1, 1),
+            (0, "intervention", 1, 1),
+            (0, "sensitivity", 1, 0),
         ]
         assert db.execute("SELECT service, agent, controls, reproduced, fidelity FROM replay_fidelity").fetchall() == [
-            (None, "unknown", 2, 2, 1.0)
+            (None, "unknown", 1, 1, 1.0)
         ]
         assert db.execute(
+            "SELECT service, agent, points, sensitive, sensitive_share FROM replay_sensitivity"
+        ).fetchall() == [(None, "unknown", 1, 0, 0.0)]
+        assert db.execute(
             "SELECT effect_step, effect_intervention_flips, effect_intervention_replays, effect_control_flips, "
-            "effect_control_replays, fidelity_controls, fidelity_reproduced FROM attributions"
-        ).fetchall() == [(2, 1, 1, 0, 1, 2, 2)]
+            "effect_control_replays, effect_sensitivity_flips, effect_sensitivity_replays, fidelity_controls, "
+            "fidelity_reproduced, claim, localization_test, obstacle FROM attributions"
+        ).fetchall() == [(2, 1, 1, 0, 1, 0, 1, 1, 1, "decisive", "untested", None)]
+        assert db.execute("SELECT method, verified, localized, decisive_only FROM verified_claims").fetchall() == [
+            ("reflect", 1, 0, 1)
+        ]
+        assert db.execute("SELECT arm, change FROM replays ORDER BY seq").fetchall() == [
+            ("control", None),
+            ("intervention", "changed"),
+            ("sensitivity", "same_effect"),
+        ]
         stages = dict(db.execute("SELECT stage, calls FROM cost_per_stage").fetchall())
         assert stages == {c.stage: c.calls for c in record.cost}
         assert db.execute("SELECT tokens FROM cost_per_trace").fetchone() == (record.total_tokens,)

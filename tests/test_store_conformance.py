@@ -156,7 +156,12 @@ def test_a_postgresql_store_made_from_duckdbs_ddl_migrates_to_the_same_columns(
         write_sample(store)
         found = schema(lambda sql: store._read(sql, []))
         assert store._read("SELECT count(*) FROM attributions", []) == [(len(sample_writes()[2]),)]
-    assert found["replays"][-3:] == (("arm", "text"), ("changed_step", "boolean"), ("reproduced", "boolean"))
+    assert found["replays"][-4:] == (
+        ("arm", "text"),
+        ("changed_step", "boolean"),
+        ("reproduced", "boolean"),
+        ("change", "text"),
+    )
     with DuckDBStore(tmp_path / "reference.duckdb") as reference:
         assert found == schema(lambda sql: reference._read(sql, []))
 

@@ -173,11 +173,11 @@ def test_a_method_added_later_gets_the_stored_failures_replayed_from_their_trace
     llm = _model()
     out, data = tmp_path / "out", _wtq_folder(tmp_path)
     config = ReflectConfig(rounds=1, rollback_points=2)
-    first = LiveOptions(("ics",), data, out, config=config, max_replays=2)
+    first = LiveOptions(("ics",), data, out, config=config, max_replays=3)
     run_live_eval(first, llm, table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True))
     agent_calls = sum(1 for r in llm.requests if r.stage == "agent")
 
-    later = LiveOptions(("ics", "reflect-guidance"), data, out, config=config, max_replays=2)
+    later = LiveOptions(("ics", "reflect-guidance"), data, out, config=config, max_replays=3)
     said: list[str] = []
     metrics = run_live_eval(
         later,
@@ -196,8 +196,9 @@ def test_a_method_added_later_gets_the_stored_failures_replayed_from_their_trace
         ("nt-1", ["ics", "reflect-guidance"]),
     ]
     added = rows[-1]["methods"]["reflect-guidance"]
-    # the same failure, replayed in a new process-state from its spans: the guidance flips it, the control does not
-    assert added["corrected_answer"] == "Bangkok, Thailand" and added["replays"] == 2
+    # the same failure, replayed in a new process-state from its spans: the guidance flips it, the control and the
+    # sensitivity arm do not
+    assert added["corrected_answer"] == "Bangkok, Thailand" and added["replays"] == 3
     assert added["control_replays"] == 1 and added["status"] == "verified"
     assert rows[-1]["methods"]["ics"] == rows[1]["methods"]["ics"]  # what was measured stays as measured
     assert metrics["methods"]["reflect-guidance"]["verified_steps"] == [{"question_id": "nt-1", "step": 2}]
@@ -206,8 +207,8 @@ def test_a_method_added_later_gets_the_stored_failures_replayed_from_their_trace
     # no agent run again: the stored failure was replayed (the agent model asked only for its continuation)
     assert not [line for line in said if "answered" in line]
     assert sum(1 for r in llm.requests if r.stage == "agent") > agent_calls
-    assert json.loads((out / "run_config.json").read_text())["max_replays"] == 2
-    assert added["record"]["config"]["max_replays"] == 2  # the record says the cap it ran under
+    assert json.loads((out / "run_config.json").read_text())["max_replays"] == 3
+    assert added["record"]["config"]["max_replays"] == 3  # the record says the cap it ran under
 
 
 def test_a_stop_during_a_method_keeps_the_methods_finished_before_it(
@@ -264,11 +265,12 @@ def test_proposals_are_sampled_so_a_bare_resample_can_differ_from_the_run_and_is
     assert row["question_id"] == "nt-1" and row["answer"] == WRONG  # the run itself stayed greedy
     ics = row["methods"]["ics"]
     assert ics["corrected_answer"] == "Bangkok, Thailand" and ics["status"] == "verified"
-    assert ics["replays"] == 2 and ics["control_replays"] == 1 and ics["proposals"] == 1
+    assert ics["replays"] == 3 and ics["control_replays"] == 1 and ics["proposals"] == 1
+    assert ics["sensitivity_replays"] == 1 and ics["claim"] == "decisive"
     assert ics["verified_by"] == {"source": "proposal:resample", "kind": "action"}
     # the sampled decision was asked at the configured temperature; every replay decided greedily
     sampled = [r.temperature for r in llm.requests if r.stage == "agent" and r.temperature is not None]
-    assert sampled == [1.0]
+    assert sampled == [1.0, 1.0]  # the resample at the step proved, then at the localization test's step
     assert metrics["methods"]["ics"]["verified"]["mean"] == 1
 
 
@@ -367,11 +369,12 @@ def test_reflect_proxy_on_stored_failures_is_judged_by_the_oracle_it_never_saw(
     llm = _model(sampled_descending=True)  # greedy: the first 1st place; sampled: the last, the right one for nt-1
     out, config = tmp_path / "out", ReflectConfig(rounds=1, rollback_points=1, proposal_samples=1)
     run_agent = table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True)
-    run_live_eval(LiveOptions((), data, out, config=config, max_replays=5), llm, run_agent)
+    # the budget: the run's three resamples (its consistency check), then one test's three arms
+    run_live_eval(LiveOptions((), data, out, config=config, max_replays=6), llm, run_agent)
 
     def proxy(limit: int) -> dict[str, Any]:
         return run_live_eval(
-            LiveOptions(("reflect-proxy",), data, out, limit=limit, config=config, max_replays=5),
+            LiveOptions(("reflect-proxy",), data, out, limit=limit, config=config, max_replays=6),
             llm,
             run_agent,
             rebuild=table_agent_rebuilt(llm, instrumented.provider, max_steps=6, deterministic=True),

@@ -135,12 +135,12 @@ def _as_fields(step: Step) -> dict[str, Any]:
 
 
 def verified_attribution() -> tuple[StructuredTrace, AttributionRecord]:
-    """The five-step trace and REFLECT's verified record of it: step 3 is localized, the agent's step redone under
-    the plan (multiply) does not fix the run there, and redone at step 2 (step 1 kept) it answers 42 while the
-    control replay from the same prefix answers 41."""
+    """The five-step trace and REFLECT's verified record of it: step 2 is localized (and classified), the agent's
+    step redone there under the plan (multiply, step 1 kept) answers 42, while from the same prefix the control
+    replay answers 41 and so does step 2 changed in text only (its sensitivity arm: the call without its thought)."""
     trace = five_step_trace()
     pipeline = ReflectPipeline(
-        scripted_auditor(localize=[3]),
+        scripted_auditor(localize=[2]),
         verifier=OracleVerifier(),
         config=ReflectConfig(gate=GateMode.HARD, rollback_points=2, proposal_samples=1),
     )
