@@ -54,16 +54,21 @@ _RESULT_CHARS = 200_000
 """Results are compared on their first 200,000 characters (trace content is untrusted)."""
 
 
+_ECHOED = re.compile(r"^[ \t]*(?:LINE \d+:.*|[ \t^~]*\^[ \t^~]*)$", re.MULTILINE)
+"""A statement's text echoed into its error (DuckDB's and PostgreSQL's ``LINE 2: FROM t ...`` and the ``^`` marker
+under it): the same error for the same statement laid out otherwise."""
+
+
 def default_normalise(tool_name: str, result: str) -> str:
-    """A result as compared when its tool declares nothing: JSON with its object keys sorted, else the text with
-    its whitespace collapsed."""
+    """A result as compared when its tool declares nothing: JSON with its object keys sorted, else the text without
+    the statement an error echoes and with its whitespace collapsed."""
     text = result[:_RESULT_CHARS].strip()
     if text[:1] in "[{":
         try:
             return json.dumps(json.loads(text), sort_keys=True, ensure_ascii=False)
         except ValueError:
             pass
-    return " ".join(text.split())
+    return " ".join(_ECHOED.sub("", text).split())
 
 
 def same_result(

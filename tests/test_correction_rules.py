@@ -567,7 +567,8 @@ def test_an_agents_broken_rule_does_not_sink_its_attribution(caplog: pytest.LogC
     trace = sql_trace(query, "SELECT city FROM orders WHERE custmer = 'Ann'", schema=False)
 
     def answer(trace: StructuredTrace, point: int, injection: str) -> list[dict[str, Any]]:
-        rows = json.loads(trace.steps[point - 1].tool_result or "{}").get("rows") if point else None
+        result = trace.steps[point - 1].tool_result or "{}" if point else "{}"
+        rows = json.loads(result).get("rows") if result.startswith("{") else None  # an error: no rows
         return [{"reasoning": rows[0]["city"] if rows else "unknown", "is_final_answer": True}]
 
     agent = ScriptedReplayAdapter(

@@ -59,8 +59,11 @@ def test_demo_runs_the_questions_through_observe(
     out = captured.out
     # progress while REFLECT works, named by question (stderr, plain lines)
     assert "nt-1: round 1: step 1 localized (hallucination)" in captured.err
-    assert "nt-3: testing guidance (llm) at step 1" in captured.err
-    assert "nt-3: guidance (llm) at step 1: no_flip (no intervention flipped the outcome)" in captured.err
+    # the agent's own step resampled first (its sampled call changes the step and answers wrong still), then the
+    # plan, under which it proposes the same call again: refused, replayed there already
+    assert "nt-3: testing resampling (resample) at step 1" in captured.err
+    assert "nt-3: resampling (resample) at step 1: no_flip (no intervention flipped the outcome)" in captured.err
+    assert "nt-3: guidance (llm) at step 1: not_tested (no proposal changed the step as the plan says)" in captured.err
     assert re.search(r"flagged \(wrong answers\) +2\n", out) and re.search(r"attributed +2\n", out)
     assert f"reflect-otel stats --store {store}" in out
     with duckdb.connect(str(store), read_only=True) as db:

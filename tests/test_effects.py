@@ -134,3 +134,29 @@ def test_the_sensitivity_variant_is_the_step_in_another_text_with_the_same_effec
     assert sensitivity_variant(thought)[0] == StepAction(text="Step 3: So the count is 4.")
     labelled = thought.model_copy(update={"reasoning": "Step 3: So the count is 4."})
     assert sensitivity_variant(labelled)[0] == StepAction(text="So the count is 4.")
+
+
+def test_an_error_that_echoes_its_statement_is_the_same_error_for_the_statement_laid_out_otherwise() -> None:
+    """DuckDB (as PostgreSQL) echoes the failing line under its error: the sensitivity variant of a failed query
+    (a line break before FROM) fails the same way, and its result compares equal."""
+    import duckdb
+
+    db = duckdb.connect()
+    db.execute("CREATE TABLE orders (city VARCHAR, customer VARCHAR)")
+
+    def error_of(sql: str) -> str:
+        try:
+            db.execute(sql)
+        except duckdb.Error as error:
+            return f"error: {error}"
+        raise AssertionError("the query ran")
+
+    step = Step(index=1, span_id="s", kind=StepKind.TOOL_CALL, tool_name="query",
+                tool_args={"sql": "SELECT city FROM orders WHERE custmer = 'Ann'"})  # fmt: skip
+    variant, _ = sensitivity_variant(step)
+    assert variant is not None
+    original, relaid = error_of(step.tool_args["sql"]), error_of(variant.arguments["sql"])
+    assert original != relaid and "LINE 2:" in relaid  # the echo differs
+    assert same_result(original, relaid, tool_name="query")
+    other = error_of("SELECT city FROM orders WHERE custmr = 'Ann'")  # another error is another effect
+    assert not same_result(original, other, tool_name="query")
