@@ -101,7 +101,7 @@ def seconds_alone(rows: Sequence[dict[str, Any]], methods: Sequence[str], window
     many were left out as contended or of unknown time."""
     lines = []
     for name in methods:
-        runs = [r["methods"][name] for r in rows if not r["correct"] and name in r["methods"]]
+        runs = [r["methods"][name] for r in rows if r["correct"] is False and name in r["methods"]]
         runs = [m for m in runs if _scored(m)]
         marks = [contended(m, windows) for m in runs]
         alone = [float(m["seconds"]) for m, mark in zip(runs, marks, strict=True) if mark is False]

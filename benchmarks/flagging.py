@@ -70,7 +70,8 @@ class Labelled:
 
 def live_runs(results: Path) -> list[Labelled]:
     """Each run of ``results.jsonl`` once: the last row of a question that carries its trace. A last line cut short
-    (the eval stopped mid-write; its resume mends the file) is left out."""
+    (the eval stopped mid-write; its resume mends the file) is left out, and so is a run whose answer was undecided
+    (``correct`` None: neither right nor wrong, so no label to score a verifier against)."""
     rows: dict[str, dict[str, Any]] = {}
     text = results.read_text(encoding="utf-8")
     lines = text.splitlines()
@@ -88,8 +89,9 @@ def live_runs(results: Path) -> list[Labelled]:
         if isinstance(row, dict) and "trace" in row and "correct" in row:
             rows[str(row.get("question_id") or number)] = row
     return [
-        Labelled(key, StructuredTrace.model_validate(row["trace"]), wrong=not row["correct"], question_id=key)
+        Labelled(key, StructuredTrace.model_validate(row["trace"]), wrong=row["correct"] is False, question_id=key)
         for key, row in rows.items()
+        if row["correct"] is not None
     ]
 
 

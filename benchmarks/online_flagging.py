@@ -4,9 +4,10 @@ answer is given to reflect-otel), and the plan-anchored proxy verifier with the 
 Attribution is switched off by a zero hourly token budget, so only flagging is measured (flagged runs are stored
 and counted, not attributed).
 
-Per run it prints the answer, whether it was right (scored here against the question's answer, which reflect-otel
-never saw), whether the run ended without an answer, and the stored verdict: its label, confidence and the start
-of its reasoning. ``--max-steps`` is the agent's tool-call limit (the demo's default is 6); a smaller one makes
+Per run it prints the answer, whether it was right (judged here against the question's answer, which reflect-otel
+never saw: yes, no, or undecided when it names several values without saying which it asserts, never counted
+wrong), whether the run ended without an answer, and the stored verdict: its label, confidence and the start of its
+reasoning. ``--max-steps`` is the agent's tool-call limit (the demo's default is 6); a smaller one makes
 runs stop at the limit, the failure the evidence checks flag without an audit call.
 
     python -m benchmarks.online_flagging --questions nt-1,nt-13,nt-14 --max-steps 6
@@ -25,8 +26,10 @@ from benchmarks._common import add_smoke_option, scripted_llm, smoke_sizes
 from reflect_otel.demo.table_agent import TableQAAgent
 from reflect_otel.demo.wtq import load_questions
 from reflect_otel.exporters.duckdb_store import connect_read_only
+from reflect_otel.judge import judge_answer
 from reflect_otel.llm.factory import make_llm
-from reflect_otel.verifiers import answers_match
+
+_RIGHT = {True: "yes", False: "no", None: "undecided"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     llm = scripted_llm() if args.smoke else make_llm()
     # the proxy regime, flagging only: an hourly budget of 0 tokens stores and counts flagged runs unattributed
     runtime = reflect_otel.configure(store=str(store), llm=llm, proxy=True, max_tokens_per_hour=0)
-    runs: list[tuple[str, str, bool, float]] = []
+    runs: list[tuple[str, str, bool | None, float]] = []  # right: None when the answer was undecided
     try:
         for number, qid in enumerate(ids, start=1):
             question = bundled[qid]
@@ -57,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
             run = reflect_otel.observe(name="table_qa")(lambda _text, agent=agent, qid=qid: agent.answer(f"flag-{qid}"))
             started = time.perf_counter()
             answer = run(question.question)
-            runs.append((qid, answer, answers_match(answer, question.expected), time.perf_counter() - started))
+            judged = judge_answer(answer, question.expected, question=question.question)
+            runs.append((qid, answer, judged.correct, time.perf_counter() - started))
             print(
                 f"[{number}/{len(ids)}] {qid}: answered {answer!r} ({runs[-1][3]:.0f} s)", file=sys.stderr, flush=True
             )
@@ -77,12 +81,12 @@ def main(argv: list[str] | None = None) -> int:
     for qid, answer, right, _seconds in runs:
         label, confidence, reasoning = by_question.get(bundled[qid].question, ("(no verdict stored)", None, ""))
         high = label == "HIGH_ERROR_SIGNAL"
-        wrong += not right
+        wrong += right is False
         flagged += high
-        flagged_wrong += high and not right
+        flagged_wrong += high and right is False
         shown = " ".join(str(reasoning).split())[:90].replace("|", "/")
         print(
-            f"| {qid} | {answer[:40]!r} | {'yes' if right else 'no'} | {'yes' if not answer else 'no'} | {label} | "
+            f"| {qid} | {answer[:40]!r} | {_RIGHT[right]} | {'yes' if not answer else 'no'} | {label} | "
             f"{'-' if confidence is None else f'{confidence:.2f}'} | {shown} |"
         )
     print(f"flagged {flagged} of {len(runs)} runs; {flagged_wrong} of the {wrong} wrong ones")

@@ -38,7 +38,7 @@ def wtq_table(folder: Path) -> str:
     ]
     metrics = live_metrics(rows, methods)
     table = live_metrics_markdown(metrics, config["model"], code=code_line(config))
-    rules = evidence_rule_table([r for r in rows if not r["correct"]], methods)
+    rules = evidence_rule_table([r for r in rows if r["correct"] is False], methods)
     return f"{table}\n{_seconds_alone(folder, rows, methods)}\n{rules}"
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from reflect_otel._run import AttributionRun, is_correct
 from reflect_otel._stats import wilson
 from reflect_otel.effects import ResultNormaliser, same_content, same_result, variant_replayed_as_given
-from reflect_otel.judge import answers_match
+from reflect_otel.judge import same_answer
 from reflect_otel.record import EffectArm, Fidelity, ReplayArm, ReplayAttempt, StepChange
 from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult, replay_with
 from reflect_otel.trace import Step, StepAction
@@ -140,13 +140,13 @@ class Controls:
             arm.attempts.append(self.replayer.record(attempt))
 
     def _reproduces(self, attempt: ReplayAttempt) -> bool:
-        """The run's own answer: the same under the judge's normalisation, or the same answer the verifier read
-        from both in the task's form (a chain of thought answering "Melissa" where its run wrote "(A)", the option
-        the question lists as "(A) Melissa")."""
+        """The run's own answer: the same value asserted under the judge (:func:`~reflect_otel.judge.same_answer`:
+        "22 laps" is "22"), or the same answer the verifier read from both in the task's form (a chain of thought
+        answering "Melissa" where its run wrote "(A)", the option the question lists as "(A) Melissa")."""
         answer = extract_answer(attempt.final_answer)
         if answer is None or self._original is None:
             return answer is None and self._original is None
-        if answers_match(answer, self._original):
+        if same_answer(answer, self._original, question=self.replayer.run.trace.question):
             return True
         ours, run = attempt.verdict, self.replayer.run.original_verdict
         read = [v.extracted_answer for v in (ours, run) if v is not None and v.extracted_answer]

@@ -2,9 +2,9 @@
 
 The :class:`ConsistencyVerifier` re-runs the agent on the run's own input ``samples`` times (through a replay
 adapter that :class:`~reflect_otel.replay.SamplesRuns`, its decisions sampled at ``temperature``), and compares
-each resample's answer with the original's under the judge's normalisation (:func:`reflect_otel.judge.answers_match`:
-numbers, dates, case, punctuation, answer lists as sets). No expected answer and no model call of ours: the
-signal is the agent's disagreement with itself, the standard reference-free error signal.
+each resample's answer with the original's under the judge (:func:`reflect_otel.judge.same_answer`: the value each
+asserts, so "22 laps" is "22"; numbers, dates, case, punctuation, answer lists as sets). No expected answer and no
+model call of ours: the signal is the agent's disagreement with itself, the standard reference-free error signal.
 
 Decision rule (fixed before any measurement, the same for every agent):
 
@@ -28,7 +28,7 @@ from collections import Counter
 
 from reflect_otel.calibration import ConfidenceCalibration
 from reflect_otel.errors import ReplayError
-from reflect_otel.judge import answers_match
+from reflect_otel.judge import same_answer
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.replay import SamplesRuns
 from reflect_otel.trace import Step, StructuredTrace
@@ -86,11 +86,10 @@ def first_divergence(original: StructuredTrace, other: StructuredTrace) -> int |
     return None
 
 
-def answers_agree(original: str | None, answer: str | None) -> bool:
-    """Two answers are the same under the judge's normalisation, each way (None only matches None)."""
-    if original is None or answer is None:
-        return original is None and answer is None
-    return answers_match(answer, original) and answers_match(original, answer)
+def answers_agree(original: str | None, answer: str | None, *, question: str = "") -> bool:
+    """Two answers to ``question`` are the same under the judge: the same value asserted, each way
+    (:func:`~reflect_otel.judge.same_answer`; None only matches None)."""
+    return same_answer(original, answer, question=question)
 
 
 def _tokens(trace: StructuredTrace) -> int:
@@ -121,7 +120,7 @@ def _kept(trace: StructuredTrace, original: str | None, result: object) -> Resam
     answer = extract_answer(returned if isinstance(returned, str) and returned else rerun.final_answer)
     return Resample(
         answer=answer[:_MAX_KEPT_ANSWER] if answer else None,
-        agrees=answers_agree(original, answer),
+        agrees=answers_agree(original, answer, question=trace.question),
         diverged_at=first_divergence(trace, rerun),
         steps=len(rerun.steps),
         agent_tokens=_tokens(rerun),
@@ -282,14 +281,17 @@ def consistency_verdict(check: ConsistencyCheck, verifier: str, calibration: Con
     )
 
 
-def majority_answer(check: ConsistencyCheck) -> str | None:
-    """The answer most resamples gave when more than half of them gave it (under the judge), else None: the
-    agent's own consensus, used to judge a replay's answer where no answer is known."""
+def majority_answer(check: ConsistencyCheck, *, question: str = "") -> str | None:
+    """The answer most resamples gave when more than half of them gave it (under the judge, as answers to
+    ``question``), else None: the agent's own consensus, used to judge a replay's answer where no answer is known."""
     answers = [r.answer for r in check.runs if r.error is None and r.answer]
     if not answers or 2 * check.finished <= len(check.runs):  # too few finished: one run is no consensus
         return None
     # each answer counted under the first one it matches: equal answers written differently vote together
-    groups = Counter(next(j for j, other in enumerate(answers) if answers_agree(other, answer)) for answer in answers)
+    groups = Counter(
+        next(j for j, other in enumerate(answers) if answers_agree(other, answer, question=question))
+        for answer in answers
+    )
     leader, count = groups.most_common(1)[0]
     return answers[leader] if 2 * count > check.finished else None
 
@@ -327,10 +329,10 @@ class ConsensusVerifier:
         """Why no replay of the run can be judged right (replaying it then proves nothing), or None."""
         if self.check is None:
             return "the run was not resampled, so no consensus of the agent's can judge a replay right"
-        consensus = majority_answer(self.check)
+        consensus = majority_answer(self.check, question=self.original.question)
         if consensus is None:
             return "the agent's resamples agreed on no answer, so none can judge a replay right"
-        if answers_agree(consensus, self.check.original_answer):
+        if answers_agree(consensus, self.check.original_answer, question=self.original.question):
             return "the agent's resamples agreed with the run's own answer, so none can judge a replay right"
         return None
 
@@ -339,11 +341,13 @@ class ConsensusVerifier:
         why = self.unprovable
         if check is None or why is not None:
             return _unproven(self.fallback.verify(trace, expected=None), why or "")
-        consensus = majority_answer(check)
+        consensus = majority_answer(check, question=self.original.question)
         assert consensus is not None  # unprovable says so otherwise
         answer = extract_answer(trace.final_answer)
         # compared as the resamples' answers were kept (a long consensus is held to the same bound)
-        right = answer is not None and answers_agree(answer[:_MAX_KEPT_ANSWER], consensus)
+        right = answer is not None and answers_agree(
+            answer[:_MAX_KEPT_ANSWER], consensus, question=self.original.question
+        )
         measured = self.calibration.measured(
             "consistency_majority", verifier=self.name, samples=len(check.runs), temperature=check.temperature
         )

@@ -26,7 +26,7 @@ from reflect_otel.replay import BudgetedReplay, ReplayAdapter, ReplayResult, Tak
 from reflect_otel.store import AttributionStore, ReadsRecords, RecordExporter
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
-from reflect_otel.verifiers import Verifier, bound_to, bound_to_runs, takes_runs
+from reflect_otel.verifiers import Verifier, bound_to, bound_to_runs, is_undecided, takes_runs
 
 __all__ = ["AttributionMetrics", "AttributionService", "Outcome", "ReplayFinder"]
 
@@ -66,8 +66,10 @@ class AttributionService:
 
     ``verifier`` judges runs with an expected answer; runs without one go to ``proxy`` when it is given (the
     plan-anchored verifier), else to ``verifier`` too. ``triage`` verifies every run first and attributes only the
-    flagged ones (online mode). ``skip_correct`` judges every run first too, and records a run judged right as
-    skipped (with its verdict) without attributing it; a run the verifier cannot judge is attributed. With neither,
+    flagged ones (online mode); it never flags a run the oracle judged undecided
+    (:func:`~reflect_otel.verifiers.is_undecided`). ``skip_correct`` judges every run first too, and records a run
+    judged right or undecided as skipped (with its verdict) without attributing it; any other run the verifier cannot
+    judge is attributed. With neither,
     every trace given is attributed (the method itself skips a correct one where it checks). ``replay_finder`` supplies an adapter when the caller passes none, told the run's domain
     context when it writes its agent's prompt itself (:class:`TakesTaskContext`). ``max_replays`` caps the replays
     of one trace, controls included, found adapter or passed, so every method compared gets the same budget (None:
@@ -185,7 +187,10 @@ class AttributionService:
         if self.triage:
             verdict = self._judge(judge, trace, expected, llm, triage_calls, agent_calls)
             uncertain = verdict.is_correct is None
-            flagged = verdict.is_correct is False or (uncertain and self.config.attribute_uncertain)
+            # an undecided answer (the oracle's: several values named, none asserted) is no failure to attribute
+            flagged = verdict.is_correct is False or (
+                uncertain and self.config.attribute_uncertain and not is_undecided(verdict)
+            )
             self._store(trace, verdict, None)
             if self.metrics is not None:
                 self.metrics.trace_seen(trace, flagged=flagged, uncertain=uncertain)
@@ -193,7 +198,7 @@ class AttributionService:
                 return Outcome(verdict, False, None, tokens=budgeted.used if budgeted is not None else 0)
         elif self.skip_correct:
             verdict = self._judge(judge, trace, expected, llm, triage_calls, agent_calls)
-            flagged = verdict.is_correct is not True
+            flagged = verdict.is_correct is not True and not is_undecided(verdict)
             if not flagged:
                 record = _correct_skip(trace, self.method.name, verdict).with_calls(
                     before=triage_calls.calls, after=agent_calls.calls
@@ -295,6 +300,11 @@ class _SpentHour:
 
 
 def _correct_skip(trace: StructuredTrace, method: str, verdict: Verdict) -> AttributionRecord:
+    judged = (
+        "undecided (it names several values without saying which it asserts: neither right nor a failure)"
+        if is_undecided(verdict)
+        else "right"
+    )
     return AttributionRecord(
         trace_id=trace.trace_id,
         method=method,
@@ -302,7 +312,7 @@ def _correct_skip(trace: StructuredTrace, method: str, verdict: Verdict) -> Attr
         mode=AttributionMode.NONE,
         original_verdict=verdict,
         original_answer=trace.final_answer,
-        reason=f"the answer was judged right by the {verdict.verifier} verifier: nothing to attribute",
+        reason=f"the answer was judged {judged} by the {verdict.verifier} verifier: nothing to attribute",
     )
 
 

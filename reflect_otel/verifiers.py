@@ -1,7 +1,8 @@
 """Is a trace's answer correct? The contract and its implementations.
 
-* :class:`OracleVerifier`: deterministic extraction and normalisation, then a match against the expected
-  answer. Strict: when no answer can be extracted, the trace is incorrect.
+* :class:`OracleVerifier`: the judge (:func:`reflect_otel.judge.judge_answer`): the value the final message asserts
+  against the expected answer, right, wrong or undecided (``is_correct`` None, labelled ``undecided``). Strict: when
+  no answer can be extracted, the trace is incorrect.
 * :class:`SelfVerifier`: an LLM judges the answer without ground truth.
 
 A dataset's own verifier lives with its reader (BIG-Bench Mistake's: :class:`reflect_otel.datasets.bbm.BBMVerifier`).
@@ -9,12 +10,12 @@ A dataset's own verifier lives with its reader (BIG-Bench Mistake's: :class:`ref
 
 from __future__ import annotations
 
-import re
 from typing import Protocol
 
 from reflect_otel import prompts
+from reflect_otel._asserted import extract_answer
 from reflect_otel.errors import LLMError
-from reflect_otel.judge import answer_value, answers_match
+from reflect_otel.judge import Judgement, Outcome, answer_value, answers_match, judge_answer
 from reflect_otel.llm.base import StructuredLLM, prompt_budget
 from reflect_otel.replay import SamplesRuns
 from reflect_otel.trace import StructuredTrace
@@ -29,6 +30,7 @@ __all__ = [
     "bound_to_original",
     "bound_to_runs",
     "extract_answer",
+    "is_undecided",
     "judged_correct",
     "normalise_answer",
     "takes_runs",
@@ -92,33 +94,16 @@ def unprovable_by(verifier: Verifier) -> str | None:
 
 
 # -- extraction and normalisation --------------------------------------------------------------------------------
-_ANSWER_MARKERS = re.compile(
-    r"(?:final answer|the answer is|answer is|answer:|the result is|therefore,? the answer is)\s*(?::|-(?=\s))?\s*",
-    re.IGNORECASE,
-)
-_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+def judged_correct(text: str | None, expected: str, *, question: str = "") -> bool:
+    """Whether a final message ``text`` answering ``question`` is judged right against ``expected``
+    (:func:`~reflect_otel.judge.judge_answer`); an undecided answer is not."""
+    return judge_answer(text, expected, question=question).outcome is Outcome.RIGHT
 
 
-def extract_answer(text: str | None) -> str | None:
-    """The answer a final message states: after the last "answer is"/"Answer:" marker, inside ``\\boxed{}``, or
-    the whole text; None when there is nothing."""
-    if not text or not text.strip():
-        return None
-    boxed = _BOXED.findall(text)
-    if boxed:
-        return boxed[-1].strip() or None
-    markers = list(_ANSWER_MARKERS.finditer(text))
-    answer = text[markers[-1].end() :] if markers else text
-    answer = answer.strip().strip("*").strip()
-    answer = re.sub(r"[.!]+$", "", answer).strip()
-    return answer or None
-
-
-def judged_correct(text: str | None, expected: str) -> bool:
-    """Whether a final message ``text`` states ``expected``: the answer it states (:func:`extract_answer`) under the
-    judge. The one test of a run's answer, for runs, replays and every method."""
-    extracted = extract_answer(text)
-    return extracted is not None and answers_match(extracted, expected)
+def is_undecided(verdict: Verdict | None) -> bool:
+    """Whether ``verdict`` is the oracle's "undecided": an answer naming several values without saying which it
+    asserts, neither right nor a failure."""
+    return verdict is not None and verdict.is_correct is None and verdict.label == Outcome.UNDECIDED.value
 
 
 def normalise_answer(text: str) -> str:
@@ -133,30 +118,42 @@ def normalise_answer(text: str) -> str:
 
 
 class OracleVerifier:
-    """Extract the answer the final message states, then the judge (:mod:`reflect_otel.judge`, the official
-    WikiTableQuestions evaluator's rules). A missing expected answer gives ``is_correct=None`` (it cannot tell)."""
+    """The judge (:func:`reflect_otel.judge.judge_answer`) on the final message and the trace's question: right,
+    wrong, or undecided (``is_correct`` None, labelled ``undecided``: never right, never a failure). A missing
+    expected answer gives ``is_correct=None`` (it cannot tell)."""
 
     name = "oracle"
 
     def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
-        extracted = extract_answer(trace.final_answer)
         if expected is None:
             return Verdict(
                 verifier=self.name,
                 is_correct=None,
-                extracted_answer=extracted,
+                extracted_answer=extract_answer(trace.final_answer),
                 confidence=0.0,
                 reasoning="no expected answer to compare with",
             )
-        if extracted is None:
+        judged = judge_answer(trace.final_answer, expected, question=trace.question)
+        if judged.answer is None:
             return Verdict(verifier=self.name, is_correct=False, reasoning="no answer could be extracted")
-        correct = answers_match(extracted, expected)
         return Verdict(
             verifier=self.name,
-            is_correct=correct,
-            extracted_answer=extracted,
-            reasoning="matches the expected answer" if correct else "differs from the expected answer",
+            is_correct=judged.correct,
+            extracted_answer=judged.answer,
+            label=Outcome.UNDECIDED.value if judged.outcome is Outcome.UNDECIDED else None,
+            reasoning=_reasoning(judged),
         )
+
+
+def _reasoning(judged: Judgement) -> str:
+    if judged.outcome is Outcome.UNDECIDED:
+        named = ", ".join(repr(c) for c in judged.candidates)
+        return f"undecided: the answer names {named} and does not say which it asserts ({judged.how})"
+    said = "matches the expected answer" if judged.outcome is Outcome.RIGHT else "differs from the expected answer"
+    if judged.how == "as written":
+        return said
+    asserted = repr(judged.value) if judged.value is not None else ", ".join(repr(c) for c in judged.candidates)
+    return f"{said}: it asserts {asserted} ({judged.how})"
 
 
 class SelfVerifier:

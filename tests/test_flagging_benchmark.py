@@ -13,7 +13,7 @@ from reflect_otel.testing import ScriptedLLM, ScriptedResampler, make_trace
 from reflect_otel.verdict import Verdict
 
 
-def _row(question: str, correct: bool, methods: dict[str, object]) -> str:
+def _row(question: str, correct: bool | None, methods: dict[str, object]) -> str:
     trace = make_trace(f"question {question}", [{"reasoning": "x", "is_final_answer": True}], final_answer="x")
     row = {"question_id": question, "correct": correct, "methods": methods, "trace": trace.model_dump(mode="json")}
     return json.dumps(row)
@@ -252,3 +252,9 @@ def test_the_issues_command_resumes_beside_the_results_and_writes_the_calibratio
     flagging.main()
     assert "no calibration written" in capsys.readouterr().out and not (folder / "calibration.json").exists()
     assert len(auditor.requests) == 4  # the resumed run asked the auditor nothing more
+
+
+def test_a_run_whose_answer_was_undecided_has_no_label_to_score_a_verifier_against(tmp_path: Path) -> None:
+    results = tmp_path / "results.jsonl"
+    results.write_text("\n".join([_row("nt-1", False, {}), _row("nt-2", None, {}), _row("nt-3", True, {})]) + "\n")
+    assert [(r.question_id, r.wrong) for r in live_runs(results)] == [("nt-1", True), ("nt-3", False)]

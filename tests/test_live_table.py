@@ -312,3 +312,23 @@ def test_the_results_tables_count_what_each_evidence_rule_did_per_method(tmp_pat
     assert rules["last_row"]["reflect"] == "1 / 0 / 0"  # proposed and refused: fired, never tried
     assert rules["my_rule"]["reflect"] == "1 / 1 / 0"  # a rule no built-in names, after them
     assert all(v == "0 / 0 / 0" for v in rules["valid_options"].values())
+
+
+def test_an_undecided_run_is_counted_apart_never_right_and_never_a_failure_given_to_the_methods() -> None:
+    rows = _rows()
+    undecided = {**copy.deepcopy(rows[0]), "question_id": "nt-hedged", "correct": None, "methods": {}}
+    right = {**copy.deepcopy(rows[0]), "question_id": "nt-right", "correct": True, "methods": {}}
+    metrics = live_metrics([*rows, undecided, right], METHODS)
+    assert (metrics["questions"], metrics["agent_correct"], metrics["agent_undecided"], metrics["failed_runs"]) == (
+        5,
+        1,
+        1,
+        3,
+    )
+    assert metrics["methods"]["ics"]["runs"] == 3
+    header = live_metrics_markdown(metrics, "m").splitlines()[0]
+    assert "5 questions, 1 answered right, 1 undecided (" in header and ": not a failed run), 3 failed runs" in header
+    # the undecided run's stored attributions (if any) are not scored as a failure's
+    attributed = {**copy.deepcopy(rows[1]), "question_id": "nt-hedged-attributed", "correct": None}
+    assert live_metrics([*rows, attributed], METHODS)["methods"]["ics"]["runs"] == 3
+    assert "undecided" not in live_metrics_markdown(live_metrics(rows, METHODS), "m").splitlines()[0]

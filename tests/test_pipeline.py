@@ -143,6 +143,29 @@ def test_a_flip_the_control_also_produces_is_not_attributable() -> None:
     assert record.corrected_answer is None
 
 
+def test_a_replay_that_names_the_right_answer_among_others_is_no_flip() -> None:
+    # the agent, told anything or nothing, hedges between the expected answer and its run's: undecided, never right
+    hedging = ScriptedReplayAdapter(
+        lambda trace, point, injection: [{"reasoning": "The answer is 42 or 41", "is_final_answer": True}],
+        deterministic=True,
+    )
+    record = run(auditor(localize=[3]), hedging, rollback_points=1)
+    assert record.replays and not any(a.flipped for a in record.replays)
+    assert all(a.verdict is not None and a.verdict.label == "undecided" for a in record.replays)
+    assert record.status is not AttributionStatus.VERIFIED and record.corrected_answer is None
+    assert record.fidelity is not None and record.fidelity.reproduced == 0  # nor is it the run's own answer
+
+
+def test_a_control_that_repeats_the_runs_value_reproduces_the_run() -> None:
+    again = ScriptedReplayAdapter(  # the run's 41, written twice
+        lambda trace, point, injection: [{"reasoning": "The answer is 41, 41", "is_final_answer": True}],
+        deterministic=True,
+    )
+    record = run(auditor(localize=[3]), again, rollback_points=1)
+    controls_run = [a for a in record.replays if a.arm is ReplayArm.CONTROL]
+    assert controls_run and all(a.reproduced and not a.flipped for a in controls_run)
+
+
 def test_an_unfaithful_guidance_flip_never_verifies() -> None:
     # the soft gate replays a proposal it judged unfaithful; the flip is recorded, not verified
     record = run(

@@ -4,11 +4,13 @@ import pytest
 
 from reflect_otel.datasets.bbm import BBMVerifier, extract_bbm_answer
 from reflect_otel.testing import ScriptedLLM, make_trace
+from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import (
     OracleVerifier,
     SelfVerifier,
     answers_match,
     extract_answer,
+    is_undecided,
 )
 
 
@@ -51,6 +53,22 @@ def test_oracle_is_strict_when_extraction_fails_and_unsure_without_expected() ->
     assert OracleVerifier().verify(_trace("x"), expected=None).is_correct is None
     assert extract_answer("Thinking... The answer is: 12.") == "12"
     assert answers_match("12 467", "12467")
+
+
+def test_the_oracle_reads_the_value_asserted_against_the_traces_question_and_says_when_it_cannot_tell() -> None:
+    def judged(answer: str, question: str) -> Verdict:
+        trace = make_trace(question, [{"reasoning": answer, "is_final_answer": True}], final_answer=answer)
+        return OracleVerifier().verify(trace, expected="2008")
+
+    laps = judged("The answer is 2008 laps.", "how many laps did she run?")
+    assert laps.is_correct is True and laps.extracted_answer == "2008 laps" and laps.label is None
+    assert laps.reasoning == "matches the expected answer: it asserts '2008' (unit after the number stripped)"
+    games = judged("2008 Summer Games", "in which year did she first compete?")
+    assert games.is_correct is False and games.reasoning == "differs from the expected answer"  # a name, no unit
+    undecided = judged("It was either 2004 or 2008", "in what year were there the most births?")
+    assert undecided.is_correct is None and undecided.label == "undecided" and is_undecided(undecided)
+    assert undecided.reasoning.startswith("undecided: the answer names '2004', '2008'")
+    assert not is_undecided(judged("It was 2004", "in what year were there the most births?"))
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,9 @@
 """``eval --benchmark wtq-live``: REFLECT's claim measured live. A demo agent (the LangGraph table-QA agent, or the
 OpenAI-tool-loop SQL agent: ``--agent``) answers WikiTableQuestions questions with the configured model; each run
 whose answer is wrong is attributed by every chosen method, from the same run, with the same model, before the next
-question (the agent's replay state lives in this process).
+question (the agent's replay state lives in this process). Answers are judged by :func:`reflect_otel.judge.judge_answer`
+(right, wrong or undecided, with the question): a row's ``correct`` is None for an undecided answer (one naming
+several values without saying which it asserts), which is neither right nor a failed run, and is counted apart.
 
 Resumable: a JSON line per question when its agent run finishes, and the updated line again after each method (the
 last line of a question wins), so a stop loses at most the method running; on resume the stored failure's missing
@@ -37,6 +39,7 @@ from reflect_otel.evaluation.metrics import mean_se
 from reflect_otel.evaluation.rows_file import RowsFile
 from reflect_otel.evaluation.run_config import RUN_CONFIG, code_line, read_json_object, write_run_config
 from reflect_otel.evaluation.runner import read_done
+from reflect_otel.judge import judge_answer
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.methods import METHODS, method_spec
 from reflect_otel.pipeline import ReflectPipeline
@@ -50,6 +53,7 @@ __all__ = [
     "AgentRun",
     "LiveOptions",
     "check_methods",
+    "failed",
     "live_metrics",
     "live_metrics_markdown",
     "method_order",
@@ -166,7 +170,9 @@ def _method_row(
         "proposals": sum(1 for c in record.corrections if c.source.startswith("proposal:")),
         # a method that never saw the answer, judged by it: does the oracle confirm the answer it verified?
         "oracle_confirms": (
-            judged_correct(record.corrected_answer, expected) if record.corrected_answer is not None else None
+            judged_correct(record.corrected_answer, expected, question=run.trace.question)
+            if record.corrected_answer is not None
+            else None
         ),
         "llm_calls": record.auditor_calls,  # the auditor's requests; the agent's (on the same model) apart
         "agent_calls": record.agent_calls,  # the agent's requests for this record: its replays and proposals
@@ -255,7 +261,7 @@ def run_live_eval(
         ),
         absent_means={"verification": "uncontrolled", "agent": "table", "max_steps": 6},
     )
-    failed_runs = sum(1 for r in done.values() if not r["correct"])
+    failed_runs = sum(1 for r in done.values() if failed(r))
     plans = _stored_plans(done.values())
     errors_in_a_row = 0
     by_id = {q.id: q for q in questions}
@@ -282,24 +288,23 @@ def run_live_eval(
                     ) from error
                 continue
             errors_in_a_row = 0
-            correct = judged_correct(run.answer, question.expected)
+            judged = judge_answer(run.answer, question.expected, question=question.question)
             row: dict[str, Any] = {
                 "question_id": question.id,
                 "question": question.question,
                 "expected": question.expected,
                 "answer": run.answer,
-                "correct": correct,
+                "correct": judged.correct,  # None: undecided, neither right nor a failed run
+                "judgement": {"outcome": judged.outcome.value, "value": judged.value, "how": judged.how},
                 "agent_steps": len(run.trace.steps),
                 "agent_seconds": round(time.perf_counter() - started, 3),
                 "methods": {},
             }
-            say(
-                f"{question.id}: answered {run.answer!r} (expected {question.expected!r}): {'right' if correct else 'wrong'}"
-            )
+            say(f"{question.id}: answered {run.answer!r} (expected {question.expected!r}): {judged.outcome.value}")
             row["trace"] = run.trace.model_dump(mode="json")  # right runs too: labelled data for the verifiers
             _append(out, row)  # the run first, then each method as it finishes: a stop loses at most one method
             done[question.id] = row
-            if not correct:
+            if failed(row):
                 failed_runs += 1
                 row["method_order"] = []  # the methods in the order they ran (a resume appends the rest)
                 for name in method_order(options.methods, options.seed, question.id):
@@ -326,7 +331,7 @@ def _add_methods(
     """Give each method not yet run on a stored failure that failure, replayed from its trace (the first
     ``options.limit`` failures, in the order they were run); append the row after each method, so a stop loses at
     most the method running."""
-    for stored in [r for r in done.values() if not r["correct"]][: options.limit]:
+    for stored in [r for r in done.values() if failed(r)][: options.limit]:
         order = method_order(options.methods, options.seed, stored["question_id"])
         missing = [m for m in order if m not in stored["methods"]]
         question = questions.get(stored["question_id"])
@@ -377,20 +382,27 @@ def _attributed(
     return row
 
 
+def failed(row: dict[str, Any]) -> bool:
+    """Whether a results row is a failed run: its answer judged wrong (an undecided one, ``correct`` None, is not)."""
+    return row["correct"] is False
+
+
 def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
     """Per method, over the failed runs it attributed without a stage failure: the share flipped (a replay
     flipped the answer to the expected one) and verified, and calls, tokens and seconds per run; each with its
     standard error. Runs whose stages failed, and runs skipped, are counted apart, never scored, and listed with
-    what they cost (``unscored``). Read from the rows as written (see :mod:`reflect_otel.evaluation._live_records`)."""
-    failed = [r for r in rows if not r["correct"]]
+    what they cost (``unscored``); runs whose answer was undecided are counted apart too (``agent_undecided``),
+    neither right nor failed. Read from the rows as written (see :mod:`reflect_otel.evaluation._live_records`)."""
+    failures = [r for r in rows if failed(r)]
     out: dict[str, Any] = {
         "questions": len(rows),
-        "agent_correct": sum(1 for r in rows if r["correct"]),
-        "failed_runs": len(failed),
+        "agent_correct": sum(1 for r in rows if r["correct"] is True),
+        "agent_undecided": sum(1 for r in rows if r["correct"] is None),
+        "failed_runs": len(failures),
         "methods": {},
     }
     for name in methods:
-        given = [(r, r["methods"][name]) for r in failed if name in r["methods"]]
+        given = [(r, r["methods"][name]) for r in failures if name in r["methods"]]
         attributed = [m for _, m in given]
         ran = [m for m in attributed if m["status"] != AttributionStatus.SKIPPED.value]
         scored_rows = [(r, m) for r, m in given if m["status"] != AttributionStatus.SKIPPED.value and not m["failed"]]
@@ -455,7 +467,7 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
             ],
             "verified_steps": [
                 {"question_id": r["question_id"], "step": r["methods"][name]["step"]}
-                for r in failed
+                for r in failures
                 if name in r["methods"] and r["methods"][name]["status"] == AttributionStatus.VERIFIED.value
             ],
             "verified_by": dict(
@@ -593,7 +605,7 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str, *, code: str | No
     """The table; ``code`` (:func:`~reflect_otel.evaluation.run_config.code_line`) says which code made its rows."""
     lines = [
         f"wtq-live, model {model}: {metrics['questions']} questions, {metrics['agent_correct']} answered right, "
-        f"{metrics['failed_runs']} failed runs given to each method. {HEADER}",
+        f"{_undecided(metrics)}{metrics['failed_runs']} failed runs given to each method. {HEADER}",
         "",
         "| method | runs | scored | skipped or failed | tested | flipped | verified | verified, control gave the "
         "run's answer | not attributable | answer fidelity | trajectory fidelity | replays: intervention, control | "
@@ -659,6 +671,14 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str, *, code: str | No
     if not metrics["methods"]:
         lines += ["", "No method: the agent's runs recorded only (labelled runs for `benchmarks.flagging --live`)."]
     return "\n".join(lines) + "\n"
+
+
+def _undecided(metrics: dict[str, Any]) -> str:
+    """The runs whose answer was undecided, where there are any (neither right nor failed)."""
+    count = metrics.get("agent_undecided") or 0
+    if not count:
+        return ""
+    return f"{count} undecided (the answer names several values without saying which it asserts: not a failed run), "
 
 
 def _unscored_lines(methods: dict[str, Any]) -> list[str]:
