@@ -1,6 +1,6 @@
 """Every ``REFLECT_*`` environment variable, read in one place and validated with a message naming the variable.
 
-Two kinds, one table (:func:`variables`, printed by ``reflect-otel settings`` and copied into the README):
+Two kinds, one table (:func:`variables`, printed by ``reflect-otel settings`` and copied into docs/settings.md):
 
 * process settings (:class:`Settings`, pydantic-settings): the store, the LLM backend, the local model and its
   server, redaction, the proxy verifier's calibration. Read at each use, so a test or a process that sets a
@@ -189,7 +189,7 @@ def variables() -> list[Variable]:
 
 
 def variables_markdown() -> str:
-    """:func:`variables` as a Markdown table (the README's)."""
+    """:func:`variables` as a Markdown table (the one in docs/settings.md)."""
     lines = ["| variable | default | what it sets |", "|---|---|---|"]
     lines += [f"| `{v.name}` | {v.default} | {v.description.replace('|', '/')} |" for v in variables()]
     return "\n".join(lines)

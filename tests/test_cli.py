@@ -166,15 +166,15 @@ def test_collect_refuses_bad_endpoints(capsys: pytest.CaptureFixture[str], tmp_p
     assert "HOST:PORT" in capsys.readouterr().err
 
 
-def test_the_readme_lists_every_variable_and_a_bad_value_fails_naming_it(
+def test_the_settings_page_lists_every_variable_and_a_bad_value_fails_naming_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from pathlib import Path
 
     from reflect_otel.settings import variables_markdown
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
-    assert variables_markdown() in readme, "README's settings table is stale: reflect-otel settings --markdown"
+    page = (Path(__file__).parents[1] / "docs" / "settings.md").read_text(encoding="utf-8")
+    assert variables_markdown() in page, "docs/settings.md's table is stale: reflect-otel settings --markdown"
     for variable, value, named in [
         ("REFLECT_LOCAL_CONTEXT", "lots", "REFLECT_LOCAL_CONTEXT='lots'"),
         ("REFLECT_ROUNDS", "0", "REFLECT_ROUNDS"),

@@ -37,5 +37,7 @@ def add_settings_command(subparsers: argparse._SubParsersAction[argparse.Argumen
         description="Every environment variable reflect-otel reads, its default, what it sets, and the value it "
         "has in this environment (keys hidden). Every command checks them all before it starts.",
     )
-    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (the README's)")
+    parser.add_argument(
+        "--markdown", action="store_true", help="print the table as Markdown (the one in docs/settings.md)"
+    )
     parser.set_defaults(handler=_settings)
