@@ -637,3 +637,55 @@ def test_a_failed_import_says_nothing_was_imported_only_once(
     err = capsys.readouterr().err
     assert "imported 0" not in err and "no trace in" in err and "t.jsonl was not written" in err
     assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_an_endpoint_that_never_answers_is_waited_for_out_loud_and_within_the_timeout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+    import time
+
+    traces = tmp_path / "traces.jsonl"
+    _traces(traces, {f"{n:032x}": ("The answer is 41", "42") for n in range(1, 5)})
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        monkeypatch.setenv("REFLECT_LLM_BASE_URL", f"http://127.0.0.1:{silent.getsockname()[1]}/v1")
+        monkeypatch.setenv("REFLECT_LLM_MODEL", "m")
+        monkeypatch.setenv("REFLECT_LLM_TIMEOUT_S", "1.5")
+        started = time.monotonic()
+        argv = ["attribute", str(traces), "--method", "aao", "-o", str(tmp_path / "r.jsonl"), "--no-store"]
+        assert main(argv) == 1
+    assert time.monotonic() - started < 15  # three requests of 1.5 s each, retries included, then it stops
+    err = capsys.readouterr().err
+    assert "stopped after 3 of 4 trace(s)" in err and "timed out" in err
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_eval_stops_at_an_endpoint_taken_for_down_and_keeps_what_finished(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    (data / "bbm").mkdir(parents=True)
+    (data / "bbm" / "multistep_arithmetic.jsonl").write_bytes(
+        (EXAMPLES / "bbm" / "multistep_arithmetic.jsonl").read_bytes()
+    )
+    monkeypatch.setenv("REFLECT_LLM_BASE_URL", f"http://127.0.0.1:{_closed_port()}/v1")
+    monkeypatch.setenv("REFLECT_LLM_MODEL", "m")
+    monkeypatch.setenv("REFLECT_LLM_TIMEOUT_S", "1")
+    run = tmp_path / "run"
+    assert main(["eval", "--benchmark", "bbm", "--method", "aao", "--data", str(data), "-o", str(run)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("reflect-otel eval: error: stopped: LLM endpoint http://127.0.0.1:"), err[-1]
+    assert f"what finished is in {run}, and a rerun resumes there" in err[-1]
+    assert len((run / "results.jsonl").read_text().splitlines()) == 3
+
+
+def test_the_help_says_why_the_two_verifier_flags_differ_and_says_each_sentence_whole() -> None:
+    from reflect_otel.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction").choices
+    attribute, collect = commands["attribute"].format_help(), commands["collect"].format_help()
+    assert "'collect --verifier'" in " ".join(attribute.split()) and "not 'attribute" in " ".join(collect.split())
+    assert "written as incomplete" in " ".join(collect.split())  # --ttl: what happens after those seconds
+    assert "are attributed. These" in " ".join(attribute.split())  # --verifier's last sentence, whole

@@ -25,6 +25,7 @@ from reflect_otel.collectors.trace_collector import BufferLimits
 from reflect_otel.datasets.files import DATASET_FORMAT_NAMERS, DATASET_READERS
 from reflect_otel.demo.examples import example_path
 from reflect_otel.errors import ConfigError, InputError
+from reflect_otel.llm.openai_compat import endpoint_down
 from reflect_otel.online.shared import SharedQueue
 from reflect_otel.online.work import AttributionWorker, WorkerStats, expected_answer_of
 from reflect_otel.settings import settings
@@ -195,6 +196,7 @@ def _collect(args: argparse.Namespace) -> int:
             if deadline is not None and time.monotonic() >= deadline:
                 break
             _status(receiver.stats(), writer.written, _work_stats(worker, shared), end=_end(), quiet=True)
+            _say_endpoint_down()
     finally:
         receiver.shutdown()
         writer.close()
@@ -216,6 +218,18 @@ def _collect(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+_said_down: set[str] = set()
+
+
+def _say_endpoint_down() -> None:
+    """Once per endpoint taken for down, why the runs being attributed fail (they are stored and counted; the
+    receiver goes on, and the endpoint is tried again after a pause)."""
+    down = endpoint_down()
+    if down is not None and str(down) not in _said_down:
+        _said_down.add(str(down))
+        print(f"\nreflect-otel collect: {down}; runs are still received and stored", file=sys.stderr)
 
 
 def _end() -> str:

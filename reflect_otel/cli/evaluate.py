@@ -18,11 +18,12 @@ from reflect_otel.cli._options import (
     temperature,
 )
 from reflect_otel.config import LLMConfig, ReflectConfig
-from reflect_otel.errors import ConfigError, InputError
+from reflect_otel.errors import ConfigError, EndpointDownError, InputError
 from reflect_otel.evaluation.compare import chart_svg, compare_markdown, load_runs
 from reflect_otel.evaluation.loaders import BENCHMARKS
 from reflect_otel.evaluation.runner import REPLAYABLE, EvalOptions, run_eval
 from reflect_otel.llm.factory import make_llm
+from reflect_otel.llm.openai_compat import endpoint_down
 from reflect_otel.llm.recording import AgentCallRecorder
 from reflect_otel.methods import METHODS, llm_for, method_spec
 
@@ -170,6 +171,7 @@ def _eval(args: argparse.Namespace) -> int:
         scored = f"running EM {em * 100:.1f}%" if em is not None else "nothing scored yet"
         line = f"[{done}/{total}] {scored}" + (f", {failed} failed" if failed else "")
         print(f"\r{line}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+        _stop_if_down(args.out)
 
     options = EvalOptions(
         args.benchmark,
@@ -258,7 +260,7 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
         llm,
         run_agent,
         rebuild=rebuild,
-        progress=lambda text: print(text, file=sys.stderr, flush=True),
+        progress=lambda text: _said_then_stop_if_down(text, args.out),
     )
     print((args.out / "metrics.md").read_text())
     runs = [m["runs"] for m in metrics["methods"].values()]
@@ -266,6 +268,19 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
         print(f"every attribution failed, so nothing was measured; see {args.out / 'results.jsonl'}", file=sys.stderr)
         return 1
     return 0
+
+
+def _stop_if_down(out: Path) -> None:
+    """Stop an evaluation whose LLM endpoint was taken for down: every later trace would fail the same way, after
+    the same wait. What finished is in ``out`` (a rerun resumes there)."""
+    down = endpoint_down()
+    if down is not None:
+        raise EndpointDownError(f"stopped: {down}; what finished is in {out}, and a rerun resumes there")
+
+
+def _said_then_stop_if_down(text: str, out: Path) -> None:
+    print(text, file=sys.stderr, flush=True)
+    _stop_if_down(out)
 
 
 def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps: int, deterministic: bool) -> RunAgent:
