@@ -17,7 +17,7 @@ from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult, repl
 from reflect_otel.trace import Step, StepAction
 from reflect_otel.verifiers import extract_answer
 
-__all__ = ["ControlArm", "Controls", "Replayer", "Sensitivities", "SensitivityArm", "effect_arm"]
+__all__ = ["NEUTRAL_INJECTION", "ControlArm", "Controls", "Replayer", "Sensitivities", "SensitivityArm", "effect_arm"]
 
 
 def effect_arm(attempts: Sequence[ReplayAttempt], flips: int) -> EffectArm:
@@ -164,6 +164,10 @@ class Controls:
         )
 
 
+NEUTRAL_INJECTION = "Continue with the task."
+"""The sensitivity arm of a guidance trial the adapter regenerates itself (no action to re-serialise): a text that
+asks for nothing, injected where the correction was."""
+
 VariantMaker = Callable[[Step], tuple[StepAction | None, str]]
 """``step -> (its text-only variant, how)``, or ``(None, why)`` (:func:`reflect_otel.effects.sensitivity_variant`)."""
 
@@ -207,11 +211,11 @@ class Sensitivities:
         self.samples = samples
         self.make_variant = make_variant
         self.normalise = normalise
-        self._arms: dict[int, SensitivityArm] = {}
+        self._arms: dict[tuple[int, bool], SensitivityArm] = {}
 
     def variant(self, point: int) -> tuple[StepAction | None, str]:
         """The variant of the step after ``point`` (step ``point + 1``), or ``(None, why)``."""
-        arm = self._arms.get(point)
+        arm = self._arms.get((point, False))
         if arm is not None:
             return arm.variant, arm.note
         step = self.replayer.run.trace.steps[point]
@@ -220,22 +224,23 @@ class Sensitivities:
         except Exception as error:  # an adapter's variant maker is someone else's code
             return None, f"the adapter's variant maker failed: {type(error).__name__}: {str(error)[:200]}"
 
-    def ran(self, point: int) -> bool:
-        return point in self._arms
-
-    def cost(self, point: int) -> int:
-        """Replays the arm of ``point`` still needs: none once it ran, or when no variant can be made."""
-        if point in self._arms:
+    def cost(self, point: int, *, guided: bool = False) -> int:
+        """Replays the arm of ``point`` still needs: none once it ran, or when no variant can be made. ``guided``:
+        the arm of a guidance trial the adapter regenerates (a neutral text injected, always possible)."""
+        if (point, guided) in self._arms:
             return 0
-        return self.samples if self.variant(point)[0] is not None else 0
+        return self.samples if guided or self.variant(point)[0] is not None else 0
 
-    def at(self, point: int, *, round_: int, localized: int | None) -> SensitivityArm:
-        """The sensitivity arm of ``point``, run now unless it ran before."""
-        arm = self._arms.get(point)
+    def at(self, point: int, *, round_: int, localized: int | None, guided: bool = False) -> SensitivityArm:
+        """The sensitivity arm of ``point``, run now unless it ran before. ``guided``: a neutral text injected
+        instead of a variant executed (for a guidance trial the adapter regenerates itself)."""
+        arm = self._arms.get((point, guided))
         if arm is not None:
             return arm
+        if guided:
+            return self._guided(point, round_=round_, localized=localized)
         variant, note = self.variant(point)
-        arm = self._arms[point] = SensitivityArm(variant, note)
+        arm = self._arms[(point, False)] = SensitivityArm(variant, note)
         if variant is None:
             arm.usable = False
             return arm
@@ -260,6 +265,24 @@ class Sensitivities:
                     arm.usable, arm.note = False, f"{note}; but {why}: no sensitivity test"
             arm.attempts.append(self.replayer.record(attempt))
         if not arm.answered and arm.usable:
+            arm.usable, arm.note = False, f"{note}; but its replay failed (see errors)"
+        return arm
+
+    def _guided(self, point: int, *, round_: int, localized: int | None) -> SensitivityArm:
+        note = f"a text that asks for nothing ({NEUTRAL_INJECTION!r}) injected where the correction was"
+        arm = self._arms[(point, True)] = SensitivityArm(None, note)
+        for sample in range(self.samples):
+            planned = ReplayAttempt(
+                round=round_,
+                rollback_point=point,
+                arm=ReplayArm.SENSITIVITY,
+                sample=sample,
+                localized_step=localized,
+                injection=NEUTRAL_INJECTION,
+            )
+            attempt, _ = self.replayer.replay(planned, action=None)
+            arm.attempts.append(self.replayer.record(attempt))
+        if not arm.answered:
             arm.usable, arm.note = False, f"{note}; but its replay failed (see errors)"
         return arm
 

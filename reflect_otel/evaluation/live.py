@@ -37,7 +37,14 @@ from reflect_otel.errors import InputError
 from reflect_otel.evaluation import _live_records as reading
 from reflect_otel.evaluation.metrics import mean_se
 from reflect_otel.evaluation.rows_file import RowsFile
-from reflect_otel.evaluation.run_config import RUN_CONFIG, code_line, read_json_object, write_run_config
+from reflect_otel.evaluation.run_config import (
+    REGIME,
+    RUN_CONFIG,
+    VERIFICATION,
+    code_line,
+    read_json_object,
+    write_run_config,
+)
 from reflect_otel.evaluation.runner import read_done
 from reflect_otel.judge import judge_answer
 from reflect_otel.llm.base import StructuredLLM
@@ -166,7 +173,12 @@ def _method_row(
         ),
         "fidelity": [fidelity.reproduced, fidelity.controls] if fidelity is not None else None,
         "replays": len(record.replays),
-        "control_replays": len(record.replays) - len(interventions),
+        "control_replays": sum(1 for a in record.replays if a.arm is ReplayArm.CONTROL),
+        "sensitivity_replays": sum(1 for a in record.replays if a.arm is ReplayArm.SENSITIVITY),
+        "localization_replays": sum(1 for a in record.replays if a.arm is ReplayArm.LOCALIZATION),
+        "claim": record.claim,
+        "localization_test": record.localization_test.outcome.value if record.localization_test else None,
+        "obstacle": record.obstacle.value if record.obstacle else None,
         "proposals": sum(1 for c in record.corrections if c.source.startswith("proposal:")),
         # a method that never saw the answer, judged by it: does the oracle confirm the answer it verified?
         "oracle_confirms": (
@@ -242,7 +254,11 @@ def run_live_eval(
             "max_replays": options.max_replays,
             "max_steps": options.max_steps,
             "deterministic_agent": options.deterministic_agent,
-            "verification": "controlled",
+            # the rule of reflect_otel/controlled_replay.py: a change of effect, beside a control and a sensitivity
+            # arm; runs under an earlier rule ("controlled") are not resumed with this one
+            "verification": VERIFICATION,
+            # what saw the expected answer: the localizer (the oracle regime), never a text a replay executes
+            "regime": REGIME,
             "model": llm.model_name,
             "reflect_config": options.config.model_dump(mode="json"),
         },
@@ -440,6 +456,19 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
             "not_attributable": mean_se(
                 [1.0 if m["status"] == AttributionStatus.NOT_ATTRIBUTABLE.value else 0.0 for m in scored]
             ),
+            # what a verified record claims (rows made before the claim existed: none counted as localized)
+            "localized": sum(1 for m in verified if m.get("claim") == "localized"),
+            "localization_tests": {
+                outcome: sum(1 for m in verified if m.get("localization_test") == outcome)
+                for outcome in ("localized", "not_localized", "untested")
+            },
+            # why a not-attributable record's flip was not credited
+            "obstacles": {
+                obstacle: sum(1 for m in scored if m.get("obstacle") == obstacle)
+                for obstacle in sorted({str(m["obstacle"]) for m in scored if m.get("obstacle")})
+            },
+            "sensitivity_replays": mean_se([float(m.get("sensitivity_replays") or 0) for m in scored]),
+            "localization_replays": mean_se([float(m.get("localization_replays") or 0) for m in scored]),
             "fidelity": {
                 "reproduced": sum(f[0] for f in fidelity),
                 "controls": sum(f[1] for f in fidelity),
@@ -529,6 +558,30 @@ def _wrong_step_targets(scored: Sequence[tuple[dict[str, Any], dict[str, Any]]])
     }
 
 
+def _claim_lines(methods: dict[str, Any]) -> list[str]:
+    """Per method: verified (decisive) and localized records, the localization tests' outcomes, why flips were not
+    attributable, and the sensitivity and localization arms' replays."""
+    if not any("localization_tests" in m for m in methods.values()):
+        return []  # rows made before the sensitivity arm and the localization test
+    lines = [
+        "",
+        "| method | decisive (verified) | localized | localization not shown, untested | not attributable: why | "
+        "replays: sensitivity, localization |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, m in methods.items():
+        tests = m.get("localization_tests") or {}
+        obstacles = ", ".join(f"{why} {count}" for why, count in (m.get("obstacles") or {}).items()) or "-"
+        mean = m["verified"]["mean"]
+        verified = round(mean * m.get("scored", m["runs"])) if mean == mean else 0  # NaN: nothing scored
+        lines.append(
+            f"| {name} | {verified} | {m.get('localized', 0)} | {tests.get('not_localized', 0)}, "
+            f"{tests.get('untested', 0)} | {obstacles} | {_cell(m['sensitivity_replays'])}, "
+            f"{_cell(m['localization_replays'])} |"
+        )
+    return lines
+
+
 def _known_mean(values: Sequence[int | None]) -> dict[str, Any] | None:
     """The mean of the values when every row knows its value; None when any does not (older code's rows)."""
     if not values or any(v is None for v in values):
@@ -537,7 +590,8 @@ def _known_mean(values: Sequence[int | None]) -> dict[str, Any] | None:
 
 
 def _intervention_replays(method: dict[str, Any]) -> int:
-    return int(method["replays"]) - int(method.get("control_replays", 0))
+    others = ("control_replays", "sensitivity_replays", "localization_replays")
+    return int(method["replays"]) - sum(int(method.get(name) or 0) for name in others)
 
 
 def _cached_share(rows: Sequence[dict[str, Any]]) -> float | None:
@@ -570,8 +624,11 @@ HEADER = (
     "it skipped (nothing to test) or whose stages failed, so a method with runs not scored has a smaller denominator "
     "than the others (said below the table, with what those runs cost). "
     "tested: runs where a correction was replayed (not only controls); flipped: an intervention replay answered "
-    "right; verified: the attribution's rule (reflect_otel/controlled_replay.py): an intervention that changed step "
-    "p answered right, and the control replay from the same prefix, with no intervention, did not answer right; "
+    "right; verified (decisive): the attribution's rule (reflect_otel/controlled_replay.py): an intervention that "
+    "changed step p's effect (its result, or a thought's content; never the answer turn or a later call of the run "
+    "moved earlier) answered right, and neither the control replay from the same prefix, with no intervention, nor "
+    "the sensitivity arm (step p changed in text only) answered right; localized: verified, and the same correction "
+    "source applied at another step of the run changed that step's effect and did not flip the run; "
     "where that control gave another answer than the run's, more controls were run there (to verify_samples) and "
     "none answered right (with sampled replays: the intervention flipped more often than the control, one-sided "
     "Fisher exact p <= 0.05). A verified run's control need not have reproduced the run. "
@@ -632,6 +689,7 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str, *, code: str | No
             f"{'-' if share is None else f'{share * 100:.0f}%'} | {_cell(m['seconds'], digits=0)} |"
         )
     lines += _unscored_lines(metrics["methods"])
+    lines += _claim_lines(metrics["methods"])
     lines += _wrong_step_lines(metrics["methods"].get(WrongStepControl.method))
     sources = [
         f"- {name}: " + ", ".join(f"{how} {count}" for how, count in m["verified_by"].items())

@@ -19,9 +19,27 @@ from typing import Any
 
 from reflect_otel.errors import InputError
 
-__all__ = ["RUN_CONFIG", "code_line", "code_version", "package_versions", "read_json_object", "write_run_config"]
+__all__ = [
+    "REGIME",
+    "RUN_CONFIG",
+    "VERIFICATION",
+    "code_line",
+    "code_version",
+    "package_versions",
+    "read_json_object",
+    "write_run_config",
+]
 
 RUN_CONFIG = "run_config.json"
+VERIFICATION = "controlled, change of effect, sensitivity arm, localization test"
+"""The verification rule a run's rows were made under (``run_config.json``'s ``verification``)."""
+REGIME = (
+    "the localizer and the classifier may see the expected answer (the oracle regime, where a method does); every "
+    "text or call a replay executes (corrections, proposals, plans, memories) is written without it; the answer "
+    "judges replays only"
+)
+"""Who sees the expected answer in a run's methods (``run_config.json``'s ``regime``)."""
+
 _MAX_BYTES = 1_000_000
 _PACKAGES = ("reflect-otel", "openai", "pydantic", "duckdb", "opentelemetry-sdk", "langgraph")
 

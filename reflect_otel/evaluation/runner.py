@@ -18,7 +18,14 @@ from reflect_otel.errors import InputError, LLMError
 from reflect_otel.evaluation.loaders import EvalItem, load_benchmark
 from reflect_otel.evaluation.metrics import Prediction, compute_metrics, metrics_markdown
 from reflect_otel.evaluation.rows_file import RowsFile
-from reflect_otel.evaluation.run_config import RUN_CONFIG, code_line, read_json_object, write_run_config
+from reflect_otel.evaluation.run_config import (
+    REGIME,
+    RUN_CONFIG,
+    VERIFICATION,
+    code_line,
+    read_json_object,
+    write_run_config,
+)
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.methods import METHODS
 from reflect_otel.record import AttributionMode, AttributionRecord, AttributionStatus, ReplayArm
@@ -125,7 +132,8 @@ def run_eval(
             "traces": len(items),
             # the benchmark's, not the method's: whether its records replayed is in metrics.md's mode line
             "replay_environment": REPLAYABLE.get(options.benchmark, "none: localization-only"),
-            "verification": "controlled",
+            "verification": VERIFICATION,
+            "regime": REGIME,
         },
         defining=(
             "benchmark", "method", "seed", "judge_explanations", "model", "reflect_config", "max_replays",
