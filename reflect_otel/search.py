@@ -44,7 +44,7 @@ from reflect_otel.replay import ReplayAdapter, agent_rules, pure_tools, resample
 from reflect_otel.trace import Step, StepAction, StructuredTrace
 from reflect_otel.trial import Decision, GateFn, Trial, TrialResult
 from reflect_otel.verdict import Verdict, shown_answer
-from reflect_otel.verifiers import bound_to_original, bound_to_runs, unprovable_by
+from reflect_otel.verifiers import bound_to_original, bound_to_runs, is_undecided, unprovable_by
 
 __all__ = [
     "Diagnosis",
@@ -163,6 +163,14 @@ def search(
             step_index=None,
             original_verdict=verdict,
             reason="the answer already verifies as correct; nothing to attribute",
+        )
+    if is_undecided(verdict):  # it names the right value among others: no failure to attribute, nor a flip to find
+        return run.record(
+            status=AttributionStatus.SKIPPED,
+            mode=mode,
+            step_index=None,
+            original_verdict=verdict,
+            reason=f"the answer is undecided, not wrong: {verdict.reasoning[:300]}",
         )
     if not run.trace.steps:
         return run.record(status=AttributionStatus.SKIPPED, mode=mode, step_index=None, reason="the trace has no steps")

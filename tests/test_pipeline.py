@@ -687,3 +687,14 @@ def test_no_prompt_that_writes_what_a_replay_executes_shows_the_expected_answer(
         assert request.stage != "diagnose" or "multiply instead" not in request.text
     localized = [r for r in llm.requests if r.stage in {"localize", "reflexion_extract"}]
     assert method == "dover" or any("42" in r.text for r in localized)  # the oracle regime, for localizing only
+
+
+def test_a_run_whose_answer_is_undecided_is_not_attributed() -> None:
+    """An answer naming the right value among others ("either 41 or 42") is no failure: nothing is replayed."""
+    trace = five_step_trace().model_copy(update={"final_answer": "It is either 41 or 42"})
+    adapter = agent(fixed_at=(2,))
+    record = ReflectPipeline(auditor(localize=[3]), verifier=OracleVerifier()).attribute(
+        trace, expected=EXPECTED, replay=adapter
+    )
+    assert record.status is AttributionStatus.SKIPPED and "undecided" in record.reason
+    assert adapter.calls == [] and record.replays == ()
