@@ -199,6 +199,9 @@ def test_sql_and_stats_commands(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert main(["stats", "--store", str(path)]) == 0
     out = capsys.readouterr().out
     assert "1 traces, 1 verdicts, 1 attributions" in out and "verified_share" in out and "flip_rate_by_offset" in out
+    # per agent, how often a tested point flips on a change of text alone (the sensitivity arms)
+    assert "unknown: 0 of 1 tested points flip on a change of text alone" in out
+    assert "verified_claims" in out and "replay_sensitivity" in out
     assert main(["sql", "DELETE FROM traces", "--store", str(path)]) == 2
     assert "read-only" in capsys.readouterr().err.lower()
     assert main(["sql", "SELEC nonsense", "--store", str(path)]) == 2

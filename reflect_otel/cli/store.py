@@ -22,8 +22,8 @@ from reflect_otel.store import check_store_target, store_kind, store_target
 __all__ = ["add_report_command", "add_sql_command", "add_stats_command"]
 
 STATS_VIEWS = (
-    "failure_stats", "error_types", "verified_share", "replay_fidelity", "flip_rate_by_offset", "cost_per_stage",
-    "attribution_queue",
+    "failure_stats", "error_types", "verified_share", "verified_claims", "replay_fidelity", "replay_sensitivity",
+    "flip_rate_by_offset", "cost_per_stage", "attribution_queue",
 )  # fmt: skip
 
 
@@ -37,8 +37,8 @@ def add_sql_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         help="run a read-only SQL query on the store",
         description=(
             "Query the store with DuckDB SQL. Tables: traces, steps, verdicts, attributions, replays, llm_calls. "
-            "Views: failure_stats, error_types, decisive_step_position, verified_share, replay_fidelity, "
-            "flip_rate_by_offset, cost_per_trace, cost_per_stage."
+            "Views: failure_stats, error_types, decisive_step_position, verified_share, verified_claims, "
+            "replay_fidelity, replay_sensitivity, flip_rate_by_offset, cost_per_trace, cost_per_stage."
         ),
     )
     parser.add_argument("query", help='e.g. "SELECT * FROM error_types"')
@@ -218,6 +218,13 @@ def _stats(args: argparse.Namespace) -> int:
         for service, agent, controls, reproduced in fidelity:
             who = " / ".join(str(v) for v in (service, agent) if v) or "agents without a service name"
             print(f"replays of {who} reproduce its runs {reproduced} of {controls} times (control replays)")
+        _, sensitivity, _ = _query(db, "SELECT service, agent, points, sensitive FROM replay_sensitivity LIMIT 20", 20)
+        for service, agent, points, sensitive in sensitivity:
+            who = " / ".join(str(v) for v in (service, agent) if v) or "agents without a service name"
+            print(
+                f"{who}: {sensitive} of {points} tested points flip on a change of text alone (sensitivity arms; "
+                "no flip there is credited)"
+            )
         for view in STATS_VIEWS:
             columns, rows, _ = _query(db, f"SELECT * FROM {view} LIMIT 20", 20)
             print(f"\n{view}")
