@@ -403,7 +403,7 @@ def test_files_that_are_not_traces_are_named_before_any_line_is_read(
 
 
 def test_the_python_readers_name_a_datasets_file_when_given_its_namers(tmp_path: Path) -> None:
-    """``read_trace_rows`` (the README's example) refuses a BIG-Bench-Mistake file either way; given the datasets'
+    """``read_trace_rows`` (the example in docs/usage.md) refuses a BIG-Bench-Mistake file either way; given the datasets'
     namers it says what the file is and which command reads it, as the command line does."""
     from reflect_otel.datasets.files import DATASET_FORMAT_NAMERS
     from reflect_otel.errors import InputError

@@ -134,7 +134,7 @@ def _eval(args: argparse.Namespace) -> int:
     if not args.data.is_dir():
         raise InputError(
             f"--data {args.data}: no such folder; give the folder holding the datasets (bbm/, trail/, who_and_when/, "
-            "wtq/; see the README)"
+            "wtq/; see docs/usage.md, Evaluations)"
         )
     config = pipeline_config(
         args,
