@@ -291,7 +291,7 @@ def test_a_run_resumed_with_other_settings_or_made_before_controlled_verificatio
     older = json.loads(config_file.read_text())
     del older["verification"]  # as the runs written before controlled verification
     config_file.write_text(json.dumps(older))
-    with pytest.raises(InputError, match=r"verification: 'uncontrolled' -> 'controlled'"):
+    with pytest.raises(InputError, match=r"verification: 'uncontrolled' -> 'controlled, change of effect"):
         run_live_eval(made, llm, table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True))
     assert json.loads(config_file.read_text())["code"]["commit"]  # the code's commit is recorded
 
