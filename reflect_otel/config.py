@@ -70,9 +70,7 @@ class LLMConfig(BaseModel):
         description="How structured output is asked: json_schema, json_object_schema or json_object; unset: "
         "json_schema, falling back on refusal.",
     )
-    timeout_s: float = Field(
-        default=120.0, gt=0, description="Seconds one LLM request may take, its retries included."
-    )
+    timeout_s: float = Field(default=120.0, gt=0, description="Seconds one LLM request may take, its retries included.")
     max_retries: int = Field(default=3, ge=0, le=10)
     temperature: float = Field(default=0.0, ge=0, le=2)
     max_output_tokens: int = Field(default=1024, ge=16)
