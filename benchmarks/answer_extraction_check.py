@@ -14,11 +14,14 @@ question id, question, expected, answer, old, new, and how the value was read.
 from __future__ import annotations
 
 import argparse
+import json
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import add_smoke_option
 from reflect_otel.evaluation.live import RESULTS
 from reflect_otel.evaluation.runner import read_done
 from reflect_otel.judge import Judgement, judge_answer
@@ -87,14 +90,38 @@ def report(folder: Path, runs: list[Rejudged]) -> str:
     return "\n".join(lines)
 
 
+_SMOKE_ROWS = (
+    {"question_id": "nt-a", "question": "how many laps did he drive?", "expected": "22", "answer": "22 laps",
+     "correct": False},
+    {"question_id": "nt-b", "question": "which year came first?", "expected": "2008", "answer": "either 2004 or 2008",
+     "correct": False},
+    {"question_id": "nt-c", "question": "who won?", "expected": "Zembla", "answer": "Zembla", "correct": True},
+)  # fmt: skip
+
+
+def _smoke_folder() -> Path:
+    """A folder of three made-up rows (no measurement): one right in substance, one undecided, one right."""
+    folder = Path(tempfile.mkdtemp(prefix="answer-extraction-smoke-"))
+    (folder / RESULTS).write_text("".join(json.dumps(row) + "\n" for row in _SMOKE_ROWS))
+    return folder
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("folders", nargs="+", type=Path, help="wtq-live results folders (each with results.jsonl)")
+    parser.add_argument("folders", nargs="*", type=Path, help="wtq-live results folders (each with results.jsonl)")
+    add_smoke_option(parser)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.folders = [_smoke_folder()]
+    if not args.folders:
+        parser.error("name at least one results folder (or --smoke)")
     missing = [str(f) for f in args.folders if not (f / RESULTS).is_file()]
     if missing:
         parser.error(f"no {RESULTS} in {', '.join(missing)}")
-    print("\n\n".join(report(folder, rejudge(folder)) for folder in args.folders))
+    rejudged = {folder: rejudge(folder) for folder in args.folders}
+    print("\n\n".join(report(folder, runs) for folder, runs in rejudged.items()))
+    changed = sum(1 for runs in rejudged.values() for run in runs if run.old != run.new)
+    print(f"changed={changed}")  # the figure a smoke run checks the script by
     return 0
 
 

@@ -12,7 +12,7 @@ from the expected answer, so every run, replay and method is read the same way),
 3. **Words restated from the question stripped** from the ends of a sentence, with the words every sentence wraps
    a value in ("there", "is", "the", "total"): "There are 16 tracks listed in the table" asserts "16" for "how many
    tracks are listed in this table?". Never in a list (a comma, semicolon, ``|`` or line break sets parts apart:
-   "Bangkok, Thailand" stays whole), never a negation, and never a capitalised word a name ends on ("the 2008
+   "Zembla, Ruritania" stays whole), never a negation, and never a capitalised word a name ends on ("the 2008
    Summer Olympics" keeps "Olympics").
 4. **Several values offered** ("either 2004 or 2008"), or two compared other than as the question compares
    ("fewer in 2004 than in 2008" for "which year had more?"): none asserted (undecided), each a candidate. Two
@@ -239,7 +239,7 @@ class _Reader:
 
     def _sentence(self, words: list[re.Match[str]]) -> bool:
         """Whether ``words`` restate the question as a sentence does ("There are 16 tracks"): a copula, or a word
-        of the question written in lower case; a name that shares a word with the question ("Lake Van") does not."""
+        of the question written in lower case; a name that shares a word with the question ("Lake Zembla") does not."""
         return any(
             _fold(w.group()) in _COPULAS or (w.group().islower() and self.asks(w.group()) and not _filler(w.group()))
             for w in words
@@ -392,7 +392,7 @@ class _Reader:
 
 
 def _copula_side(text: str, words: list[re.Match[str]]) -> str | None:
-    """In "X is Y" made of the question's words alone, the side that is more than filler ("It is Lake Van")."""
+    """In "X is Y" made of the question's words alone, the side that is more than filler ("It is Lake Zembla")."""
     at = next((i for i, w in enumerate(words[1:-1], start=1) if _fold(w.group()) in _COPULAS), None)
     if at is None:
         return None

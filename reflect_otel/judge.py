@@ -15,7 +15,7 @@ and one of them is the expected answer: "It was either 2004 or 2008" for 2008, o
 4.7%" for "were the rates highest before or after 2000?". An undecided run is neither right nor a failure: online
 triage and ``reflect-otel attribute`` do not attribute it, an evaluation counts it apart, and a replay that gives it
 is no flip. *Wrong*: anything else, such as another number in the same unit ("23 puzzles" for 22), a list with an
-extra value ("Kimi Raikkonen, Fernando Alonso" for one driver), a qualified value ("Bangkok, Thailand" for Bangkok),
+extra value ("Kimi Raikkonen, Fernando Alonso" for one driver), a qualified value ("Zembla, Ruritania" for Zembla),
 a number in another scale ("0.997 million" for 997000), a name after a number ("2008 Summer Olympics" for 2008), or
 an error message that quotes the expected number ("error: t0 has fewer than 23 rows" for 23). Every judgement says
 how the value was read (:attr:`Judgement.how`); the readings are listed in :mod:`reflect_otel._asserted`.
