@@ -178,9 +178,8 @@ class ControlledReplay:
             return TrialResult(trial, Decision.NOT_TESTED, f"step {trial.step} is not a step of the run")
         if self.run.trace.steps[trial.step - 1].is_final_answer:
             return TrialResult(trial, Decision.NOT_TESTED, f"step {trial.step}: {StepChange.ANSWER_TURN.text}")
-        screened = (
-            screened_change(trial.correction.replacement, self.run.trace, trial.step) if trial.is_action else None
-        )
+        replacement = trial.correction.replacement if trial.is_action else None
+        screened = screened_change(replacement, self.run.trace, trial.step) if replacement is not None else None
         if screened is not None:
             refused = trial.correction.model_copy(update={"refused": screened.text})
             return TrialResult(trial, Decision.NOT_TESTED, f"refused: {screened.text}", corrections=(refused,))
@@ -299,14 +298,14 @@ class ControlledReplay:
                     return TrialResult(
                         trial, Decision.VERIFIED, "", tuple(attempts), tuple(considered), effect, deciding, replayed
                     )  # fmt: skip
-                arm = self.sensitivities.at(
+                sensitivity_arm = self.sensitivities.at(
                     trial.rollback_point,
                     round_=trial.round,
                     localized=trial.localized_step,
                     guided=candidate.action is None,
                 )
-                effect = self._with_sensitivity(effect, arm, len(counted), len(answered))
-                obstacle, why = self._sensitivity_obstacle(trial, effect, arm)
+                effect = self._with_sensitivity(effect, sensitivity_arm, len(counted), len(answered))
+                obstacle, why = self._sensitivity_obstacle(trial, effect, sensitivity_arm)
                 if obstacle is None:
                     return TrialResult(
                         trial, Decision.VERIFIED, "", tuple(attempts), tuple(considered), effect, deciding, replayed

@@ -257,32 +257,35 @@ _ELSEWHERE_STEPS = 2
 
 def _localization_outcome(engine: ControlledReplay, trial: Trial, result: TrialResult) -> LocalizationTest:
     control = engine.controls.get(trial.rollback_point)
-    arms = {
-        "intervention": effect_arm([a for a in result.attempts if a.error is None], 0) if result.attempts else None,
-        "control": control.arm() if control is not None and control.answered else None,
-    }
+    intervention = effect_arm([a for a in result.attempts if a.error is None], 0) if result.attempts else None
+    control_arm = control.arm() if control is not None and control.answered else None
     if result.effect is not None:
-        arms = {"intervention": result.effect.intervention, "control": result.effect.control}
+        intervention, control_arm = result.effect.intervention, result.effect.control
     changed = [a for a in result.attempts if a.error is None and a.change is StepChange.CHANGED]
     tried = result.deciding.correction if result.deciding is not None else trial.correction
-    common = {"step_index": trial.step, "source": trial.correction.source, "correction": tried, **arms}
     if result.decision is Decision.VERIFIED:
-        return LocalizationTest(
-            outcome=LocalizationOutcome.NOT_LOCALIZED,
-            reason=f"the same source's correction of step {trial.step} flipped the run too; its control did not",
-            **common,
+        outcome = LocalizationOutcome.NOT_LOCALIZED
+        reason = f"the same source's correction of step {trial.step} flipped the run too; its control did not"
+    elif result.decision is Decision.NO_FLIP and changed:
+        outcome = LocalizationOutcome.LOCALIZED
+        reason = (
+            f"the same source's correction of step {trial.step} changed that step's effect and did not flip the run"
         )
-    if result.decision is Decision.NO_FLIP and changed:
-        return LocalizationTest(
-            outcome=LocalizationOutcome.LOCALIZED,
-            reason=f"the same source's correction of step {trial.step} changed that step's effect and did not flip "
-            "the run",
-            **common,
-        )
-    why = result.reason or "no replacement there changed its step's effect"
-    if result.decision is Decision.NO_FLIP:
-        why = f"no replacement at step {trial.step} changed its effect"
-    return LocalizationTest(outcome=LocalizationOutcome.UNTESTED, reason=f"step {trial.step}: {why}"[:1000], **common)
+    else:
+        outcome = LocalizationOutcome.UNTESTED
+        why = result.reason or "no replacement there changed its step's effect"
+        if result.decision is Decision.NO_FLIP:
+            why = f"no replacement at step {trial.step} changed its effect"
+        reason = f"step {trial.step}: {why}"[:1000]
+    return LocalizationTest(
+        outcome=outcome,
+        step_index=trial.step,
+        source=trial.correction.source,
+        reason=reason,
+        correction=tried,
+        intervention=intervention,
+        control=control_arm,
+    )
 
 
 def record_of(

@@ -117,7 +117,10 @@ def test_no_surface_shows_a_self_reported_figure_as_confidence() -> None:
     # verified: the measured rate under a name that says what it is, apart from the error type's label
     spans, whole = annotation_payloads(verified)
     assert [(a["name"], a["result"]["score"]) for a in spans] == [("decisive_error", None), ("replay_flip_rate", 1.0)]
-    assert spans[1]["result"]["explanation"] == "intervention flipped 1 of 1, control 0 of 1, sensitivity 0 of 1 (measured)"
+    assert (
+        spans[1]["result"]["explanation"]
+        == "intervention flipped 1 of 1, control 0 of 1, sensitivity 0 of 1 (measured)"
+    )
     assert (whole["result"]["label"], whole["result"]["score"]) == ("verified", None)
     html = render_report(trace, record)
     assert "0.8" not in html and "Hypothesis, not verified" in html and "not measured" in html
