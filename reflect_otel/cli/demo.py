@@ -206,7 +206,7 @@ def _demo(args: argparse.Namespace) -> int:
                     failures += 1
                     progress.say(f"{question.id}: the agent failed: {error}")
                     continue
-            wrong = not judged_correct(answer, question.expected)
+            wrong = not judged_correct(answer, question.expected, question=question.question)
             verdict = "wrong: REFLECT attributes it now" if wrong else "right"
             progress.say(f"{question.id}: answered {answer!r} (expected {question.expected!r}): {verdict}")
             # one model on one CPU: the attribution runs before the next question, so that neither evicts the other's
@@ -264,6 +264,27 @@ def _agent(
     return lambda: table.answer(thread_id=f"demo-{question.id}"), graph_adapter, table.table_context, "table_qa"
 
 
+def _proved(record: AttributionRecord) -> str:
+    """A verified record in one sentence: the step, the three arms' answers from the same prefix, and the claim."""
+    effect = record.effect
+    control = effect.control.answers[0] if effect and effect.control.answers else None
+    sensitivity = (
+        effect.sensitivity.answers[0] if effect and effect.sensitivity and effect.sensitivity.answers else None
+    )
+    did = "caused" if record.claim == "localized" else "decided"
+    text = (
+        f"step {record.step_index} {did} the wrong answer {record.original_answer!r}; replayed from there with the "
+        f"correction, the agent answered {record.corrected_answer!r}; from the same point without it (the control), "
+        f"{control!r}"
+    )
+    if sensitivity is not None:
+        text += f"; with the step changed in text only (the sensitivity arm), {sensitivity!r}"
+    test = record.localization_test
+    if record.claim != "localized" and test is not None:
+        text += f". Decisive, not shown to be the only decisive step: {test.reason}"
+    return text + "."
+
+
 def _summary(
     stats: Any,
     records: list[AttributionRecord],
@@ -292,13 +313,7 @@ def _summary(
     for name, value in rows:
         print(f"  {name.ljust(width)}  {value}")
     for record in verified:
-        control = record.effect.control.answers[0] if record.effect and record.effect.control.answers else None
-        print(
-            f"\n  {names.get(record.trace_id, record.trace_id[:12])}: step {record.step_index} caused the wrong answer "
-            f"{record.original_answer!r}; replayed from there with the correction, the agent answered "
-            f"{record.corrected_answer!r}, and replayed from the same point without it (the control), "
-            f"{control!r}."
-        )
+        print(f"\n  {names.get(record.trace_id, record.trace_id[:12])}: {_proved(record)}")
     store = store_path(args.store)
     example = next(iter(verified or [r for r in records if r.step_index]), None)
     print(f"\nEverything is in {store}. Next:")
