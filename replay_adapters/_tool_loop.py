@@ -46,13 +46,28 @@ class ToolLoopReplay(Generic[Resume]):
         allow_irreversible: bool = False,
         execute_tool: ExecuteTool | None = None,
         deterministic: bool = False,
+        pure_tools: Collection[str] = (),
     ) -> None:
         self.deterministic = deterministic
         """Pass True when the loop's model runs greedily (temperature 0): one replay per arm decides a test."""
+        self.pure_tools = frozenset(pure_tools)
+        """The loop's tools that read fixed data (:class:`~reflect_otel.replay.HasPureTools`): a repeat of one's call
+        the prefix made is refused, and a replacement calling one is previewed with ``execute_tool``
+        (:meth:`preview`)."""
         self._resume = resume
         self._provider = tracer_provider
         self._guard = ToolGuard(irreversible_tools, allow=allow_irreversible)
         self._execute_tool = execute_tool
+
+    def preview(self, trace: StructuredTrace, *, rollback_point: int, action: StepAction) -> str | None:
+        """What ``action`` returns, run alone by ``execute_tool``, for a tool declared pure (its result does not
+        depend on the steps before it); None otherwise (see :class:`~reflect_otel.replay.PreviewsSteps`)."""
+        if self._execute_tool is None or action.tool_name not in self.pure_tools:
+            return None
+        try:
+            return _values.as_text(self._execute_tool(action.tool_name, dict(action.arguments)))
+        except Exception:  # the loop's tool may fail in any way: a replay will tell
+            return None
 
     @property
     def resamples(self) -> bool:

@@ -72,6 +72,7 @@ class OpenAIToolLoopReplayAdapter(ToolLoopReplay[ResumeLoop]):
         execute_tool: ExecuteTool | None = None,
         deterministic: bool = False,
         client: Any | None = None,
+        pure_tools: Collection[str] = (),
     ) -> None:
         super().__init__(
             resume,
@@ -80,6 +81,7 @@ class OpenAIToolLoopReplayAdapter(ToolLoopReplay[ResumeLoop]):
             allow_irreversible=allow_irreversible,
             execute_tool=execute_tool,
             deterministic=deterministic,
+            pure_tools=pure_tools,
         )
         self._client = client
 

@@ -678,3 +678,31 @@ def test_an_agents_own_correction_rules_run_at_its_http_endpoint(caplog: pytest.
     tried = {**call, "flipped": True, "replays": 3, "refused": "x", "original": None}
     (clean,) = found_with(lambda body: (200, json.dumps({"corrections": [tried]}).encode()))
     assert (clean.flipped, clean.replays, clean.refused, clean.original) == (False, 0, None, found.original)
+
+
+def test_a_pure_tools_call_is_previewed_without_running_the_agent(
+    instrumented: Instrumented, langgraph_case: ConformanceCase, openai_case: ConformanceCase
+) -> None:
+    """An adapter whose agent declares its tools pure runs a replacement's call alone at the prefix (no model call),
+    so a replacement whose result is the original step's is refused before a replay is spent on it."""
+    lyon = StepAction(tool_name="lookup_population", arguments={"city": "Lyon"})
+    # the tool loop runs the call through its executor; an undeclared tool is not previewed
+    loop = openai_case.adapter
+    assert loop.preview(openai_case.trace, rollback_point=0, action=lyon) is None
+    loop.pure_tools = frozenset({"lookup_population", "add"})
+    asked = len(openai_case.model_requests())
+    assert loop.preview(openai_case.trace, rollback_point=0, action=lyon) == "Lyon: 516000"
+    assert loop.preview(openai_case.trace, rollback_point=0, action=replay_agents.ACTION) == "Paris: 2100000"
+    assert len(openai_case.model_requests()) == asked  # no model request
+    # the LangGraph adapter runs it from the graph's own tools node, after restore_state brings the prefix back
+    restored: list[int] = []
+    graph = LangGraphReplayAdapter(
+        langgraph_case.adapter.graph,
+        tracer_provider=instrumented.provider,
+        pure_tools=("lookup_population", "add"),
+        restore_state=lambda trace, point: restored.append(point),
+    )
+    assert graph.preview(langgraph_case.trace, rollback_point=1, action=replay_agents.ACTION) == "Paris: 2100000"
+    assert restored == [1]
+    undeclared = LangGraphReplayAdapter(langgraph_case.adapter.graph, tracer_provider=instrumented.provider)
+    assert undeclared.preview(langgraph_case.trace, rollback_point=1, action=replay_agents.ACTION) is None

@@ -375,6 +375,7 @@ def sql_agent_runs(
             execute_tool=agent.execute_tool,
             client=client,
             deterministic=deterministic,
+            pure_tools=("schema", "query"),  # reads of one fixed table: a replacement's result is previewed
         )
 
     def run(question: WTQQuestion) -> AgentRun:
