@@ -71,7 +71,8 @@ def test_the_demo_attributes_its_wrong_answers_with_replays_with_the_default_mod
     assert int(summary["verified (controlled replay)"]) >= 1 and verified, result.stdout  # a replay flipped it
     # and a control replayed from the same point without the correction did not
     assert controls and all(replays >= 1 and flips == 0 and won >= 1 for replays, flips, won in controls), controls
-    assert "replayed from the same point without it (the control)" in result.stdout
+    assert "from the same point without it (the control)" in result.stdout
+    assert "with the step changed in text only (the sensitivity arm)" in result.stdout
     for _, source, kind, replacement, answer in verified:
         assert source and kind in ("action", "guidance") and answer
         assert kind == "guidance" or replacement  # an action names the call it executed
@@ -94,7 +95,7 @@ def test_attribute_command_end_to_end_with_the_default_model(default_llm: Struct
     subprocess.run([*cli, "import", "--example", "-o", str(traces)], check=True, capture_output=True, timeout=60)
     bbm_ids = [t.trace_id for t in read_traces(traces) if t.metadata.get("dataset") == "bbm"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "REFLECT_LLM_", "REFLECT_LOCAL_MODEL"))}
-    env["REFLECT_MAX_REPLAYS"] = "2"  # each replay costs calls of a minute on a CPU
+    env["REFLECT_MAX_REPLAYS"] = "3"  # one test's three arms; each replay costs calls of a minute on a CPU
     result = subprocess.run(
         [
             *cli,
