@@ -99,6 +99,12 @@ class Step(BaseModel):
         default=None,
         description="The raw request of the LLM call that decided this step (its input.value); replay uses it.",
     )
+    logprob: float | None = Field(
+        default=None,
+        le=0,
+        description="The mean log-probability of the tokens the LLM call wrote, where its endpoint returned them "
+        "(the recorded response's logprobs); the flagging score may weigh the answer turn's.",
+    )
     langgraph_step: int | None = Field(default=None, description="LangGraph superstep that executed the step.")
     langgraph_node: str | None = None
 

@@ -69,6 +69,7 @@ class CallMatcher:
             model_input=call.model_input,
             prompt_tokens=call.prompt_tokens,
             completion_tokens=call.completion_tokens,
+            logprob=call.logprob,
         )
         if not call.requests:
             self.drafts.append(base)

@@ -17,7 +17,7 @@ from .messages import Conversation, Message, read_conversation
 from .scrub import TextRules
 from .tree import Placed, SpanTree
 
-__all__ = ["ModelCall", "ToolRequest", "read_model_call"]
+__all__ = ["ModelCall", "ToolRequest", "mean_logprob", "read_model_call"]
 
 _TOKEN_COUNTS = (SpanAttributes.LLM_TOKEN_COUNT_PROMPT, SpanAttributes.LLM_TOKEN_COUNT_COMPLETION)
 _REASONING_KEYS = ("thought", "reasoning")
@@ -44,6 +44,8 @@ class ModelCall(NamedTuple):
     model_input: str | None
     prompt_tokens: int | None
     completion_tokens: int | None
+    logprob: float | None
+    """The mean log-probability of the tokens it wrote, where the recorded response carries them."""
     tool_messages: tuple[Message, ...]
     """The tool results the model was shown, each naming the call it answers (as recorded, not yet cleaned)."""
     user_text: str
@@ -84,6 +86,7 @@ def read_model_call(placed: Placed, conversation: Conversation, tree: SpanTree, 
         model_input=scrubber.model_input(attrs.get(SpanAttributes.INPUT_VALUE)),
         prompt_tokens=_values.to_int(attrs.get(SpanAttributes.LLM_TOKEN_COUNT_PROMPT)),
         completion_tokens=_values.to_int(attrs.get(SpanAttributes.LLM_TOKEN_COUNT_COMPLETION)),
+        logprob=mean_logprob(_values.parse_json(attrs.get(SpanAttributes.OUTPUT_VALUE))),
         tool_messages=conversation.tool_messages_named(),
         user_text=user.text if user is not None else "",
         tools=tuple(read_tool_definitions(attrs)),
@@ -91,6 +94,39 @@ def read_model_call(placed: Placed, conversation: Conversation, tree: SpanTree, 
         gap=conversation.gap,
         secrets=scrubber.secrets,
     )
+
+
+def mean_logprob(output: Any, depth: int = 0) -> float | None:
+    """The mean of the token log-probabilities in a recorded response (its output value, parsed): the first
+    ``logprobs`` object holding a ``content`` list of ``{"logprob": number}`` entries, as OpenAI's chat completion
+    keeps it under ``choices[0]`` and LangChain's result under ``generation_info``; None when there is none (an
+    endpoint asked for none, or one that returns none)."""
+    if depth > 5:
+        return None
+    if isinstance(output, Mapping):
+        logprobs = output.get("logprobs")
+        content = logprobs.get("content") if isinstance(logprobs, Mapping) else None
+        if isinstance(content, list):
+            values = [
+                float(entry["logprob"])
+                for entry in content
+                if isinstance(entry, Mapping)
+                and isinstance(entry.get("logprob"), int | float)
+                and not isinstance(entry.get("logprob"), bool)
+            ]
+            finite = [v for v in values if v == v and -1e9 < v <= 0]
+            if finite:
+                return round(sum(finite) / len(finite), 6)
+        children: list[Any] = list(output.values())
+    elif isinstance(output, list):
+        children = output[:8]
+    else:
+        return None
+    for child in children:
+        found = mean_logprob(child, depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
 def _called_a_model(attrs: Mapping[str, AttributeValue]) -> bool:

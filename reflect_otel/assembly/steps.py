@@ -52,6 +52,7 @@ class StepDraft(NamedTuple):
     completion_tokens: int | None = None
     model_name: str | None = None
     model_input: str | None = None
+    logprob: float | None = None
     langgraph_step: int | None = None
     langgraph_node: str | None = None
     answered: bool = False
@@ -97,6 +98,7 @@ class StepDraft(NamedTuple):
             completion_tokens=self.completion_tokens,
             model_name=self.model_name,
             model_input=self.model_input,
+            logprob=self.logprob,
             langgraph_step=self.langgraph_step,
             langgraph_node=self.langgraph_node,
         )

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
+import pytest
+
+from reflect_otel.assembly import assemble_trace
 from reflect_otel.assembly.messages import read_conversation
-from reflect_otel.assembly.model_calls import ModelCall, ToolRequest, read_model_call
+from reflect_otel.assembly.model_calls import ModelCall, ToolRequest, mean_logprob, read_model_call
 from reflect_otel.assembly.tree import LLM, SpanTree
 from reflect_otel.spans import SpanRecord
 from tests.assembly.recorded import AUTOGEN, AUTOGEN_ALONE, recorded_spans, rules
@@ -57,3 +61,23 @@ def test_what_the_model_was_asked_and_offered_is_kept() -> None:
     assert (call.user_text, call.model_name, call.model_input) == ("look it up", "m-1", '{"messages": []}')
     assert call.requests == (ToolRequest("lookup", "c1", {"key": "[REDACTED:api_key]"}),)
     assert [t.name for t in call.tools] == ["lookup"] and call.secrets == 1
+
+
+def test_the_mean_token_log_probability_of_a_reply_is_kept_where_the_response_carries_it() -> None:
+    """An endpoint asked for logprobs returns them in the response the instrumentation records as output.value
+    (OpenAI's chat completion under choices[0], LangChain's result under generation_info); a reply without them
+    has none, and the step the call becomes carries it."""
+    root = agent_root("q")
+    tokens = [{"token": "Par", "logprob": -0.5}, {"token": "is", "logprob": -0.1}, {"token": ".", "logprob": 0.0}]
+    openai = {"choices": [{"message": {"role": "assistant", "content": "Paris."}, "logprobs": {"content": tokens}}]}
+    langchain = {"generations": [[{"text": "Paris.", "generation_info": {"logprobs": {"content": tokens}}}]]}
+    for output in (openai, langchain):
+        span = llm("Paris.", parent=root.span_id, **{"output.value": json.dumps(output)})
+        (call,) = _calls([root, span])
+        assert call is not None and call.logprob == pytest.approx(-0.2)
+        (step,) = assemble_trace([root, span], collector="test").steps
+        assert step.logprob == pytest.approx(-0.2)
+    none_asked = {"choices": [{"message": {"role": "assistant", "content": "Paris."}, "logprobs": None}]}
+    assert mean_logprob(none_asked) is None
+    (bare,) = _calls([root, llm("Paris.", parent=root.span_id, **{"output.value": json.dumps(none_asked)})])
+    assert bare is not None and bare.logprob is None
