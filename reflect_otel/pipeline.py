@@ -193,13 +193,44 @@ class ReflectPolicy:
             if self.actions and self.evidence
             else []
         )
-        plans = self._plans(ctx, localization, classification, found, round_)
-        plan = plans[0]
-        if self.swap_plan is not None:
-            plan = self.swap_plan(ctx, plan)
-            plans = [plan]  # the drawn plan's corrected call is the only one tried
-        round_plan = _RoundPlan(localization, classification, plan, tuple(plans), tuple(found), round_)
-        return self._trials(ctx, round_plan, set(tested), frozenset(localized))
+
+        def whole() -> Diagnosis:
+            plans = self._plans(ctx, localization, classification, found, round_)
+            plan = plans[0]
+            if self.swap_plan is not None:
+                plan = self.swap_plan(ctx, plan)
+                plans = [plan]  # the drawn plan's corrected call is the only one tried
+            round_plan = _RoundPlan(localization, classification, plan, tuple(plans), tuple(found), round_)
+            return self._trials(ctx, round_plan, set(tested), frozenset(localized))
+
+        first = self._evidence_first(ctx, localization, classification, found, round_, set(tested))
+        if first is None or self.swap_plan is not None or self.action_step is not None:
+            return whole()  # the controls change what the evidence calls are: their rounds are diagnosed at once
+        return replace(first, rest=whole)  # the diagnosis is written only if the evidence calls prove nothing
+
+    def _evidence_first(
+        self,
+        ctx: SearchContext,
+        localization: Localization,
+        classification: Classification | None,
+        found: list[Correction],
+        round_: int,
+        tested: set[int],
+    ) -> Diagnosis | None:
+        """The round's evidence calls, which come first in its order and need no diagnosis; None when there is
+        none to test (the round is diagnosed at once)."""
+        located = localization.step_index
+        proposed = sorted((_screened(c, ctx.trace) for c in found), key=lambda c: abs(c.step_index - located))
+        usable = [c for c in proposed if c.refused is None]
+        actions = corrections.ordered(usable, ctx.trace, ctx.expected, ctx.config.max_corrections, pure=ctx.pure_tools)
+        trials = tuple(
+            Trial(c, round=round_, localized_step=located)
+            for c in actions
+            if c.refused is None and c.step_index not in tested
+        )
+        if not trials:
+            return None
+        return Diagnosis(localization, classification, None, trials)
 
     def _plans(
         self,

@@ -14,8 +14,8 @@ budget and the same control rule.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from reflect_otel import prompts, stages
@@ -75,6 +75,9 @@ class Diagnosis:
     refused: tuple[Correction, ...] = ()
     note: str = ""
     """Why there is nothing to test, when there is not."""
+    rest: Callable[[], Diagnosis] | None = None
+    """The round's whole diagnosis, made only when ``trials`` (the cheapest, which need no more model calls) proved
+    nothing: its trials are the rest of the round's, in the round's order, after these."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,12 +196,41 @@ def search(
             rounds.append(Round(number, diagnosis))
             break
         results = _test(engine, diagnosis, run)
+        if diagnosis.rest is not None and not _settled(results, engine):
+            diagnosis, results = _rest_of_round(engine, diagnosis, diagnosis.rest, results, run)
         rounds.append(Round(number, diagnosis, results))
         if rounds[-1].verified is not None or (engine.remaining is not None and engine.remaining <= 0):
             break
     verified = rounds[-1].verified if rounds else None
     test = localization_test(ctx, policy, engine, rounds, verified) if engine and verified else None
     return record_of(ctx, rounds, engine, mode, no_replay=unprovable, localization=test)
+
+
+def _settled(results: Sequence[TrialResult], engine: ControlledReplay) -> bool:
+    """Whether a round's search is over: a trial verified, or the budget is spent."""
+    spent = engine.remaining is not None and engine.remaining <= 0
+    return spent or any(r.decision is Decision.VERIFIED for r in results)
+
+
+def _rest_of_round(
+    engine: ControlledReplay,
+    first: Diagnosis,
+    rest: Callable[[], Diagnosis],
+    results: tuple[TrialResult, ...],
+    run: AttributionRun,
+) -> tuple[Diagnosis, tuple[TrialResult, ...]]:
+    """The round's whole diagnosis (made now), with the trials ``first`` tested already left out, and all results."""
+    whole = rest()
+    tested = {_trial_key(t) for t in first.trials}
+    remaining = tuple(t for t in whole.trials if _trial_key(t) not in tested)
+    more = _test(engine, replace(whole, trials=remaining), run)
+    known = {(c.key, c.refused) for c in first.refused}
+    refused = (*first.refused, *(c for c in whole.refused if (c.key, c.refused) not in known))
+    return replace(whole, trials=(*first.trials, *remaining), refused=refused), (*results, *more)
+
+
+def _trial_key(trial: Trial) -> tuple[object, ...]:
+    return (*trial.correction.key, trial.step, trial.injection)
 
 
 def _test(engine: ControlledReplay, diagnosis: Diagnosis, run: AttributionRun) -> tuple[TrialResult, ...]:

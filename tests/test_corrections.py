@@ -551,6 +551,16 @@ def _table_agent(empty: str = NO_ROWS) -> ScriptedReplayAdapter:
     )
 
 
+def _stubborn_agent() -> ScriptedReplayAdapter:
+    """Answers as the run did whatever it is given: no evidence call verifies, so the round goes on to be diagnosed
+    (the diagnosis is written only when the evidence calls prove nothing)."""
+    return ScriptedReplayAdapter(
+        lambda trace, point, injection: [{"reasoning": "No 1st place finishes found.", "is_final_answer": True}],
+        tools={"filter_rows": lambda table, column, op, value: NO_ROWS, "lookup": lambda table, column, row=1: "Doha"},
+        deterministic=True,
+    )
+
+
 def _attribute(
     llm: ScriptedLLM, agent: ScriptedReplayAdapter, *, trace: StructuredTrace | None = None, **config: Any
 ) -> Any:
@@ -571,7 +581,7 @@ def test_the_auditor_is_shown_only_evidence_calls_that_could_be_tried() -> None:
             llm, verifier=OracleVerifier(), config=ReflectConfig(rounds=1, rollback_points=1, gate=GateMode.HARD)
         )
         pipeline.attribute(
-            filter_trace().model_copy(update={"tools": TABLE_TOOLS}), expected=expected, replay=_table_agent()
+            filter_trace().model_copy(update={"tools": TABLE_TOOLS}), expected=expected, replay=_stubborn_agent()
         )
         return next(r.text for r in llm.requests if r.stage == "diagnose")
 
@@ -652,7 +662,7 @@ def test_a_root_cause_that_names_the_answer_keeps_the_auditors_call_and_it_is_re
 
 def test_the_auditor_writes_its_correction_without_the_expected_answer_in_view() -> None:
     llm = _auditor(GOOD_CALL)
-    _attribute(llm, _table_agent())
+    _attribute(llm, _stubborn_agent())
     shown = {r.stage: r.text for r in llm.requests}
     assert "Bangkok" in shown["localize"]  # the oracle regime: the localizer sees the answer
     assert "Bangkok" not in shown["diagnose"]  # what a replay executes is written without it
@@ -683,7 +693,7 @@ def test_without_actions_only_the_papers_guidance_is_tried() -> None:
 
 
 def test_an_answer_carrying_call_is_never_replayed() -> None:
-    agent = _table_agent()
+    agent = _stubborn_agent()  # the evidence call proves nothing here, so the round is diagnosed
     carrying = {"tool": "filter_rows", "arguments": {"table": "t0", "column": "City", "op": "=", "value": "Bangkok"}}
     llm = _auditor(carrying)
     record = _attribute(llm, agent, max_corrections=1)
@@ -702,9 +712,26 @@ def test_an_answer_carrying_call_is_never_replayed() -> None:
     assert withheld.kind is InterventionKind.GUIDANCE and withheld.refused == leak
     assert withheld.finding.startswith("the plan's expected next call, withheld from the guidance: filter_rows")
     assert record.root_cause == "filtered on '1', the column writes '1st'"
-    # the evidence rule's own call is tried instead, and carries no answer
+    # the evidence rule's own call was tried first (it carries no answer), and did not flip this agent
+    tried = [c for c in record.corrections if c.source == "evidence:listed_values"]
+    assert tried and tried[0].replays == 1 and not tried[0].flipped
+    assert record.status is AttributionStatus.UNVERIFIED
+
+
+def test_the_round_is_diagnosed_only_when_its_evidence_calls_prove_nothing() -> None:
+    """An evidence call verifies first: the auditor writes no diagnosis (one model call less per attribution the
+    evidence proves); when it proves nothing, the round is diagnosed and its other trials follow in order."""
+    llm = _auditor(GOOD_CALL)
+    record = _attribute(llm, _table_agent())
     assert record.status is AttributionStatus.VERIFIED and record.verified_by is not None
     assert record.verified_by.source == "evidence:listed_values"
+    assert [r.stage for r in llm.requests] == ["localize", "classify"]
+    assert record.root_cause == ""  # no plan was written
+    stubborn = _auditor(GOOD_CALL)
+    record = _attribute(stubborn, _stubborn_agent())
+    assert [r.stage for r in stubborn.requests].count("diagnose") == 1
+    sources = [c.source for c in record.corrections]
+    assert sources[0] == "evidence:listed_values" and "resample" in sources
 
 
 def test_a_call_already_replayed_at_the_point_is_refused_given_or_proposed() -> None:
