@@ -1,11 +1,12 @@
-"""The two statistics a controlled replay needs: the Wilson interval of a flip rate, and the one-sided Fisher exact
-test of "the intervention flips more often than the control" on paired arms of replays."""
+"""The statistics the measurements report: the Wilson interval of a rate, the one-sided Fisher exact test of "the
+intervention flips more often than the control" on paired arms of replays, and the area under the ROC curve of a
+score with its DeLong interval."""
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["fisher_greater", "wilson"]
+__all__ = ["auroc", "fisher_greater", "wilson"]
 
 Z_95 = 1.959963984540054
 
@@ -40,3 +41,28 @@ def fisher_greater(flips_a: int, trials_a: int, flips_b: int, trials_b: int) -> 
         sum(math.comb(total_flips, k) * math.comb(total - total_flips, trials_a - k) for k in range(flips_a, upper + 1))
         / denominator,
     )
+
+
+def _placement(score: float, other: float) -> float:
+    return 1.0 if score > other else 0.5 if score == other else 0.0
+
+
+def auroc(positives: list[float], negatives: list[float], *, z: float = Z_95) -> tuple[float, float, float]:
+    """The area under the ROC curve of a score that should rank ``positives`` above ``negatives`` (the chance that a
+    positive drawn at random scores above a negative, ties counting half), with its 95% interval by DeLong's
+    variance (DeLong, DeLong and Clarke-Pearson 1988), clipped to [0, 1]: ``(area, low, high)``. Raises
+    :class:`ValueError` when either side is empty (no ranking to measure)."""
+    if not positives or not negatives:
+        raise ValueError("the area under the ROC curve needs at least one positive and one negative")
+    above = [sum(_placement(p, n) for n in negatives) / len(negatives) for p in positives]
+    below = [sum(_placement(p, n) for p in positives) / len(positives) for n in negatives]
+    area = sum(above) / len(above)
+
+    def variance(values: list[float]) -> float:
+        if len(values) < 2:
+            return 0.0
+        mean = sum(values) / len(values)
+        return sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+
+    half = z * math.sqrt(variance(above) / len(above) + variance(below) / len(below))
+    return round(area, 6), max(0.0, round(area - half, 6)), min(1.0, round(area + half, 6))

@@ -1,23 +1,28 @@
 """Self-consistency: an answer the agent's own resamples do not reproduce is suspect.
 
-The :class:`ConsistencyVerifier` re-runs the agent on the run's own input ``samples`` times (through a replay
-adapter that :class:`~reflect_otel.replay.SamplesRuns`, its decisions sampled at ``temperature``), and compares
-each resample's answer with the original's under the judge (:func:`reflect_otel.judge.same_answer`: the value each
-asserts, so "22 laps" is "22"; numbers, dates, case, punctuation, answer lists as sets). No expected answer and no
-model call of ours: the signal is the agent's disagreement with itself, the standard reference-free error signal.
+The :class:`ConsistencyVerifier` re-runs the agent on the run's own input (through a replay adapter that
+:class:`~reflect_otel.replay.SamplesRuns`, its decisions sampled at ``temperature``), and compares each resample's
+answer with the original's under the judge (:func:`reflect_otel.judge.same_answer`: the value each asserts, so
+"22 laps" is "22"; numbers, dates, case, punctuation, answer lists as sets). No expected answer and no model call of
+ours: the signal is the agent's disagreement with itself, the standard reference-free error signal.
 
-Decision rule (fixed before any measurement, the same for every agent):
+**How many resamples** (:func:`sequential_stop`): at most ``samples``; with ``stop_lead`` set, resampling stops as
+soon as the finished resamples that reproduce the answer and those that do not differ by ``stop_lead``. With 2, two
+resamples that both reproduce the answer (or both do not) stop it; a split draws more, up to ``samples``. Agreeing
+runs cost little and close calls get more samples; each check keeps how many it needed.
 
-* fewer than half of the resamples that finished reproduce the original answer: ``HIGH_ERROR_SIGNAL`` (basis
-  ``consistency_disagree``);
-* all of them reproduce it: ``LOW_ERROR_SIGNAL`` (basis ``consistency_agree``);
-* otherwise (at least half, not all): ``LOW_ERROR_SIGNAL`` on basis ``consistency_partial``, which the combined
-  verifier (:mod:`reflect_otel.flagging`) hands to the audit;
-* no more than half of the resamples asked finished (one run of three is no consensus), no adapter, or the run not
-  drawn by the sample rate: ``UNCERTAIN`` (``is_correct`` None).
+**The verdict** (the same rule for every agent): the run's score is the share of its finished resamples that did not
+reproduce the answer, or the map fitted on labelled runs of the agent where the calibration holds one
+(:mod:`reflect_otel.flag_score`); the run is flagged when the score reaches ``threshold``
+(``REFLECT_FLAG_THRESHOLD``, default 0.5: at most half of the resamples reproduce the answer). The verdict's basis
+names what decided: ``consistency_disagree`` (flagged), ``consistency_agree`` (all reproduce it) or
+``consistency_partial`` (cleared, some did not) on the share; ``score_high`` or ``score_low`` on a fitted map. It is
+``UNCERTAIN`` (``is_correct`` None) when no more than half of the resamples asked finished and the stopping rule did
+not decide (one run of three is no consensus), the run gave no answer, there is no adapter, or the run was not drawn
+by the sample rate.
 
 The resamples are kept in the verdict (:class:`ConsistencyCheck`): each one's answer and the first step at which it
-departed from the original, which the proxy audit and REFLECT's localizer read as evidence (as delimited data).
+departed from the original, which REFLECT's localizer reads as evidence (as delimited data).
 """
 
 from __future__ import annotations
@@ -28,9 +33,12 @@ from collections import Counter
 
 from reflect_otel.calibration import ConfidenceCalibration
 from reflect_otel.errors import ReplayError
+from reflect_otel.flag_score import flagged, uncalibrated_score
 from reflect_otel.judge import same_answer
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.replay import SamplesRuns
+from reflect_otel.run_features import is_value, run_features
+from reflect_otel.settings import settings
 from reflect_otel.trace import Step, StructuredTrace
 from reflect_otel.verdict import ConsistencyCheck, Resample, Verdict, shown_answer
 from reflect_otel.verifiers import Verifier, bound_to, extract_answer
@@ -46,6 +54,8 @@ __all__ = [
     "first_divergence",
     "majority_answer",
     "render_consistency",
+    "revoted",
+    "sequential_stop",
     "undecided",
 ]
 
@@ -127,13 +137,25 @@ def _kept(trace: StructuredTrace, original: str | None, result: object) -> Resam
     )
 
 
+def sequential_stop(agreeing: int, disagreeing: int, *, stop_lead: int | None) -> bool:
+    """Whether resampling stops with ``agreeing`` finished resamples that reproduced the answer and ``disagreeing``
+    that did not: one side leads the other by ``stop_lead`` (a sequential test of "most resamples reproduce it"
+    against "most do not"); never without a rule (None or 0: all resamples asked are run)."""
+    return bool(stop_lead) and abs(agreeing - disagreeing) >= (stop_lead or 0)
+
+
 def check_consistency(
-    trace: StructuredTrace, runs: SamplesRuns, *, samples: int, temperature: float
+    trace: StructuredTrace,
+    runs: SamplesRuns,
+    *,
+    samples: int,
+    temperature: float,
+    stop_lead: int | None = None,
 ) -> ConsistencyCheck:
-    """Resample the run ``samples`` times, one run per request (a failed one costs only itself: the others' answers
-    and tokens are kept), and compare each answer with the original's. A resample the adapter refused, failed or did
-    not return is kept with its error and left out of the agreement; once so many failed that the check cannot
-    decide, the rest are not run."""
+    """Resample the run at most ``samples`` times, one run per request (a failed one costs only itself: the others'
+    answers and tokens are kept), and compare each answer with the original's, stopping as :func:`sequential_stop`
+    says. A resample the adapter refused, failed or did not return is kept with its error and left out of the
+    agreement; once so many failed that the check cannot decide, the rest are not run."""
     original = extract_answer(trace.final_answer)
     kept: list[Resample] = []
     for _ in range(samples):
@@ -142,24 +164,47 @@ def check_consistency(
             kept.append(Resample(answer=None, agrees=False, error=_NOT_RUN))
             continue
         kept.append(_kept(trace, original, _one_resample(runs, trace, temperature)))
+        agreeing = sum(1 for r in kept if r.error is None and r.agrees)
+        disagreeing = sum(1 for r in kept if r.error is None and not r.agrees)
+        if sequential_stop(agreeing, disagreeing, stop_lead=stop_lead):
+            break
     return ConsistencyCheck(
         original_answer=original[:_MAX_KEPT_ANSWER] if original else None,
         runs=tuple(kept),
         temperature=temperature,
         samples=samples,
+        stop_lead=stop_lead or None,
     )
 
 
-def consistency_basis(check: ConsistencyCheck) -> str | None:
-    """``consistency_disagree``, ``consistency_partial`` or ``consistency_agree`` (see the module's rule); None when
-    no more than half of the resamples asked finished, or the run gave no answer to compare (that is the evidence
-    checks' finding to make)."""
-    finished = check.finished
-    if 2 * finished <= len(check.runs) or check.original_answer is None:
+def revoted(check: ConsistencyCheck, *, question: str) -> ConsistencyCheck:
+    """``check`` with each finished resample's agreement judged again by the judge as it is now: a check kept from
+    before the judge changed votes as a new one would."""
+    runs = []
+    for run in check.runs:
+        agrees = (
+            run.agrees if run.error is not None else answers_agree(check.original_answer, run.answer, question=question)
+        )
+        runs.append(run.model_copy(update={"agrees": agrees}))
+    return check.model_copy(update={"runs": tuple(runs)})
+
+
+def _decides(check: ConsistencyCheck) -> bool:
+    """Enough resamples finished: the stopping rule decided, or more than half of those asked finished."""
+    agreeing = check.agreeing
+    stopped = sequential_stop(agreeing, check.finished - agreeing, stop_lead=check.stop_lead)
+    return stopped or 2 * check.finished > max(check.samples, len(check.runs))
+
+
+def consistency_basis(check: ConsistencyCheck, *, threshold: float = 0.5) -> str | None:
+    """``consistency_disagree`` (the share of resamples not reproducing the answer reaches ``threshold``),
+    ``consistency_agree`` (all reproduce it) or ``consistency_partial`` (the rest); None when too few resamples
+    finished to decide, or the run gave no answer to compare (that is the evidence checks' finding to make)."""
+    if not _decides(check) or check.original_answer is None:
         return None
-    if 2 * check.agreeing < finished:
+    if flagged(1.0 - check.agreeing / check.finished, threshold):
         return "consistency_disagree"
-    return "consistency_agree" if check.agreeing == finished else "consistency_partial"
+    return "consistency_agree" if check.agreeing == check.finished else "consistency_partial"
 
 
 def _failures(check: ConsistencyCheck) -> list[str]:
@@ -198,7 +243,8 @@ def render_consistency(check: ConsistencyCheck) -> str:
 class ConsistencyVerifier:
     """A :class:`~reflect_otel.verifiers.Verifier` for runs without an expected answer, through the run's replay
     adapter (bound per run with :meth:`with_runs`). ``sample_rate`` is the share of runs checked (the others are
-    ``UNCERTAIN``, with no agent run spent)."""
+    ``UNCERTAIN``, with no agent run spent); ``stop_lead`` the stopping rule (None: all ``samples`` are run);
+    ``threshold`` the score that flags a run (None: ``REFLECT_FLAG_THRESHOLD``)."""
 
     name = "consistency"
 
@@ -209,16 +255,24 @@ class ConsistencyVerifier:
         samples: int = 3,
         temperature: float = 0.7,
         sample_rate: float = 1.0,
+        stop_lead: int | None = None,
+        threshold: float | None = None,
         calibration: ConfidenceCalibration | None = None,
     ) -> None:
         if samples < 1:
             raise ValueError("samples must be at least 1")
         if not 0.0 <= sample_rate <= 1.0:
             raise ValueError("sample_rate must lie in [0, 1]")
+        if stop_lead is not None and stop_lead < 0:
+            raise ValueError("stop_lead must be at least 0 (0 or None: run every resample asked)")
+        if threshold is not None and not 0.0 <= threshold <= 1.0:
+            raise ValueError("threshold must lie in [0, 1]")
         self.runs = runs
         self.samples = samples
         self.temperature = temperature
         self.sample_rate = sample_rate
+        self.stop_lead = stop_lead or None
+        self.threshold = threshold if threshold is not None else settings().flag_threshold
         self.calibration = calibration if calibration is not None else ConfidenceCalibration.from_env()
 
     def with_runs(self, runs: SamplesRuns | None) -> ConsistencyVerifier:
@@ -228,6 +282,8 @@ class ConsistencyVerifier:
             samples=self.samples,
             temperature=self.temperature,
             sample_rate=self.sample_rate,
+            stop_lead=self.stop_lead,
+            threshold=self.threshold,
             calibration=self.calibration,
         )
 
@@ -241,19 +297,30 @@ class ConsistencyVerifier:
             return _NO_ADAPTER
         if not drawn_for_sampling(trace.trace_id, self.sample_rate):
             return f"not drawn for a consistency check (sample rate {self.sample_rate:g})"
-        return check_consistency(trace, self.runs, samples=self.samples, temperature=self.temperature)
+        return check_consistency(
+            trace, self.runs, samples=self.samples, temperature=self.temperature, stop_lead=self.stop_lead
+        )
 
     def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
         outcome = self.check(trace)
         if isinstance(outcome, str):
             return Verdict(verifier=self.name, is_correct=None, confidence=None, label="UNCERTAIN", reasoning=outcome)
-        return consistency_verdict(outcome, self.name, self.calibration)
+        return consistency_verdict(trace, outcome, self.name, self.calibration, threshold=self.threshold)
 
 
-def consistency_verdict(check: ConsistencyCheck, verifier: str, calibration: ConfidenceCalibration) -> Verdict:
-    """The verdict of one check under the module's rule, its reasoning naming the answers the resamples gave, its
-    confidence the precision ``calibration`` measured for ``verifier``'s verdicts on its basis (else none)."""
-    basis = consistency_basis(check)
+def consistency_verdict(
+    trace: StructuredTrace,
+    check: ConsistencyCheck,
+    verifier: str,
+    calibration: ConfidenceCalibration,
+    *,
+    threshold: float,
+) -> Verdict:
+    """The verdict of one check of ``trace`` under the module's rule, its reasoning naming the answers the resamples
+    gave. Its score is the map ``calibration`` fitted for ``verifier`` (basis ``score_high`` or ``score_low``, no
+    measured confidence: the score is the estimate), else the share of resamples that did not reproduce the answer
+    (a consistency basis, its confidence the precision ``calibration`` measured for ``verifier``'s verdicts on it)."""
+    basis = consistency_basis(check, threshold=threshold)
     if basis is None:
         errors = _failures(check)
         return Verdict(
@@ -266,13 +333,36 @@ def consistency_verdict(check: ConsistencyCheck, verifier: str, calibration: Con
             # too few finished is a failed check (a benchmark counts it apart and measures it again), not a verdict
             error=errors[0] if errors and check.original_answer is not None else None,
         )
-    measured = calibration.measured(basis, verifier=verifier, samples=len(check.runs), temperature=check.temperature)
+    fitted = calibration.score_map(verifier)
+    if fitted is not None:
+        score = fitted.score(run_features(trace, check))
+        high = flagged(score, threshold)
+        return Verdict(
+            verifier=verifier,
+            is_correct=not high,
+            extracted_answer=check.original_answer,
+            confidence=None,
+            score=score,
+            label="HIGH_ERROR_SIGNAL" if high else "LOW_ERROR_SIGNAL",
+            reasoning=f"score {score:.2f} {'reaches' if high else 'is below'} the threshold {threshold:g} (the map "
+            f"fitted on {fitted.fitted_on} labelled runs: {fitted.describe()}); {check.summary()}",
+            basis="score_high" if high else "score_low",
+            consistency=check,
+        )
+    measured = calibration.measured(
+        basis,
+        verifier=verifier,
+        samples=check.samples,
+        stop_lead=check.stop_lead,
+        temperature=check.temperature,
+        threshold=threshold,
+    )
     return Verdict(
         verifier=verifier,
         is_correct=basis != "consistency_disagree",
         extracted_answer=check.original_answer,
         confidence=measured.rate if measured is not None else None,
-        score=round(1.0 - check.agreeing / check.finished, 6),
+        score=uncalibrated_score(verifier, run_features(trace, check)),
         label="HIGH_ERROR_SIGNAL" if basis == "consistency_disagree" else "LOW_ERROR_SIGNAL",
         reasoning=f"{basis}: {check.summary()}" + (f" (precision {measured.text()})" if measured else ""),
         basis=basis,
@@ -283,9 +373,11 @@ def consistency_verdict(check: ConsistencyCheck, verifier: str, calibration: Con
 
 def majority_answer(check: ConsistencyCheck, *, question: str = "") -> str | None:
     """The answer most resamples gave when more than half of them gave it (under the judge, as answers to
-    ``question``), else None: the agent's own consensus, used to judge a replay's answer where no answer is known."""
-    answers = [r.answer for r in check.runs if r.error is None and r.answer]
-    if not answers or 2 * check.finished <= len(check.runs):  # too few finished: one run is no consensus
+    ``question``), else None: the agent's own consensus, used to judge a replay's answer where no answer is known.
+    An answer that is no value (:func:`~reflect_otel.run_features.is_value`: the agent's advice about its own error)
+    votes for nothing, and counts among the finished resamples all the same."""
+    answers = [r.answer for r in check.runs if r.error is None and is_value(r.answer)]
+    if not answers or not _decides(check):  # too few finished: one run is no consensus
         return None
     # each answer counted under the first one it matches: equal answers written differently vote together
     groups = Counter(

@@ -1,24 +1,23 @@
 """One verdict on a run without an expected answer, from the evidence checks, the agent's own resamples and the
-plan-anchored audit, with the basis that decided it and that basis's measured precision.
+plan-anchored audit, with its score and the basis that decided it.
 
-The rule, in order (fixed before any measurement; the cheapest signal first):
+The rule, in order (the cheapest signal first):
 
 1. a critical evidence finding (no answer, a step limit, a loop, an answer right after a failed call) flags the
-   run (basis ``critical_evidence``; no model call). Where flagged runs go on to attribution (online, and
+   run (basis ``critical_evidence``, score 1; no model call). Where flagged runs go on to attribution (online, and
    ``reflect-proxy``), the run is resampled anyway, as step 2 would (sample rate and budget alike), so that its
    replays can be judged by the agent's consensus; the flagging benchmark measures the rule without it;
 2. where the run's replay adapter can resample it and the run is drawn by the sample rate, the consistency check
-   (:mod:`reflect_otel.consistency`): fewer than half of the resamples reproducing the answer flags the run
-   (``consistency_disagree``), all of them clears it (``consistency_agree``);
-3. otherwise (some resamples disagree, or no check was made) the plan-anchored audit decides
-   (:mod:`reflect_otel.proxy_verifier`), shown the resamples' answers and where they departed from the run.
+   (:mod:`reflect_otel.consistency`) scores the run, on the map fitted for the combined verifier where the
+   calibration holds one (its features: the trace's and the resamples', :mod:`reflect_otel.run_features`), else on
+   the share of resamples that did not reproduce the answer; the score against the threshold flags or clears it;
+3. where no check decided (no adapter, not drawn, too few resamples finished), the plan-anchored audit decides
+   (:mod:`reflect_otel.proxy_verifier`), shown the resamples that finished; its confidence is the precision measured
+   for the proxy verifier's audits.
 
-An audit's confidence is the precision measured for the combined verifier's audits of split checks (shown the
-resamples); any other audit (no check made, or too few resamples finished) is the proxy verifier's own and takes the
-proxy's measured precision.
-
-The verdict's ``confidence`` is the precision measured for the deciding basis
-(:class:`~reflect_otel.calibration.ConfidenceCalibration`), None where it was never measured.
+A split check is decided by its score, not by the audit: close calls draw more resamples instead
+(``REFLECT_FLAG_STOP_LEAD``). On seed 2475's 80 runs the audit of the 9 split checks cleared all of them, 4 of them
+wrong (``benchmarks/results/wtq-live-runs-seed2475``).
 """
 
 from __future__ import annotations
@@ -92,25 +91,23 @@ class CombinedVerifier:
             )
         outcome = self.consistency.check(trace)
         check = outcome if isinstance(outcome, ConsistencyCheck) else None
-        decided = consistency_basis(check) if check is not None else None
-        if check is not None and decided in ("consistency_disagree", "consistency_agree"):
-            return consistency_verdict(check, self.name, self.calibration)
+        threshold = self.consistency.threshold
+        if check is not None and consistency_basis(check, threshold=threshold) is not None:
+            return consistency_verdict(trace, check, self.name, self.calibration, threshold=threshold)
         context = render_consistency(check) if check is not None else ""  # shown inside the audit's EVIDENCE block
         audit, basis = self.proxy.judge(trace, context=context)
-        split = check is not None and decided == "consistency_partial"
-        why = str(outcome) if check is None else check.summary() if split else undecided(check)
-        reasoning = f"audit ({why}): {audit.reasoning}"
-        # the combined audits were measured on split checks, shown the resamples; any other audit (no check made,
-        # or too few resamples finished) is the proxy's own, and takes the proxy's measured precision (or none)
-        measured_as = self.name if split else self.proxy.name
+        why = str(outcome) if check is None else undecided(check)
+        # no check decided: the audit is the proxy's own, and takes the proxy's measured precision (or none)
         measured = (
-            self.calibration.measured(basis, verifier=measured_as, model=self.proxy.llm.model_name) if basis else None
+            self.calibration.measured(basis, verifier=self.proxy.name, model=self.proxy.llm.model_name)
+            if basis
+            else None
         )
         return audit.model_copy(  # the audit's verdict, as the combined verifier's (its own calibration)
             update={
                 "verifier": self.name,
                 "consistency": check,
-                "reasoning": reasoning,
+                "reasoning": f"audit ({why}): {audit.reasoning}",
                 "confidence": measured.rate if measured is not None else None,
                 "measured": measured,
                 "extracted_answer": check.original_answer if check is not None else audit.extracted_answer,
@@ -125,7 +122,11 @@ VERIFIER_NAMES = ("proxy", "evidence", "consistency", "combined")
 def _consistency() -> ConsistencyVerifier:
     current = settings()
     return ConsistencyVerifier(
-        samples=current.flag_samples, temperature=current.flag_temperature, sample_rate=current.flag_sample_rate
+        samples=current.flag_samples,
+        temperature=current.flag_temperature,
+        sample_rate=current.flag_sample_rate,
+        stop_lead=current.flag_stop_lead,
+        threshold=current.flag_threshold,
     )
 
 
@@ -138,8 +139,9 @@ def proxy_regime_verifier(llm: StructuredLLM) -> CombinedVerifier:
 
 def flagging_verifier(name: str, llm: StructuredLLM) -> Verifier:
     """The verifier ``name`` (:data:`VERIFIER_NAMES`) of online attribution (its flagged runs are attributed):
-    the consistency check's samples, rate and temperature come from ``REFLECT_FLAG_SAMPLES``,
-    ``REFLECT_FLAG_SAMPLE_RATE`` and ``REFLECT_FLAG_TEMPERATURE``."""
+    the consistency check's samples, stopping rule, rate, temperature and threshold come from
+    ``REFLECT_FLAG_SAMPLES``, ``REFLECT_FLAG_STOP_LEAD``, ``REFLECT_FLAG_SAMPLE_RATE``, ``REFLECT_FLAG_TEMPERATURE``
+    and ``REFLECT_FLAG_THRESHOLD``."""
     if name == "evidence":
         return EvidenceVerifier()
     if name == "proxy":

@@ -31,9 +31,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from reflect_otel.calibration import Basis, ConfidenceCalibration
 from reflect_otel.errors import LLMError
 from reflect_otel.evidence import Finding, Severity, find_evidence, render_findings
+from reflect_otel.flag_score import flagged
 from reflect_otel.llm.base import LLMOutputError, StructuredLLM
 from reflect_otel.prompts import format_step
 from reflect_otel.prompts.proxy import Anchors, AuditedStep, AuditOutput, anchors_prompt, audit_prompt
+from reflect_otel.run_features import run_features
+from reflect_otel.settings import settings
 from reflect_otel.trace import Step, StepStatus, StructuredTrace
 from reflect_otel.verdict import Verdict
 
@@ -297,9 +300,9 @@ class PlanAnchoredVerifier:
                 verifier=self.name, is_correct=None, confidence=None, label="UNCERTAIN", reasoning="no steps"
             ), None
         findings = find_evidence(trace) if self.config.use_evidence else ()
-        flagged = critical_evidence_verdict(findings, self.name, self.config.calibration)
-        if flagged is not None:
-            return flagged, "critical_evidence"
+        critical = critical_evidence_verdict(findings, self.name, self.config.calibration)
+        if critical is not None:
+            return critical, "critical_evidence"
         evidence = "\n".join(
             part for part in (context, render_findings(findings)) if part
         )  # context first: kept if cut
@@ -383,17 +386,36 @@ def critical_evidence_verdict(
 class EvidenceVerifier:
     """Flags a run on critical evidence alone (no answer given, a step limit hit, a loop of identical calls, an
     answer right after a failed call), with no model call; any other run it cannot judge (``is_correct`` None).
-    The cheapest online triage: it catches the loud failures, never the silent ones."""
+    The cheapest online triage: it catches the loud failures, never the silent ones. Where the calibration holds a
+    score map fitted for it (the trace's features alone, :mod:`reflect_otel.run_features`), a run without critical
+    evidence is scored on it and flagged or cleared against ``threshold`` (None: ``REFLECT_FLAG_THRESHOLD``)."""
 
     name = "evidence"
 
-    def __init__(self, config: ProxyVerifierConfig | None = None) -> None:
+    def __init__(self, config: ProxyVerifierConfig | None = None, *, threshold: float | None = None) -> None:
         self.config = config or ProxyVerifierConfig()
+        self.threshold = threshold if threshold is not None else settings().flag_threshold
 
     def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
-        flagged = critical_evidence_verdict(find_evidence(trace), self.name, self.config.calibration)
-        return flagged or _uncertain(
-            self.name, "no critical evidence; a silent failure needs the proxy verifier or an expected answer"
+        critical = critical_evidence_verdict(find_evidence(trace), self.name, self.config.calibration)
+        if critical is not None:
+            return critical
+        fitted = self.config.calibration.score_map(self.name)
+        if fitted is None:
+            return _uncertain(
+                self.name, "no critical evidence; a silent failure needs the proxy verifier or an expected answer"
+            )
+        score = fitted.score(run_features(trace))
+        high = flagged(score, self.threshold)
+        return Verdict(
+            verifier=self.name,
+            is_correct=not high,
+            confidence=None,
+            score=score,
+            label="HIGH_ERROR_SIGNAL" if high else "LOW_ERROR_SIGNAL",
+            reasoning=f"no critical evidence; score {score:.2f} {'reaches' if high else 'is below'} the threshold "
+            f"{self.threshold:g} (the map fitted on {fitted.fitted_on} labelled runs: {fitted.describe()})",
+            basis="score_high" if high else "score_low",
         )
 
 

@@ -79,23 +79,41 @@ class Settings(BaseSettings):
     )
     proxy_calibration: Path | None = Field(
         default=None,
-        description="A calibration file of the flagging verifiers' precision per basis, measured on labelled runs of "
-        "your agent (python -m benchmarks.flagging --live RESULTS --calibration-out FILE); default: none, and "
-        "verdicts show no confidence.",
+        description="A calibration file of the flagging verifiers' precision per basis and their score maps, measured "
+        "and fitted on labelled runs of your agent (python -m benchmarks.flagging --live RESULTS --calibration-out "
+        "FILE); default: none, verdicts show no confidence and scores are the share of resamples that did not "
+        "reproduce the answer.",
     )
     flag_samples: int = Field(
-        default=3,
+        default=5,
         ge=1,
         le=16,
-        description="Consistency check (--verifier consistency or combined): runs of the agent again on the same "
-        "input, sampled, whose answers are compared with the original's.",
+        description="Consistency check (--verifier consistency or combined): at most this many runs of the agent "
+        "again on the same input, sampled, whose answers are compared with the original's in substance.",
+    )
+    flag_stop_lead: int = Field(
+        default=2,
+        ge=0,
+        le=16,
+        description="The consistency check stops resampling once the resamples that reproduce the answer outnumber "
+        "those that do not, or the other way round, by this many (2: two alike stop it, a split draws more, up to "
+        "REFLECT_FLAG_SAMPLES); 0: always run REFLECT_FLAG_SAMPLES.",
+    )
+    flag_threshold: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="A run is flagged (and so attributed) when its flagging score, how likely it is wrong, reaches "
+        "this: lower flags more wrong runs and more right ones with them (false alarms, each an attribution), higher "
+        "fewer of both. The score is fitted by the calibration file, else the share of resamples that did not "
+        "reproduce the answer; the file records the threshold that flagged 80% of its wrong runs.",
     )
     flag_sample_rate: float = Field(
         default=1.0,
         ge=0.0,
         le=1.0,
         description="The share of runs (by trace id) the consistency check resamples; each costs "
-        "REFLECT_FLAG_SAMPLES agent runs.",
+        "up to REFLECT_FLAG_SAMPLES agent runs (REFLECT_FLAG_STOP_LEAD stops it sooner).",
     )
     flag_temperature: float = Field(
         default=0.7, ge=0.0, le=2.0, description="The temperature the consistency check's resamples run at."

@@ -42,7 +42,17 @@ class ConsistencyCheck(BaseModel):
     original_answer: str | None
     runs: tuple[Resample, ...]
     temperature: float
-    samples: int = Field(default=0, ge=0, description="Resamples asked for (``runs`` holds one entry for each).")
+    samples: int = Field(
+        default=0,
+        ge=0,
+        description="Resamples asked for at most (``runs`` holds one entry for each one tried, and one for each left "
+        "untried because too many had failed).",
+    )
+    stop_lead: int | None = Field(
+        default=None,
+        description="The stopping rule: resampling stopped once the reproducing and the other finished resamples "
+        "differed by this many (None: all ``samples`` were asked for).",
+    )
 
     @property
     def finished(self) -> int:

@@ -3,6 +3,7 @@ rule's order (evidence, consistency, audit), costs counted, and confidence only 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,10 @@ from reflect_otel.consistency import (
     drawn_for_sampling,
     first_divergence,
     majority_answer,
+    sequential_stop,
 )
 from reflect_otel.errors import ReplayError
+from reflect_otel.flag_score import ScoreMap
 from reflect_otel.flagging import CombinedVerifier, flagging_verifier
 from reflect_otel.llm.budget import TokenBudget
 from reflect_otel.methods import METHODS
@@ -96,6 +99,89 @@ def test_answers_are_compared_under_the_judges_normalisation() -> None:
     assert words.is_correct is True and "consistency_partial" in words.reasoning  # 2 of 3: not flagged alone
 
 
+def test_answers_equal_in_substance_vote_together() -> None:
+    """'22 laps' asserts 22: resamples answering '22' reproduce it, and vote for one consensus with it."""
+    question = "how many laps were required?"
+    run = make_trace(question, [{"reasoning": "22 laps", "is_final_answer": True}], final_answer="22 laps")
+    runs = ScriptedResampler(lambda _t, sample, _temp: [{"reasoning": ("22", "22 laps", "22")[sample % 3]}])
+    verdict = ConsistencyVerifier(runs, samples=3).verify(run, expected=None)
+    assert verdict.consistency is not None and verdict.consistency.agreeing == 3
+    assert (verdict.basis, verdict.is_correct, verdict.score) == ("consistency_agree", True, 0.0)
+    other = ScriptedResampler(lambda _t, sample, _temp: [{"reasoning": ("23", "23 laps", "22")[sample % 3]}])
+    split = ConsistencyVerifier(other, samples=3).verify(run, expected=None)
+    assert split.consistency is not None and majority_answer(split.consistency, question=question) == "23"
+
+
+def test_an_answer_that_is_no_value_votes_for_nothing() -> None:
+    """The agent's advice about its own error, given alike by every resample, is no consensus to judge replays by
+    (each still counts among the finished resamples)."""
+    advice = "To fix the error, you need to quote the column.\n```sql\nSELECT 1\n```"
+    runs = ScriptedResampler(lambda _t, _s, _temp: [{"reasoning": advice}])
+    verdict = ConsistencyVerifier(runs, samples=3).verify(_run("none"), expected=None)
+    assert verdict.consistency is not None and verdict.consistency.finished == 3
+    assert majority_answer(verdict.consistency) is None
+    assert verdict.is_correct is False  # none of them reproduced the run's answer
+
+
+def test_the_sequential_rule_stops_at_a_lead_and_draws_more_on_a_split() -> None:
+    assert not sequential_stop(1, 1, stop_lead=2) and sequential_stop(2, 0, stop_lead=2)
+    assert sequential_stop(0, 2, stop_lead=2) and sequential_stop(3, 1, stop_lead=2)
+    assert not sequential_stop(5, 0, stop_lead=None) and not sequential_stop(5, 0, stop_lead=0)
+    # two alike stop it: the agreeing run costs two agent runs
+    agreeing = _answering("none")
+    verdict = ConsistencyVerifier(agreeing, samples=5, stop_lead=2).verify(_run("none"), expected=None)
+    assert len(agreeing.resampled) == 2 and verdict.basis == "consistency_agree"
+    assert verdict.consistency is not None and (verdict.consistency.samples, verdict.consistency.stop_lead) == (5, 2)
+    # a split draws more: 1-1, 2-1, 2-2, then the fifth decides 3-2 for the answer
+    split = _answering("none", "Bangkok, Thailand", "none", "Bangkok, Thailand", "none")
+    verdict = ConsistencyVerifier(split, samples=5, stop_lead=2).verify(_run("none"), expected=None)
+    assert len(split.resampled) == 5 and verdict.basis == "consistency_partial" and verdict.is_correct is True
+    assert verdict.score == pytest.approx(0.4)
+    # 1-1 then two disagreeing: stopped at four, flagged
+    leaning = _answering("none", "Bangkok, Thailand", "Bangkok, Thailand", "Bangkok, Thailand", "none")
+    verdict = ConsistencyVerifier(leaning, samples=5, stop_lead=2).verify(_run("none"), expected=None)
+    assert len(leaning.resampled) == 4 and verdict.is_correct is False and verdict.score == pytest.approx(0.75)
+
+    # a failed resample is not counted toward the lead: the check goes on past it
+    def one_fails(_t: StructuredTrace, sample: int, _temp: float) -> Sequence[Mapping[str, Any]]:
+        if sample == 1:
+            raise ReplayError("the agent's endpoint timed out")
+        return [WRONG_FILTER, {"tool": "final_answer", "args": {"answer": "none"}}]
+
+    resampler_ = ScriptedResampler(one_fails)
+    verdict = ConsistencyVerifier(resampler_, samples=5, stop_lead=2).verify(_run("none"), expected=None)
+    assert verdict.consistency is not None and len(verdict.consistency.runs) == 3
+    assert verdict.consistency.finished == 2 and verdict.basis == "consistency_agree"
+
+
+def test_the_threshold_flags_the_score_it_is_reached_by() -> None:
+    """1 of 3 resamples reproducing the answer scores 0.67: flagged at 0.5, cleared at 0.8."""
+    runs = _answering("Bangkok, Thailand", "Bangkok, Thailand", "none")
+    low = ConsistencyVerifier(runs, samples=3, threshold=0.5).verify(_run("none"), expected=None)
+    high = ConsistencyVerifier(runs, samples=3, threshold=0.8).verify(_run("none"), expected=None)
+    assert low.score == high.score == pytest.approx(2 / 3)
+    assert (low.is_correct, low.basis) == (False, "consistency_disagree")
+    assert (high.is_correct, high.basis) == (True, "consistency_partial")
+
+
+def test_a_fitted_score_decides_where_the_calibration_holds_one() -> None:
+    """The calibration's map for the verifier scores the run's features; the threshold flags or clears it, and the
+    verdict shows the score, not a measured precision."""
+    fitted = ScoreMap(
+        features=("disagreement",), means=(0.5,), scales=(0.5,), weights=(2.0,), intercept=0.0, ridge=1.0,
+        fitted_on=40, wrong=30,
+    )  # fmt: skip
+    calibration = ConfidenceCalibration(scores={"consistency": fitted})
+    runs = _answering("Bangkok, Thailand", "Bangkok, Thailand", "none")
+    verdict = ConsistencyVerifier(runs, samples=3, calibration=calibration).verify(_run("none"), expected=None)
+    expected = 1 / (1 + math.exp(-2.0 * (2 / 3 - 0.5) / 0.5))
+    assert verdict.score == pytest.approx(expected, abs=1e-6) and verdict.basis == "score_high"
+    assert verdict.is_correct is False and verdict.confidence is None
+    assert "fitted on 40 labelled runs" in verdict.reasoning
+    cleared = ConsistencyVerifier(runs, samples=3, threshold=0.9, calibration=calibration)
+    assert cleared.verify(_run("none"), expected=None).basis == "score_low"
+
+
 def test_no_adapter_a_failed_resample_or_a_run_not_drawn_is_uncertain_never_a_verdict() -> None:
     assert ConsistencyVerifier(None).verify(_run("none"), expected=None).is_correct is None
 
@@ -144,18 +230,28 @@ def test_combined_evidence_first_then_consistency_then_the_audit() -> None:
     assert (verdict.basis, verdict.is_correct, llm.requests) == ("consistency_agree", True, [])
 
 
-def test_a_split_check_goes_to_the_audit_which_sees_the_resamples_as_data() -> None:
+def test_a_split_check_is_decided_by_its_score_and_the_audit_only_where_no_check_decided() -> None:
     llm = _audit_llm("Evidence_Contradiction")
     verdict = _combined(llm, _answering("none", "Bangkok, Thailand", "none")).verify(_run("none"), expected=None)
-    assert verdict.basis == "audit_high" and verdict.is_correct is False and verdict.verifier == "combined"
-    audit = llm.requests[-1].text
-    evidence = audit[audit.index("BEGIN EVIDENCE") : audit.index("END EVIDENCE")]
-    assert "2 of 3 resamples reproduced the answer 'none'" in evidence
-    assert "Resample 2: answered 'Bangkok, Thailand' (different); it first decided otherwise at step 1" in evidence
-    assert verdict.consistency is not None and verdict.consistency.agreeing == 2
+    assert (verdict.basis, verdict.is_correct, verdict.score) == ("consistency_partial", True, pytest.approx(1 / 3))
+    assert llm.requests == [] and verdict.consistency is not None and verdict.consistency.agreeing == 2
     # without an adapter, the audit alone decides
     verdict = _combined(_audit_llm(), None).verify(_run("none"), expected=None)
     assert verdict.basis == "audit_low_clean" and verdict.is_correct is True and verdict.consistency is None
+
+    # too few resamples finished: the audit decides, shown the one that did as data
+    def refused(_t: StructuredTrace, sample: int, _temp: float) -> list[dict[str, Any]]:
+        if sample:
+            raise ReplayError("the agent's endpoint is down")
+        return [RIGHT_FILTER, {"tool": "final_answer", "args": {"answer": "Bangkok, Thailand"}}]
+
+    llm = _audit_llm("Evidence_Contradiction")
+    verdict = _combined(llm, ScriptedResampler(refused)).verify(_run("none"), expected=None)
+    assert verdict.basis == "audit_high" and verdict.is_correct is False and verdict.verifier == "combined"
+    audit = llm.requests[-1].text
+    evidence = audit[audit.index("BEGIN EVIDENCE") : audit.index("END EVIDENCE")]
+    assert "0 of 1 resamples reproduced the answer 'none'" in evidence
+    assert "Resample 1: answered 'Bangkok, Thailand' (different); it first decided otherwise at step 1" in evidence
 
 
 def test_the_combined_confidence_is_the_measured_precision_of_the_deciding_basis() -> None:
@@ -182,29 +278,18 @@ def test_the_combined_confidence_is_the_measured_precision_of_the_deciding_basis
     assert alone.verify(_run("none"), expected=None).confidence is None
 
 
-def test_a_combined_audit_takes_the_combined_precision_only_where_a_check_split() -> None:
-    """The combined verifier's audits were measured on split checks, shown the resamples: an audit made with no
-    check (no adapter, or too few resamples finished) is the proxy's own and shows no combined precision."""
-    calibration = ConfidenceCalibration(
+def test_a_combined_audit_takes_the_proxys_precision() -> None:
+    """The combined verifier audits only runs no check decided (no adapter, or too few resamples finished): the
+    proxy's own audits, measured as the proxy's, never a precision measured for the combined verifier's."""
+    combined = ConfidenceCalibration(
         verifier="combined", model="scripted-llm", samples=3, temperature=0.7, counts={"audit_high": (6, 8)}
     )
-    split = _combined(
-        _audit_llm("Evidence_Contradiction"), _answering("none", "Bangkok, Thailand", "none"), calibration
-    )
-    assert split.verify(_run("none"), expected=None).confidence == pytest.approx(0.75)
-    unchecked = _combined(_audit_llm("Evidence_Contradiction"), None, calibration).verify(_run("none"), expected=None)
+    unchecked = _combined(_audit_llm("Evidence_Contradiction"), None, combined).verify(_run("none"), expected=None)
     assert unchecked.basis == "audit_high" and unchecked.confidence is None and unchecked.measured is None
     assert "no replay adapter" in unchecked.reasoning
-
-    def refused(_t: StructuredTrace, sample: int, _temp: float) -> list[dict[str, Any]]:
-        if sample:
-            raise ReplayError("the agent's endpoint is down")
-        return [RIGHT_FILTER, {"tool": "final_answer", "args": {"answer": "none"}}]
-
-    short = _combined(_audit_llm("Evidence_Contradiction"), ScriptedResampler(refused), calibration)
-    verdict = short.verify(_run("none"), expected=None)
-    assert verdict.basis == "audit_high" and verdict.confidence is None
-    assert "too few resamples finished to decide (1 of 3): the agent's endpoint is down" in verdict.reasoning
+    proxy = ConfidenceCalibration(verifier="plan_anchored", model="scripted-llm", counts={"audit_high": (6, 8)})
+    measured = _combined(_audit_llm("Evidence_Contradiction"), None, proxy).verify(_run("none"), expected=None)
+    assert measured.confidence == pytest.approx(0.75)
 
 
 def _online_combined(finder: Any, budget: TokenBudget) -> tuple[AttributionService, ScriptedLLM]:
@@ -243,18 +328,24 @@ def test_the_service_resamples_through_the_found_adapter_and_counts_the_agents_t
     flagged = service.process(_run("none", trace_id="a" * 32))
     assert flagged.flagged and flagged.record is not None and flagged.verdict is not None
     assert flagged.verdict.basis == "consistency_disagree"
-    assert budget.spent_last_hour() == 300  # three resamples of 100 tokens, none on our model
+    # two resamples alike stop the check (REFLECT_FLAG_STOP_LEAD): 100 tokens each, none on our model
+    assert budget.spent_last_hour() == 200
     right = service.process(_run("Bangkok", RIGHT_FILTER, trace_id="b" * 32))
     assert not right.flagged and right.record is None and right.verdict is not None
-    assert right.verdict.basis == "consistency_agree" and budget.spent_last_hour() == 600
+    assert right.verdict.basis == "consistency_agree" and budget.spent_last_hour() == 400
     assert llm.requests == []
 
 
 def test_flagging_verifiers_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("REFLECT_FLAG_SAMPLES", "5")
+    monkeypatch.setenv("REFLECT_FLAG_SAMPLES", "7")
     monkeypatch.setenv("REFLECT_FLAG_SAMPLE_RATE", "0.5")
+    monkeypatch.setenv("REFLECT_FLAG_STOP_LEAD", "3")
+    monkeypatch.setenv("REFLECT_FLAG_THRESHOLD", "0.7")
     made = flagging_verifier("consistency", ScriptedLLM([]))
-    assert isinstance(made, ConsistencyVerifier) and (made.samples, made.sample_rate) == (5, 0.5)
+    assert isinstance(made, ConsistencyVerifier)
+    assert (made.samples, made.sample_rate, made.stop_lead, made.threshold) == (7, 0.5, 3, 0.7)
+    monkeypatch.setenv("REFLECT_FLAG_STOP_LEAD", "0")  # every resample asked is run
+    assert flagging_verifier("consistency", ScriptedLLM([])).stop_lead is None  # type: ignore[attr-defined]
     assert {flagging_verifier(n, ScriptedLLM([])).name for n in ("proxy", "evidence", "combined")} == {
         "plan_anchored",
         "evidence",
@@ -321,7 +412,7 @@ def test_reflect_proxy_judges_the_run_and_its_replays_by_the_agents_own_consensu
     record = method.attribute(five_step_trace(), expected=None, replay=agent)
     localize = next(r for r in auditor.requests if r.stage == "localize")
     assert "Resample 1: answered '42' (different); it first decided otherwise at step 3" in localize.text
-    assert agent.resampled == 3  # the run checked once; replays are judged against it, not resampled again
+    assert agent.resampled == 2  # checked once (two alike stop it); replays are judged against it, not resampled
     assert record.original_verdict is not None and record.original_verdict.basis == "consistency_disagree"
     assert record.status.value == "verified" and record.corrected_answer == "The answer is 42"
     judged = [r.verdict for r in record.replays if r.verdict is not None]
@@ -343,9 +434,9 @@ def test_reflect_proxys_own_check_counts_the_agents_resample_tokens_against_the_
     )
     outcome = service.process(five_step_trace(), replay=agent)
     assert outcome.record is not None and outcome.record.original_verdict is not None
-    assert outcome.record.original_verdict.basis == "consistency_disagree" and agent.resampled == 3
-    # the hour holds the auditor's tokens (the record's) and the three resamples' 50 each, counted once
-    assert budget.spent_last_hour() == outcome.record.total_tokens + 3 * 50
+    assert outcome.record.original_verdict.basis == "consistency_disagree" and agent.resampled == 2
+    # the hour holds the auditor's tokens (the record's) and the two resamples' 50 each, counted once
+    assert budget.spent_last_hour() == outcome.record.total_tokens + 2 * 50
 
 
 def test_a_run_without_an_answer_is_not_cleared_by_resamples_without_one() -> None:
@@ -474,6 +565,11 @@ def test_store_stats_show_each_verifiers_measured_precision_with_its_interval(
     )
     assert "combined verdicts on audit_low_clean: 1 (0 flagged; precision not measured)" in out
     assert "plan_anchored verdicts on audit_low_clean: 1 (0 flagged; precision not measured)" in out
+    # the store keeps each verdict's score: the share a threshold flags, at REFLECT_FLAG_THRESHOLD or --threshold
+    assert "combined: 1 of 2 scored runs (50%) reach the flagging threshold 0.5" in out
+    assert "plan_anchored: 0 of 1 scored runs (0%) reach the flagging threshold 0.5" in out
+    assert main(["stats", "--store", str(path), "--threshold", "0.01"]) == 0
+    assert "combined: 2 of 2 scored runs (100%) reach the flagging threshold 0.01" in capsys.readouterr().out
 
 
 def test_a_check_that_can_no_longer_decide_runs_no_more_resamples_and_counts_as_failed() -> None:
@@ -561,7 +657,7 @@ def test_online_a_run_the_evidence_flagged_is_resampled_for_its_replays_and_the_
     assert outcome.flagged and outcome.verdict is not None and outcome.verdict.basis == "critical_evidence"
     check = outcome.verdict.consistency
     assert check is not None and majority_answer(check) == "Bangkok, Thailand"
-    assert len(agent.resampled) == 3 and budget.spent_last_hour() == 300 and llm.requests == []
+    assert len(agent.resampled) == 2 and budget.spent_last_hour() == 200 and llm.requests == []
 
 
 def test_a_run_whose_resamples_prove_no_replay_right_is_localized_without_spending_replays() -> None:
@@ -585,7 +681,7 @@ def test_a_run_whose_resamples_prove_no_replay_right_is_localized_without_spendi
     agent = Split()
     method = METHODS["reflect-proxy"].build(scripted_auditor(), OracleVerifier(), ReflectConfig(rounds=1))
     record = method.attribute(five_step_trace(), expected=None, replay=agent)
-    assert agent.resampled == 3 and agent.replays == 0 and record.replays == ()
+    assert agent.resampled == 2 and agent.replays == 0 and record.replays == ()
     assert record.original_verdict is not None and record.original_verdict.basis == "consistency_disagree"
     assert record.status.value == "unverified" and record.mode.value == "localization_only"
     assert record.step_index is not None

@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.flagging import Bench, Journal, Labelled, Measured, live_runs, report
+from benchmarks._flag_report import Scored, operating_lines
+from benchmarks.flagging import Bench, Journal, Labelled, Measured, cut_at_lead, live_runs, report
+from reflect_otel.consistency import ConsistencyVerifier
 from reflect_otel.testing import ScriptedLLM, ScriptedResampler, make_trace
+from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
 
@@ -40,6 +43,8 @@ def _verdict(flagged: bool | None, basis: str | None = None) -> Measured:
 
 
 def test_the_report_line_and_its_intervals() -> None:
+    """The line the issue asks for, at the threshold: AUROC of the score, recall, precision, specificity and the
+    base rate, then the intervals and flagging everything beside it."""
     trace = make_trace("q", [{"reasoning": "x"}])
     wrong = [Labelled(f"w{i}", trace, wrong=True) for i in range(4)]
     right = [Labelled(f"r{i}", trace, wrong=False) for i in range(3)]
@@ -52,14 +57,34 @@ def test_the_report_line_and_its_intervals() -> None:
         _verdict(False, "consistency_agree"),
         _verdict(False, "consistency_agree"),
     ]
-    text, right_per_basis, judged = report("consistency", wrong + right, results)
-    first, intervals, cost, bases = text.splitlines()
-    assert first == "flagging verifier=consistency runs=7 recall=0.67 precision=0.67 f1=0.67"
-    assert "recall 95% [0.21, 0.94] (2 of 3)" in intervals and "failed on 1 runs" in intervals
+    scored = [
+        Scored(True, 1.0),
+        Scored(True, 0.7),
+        Scored(True, None),  # no score: ranked lowest, never flagged
+        Scored(True, None, failed=True),
+        Scored(False, 0.7),
+        Scored(False, 0.0),
+        Scored(False, 0.3),
+    ]
+    text, right_per_basis, judged = report("consistency", wrong + right, results, scored, threshold=0.5)
+    first, at, area, everything, cost, bases = text.splitlines()
+    # AUROC: wrong (1.0, 0.7, lowest) against right (0.7, 0.0, 0.3): 5.5 of 9 pairs
+    assert first == (
+        "flagging verifier=consistency runs=7 auroc=0.61 recall=0.67 precision=0.67 specificity=0.67 base_rate=0.50"
+    )
+    assert "recall 95% [0.21, 0.94] (2 of 3)" in at and "specificity 95% [0.21, 0.94] (2 of 3)" in at
+    assert "failed on 1 runs" in at and "AUROC 95% [" in area and "1 without a score ranked lowest" in area
+    assert everything == "  flagging everything: recall 1.00, precision 0.50 (the base rate), specificity 0.00"
     assert cost == "  per run: 1.71 model calls, 2.57 agent runs, 8.6 s"
     assert judged == {"consistency_disagree": 3, "consistency_agree": 2}
     assert right_per_basis == {"consistency_disagree": 2, "consistency_agree": 2}
     assert "consistency_disagree 2 of 3 right" in bases
+    assert operating_lines(scored, recall=0.6, calibrated=0.8, calibration_name="the calibration") == [
+        "  at the calibration's recall-0.6 threshold 0.8: recall 0.33, specificity 1.00 [0.44, 1.00] (3 of 3), "
+        "precision 1.00",
+        "  at the highest threshold reaching recall 0.6 on these runs (0.7, chosen on them): recall 0.67, "
+        "specificity 0.67 [0.21, 0.94] (2 of 3), precision 0.67",
+    ]
 
 
 SETTINGS = {"runs": "results.jsonl", "samples": 3, "temperature": 0.7, "model": "m"}
@@ -91,19 +116,12 @@ def test_a_resumed_measurement_runs_nothing_twice_but_what_failed(tmp_path: Path
 
 
 def test_the_combined_verdict_reuses_the_consistency_checks_agent_runs(tmp_path: Path) -> None:
-    """Measuring consistency and combined on a run costs its resamples once; a split check goes to an audit that
-    is journaled as the combined verifier's, apart from the plain proxy's."""
+    """Measuring consistency and combined on a run costs its resamples once; a split check is decided by its score,
+    with no audit (the journal keeps the combined verifier's audits only)."""
     runs = ScriptedResampler(lambda _t, sample, _temp: [{"reasoning": "Paris" if sample < 2 else "Lyon"}])
     trace = make_trace("capital?", [{"reasoning": "Paris", "is_final_answer": True}], final_answer="Paris")
     run = Labelled("q1", trace, wrong=False)
-    anchors = {
-        "hard": {"entities": [], "filters": [], "target_property": "capital", "operation": "lookup", "output_form": ""},
-        "plans": [{"subgoals": ["name it"]}],
-    }
-    audit = {
-        "steps": [{"macro_step": 1, "category": "Aligned", "severity": "minor", "anchor": "none", "rationale": "ok"}]
-    }
-    auditor = ScriptedLLM(by_stage={"proxy_anchors": [anchors], "proxy_audit": [audit]})
+    auditor = ScriptedLLM([])
     bench = Bench(auditor, lambda _r: runs, Journal(tmp_path / "j.jsonl", SETTINGS), 3, 0.7)
     consistency = bench.measure("consistency", run)
     assert consistency.agent_runs == 3 and consistency.verdict is not None
@@ -111,8 +129,21 @@ def test_the_combined_verdict_reuses_the_consistency_checks_agent_runs(tmp_path:
     combined = bench.measure("combined", run)
     assert len(runs.resampled) == 3  # not resampled again
     assert combined.agent_runs == 3 and combined.verdict is not None and combined.verdict.verifier == "combined"
-    assert {key[1] for key in bench.journal.done} == {"consistency", "combined"}
-    assert combined.calls == 2 and "2 of 3 resamples reproduced" in auditor.requests[-1].text
+    assert combined.verdict.basis == "consistency_partial" and combined.calls == 0 and auditor.requests == []
+    assert {key[1] for key in bench.journal.done} == {"consistency"}
+
+
+def test_a_journal_of_every_resample_is_reported_as_a_stopping_rule_would_have_drawn_it() -> None:
+    """Resamples are drawn one at a time, in order: a check of three holds the check that stops at a lead of 2."""
+    runs = ScriptedResampler(lambda _t, sample, _temp: [{"reasoning": ("Paris", "Paris", "Lyon")[sample]}])
+    trace = make_trace("capital?", [{"reasoning": "Paris", "is_final_answer": True}], final_answer="Paris")
+    full = ConsistencyVerifier(runs, samples=3).verify(trace, expected=None).consistency
+    assert full is not None and full.agreeing == 2 and full.finished == 3
+    cut = cut_at_lead(full, 2)
+    assert (cut.finished, cut.agreeing, cut.stop_lead, cut.agent_runs) == (2, 2, 2, 2)
+    split = ScriptedResampler(lambda _t, sample, _temp: [{"reasoning": ("Paris", "Lyon", "Lyon")[sample]}])
+    whole = ConsistencyVerifier(split, samples=3).verify(trace, expected=None).consistency
+    assert whole is not None and cut_at_lead(whole, 2).finished == 3  # 1-1, then the third
 
 
 def test_a_combined_verdict_made_on_a_failed_check_is_not_journaled(tmp_path: Path) -> None:
@@ -151,12 +182,10 @@ def test_a_results_file_cut_mid_write_is_read_without_its_last_line(tmp_path: Pa
         live_runs(results)
 
 
-def test_live_runs_are_resampled_by_the_table_agent_and_sql_runs_are_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The consistency check re-runs the table agent (runs recorded before the agent was recorded are its); the
-    benchmark rebuilds only the table agent, so the SQL agent's runs are refused with the fix rather than re-run
-    as the table agent's."""
+def test_live_runs_are_resampled_by_the_agent_that_made_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The consistency check re-runs the run's own agent: the table agent (runs recorded before the agent was
+    recorded are its), or the SQL agent through its OpenAI tool-loop adapter, which resamples from the run's first
+    recorded request; an agent the benchmark cannot rebuild is refused."""
     pytest.importorskip("langgraph")
     from opentelemetry.sdk.trace import TracerProvider
 
@@ -177,7 +206,10 @@ def test_live_runs_are_resampled_by_the_table_agent_and_sql_runs_are_refused(
     source = runs_for(live_runs(run / "results.jsonl")[0])
     assert type(source).__name__ == "LangGraphReplayAdapter"  # nothing called: the endpoint is never reached
     (run / "run_config.json").write_text(json.dumps(config | {"agent": "sql"}))
-    with pytest.raises(SystemExit, match="sql agent; this benchmark rebuilds only the table agent"):
+    sql = _live_resampler(run / "results.jsonl", None, llm)(live_runs(run / "results.jsonl")[0])
+    assert type(sql).__name__ == "OpenAIToolLoopReplayAdapter"
+    (run / "run_config.json").write_text(json.dumps(config | {"agent": "other"}))
+    with pytest.raises(SystemExit, match="the other agent, which this benchmark cannot rebuild"):
         _live_resampler(run / "results.jsonl", None, llm)
 
 
@@ -258,3 +290,72 @@ def test_a_run_whose_answer_was_undecided_has_no_label_to_score_a_verifier_again
     results = tmp_path / "results.jsonl"
     results.write_text("\n".join([_row("nt-1", False, {}), _row("nt-2", None, {}), _row("nt-3", True, {})]) + "\n")
     assert [(r.question_id, r.wrong) for r in live_runs(results)] == [("nt-1", True), ("nt-3", False)]
+
+
+def _sample(folder: Path, ids: range) -> Path:
+    """Labelled runs of a made-up agent: a wrong run answers 'Lyon', a right one 'Paris' (even ids wrong, and every
+    third right one too, so that the resamples do not separate them perfectly)."""
+    folder.mkdir(parents=True)
+    rows = []
+    for n in ids:
+        wrong = n % 2 == 0
+        answer = "Lyon" if wrong else "Paris"
+        trace = make_trace(f"capital {n}?", [{"reasoning": answer, "is_final_answer": True}], final_answer=answer)
+        row = {"question_id": f"nt-{n}", "correct": not wrong, "methods": {}, "trace": trace.model_dump(mode="json")}
+        rows.append(json.dumps(row))
+    (folder / "results.jsonl").write_text("\n".join(rows) + "\n")
+    return folder / "results.jsonl"
+
+
+def _resampled(run: Labelled) -> ScriptedResampler:
+    """A wrong run's resamples answer 'Paris' (they do not reproduce it), a right run's repeat it, except every
+    third run's, which split."""
+    number = int((run.question_id or "nt-0").removeprefix("nt-"))
+    answer = run.trace.final_answer or ""
+
+    def resample(_t: StructuredTrace, sample: int, _temp: float) -> list[dict[str, str]]:
+        if number % 3 == 0:
+            return [{"reasoning": ("Paris", "Lyon", "Rome")[sample % 3]}]
+        return [{"reasoning": "Paris" if run.wrong else answer}]
+
+    return ScriptedResampler(resample)
+
+
+def test_a_calibration_is_fitted_on_one_sample_and_refuses_to_score_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The calibration seed's runs fit a score map per verifier and record their question ids; scoring another
+    sample with it reports AUROC and what each feature adds; scoring the same runs with it is refused."""
+    import sys
+
+    from benchmarks import flagging
+    from reflect_otel.calibration import ConfidenceCalibration
+
+    monkeypatch.setattr(flagging, "make_llm", lambda: ScriptedLLM([]))
+    monkeypatch.setattr(flagging, "_live_resampler", lambda *_a: _resampled)
+    first = _sample(tmp_path / "calibration-seed", range(1, 31))
+    argv = ["flagging", "--live", str(first), "--verifiers", "evidence,consistency,combined", "--stop-lead", "0"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--samples", "3"])
+    flagging.main()
+    written = first.parent / "flagging" / "calibration.json"
+    calibration = ConfidenceCalibration.model_validate_json(written.read_text())
+    assert calibration.sample is not None and calibration.sample.question_ids == tuple(f"nt-{n}" for n in range(1, 31))
+    assert calibration.sample.wrong == 15 and calibration.sample.journal.endswith("flagging.jsonl")
+    fitted = calibration.score_map("consistency")
+    assert fitted is not None and "disagreement" in fitted.features and fitted.fitted_on == 30
+    assert set(calibration.recall_thresholds) == {"consistency", "combined"}  # evidence: nothing varies to fit
+    capsys.readouterr()
+
+    second = _sample(tmp_path / "scoring-seed", range(31, 61))
+    monkeypatch.setattr(sys, "argv", ["flagging", "--live", str(second), "--verifiers", "consistency", "--samples",
+                                      "3", "--stop-lead", "0", "--calibration", str(written)])  # fmt: skip
+    flagging.main()
+    out = capsys.readouterr().out
+    line = next(text for text in out.splitlines() if text.startswith("flagging verifier=consistency"))
+    assert line.startswith("flagging verifier=consistency runs=30 auroc=") and "base_rate=0.50" in line
+    assert "at the calibration's recall-0.8 threshold" in out
+    assert "disagreement: alone " in out and "the map without it" in out
+
+    monkeypatch.setattr(sys, "argv", [*argv, "--calibration", str(written)])
+    with pytest.raises(SystemExit, match=r"30 of the runs to score are among them .* in-sample"):
+        flagging.main()

@@ -307,6 +307,10 @@ def test_without_an_expected_answer_configure_combined_flags_a_run_its_own_resam
     finally:
         reflect_otel.shutdown()
     rows = _store_rows(
-        tmp_path / "combined.duckdb", "SELECT verifier, basis, resamples, resamples_agreeing FROM verdicts"
+        tmp_path / "combined.duckdb", "SELECT verifier, basis, resamples, resamples_agreeing, score FROM verdicts"
     )
-    assert sorted(rows) == [("combined", "consistency_agree", 3, 3), ("combined", "consistency_disagree", 3, 0)]
+    # two resamples alike stop each check (REFLECT_FLAG_STOP_LEAD); the store keeps each run's score
+    assert sorted(rows) == [
+        ("combined", "consistency_agree", 2, 2, 0.0),
+        ("combined", "consistency_disagree", 2, 0, 1.0),
+    ]

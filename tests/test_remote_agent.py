@@ -338,11 +338,12 @@ def test_without_an_expected_answer_the_combined_verifier_flags_the_wrong_run_th
         )
     assert online.answer == "none"
     by_question = {row[0][:20]: row[1:] for row in online.verdicts}
-    assert by_question["in what city did pio"] == ("combined", False, "consistency_disagree", 3, 0)
-    assert by_question["how many more passen"] == ("combined", True, "consistency_agree", 3, 3)
+    # two resamples alike stop each check (REFLECT_FLAG_STOP_LEAD)
+    assert by_question["in what city did pio"] == ("combined", False, "consistency_disagree", 2, 0)
+    assert by_question["how many more passen"] == ("combined", True, "consistency_agree", 2, 2)
     ((_, status, mode, step, kind, corrected, _),) = online.rows  # the right run is not attributed
     assert (status, mode, step, kind, corrected) == ("verified", "replay", 1, "action", "Bangkok, Thailand")
-    assert "consistency checked 2 of 2 at rate 100% (6 agent resamples)" in online.errors
+    assert "consistency checked 2 of 2 at rate 100% (4 agent resamples)" in online.errors
     assert "consistency check: 100% of runs without an expected answer" in online.errors
 
 

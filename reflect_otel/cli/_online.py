@@ -27,9 +27,11 @@ __all__ = ["add_online_options", "online_choices", "online_service", "replay_end
 
 VERIFIER_HELP = (
     "how runs without an expected answer are judged (a run with one is judged against it): consistency (the "
-    "agent run again REFLECT_FLAG_SAMPLES times through its replay endpoint; an answer most resamples do not "
-    "reproduce is flagged), combined (evidence, then consistency, then the audit where they do not decide; a run "
-    "the evidence flags is resampled too, for its replays to be judged by the agent's consensus), proxy (the "
+    "agent run again, up to REFLECT_FLAG_SAMPLES times, through its replay endpoint; a run whose score, the share of "
+    "resamples not reproducing its answer or the calibration's fitted map, reaches REFLECT_FLAG_THRESHOLD is "
+    "flagged), combined (evidence, then the consistency score on the trace's features too, then the audit where no "
+    "check decided; a run the evidence flags is resampled too, for its replays to be judged by the agent's "
+    "consensus), proxy (the "
     "plan-anchored verifier: evidence checks, then an LLM audit; the default with a model) or evidence (critical "
     "evidence checks only, no LLM call, silent failures go unflagged; the default without a model). These are "
     "not 'attribute --verifier''s choices, which judge a file's runs against their expected answers"
@@ -163,8 +165,15 @@ def say_consistency(replays: ReplayFinder | None, *, flag: str, budgeted: bool) 
     current = settings()
     print(
         f"consistency check: {current.flag_sample_rate:.0%} of runs without an expected answer "
-        f"(REFLECT_FLAG_SAMPLE_RATE) of {', '.join(resampling)}, each run again {current.flag_samples} times through "
-        "its replay endpoint (REFLECT_FLAG_SAMPLES)"
+        f"(REFLECT_FLAG_SAMPLE_RATE) of {', '.join(resampling)}, each run again through its replay endpoint up to "
+        f"{current.flag_samples} times (REFLECT_FLAG_SAMPLES)"
+        + (
+            f", stopped once {current.flag_stop_lead} more resamples agree than not or the other way round "
+            "(REFLECT_FLAG_STOP_LEAD)"
+            if current.flag_stop_lead
+            else ""
+        )
+        + f"; flagged at a score of {current.flag_threshold:g} (REFLECT_FLAG_THRESHOLD)"
         + ("; their tokens count against --max-tokens-per-hour" if budgeted else ""),
         file=sys.stderr,
     )

@@ -17,6 +17,7 @@ import duckdb
 from reflect_otel._files import check_output_file, write_text_atomically
 from reflect_otel.errors import InputError
 from reflect_otel.exporters.duckdb_store import connect_read_only
+from reflect_otel.settings import settings
 from reflect_otel.store import check_store_target, store_kind, store_target
 
 __all__ = ["add_report_command", "add_sql_command", "add_stats_command"]
@@ -51,6 +52,11 @@ def add_sql_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
 def add_stats_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "stats", help="print the headline statistics of the store", description="Print the store's headline views."
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        help="the flagging score at which runs count as flagged (default: REFLECT_FLAG_THRESHOLD)",
     )
     _store_argument(parser)
     parser.set_defaults(handler=_reading(_stats))
@@ -214,6 +220,7 @@ def _stats(args: argparse.Namespace) -> int:
             )
             extra = f", {resamples} agent resamples" if resamples else ""
             print(f"{verifier} verdicts on {basis}: {runs} ({flagged} flagged; {shown}{extra})")
+        _flagged_shares(db, args.threshold if args.threshold is not None else settings().flag_threshold)
         _, fidelity, _ = _query(db, "SELECT service, agent, controls, reproduced FROM replay_fidelity LIMIT 20", 20)
         for service, agent, controls, reproduced in fidelity:
             who = " / ".join(str(v) for v in (service, agent) if v) or "agents without a service name"
@@ -232,6 +239,24 @@ def _stats(args: argparse.Namespace) -> int:
     finally:
         db.close()
     return 0
+
+
+def _flagged_shares(db: Any, threshold: float) -> None:
+    """Per verifier, the share of its scored verdicts whose score reaches ``threshold``: what that threshold would
+    flag (and so send to attribution) of the runs it scored."""
+    if not 0.0 <= threshold <= 1.0:
+        raise InputError(f"--threshold {threshold:g}: a flagging score lies in [0, 1]")
+    rows = _rows(
+        db,
+        "SELECT verifier, count(*), count(*) FILTER (WHERE score >= ?) FROM verdicts WHERE score IS NOT NULL "
+        "GROUP BY verifier ORDER BY 2 DESC, 1 LIMIT 20",
+        [threshold],
+    )
+    for verifier, scored, flagged in rows:
+        print(
+            f"{verifier}: {flagged} of {scored} scored runs ({flagged / scored:.0%}) reach the flagging threshold "
+            f"{threshold:g}"
+        )
 
 
 def add_report_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
