@@ -147,7 +147,7 @@ def feature_lines(
     full = [Scored(w, fitted.score(r)) for r, w in zip(runs, wrong, strict=True)]
     lines = [f"  score map: {fitted.describe()} (fitted on {fitted.fitted_on} runs, {fitted.wrong} wrong)"]
     area, _ = _auroc_text(full)
-    lines.append(f"  features (the map's AUROC here {area}):")
+    lines.append(f"  features, on the {len(runs)} runs the map scores here (its AUROC on them {area}):")
     for name, weight in zip(fitted.features, fitted.weights, strict=True):
         alone = _oriented(name, runs, wrong, 1.0 if weight >= 0 else -1.0)
         other = refit_without.get(name)
