@@ -441,7 +441,11 @@ class ConsensusVerifier:
             answer[:_MAX_KEPT_ANSWER], consensus, question=self.original.question
         )
         measured = self.calibration.measured(
-            "consistency_majority", verifier=self.name, samples=len(check.runs), temperature=check.temperature
+            "consistency_majority",
+            verifier=self.name,
+            samples=check.samples,
+            stop_lead=check.stop_lead,
+            temperature=check.temperature,
         )
         return Verdict(
             verifier=self.name,
