@@ -126,7 +126,13 @@ class Verdict(BaseModel):
     is_correct: bool | None
     extracted_answer: str | None = None
     confidence: float | None = Field(default=1.0, ge=0, le=1)
-    score: float | None = Field(default=None, description="Verifier-specific: e.g. a proxy verifier's error signal.")
+    score: float | None = Field(
+        default=None,
+        description="How likely the run is wrong, in [0, 1]: a flagging verifier's score (fitted on labelled runs "
+        "where the calibration holds a map, else uncalibrated: the share of resamples not reproducing the answer, the "
+        "audit's error signal). The consistency, combined and evidence verifiers flag a run whose score reaches "
+        "REFLECT_FLAG_THRESHOLD.",
+    )
     label: str | None = None
     reasoning: str = ""
     basis: str | None = None
