@@ -2,11 +2,21 @@
 content), and one writer thread applies them in batches, each batch one transaction, deduplicated by key (the
 last write of a key wins). A batch that fails is rolled back and retried one write at a time, so a bad write
 cannot take the others down. A backend gives the transaction (:meth:`BatchedStore._write_batch`), a read
-(:meth:`BatchedStore._read`) and the closing of its connections."""
+(:meth:`BatchedStore._read`) and the closing of its connections.
+
+A store on a server can be out of reach (a cut network, a restart). A backend that says so of an error
+(:meth:`BatchedStore._unavailable`) has the batch kept and tried again, after a jittered pause that doubles up to
+10 s and a new connection (:meth:`BatchedStore._reconnect`), for as long as it takes: nothing queued is dropped
+for the store's absence. Meanwhile writes queue up to ``max_queue``; past it a writer waits for room (the
+collector's assembly thread, so its receiver answers 429 once its own buffers fill) instead of dropping. Only a
+close gives up, after :data:`CLOSE_WAIT_S`, counting what it could not write (``stats.unstored``)."""
 
 from __future__ import annotations
 
 import logging
+import random
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -19,6 +29,8 @@ from reflect_otel.exporters._store_rows import (
     StoreStats,
     Write,
     job_rows,
+    job_state,
+    later_jobs,
     record_rows,
     trace_rows,
     verdict_rows,
@@ -39,7 +51,10 @@ _LINGER_S = 0.05
 transaction, short enough that a single write is visible at once to the eye."""
 _ROOM_WAIT_S = 5.0
 """How long a write waits for room in a full queue before it is dropped (back-pressure on the collector's thread,
-which then holds spans and answers its senders 429)."""
+which then holds spans and answers its senders 429); while the store is out of reach it waits without limit."""
+CLOSE_WAIT_S = 15.0
+"""How long a close keeps trying a store out of reach before it gives up the writes still queued."""
+_MAX_PAUSE_S = 10.0
 
 
 def _job(row: Sequence[Any]) -> AttributionJob:
@@ -63,6 +78,10 @@ class BatchedStore:
         self._writer: BatchWorker[Write] = BatchWorker(
             self._write_all, name=thread_name, max_items=max_queue, max_batch=_BATCH, linger_s=_LINGER_S
         )
+        self.unreachable_since: float | None = None
+        """``time.monotonic()`` when the store was found out of reach, while it is; else None."""
+        self._give_up_at: float | None = None
+        self._closing = threading.Event()
 
     def _start(self) -> None:
         self._writer.start()
@@ -76,9 +95,20 @@ class BatchedStore:
         """Rows of ``sql`` (``?`` placeholders) on a connection the writer does not use, seeing committed writes."""
         raise NotImplementedError
 
+    def _unavailable(self, error: Exception) -> bool:
+        """Whether ``error`` says the store is out of reach (to wait for) rather than that the writes are bad. An
+        embedded store is never out of reach."""
+        return False
+
+    def _reconnect(self) -> None:
+        """A new connection for the writer, after the store was out of reach (may raise: tried again later)."""
+
     # -- writes (any thread) ---------------------------------------------------------------------------------
     def _enqueue(self, write: Write) -> None:
-        if self._writer.put(write, timeout_s=_ROOM_WAIT_S) != "ok":
+        answer = self._writer.put(write, timeout_s=_ROOM_WAIT_S)
+        while answer == "full" and self.unreachable_since is not None:  # held, not dropped, while the store is away
+            answer = self._writer.put(write, timeout_s=_ROOM_WAIT_S)
+        if answer != "ok":
             self.stats.dropped += 1
             _log.warning("the queue of %s is full or closed; a %s was dropped", self.where, write.kind)
 
@@ -161,28 +191,82 @@ class BatchedStore:
         return self._writer.flush(timeout_s)
 
     def _stop_writer(self) -> None:
-        self._writer.close(timeout_s=30)
+        self._give_up_at = time.monotonic() + CLOSE_WAIT_S
+        self._closing.set()  # wakes a pause before the next try
+        self._writer.close(timeout_s=CLOSE_WAIT_S + 30)
+        if self.stats.unstored:
+            _log.error(
+                "%d write(s) could not reach %s before the store closed; a collector's --out file holds their traces "
+                "('collect --reingest FILE' stores them)",
+                self.stats.unstored,
+                self.where,
+            )
 
     # -- the writer thread -----------------------------------------------------------------------------------
     def _write_all(self, batch: list[tuple[Write, int]]) -> None:
         writes = [write for write, _ in batch]
-        if not self._apply(writes):
+        if self._apply_waiting(writes) == "bad":
             for one in writes:  # a bad write rolled the batch back: apply one by one to keep the others
-                self._apply([one])
+                self._apply_waiting([one])
 
-    def _apply(self, batch: list[Write]) -> bool:
-        """All of ``batch`` in one transaction; False (rolled back, counted when alone) on failure."""
+    def _apply_waiting(self, batch: list[Write]) -> str:
+        """:meth:`_apply`, tried again while the store is out of reach: ``"ok"``, ``"bad"``, or ``"unstored"``
+        when a close gave up first."""
+        pause = 0.5
+        if self.unreachable_since is not None and self._past_close():
+            self.stats.unstored += len(batch)  # the close gave up on the store already: no new try per batch
+            return "unstored"
+        while (outcome := self._apply(batch)) == "unreachable":
+            if self.unreachable_since is None:
+                self.unreachable_since = time.monotonic()
+                _log.warning("%s is out of reach; its writes wait and are tried again", self.where)
+            if self._past_close():
+                self.stats.unstored += len(batch)
+                return "unstored"
+            if self._closing.is_set():
+                time.sleep(0.5)
+            else:  # jittered, so that collectors and workers do not all come back at once; a close wakes it
+                self._closing.wait(pause * random.uniform(0.5, 1.0))
+            pause = min(pause * 2, _MAX_PAUSE_S)
+            try:
+                self._reconnect()
+            except Exception as error:  # still away: the next round tries again
+                _log.debug("reconnecting to %s failed: %s", self.where, error)
+        if self.unreachable_since is not None and outcome == "ok":
+            _log.warning(
+                "%s is back after %.0f s; the writes that waited are written",
+                self.where,
+                time.monotonic() - self.unreachable_since,
+            )
+            self.unreachable_since = None
+        return outcome
+
+    def _past_close(self) -> bool:
+        return self._give_up_at is not None and time.monotonic() >= self._give_up_at
+
+    def _apply(self, batch: list[Write]) -> str:
+        """All of ``batch`` in one transaction: ``"ok"``; ``"bad"`` (rolled back, counted when alone) when it
+        failed; ``"unreachable"`` when the store could not be reached (nothing counted)."""
         latest: dict[tuple[str, tuple[str, ...]], Write] = {}
-        for write in batch:  # the same trace or record twice in a batch: the last one wins
-            latest[(write.kind, write.key)] = write
+        for write in batch:  # the same trace or record twice in a batch: the last one wins; a job's furthest state
+            key = (write.kind, write.key)
+            if (
+                write.kind == "job"
+                and key in latest
+                and not later_jobs([write], {write.key[0]: job_state(latest[key])})
+            ):
+                continue
+            latest[key] = write
         try:
             self._write_batch(list(latest.values()))
-        except Exception:
+        except Exception as error:
+            if self._unavailable(error):
+                return "unreachable"
             if len(batch) == 1:
                 self.stats.errors += 1
                 _log.exception("writing a %s to %s failed; it was rolled back", batch[0].kind, self.where)
-            return False
+            return "bad"
         for write in batch:
             counter = COUNTERS[write.kind]
             setattr(self.stats, counter, getattr(self.stats, counter) + 1)
-        return True
+        return "ok"

@@ -28,6 +28,8 @@ __all__ = [
     "Write",
     "as_columns",
     "job_rows",
+    "job_state",
+    "later_jobs",
     "migrations_to_apply",
     "record_rows",
     "trace_rows",
@@ -55,6 +57,9 @@ class StoreStats:
     rejected: int = 0
     dropped: int = 0
     errors: int = 0
+    unstored: int = 0
+    """Writes given up at close because the store could not be reached (the collector's ``--out`` file has
+    their traces: ``collect --reingest`` stores them)."""
 
 
 COUNTERS = {"trace": "traces", "verdict": "verdicts", "record": "records", "job": "jobs"}
@@ -159,6 +164,27 @@ def verdict_rows(trace_id: str, verdict: Verdict) -> Write:
 
 
 JOB_STATUSES = frozenset(get_args(JobStatus))
+_JOB_RANK = {"pending": 0, "running": 1, "done": 2, "failed": 2}
+
+
+def later_jobs(writes: Sequence[Write], stored: Mapping[str, tuple[str, int]]) -> list[Write]:
+    """The job writes of ``writes`` that do not take their job back: ``stored`` maps a trace id to its stored
+    (status, attempts), and a write is kept when its (attempts, status) is not below the stored one's (pending
+    before running before done or failed). So a write that arrives late (a worker that lost the database while
+    its writes waited, a collector offering a run again) changes nothing another worker carried further."""
+    kept = []
+    for write in writes:
+        status, attempts = job_state(write)
+        before = stored.get(write.key[0])
+        if before is None or (attempts, _JOB_RANK[status]) >= (before[1] or 0, _JOB_RANK.get(before[0], 0)):
+            kept.append(write)
+    return kept
+
+
+def job_state(write: Write) -> tuple[str, int]:
+    """A job write's (status, attempts)."""
+    row = write.tables["attribution_jobs"]
+    return row["status"][0], row["attempts"][0] or 0
 
 
 def job_rows(job: AttributionJob) -> Write:

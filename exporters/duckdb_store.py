@@ -29,6 +29,7 @@ from reflect_otel.exporters._store_rows import (
     PARENT,
     Columns,
     Write,
+    later_jobs,
     migrations_to_apply,
 )
 from reflect_otel.exporters.duckdb_schema import MIGRATIONS, SCHEMA_VERSION, VIEWS
@@ -148,7 +149,16 @@ class DuckDBStore(BatchedStore):
 
     def _replace(self, parent: str, owners: list[Write]) -> None:
         """Delete the rows of the keys of ``owners`` that are stored already (looked up in the parent table, one row
-        per key; a fresh ingest deletes nothing), then insert every table's columns."""
+        per key; a fresh ingest deletes nothing), then insert every table's columns. A job write that would take its
+        job back is left out (:func:`~reflect_otel.exporters._store_rows.later_jobs`)."""
+        if parent == "attribution_jobs":
+            ids = [w.key[0] for w in owners]
+            stored = self._db.execute(
+                "SELECT trace_id, status, attempts FROM attribution_jobs WHERE trace_id IN (SELECT unnest(?))", [ids]
+            ).fetchall()
+            owners = later_jobs(owners, {row[0]: (row[1], row[2]) for row in stored})
+            if not owners:
+                return
         columns = KEYS[parent]
         types = self._arrow_types[parent]
         keys = _typed_table({c: [w.key[i] for w in owners] for i, c in enumerate(columns)}, types)

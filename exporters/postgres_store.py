@@ -7,46 +7,97 @@ One writer thread per store owns a connection; a batch is one transaction: per t
 keys (joined against arrays of them) and one COPY of its rows, so no statement runs per row. Reads use a
 connection of their own. Migrations run under a transaction-scoped advisory lock, so collectors starting together
 migrate once. A killed process leaves each write whole or absent (PostgreSQL's transactions).
+
+Across a network: every connection has TCP keepalives and a TCP user timeout (:data:`CONNECT_OPTIONS`, unless the
+URL sets them), so a cut link fails a statement within seconds instead of the kernel's quarter of an hour. A
+server out of reach (a cut link, a restart: psycopg's ``OperationalError``) keeps the writer's batch, which is
+tried again on a new connection until it is written (see ``_batched_store``); a read gets one new connection and
+one more try.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.exporters._batched_store import BatchedStore
-from reflect_otel.exporters._store_rows import KEYS, PARENT, Write, migrations_to_apply
+from reflect_otel.exporters._store_rows import KEYS, PARENT, Write, later_jobs, migrations_to_apply
 from reflect_otel.exporters.postgres_schema import MIGRATIONS, SCHEMA_VERSION
 from reflect_otel.exporters.postgres_schema import VIEWS as PG_VIEWS
 
 __all__ = [
+    "CONNECT_OPTIONS",
     "MIGRATIONS",
     "PG_VIEWS",
     "SCHEMA_VERSION",
     "PostgresStore",
     "connect_postgres",
     "connect_read_only_postgres",
+    "connection_options",
     "migrate_postgres",
+    "out_of_reach",
 ]
 
 _MIGRATION_LOCK = 0x5EF1EC7
 """The advisory lock id migrations hold (any fixed number no other application uses)."""
 
 
+CONNECT_OPTIONS: dict[str, int] = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 3,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
+"""libpq options every connection gets unless its URL sets them: a connection attempt gives up after 10 s, an idle
+connection whose peer is gone is found within 19 s (keepalives), and one whose sent data goes unacknowledged for
+10 s fails (the TCP user timeout), so a worker cut off mid-statement learns it in seconds."""
+
+
+def connection_options(url: str) -> dict[str, int]:
+    """:data:`CONNECT_OPTIONS` less those ``url`` sets itself."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    given = conninfo_to_dict(url)
+    return {name: value for name, value in CONNECT_OPTIONS.items() if name not in given}
+
+
+def out_of_reach(error: BaseException) -> bool:
+    """Whether ``error`` says the server could not be reached or went away (a cut link, a restart, a full pool),
+    rather than that a statement was wrong: psycopg's ``OperationalError`` (which also covers deadlocks and
+    serialization failures, worth another try too) and ``InterfaceError``, a connection that cannot be opened, and
+    psycopg_pool's timeout waiting for one."""
+    import psycopg
+
+    if isinstance(error, psycopg.OperationalError | psycopg.InterfaceError | _Unreachable):
+        return True
+    return type(error).__name__ in ("PoolTimeout", "TooManyRequests")
+
+
+class _Unreachable(InputError):
+    """The server could not be connected to."""
+
+
 def connect_postgres(url: str, *, autocommit: bool = False) -> Any:
-    """A psycopg connection to ``url``; :class:`ConfigError` naming the fix when psycopg is missing or the server
-    cannot be reached."""
+    """A psycopg connection to ``url`` (with :data:`CONNECT_OPTIONS`); :class:`ConfigError` naming the fix when
+    psycopg is missing, :class:`InputError` when the server cannot be reached."""
     try:
         import psycopg
     except ImportError:
         raise ConfigError("a postgresql:// store needs psycopg: pip install 'reflect-otel[postgresql]'") from None
     try:
-        return psycopg.connect(url, autocommit=autocommit, connect_timeout=10)
+        from psycopg.conninfo import make_conninfo
+
+        return psycopg.connect(make_conninfo(url, **connection_options(url)), autocommit=autocommit)
     except psycopg.Error as error:
         shown = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise InputError(f"cannot open the PostgreSQL store: {shown} (is the server up, and the URL right?)") from None
+        raise _Unreachable(
+            f"cannot open the PostgreSQL store: {shown} (is the server up, and the URL right?)"
+        ) from None
 
 
 def connect_read_only_postgres(url: str, *, statement_timeout_ms: int = 60_000) -> Any:
@@ -121,8 +172,25 @@ class PostgresStore(BatchedStore):
         self._start()
 
     def _read(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        query = sql.replace("?", "%s")
         with self._reader_lock:
-            return list(self._reader.execute(sql.replace("?", "%s"), list(params)).fetchall())
+            try:
+                return list(self._reader.execute(query, list(params)).fetchall())
+            except Exception as error:
+                if not out_of_reach(error):
+                    raise
+            with contextlib.suppress(Exception):
+                self._reader.close()
+            self._reader = connect_postgres(self.url, autocommit=True)  # the server restarted, or the link came back
+            return list(self._reader.execute(query, list(params)).fetchall())
+
+    def _unavailable(self, error: Exception) -> bool:
+        return out_of_reach(error)
+
+    def _reconnect(self) -> None:
+        with contextlib.suppress(Exception):
+            self._db.close()
+        self._db = connect_postgres(self.url)
 
     def _write_batch(self, writes: Sequence[Write]) -> None:
         with self._db.transaction():
@@ -132,7 +200,17 @@ class PostgresStore(BatchedStore):
                     self._replace(parent, owners)
 
     def _replace(self, parent: str, owners: list[Write]) -> None:
-        """Delete the rows of the keys of ``owners`` from every table they own rows in, then COPY their rows."""
+        """Delete the rows of the keys of ``owners`` from every table they own rows in, then COPY their rows. A job
+        write that would take its job back is left out (:func:`~reflect_otel.exporters._store_rows.later_jobs`;
+        the stored rows are locked meanwhile, so two workers' writes of one job are compared one after the other)."""
+        if parent == "attribution_jobs":
+            stored = self._db.execute(
+                "SELECT trace_id, status, attempts FROM attribution_jobs WHERE trace_id = ANY(%s) FOR UPDATE",
+                [[w.key[0] for w in owners]],
+            ).fetchall()
+            owners = later_jobs(owners, {row[0]: (row[1], row[2]) for row in stored})
+            if not owners:
+                return
         columns = KEYS[parent]
         arrays = [[w.key[i] for w in owners] for i in range(len(columns))]
         unnest = ", ".join("%s::text[]" for _ in columns)

@@ -83,6 +83,34 @@ def test_jobs_and_traces_read_back_and_bad_writes_are_counted(backend: StoreUnde
 
 
 @pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_a_jobs_state_never_goes_back_so_late_writes_change_nothing(backend: StoreUnderTest) -> None:
+    """A worker cut off from the store writes late: its 'running' and even its 'done' of attempt 1 arrive after
+    another worker's 'done' of attempt 2, and a collector may offer the run again ('pending'). None of them takes
+    the job back, in a batch of its own or in one batch; a later attempt does move it on."""
+    store = backend.store
+    job = "c" * 32
+    for write in (AttributionJob(job, "pending"), AttributionJob(job, "running", 1), AttributionJob(job, "running", 2),
+                  AttributionJob(job, "done", 2, reason="w2")):  # fmt: skip
+        store.write_job(write)
+        assert store.flush(30)
+    late = (
+        AttributionJob(job, "running", 1),
+        AttributionJob(job, "done", 1, reason="w1"),
+        AttributionJob(job, "pending"),
+    )
+    for write in late:
+        store.write_job(write)
+        assert store.flush(30)
+    assert store.read_job(job) == AttributionJob(job, "done", 2, reason="w2")
+    for write in (AttributionJob(job, "done", 2, reason="again"), *late):  # the same in one batch
+        store.write_job(write)
+    assert store.flush(30)
+    assert store.read_job(job) == AttributionJob(job, "done", 2, reason="again")  # an equal state: the last wins
+    store.write_job(AttributionJob(job, "running", 3))
+    assert store.read_job(job) == AttributionJob(job, "running", 3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 def test_the_latest_records_read_back_with_their_questions(backend: StoreUnderTest) -> None:
     store = backend.store
     assert isinstance(store, ReadsRecords)  # the built-in stores give their records back (the placebo's plans)
@@ -259,3 +287,24 @@ def test_kill_9_leaves_every_postgresql_write_whole_or_absent(postgres_server: A
     assert all(steps.get(trace_id) == count for trace_id, count in traces)
     for trace_id, record in records:
         assert replays.get(trace_id, 0) == len(record["replays"]) and calls.get(trace_id, 0) == len(record["llm_calls"])
+
+
+def test_a_postgresql_store_waits_out_a_server_restart_and_loses_no_write(postgres_server: Any) -> None:
+    """A server restarted under the store (every session ended): the writes queued meanwhile are kept and written on
+    a new connection, and reads open one too; nothing is counted as an error or dropped. (A server of its own: the
+    session's serves the other tests.)"""
+    from reflect_otel.exporters.postgres_store import PostgresStore
+    from reflect_otel.testing.postgres import PostgresServer
+
+    traces, verdicts, _, _ = sample_writes()
+    with PostgresServer() as server:
+        store = PostgresStore(server.url)
+        store.write_trace(traces[0])
+        assert store.flush(30)
+        server.restart(mode="immediate")  # as a crash: no goodbye to the sessions
+        store.write_trace(traces[1])
+        store.write_verdict(*verdicts[0])
+        assert store.flush(60)
+        assert store.read_trace(traces[1].trace_id) == traces[1]
+        assert (store.stats.traces, store.stats.verdicts, store.stats.errors, store.stats.dropped) == (2, 1, 0, 0)
+        store.close()
