@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "EndpointBusyError",
     "EndpointDownError",
     "InputError",
     "LLMError",
@@ -39,14 +40,31 @@ class LLMError(ReflectError):
     """An LLM call failed after its retries, or its output never matched the schema."""
 
 
+class EndpointBusyError(LLMError):
+    """An LLM endpoint was busy or slow, still after the request's retries: it answered 429, 408, 409 or 5xx, did
+    not answer in time, or could not be connected to. A later try may well succeed, so a worker that can wait does
+    (:class:`~reflect_otel.llm.patient.PatientLLM`). ``retry_after_s`` is the pause the endpoint asked for
+    (``Retry-After``), when it said."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class EndpointDownError(LLMError):
     """An LLM endpoint failed the same way on several requests in a row (refused, unreachable, timed out, or a key
     or model it does not know): the message names its URL and the cause once, and a command stops. ``endpoint``
-    is how the endpoint's other errors name it."""
+    is how the endpoint's other errors name it; ``busy`` says the failures were of the kind
+    :class:`EndpointBusyError` names (worth waiting for), and ``retry_after_s`` how long until it is tried
+    again."""
 
-    def __init__(self, message: str, *, endpoint: str = "") -> None:
+    def __init__(
+        self, message: str, *, endpoint: str = "", busy: bool = False, retry_after_s: float | None = None
+    ) -> None:
         super().__init__(message)
         self.endpoint = endpoint
+        self.busy = busy
+        self.retry_after_s = retry_after_s
 
 
 class NoModelError(LLMError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import random
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -16,7 +17,7 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 from pydantic import BaseModel
 
 from reflect_otel.config import LLMConfig, SchemaMode
-from reflect_otel.errors import ConfigError, EndpointDownError, LLMError
+from reflect_otel.errors import ConfigError, EndpointBusyError, EndpointDownError, LLMError
 from reflect_otel.llm.base import (
     ChatMessage,
     Check,
@@ -77,7 +78,8 @@ def forget_endpoint_health() -> None:
 STOP_AFTER = 3
 """Consecutive requests to one endpoint that fail the same way (refused, unreachable, timed out, a 401/403/404,
 429 or 5xx after their retries) after which it is taken for down: :func:`endpoint_down` names it, and for
-:data:`_COOL_OFF_S` every request to it fails at once with that cause instead of waiting again."""
+:data:`_COOL_OFF_S` (or the ``Retry-After`` a busy endpoint last asked for, when shorter) every request to it fails
+at once with that cause instead of waiting again."""
 _COOL_OFF_S = 30.0
 SLOW_NOTICE_S = 10.0
 """A request with no answer after this many seconds (or a third of ``timeout_s``, if sooner) says what it waits for
@@ -92,6 +94,7 @@ class _Health:
     streak: int = 0
     down: EndpointDownError | None = None
     down_since: float = 0.0
+    cool_off_s: float = 0.0
 
 
 _health: dict[tuple[str | None, str], _Health] = {}
@@ -104,6 +107,25 @@ def endpoint_down() -> EndpointDownError | None:
     with its URL and the cause; None when every endpoint answers. A command checks it between traces and stops."""
     with _health_lock:
         return next((health.down for health in _health.values() if health.down is not None), None)
+
+
+def _retry_after(error: Exception) -> float | None:
+    """The seconds an error's response asked to wait (``Retry-After`` in seconds), else None."""
+    response = getattr(error, "response", None)
+    after = response.headers.get("retry-after") if response is not None else None
+    try:
+        return max(0.0, float(after)) if after is not None else None
+    except (TypeError, ValueError):  # an HTTP date, or garbage: the backoff's own pause
+        return None
+
+
+def _busy(error: Exception, openai: Any) -> bool:
+    """Whether a failure says the endpoint is busy or slow (429, 408, 409, 5xx, a timeout, a connection that could
+    not be made or broke) rather than that the request, key or model is wrong."""
+    status = getattr(error, "status_code", None)
+    if isinstance(status, int):
+        return status >= 500 or status in (408, 409, 429)
+    return isinstance(error, openai.APIConnectionError)  # APITimeoutError is one
 
 
 def _failure_signature(error: Exception) -> str | None:
@@ -251,15 +273,15 @@ class OpenAICompatibleLLM:
                 return response
 
     def _pause_before_retry(self, retries: int, deadline: float, error: Exception) -> bool:
-        """Wait before retry ``retries + 1`` (the server's retry-after, else 0.5 s doubling up to 8 s) and say
-        True, or say False when no retry is left or no time for one."""
+        """Wait before retry ``retries + 1`` and say True, or say False when no retry is left or no time for one.
+        The pause is the server's ``Retry-After`` (and up to a tenth more), else 0.5 s doubling up to 8 s, each
+        drawn between half and all of that (full jitter: workers throttled together do not all come back at once)."""
         if retries >= self.config.max_retries:
             return False
-        pause = min(0.5 * 2**retries, 8.0)
-        response = getattr(error, "response", None)
-        after = response.headers.get("retry-after") if response is not None else None
-        with contextlib.suppress(TypeError, ValueError):
-            pause = float(after) if after is not None else pause
+        pause = min(0.5 * 2**retries, 8.0) * random.uniform(0.5, 1.0)
+        after = _retry_after(error)
+        if after is not None:
+            pause = after * random.uniform(1.0, 1.1)
         if time.monotonic() + pause >= deadline:
             return False
         time.sleep(max(0.0, pause))
@@ -299,8 +321,10 @@ class OpenAICompatibleLLM:
             health = _health.get(self._endpoint)
             if health is None or health.down is None:
                 return
-            if time.monotonic() - health.down_since < _COOL_OFF_S:
-                raise health.down
+            left = health.cool_off_s - (time.monotonic() - health.down_since)
+            if left > 0:
+                down = health.down
+                raise EndpointDownError(str(down), endpoint=down.endpoint, busy=down.busy, retry_after_s=left)
             health.down = None  # cooled off: the next request tries the endpoint again
             health.streak = 0
 
@@ -309,10 +333,12 @@ class OpenAICompatibleLLM:
             _health.pop(self._endpoint, None)
 
     def _failed(self, error: Exception, retries: int) -> LLMError:
-        failure = LLMError(
+        message = (
             f"{self._where()} failed after {retries} retries: {error}. "
             "Check that the server is up and REFLECT_LLM_BASE_URL / REFLECT_LLM_API_KEY are right"
         )
+        busy = _busy(error, self._openai)
+        failure = EndpointBusyError(message, retry_after_s=_retry_after(error)) if busy else LLMError(message)
         signature = _failure_signature(error)
         if signature is None:
             return failure
@@ -321,10 +347,15 @@ class OpenAICompatibleLLM:
             health.streak = health.streak + 1 if health.signature == signature else 1
             health.signature = signature
             if health.streak >= STOP_AFTER and health.down is None:
+                # an endpoint that said when to come back (Retry-After) is tried again then, others after a pause
+                asked = _retry_after(error) if busy else None
+                health.cool_off_s = min(_COOL_OFF_S, asked) if asked is not None else _COOL_OFF_S
                 health.down = EndpointDownError(
                     f"{self._where()} failed {health.streak} times in a row the same way ({error}); check that the "
                     "server is up and REFLECT_LLM_BASE_URL / REFLECT_LLM_MODEL / REFLECT_LLM_API_KEY are right",
                     endpoint=self._where(),
+                    busy=busy,
+                    retry_after_s=health.cool_off_s,
                 )
                 health.down_since = time.monotonic()
         return failure
