@@ -80,6 +80,12 @@ class LLMConfig(BaseModel):
         description="The model's context window, tokens: prompts about a trace are shortened to fit it (unset: the "
         "local server's context for the local backend, else prompts are not shortened).",
     )
+    concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="Requests in flight to the model at once across every 'reflect-otel worker' of a PostgreSQL store "
+        "that names the same model (advisory locks on the database; --llm-concurrency overrides); unset: no cap.",
+    )
 
     @field_validator("base_url")
     @classmethod
@@ -125,6 +131,7 @@ LLM_VARIABLES: dict[str, tuple[str, ...]] = {
     "schema_mode": ("REFLECT_LLM_SCHEMA_MODE",),
     "timeout_s": ("REFLECT_LLM_TIMEOUT_S",),
     "context_tokens": ("REFLECT_LLM_CONTEXT",),
+    "concurrency": ("REFLECT_LLM_CONCURRENCY",),
 }
 """LLMConfig's variables, the first of each pair winning."""
 

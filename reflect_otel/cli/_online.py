@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from reflect_otel._files import check_input_file
@@ -127,13 +128,17 @@ def online_service(
     *,
     verifier: str | None = None,
     budget: TokenBudget | None = None,
+    wrap_llm: Callable[[StructuredLLM], StructuredLLM] | None = None,
 ) -> AttributionService:
     """The attribution service of ``collect --attribute`` and ``attribute --pending``: runs judged first (against
     their expected answer, else by ``verifier``, default ``args.verifier``), flagged ones attributed with
     ``args.method`` under the token budgets, replayed through ``replays`` where it has an endpoint, stored and
-    exported to ``args.export``."""
+    exported to ``args.export``. ``wrap_llm`` wraps the model every call goes through (a shared worker's
+    :class:`~reflect_otel.llm.patient.PatientLLM`)."""
     spec = method_spec(args.method)
     llm: StructuredLLM = LazyLLM(lambda: llm_for(spec, LLMConfig.from_env()))  # started at the first flagged run
+    if wrap_llm is not None:
+        llm = wrap_llm(llm)
     chosen = verifier or args.verifier
     proxy: Verifier = flagging_verifier(chosen, llm)
     return AttributionService(

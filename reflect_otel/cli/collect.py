@@ -29,7 +29,14 @@ from reflect_otel.llm.openai_compat import endpoint_down
 from reflect_otel.online.shared import SharedQueue
 from reflect_otel.online.work import AttributionWorker, WorkerStats, expected_answer_of
 from reflect_otel.settings import settings
-from reflect_otel.store import AttributionStore, check_store_target, open_store, store_kind, store_target
+from reflect_otel.store import (
+    AttributionJob,
+    AttributionStore,
+    check_store_target,
+    open_store,
+    store_kind,
+    store_target,
+)
 from reflect_otel.trace import EXPECTED_ANSWER_FIELD, StructuredTrace
 from reflect_otel.tracefile import TraceWriter, check_traces_file, each_trace_row
 
@@ -58,7 +65,8 @@ def add_collect_command(subparsers: argparse._SubParsersAction[argparse.Argument
         "--reingest",
         type=Path,
         metavar="FILE",
-        help="instead of listening, write every trace of FILE (a --out file) to the store and exit",
+        help="instead of listening, write every trace of FILE (a --out file) to the store and exit; with "
+        "--attribute, their runs are queued for attribution too (a run attributed already is left alone)",
     )
     parser.add_argument("--http", default="127.0.0.1:4318", help="HTTP HOST:PORT, or 'off' (default 127.0.0.1:4318)")
     parser.add_argument("--grpc", default="off", help="gRPC HOST:PORT, e.g. 127.0.0.1:4317, or 'off' (default off)")
@@ -102,9 +110,11 @@ def add_collect_command(subparsers: argparse._SubParsersAction[argparse.Argument
     parser.set_defaults(handler=_collect)
 
 
-def _reingest(path: Path, store_path: str | None) -> int:
+def _reingest(path: Path, store_path: str | None, *, attribute: bool = False) -> int:
     """Every trace of ``path`` (a --out file, or an ``import`` output, whose lines carry expected answers) into the
-    store; bad lines (a line torn by a crash) are named and skipped."""
+    store; bad lines (a line torn by a crash) are named and skipped. With ``attribute``, each run's job is written
+    pending too (a job already running or done is left as it is: a job's state never goes back), for the workers
+    of a PostgreSQL store, or 'attribute --pending', to take."""
     check_traces_file(path, namers=DATASET_FORMAT_NAMERS)  # before the store is opened: a wrong file creates no store
     store = open_store(store_path)
     written = bad = 0
@@ -115,6 +125,9 @@ def _reingest(path: Path, store_path: str | None) -> int:
                 print(f"skipped: {row}", file=sys.stderr)
                 continue
             store.write_trace(row.trace)
+            if attribute:
+                expected = row.extras.get(EXPECTED_ANSWER_FIELD) or expected_answer_of(row.trace)
+                store.write_job(AttributionJob(row.trace.trace_id, "pending", expected_answer=expected))
             written += 1
             if written % 1_000 == 0:
                 print(f"reingest: {written} traces", file=sys.stderr)
@@ -131,7 +144,7 @@ def _collect(args: argparse.Namespace) -> int:
     if args.reingest is not None:
         if args.no_store:
             raise ConfigError("--reingest writes to the store; drop --no-store")
-        return _reingest(args.reingest, args.store)
+        return _reingest(args.reingest, args.store, attribute=args.attribute)
     if args.out is None:
         raise ConfigError("collect needs --out FILE, the JSONL file the traces are appended to")
     check_output_file(args.out, flag="--out", example="traces.jsonl")
@@ -174,7 +187,7 @@ def _collect(args: argparse.Namespace) -> int:
     store = None if args.no_store else open_store(args.store)
     service = None
     if args.attribute and store is not None and store_kind(store_target(args.store)) == "postgresql":
-        shared = SharedQueue(store_target(args.store)).open()  # workers on any machine attribute
+        shared = SharedQueue(store_target(args.store)).open(store)  # workers on any machine attribute
     elif args.attribute and store is not None:
         service = online_service(args, store, replays)
         worker = AttributionWorker(service, store, max_bytes=args.max_queue_bytes).start()
@@ -217,6 +230,14 @@ def _collect(args: argparse.Namespace) -> int:
             "or 'attribute --pending' takes them",
             file=sys.stderr,
         )
+    unstored = getattr(getattr(store, "stats", None), "unstored", 0)
+    if unstored:
+        print(
+            f"{unstored} write(s) could not reach the store before exit (it was out of reach); the traces are in "
+            f"{args.out}: 'reflect-otel collect --reingest {args.out}' stores them",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -7,7 +7,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -180,6 +180,32 @@ _LATEST_MEASURED = (
 _MEASURED_COLUMNS = ("confidence", "confidence_low", "confidence_high", "confidence_runs")
 
 
+def _backlog(db: Any) -> str:
+    """The attribution backlog: runs waiting and being attributed, and how long the oldest has waited (its job's
+    last change: when it was queued, or when its last attempt started)."""
+    row = db.execute(
+        "SELECT count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'running'), "
+        "min(updated_at) FILTER (WHERE status = 'pending'), min(updated_at) FILTER (WHERE status = 'running') "
+        "FROM attribution_jobs"
+    ).fetchone()
+    waiting, running, oldest_waiting, oldest_running = row if row else (0, 0, None, None)
+    oldest = min((t for t in (oldest_waiting, oldest_running) if t is not None), default=None)
+    age = ""
+    if isinstance(oldest, datetime):
+        since = oldest if oldest.tzinfo is not None else oldest.replace(tzinfo=UTC)
+        age = f"; the oldest has waited {_duration((datetime.now(UTC) - since).total_seconds())}"
+    return f"attribution backlog: {waiting} run(s) waiting, {running} being attributed{age}"
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, round(seconds))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7_200:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3_600} h {seconds % 3_600 // 60} min"
+
+
 def _stats(args: argparse.Namespace) -> int:
     path = store_target(args.store)
     db = connect_store_read_only(args.store)
@@ -192,6 +218,8 @@ def _stats(args: argparse.Namespace) -> int:
             f"attributions, {pending} run(s) pending attribution"
             + (" ('attribute --pending' takes them)" if pending else "")
         )
+        if pending:
+            print(_backlog(db))
         row = db.execute(
             "SELECT count(*) FROM traces WHERE trace_id NOT IN "
             "(SELECT trace_id FROM verdicts WHERE is_correct IS NOT NULL)"
