@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
@@ -33,6 +33,7 @@ class ScriptedTurn:
 class JSONReply:
     payload: dict[str, Any]
     status: int = 200
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,25 +46,29 @@ class EventStream:
 
 @dataclass(frozen=True, slots=True)
 class Received:
-    """What reached the server besides the body: the path with its query string, and the headers (names in lower
-    case)."""
+    """What reached the server besides the body: the path with its query string, the headers (names in lower
+    case) and the client's address."""
 
     path: str
     headers: dict[str, str]
+    client: str = ""
+    """The address the request came from."""
 
 
 Answer = Callable[[str, dict[str, Any]], JSONReply | EventStream | None]
 """``answer(path, body)``: the reply, or None for 404."""
 
 
-def serve(answer: Answer, received: Callable[[Received], None] | None = None) -> ThreadingHTTPServer:
-    """Start a server on a free loopback port, serving POSTs with ``answer`` on a daemon thread; ``received`` is told
-    each request's path and headers first."""
+def serve(
+    answer: Answer, received: Callable[[Received], None] | None = None, *, host: str = "127.0.0.1"
+) -> ThreadingHTTPServer:
+    """Start a server on a free port of ``host`` (loopback), serving POSTs with ``answer`` on a daemon thread;
+    ``received`` is told each request's path and headers first."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             if received is not None:
-                received(Received(self.path, {k.lower(): v for k, v in self.headers.items()}))
+                received(Received(self.path, {k.lower(): v for k, v in self.headers.items()}, self.client_address[0]))
             length = int(self.headers.get("Content-Length") or 0)
             if length > MAX_REQUEST_BYTES:
                 self.send_error(413)
@@ -76,6 +81,8 @@ def serve(answer: Answer, received: Callable[[Received], None] | None = None) ->
                 self.send_response(reply.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(data)
             else:
@@ -91,7 +98,7 @@ def serve(answer: Answer, received: Callable[[Received], None] | None = None) ->
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer((host, 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -113,6 +120,8 @@ class ScriptedServer:
     requests: list[dict[str, Any]] = field(default_factory=list)
     received: list[Received] = field(default_factory=list)
     """Every request's path (query string included) and headers, in order, whether answered or not."""
+    host: str = "127.0.0.1"
+    """The address it listens on (another than loopback: a host of a test network, see ``testing.netns``)."""
     _server: ThreadingHTTPServer | None = None
     base_path = ""
     """Appended to the server's address in :attr:`base_url` (``/v1`` for OpenAI clients)."""
@@ -120,10 +129,15 @@ class ScriptedServer:
     @property
     def base_url(self) -> str:
         assert self._server is not None, "start the server first"
-        return f"http://127.0.0.1:{self._server.server_address[1]}{self.base_path}"
+        return f"http://{self.host}:{self._server.server_address[1]}{self.base_path}"
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "start the server first"
+        return int(self._server.server_address[1])
 
     def __enter__(self) -> Self:
-        self._server = serve(self.answer, self.received.append)
+        self._server = serve(self.answer, self.received.append, host=self.host)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -7,25 +7,102 @@ server-sent events when the request asks for ``stream``) or, at ``/responses``, 
 from __future__ import annotations
 
 import json
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from reflect_otel.testing._http_double import EventStream, JSONReply, ScriptedServer, ScriptedToolCall, ScriptedTurn
 
-__all__ = ["ScriptedOpenAIServer", "ScriptedToolCall", "ScriptedTurn"]
+__all__ = ["EndpointFaults", "ScriptedOpenAIServer", "ScriptedToolCall", "ScriptedTurn"]
+
+USAGE_TOKENS = 60
+"""Tokens each answered completion reports (50 prompt, 10 completion)."""
+
+
+@dataclass
+class EndpointFaults:
+    """What an endpoint under load does, switched on and off while it serves: :meth:`throttle` refuses every
+    request (429 or 503, with ``Retry-After``) for a while, :meth:`stall` holds each request a while before
+    answering, and ``max_concurrent`` refuses (429) a request beyond that many in flight, as a server with a fixed
+    number of slots does. Counts what it refused and the most requests it held at once."""
+
+    max_concurrent: int | None = None
+    refused: int = 0
+    answered: int = 0
+    peak: int = 0
+    over_limit: int = 0
+    """Requests refused for ``max_concurrent``."""
+    _status: int = 0
+    _refuse_until: float = 0.0
+    _retry_after_s: float = 1.0
+    _stall_s: float = 0.0
+    _stall_until: float = 0.0
+    _in_flight: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def throttle(self, seconds: float, *, status: int = 429, retry_after_s: float = 1.0) -> None:
+        """Refuse every request with ``status`` and ``Retry-After: retry_after_s`` for the next ``seconds``."""
+        with self._lock:
+            self._status, self._retry_after_s = status, retry_after_s
+            self._refuse_until = time.monotonic() + seconds
+
+    def stall(self, seconds: float, *, hold_s: float) -> None:
+        """For the next ``seconds``, hold each request ``hold_s`` before answering (a client with a shorter timeout
+        gives up on it)."""
+        with self._lock:
+            self._stall_s, self._stall_until = hold_s, time.monotonic() + seconds
+
+    def enter(self) -> JSONReply | None:
+        """A request arrives: the refusal to send, or None (then :meth:`leave` once answered)."""
+        with self._lock:
+            now = time.monotonic()
+            if now < self._refuse_until:
+                self.refused += 1
+                after = f"{self._retry_after_s:g}"
+                error = {"error": {"message": "the endpoint is busy", "type": "rate_limit_error"}}
+                return JSONReply(error, status=self._status, headers={"Retry-After": after})
+            if self.max_concurrent is not None and self._in_flight >= self.max_concurrent:
+                self.refused += 1
+                self.over_limit += 1
+                error = {"error": {"message": "too many requests at once", "type": "rate_limit_error"}}
+                return JSONReply(error, status=429, headers={"Retry-After": "0.2"})
+            self._in_flight += 1
+            self.peak = max(self.peak, self._in_flight)
+            hold = self._stall_s if now < self._stall_until else 0.0
+        if hold:
+            time.sleep(hold)
+        return None
+
+    def leave(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            self.answered += 1
 
 
 @dataclass
 class ScriptedOpenAIServer(ScriptedServer):
-    """The OpenAI double; ``base_url`` ends in ``/v1``."""
+    """The OpenAI double; ``base_url`` ends in ``/v1``. With ``faults``, requests meet them first (a refused
+    request is not in ``requests``)."""
 
     base_path = "/v1"
+    faults: EndpointFaults | None = None
 
     def answer(self, path: str, body: dict[str, Any]) -> JSONReply | EventStream | None:
         responses = path.endswith("/responses")
         if not (responses or path.endswith("/chat/completions")):
             return None
+        if self.faults is None:
+            return self._answer(responses, body)
+        refusal = self.faults.enter()
+        if refusal is not None:
+            return refusal
+        try:
+            return self._answer(responses, body)
+        finally:
+            self.faults.leave()
+
+    def _answer(self, responses: bool, body: dict[str, Any]) -> JSONReply | EventStream:
         self.requests.append(body)
         turn = self.turn(body)
         if responses:

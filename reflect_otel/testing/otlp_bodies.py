@@ -142,14 +142,14 @@ def json_request(*spans: dict[str, object]) -> dict[str, object]:
     return {"resourceSpans": [{"scopeSpans": [{"scope": {"name": "hand"}, "spans": list(spans)}]}]}
 
 
-def wrong_run_body(number: int) -> bytes:
-    """An OTLP/JSON body of one finished run that answered 'Lyon' where its root says 'Paris' is expected: an AGENT
-    root and one TOOL span, trace id ``number + 1``."""
+def wrong_run_body(number: int, *, answer: str = "Lyon") -> bytes:
+    """An OTLP/JSON body of one finished run that answered ``answer`` ('Lyon', wrong) where its root says 'Paris'
+    is expected: an AGENT root and one TOOL span, trace id ``number + 1``."""
     trace = f"{number + 1:032x}"
     root = json_span(trace, f"{number + 1:016x}", None, "AGENT", 1, input__value=f"capital {number}?",
-                     output__value="Lyon", reflect__expected_answer="Paris")  # fmt: skip
+                     output__value=answer, reflect__expected_answer="Paris")  # fmt: skip
     tool = json_span(trace, f"{number + 1:08x}{2:08x}", f"{number + 1:016x}", "TOOL", 2, tool__name="lookup",
-                     output__value="Lyon")  # fmt: skip
+                     output__value=answer)  # fmt: skip
     return json.dumps(json_request(root, tool)).encode()
 
 
