@@ -207,4 +207,25 @@ VIEWS: dict[str, str] = {
     "verified_by_source": """
         SELECT method, verified_by_source AS source, verified_by_kind AS kind, count(*) AS verified
         FROM attributions WHERE status = 'verified' GROUP BY ALL ORDER BY method, verified DESC""",
+    # what failed, across runs: the localized step's role (its kind), tool and argument names, the error type and
+    # the evidence rule that fired at that step, per method and agent; the example is a verified run where one is
+    "failure_patterns": """
+        SELECT method, agent, step_kind, tool_name, argument_shape, error_type, evidence_rule,
+               count(*) AS attributions, count(*) FILTER (WHERE status = 'verified') AS verified,
+               round(count(*) FILTER (WHERE status = 'verified') / count(*), 4) AS verified_share,
+               min(seen) AS first_seen, max(seen) AS last_seen,
+               (array_agg(trace_id ORDER BY status = 'verified' DESC, seen DESC, trace_id))[1] AS example_trace
+        FROM (SELECT a.method, t.agent, a.trace_id, a.status, s.kind AS step_kind, s.tool_name,
+                     array_to_string(list_sort(json_keys(s.tool_args)), ',') AS argument_shape,
+                     coalesce(a.error_type, 'unclassified') AS error_type,
+                     (SELECT min(substr(c ->> '$.source', 10))
+                      FROM (SELECT unnest(CAST(json_extract(a.record_json, '$.corrections') AS JSON[])) AS c)
+                      WHERE starts_with(c ->> '$.source', 'evidence:')
+                        AND CAST(c ->> '$.step_index' AS INTEGER) = a.step_index) AS evidence_rule,
+                     coalesce(t.start_time, t.ingested_at) AS seen
+              FROM attributions a JOIN steps s USING (trace_id, step_index) JOIN traces t USING (trace_id)
+              WHERE a.status <> 'skipped') p
+        GROUP BY ALL
+        ORDER BY method, attributions DESC, verified DESC, agent, step_kind, tool_name, argument_shape, error_type,
+                 evidence_rule""",
 }

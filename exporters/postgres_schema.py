@@ -191,5 +191,28 @@ VIEWS: dict[str, str] = {
     "verified_by_source": """
         SELECT method, verified_by_source AS source, verified_by_kind AS kind, count(*) AS verified
         FROM attributions WHERE status = 'verified' GROUP BY 1, 2, 3 ORDER BY method, verified DESC""",
+    "failure_patterns": f"""
+        SELECT method, agent, step_kind, tool_name, argument_shape, error_type, evidence_rule,
+               count(*) AS attributions, count(*) FILTER (WHERE status = 'verified') AS verified,
+               {_rate("count(*) FILTER (WHERE status = 'verified')", "count(*)")} AS verified_share,
+               min(seen) AS first_seen, max(seen) AS last_seen,
+               (array_agg(trace_id ORDER BY status = 'verified' DESC, seen DESC, trace_id))[1] AS example_trace
+        FROM (SELECT a.method, t.agent, a.trace_id, a.status, s.kind AS step_kind, s.tool_name,
+                     coalesce((SELECT string_agg(k, ',' ORDER BY k COLLATE "C")
+                               FROM jsonb_object_keys(CASE WHEN jsonb_typeof(s.tool_args) = 'object'
+                                                           THEN s.tool_args ELSE '{{}}'::jsonb END) k), '')
+                         AS argument_shape,
+                     coalesce(a.error_type, 'unclassified') AS error_type,
+                     (SELECT min(substr(c ->> 'source', 10))
+                      FROM jsonb_array_elements(CASE WHEN jsonb_typeof(a.record_json -> 'corrections') = 'array'
+                                                     THEN a.record_json -> 'corrections' ELSE '[]'::jsonb END) c
+                      WHERE starts_with(c ->> 'source', 'evidence:')
+                        AND (c ->> 'step_index')::int = a.step_index) AS evidence_rule,
+                     coalesce(t.start_time, t.ingested_at) AS seen
+              FROM attributions a JOIN steps s USING (trace_id, step_index) JOIN traces t USING (trace_id)
+              WHERE a.status <> 'skipped') p
+        GROUP BY 1, 2, 3, 4, 5, 6, 7
+        ORDER BY method, attributions DESC, verified DESC, agent, step_kind, tool_name, argument_shape, error_type,
+                 evidence_rule""",
 }
 """The statistics views: ``duckdb_schema.VIEWS``' names, columns and rows, in PostgreSQL's SQL."""

@@ -39,7 +39,8 @@ def add_sql_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         description=(
             "Query the store with DuckDB SQL. Tables: traces, steps, verdicts, attributions, replays, llm_calls. "
             "Views: failure_stats, error_types, decisive_step_position, verified_share, verified_claims, "
-            "replay_fidelity, replay_sensitivity, flip_rate_by_offset, cost_per_trace, cost_per_stage."
+            "replay_fidelity, replay_sensitivity, flip_rate_by_offset, cost_per_trace, cost_per_stage, "
+            "failure_patterns."
         ),
     )
     parser.add_argument("query", help='e.g. "SELECT * FROM error_types"')
@@ -58,6 +59,20 @@ def add_stats_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         type=float,
         help="the flagging score at which runs count as flagged (default: REFLECT_FLAG_THRESHOLD)",
     )
+    parser.add_argument(
+        "--patterns",
+        action="store_true",
+        help="print the failure patterns across runs instead (the failure_patterns view): attributions grouped by "
+        "the localized step's kind, tool and argument names, the error type and the evidence rule, with counts, the "
+        "share verified, first and last seen and an example trace",
+    )
+    parser.add_argument(
+        "--min-runs",
+        type=int,
+        default=2,
+        help="with --patterns: print the patterns of at least this many attributions (default 2: recurring ones)",
+    )
+    parser.add_argument("--method", help="with --patterns: only this method's attributions (default: every method)")
     _store_argument(parser)
     parser.set_defaults(handler=_reading(_stats))
 
@@ -207,6 +222,8 @@ def _duration(seconds: float) -> str:
 
 
 def _stats(args: argparse.Namespace) -> int:
+    if args.patterns:
+        return _patterns(args)
     path = store_target(args.store)
     db = connect_store_read_only(args.store)
     try:
@@ -267,6 +284,52 @@ def _stats(args: argparse.Namespace) -> int:
     finally:
         db.close()
     return 0
+
+
+_PATTERN_COLUMNS = (
+    "method", "agent", "step", "tool", "arguments", "error_type", "evidence_rule", "runs", "verified",
+    "verified_share", "first_seen", "last_seen", "example_trace",
+)  # fmt: skip
+
+
+def _patterns(args: argparse.Namespace) -> int:
+    """The failure_patterns view, run from its SQL (so a store written before the view existed answers too)."""
+    if args.min_runs < 1:
+        raise InputError(f"--min-runs {args.min_runs}: a pattern is seen in at least 1 run")
+    db = connect_store_read_only(args.store)
+    try:
+        if isinstance(db, duckdb.DuckDBPyConnection):
+            from reflect_otel.exporters.duckdb_schema import VIEWS
+        else:
+            from reflect_otel.exporters.postgres_schema import VIEWS
+        rows = _rows(db, f"SELECT * FROM ({VIEWS['failure_patterns']}) p", [])
+    finally:
+        db.close()
+    located = [r for r in rows if args.method in (None, r[0])]
+    shown = [r for r in located if r[7] >= args.min_runs]
+    total = sum(r[7] for r in located)
+    which = f"of {args.method} " if args.method else ""
+    print(
+        f"{len(shown)} failure pattern(s) seen in at least {args.min_runs} attribution(s), of {len(located)} "
+        f"pattern(s) among the {total} attribution(s) {which}that localized a step"
+    )
+    if not shown:
+        if not located:
+            print("(no attribution localized a step yet)")
+        return 0
+    print(format_table(_PATTERN_COLUMNS, [_pattern_cells(r) for r in shown]))
+    return 0
+
+
+def _pattern_cells(row: Sequence[Any]) -> tuple[Any, ...]:
+    *what, runs, verified, share, first, last, example = row
+    return (*what, runs, verified, f"{share:.0%}", _minute(first), _minute(last), example)
+
+
+def _minute(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%MZ")
+    return value
 
 
 def _flagged_shares(db: Any, threshold: float) -> None:
