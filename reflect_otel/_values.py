@@ -3,7 +3,8 @@
 Text is found by shape, never by framework name: a string; a list of parts or content blocks whose text parts
 (``{"text": ...}``, ``{"type": "text", "text": ...}``, not a model's hidden ``thought``) are joined; a message or
 event holding such a list under ``parts`` or ``content``; a tool result wrapped as a function response (``{"id",
-"name", "response": ...}``), a ``tool_result`` block, or ``{"result": ...}``."""
+"name", "response": ...}``), a ``tool_result`` block, or ``{"result": ...}`` / ``{"output": ...}`` (how LangChain.js
+runs hold a tool's output, an lc-serialised ``ToolMessage`` among them)."""
 
 from __future__ import annotations
 
@@ -223,8 +224,8 @@ def _unwrapped(value: Any) -> Any:
             if wrapper is not None:
                 value = wrapper[1]
                 continue
-            if value.keys() == {"result"}:
-                value = value["result"]
+            if value.keys() in ({"result"}, {"output"}):
+                value = next(iter(value.values()))
                 continue
             for key in ("content", "blocks"):
                 text = parts_text(value.get(key))
@@ -249,6 +250,8 @@ def tool_message(value: object) -> tuple[str | None, str] | None:
     """(tool_call_id, content) when ``value`` is a tool's answer that names its call: a serialised LangChain
     ``ToolMessage``, a function response, or a ``tool_result`` block; otherwise None."""
     parsed = parse_json(value)
+    if isinstance(parsed, Mapping) and parsed.keys() == {"output"}:  # a LangChain.js run's outputs
+        parsed = parsed["output"]
     if not isinstance(parsed, Mapping):
         return None
     wrapper = _result_wrapper(parsed)

@@ -81,6 +81,7 @@ _INPUT_EVENTS = {
     "gen_ai.tool.message": "tool",
 }
 _CHOICE_EVENT = "gen_ai.choice"
+_TOOL_EVENT = "gen_ai.tool.message"
 _EVENT_BODY = "gen_ai.event.content"
 _PROMPT_EVENT, _PROMPT_ATTRIBUTE = "gen_ai.content.prompt", "gen_ai.prompt"
 _COMPLETION_EVENT, _COMPLETION_ATTRIBUTE = "gen_ai.content.completion", "gen_ai.completion"
@@ -152,8 +153,12 @@ def _event_body(attributes: Mapping[str, AttributeValue]) -> Mapping[str, Any]:
 
 
 def _choice(body: Mapping[str, Any]) -> Message:
-    """A ``gen_ai.choice`` body: its ``message``, with the ``tool_calls`` the conventions put beside it."""
+    """A ``gen_ai.choice`` body: its ``message``, with the ``tool_calls`` the conventions put beside it. A message
+    that is a list of content blocks (Strands Agents writes Bedrock's ``{"text"}`` / ``{"toolUse"}``) is the
+    assistant's content."""
     message = body.get("message")
+    if isinstance(message, list):
+        message = {"role": "assistant", "content": message}
     merged = dict(message) if isinstance(message, Mapping) else {}
     if "tool_calls" in body and "tool_calls" not in merged:
         merged["tool_calls"] = body["tool_calls"]
@@ -188,9 +193,13 @@ def _has_genai_events(events: tuple[SpanEvent, ...]) -> bool:
 
 
 def _with_details(span: SpanRecord) -> Mapping[str, AttributeValue]:
-    """The span's attributes, completed by a ``gen_ai.client.inference.operation.details`` event's (v1.37 and later:
-    the messages as attributes of an event rather than of the span)."""
-    details = next((e.attributes for e in span.events if e.name == _DETAILS_EVENT), None)
+    """The span's attributes, completed by its ``gen_ai.client.inference.operation.details`` events' (v1.37 and
+    later: the messages as attributes of an event rather than of the span; Strands Agents writes one event per
+    attribute, the instructions, the input and the output apart: all are read, a later one over an earlier)."""
+    details: dict[str, AttributeValue] = {}
+    for event in span.events:
+        if event.name == _DETAILS_EVENT:
+            details.update(event.attributes)
     return {**details, **span.attributes} if details else span.attributes
 
 
@@ -273,15 +282,44 @@ def _agent(span: SpanRecord, out: dict[str, AttributeValue]) -> None:
 
 
 def _tool(span: SpanRecord, out: dict[str, AttributeValue]) -> None:
-    attributes = span.attributes
+    """An ``execute_tool`` span: the call's arguments and result as attributes, else as its messages (the details
+    event's ``tool_call`` and ``tool_call_response`` parts, or the older events: ``gen_ai.tool.message`` holding
+    the arguments and ``gen_ai.choice`` the result, as Strands Agents writes them)."""
+    attributes = _with_details(span)
     name = attributes.get(gen_ai.GEN_AI_TOOL_NAME) or span.name.removeprefix(_TOOL_OPERATION).strip()
     out[SpanAttributes.TOOL_NAME] = str(name or span.name)
     if attributes.get(gen_ai.GEN_AI_TOOL_CALL_ID):
         out[ToolCallAttributes.TOOL_CALL_ID] = str(attributes[gen_ai.GEN_AI_TOOL_CALL_ID])
+    arguments, result = _tool_messages(span, attributes)
     if gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS in attributes:
-        out.setdefault(SpanAttributes.INPUT_VALUE, json_text(attributes[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS]))
+        arguments = attributes[gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS]
     if gen_ai.GEN_AI_TOOL_CALL_RESULT in attributes:
-        out.setdefault(SpanAttributes.OUTPUT_VALUE, json_text(attributes[gen_ai.GEN_AI_TOOL_CALL_RESULT]))
+        result = attributes[gen_ai.GEN_AI_TOOL_CALL_RESULT]
+    if arguments is not None:
+        out.setdefault(SpanAttributes.INPUT_VALUE, json_text(arguments))
+    if result is not None:
+        out.setdefault(SpanAttributes.OUTPUT_VALUE, json_text(result))
+
+
+def _tool_messages(span: SpanRecord, attributes: Mapping[str, AttributeValue]) -> tuple[object, object]:
+    """(arguments, result) of a tool span's messages; None for what they do not carry."""
+    arguments: object = None
+    result: object = None
+    for message in _messages(attributes.get(gen_ai.GEN_AI_INPUT_MESSAGES)):
+        for part in message["parts"]:
+            if part["type"] == "tool_call" and part.get("arguments") is not None:
+                arguments = part["arguments"]
+    for message in _messages(attributes.get(gen_ai.GEN_AI_OUTPUT_MESSAGES)):
+        for part in message["parts"]:
+            if part["type"] == "tool_call_response" and part.get("response") is not None:
+                result = part["response"]
+    for event in span.events:
+        if event.name == _TOOL_EVENT and arguments is None:
+            body = _event_body(event.attributes)
+            arguments = body.get("content")
+        elif event.name == _CHOICE_EVENT and result is None:
+            result = message_text(_choice(_event_body(event.attributes))) or None
+    return arguments, result
 
 
 def lacks_message_content(span: SpanRecord) -> bool:

@@ -1,5 +1,7 @@
-"""JavaScript agents: the Vercel AI SDK (generateText and streamText, with tools, its own ``ai.*`` spans) and a tool
-loop on the ``openai`` client under OpenInference's JS instrumentation, recorded by ``tests/js/record.mjs`` with the
+"""JavaScript agents: the Vercel AI SDK (generateText and streamText, with tools, its own ``ai.*`` spans), a tool
+loop on the ``openai`` client under OpenInference's JS instrumentation, and LangGraph.js's prebuilt ReAct agent under
+OpenInference's LangChain.js instrumentation (each tool span's output an lc-serialised ``ToolMessage`` inside the
+run's ``{"output": ...}``, whose content is the result), recorded by ``tests/js/record.mjs`` with the
 real npm packages and the OTel JS SDK against the scripted provider on loopback. The committed recordings rebuild
 into the scripted run's steps exactly as the Python set-ups do (``tests/frameworks/script.py``); with Node on the
 machine the suite records them again, sending the spans to a real receiver through the JS SDK's OTLP/protobuf
@@ -21,6 +23,7 @@ import pytest
 from reflect_otel.assembly import assemble_trace
 from reflect_otel.collectors.otlp import decode_json_document
 from reflect_otel.collectors.receiver import OTLPReceiver
+from reflect_otel.semconv import SpanAttributes
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedTurn
 from reflect_otel.trace import StructuredTrace
 from tests.frameworks.script import ANSWER, QUESTION, SCRIPT, STEPS, assistant_turns, steps_of
@@ -32,8 +35,10 @@ SCENARIOS = {
     "ai-generate-text": ("calculator", "vercel-ai"),
     "ai-stream-text": ("calculator-stream", "vercel-ai"),
     "openinference-openai": ("calculator", "openai"),
+    "openinference-langgraph": (None, "langchain"),
 }
-"""Each recording, with the agent it names and the framework assembly recognises."""
+"""Each recording, with the agent it names (LangGraph.js names none that assembly reads) and the framework assembly
+recognises."""
 
 
 def _turn(body: dict[str, Any]) -> ScriptedTurn:
@@ -108,6 +113,24 @@ def test_a_committed_recording_rebuilds_the_scripted_run(scenario: str, tmp_path
     trace = rebuilt(path)
     check_run(trace, scenario)
     same_trace_from_otlp_json(json.loads(path.read_text(encoding="utf-8")), trace, tmp_path)  # import and receiver
+
+
+def test_langgraph_js_tool_results_are_the_content_of_their_tool_messages() -> None:
+    """The recording holds the shape: each tool span's output is ``{"output": <lc-serialised ToolMessage>}``; the
+    steps take the message's content as the result, not the whole serialisation."""
+    path = RECORDINGS / "openinference-langgraph.otlp.json"
+    batch = decode_json_document(json.loads(path.read_text(encoding="utf-8")))
+    outputs = [
+        json.loads(str(s.attributes[SpanAttributes.OUTPUT_VALUE]))
+        for s in batch.spans
+        if s.attributes.get(SpanAttributes.OPENINFERENCE_SPAN_KIND) == "TOOL"
+    ]
+    assert [(o["output"]["id"][-1], o["output"]["kwargs"]["content"]) for o in outputs] == [
+        ("ToolMessage", "391"),
+        ("ToolMessage", "396"),
+    ]
+    trace = rebuilt(path)
+    assert [(s.tool_result, s.tool_call_id) for s in trace.steps[:2]] == [("391", "call_1"), ("396", "call_2")]
 
 
 @pytest.mark.slow

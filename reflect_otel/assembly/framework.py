@@ -35,6 +35,8 @@ def _framework(tree: SpanTree, metadata: Mapping[str, Any], scopes: list[str]) -
         return "langchain"
     if any(VercelAIAttributes.OPERATION_ID in s.attributes for s in tree.spans.values()):
         return "vercel-ai"
+    if any(scope.startswith("strands.") for scope in scopes):  # Strands Agents' own tracer
+        return "strands"
     if any("openai" in scope for scope in scopes):
         return "openai"
     return "unknown"

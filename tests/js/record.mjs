@@ -16,7 +16,12 @@ import {
   OpenInferenceSpanKind,
   SemanticConventions,
 } from "@arizeai/openinference-semantic-conventions";
+import { LangChainInstrumentation } from "@arizeai/openinference-instrumentation-langchain";
 import { OpenAIInstrumentation } from "@arizeai/openinference-instrumentation-openai";
+import * as CallbackManagerModule from "@langchain/core/callbacks/manager";
+import { tool as langchainTool } from "@langchain/core/tools";
+import { createReactAgent } from "@langchain/langgraph/prebuilt";
+import { ChatOpenAI } from "@langchain/openai";
 import { context, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-proto";
@@ -166,10 +171,32 @@ async function openInferenceOpenAI() {
   );
 }
 
+// LangGraph.js's prebuilt ReAct agent (ChatOpenAI, two tools) under OpenInference's LangChain.js instrumentation:
+// its tool spans hold the ToolMessage the tool node made, lc-serialised inside the run's {"output": ...}.
+async function openInferenceLangGraph() {
+  const instrumentation = new LangChainInstrumentation({ tracerProvider: provider });
+  instrumentation.manuallyInstrument(CallbackManagerModule);
+  const schema = z.object({ a: z.number().int(), b: z.number().int() });
+  const tools = [
+    langchainTool(async ({ a, b }) => String(a * b), {
+      name: "multiply",
+      description: "multiply two integers",
+      schema,
+    }),
+    langchainTool(async ({ a, b }) => String(a + b), { name: "add", description: "add two integers", schema }),
+  ];
+  const llm = new ChatOpenAI({ model: MODEL, apiKey: "test", configuration: { baseURL } });
+  const agent = createReactAgent({ llm, tools, prompt: "Compute.", name: "calculator" });
+  const result = await agent.invoke({ messages: [{ role: "user", content: QUESTION }] });
+  instrumentation.disable();
+  return String(result.messages.at(-1).content);
+}
+
 const scenarios = {
   "ai-generate-text": aiGenerateText,
   "ai-stream-text": aiStreamText,
   "openinference-openai": openInferenceOpenAI,
+  "openinference-langgraph": openInferenceLangGraph,
 };
 
 const answers = {};
