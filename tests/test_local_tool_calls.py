@@ -149,3 +149,93 @@ def test_the_sql_agent_runs_on_the_default_model_and_replays_from_its_requests(
     assert replayed.prefix_verified and replayed.continuation  # the recorded request was resent as it was
     (proposal,) = adapter.propose(trace, rollback_point=1, injection="", samples=1, temperature=0.7)
     assert proposal.is_final_answer or proposal.action.tool_name in ("schema", "query")
+
+
+# -- the reply grammar, read by llama.cpp's own grammar engine ------------------------------------------------------
+GRAMMAR_TOOLS: list[dict[str, Any]] = [
+    *TOOLS,
+    {
+        "type": "function",
+        "function": {
+            "name": "final_answer",
+            "parameters": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
+        },
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def accepts() -> Any:
+    """Whether llama.cpp's grammar sampler lets a model write a text under :func:`reply_grammar` (token by token,
+    then the end of the turn): the real engine on a small model's vocabulary, loaded alone (no weights run)."""
+    from reflect_otel.llm.models import local_model_missing, resolve_local_model
+
+    small = "smollm2-135m-instruct"
+    missing = local_model_missing(small)
+    if missing is not None:
+        pytest.skip(missing)
+    import ctypes
+    import math
+
+    import llama_cpp
+    from llama_cpp._internals import LlamaModel
+
+    from reflect_otel.llm._tool_calls import reply_grammar
+
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = LlamaModel(path_model=str(resolve_local_model(small).path), params=params, verbose=False)
+    grammar = reply_grammar(GRAMMAR_TOOLS).encode()
+
+    def check(text: str) -> bool:
+        sampler = llama_cpp.llama_sampler_init_grammar(model.vocab, grammar, b"root")
+        assert sampler, "the grammar does not parse"
+        try:
+            for token in [*model.tokenize(text.encode(), add_bos=False, special=False), model.token_eos()]:
+                data = (llama_cpp.llama_token_data * 1)()
+                data[0].id, data[0].logit = token, 0.0
+                candidates = llama_cpp.llama_token_data_array(data=data, size=1, selected=-1, sorted=False)
+                llama_cpp.llama_sampler_apply(sampler, ctypes.byref(candidates))
+                if math.isinf(data[0].logit):
+                    return False
+                if token != model.token_eos():
+                    llama_cpp.llama_sampler_accept(sampler, token)
+            return True
+        finally:
+            llama_cpp.llama_sampler_free(sampler)
+
+    yield check
+    model.close()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>',
+        '{"name": "final_answer", "arguments": {"answer": "42"}}',
+        'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>',
+        "It is sunny in Oslo.",
+        "Final answer: 42, since 6 < 7 and 7 > 6.",
+        "final answer: 42",  # a tool's name, spelt otherwise
+        "get",  # the start of a tool's name, as a whole message
+    ],
+)
+def test_the_reply_grammar_lets_the_model_call_a_tool_or_write_a_plain_message(accepts: Any, text: str) -> None:
+    assert accepts(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<tools></tools>",  # what the default model wrote where a call belonged
+        "final_answer,42",  # ditto: a tool's name as text
+        'final_answer({"answer": "42"})',
+        '{"name": "send_email", "arguments": {}}',  # no such tool
+        '<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>',  # its required argument left out
+        '{{"name": "get_weather", "arguments": {"city": "Oslo"}}}',
+        " leading space",
+        "",
+    ],
+)
+def test_the_reply_grammar_refuses_text_where_a_call_belongs(accepts: Any, text: str) -> None:
+    assert not accepts(text)

@@ -12,11 +12,14 @@ Hermes-style templates) and translates at both ends:
   and a message's ``content: null`` (an assistant turn that only calls tools, as every tool loop sends it)
   becomes ``""``, and a call's ``arguments`` JSON text becomes the object the template writes; a template that does
   not render tools gets them described in the system message, in the same ``<tool_call>`` form;
-- the reply, with ``tool_choice="auto"``: the model writes its turn greedily as it would (stopping after a call);
-  a call it writes (``<tool_call>``, another tag, a code fence, or a bare JSON object naming one of the tools) is
-  returned as ``tool_calls``, text before it as ``content``; a call that does not parse, or names no tool, is
-  written again from the same point constrained to the tools' JSON schemas. ``"required"`` decodes a call under that
-  constraint at once; a named function, ``"none"`` and requests without tools go to the template's own handler.
+- the reply, with ``tool_choice="auto"``: the model writes its turn under a grammar made from the tools' JSON schemas
+  (:func:`reply_grammar`), so what it writes is either a valid call of one of the tools (in the template's
+  ``<tool_call>`` form, or a bare JSON object, after text or not) or a plain message: one that does not begin with a
+  tag, a JSON object or a tool's name (a small model otherwise writes ``<tools></tools>`` or ``final_answer,42``
+  where a call belongs, and its loop stops with no call). Decoding is as the request asks (greedy at temperature 0,
+  so a replay through this server repeats). The call is returned as ``tool_calls``, text before it as ``content``.
+  ``"required"`` decodes a call under the tools' schemas at once; a named function, ``"none"`` and requests without
+  tools go to the template's own handler.
 
 One call per turn (the first one the model writes). With ``stream`` the reply is sent as chunks once decided.
 """
@@ -24,6 +27,7 @@ One call per turn (the first one the model writes). With ``stream`` the reply is
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
 import time
@@ -31,7 +35,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["HANDLER_NAME", "accept_null_content", "register"]
+__all__ = ["HANDLER_NAME", "accept_null_content", "register", "reply_grammar"]
 
 HANDLER_NAME = "reflect-tools"
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -101,6 +105,61 @@ def _call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
             }
         )
     return options[0] if len(options) == 1 else {"oneOf": options}
+
+
+_RULE = "reflect"
+"""The prefix of this module's grammar rules (the JSON-schema converter's own rules have no prefix)."""
+_NOT_A_START = "<{ \t\r\n"
+"""What a plain message may not begin with: a tag, a JSON object, or blank space."""
+_TEXT_CHAR = f'{_RULE}-char ::= [^<] | "<" [^a-zA-Z/!?<]'
+"""A character of a plain message: anything but the start of a tag (``<tool_call>``, ``<tools>``, ``</...>``), so a
+model that begins a tag mid-text can only go on into a call."""
+
+
+def _gbnf_char(char: str) -> str:
+    """``char`` as GBNF writes it inside a literal or a character class: ASCII letters and digits as they are,
+    anything else by its code point."""
+    if char.isascii() and char.isalnum():
+        return char
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x80 else (f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
+
+
+def _message_rules(names: list[str]) -> list[str]:
+    """The rules of a plain message (``reflect-text``): text that does not begin with a tag, a JSON object, blank
+    space or one of ``names``. The names are spelt out as a trie: at each letter the message may leave every name
+    (any other character, then any text), go on along one (never to its last letter), or, past its first letter,
+    stop."""
+    rules: list[str] = []
+    counter = itertools.count()
+
+    def node(prefix: str) -> str:
+        name = f"{_RULE}-start" if not prefix else f"{_RULE}-n{next(counter)}"
+        following = sorted({n[len(prefix)] for n in names if n.startswith(prefix) and len(n) > len(prefix)})
+        alternatives = [
+            f'"{_gbnf_char(c)}" {node(prefix + c)}' for c in following if prefix + c not in names
+        ]  # a name's last letter is never written: the message would begin with the name
+        leave = "".join(_gbnf_char(c) for c in sorted(set(following) | set(_NOT_A_START if not prefix else "<")))
+        alternatives.append(f"[^{leave}] {_RULE}-char*")
+        body = " | ".join(alternatives)
+        rules.append(f"{name} ::= {body}" if not prefix else f"{name} ::= ({body})?")
+        return name
+
+    node("")
+    return [*rules, f"{_RULE}-text ::= {_RULE}-start", _TEXT_CHAR]
+
+
+def reply_grammar(tools: list[dict[str, Any]]) -> str:
+    """The GBNF grammar of a reply to a request that carries ``tools`` (``tool_choice="auto"``): a call of one of
+    them, each with its JSON schema's arguments (``<tool_call>`` then the call object then ``</tool_call>``, or the
+    bare object), a plain message (:func:`_message_rules`), or a plain message followed by a call."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    call = json_schema_to_gbnf(json.dumps(_call_schema(tools)))
+    call = re.sub(r"^root ::=", f"{_RULE}-call ::=", call, count=1, flags=re.MULTILINE)
+    tagged = f'{_RULE}-tagged ::= "{OPEN}\\n" {_RULE}-call "\\n{CLOSE}"'
+    root = f"root ::= {_RULE}-tagged | {_RULE}-call | {_RULE}-text {_RULE}-tagged?"
+    return "\n".join([root, tagged, *_message_rules(_names(tools)), call.strip()]) + "\n"
 
 
 def _call_of(value: object, names: list[str]) -> tuple[str, dict[str, Any]] | None:
@@ -240,9 +299,12 @@ def handler(
             usage[key] += int(result.get("usage", {}).get(key, 0))
         return result
 
+    from llama_cpp import llama_grammar
+
     content, call = "", None
-    if tool_choice != "required":
-        first = complete(prompt, stop=[formatter.eos, CLOSE])
+    if tool_choice != "required":  # a call of one of the tools, or a plain message: nothing else can be decoded
+        reply = llama_grammar.LlamaGrammar.from_string(reply_grammar(tools), verbose=False)
+        first = complete(prompt, stop=[formatter.eos, CLOSE], grammar=reply)
         written = first["choices"][0]["text"]
         found = _written_call(written, names)
         if found is None:
@@ -251,9 +313,7 @@ def handler(
         content = written[:start].strip()
         call = _parsed_call(body, names)
         prompt += written[:start]
-    if call is None:  # "required", or a call the model began but did not write as one of the tools
-        from llama_cpp import llama_grammar
-
+    if call is None:  # "required", or a call cut short (max_tokens) that the grammar let the model begin
         grammar = llama_grammar.LlamaGrammar.from_json_schema(json.dumps(_call_schema(tools)), verbose=False)
         constrained = complete(f"{prompt}{OPEN}\n", grammar=grammar, max_tokens=max_tokens or _FALLBACK_MAX_TOKENS)
         call = _parsed_call(constrained["choices"][0]["text"], names)
