@@ -125,7 +125,7 @@ class ControlledReplay:
         self.expected = expected
         self.config = config
         self.gate = gate
-        self.deterministic = is_deterministic(adapter)
+        self.deterministic = is_deterministic(adapter, run.trace)
         self.samples = 1 if self.deterministic else config.verify_samples
         self.replayer = Replayer(run, adapter, expected=expected, injection_role=config.injection_role)
         self.controls = Controls(self.replayer, samples=self.samples)
@@ -152,6 +152,24 @@ class ControlledReplay:
     @property
     def remaining(self) -> int | None:
         return self.replayer.remaining
+
+    def budget_refusal(self) -> str | None:
+        """Why the replay budget cannot pay for even one controlled test (its three arms), naming the budget one
+        needs; None when it can, or there is no budget. A method checks it before anything else costs a call."""
+        need = self.samples * 3
+        left = self.remaining
+        if left is None or left >= need:
+            return None
+        per_arm = (
+            "one replay per arm: this agent replays deterministically"
+            if self.deterministic
+            else f"{self.samples} replays per arm (--verify-samples): this agent's replays are sampled"
+        )
+        return (
+            f"the replay budget ({left} replay{'s' if left != 1 else ''}) cannot pay for one controlled test, which "
+            f"needs {need} (an intervention, a control and a sensitivity arm, {per_arm}): raise the replay budget "
+            f"(--max-replays, REFLECT_MAX_REPLAYS) to {need} or more"
+        )
 
     def can_test(self, step: int, *, sensitivity: bool = True, guided: bool = False) -> bool:
         """Whether the budget pays for a test at ``step``: its control and sensitivity arm (unless they ran) and one

@@ -96,7 +96,9 @@ class ReplayAdapter(Protocol):
 
     An adapter whose continuations are greedy (the agent's model at temperature 0, as the adapter runs it) says so
     with a ``deterministic = True`` attribute: then one replay per arm decides a controlled test, and the control
-    replay of a rollback point is run once and reused (:func:`is_deterministic`; absent means False).
+    replay of a rollback point is run once and reused (:func:`is_deterministic`; absent means False). One whose
+    answer depends on the run (a tool loop on the embedded server is greedy when the run asked its model at
+    temperature 0) also has ``deterministic_for(trace) -> bool``, which then decides for that run.
     """
 
     def replay(
@@ -181,8 +183,13 @@ def resampler(adapter: ReplayAdapter) -> SamplesRuns | None:
     return adapter if isinstance(adapter, BudgetedReplay) else inner
 
 
-def is_deterministic(adapter: ReplayAdapter) -> bool:
-    """Whether ``adapter`` runs continuations greedily (see :class:`ReplayAdapter`)."""
+def is_deterministic(adapter: ReplayAdapter, trace: StructuredTrace | None = None) -> bool:
+    """Whether ``adapter`` runs continuations greedily (see :class:`ReplayAdapter`): of ``trace``, when given and the
+    adapter (or a :class:`BudgetedReplay`'s) can say it of one run (``deterministic_for``)."""
+    inner = adapter.inner if isinstance(adapter, BudgetedReplay) else adapter
+    of_run = getattr(inner, "deterministic_for", None)
+    if trace is not None and callable(of_run):
+        return of_run(trace) is True
     return getattr(adapter, "deterministic", False) is True
 
 

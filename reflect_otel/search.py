@@ -181,6 +181,15 @@ def search(
         run, expected, domain_context, config, verdict, replay is not None, agent_rules(replay), pure_tools(replay)
     )
     engine = ControlledReplay(run, replay, expected=expected, config=config, gate=policy.gate(ctx)) if replay else None
+    refused = engine.budget_refusal() if engine is not None else None
+    if refused is not None:  # refused before any model call: no test could be paid for
+        return run.record(
+            status=AttributionStatus.SKIPPED,
+            mode=AttributionMode.NONE,
+            step_index=None,
+            original_verdict=verdict,
+            reason=refused,
+        )
     rounds: list[Round] = []
     for number in range(1, config.rounds + 1):
         try:

@@ -45,11 +45,10 @@ class ToolLoopReplay(Generic[Resume]):
         irreversible_tools: Collection[str] = (),
         allow_irreversible: bool = False,
         execute_tool: ExecuteTool | None = None,
-        deterministic: bool = False,
+        deterministic: bool | None = None,
         pure_tools: Collection[str] = (),
     ) -> None:
-        self.deterministic = deterministic
-        """Pass True when the loop's model runs greedily (temperature 0): one replay per arm decides a test."""
+        self._deterministic = deterministic
         self.pure_tools = frozenset(pure_tools)
         """The loop's tools that read fixed data (:class:`~reflect_otel.replay.HasPureTools`): a repeat of one's call
         the prefix made is refused, and a replacement calling one is previewed with ``execute_tool``
@@ -58,6 +57,36 @@ class ToolLoopReplay(Generic[Resume]):
         self._provider = tracer_provider
         self._guard = ToolGuard(irreversible_tools, allow=allow_irreversible)
         self._execute_tool = execute_tool
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether the loop replays greedily, one replay per arm deciding a test: as the caller said (True when the
+        loop's model runs at temperature 0 on an endpoint that repeats itself), else without a run to look at, only
+        when the adapter makes its replays greedy itself (:attr:`greedy`). :meth:`deterministic_for` says it of a
+        run."""
+        return self._deterministic if self._deterministic is not None else self.greedy
+
+    @property
+    def greedy(self) -> bool:
+        """Whether the adapter runs its replays greedily itself: nobody said whether the loop is deterministic, its
+        model is on the embedded server (which decodes a request at temperature 0 greedily, one at a time, its reply
+        independent of its cache), and ``resume`` takes a ``temperature`` keyword, so each replay is resumed at 0."""
+        return self._deterministic is None and self._repeats_itself() and self.resamples
+
+    def deterministic_for(self, trace: StructuredTrace) -> bool:
+        """Whether replays of ``trace`` are greedy: as the caller said; else when the adapter makes them greedy
+        (:attr:`greedy`), or when the loop's model is on the embedded server and every model request the run
+        recorded asked for temperature 0 (a replay resends the loop's requests as the loop makes them)."""
+        if self._deterministic is not None:
+            return self._deterministic
+        if not self._repeats_itself():
+            return False
+        return self.greedy or _asked_greedily(trace)
+
+    def _repeats_itself(self) -> bool:
+        """Whether the loop's model endpoint decodes a request at temperature 0 the same way every time (the
+        embedded server, which a loop's client names); the loop adapters that know their client say so."""
+        return False
 
     def preview(self, trace: StructuredTrace, *, rollback_point: int, action: StepAction) -> str | None:
         """What ``action`` returns, run alone by ``execute_tool``, for a tool declared pure (its result does not
@@ -97,7 +126,8 @@ class ToolLoopReplay(Generic[Resume]):
         injection_role: InjectionRole = InjectionRole.SYSTEM,
         action: StepAction | None = None,
     ) -> ReplayResult:
-        return self._continue(trace, rollback_point, injection, injection_role, action, temperature=None)
+        temperature = 0.0 if self.greedy else None
+        return self._continue(trace, rollback_point, injection, injection_role, action, temperature=temperature)
 
     def _continue(
         self,
@@ -110,7 +140,8 @@ class ToolLoopReplay(Generic[Resume]):
         temperature: float | None,
     ) -> ReplayResult:
         """The loop resumed after ``rollback_point`` (its API's messages, the injection, the action); ``temperature``
-        is passed to ``resume`` when given (a resample), never otherwise (a replay runs as the loop does)."""
+        is passed to ``resume`` when given (a resample, or a replay the adapter makes greedy: :attr:`greedy`), never
+        otherwise (a replay runs as the loop does)."""
         raise NotImplementedError
 
     def _sampling(self, temperature: float | None) -> dict[str, float]:
@@ -125,6 +156,13 @@ class ToolLoopReplay(Generic[Resume]):
                 f"pass execute_tool=... to {type(self).__name__}"
             )
         return recorded_request(trace, rollback_point, api=self.request_api)
+
+
+def _asked_greedily(trace: StructuredTrace) -> bool:
+    """Whether the run recorded model requests and every one asked for temperature 0 (one that says nothing gets
+    the endpoint's default, which samples)."""
+    asked = [_values.parse_json(step.model_input) for step in trace.steps if step.model_input]
+    return bool(asked) and all(isinstance(r, dict) and r.get("temperature") in (0, 0.0) for r in asked)
 
 
 def takes_temperature(function: Callable[..., Any]) -> bool:

@@ -333,16 +333,16 @@ def replay_handler(adapter: ReplayAdapter, body: bytes) -> tuple[int, bytes]:
         return 400, json.dumps({"error": f"bad replay request: {error}"}).encode()
     except ReplayError as error:
         return 422, json.dumps({"error": str(error)}).encode()
-    return 200, json.dumps(_result_body(adapter, result)).encode()
+    return 200, json.dumps(_result_body(adapter, trace, result)).encode()
 
 
-def _result_body(adapter: ReplayAdapter, result: ReplayResult) -> dict[str, Any]:
+def _result_body(adapter: ReplayAdapter, trace: StructuredTrace, result: ReplayResult) -> dict[str, Any]:
     return {
         "trace": result.trace.model_dump(mode="json"),
         "final_answer": result.final_answer,
         "prefix_verified": result.prefix_verified,
         "adapter_info": result.adapter_info,
-        "deterministic": is_deterministic(adapter),
+        "deterministic": is_deterministic(adapter, trace),
     }
 
 
@@ -362,7 +362,7 @@ def _serve_resamples(adapter: ReplayAdapter, trace: StructuredTrace, request: di
         runs = source.resample(trace, samples=samples, temperature=float(options.get("temperature", 0.7)))
     except ReplayError as error:
         return 422, json.dumps({"error": str(error)}).encode()
-    return 200, json.dumps({"runs": [_result_body(adapter, run) for run in runs]}).encode()
+    return 200, json.dumps({"runs": [_result_body(adapter, trace, run) for run in runs]}).encode()
 
 
 def _serve_corrections(adapter: ReplayAdapter, trace: StructuredTrace, request: dict[str, Any]) -> tuple[int, bytes]:

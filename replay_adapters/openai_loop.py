@@ -16,8 +16,12 @@ tool's result to the messages, and resumes the loop from there.
 calls its model with: it sends the recorded request after the rollback point (its messages plus the injection, and
 of its other fields only the chat-completion parameters in :data:`RESENT_FIELDS`, as recorded, not streamed; any other
 recorded field is dropped and named in the proposal's ``note``) at the proposal's temperature, and returns the first
-tool call the model makes, or its answer; nothing is executed. Its spans are marked as a replay's. Pass
-``deterministic=True`` when the loop's model runs greedily (temperature 0).
+tool call the model makes, or its answer; nothing is executed. Its spans are marked as a replay's.
+
+Determinism: pass ``deterministic=True`` when the loop's model runs greedily on an endpoint that repeats itself, or
+``False``. Said nothing, a loop whose ``client`` is the embedded server's (the local default model) is deterministic
+for a run whose recorded requests all asked for temperature 0, and for every run when ``resume`` takes a
+``temperature`` keyword: the adapter then resumes each replay at temperature 0 itself (``greedy``).
 
 ``resample`` (:class:`~reflect_otel.replay.SamplesRuns`, the consistency check's re-runs) needs a ``resume`` that
 takes a ``temperature`` keyword: the loop re-runs from its first recorded request with its model calls sampled at it.
@@ -35,6 +39,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from reflect_otel.capture import captured
 from reflect_otel.errors import ReplayError
+from reflect_otel.llm.local import is_embedded_endpoint
 from reflect_otel.replay import InjectionRole, ProposedStep, ReplayResult
 from reflect_otel.replay_adapters._guard import IrreversibleToolError
 from reflect_otel.replay_adapters._tool_loop import (
@@ -70,7 +75,7 @@ class OpenAIToolLoopReplayAdapter(ToolLoopReplay[ResumeLoop]):
         irreversible_tools: Collection[str] = (),
         allow_irreversible: bool = False,
         execute_tool: ExecuteTool | None = None,
-        deterministic: bool = False,
+        deterministic: bool | None = None,
         client: Any | None = None,
         pure_tools: Collection[str] = (),
     ) -> None:
@@ -84,6 +89,10 @@ class OpenAIToolLoopReplayAdapter(ToolLoopReplay[ResumeLoop]):
             pure_tools=pure_tools,
         )
         self._client = client
+
+    def _repeats_itself(self) -> bool:
+        """Whether the loop's client sends its requests to the embedded server."""
+        return self._client is not None and is_embedded_endpoint(getattr(self._client, "base_url", ""))
 
     @property
     def proposes(self) -> bool:

@@ -36,7 +36,7 @@ from reflect_otel.llm.models import ResolvedModel, resolve_local_model
 from reflect_otel.llm.openai_compat import OpenAICompatibleLLM
 from reflect_otel.settings import settings
 
-__all__ = ["LocalLLM", "LocalLlamaServer", "free_port", "local_llm", "wait_until_serving"]
+__all__ = ["LocalLLM", "LocalLlamaServer", "free_port", "is_embedded_endpoint", "local_llm", "wait_until_serving"]
 
 _log = logging.getLogger("reflect_otel.llm.local")
 _PREFIX_HIT = re.compile(rb"Llama\.generate: (\d+) prefix-match hit")
@@ -46,6 +46,20 @@ CACHE_BUDGET_BYTES = 3 << 30
 (:mod:`reflect_otel.llm._llama_server`): with the last token's logits alone in a state, about fifty states of
 2,000 tokens of Qwen2.5 (29 kB a token of KV), so the auditor's trace prefix survives the agent's replays in
 between."""
+
+
+_serving: set[str] = set()
+"""The base URLs of the embedded servers this process started and has not stopped."""
+_serving_lock = threading.Lock()
+
+
+def is_embedded_endpoint(url: object) -> bool:
+    """Whether ``url`` (a base URL, as an ``openai.OpenAI`` client's ``base_url`` holds it) is an embedded server
+    this process started and is running: one that decodes a request at temperature 0 greedily, one request at a
+    time, its replies independent of its cache (:attr:`LocalLLM.repeatable`)."""
+    text = str(url).rstrip("/")
+    with _serving_lock:
+        return text in _serving
 
 
 def free_port() -> int:
@@ -150,6 +164,8 @@ class LocalLlamaServer:
         self._process = subprocess.Popen(command, stdout=self._log_file, stderr=subprocess.STDOUT)
         atexit.register(self.stop)
         self._wait_ready(startup_timeout_s)
+        with _serving_lock:
+            _serving.add(self.base_url)
 
     @classmethod
     def shared(cls, model: ResolvedModel | None = None) -> LocalLlamaServer:
@@ -206,6 +222,8 @@ class LocalLlamaServer:
             return "(no log)"
 
     def stop(self) -> None:
+        with _serving_lock:
+            _serving.discard(self.base_url)
         if self._process.poll() is None:
             self._process.terminate()
             try:
