@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import html
 import json
+import shlex
 from collections.abc import Collection, Sequence
 
 from reflect_otel._describe import confidence_text, error_type_text, labels_text, named_by, verdict_text
+from reflect_otel.manual import MANUAL_METHOD
 from reflect_otel.record import (
     AttributionRecord,
     AttributionStatus,
@@ -18,7 +20,7 @@ from reflect_otel.record import (
     ReplayArm,
     ReplayAttempt,
 )
-from reflect_otel.trace import Step, StructuredTrace
+from reflect_otel.trace import Step, StepAction, StructuredTrace
 from reflect_otel.verdict import Verdict
 
 __all__ = ["render_report"]
@@ -104,6 +106,11 @@ def _diagnosis(record: AttributionRecord, kind: str) -> str:
         text = (
             f"<b>Not attributable:</b> an intervention at step {_e(record.effect.step_index)} flipped the answer, but "
             f"the flip cannot be credited to the step: {_e(record.reason)}{_stop(record.reason)}{_control(record)}"
+        )
+    elif record.method == MANUAL_METHOD:
+        text = (
+            f"<b>Your change of step {_e(record.step_index)}, replayed under control:</b> {_e(record.reason)}"
+            f"{_stop(record.reason or 'x')}{_control(record)}"
         )
     elif record.step_index is not None:
         typed = f" ({_e(kind)})" if record.error_type is not None else ""
@@ -337,6 +344,7 @@ def render_report(
         body.append(_steps(trace.steps, decisive, labelled))
         if record is not None:
             body.append(_replays_tried(record))
+    body.append(_try_another(trace, record))
     if record is not None and record.cost:
         rows = "".join(
             f"<tr><td>{_e(c.stage)}</td><td>{c.calls}</td><td>{c.requests}</td><td>{c.prompt_tokens}</td>"
@@ -354,6 +362,35 @@ def render_report(
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'\">"
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>{''.join(body)}</body></html>"
+    )
+
+
+def _try_another(trace: StructuredTrace, record: AttributionRecord | None) -> str:
+    """The commands that replay the run from its decisive step (else its last step before the answer) with a change
+    of the reader's own, under control: the call to edit (the one that verified, else the step's own), and the
+    agent's own decision there resampled."""
+    replaceable = [s.index for s in trace.steps if not s.is_final_answer]
+    if not replaceable:
+        return ""
+    named = record.step_index if record is not None else None
+    step = named if named in replaceable else replaceable[-1]
+    original = trace.steps[step - 1]
+    tried = record.verified_by if record is not None else None
+    if tried is not None and (tried.step_index != step or tried.replacement is None):
+        tried = None
+    shown = tried.replacement if tried is not None and tried.replacement is not None else StepAction.of_step(original)
+    head = f"reflect-otel replay {trace.trace_id[:12]} --step {step}"
+    change = "--call" if shown.tool_name is not None else "--text"
+    edited = f"{head} {change} {shlex.quote(shown.render()[:2000])}"
+    which = "the call that verified it" if tried is not None else f"step {step} as the run made it"
+    return (
+        '<h2>Try another change</h2><div class="card"><p>Replay the run from step '
+        f"{step} with a change of your own, under the rule every attribution is tested under (from the same prefix: "
+        "your change, the control and the sensitivity arm). Edit the call below (it is "
+        f"{_e(which)}), or let the agent redo the step itself:</p><pre>{_e(edited)}</pre>"
+        f"<pre>{_e(head)} --resample 3</pre><p class='meta'>Add <code>--store</code> as for this report. The record "
+        "is stored as method <code>manual</code>; <code>reflect-otel report ... --method manual</code> shows it.</p>"
+        "</div>"
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from reflect_otel.baselines import BASELINES
+from reflect_otel.manual import MANUAL_METHOD
 from reflect_otel.record import AttributionRecord, AttributionStatus
 from reflect_otel.trace import ErrorLabel
 from reflect_otel.verdict import Verdict
@@ -22,6 +23,8 @@ def named_by(record: AttributionRecord) -> str:
         return f"the {record.method} baseline" + ("" if asked else " (no model call)")
     if record.method.startswith(("reflect", "control-")):
         return "the auditor"
+    if record.method == MANUAL_METHOD:
+        return "your manual replay"
     return f"the {record.method} method"
 
 

@@ -45,6 +45,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "reflect-otel import --example -o traces.jsonl",
         "reflect-otel import export.json runs/ -o traces.jsonl",
     ),
+    "replay": (
+        """reflect-otel replay a0096688 --step 1 --call 'filter_rows({"column": "C", "op": "=", "table": "t0", "value": "2"})'""",
+        "reflect-otel replay a0096688 --step 1 --resample 3",
+        """reflect-otel replay 66a4e05 --step 2 --call 'query({"sql": "SELECT 1"})' --replay-config replay.toml""",
+    ),
     "report": ("reflect-otel report 66a4e05 -o report.html   # a prefix of the trace id is enough",),
     "settings": ("reflect-otel settings", "reflect-otel settings --markdown"),
     "show": (
@@ -100,6 +105,7 @@ def _builtin_commands() -> list[Callable[[argparse._SubParsersAction[argparse.Ar
     from reflect_otel.cli.demo import add_demo_command
     from reflect_otel.cli.demo_agent import add_demo_agent_command
     from reflect_otel.cli.evaluate import add_eval_command, add_eval_compare_command
+    from reflect_otel.cli.replay import add_replay_command
     from reflect_otel.cli.settings import add_settings_command
     from reflect_otel.cli.show import add_show_command
     from reflect_otel.cli.store import add_report_command, add_sql_command, add_stats_command
@@ -113,6 +119,7 @@ def _builtin_commands() -> list[Callable[[argparse._SubParsersAction[argparse.Ar
         add_eval_command,
         add_eval_compare_command,
         add_import_command,
+        add_replay_command,
         add_report_command,
         add_settings_command,
         add_show_command,
