@@ -99,13 +99,17 @@ class _Lease:
         timeout (another worker has it by now), or when the worker is stopping."""
         queue = self.queue
         gave_up_at: float | None = None
+        tries = 0
         while True:
+            tries += 1
             try:
                 row = queue.lease_query(
                     "SELECT status = 'doing' AND worker_id IS NOT DISTINCT FROM %s FROM procrastinate_jobs WHERE id = %s",
                     [self.worker_id, self.job_id],
                 )
             except Exception as error:
+                if tries == 1:
+                    continue  # a connection that died while idle (the server restarted): a new one at once
                 now = time.monotonic()
                 if gave_up_at is None:
                     gave_up_at = now + queue.stalled_after_s
@@ -322,7 +326,7 @@ class SharedQueue:
             job_id = context.job.id
             self._lease = _Lease(self, job_id, context.job.worker_id)
             try:
-                self._attribute(trace_id, worker, store)
+                self._attribute(trace_id, worker, store, retaken=context.job.attempts)
             except JobReleased as released:
                 self._released[job_id] = str(released)
                 _log.warning("job %s (run %s) stopped: %s", job_id, trace_id, released)
@@ -345,7 +349,9 @@ class SharedQueue:
                     raise
                 self._lease.confirm()
 
-    def _attribute(self, trace_id: str, worker: AttributionWorker, store: AttributionStore) -> None:
+    def _attribute(self, trace_id: str, worker: AttributionWorker, store: AttributionStore, *, retaken: int) -> None:
+        """Attribute the run, unless it is done already. ``retaken``: procrastinate's count of the job's earlier
+        attempts, which also counts an attempt whose 'running' never reached the store (its worker was cut off)."""
         job = self._reading(lambda: store.read_job(trace_id))
         if job is not None and job.status == "done":
             _log.info("run %s is attributed already (another worker finished it); no model call", trace_id)
@@ -353,7 +359,8 @@ class SharedQueue:
         trace = self._reading(lambda: store.read_trace(trace_id))
         if trace is None:
             raise TraceNotStoredYet(trace_id)
-        worker.attribute(trace, job.expected_answer if job else None, attempts=job.attempts if job else 0)
+        attempts = max(job.attempts if job else 0, retaken)
+        worker.attribute(trace, job.expected_answer if job else None, attempts=attempts)
         while not store.flush(5):  # the record and the job's end are written before procrastinate hears of it
             if self._lease is not None:
                 self._lease.confirm()
@@ -435,7 +442,11 @@ class SharedQueue:
         for row in rows:
             try:
                 await self.task.configure(queueing_lock=row["trace_id"]).defer_async(trace_id=row["trace_id"])
-                _log.warning("run %s was pending with no job (its collector stopped first?); queued", row["trace_id"])
+                _log.warning(
+                    "run %s was waiting with no job queued for it (its collector could not queue it yet, or stopped); "
+                    "queued",
+                    row["trace_id"],
+                )
             except Exception as error:
                 if type(error).__name__ != "AlreadyEnqueued":
                     raise
