@@ -1,23 +1,31 @@
 """Attribution records as spans: each record becomes an OpenInference ``EVALUATOR`` span, a child of (and linked
 to) the decisive step's span, so any OTLP backend (Tempo, Logfire, Jaeger, Phoenix) shows it inside the trace it
 judges and can query its flat ``reflect.attribution.*`` attributes. It also carries OpenInference annotation
-attributes and an OTel GenAI ``gen_ai.evaluation.result`` event.
+attributes and a ``gen_ai.evaluation.result`` span event.
 
-The exporter has its own ``TracerProvider`` and batch processor, so it never touches the application's, and a
-backend that is down costs a retry and a log line, not the record (the DuckDB store keeps it).
+Beside the span, each attribution and each verdict on a run is a ``gen_ai.evaluation.result`` log record, as the OTel
+GenAI conventions define the event (:mod:`reflect_otel.exporters.evaluation_events`): through the Logs API, parented
+to the judged span, sent by the OTLP log exporter the ``OTEL_EXPORTER_OTLP_LOGS_*`` variables configure
+(``OTEL_LOGS_EXPORTER=none`` sends none: Phoenix takes no OTLP logs).
+
+The exporter has its own ``TracerProvider`` and ``LoggerProvider``, each with a batch processor, so it never touches
+the application's, and a backend that is down costs a retry and a log line, not the record (the DuckDB store keeps
+it).
 """
 
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
-from reflect_otel.exporters._otlp import otlp_span_exporter, service_resource
-from reflect_otel.record import AttributionRecord, AttributionStatus
+from reflect_otel.exporters._otlp import logs_exported, otlp_log_exporter, otlp_span_exporter, service_resource
+from reflect_otel.exporters.evaluation_events import ATTRIBUTION_EVALUATION, EvaluationEvents, explanation
+from reflect_otel.record import AttributionRecord
 from reflect_otel.semconv import (
     AnnotationAttributes,
     GenAIEvaluation,
@@ -27,9 +35,15 @@ from reflect_otel.semconv import (
 )
 from reflect_otel.spans import is_span_id, is_trace_id
 
+if TYPE_CHECKING:
+    from opentelemetry.sdk._logs.export import LogRecordExporter
+
+    from reflect_otel.trace import StructuredTrace
+    from reflect_otel.verdict import Verdict
+
 __all__ = ["ANNOTATION_NAME", "AttributionSpanExporter", "record_attributes"]
 
-ANNOTATION_NAME = "decisive_error"
+ANNOTATION_NAME = ATTRIBUTION_EVALUATION
 
 
 def record_attributes(record: AttributionRecord) -> dict[str, str | int | float | bool]:
@@ -68,11 +82,11 @@ def record_attributes(record: AttributionRecord) -> dict[str, str | int | float 
         ReflectAttributes.FIDELITY_CONTROLS: record.fidelity.controls if record.fidelity else None,
         ReflectAttributes.FIDELITY_REPRODUCED: record.fidelity.reproduced if record.fidelity else None,
         SpanAttributes.INPUT_VALUE: record.trace_id,
-        SpanAttributes.OUTPUT_VALUE: _explanation(record) or None,
+        SpanAttributes.OUTPUT_VALUE: explanation(record) or None,
         AnnotationAttributes.ANNOTATION_NAME: ANNOTATION_NAME,
         AnnotationAttributes.ANNOTATION_LABEL: record.error_type.value if record.error_type else None,
         AnnotationAttributes.ANNOTATION_SCORE: record.confidence,
-        AnnotationAttributes.ANNOTATION_EXPLANATION: _explanation(record) or None,
+        AnnotationAttributes.ANNOTATION_EXPLANATION: explanation(record) or None,
         AnnotationAttributes.ANNOTATION_ANNOTATOR_KIND: record.annotator_kind,
         AnnotationAttributes.ANNOTATION_IDENTIFIER: f"reflect:{record.method}:{record.trace_id}",
         AnnotationAttributes.ANNOTATION_METADATA: json.dumps(
@@ -87,21 +101,24 @@ def record_attributes(record: AttributionRecord) -> dict[str, str | int | float 
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _explanation(record: AttributionRecord) -> str:
-    """The explanation, said to be the auditor's hypothesis when no replay verified it."""
-    text = record.explanation[:4000]
-    if record.status is AttributionStatus.VERIFIED or not text:
-        return text
-    return f"Hypothesis, not verified: {text}"
-
-
 class AttributionSpanExporter:
-    """``span_exporter`` defaults to the OTLP exporter the standard ``OTEL_EXPORTER_OTLP_*`` variables configure
-    (protocol included); the service name is ``OTEL_SERVICE_NAME`` when set, else ``service_name``."""
+    """With no arguments, the spans and the evaluation events go where the standard ``OTEL_EXPORTER_OTLP_*``
+    variables say (protocol included; the events not under ``OTEL_LOGS_EXPORTER=none``, see
+    :func:`~reflect_otel.exporters._otlp.logs_exported`). Given a ``span_exporter``, the events are sent only with a
+    ``log_exporter`` of their own. The service name is ``OTEL_SERVICE_NAME`` when set, else ``service_name``."""
 
-    def __init__(self, span_exporter: SpanExporter | None = None, *, service_name: str = "reflect-otel") -> None:
+    def __init__(
+        self,
+        span_exporter: SpanExporter | None = None,
+        *,
+        log_exporter: LogRecordExporter | None = None,
+        service_name: str = "reflect-otel",
+    ) -> None:
         if span_exporter is None:
             span_exporter = otlp_span_exporter()
+            if log_exporter is None and logs_exported():
+                log_exporter = otlp_log_exporter()
+        self._events = EvaluationEvents(log_exporter, service_name=service_name) if log_exporter else None
         self._provider = TracerProvider(resource=service_resource(service_name))
         self._provider.add_span_processor(BatchSpanProcessor(span_exporter))
         self._tracer = self._provider.get_tracer("reflect_otel.exporters.attribution_spans")
@@ -126,16 +143,26 @@ class AttributionSpanExporter:
             GenAIEvaluation.NAME: ANNOTATION_NAME,
             GenAIEvaluation.SCORE_VALUE: record.confidence,
             GenAIEvaluation.SCORE_LABEL: record.error_type.value if record.error_type else None,
-            GenAIEvaluation.EXPLANATION: _explanation(record) or None,
+            GenAIEvaluation.EXPLANATION: explanation(record) or None,
         }
         span.add_event(GenAIEvaluation.EVENT, {k: v for k, v in event.items() if v is not None})
         span.end()
+        if self._events is not None:
+            self._events.attribution(record)
+
+    def export_verdict(self, trace: StructuredTrace, verdict: Verdict) -> None:
+        """The verdict on the run's answer, as an evaluation event on the run's span (its root, else its last step's)."""
+        if self._events is not None:
+            self._events.verdict(trace, verdict)
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self._provider.force_flush(timeout_millis)
+        spans = self._provider.force_flush(timeout_millis)
+        return (self._events.force_flush(timeout_millis) if self._events is not None else True) and spans
 
     def shutdown(self) -> None:
         self._provider.shutdown()
+        if self._events is not None:
+            self._events.shutdown()
 
     def close(self) -> None:
         self.shutdown()

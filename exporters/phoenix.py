@@ -6,21 +6,44 @@ explanation says what the control replay from the same prefix did). On the
 trace: ``reflect_attribution`` (label = verified or unverified). Phoenix's UI shows an annotation's score in place
 of its label when it has one, so no annotation carries both: a number always sits under a name that says what it
 measured. Each has a stable ``identifier``, so posting a record again updates it instead of adding another.
+
+Phoenix takes no OTLP logs, so the OTel GenAI conventions' evaluation events (``gen_ai.evaluation.result`` log
+records, :mod:`reflect_otel.exporters.evaluation_events`) reach it through :class:`PhoenixEvaluationLogExporter`, a
+log-record exporter that writes each as an annotation of the span it is parented to; the annotation exporter writes
+a run's verdict so too (``run_verdict`` on the run's root span).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import httpx
+from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 
 from reflect_otel.errors import ReflectError
+from reflect_otel.exporters.evaluation_events import run_span, verdict_evaluation
 from reflect_otel.record import AttributionRecord, AttributionStatus, ReplayArm
+from reflect_otel.semconv import GenAIEvaluation, ReflectAttributes
 
-__all__ = ["PhoenixAnnotationError", "PhoenixAnnotationExporter", "annotation_payloads"]
+if TYPE_CHECKING:
+    from opentelemetry.sdk._logs import ReadableLogRecord
+
+    from reflect_otel.trace import StructuredTrace
+    from reflect_otel.verdict import Verdict
+
+__all__ = [
+    "PhoenixAnnotationError",
+    "PhoenixAnnotationExporter",
+    "PhoenixEvaluationLogExporter",
+    "annotation_payloads",
+    "evaluation_annotation",
+]
+
+_log = logging.getLogger(__name__)
 
 ANNOTATION_NAME = "decisive_error"
 FLIP_RATE_ANNOTATION_NAME = "replay_flip_rate"
@@ -74,6 +97,33 @@ def annotation_payloads(record: AttributionRecord) -> tuple[list[dict[str, Any]]
     trace = _annotation(record, TRACE_ANNOTATION_NAME, record.status.value, None, summary, metadata, identifier)
     del trace["span_id"]
     return spans, {"trace_id": record.trace_id, **trace}
+
+
+def evaluation_annotation(span_id: str, attributes: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A ``gen_ai.evaluation.result`` event's attributes as a Phoenix span annotation on ``span_id`` (None without
+    the required name). As above, no annotation carries both a label and a score: with both, the score goes to its
+    metadata (``score``), beside the event's other attributes."""
+    name = attributes.get(GenAIEvaluation.NAME)
+    if not name:
+        return None
+    label = attributes.get(GenAIEvaluation.SCORE_LABEL)
+    score = attributes.get(GenAIEvaluation.SCORE_VALUE)
+    result = {"label": label, "score": None if label is not None else score}
+    result["explanation"] = attributes.get(GenAIEvaluation.EXPLANATION)
+    shown = (GenAIEvaluation.NAME, GenAIEvaluation.SCORE_LABEL, GenAIEvaluation.EXPLANATION)
+    metadata = {
+        k: v for k, v in attributes.items() if k not in shown and k != ReflectAttributes.EVALUATION_ANNOTATOR_KIND
+    }
+    if label is None:
+        metadata.pop(GenAIEvaluation.SCORE_VALUE, None)
+    return {
+        "span_id": span_id,
+        "name": str(name),
+        "annotator_kind": str(attributes.get(ReflectAttributes.EVALUATION_ANNOTATOR_KIND) or "CODE"),
+        "result": result,
+        "metadata": {("score" if k == GenAIEvaluation.SCORE_VALUE else k): v for k, v in metadata.items()},
+        "identifier": f"{GenAIEvaluation.EVENT}:{name}:{span_id}",
+    }
 
 
 def _annotation(
@@ -143,6 +193,18 @@ class PhoenixAnnotationExporter:
             self._post("/v1/span_annotations", span)
         self._post("/v1/trace_annotations", trace)
 
+    def export_verdict(self, trace: StructuredTrace, verdict: Verdict) -> None:
+        """The verdict on the run's answer (``run_verdict``) on the run's span (its root, else its last step's). Raises
+        :class:`PhoenixAnnotationError`."""
+        span_id = run_span(trace)
+        payload = evaluation_annotation(span_id, verdict_evaluation(verdict)) if span_id else None
+        if payload is not None:
+            self._post("/v1/span_annotations", payload)
+
+    def post_annotation(self, payload: Mapping[str, Any]) -> None:
+        """One span annotation as Phoenix's REST API takes it. Raises :class:`PhoenixAnnotationError`."""
+        self._post("/v1/span_annotations", payload)
+
     def close(self) -> None:
         self._client.close()
 
@@ -150,3 +212,37 @@ class PhoenixAnnotationExporter:
     def from_env(cls) -> PhoenixAnnotationExporter:
         """``PHOENIX_COLLECTOR_ENDPOINT`` and ``PHOENIX_API_KEY``."""
         return cls()
+
+
+class PhoenixEvaluationLogExporter(LogRecordExporter):
+    """Writes ``gen_ai.evaluation.result`` log records as Phoenix span annotations on the span each is parented to
+    (other records, and those with no span, are left out). Give it to a ``LoggerProvider``'s batch processor, or as
+    ``AttributionSpanExporter(log_exporter=...)``. The span must be in Phoenix: an annotation of a span it has not
+    ingested yet is refused, and the batch fails (logged, as the SDK logs any export that fails)."""
+
+    def __init__(
+        self, base_url: str | None = None, *, api_key: str | None = None, client: httpx.Client | None = None
+    ) -> None:
+        self._phoenix = PhoenixAnnotationExporter(base_url, api_key=api_key, client=client)
+
+    def export(self, batch: Sequence[ReadableLogRecord]) -> LogRecordExportResult:
+        result = LogRecordExportResult.SUCCESS
+        for item in batch:
+            record = item.log_record
+            if record.event_name != GenAIEvaluation.EVENT or not record.span_id:
+                continue
+            payload = evaluation_annotation(format(record.span_id, "016x"), dict(record.attributes or {}))
+            if payload is None:
+                continue
+            try:
+                self._phoenix.post_annotation(payload)
+            except PhoenixAnnotationError as error:
+                _log.warning("annotating span %s in Phoenix failed: %s", payload["span_id"], error)
+                result = LogRecordExportResult.FAILURE
+        return result
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        self._phoenix.close()

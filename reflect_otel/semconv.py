@@ -162,19 +162,36 @@ class ReflectAttributes:
     OBSTACLE = "reflect.attribution.obstacle"
     """A not-attributable record: why its flip was not credited (``sensitive``, ``control_flipped``,
     ``no_change_of_effect``, ...)."""
+    EVALUATION_ANNOTATOR_KIND = "reflect.evaluation.annotator_kind"
+    """On a ``gen_ai.evaluation.result`` record: who judged, as Phoenix and OpenInference name it (``LLM`` when a
+    model was asked, ``CODE`` otherwise)."""
+    VERDICT_VERIFIER = "reflect.verdict.verifier"
+    """On a run's ``gen_ai.evaluation.result`` record: the verifier that judged its answer (``oracle``, ``self``,
+    ``consistency``, ...)."""
+    VERDICT_BASIS = "reflect.verdict.basis"
+    """What a verdict without an expected answer rests on (the combined verifier's deciding check)."""
     REPLAY = "reflect.replay"
     """True on the root span of a replay run that reflect-otel made: our collectors skip such traces (they are
     evidence inside an attribution record, not runs of the application), and other backends can filter on it."""
 
 
 class GenAIEvaluation:
-    """The OTel GenAI semantic conventions' evaluation event."""
+    """The OTel GenAI semantic conventions' evaluation event (open-telemetry/semantic-conventions-genai,
+    ``model/gen-ai/events.yaml``): a log record named :attr:`EVENT`, parented to the evaluated span."""
 
     EVENT = "gen_ai.evaluation.result"
     NAME = "gen_ai.evaluation.name"
+    """Required: the name of the evaluation metric."""
     SCORE_VALUE = "gen_ai.evaluation.score.value"
+    """Conditionally required (if applicable): the score, a double."""
     SCORE_LABEL = "gen_ai.evaluation.score.label"
+    """Conditionally required (if applicable): a low-cardinality reading of the score."""
     EXPLANATION = "gen_ai.evaluation.explanation"
+    """Recommended: the evaluator's free-form explanation."""
+    RESPONSE_ID = "gen_ai.response.id"
+    """Recommended when available: the evaluated completion's id, for a record with no span to parent it to."""
+    ERROR_TYPE = "error.type"
+    """Conditionally required if the evaluation ended in an error: the class of the error."""
 
 
 class ReflectMetrics:

@@ -23,7 +23,7 @@ from reflect_otel.llm.recording import CallLog, RecordingLLM, recording_agent_ca
 from reflect_otel.methods import MethodSpec
 from reflect_otel.record import AGENT_REPLAY_STAGE, AttributionMode, AttributionRecord, AttributionStatus
 from reflect_otel.replay import BudgetedReplay, ReplayAdapter, ReplayResult, TakesTaskContext, resampler
-from reflect_otel.store import AttributionStore, ReadsRecords, RecordExporter
+from reflect_otel.store import AttributionStore, ReadsRecords, RecordExporter, VerdictExporter
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 from reflect_otel.verifiers import Verifier, bound_to, bound_to_runs, is_undecided, takes_runs
@@ -254,6 +254,8 @@ class AttributionService:
         for name, exporter in self.exporters.items():
             try:
                 exporter.export(record)
+                if verdict is not None and isinstance(exporter, VerdictExporter):
+                    exporter.export_verdict(trace, verdict)
             except Exception as error:  # one broken exporter must not stop the others; the store has the record
                 _log.warning("exporting the attribution of %s to %s failed: %s", trace.trace_id, name, error)
                 failures.append((name, str(error) or type(error).__name__))

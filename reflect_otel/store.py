@@ -26,6 +26,7 @@ __all__ = [
     "JobStatus",
     "ReadsRecords",
     "RecordExporter",
+    "VerdictExporter",
     "check_store_target",
     "open_exporter",
     "open_store",
@@ -210,6 +211,15 @@ class RecordExporter(Protocol):
     def export(self, record: AttributionRecord) -> None: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class VerdictExporter(Protocol):
+    """A record exporter that also sends the verdict on each run's answer (the OTLP exporter's evaluation event on
+    the run's root span). Called after ``export`` with every verdict the service reaches, the runs judged right
+    included; raises like ``export``."""
+
+    def export_verdict(self, trace: StructuredTrace, verdict: Verdict) -> None: ...
 
 
 def open_exporter(name: str) -> RecordExporter:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -33,6 +34,9 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if os.environ.get("REFLECT_TEST_PHOENIX_URL"):  # a Phoenix already running (while writing a test)
+        yield os.environ["REFLECT_TEST_PHOENIX_URL"]
+        return
     if importlib.util.find_spec("phoenix") is None:
         message = "Phoenix is not installed: pip install 'reflect-otel[phoenix]'"
         if os.environ.get("CI"):
@@ -117,7 +121,10 @@ def test_attribution_is_annotated_on_the_decisive_span(phoenix: str, instrumente
     (rate,) = [a for a in spans if a["name"] == "replay_flip_rate"]
     assert record.confidence is not None and rate["result"]["score"] == pytest.approx(record.confidence)
     assert annotation["metadata"]["confidence"].endswith("(measured)")
-    assert "Lyon instead of Paris" in annotation["result"]["explanation"]
+    # the explanation: the evidence of the replays, then the auditor's reading (its diagnosis is skipped when the
+    # evidence proves the step: 2554a0f)
+    assert annotation["result"]["explanation"] == record.explanation
+    assert record.explanation.startswith('Step 1 did: lookup_population({"city": "Lyon"})')
     # step 1 regenerated with nothing kept before it (the rollback point counts the kept steps)
     assert annotation["metadata"]["rollback_point"] == 0 and annotation["metadata"]["flipped"] is True
     assert annotation["identifier"] == f"reflect:reflect:{trace_id}"
@@ -176,6 +183,85 @@ def test_an_unverified_attribution_is_annotated_as_a_hypothesis_without_a_score(
     (summary,) = [a for a in traces if a["name"] == "reflect_attribution"]
     assert (summary["result"]["label"], summary["result"]["score"]) == ("unverified", None)
     annotator.close()
+
+
+def _spans(phoenix: str, trace_id: str) -> list[dict[str, Any]]:
+    response = httpx.get(f"{phoenix}/v1/projects/default/spans", params={"trace_id": trace_id, "limit": 1000})
+    data: list[dict[str, Any]] = response.json().get("data", [])
+    return [s for s in data if s["context"]["trace_id"] == trace_id]
+
+
+def _span_ids(phoenix: str, trace_id: str) -> set[str]:
+    return {s["context"]["span_id"] for s in _spans(phoenix, trace_id)}
+
+
+def _annotations_of(phoenix: str, span_id: str) -> list[dict[str, Any]]:
+    response = httpx.get(f"{phoenix}/v1/projects/default/span_annotations", params={"span_ids": span_id})
+    data: list[dict[str, Any]] = response.json()["data"]
+    return data
+
+
+def test_evaluation_events_show_on_the_judged_spans(phoenix: str, instrumented: Instrumented) -> None:
+    """An attribution and the run's verdict as ``gen_ai.evaluation.result`` log records through the Logs API, which
+    Phoenix shows as annotations of the spans they are parented to (the decisive step's, the run's root); the
+    evaluator span, with its span event, sits under the decisive step."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    from reflect_otel.exporters.attribution_spans import AttributionSpanExporter
+    from reflect_otel.exporters.evaluation_events import explanation
+    from reflect_otel.exporters.phoenix import PhoenixAnnotationExporter, PhoenixEvaluationLogExporter
+    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
+
+    graph = replay_agents.build_graph()
+    before = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()}
+    assert replay_agents.run_graph(graph, "phoenix-events") == replay_agents.WRONG
+    (trace_id,) = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()} - before
+    exporter = OTLPSpanExporter(endpoint=f"{phoenix}/v1/traces")
+    exporter.export(instrumented.spans_of(trace_id))
+    exporter.shutdown()
+    trace = instrumented.assembled(trace_id)
+    record = ReflectPipeline(
+        replay_agents.scripted_auditor(), verifier=OracleVerifier(), config=ReflectConfig(gate=GateMode.HARD)
+    ).attribute(trace, expected="2101000", replay=LangGraphReplayAdapter(graph, tracer_provider=instrumented.provider))
+    assert record.status is AttributionStatus.VERIFIED and record.span_id and record.original_verdict
+    assert trace.root_span_id
+
+    deadline = time.monotonic() + 60
+    while trace.root_span_id not in _span_ids(phoenix, trace_id):  # Phoenix ingests spans asynchronously
+        assert time.monotonic() < deadline, "Phoenix did not ingest the run's spans within 60 s"
+        time.sleep(0.5)
+    events = AttributionSpanExporter(
+        OTLPSpanExporter(endpoint=f"{phoenix}/v1/traces"), log_exporter=PhoenixEvaluationLogExporter(phoenix)
+    )
+    events.export(record)
+    events.export_verdict(trace, record.original_verdict)
+    assert events.force_flush()
+    events.shutdown()
+    while len(_span_ids(phoenix, trace_id)) == len(instrumented.spans_of(trace_id)):  # the evaluator span, ingested
+        assert time.monotonic() < deadline, "Phoenix did not ingest the evaluator span within 60 s"
+        time.sleep(0.5)
+    (decisive,) = _annotations_of(phoenix, record.span_id)
+    assert decisive["name"] == "decisive_error" and decisive["annotator_kind"] == "LLM"
+    assert (decisive["result"]["label"], decisive["result"]["score"]) == ("incorrect_problem_identification", None)
+    assert decisive["metadata"]["score"] == pytest.approx(record.confidence)  # the measured rate, beside the label
+    assert decisive["metadata"]["reflect.attribution.status"] == "verified"
+    assert decisive["result"]["explanation"] == explanation(record)  # the event's, which starts with the evidence
+    assert decisive["result"]["explanation"].startswith('Step 1 did: lookup_population({"city": "Lyon"})')
+    (verdict,) = _annotations_of(phoenix, trace.root_span_id)
+    assert (verdict["name"], verdict["annotator_kind"]) == ("run_verdict", "CODE")
+    assert (verdict["result"]["label"], verdict["result"]["explanation"]) == (
+        "incorrect",
+        record.original_verdict.reasoning,
+    )
+    # the annotation exporter (--export phoenix) writes the same verdict annotation: an update, not a second one
+    annotator = PhoenixAnnotationExporter(phoenix)
+    annotator.export_verdict(trace, record.original_verdict)
+    annotator.close()
+    assert [a["id"] for a in _annotations_of(phoenix, trace.root_span_id)] == [verdict["id"]]
+    # the evaluator span: in the judged trace, under the decisive step, its gen_ai.evaluation.result event kept
+    (evaluator,) = [s for s in _spans(phoenix, trace_id) if s["name"].startswith("reflect.attribution")]
+    assert evaluator["parent_id"] == record.span_id
+    assert [e["name"] for e in evaluator["events"]] == ["gen_ai.evaluation.result"]
 
 
 def test_phoenix_down_is_a_clear_error() -> None:
