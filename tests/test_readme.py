@@ -74,7 +74,7 @@ def test_the_first_screen_holds_the_two_commands_their_cost_and_the_demo_and_the
     first = "\n".join(lines[:60])
     setup = "CMAKE_ARGS=\"-DGGML_NATIVE=OFF\" pip install -e '.[dev,local]' && reflect-otel demo"
     assert setup in first and "\npython -m pytest\n" in first
-    assert "1.1 GB" in first and "5 to 8 minutes" in first and "2 min 29 s" in first  # the build, download, demo
+    assert "1.1 GB" in first and "5 to 8 minutes" in first and "2 min 18 s" in first  # the build, download, demo
     assert "```text\n" in first and "verified (controlled replay)" in first  # what the demo prints
     assert "## What a verified step means" in README
     assert not re.search(r"\bissues? \d", README, flags=re.IGNORECASE)
