@@ -4,7 +4,8 @@
 ``reflect_otel.store.AttributionStore``; needs ``pip install 'reflect-otel[postgresql]'`` (psycopg 3).
 
 One writer thread per store owns a connection; a batch is one transaction: per table, one DELETE of the batch's
-keys (joined against arrays of them) and one COPY of its rows, so no statement runs per row. Reads use a
+keys (joined against arrays of them) and one COPY of its rows, so no statement runs per row (the jobs: one upsert
+that never takes a job back). Reads use a
 connection of their own. Migrations run under a transaction-scoped advisory lock, so collectors starting together
 migrate once. A killed process leaves each write whole or absent (PostgreSQL's transactions).
 
@@ -24,7 +25,7 @@ from typing import Any
 
 from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.exporters._batched_store import BatchedStore
-from reflect_otel.exporters._store_rows import KEYS, PARENT, Write, later_jobs, migrations_to_apply
+from reflect_otel.exporters._store_rows import KEYS, PARENT, Write, migrations_to_apply
 from reflect_otel.exporters.postgres_schema import MIGRATIONS, SCHEMA_VERSION
 from reflect_otel.exporters.postgres_schema import VIEWS as PG_VIEWS
 
@@ -154,6 +155,28 @@ def _grant_reader(connection: Any) -> None:
         connection.execute(f"GRANT {READER_ROLE} TO current_user")
 
 
+_JOB_TYPES = {
+    "trace_id": "text", "status": "text", "attempts": "int", "expected_answer": "text", "reason": "text",
+    "updated_at": "timestamptz",
+}  # fmt: skip
+
+
+def _rank(row: str) -> str:
+    return f"CASE {row}.status WHEN 'pending' THEN 0 WHEN 'running' THEN 1 ELSE 2 END"
+
+
+_UPSERT_JOBS = (
+    f"INSERT INTO attribution_jobs ({', '.join(_JOB_TYPES)}) "
+    f"SELECT * FROM unnest({', '.join(f'%s::{t}[]' for t in _JOB_TYPES.values())}) "
+    "ON CONFLICT (trace_id) DO UPDATE SET "
+    + ", ".join(f"{name} = excluded.{name}" for name in list(_JOB_TYPES)[1:])
+    + f" WHERE (coalesce(attribution_jobs.attempts, 0), {_rank('attribution_jobs')}) "
+    f"<= (coalesce(excluded.attempts, 0), {_rank('excluded')})"
+)
+"""Job rows upserted, a stored row replaced only by a write not below it: (attempts, pending < running < done or
+failed), as :func:`~reflect_otel.exporters._store_rows.later_jobs` says."""
+
+
 class PostgresStore(BatchedStore):
     """Opens (migrating) the store at ``url`` (``postgresql://user@host:port/database``)."""
 
@@ -199,18 +222,22 @@ class PostgresStore(BatchedStore):
                 if owners:
                     self._replace(parent, owners)
 
+    def _upsert_jobs(self, owners: list[Write]) -> None:
+        """The job rows of ``owners`` in one statement, each replacing the stored row unless that would take the job
+        back (the rule of :func:`~reflect_otel.exporters._store_rows.later_jobs`, applied by the server under the
+        row's lock, so two workers' writes of one job are compared one after the other)."""
+        names = list(owners[0].tables["attribution_jobs"])
+        if names != list(_JOB_TYPES):
+            raise RuntimeError(f"attribution_jobs columns {names} are not {list(_JOB_TYPES)}")
+        arrays = [[value for w in owners for value in w.tables["attribution_jobs"][name]] for name in names]
+        self._db.execute(_UPSERT_JOBS, arrays)
+
     def _replace(self, parent: str, owners: list[Write]) -> None:
-        """Delete the rows of the keys of ``owners`` from every table they own rows in, then COPY their rows. A job
-        write that would take its job back is left out (:func:`~reflect_otel.exporters._store_rows.later_jobs`;
-        the stored rows are locked meanwhile, so two workers' writes of one job are compared one after the other)."""
+        """Delete the rows of the keys of ``owners`` from every table they own rows in, then COPY their rows (jobs:
+        :meth:`_upsert_jobs`)."""
         if parent == "attribution_jobs":
-            stored = self._db.execute(
-                "SELECT trace_id, status, attempts FROM attribution_jobs WHERE trace_id = ANY(%s) FOR UPDATE",
-                [[w.key[0] for w in owners]],
-            ).fetchall()
-            owners = later_jobs(owners, {row[0]: (row[1], row[2]) for row in stored})
-            if not owners:
-                return
+            self._upsert_jobs(owners)
+            return
         columns = KEYS[parent]
         arrays = [[w.key[i] for w in owners] for i in range(len(columns))]
         unnest = ", ".join("%s::text[]" for _ in columns)

@@ -92,11 +92,20 @@ class _Lease:
         self.queue = queue
         self.job_id = job_id
         self.worker_id = worker_id
+        self.confirmed_at = time.monotonic()  # procrastinate has just handed it over
+
+    @property
+    def fresh(self) -> bool:
+        """Confirmed within the last :meth:`SharedQueue.fresh_s` seconds: a tenth of the heartbeat timeout (at
+        most 1 s), well before another worker could take the job, so a fast job costs no query per request."""
+        return time.monotonic() - self.confirmed_at < self.queue.fresh_s
 
     def confirm(self) -> None:
         """Return when the job is still this worker's; wait while the store is out of reach; raise
         :class:`JobReleased` when another worker has it, when the store stayed away longer than the heartbeat
         timeout (another worker has it by now), or when the worker is stopping."""
+        if self.fresh:
+            return
         queue = self.queue
         gave_up_at: float | None = None
         tries = 0
@@ -124,6 +133,8 @@ class _Lease:
                 continue
             if row is None or not row[0]:
                 raise JobReleased("another worker took the job (this one was taken for stopped)")
+            self.confirmed_at = time.monotonic()
+            queue.confirmed[self.job_id] = self.confirmed_at
             return
 
     def take_slot(self, key: int, slots: int) -> int:
@@ -175,6 +186,9 @@ class SharedQueue:
         self._lease_db: Any = None
         self._lease_lock = threading.Lock()
         self._released: dict[int, str] = {}
+        self.confirmed: dict[int, float] = {}
+        """When each job in hand was last confirmed this worker's (its end is recorded without asking again when
+        that was under :attr:`fresh_s` ago)."""
         self._worker: Any = None
         self._slot_key = 0
         self._slots = 0
@@ -325,6 +339,7 @@ class SharedQueue:
         def handle(context: Any, trace_id: str) -> None:
             job_id = context.job.id
             self._lease = _Lease(self, job_id, context.job.worker_id)
+            self.confirmed[job_id] = self._lease.confirmed_at
             try:
                 self._attribute(trace_id, worker, store, retaken=context.job.attempts)
             except JobReleased as released:
@@ -364,6 +379,10 @@ class SharedQueue:
         while not store.flush(5):  # the record and the job's end are written before procrastinate hears of it
             if self._lease is not None:
                 self._lease.confirm()
+
+    @property
+    def fresh_s(self) -> float:
+        return min(1.0, self.stalled_after_s / 10)
 
     def _stop(self) -> None:
         self.stopping.set()
@@ -468,11 +487,13 @@ def _lease_keeping_worker(queue: SharedQueue) -> Any:
             self, job: Any, status: Any, retry_decision: Any, context: Any, job_result: Any
         ) -> None:
             released = queue._released.pop(job.id, None)
+            confirmed = queue.confirmed.pop(job.id, None)
+            fresh = released is None and confirmed is not None and time.monotonic() - confirmed < queue.fresh_s
             pauses = _backoff()
             said = False
             while True:
                 try:
-                    if not await queue.holds(job.id, job.worker_id):
+                    if not fresh and not await queue.holds(job.id, job.worker_id):
                         _log.warning("job %s is another worker's now; leaving it to that worker", job.id)
                         return
                     if released is not None:
@@ -481,6 +502,7 @@ def _lease_keeping_worker(queue: SharedQueue) -> Any:
                     await super()._persist_job_status(job, status, retry_decision, context, job_result)
                     return
                 except Exception as error:
+                    fresh = False  # time passes: ask again
                     if queue.stopping.is_set():
                         _log.warning("job %s: its end is not recorded (%s); it is queued again once this worker's "
                                      "heartbeat stops", job.id, error)  # fmt: skip
