@@ -10,8 +10,9 @@ loop's ``client``, nothing said of determinism (on the embedded server it counts
 
     REFLECT_LOCAL_THREADS=1 nice -n 19 python -m benchmarks.tool_loop_agent --runs 10 --attribute 1
 
-Prints one line per run and per attribution, then ``tool_loop runs=N native=K right=R`` and, per attribution,
-``attributed=... deterministic=... replays=... tests=...``. ``--deadline-min`` stops starting new work after that
+Prints one line per run, then ``tool_loop runs=N native=K right=R``, then one line per attribution
+(``attributed=... deterministic=... budget=... replays=N (per arm) tests=T``, T the rollback points tested under
+control), and last ``tool_loop_native_share=K/N``. ``--questions 5,7`` runs those questions only. ``--deadline-min`` stops starting new work after that
 many minutes (the figures printed so far stand). Needs ``pip install 'reflect-otel[local]'`` (or an endpoint in
 ``REFLECT_LLM_BASE_URL``), and the OpenInference OpenAI instrumentation (``[openai]``).
 """
@@ -24,8 +25,11 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
+
+from benchmarks._common import add_smoke_option, smoke_sizes
 
 BOOKS: dict[str, dict[str, Any]] = {
     "b1": {"title": "The Glass Orchard", "author_id": "a1", "year": 2011, "price_usd": 18.5, "pages": 312},
@@ -63,8 +67,8 @@ QUESTIONS: tuple[tuple[str, str], ...] = (
 )
 
 SYSTEM = (
-    "You answer questions about a bookshop's catalogue with the tools. Look things up; never guess. When you know "
-    "the answer, call final_answer with it."
+    "You answer questions about a bookshop's catalogue with the tools. Find a book's id with search_books first; "
+    "never guess an id. When you know the answer, call final_answer with it."
 )
 
 
@@ -84,7 +88,12 @@ def _tool(name: str, description: str, **properties: str) -> dict[str, Any]:
 
 
 TOOLS: list[dict[str, Any]] = [
-    _tool("search_books", "Books whose title contains the text: their ids and titles.", text="string"),
+    _tool(
+        "search_books",
+        "Books whose title contains the text: their ids and titles, at most max_results of them.",
+        text="string",
+        max_results="integer",
+    ),
     _tool("get_book", "A book by id: title, author_id, year, price_usd, pages.", book_id="string"),
     _tool("get_author", "An author by id: name, born (year), country.", author_id="string"),
     _tool("get_reviews", "A book's review scores (1 to 5) and their average.", book_id="string"),
@@ -113,7 +122,8 @@ def execute_tool(name: str, arguments: dict[str, Any]) -> str:
 def _run(name: str, arguments: dict[str, Any]) -> Any:
     if name == "search_books":
         text = str(arguments.get("text", "")).casefold().strip(" '\"")
-        return {"books": [{"id": k, "title": b["title"]} for k, b in BOOKS.items() if text in b["title"].casefold()]}
+        found = [{"id": k, "title": b["title"]} for k, b in BOOKS.items() if text in b["title"].casefold()]
+        return {"books": found[: max(1, int(arguments.get("max_results") or 5))]}
     if name == "get_book":
         book = BOOKS.get(str(arguments.get("book_id")))
         return {"id": arguments.get("book_id"), **book} if book else {"error": "no such book id"}
@@ -139,7 +149,7 @@ def _run(name: str, arguments: dict[str, Any]) -> Any:
     return {"error": f"no tool {name!r}"}
 
 
-_WRITTEN_CALL = re.compile(r"<tool|\{\s*\"name\"|\b(" + "|".join(NAMES) + r")\s*[,(:]")
+_WRITTEN_CALL = re.compile(r"<tool|\{\s*\"name\"|\b(" + "|".join(NAMES) + r")\s*[,(:]", re.IGNORECASE)
 
 
 @dataclass
@@ -207,13 +217,24 @@ def _arguments(text: str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+_ARMS = ("control", "intervention", "sensitivity", "localization")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n", 1)[0])
     parser.add_argument("--runs", type=int, default=10, help="questions to run, in order (at most 10)")
+    parser.add_argument("--questions", help="comma-separated question numbers (1 to 10) to run instead, in order")
     parser.add_argument("--attribute", type=int, default=1, help="wrong runs to attribute with REFLECT (default 1)")
     parser.add_argument("--deadline-min", type=float, help="start nothing new after this many minutes")
+    add_smoke_option(parser)
     args = parser.parse_args(argv)
+    smoke_sizes(args, runs=2, attribute=1, questions=None)
     started = time.monotonic()
+    with ExitStack() as stack:
+        return _measure(args, started, stack)
+
+
+def _measure(args: argparse.Namespace, started: float, stack: ExitStack) -> int:
 
     def late() -> bool:
         return args.deadline_min is not None and time.monotonic() - started > args.deadline_min * 60
@@ -229,13 +250,29 @@ def main(argv: list[str] | None = None) -> int:
     from reflect_otel.service import AttributionService
     from reflect_otel.verifiers import OracleVerifier, judged_correct
 
-    llm = make_llm(LLMConfig.from_env())
-    client, model = chat_client(llm)  # the loop's own client, on the model the auditor uses
+    llm: Any
+    if args.smoke:  # the loop on a scripted endpoint, REFLECT's auditor scripted
+        import openai
+
+        from reflect_otel.testing.examples import scripted_auditor
+        from reflect_otel.testing.openai_server import ScriptedOpenAIServer
+
+        server = stack.enter_context(ScriptedOpenAIServer(_smoke_turn))
+        client, model = openai.OpenAI(base_url=server.base_url, api_key="smoke", max_retries=0), "scripted-model"
+        llm = scripted_auditor(localize=[2])
+    else:
+        llm = make_llm(LLMConfig.from_env())
+        client, model = chat_client(llm)  # the loop's own client, on the model the auditor uses
     provider = instrumented_provider()
-    print(f"model {llm.model_name}; {min(args.runs, len(QUESTIONS))} run(s)", flush=True)
+    chosen = (
+        [QUESTIONS[int(n) - 1] for n in args.questions.split(",") if n.strip()]
+        if args.questions
+        else list(QUESTIONS[: args.runs])
+    )
+    print(f"model {llm.model_name}; {len(chosen)} run(s)", flush=True)
     wrong: list[tuple[Any, str, Loop]] = []
     runs = native = right = 0
-    for question, expected in QUESTIONS[: args.runs]:
+    for question, expected in chosen:
         if late():
             print("deadline: no more runs", flush=True)
             break
@@ -272,17 +309,33 @@ def main(argv: list[str] | None = None) -> int:
         outcome = service.process(trace, expected=expected, replay=adapter)
         record = outcome.record
         assert record is not None
-        tests = sum(1 for a in record.replays if a.arm.value == "control")
+        tests = len({a.rollback_point for a in record.replays if a.arm.value == "control"})
+        arms = ",".join(f"{arm}:{sum(1 for a in record.replays if a.arm.value == arm)}" for arm in _ARMS)
         print(
             f"attributed={record.status.value} step={record.step_index} deterministic="
             f"{is_deterministic(BudgetedReplay(adapter, config.max_replays or 12), trace)} "
-            f"budget={config.max_replays} replays={len(record.replays)} tests={tests} "
+            f"budget={config.max_replays} replays={len(record.replays)} ({arms}) tests={tests} "
             f"agent_calls_native={agent.native_calls} written={agent.written_calls} "
             f"seconds={time.monotonic() - began:.0f} reason={record.reason[:300]!r}",
             flush=True,
         )
     service.close()
+    print(f"tool_loop_native_share={native / runs if runs else 0:.2f}", flush=True)
     return 0
+
+
+def _smoke_turn(body: dict[str, Any]) -> Any:
+    """A scripted model for ``--smoke``: it searches, reads the book, and answers the author's id (a wrong answer)."""
+    from reflect_otel.testing.openai_server import ScriptedToolCall, ScriptedTurn
+
+    results = [json.loads(m["content"]) for m in body["messages"] if m["role"] == "tool"]
+    call = f"call_{len(results)}"
+    if not results:
+        return ScriptedTurn("", [ScriptedToolCall("search_books", {"text": "orchard", "max_results": 3}, call)])
+    if "books" in results[-1] and results[-1]["books"]:
+        return ScriptedTurn("", [ScriptedToolCall("get_book", {"book_id": results[-1]["books"][0]["id"]}, call)])
+    answer = str(results[-1].get("author_id") or results[-1].get("name") or "unknown")
+    return ScriptedTurn("", [ScriptedToolCall("final_answer", {"answer": answer}, call)])
 
 
 if __name__ == "__main__":

@@ -217,6 +217,7 @@ def accepts() -> Any:
         "It is sunny in Oslo.",
         "Final answer: 42, since 6 < 7 and 7 > 6.",
         "final answer: 42",  # a tool's name, spelt otherwise
+        "Final Answer: 42",
         "get",  # the start of a tool's name, as a whole message
     ],
 )
@@ -230,6 +231,8 @@ def test_the_reply_grammar_lets_the_model_call_a_tool_or_write_a_plain_message(a
         "<tools></tools>",  # what the default model wrote where a call belonged
         "final_answer,42",  # ditto: a tool's name as text
         'final_answer({"answer": "42"})',
+        'Final_answer("42")',  # in another case (the default model wrote it so once the first was refused)
+        "GET_WEATHER for Oslo",
         '{"name": "send_email", "arguments": {}}',  # no such tool
         '<tool_call>\n{"name": "get_weather", "arguments": {}}\n</tool_call>',  # its required argument left out
         '{{"name": "get_weather", "arguments": {"city": "Oslo"}}}',

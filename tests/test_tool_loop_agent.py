@@ -31,7 +31,9 @@ def bookshop_model(body: dict[str, Any]) -> ScriptedTurn:
     results = [json.loads(m["content"]) for m in body["messages"] if m["role"] == "tool"]
     turn = len(results)
     if not results:
-        return ScriptedTurn("", [ScriptedToolCall("search_books", {"text": "glass orchard"}, f"call_{turn}")])
+        return ScriptedTurn(
+            "", [ScriptedToolCall("search_books", {"text": "glass orchard", "max_results": 3}, f"call_{turn}")]
+        )
     if "books" in results[-1]:
         book = results[-1]["books"][0]["id"]
         return ScriptedTurn("", [ScriptedToolCall("get_book", {"book_id": book}, f"call_{turn}")])

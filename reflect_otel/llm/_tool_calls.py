@@ -125,21 +125,30 @@ def _gbnf_char(char: str) -> str:
     return f"\\x{code:02x}" if code < 0x80 else (f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
 
 
+def _either_case(char: str) -> str:
+    """``char`` in either case, as a GBNF character class (a literal when it has one case only)."""
+    cases = sorted({char, char.upper()})
+    return f"[{''.join(_gbnf_char(c) for c in cases)}]" if len(cases) > 1 else f'"{_gbnf_char(char)}"'
+
+
 def _message_rules(names: list[str]) -> list[str]:
     """The rules of a plain message (``reflect-text``): text that does not begin with a tag, a JSON object, blank
-    space or one of ``names``. The names are spelt out as a trie: at each letter the message may leave every name
-    (any other character, then any text), go on along one (never to its last letter), or, past its first letter,
-    stop."""
+    space or one of ``names`` in any case (the default model wrote ``Final_answer("...")`` once ``final_answer`` was
+    refused). The names are spelt out as a trie of their lower-case letters: at each letter the message may leave
+    every name (any other character, then any text), go on along one in either case (never to its last letter), or,
+    past its first letter, stop."""
     rules: list[str] = []
     counter = itertools.count()
+    folded = {n.lower() for n in names}
 
     def node(prefix: str) -> str:
         name = f"{_RULE}-start" if not prefix else f"{_RULE}-n{next(counter)}"
-        following = sorted({n[len(prefix)] for n in names if n.startswith(prefix) and len(n) > len(prefix)})
+        following = sorted({n[len(prefix)] for n in folded if n.startswith(prefix) and len(n) > len(prefix)})
         alternatives = [
-            f'"{_gbnf_char(c)}" {node(prefix + c)}' for c in following if prefix + c not in names
+            f"{_either_case(c)} {node(prefix + c)}" for c in following if prefix + c not in folded
         ]  # a name's last letter is never written: the message would begin with the name
-        leave = "".join(_gbnf_char(c) for c in sorted(set(following) | set(_NOT_A_START if not prefix else "<")))
+        spelt = {v for c in following for v in (c, c.upper())}
+        leave = "".join(_gbnf_char(c) for c in sorted(spelt | set(_NOT_A_START if not prefix else "<")))
         alternatives.append(f"[^{leave}] {_RULE}-char*")
         body = " | ".join(alternatives)
         rules.append(f"{name} ::= {body}" if not prefix else f"{name} ::= ({body})?")
