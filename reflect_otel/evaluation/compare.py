@@ -22,7 +22,7 @@ from reflect_otel.evaluation.run_config import read_json_object
 __all__ = ["Run", "chart_svg", "compare_markdown", "load_runs"]
 
 LIVE = "wtq-live"
-Kind = Literal["dataset", "live", "localization"]
+Kind = Literal["dataset", "live", "localization", "pending"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +72,10 @@ def _runs_in(folder: Path) -> list[Run]:
         note = "a localization benchmark's output (python -m benchmarks.localization), shown as it was written"
         return [Run(folder.name, "localization", {}, folder, note, table)]
     inside = sorted(sub for sub in folder.iterdir() if sub.is_dir() and (sub / "run_config.json").is_file())
-    return [run for sub in inside for run in _run(sub)]
+    runs = [run for sub in inside for run in _run(sub)]
+    if not runs and (folder / "README.md").is_file():  # a run written down before it started: nothing to compare yet
+        return [Run(folder.name, "pending", {}, folder, "no run in it yet: its README.md says how it will be made")]
+    return runs
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
@@ -169,6 +172,8 @@ def compare_markdown(runs: list[Run]) -> str:
     for run in runs:
         if run.kind == "localization":
             parts.append(f"{run.label}:\n\n{run.table.rstrip()}\n")
+        if run.kind == "pending":
+            parts.append(f"{run.label}: no figures yet\n")
     notes = sorted({f"- {run.folder}: {run.note}" for run in runs if run.note})
     if notes:
         parts.append("\n".join(notes) + "\n")
