@@ -210,6 +210,36 @@ def test_replay_from_in_python_gives_the_same_record(on_the_session_provider: In
         check_edit(trace, ManualEdit.of(9, call=FIRST))
 
 
+def test_the_agents_own_step_resampled_is_tested_as_a_change(on_the_session_provider: Instrumented) -> None:
+    """``--resample K``: the agent's own decisions at the step, asked with no hint and sampled; each distinct one is
+    executed and tested under the rule like a change the user wrote."""
+    from reflect_otel.demo.table_agent import TableQAAgent
+    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
+
+    def sampled(request: ScriptedRequest) -> dict[str, Any]:  # asked to sample, it filters on the right value
+        if request.temperature and not any(m.content.startswith("Result of ") for m in request.messages):
+            action = {"tool": "filter_rows", "table": "t0", "column": "Position", "op": "=", "value": "1st"}
+            return {"thought": "first places", "action": action}
+        return table_model(request)
+
+    llm = ScriptedLLM(respond=sampled)
+    trace = table_run(on_the_session_provider, llm, thread="manual-resample")
+    agent = TableQAAgent(nt1(), llm, max_steps=6)
+    agent.restore(trace)
+    adapter = LangGraphReplayAdapter(
+        agent.graph,
+        tracer_provider=on_the_session_provider.provider,
+        recursion_limit=agent.recursion_limit,
+        deterministic=True,
+        pure_tools=tuple(agent.tools),
+        restore_state=agent.rewind,
+    )
+    record = reflect_otel.replay_from(trace, 1, resample=2, replay=adapter, expected=nt1().expected)
+    assert record.status is AttributionStatus.VERIFIED and record.corrected_answer == RIGHT
+    assert record.verified_by is not None and record.verified_by.source == "proposal:resample"
+    assert sum(1 for r in llm.requests if r.temperature) == 2  # the two samples asked for
+
+
 # -- the SQL agent: an OpenAI tool loop ---------------------------------------------------------------------------
 
 WRONG_SQL = """SELECT "Venue" FROM data WHERE "Position" = '1' ORDER BY "Year" DESC LIMIT 1"""
