@@ -13,14 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from reflect_otel.attribution.pipeline import ReflectPipeline
 from reflect_otel.datasets import DatasetItem, read_bbm
 from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.demo.examples import example_path
 from reflect_otel.llm.base import StructuredLLM
-from reflect_otel.pipeline import ReflectPipeline
+from reflect_otel.reading.spans import SpanRecord
 from reflect_otel.record import AttributionRecord, LLMCall
 from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
-from reflect_otel.spans import SpanRecord
 from reflect_otel.testing import ScriptedLLM, ScriptedRequest
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -9,9 +9,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from reflect_otel._stats import auroc, wilson
-from reflect_otel.flag_score import ScoreMap, fit_score_map, flagged, recall_threshold
-from reflect_otel.run_features import Feature, RunFeatures
+from reflect_otel.flagging._stats import auroc, wilson
+from reflect_otel.flagging.flag_score import ScoreMap, fit_score_map, flagged, recall_threshold
+from reflect_otel.flagging.run_features import Feature, RunFeatures
 
 __all__ = [
     "Scored",

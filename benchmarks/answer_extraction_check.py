@@ -1,5 +1,5 @@
 """Which labelled runs the judge's answer extraction changes: each run of an ``eval --benchmark wtq-live`` folder
-judged again by :func:`reflect_otel.judge.judge_answer` (right / wrong / undecided) beside the label its row was
+judged again by :func:`reflect_otel.flagging.judge.judge_answer` (right / wrong / undecided) beside the label its row was
 written with (``correct``), for reading every changed run by hand. No model is called; the results files are only
 read.
 
@@ -24,7 +24,7 @@ from typing import Any
 from benchmarks._common import add_smoke_option
 from reflect_otel.evaluation.live import RESULTS
 from reflect_otel.evaluation.runner import read_done
-from reflect_otel.judge import Judgement, judge_answer
+from reflect_otel.flagging.judge import Judgement, judge_answer
 
 _OLD = {True: "right", False: "wrong", None: "undecided"}
 CHANGES = ("wrong->right", "wrong->undecided", "right->wrong", "right->undecided")

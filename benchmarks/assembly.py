@@ -13,8 +13,8 @@ import argparse
 from collections import defaultdict
 
 from benchmarks._common import add_smoke_option, interleaved, smoke_sizes, synthetic_trace
-from reflect_otel.assembly import assemble_trace
-from reflect_otel.spans import SpanRecord
+from reflect_otel.reading.assembly import assemble_trace
+from reflect_otel.reading.spans import SpanRecord
 
 
 def group_and_sort(traces: list[list[SpanRecord]]) -> None:

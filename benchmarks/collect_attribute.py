@@ -19,16 +19,16 @@ from pathlib import Path
 
 from benchmarks._common import add_smoke_option, post_protobuf, scripted_llm, smoke_sizes, synthetic_trace
 from benchmarks.receiver import encode
+from reflect_otel.attribution.methods import method_spec
+from reflect_otel.attribution.service import AttributionService
 from reflect_otel.collectors.receiver import OTLPReceiver
 from reflect_otel.collectors.trace_collector import BufferLimits
 from reflect_otel.exporters.duckdb_store import DuckDBStore
+from reflect_otel.flagging.proxy_verifier import EvidenceVerifier, PlanAnchoredVerifier
+from reflect_otel.flagging.verifiers import OracleVerifier, Verifier
 from reflect_otel.llm.factory import NoModel
-from reflect_otel.methods import method_spec
 from reflect_otel.online.work import AttributionWorker
-from reflect_otel.proxy_verifier import EvidenceVerifier, PlanAnchoredVerifier
-from reflect_otel.service import AttributionService
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.verifiers import OracleVerifier, Verifier
 
 
 def _receive(bodies: list[bytes], traces: int, verifier: Verifier | None) -> tuple[float, float, int]:

@@ -30,9 +30,9 @@ from benchmarks._common import add_smoke_option, smoke_sizes, synthetic_trace
 from reflect_otel.collectors.receiver import OTLPReceiver
 from reflect_otel.collectors.trace_collector import BufferLimits
 from reflect_otel.exporters.duckdb_store import DuckDBStore
-from reflect_otel.spans import SpanRecord
+from reflect_otel.reading.spans import SpanRecord
+from reflect_otel.reading.tracefile import TraceWriter
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.tracefile import TraceWriter
 
 _RESOURCE = Resource.create({"service.name": "collector-path-benchmark"})
 

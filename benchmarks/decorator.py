@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 import reflect_otel
 from benchmarks._common import add_smoke_option, interleaved, smoke_sizes
 from reflect_otel.llm.factory import NoModel
-from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes
+from reflect_otel.reading.semconv import OpenInferenceSpanKindValues, SpanAttributes
 
 
 def make_agent(provider: TracerProvider, turns: int, work: int):  # type: ignore[no-untyped-def]

@@ -25,9 +25,9 @@ import duckdb
 import pyarrow as pa
 
 from benchmarks._common import add_smoke_option, smoke_sizes, synthetic_trace
-from reflect_otel.assembly import assemble_trace
 from reflect_otel.exporters._store_rows import trace_rows
 from reflect_otel.exporters.duckdb_store import VIEWS, DuckDBStore, migrate
+from reflect_otel.reading.assembly import assemble_trace
 from reflect_otel.record import AttributionStatus, ErrorType
 from reflect_otel.testing.examples import verified_attribution
 from reflect_otel.trace import StructuredTrace

@@ -8,7 +8,7 @@ map of the trace's features), ``proxy`` (the plan-anchored verifier: evidence, t
 agent run again, at most ``--samples`` times at ``--temperature``, stopped once one side leads by ``--stop-lead``;
 its score the share of resamples that did not reproduce the answer in substance, or the fitted map of the resample
 features) and ``combined`` (evidence, then the consistency score on every feature, then the audit where no check
-decided; see ``reflect_otel.flagging``).
+decided; see ``reflect_otel.flagging.combined``).
 
 Runs: ``--live RESULTS`` reads the ``results.jsonl`` of an ``eval --benchmark wtq-live`` run, each run once (the
 file has a row per finished method; the last row of a question wins), right and wrong runs as they came, each
@@ -26,7 +26,7 @@ written (``--calibration-out``; by default ``DIR/calibration.json``): per verifi
 the threshold at which that map flagged ``--recall`` of its wrong runs, the precision per basis of the
 ``--calibrate`` verifier's verdicts, and the runs' question ids. A second sample, drawn after it, is then scored with
 ``--calibration FILE``, which refuses any run the file was fitted on, and reports what each feature adds. Without
-``--calibration`` the scores are the uncalibrated ones (``reflect_otel.flag_score``). ``--cross-validate K`` scores a
+``--calibration`` the scores are the uncalibrated ones (``reflect_otel.flagging.flag_score``). ``--cross-validate K`` scores a
 single sample by maps fitted on its other folds: a design estimate, never the result.
 
 Long: every model call and agent run is kept in ``--out DIR/flagging.jsonl`` as it finishes (with ``--live``, by
@@ -60,27 +60,33 @@ from benchmarks._flag_report import (
     out_of_fold_scores,
     samples_line,
 )
-from reflect_otel.calibration import BASES, CalibrationSample, ConfidenceCalibration
-from reflect_otel.consistency import (
+from reflect_otel.datasets.bbm import BBMVerifier, read_bbm
+from reflect_otel.errors import ConfigError
+from reflect_otel.evaluation.run_config import write_run_config
+from reflect_otel.flagging.calibration import BASES, CalibrationSample, ConfidenceCalibration
+from reflect_otel.flagging.combined import CombinedVerifier
+from reflect_otel.flagging.consistency import (
     ConsistencyVerifier,
     consistency_basis,
     consistency_verdict,
     revoted,
     sequential_stop,
 )
-from reflect_otel.datasets.bbm import BBMVerifier, read_bbm
-from reflect_otel.errors import ConfigError
-from reflect_otel.evaluation.run_config import write_run_config
-from reflect_otel.evidence import find_evidence
-from reflect_otel.flag_score import VERIFIER_FEATURES, ScoreMap, fit_score_map, recall_threshold, uncalibrated_score
-from reflect_otel.flagging import CombinedVerifier
-from reflect_otel.judge import Outcome, judge_answer
+from reflect_otel.flagging.evidence import find_evidence
+from reflect_otel.flagging.flag_score import (
+    VERIFIER_FEATURES,
+    ScoreMap,
+    fit_score_map,
+    recall_threshold,
+    uncalibrated_score,
+)
+from reflect_otel.flagging.judge import Outcome, judge_answer
+from reflect_otel.flagging.proxy_verifier import PlanAnchoredVerifier, ProxyVerifierConfig, critical_evidence_verdict
+from reflect_otel.flagging.run_features import Feature, RunFeatures, run_features
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.factory import NoModel, make_llm
 from reflect_otel.llm.recording import CallLog, RecordingLLM
-from reflect_otel.proxy_verifier import PlanAnchoredVerifier, ProxyVerifierConfig, critical_evidence_verdict
 from reflect_otel.replay import SamplesRuns, resampler
-from reflect_otel.run_features import Feature, RunFeatures, run_features
 from reflect_otel.settings import settings as reflect_settings
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import ConsistencyCheck, Verdict
@@ -378,7 +384,7 @@ class Bench:
 def score_of(
     name: str, run: Labelled, measured: Measured, check: ConsistencyCheck | None, calibration: ConfidenceCalibration
 ) -> float | None:
-    """The score the verifier ``name`` gives the run online (``reflect_otel.flagging``), on ``calibration``'s
+    """The score the verifier ``name`` gives the run online (``reflect_otel.flagging.combined``), on ``calibration``'s
     fitted map where it holds one: the evidence verifier 1 on a critical finding, else its map of the trace's
     features; the consistency verifier its check's map or share of resamples not reproducing the answer; the
     combined verifier 1 on a critical finding, else as the consistency verifier on every feature, else (no check

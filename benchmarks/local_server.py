@@ -24,12 +24,12 @@ from benchmarks._common import (
     scripted_llm,
     smoke_sizes,
 )
+from reflect_otel.attribution.pipeline import ReflectPipeline
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.datasets import DatasetItem
 from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.llm.local import LocalLlamaServer, local_llm
 from reflect_otel.llm.models import resolve_local_model
-from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.record import AttributionRecord
 
 SERVERS = {"all-logits (llama-cpp-python's default)": True, "last-logits (ours)": False}

@@ -26,18 +26,19 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import add_smoke_option, scripted_llm
-from reflect_otel import prompts, stages
-from reflect_otel._run import AttributionRun
-from reflect_otel.baselines import BASELINES
+from reflect_otel import prompts
+from reflect_otel.attribution import stages
+from reflect_otel.attribution._run import AttributionRun
+from reflect_otel.attribution.baselines import BASELINES
 from reflect_otel.config import ReflectConfig
 from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.demo.examples import example_path
 from reflect_otel.errors import LLMError
 from reflect_otel.evaluation.loaders import BENCHMARKS, EvalItem, load_benchmark
 from reflect_otel.evaluation.metrics import Prediction, compute_metrics, mean_se
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.factory import NoModel, make_llm
-from reflect_otel.verifiers import OracleVerifier
 
 FREE = ("evidence", "first-step", "last-step")
 METHODS = (*FREE, "aao", "localize", "localize-no-evidence")

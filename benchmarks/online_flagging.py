@@ -26,7 +26,7 @@ from benchmarks._common import add_smoke_option, scripted_llm, smoke_sizes
 from reflect_otel.demo.table_agent import TableQAAgent
 from reflect_otel.demo.wtq import load_questions
 from reflect_otel.exporters.duckdb_store import connect_read_only
-from reflect_otel.judge import judge_answer
+from reflect_otel.flagging.judge import judge_answer
 from reflect_otel.llm.factory import make_llm
 
 _RIGHT = {True: "yes", False: "no", None: "undecided"}

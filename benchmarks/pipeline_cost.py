@@ -9,12 +9,12 @@ import argparse
 from typing import Any
 
 from benchmarks._common import add_smoke_option, scripted_reply, smoke_sizes
-from reflect_otel.baselines import BASELINES
+from reflect_otel.attribution.baselines import BASELINES
+from reflect_otel.attribution.pipeline import ReflectPipeline
 from reflect_otel.config import ReflectConfig
 from reflect_otel.datasets import read_bbm
 from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.demo.examples import example_path
-from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
 from reflect_otel.testing import ScriptedLLM
 

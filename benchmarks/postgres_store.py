@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import add_smoke_option, smoke_sizes, synthetic_trace
-from reflect_otel.assembly import assemble_trace
 from reflect_otel.exporters._store_rows import PARENT, trace_rows
 from reflect_otel.exporters.postgres_store import PostgresStore, connect_postgres
 from reflect_otel.llm.local import free_port
+from reflect_otel.reading.assembly import assemble_trace
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedTurn
 from reflect_otel.testing.otlp_bodies import wrong_run_body
 from reflect_otel.testing.postgres import PostgresServer

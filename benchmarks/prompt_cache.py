@@ -21,12 +21,12 @@ from benchmarks._common import (
     scripted_llm,
     smoke_sizes,
 )
+from reflect_otel.attribution.pipeline import ReflectPipeline
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.datasets import DatasetItem
 from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.local import LocalLlamaServer, local_llm
-from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.record import AttributionRecord
 
 Layout = Literal["shared_prefix", "per_stage"]

@@ -15,7 +15,7 @@ from benchmarks._common import add_smoke_option, post_protobuf, smoke_sizes, syn
 from reflect_otel.collectors.otlp import decode_protobuf
 from reflect_otel.collectors.receiver import OTLPReceiver
 from reflect_otel.collectors.trace_collector import BufferLimits
-from reflect_otel.spans import SpanRecord
+from reflect_otel.reading.spans import SpanRecord
 
 
 def encode(traces: list[list[SpanRecord]]) -> bytes:

@@ -20,7 +20,7 @@ from typing import Any
 
 from benchmarks import _contention as contention
 from benchmarks._common import RESULTS, add_smoke_option
-from reflect_otel.corrections import RULES
+from reflect_otel.attribution.corrections import RULES
 from reflect_otel.evaluation.live import live_metrics, live_metrics_markdown
 from reflect_otel.evaluation.metrics import metrics_markdown
 from reflect_otel.evaluation.run_config import code_line

@@ -239,16 +239,16 @@ def _measure(args: argparse.Namespace, started: float, stack: ExitStack) -> int:
     def late() -> bool:
         return args.deadline_min is not None and time.monotonic() - started > args.deadline_min * 60
 
-    from reflect_otel.capture import recorded_run
+    from reflect_otel.attribution.methods import method_spec
+    from reflect_otel.attribution.service import AttributionService
     from reflect_otel.config import LLMConfig, ReflectConfig
     from reflect_otel.demo.sql_agent import chat_client
+    from reflect_otel.flagging.verifiers import OracleVerifier, judged_correct
     from reflect_otel.llm.factory import make_llm
-    from reflect_otel.methods import method_spec
     from reflect_otel.online.setup import instrumented_provider
+    from reflect_otel.reading.capture import recorded_run
     from reflect_otel.replay import BudgetedReplay, is_deterministic
     from reflect_otel.replay_adapters.openai_loop import OpenAIToolLoopReplayAdapter
-    from reflect_otel.service import AttributionService
-    from reflect_otel.verifiers import OracleVerifier, judged_correct
 
     llm: Any
     if args.smoke:  # the loop on a scripted endpoint, REFLECT's auditor scripted

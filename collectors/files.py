@@ -1,5 +1,5 @@
 """File import: OTLP/JSON exports (one request per file, or one per line), and any other format a
-:class:`~reflect_otel.tracefile.FileReader` passed in reads (the app passes the datasets' readers: TRAIL span trees,
+:class:`~reflect_otel.reading.tracefile.FileReader` passed in reads (the app passes the datasets' readers: TRAIL span trees,
 BIG-Bench-Mistake rows with their expected answers); this module knows no dataset."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from reflect_otel._lenient_json import load_json_file
-from reflect_otel.assembly import AssemblyLimits, assemble_trace
 from reflect_otel.collectors.otlp import decode_json_document
 from reflect_otel.errors import InputError
-from reflect_otel.spans import SpanRecord
+from reflect_otel.reading._lenient_json import load_json_file
+from reflect_otel.reading.assembly import AssemblyLimits, assemble_trace
+from reflect_otel.reading.spans import SpanRecord
+from reflect_otel.reading.tracefile import FileReader
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.tracefile import FileReader
 
 __all__ = ["ImportReport", "expand_paths", "import_files"]
 

@@ -19,7 +19,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from reflect_otel._values import utf8_text
 from reflect_otel.errors import InputError
-from reflect_otel.spans import (
+from reflect_otel.reading.spans import (
     MAX_EVENTS_PER_SPAN,
     AttributeValue,
     SpanEvent,

@@ -32,11 +32,11 @@ import grpc
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from reflect_otel.assembly import AssemblyLimits
 from reflect_otel.collectors.otlp import BatchTooLargeError, DecodedBatch, decode_json, decode_protobuf
 from reflect_otel.collectors.trace_collector import BufferLimits, TraceCollector, TraceSink
 from reflect_otel.errors import ConfigError, InputError
-from reflect_otel.spans import SpanRecord, approx_bytes
+from reflect_otel.reading.assembly import AssemblyLimits
+from reflect_otel.reading.spans import SpanRecord, approx_bytes
 
 __all__ = ["OTLPReceiver", "ReceiverLimits", "parse_endpoint"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from reflect_otel.assembly import AssemblyLimits
 from reflect_otel.collectors.trace_collector import BufferLimits, CollectorStats, TraceCollector, TraceSink
-from reflect_otel.spans import span_record_from_readable
+from reflect_otel.reading.assembly import AssemblyLimits
+from reflect_otel.reading.spans import span_record_from_readable
 
 __all__ = ["ReflectSpanProcessor"]
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field, fields
 from typing import Generic, TypeVar
 
 from reflect_otel._worker import Admission, BatchWorker
-from reflect_otel.assembly import AssemblyLimits, assemble_trace
 from reflect_otel.errors import ConfigError
-from reflect_otel.semconv import ReflectAttributes
-from reflect_otel.spans import SpanRecord, approx_bytes
+from reflect_otel.reading.assembly import AssemblyLimits, assemble_trace
+from reflect_otel.reading.semconv import ReflectAttributes
+from reflect_otel.reading.spans import SpanRecord, approx_bytes
 from reflect_otel.trace import StructuredTrace, TraceWarning, WarningCode
 
 __all__ = ["Admission", "BufferLimits", "CollectorStats", "TraceCollector", "TraceSink"]
@@ -42,7 +42,7 @@ class BufferLimits:
     max_spans_per_trace: int = 20_000
     """Spans kept for one trace; further spans are dropped, counted and noted on the trace."""
     max_bytes_per_trace: int = 32 * 1024 * 1024
-    """Bytes (:func:`~reflect_otel.spans.approx_bytes`) kept for one trace; further spans are dropped, counted and
+    """Bytes (:func:`~reflect_otel.reading.spans.approx_bytes`) kept for one trace; further spans are dropped, counted and
     noted on the trace."""
     max_buffered_bytes: int = 256 * 1024 * 1024
     """Bytes held in the queue and the traces being gathered. Beyond it, :meth:`TraceCollector.offer` refuses a

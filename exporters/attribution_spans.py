@@ -25,15 +25,15 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
 from reflect_otel.exporters._otlp import logs_exported, otlp_log_exporter, otlp_span_exporter, service_resource
 from reflect_otel.exporters.evaluation_events import ATTRIBUTION_EVALUATION, EvaluationEvents, explanation
-from reflect_otel.record import AttributionRecord
-from reflect_otel.semconv import (
+from reflect_otel.reading.semconv import (
     AnnotationAttributes,
     GenAIEvaluation,
     OpenInferenceSpanKindValues,
     ReflectAttributes,
     SpanAttributes,
 )
-from reflect_otel.spans import is_span_id, is_trace_id
+from reflect_otel.reading.spans import is_span_id, is_trace_id
+from reflect_otel.record import AttributionRecord
 
 if TYPE_CHECKING:
     from opentelemetry.sdk._logs.export import LogRecordExporter

@@ -20,9 +20,9 @@ from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExp
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from reflect_otel.exporters._otlp import service_resource
+from reflect_otel.reading.semconv import GenAIEvaluation, ReflectAttributes
+from reflect_otel.reading.spans import is_span_id, is_trace_id
 from reflect_otel.record import AttributionRecord, AttributionStatus
-from reflect_otel.semconv import GenAIEvaluation, ReflectAttributes
-from reflect_otel.spans import is_span_id, is_trace_id
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 

@@ -10,8 +10,8 @@ from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetr
 
 from reflect_otel.errors import ConfigError
 from reflect_otel.exporters._otlp import otlp_metric_exporter, service_resource
+from reflect_otel.reading.semconv import ReflectMetrics
 from reflect_otel.record import AttributionRecord, AttributionStatus
-from reflect_otel.semconv import ReflectMetrics
 from reflect_otel.trace import StructuredTrace
 
 __all__ = ["AttributionMetrics"]

@@ -26,8 +26,8 @@ from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportRes
 
 from reflect_otel.errors import ReflectError
 from reflect_otel.exporters.evaluation_events import run_span, verdict_evaluation
+from reflect_otel.reading.semconv import GenAIEvaluation, ReflectAttributes
 from reflect_otel.record import AttributionRecord, AttributionStatus, ReplayArm
-from reflect_otel.semconv import GenAIEvaluation, ReflectAttributes
 
 if TYPE_CHECKING:
     from opentelemetry.sdk._logs import ReadableLogRecord

@@ -9,8 +9,8 @@ import json
 import shlex
 from collections.abc import Collection, Sequence
 
-from reflect_otel._describe import confidence_text, error_type_text, labels_text, named_by, verdict_text
-from reflect_otel.manual import MANUAL_METHOD
+from reflect_otel.attribution._describe import confidence_text, error_type_text, labels_text, named_by, verdict_text
+from reflect_otel.attribution.manual import MANUAL_METHOD
 from reflect_otel.record import (
     AttributionRecord,
     AttributionStatus,

@@ -9,9 +9,9 @@ To try a change of one step of a failed run yourself, under the same controlled 
 
 from __future__ import annotations
 
-from reflect_otel.capture import recorded_run
-from reflect_otel.manual import replay_from
+from reflect_otel.attribution.manual import replay_from
 from reflect_otel.online import configure, expect, observe, shutdown
+from reflect_otel.reading.capture import recorded_run
 from reflect_otel.record import AttributionRecord, AttributionStatus, ErrorType
 from reflect_otel.trace import Step, StepKind, StructuredTrace
 

@@ -224,7 +224,7 @@ class ReflectConfig(BaseModel):
     )
     evidence_in_prompts: bool = Field(
         default=True,
-        description="Show the evidence checks' findings (reflect_otel.evidence) to the auditor as a data block "
+        description="Show the evidence checks' findings (reflect_otel.flagging.evidence) to the auditor as a data block "
         "after the steps; off measures the auditor without them.",
     )
     prompt_layout: Literal["shared_prefix", "per_stage"] = Field(

@@ -10,7 +10,7 @@ its default plugins); entry points exist only where a name picks a backend:
 | ``reflect_otel.record_exporters`` | ``factory() -> RecordExporter``, settings from the environment | ``--export NAME``, ``configure(exporters=[...])`` |
 | ``reflect_otel.stores`` | ``factory(path) -> AttributionStore`` | ``open_store(kind=...)`` (default ``duckdb``) |
 | ``reflect_otel.commands`` | ``register(subparsers)`` adding one subcommand (third-party commands) | its name on the command line |
-| ``reflect_otel.correction_rules`` | ``rule(trace, step, context) -> list[Correction]`` (:data:`reflect_otel.corrections.Rule`): a third party's evidence rule (the package installs none; an agent's own rules travel with its replay adapter) | every installed one runs on every trace after the built-in rules, by name order; one that fails is logged and skipped |
+| ``reflect_otel.correction_rules`` | ``rule(trace, step, context) -> list[Correction]`` (:data:`reflect_otel.attribution.corrections.Rule`): a third party's evidence rule (the package installs none; an agent's own rules travel with its replay adapter) | every installed one runs on every trace after the built-in rules, by name order; one that fails is logged and skipped |
 
 A plugin that raises anything while loading (a missing optional dependency, a bug at import) never stops the tool:
 :func:`loaded` and the command line skip it with a warning naming it, its package and the fix (:func:`unloadable`).

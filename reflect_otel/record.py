@@ -121,7 +121,7 @@ class Correction(BaseModel):
     """One correction REFLECT considered: where it came from, how it was applied, and what it replaced.
 
     ``source`` is ``llm`` (the auditor's diagnosis) or ``evidence:<rule>`` (computed from the trace, no LLM; see
-    :mod:`reflect_otel.corrections`). An action replaces step ``step_index`` (the replay keeps steps before it);
+    :mod:`reflect_otel.attribution.corrections`). An action replaces step ``step_index`` (the replay keeps steps before it);
     guidance is injected at the paper's rollback points around the localized step ``step_index`` (on a replay
     attempt, a guidance correction names the step that replay regenerated, and ``original`` is that step)."""
 
@@ -183,7 +183,7 @@ class RepairPlan(BaseModel):
     correction_instruction: str = ""
     forbidden_actions: tuple[str, ...] = ()
     expected_next_tool: str | None = None
-    """One of the agent's tools (:func:`reflect_otel.stages.known_tool`), or None."""
+    """One of the agent's tools (:func:`reflect_otel.attribution.stages.known_tool`), or None."""
     written_next_tool: str | None = None
     """The expected next tool as the Diagnostician wrote it, when that is not the name of one of the agent's tools:
     ``expected_next_tool`` then holds the one tool it named the start of, or None (it named none, or several)."""
@@ -218,7 +218,7 @@ class ReplayArm(str, Enum):
 
 
 class StepChange(str, Enum):
-    """What a replacement executed at step p changed (:mod:`reflect_otel.effects` decides it)."""
+    """What a replacement executed at step p changed (:mod:`reflect_otel.attribution.effects` decides it)."""
 
     CHANGED = "changed"
     """Its effect differs from the original step's: a different result, or a thought of other content."""
@@ -331,7 +331,7 @@ class EffectArm(BaseModel):
 class Effect(BaseModel):
     """The controlled test behind a record: the intervention at step ``step_index`` against the control from the
     same prefix (steps 1..``rollback_point`` kept) with the same sampling. ``rule`` is the decision rule applied,
-    in words (:mod:`reflect_otel.controlled_replay` documents it)."""
+    in words (:mod:`reflect_otel.attribution.controlled_replay` documents it)."""
 
     model_config = _FROZEN
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from reflect_otel.corrections import Rule
+    from reflect_otel.attribution.corrections import Rule
     from reflect_otel.llm.base import StructuredLLM
 
 from reflect_otel import plugins
@@ -216,7 +216,7 @@ class TakesTaskContext(Protocol):
 @runtime_checkable
 class HasCorrectionRules(Protocol):
     """An adapter for an agent with evidence rules of its own: rules that read that agent's tools and their text
-    (:data:`reflect_otel.corrections.Rule`), too specific for the built-in ones. ``correction_rules`` run beside the
+    (:data:`reflect_otel.attribution.corrections.Rule`), too specific for the built-in ones. ``correction_rules`` run beside the
     built-in rules for the runs this adapter replays, and for no other run; one that raises is logged and skipped.
     The table-QA demo's wiring gives its LangGraph adapter the table rule this way."""
 
@@ -240,7 +240,7 @@ class HasPureTools(Protocol):
     """An adapter whose agent has tools that answer the same call with the same data and change nothing the agent
     can see (reads of fixed data: the table demo's operations). A correction that repeats a call of one of them the
     run's prefix already made, and got a result from, gives the agent nothing new, only another turn, so it is
-    refused (:func:`reflect_otel.corrections.refusal`). A tool not named may have state or changing results (tests
+    refused (:func:`reflect_otel.attribution.corrections.refusal`). A tool not named may have state or changing results (tests
     run after an edit, a search, a page scrolled), where repeating a call is a real correction: never refused."""
 
     pure_tools: Collection[str]
@@ -259,7 +259,7 @@ def pure_tools(adapter: ReplayAdapter | None) -> frozenset[str]:
 class NormalisesResults(Protocol):
     """An adapter whose agent's tools say what in their results carries no meaning (row order for a set, a time
     stamp): ``normalise_result(tool_name, result)`` returns the result as compared when deciding whether a replayed
-    call changed what the original call produced (:mod:`reflect_otel.effects`). Without it, JSON key order and
+    call changed what the original call produced (:mod:`reflect_otel.attribution.effects`). Without it, JSON key order and
     whitespace are all that is set aside."""
 
     def normalise_result(self, tool_name: str, result: str) -> str: ...
@@ -277,7 +277,7 @@ class PreviewsSteps(Protocol):
     ``preview(trace, rollback_point=p, action=a)`` brings the agent's state to after step ``p`` and runs ``a``'s
     tool alone, returning its result as the agent would read it; None when it cannot tell (the tool is not one its
     agent declared pure, :class:`HasPureTools`, or it failed). It changes nothing the agent can see and costs no
-    model call, so a replacement whose effect equals the original step's (:mod:`reflect_otel.effects`) is refused
+    model call, so a replacement whose effect equals the original step's (:mod:`reflect_otel.attribution.effects`) is refused
     before a replay is spent on it. Raises nothing."""
 
     def preview(self, trace: StructuredTrace, *, rollback_point: int, action: StepAction) -> str | None: ...
@@ -293,7 +293,7 @@ def previewer(adapter: ReplayAdapter | None) -> PreviewsSteps | None:
 @runtime_checkable
 class MakesVariants(Protocol):
     """An adapter that knows a text-only variant of its agent's steps better than the generic one
-    (:func:`reflect_otel.effects.sensitivity_variant`): ``sensitivity_variant(step)`` returns the step changed in
+    (:func:`reflect_otel.attribution.effects.sensitivity_variant`): ``sensitivity_variant(step)`` returns the step changed in
     text but not in effect (an equivalent spelling its tool resolves identically) with a few words saying how, or
     ``(None, why)`` where it has none."""
 

@@ -45,7 +45,7 @@ class StepKind(str, Enum):
     MESSAGE = "message"
     """A message passed between agents or to the user that is not the final answer. Among them an agent's answer
     handed back by a call (a sub-agent's ``final_answer`` to its manager, known by how the agent ended, not by the
-    tool's name: see :func:`reflect_otel.assembly.steps.mark_handed_back`): it keeps the call's tool, arguments and
+    tool's name: see :func:`reflect_otel.reading.assembly.steps.mark_handed_back`): it keeps the call's tool, arguments and
     result, but it is no lookup, and evidence checks and correction rules, which read tool calls, leave it alone."""
     FINAL_ANSWER = "final_answer"
     """The step that produced the run's answer."""

@@ -1,4 +1,4 @@
-"""A verifier's answer about a trace (the contract lives in :mod:`reflect_otel.verifiers`)."""
+"""A verifier's answer about a trace (the contract lives in :mod:`reflect_otel.flagging.verifiers`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def shown_answer(answer: str | None) -> str:
 
 class Resample(BaseModel):
     """One run of the agent again on the original's input, its decisions sampled (see
-    :mod:`reflect_otel.consistency`)."""
+    :mod:`reflect_otel.flagging.consistency`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

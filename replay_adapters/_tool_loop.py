@@ -13,13 +13,13 @@ from typing import Any, ClassVar, Generic, TypeVar
 from opentelemetry.sdk.trace import TracerProvider
 
 from reflect_otel import _values
-from reflect_otel.capture import captured
 from reflect_otel.errors import ReplayError
+from reflect_otel.reading.capture import captured
+from reflect_otel.reading.semconv import OpenInferenceSpanKindValues, SpanAttributes, ToolCallAttributes
+from reflect_otel.reading.spans import SpanRecord
 from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_point
 from reflect_otel.replay_adapters._guard import IrreversibleToolError, ToolGuard
 from reflect_otel.replay_adapters._stitch import stitch
-from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes, ToolCallAttributes
-from reflect_otel.spans import SpanRecord
 from reflect_otel.trace import StepAction, StructuredTrace
 
 ExecuteTool = Callable[[str, dict[str, Any]], Any]

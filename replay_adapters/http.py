@@ -47,10 +47,10 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from reflect_otel.assembly import assemble_trace
+from reflect_otel.attribution.corrections import Rule, agent_corrections
 from reflect_otel.collectors.otlp import decode_json_document
-from reflect_otel.corrections import Rule, agent_corrections
 from reflect_otel.errors import InputError, ReplayError
+from reflect_otel.reading.assembly import assemble_trace
 from reflect_otel.record import Correction, InterventionKind
 from reflect_otel.replay import (
     InjectionRole,

@@ -37,14 +37,14 @@ from typing import Any
 from opentelemetry.sdk.trace import TracerProvider
 
 from reflect_otel import _values
-from reflect_otel.capture import captured
-from reflect_otel.corrections import Rule
+from reflect_otel.attribution.corrections import Rule
 from reflect_otel.errors import MissingDependencyError, ReplayError
+from reflect_otel.reading.capture import captured
+from reflect_otel.reading.semconv import INPUT_MESSAGES_PREFIX, OpenInferenceSpanKindValues, SpanAttributes
+from reflect_otel.reading.spans import SpanRecord
 from reflect_otel.replay import SAMPLING_TEMPERATURE, InjectionRole, ProposedStep, ReplayResult, check_rollback_point
 from reflect_otel.replay_adapters._guard import ToolGuard
 from reflect_otel.replay_adapters._stitch import stitch
-from reflect_otel.semconv import INPUT_MESSAGES_PREFIX, OpenInferenceSpanKindValues, SpanAttributes
-from reflect_otel.spans import SpanRecord
 from reflect_otel.trace import StepAction, StructuredTrace
 
 try:

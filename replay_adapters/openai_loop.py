@@ -37,9 +37,9 @@ from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
 
-from reflect_otel.capture import captured
 from reflect_otel.errors import ReplayError
 from reflect_otel.llm.local import is_embedded_endpoint
+from reflect_otel.reading.capture import captured
 from reflect_otel.replay import InjectionRole, ProposedStep, ReplayResult
 from reflect_otel.replay_adapters._guard import IrreversibleToolError
 from reflect_otel.replay_adapters._tool_loop import (

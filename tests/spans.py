@@ -7,7 +7,7 @@ from typing import Any
 
 from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes
 
-from reflect_otel.spans import SpanRecord
+from reflect_otel.reading.spans import SpanRecord
 
 TRACE_ID = "0123456789abcdef0123456789abcdef"
 _ids = itertools.count(1)

@@ -16,7 +16,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import format_trace_id
 
-from reflect_otel.semconv import OpenInferenceSpanKindValues, ReflectAttributes, SpanAttributes
+from reflect_otel.reading.semconv import OpenInferenceSpanKindValues, ReflectAttributes, SpanAttributes
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedTurn
 from tests.agents import otlp_json
 

@@ -11,20 +11,20 @@ from typing import Any
 
 import pytest
 
-from reflect_otel import stages
+from reflect_otel.attribution import stages
+from reflect_otel.attribution.methods import METHODS
+from reflect_otel.attribution.service import AttributionService
 from reflect_otel.config import ReflectConfig
+from reflect_otel.flagging.proxy_verifier import PlanAnchoredVerifier
+from reflect_otel.flagging.verifiers import OracleVerifier, SelfVerifier
 from reflect_otel.llm.base import ChatMessage
 from reflect_otel.llm.budget import TokenBudget
 from reflect_otel.llm.recording import CallLog, RecordingLLM
-from reflect_otel.methods import METHODS
 from reflect_otel.prompts import PromptContext, ReasoningContinuation
-from reflect_otel.proxy_verifier import PlanAnchoredVerifier
 from reflect_otel.record import AGENT_REPLAY_STAGE
 from reflect_otel.replay import find_replay_adapter
-from reflect_otel.service import AttributionService
 from reflect_otel.testing import ScriptedLLM, ScriptedProposingAdapter, ScriptedRequest, make_trace
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.verifiers import OracleVerifier, SelfVerifier
 
 ANCHORS = {
     "hard": {"entities": ["rivers"], "filters": [], "target_property": "length", "operation": "compare",

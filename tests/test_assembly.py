@@ -8,9 +8,9 @@ import random
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
-from reflect_otel.assembly import AssemblyLimits, assemble_trace
 from reflect_otel.collectors.span_processor import ReflectSpanProcessor
 from reflect_otel.errors import InputError
+from reflect_otel.reading.assembly import AssemblyLimits, assemble_trace
 from reflect_otel.trace import StepKind, StructuredTrace, WarningCode
 from tests.spans import TRACE_ID, agent_root, llm, span, span_id, tool
 

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import duckdb
 
+from reflect_otel.attribution.methods import method_spec
+from reflect_otel.attribution.service import AttributionService
 from reflect_otel.exporters.duckdb_store import DuckDBStore
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.llm.factory import NoModel
-from reflect_otel.methods import method_spec
 from reflect_otel.online.work import AttributionWorker
-from reflect_otel.service import AttributionService
 from reflect_otel.store import AttributionJob
 from reflect_otel.testing import make_trace, wait_until
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
-from reflect_otel.verifiers import OracleVerifier
 
 
 class _SlowOracle(OracleVerifier):

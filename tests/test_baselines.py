@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from reflect_otel._replayer import NEUTRAL_INJECTION
-from reflect_otel.baselines import BASELINES, binary_search_calls
+from reflect_otel.attribution._replayer import NEUTRAL_INJECTION
+from reflect_otel.attribution.baselines import BASELINES, binary_search_calls
 from reflect_otel.config import ReflectConfig
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.prompts import WITHHELD
 from reflect_otel.record import AttributionStatus
 from reflect_otel.testing import (
@@ -19,7 +20,6 @@ from reflect_otel.testing import (
     make_trace,
 )
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.verifiers import OracleVerifier
 
 T = 8
 

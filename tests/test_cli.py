@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from reflect_otel.cli import main
-from reflect_otel.tracefile import read_traces
+from reflect_otel.reading.tracefile import read_traces
 from tests import agents
 
 CLI = [sys.executable, "-m", "reflect_otel"]

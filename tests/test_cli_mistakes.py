@@ -12,12 +12,12 @@ from typing import Any
 import duckdb
 import pytest
 
+from reflect_otel.attribution.service import AttributionService
 from reflect_otel.cli import main
+from reflect_otel.reading.tracefile import TraceWriter, read_traces
 from reflect_otel.record import AttributionRecord, AttributionStatus
-from reflect_otel.service import AttributionService
 from reflect_otel.testing.examples import five_step_trace
 from reflect_otel.trace import EXPECTED_ANSWER_FIELD, StructuredTrace
-from reflect_otel.tracefile import TraceWriter, read_traces
 
 EXAMPLES = Path(str(files("reflect_otel.demo"))) / "data" / "examples"
 
@@ -267,8 +267,8 @@ def test_attribute_pending_judges_runs_without_an_answer_with_the_chosen_flaggin
 ) -> None:
     """Runs 'collect --attribute --verifier combined' left pending are taken by 'attribute --pending
     --flag-verifier combined' with the same verifier (it was always the plain proxy)."""
-    from reflect_otel.flagging import CombinedVerifier
-    from reflect_otel.proxy_verifier import PlanAnchoredVerifier
+    from reflect_otel.flagging.combined import CombinedVerifier
+    from reflect_otel.flagging.proxy_verifier import PlanAnchoredVerifier
 
     built: list[AttributionService] = []
     real = AttributionService.__init__
@@ -407,7 +407,7 @@ def test_the_python_readers_name_a_datasets_file_when_given_its_namers(tmp_path:
     namers it says what the file is and which command reads it, as the command line does."""
     from reflect_otel.datasets.files import DATASET_FORMAT_NAMERS
     from reflect_otel.errors import InputError
-    from reflect_otel.tracefile import read_trace_rows
+    from reflect_otel.reading.tracefile import read_trace_rows
 
     path = tmp_path / "rows.jsonl"
     path.write_bytes((EXAMPLES / "bbm" / "multistep_arithmetic.jsonl").read_bytes())
@@ -618,7 +618,7 @@ def test_a_store_named_like_another_format_is_refused(tmp_path: Path, capsys: py
 
 
 def test_a_trace_line_over_the_limit_is_named_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from reflect_otel.tracefile import MAX_LINE_BYTES
+    from reflect_otel.reading.tracefile import MAX_LINE_BYTES
 
     huge = five_step_trace().model_copy(update={"question": "x" * (MAX_LINE_BYTES + 10)})
     path = tmp_path / "traces.jsonl"

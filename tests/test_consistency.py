@@ -10,28 +10,28 @@ from typing import Any
 
 import pytest
 
-from reflect_otel._run import AttributionRun
-from reflect_otel.calibration import ConfidenceCalibration
+from reflect_otel.attribution._run import AttributionRun
+from reflect_otel.attribution.methods import METHODS
+from reflect_otel.attribution.service import AttributionService
 from reflect_otel.config import ReflectConfig
-from reflect_otel.consistency import (
+from reflect_otel.errors import ReplayError
+from reflect_otel.flagging.calibration import ConfidenceCalibration
+from reflect_otel.flagging.combined import CombinedVerifier, flagging_verifier
+from reflect_otel.flagging.consistency import (
     ConsistencyVerifier,
     drawn_for_sampling,
     first_divergence,
     majority_answer,
     sequential_stop,
 )
-from reflect_otel.errors import ReplayError
-from reflect_otel.flag_score import ScoreMap
-from reflect_otel.flagging import CombinedVerifier, flagging_verifier
+from reflect_otel.flagging.flag_score import ScoreMap
+from reflect_otel.flagging.proxy_verifier import PlanAnchoredVerifier, ProxyVerifierConfig
+from reflect_otel.flagging.verifiers import OracleVerifier, bound_to_runs
 from reflect_otel.llm.budget import TokenBudget
-from reflect_otel.methods import METHODS
-from reflect_otel.proxy_verifier import PlanAnchoredVerifier, ProxyVerifierConfig
 from reflect_otel.replay import BudgetedReplay, ReplayResult, resampler
-from reflect_otel.service import AttributionService
 from reflect_otel.testing import ScriptedLLM, ScriptedResampler, make_step, make_trace
 from reflect_otel.testing.examples import five_step_trace, scripted_agent, scripted_auditor
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.verifiers import OracleVerifier, bound_to_runs
 
 QUESTION = "Where was the first-place finish?"
 WRONG_FILTER = {"tool": "filter_rows", "args": {"column": "Position", "value": "1"}, "result": "0 rows"}

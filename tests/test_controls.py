@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 
-from reflect_otel._replayer import NEUTRAL_INJECTION
+from reflect_otel.attribution._replayer import NEUTRAL_INJECTION
+from reflect_otel.attribution.controls import NO_PLACEBO, NO_WRONG_STEP, PlanPool, auditor_model, plan_of, wrong_step
+from reflect_otel.attribution.methods import METHODS
+from reflect_otel.attribution.pipeline import MOVED_EARLIER
+from reflect_otel.attribution.service import AttributionService
 from reflect_otel.config import GateMode, ReflectConfig
-from reflect_otel.controls import NO_PLACEBO, NO_WRONG_STEP, PlanPool, auditor_model, plan_of, wrong_step
-from reflect_otel.methods import METHODS
-from reflect_otel.pipeline import MOVED_EARLIER
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.record import (
     AttributionMode,
     AttributionRecord,
@@ -26,10 +28,8 @@ from reflect_otel.record import (
     LocalizationOutcome,
     RepairPlan,
 )
-from reflect_otel.service import AttributionService
 from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
 from reflect_otel.trace import StepAction, StructuredTrace
-from reflect_otel.verifiers import OracleVerifier
 
 OWN_INSTRUCTION = "Filter the Position column on '1st', the value the table has."
 

@@ -17,15 +17,16 @@ import duckdb
 import pydantic
 import pytest
 
-from reflect_otel import corrections, plugins
+from reflect_otel import plugins
+from reflect_otel.attribution import corrections
+from reflect_otel.attribution.pipeline import ReflectPipeline
 from reflect_otel.config import ReflectConfig
-from reflect_otel.evidence import FindingKind, empty_call, failed_call, find_evidence
-from reflect_otel.pipeline import ReflectPipeline
+from reflect_otel.flagging.evidence import FindingKind, empty_call, failed_call, find_evidence
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.record import AttributionStatus, Correction
 from reflect_otel.testing import ScriptedReplayAdapter, make_trace
 from reflect_otel.testing.examples import scripted_auditor
 from reflect_otel.trace import Step, StepAction, StructuredTrace
-from reflect_otel.verifiers import OracleVerifier
 
 ORDERS = [("Ann", "Shipped", "San Diego", 120), ("Bo", "Pending", "Boston", 80), ("Cy", "Cancelled", "Boston", 45)]
 QUESTION = "Which customer's order was shipped?"
@@ -548,7 +549,7 @@ def test_a_failing_plugin_is_skipped_by_name_and_the_other_rules_go_on(
     ]
     monkeypatch.setattr(plugins, "entry_points", lambda group: installed if group == plugins.CORRECTION_RULES else [])
     trace = sql_trace(duckdb_tool(), "SELECT custmer FROM orders", schema=False)
-    with caplog.at_level(logging.WARNING, logger="reflect_otel.corrections"):
+    with caplog.at_level(logging.WARNING, logger="reflect_otel.attribution.corrections"):
         found = replacements(trace)
     assert found == [
         ("evidence:valid_options", {"sql": "SELECT customer FROM orders"}),
@@ -576,7 +577,7 @@ def test_an_agents_broken_rule_does_not_sink_its_attribution(caplog: pytest.LogC
     )
     llm = scripted_auditor(localize=(1,))
     pipeline = ReflectPipeline(llm, verifier=OracleVerifier(), config=ReflectConfig(rounds=1, rollback_points=1))
-    with caplog.at_level(logging.WARNING, logger="reflect_otel.corrections"):
+    with caplog.at_level(logging.WARNING, logger="reflect_otel.attribution.corrections"):
         record = pipeline.attribute(trace, expected="San Diego", replay=agent)
     assert record.status is AttributionStatus.VERIFIED and record.step_index == 1, record.errors
     assert record.verified_by is not None and record.verified_by.source == "evidence:valid_options"
@@ -625,6 +626,6 @@ def test_a_literal_fix_of_a_limit_1_query_is_tried_when_the_answer_is_1() -> Non
     ],
 )
 def test_a_short_sql_statement_is_never_read_as_a_value_replaced_whole(text: str, statement: bool) -> None:
-    from reflect_otel._statement import is_statement
+    from reflect_otel.attribution._statement import is_statement
 
     assert is_statement(text) is statement

@@ -8,14 +8,23 @@ from typing import Any
 
 import pytest
 
-from reflect_otel import corrections
-from reflect_otel.assembly import assemble_trace
+from reflect_otel.attribution import corrections
+from reflect_otel.attribution.pipeline import ReflectPipeline
+from reflect_otel.attribution.stages import diagnose
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.demo import table_rules
 from reflect_otel.demo.table_rules import other_field, tables_in
 from reflect_otel.errors import LLMError
-from reflect_otel.pipeline import ReflectPipeline
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.prompts import PromptContext, diagnosis_output
+from reflect_otel.reading.assembly import assemble_trace
+from reflect_otel.reading.spans import SpanRecord
+from reflect_otel.reading.tool_definitions import (
+    available_tools,
+    read_output_tools,
+    read_tool_definitions,
+    tool_definition,
+)
 from reflect_otel.record import (
     AttributionStatus,
     Correction,
@@ -26,12 +35,8 @@ from reflect_otel.record import (
     StepChange,
 )
 from reflect_otel.replay import BudgetedReplay, agent_rules
-from reflect_otel.spans import SpanRecord
-from reflect_otel.stages import diagnose
 from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
-from reflect_otel.tool_definitions import available_tools, read_output_tools, read_tool_definitions, tool_definition
 from reflect_otel.trace import StepAction, StepKind, StructuredTrace, ToolDefinition
-from reflect_otel.verifiers import OracleVerifier
 
 NO_ROWS = (
     "t1: 0 rows; columns: Year, Venue, Position\n"
@@ -735,10 +740,10 @@ def test_the_round_is_diagnosed_only_when_its_evidence_calls_prove_nothing() -> 
 
 
 def test_a_call_already_replayed_at_the_point_is_refused_given_or_proposed() -> None:
-    from reflect_otel._run import AttributionRun
-    from reflect_otel.proposals import ALREADY_REPLAYED, candidates
+    from reflect_otel.attribution._run import AttributionRun
+    from reflect_otel.attribution.proposals import ALREADY_REPLAYED, candidates
+    from reflect_otel.attribution.trial import Trial
     from reflect_otel.testing import ScriptedProposingAdapter
-    from reflect_otel.trial import Trial
 
     call = StepAction(tool_name="filter_rows", arguments=GOOD_CALL["arguments"])
     trace = filter_trace().model_copy(update={"tools": TABLE_TOOLS})

@@ -14,7 +14,7 @@ import yaml
 from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from reflect_otel.exporters.duckdb_store import VIEWS, migrate
-from reflect_otel.semconv import ReflectAttributes, ReflectMetrics
+from reflect_otel.reading.semconv import ReflectAttributes, ReflectMetrics
 
 DASHBOARDS = Path(__file__).resolve().parents[1] / "dashboards"
 

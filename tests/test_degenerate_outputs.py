@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from reflect_otel.attribution.pipeline import ReflectPipeline
 from reflect_otel.config import ReflectConfig
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.llm.base import LLMOutputError
-from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.prompts import ClassificationOutput, LocalizationOutput
 from reflect_otel.record import AttributionStatus
 from reflect_otel.testing import ScriptedLLM
 from reflect_otel.testing.examples import EXPECTED, five_step_trace
-from reflect_otel.verifiers import OracleVerifier
 
 ECHOED_TITLE = {"error_step": 3, "confidence": 0.9, "reasoning": "Reasoning", "what_should_have_been_done": "w"}
 ECHOED_PLACEHOLDER = {
@@ -63,7 +63,8 @@ def test_a_persistent_echo_is_a_stage_error_in_the_record_never_an_explanation()
 
 
 def test_a_plan_does_not_forbid_what_it_asks_for() -> None:
-    from reflect_otel import prompts, stages
+    from reflect_otel import prompts
+    from reflect_otel.attribution import stages
     from reflect_otel.record import Localization
 
     llm = ScriptedLLM(
@@ -92,7 +93,8 @@ def test_a_plan_does_not_forbid_what_it_asks_for() -> None:
 
 
 def test_a_plan_keeps_the_next_call_arguments_but_not_copied_placeholders() -> None:
-    from reflect_otel import prompts, stages
+    from reflect_otel import prompts
+    from reflect_otel.attribution import stages
     from reflect_otel.record import Localization
     from reflect_otel.trace import ToolDefinition
 
@@ -124,7 +126,7 @@ TABLE_TOOLS = ("describe", "filter_rows", "sort_rows", "group_aggregate", "selec
 def test_a_plans_next_tool_is_one_of_the_agents_tools_or_nothing() -> None:
     """An exact name is kept; a name that is only one tool up to case and separators, or the leading words of only
     one tool, is that tool; a name that is no tool, part of a word, or the start of several tools is none."""
-    from reflect_otel.stages import known_tool
+    from reflect_otel.attribution.stages import known_tool
 
     assert known_tool("filter_rows", TABLE_TOOLS) == "filter_rows"
     assert known_tool("Filter_Rows", TABLE_TOOLS) == known_tool("filter rows", TABLE_TOOLS) == "filter_rows"
@@ -141,7 +143,8 @@ def test_a_plan_naming_no_tool_drops_it_and_the_gate_does_not_refuse_on_it() -> 
     """The paper's plan (free text) names its next tool: checked against the tools the trace knows (recorded or
     called), it is kept, read as the one tool it begins, or dropped with its arguments; the plan records what was
     written. A dropped name refuses nothing (nt-295: 'filter' refused the correct ``filter_rows``), a tool still does."""
-    from reflect_otel import prompts, stages
+    from reflect_otel import prompts
+    from reflect_otel.attribution import stages
     from reflect_otel.record import Localization, RepairPlan
     from reflect_otel.testing import make_step, make_trace
     from reflect_otel.trace import ToolDefinition

@@ -12,9 +12,9 @@ from opentelemetry.trace import format_trace_id
 
 from reflect_otel.demo.table_tools import TableWorkspace
 from reflect_otel.demo.wtq import load_questions, read_table, unescape
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.testing import ScriptedLLM, ScriptedRequest
 from reflect_otel.trace import StepAction, StepKind
-from reflect_otel.verifiers import OracleVerifier
 from tests.conftest import Instrumented
 
 QUESTIONS = {q.id: q for q in load_questions()}

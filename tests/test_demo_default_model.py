@@ -18,8 +18,8 @@ import duckdb
 import pytest
 
 from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.reading.tracefile import read_traces
 from reflect_otel.record import AttributionRecord
-from reflect_otel.tracefile import read_traces
 from tests.conftest import require_local_backend
 
 pytestmark = [pytest.mark.local_llm, pytest.mark.slow]

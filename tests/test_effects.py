@@ -4,7 +4,7 @@ sensitivity arm executes."""
 from __future__ import annotations
 
 from reflect_otel import _values
-from reflect_otel.effects import (
+from reflect_otel.attribution.effects import (
     change_of,
     default_normalise,
     later_call,

@@ -16,9 +16,9 @@ from typing import Any
 import duckdb
 import pytest
 
-from reflect_otel import corrections
+from reflect_otel.attribution import corrections
 from reflect_otel.demo.table_tools import TableWorkspace
-from reflect_otel.evidence import FindingKind, empty_call, failed_call, find_evidence
+from reflect_otel.flagging.evidence import FindingKind, empty_call, failed_call, find_evidence
 from reflect_otel.testing import make_trace
 from reflect_otel.trace import StructuredTrace, ToolDefinition
 

@@ -23,8 +23,8 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from reflect_otel.exporters.attribution_spans import AttributionSpanExporter
+from reflect_otel.reading.semconv import GenAIEvaluation, ReflectAttributes
 from reflect_otel.record import AttributionStatus
-from reflect_otel.semconv import GenAIEvaluation, ReflectAttributes
 from reflect_otel.testing.examples import verified_attribution
 from reflect_otel.verdict import Verdict
 

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from reflect_otel import evidence
-from reflect_otel.baselines import EvidenceFirst
+from reflect_otel.attribution.baselines import EvidenceFirst
 from reflect_otel.config import ReflectConfig
-from reflect_otel.evidence import FindingKind, Severity, decisive, find_evidence
+from reflect_otel.flagging import evidence
+from reflect_otel.flagging.evidence import FindingKind, Severity, decisive, find_evidence
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.llm.factory import NoModel
 from reflect_otel.testing import make_trace
 from reflect_otel.trace import StepKind, StepStatus, StructuredTrace
-from reflect_otel.verifiers import OracleVerifier
 
 
 def kinds(trace: StructuredTrace) -> list[tuple[int, FindingKind, Severity]]:
@@ -234,7 +234,7 @@ def test_the_evidence_method_attributes_the_decisive_step_without_a_model() -> N
 
 def test_findings_reach_the_auditor_as_a_delimited_data_block() -> None:
     from reflect_otel import prompts
-    from reflect_otel._run import AttributionRun
+    from reflect_otel.attribution._run import AttributionRun
 
     trace = make_trace(
         "q",

@@ -14,8 +14,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from reflect_otel.exporters.attribution_spans import ANNOTATION_NAME, AttributionSpanExporter
 from reflect_otel.exporters.metrics import AttributionMetrics
+from reflect_otel.reading.semconv import AnnotationAttributes, GenAIEvaluation, ReflectAttributes, SpanAttributes
 from reflect_otel.record import AttributionRecord
-from reflect_otel.semconv import AnnotationAttributes, GenAIEvaluation, ReflectAttributes, SpanAttributes
 from reflect_otel.testing.examples import verified_attribution
 from reflect_otel.trace import StructuredTrace
 from tests.test_store import _record

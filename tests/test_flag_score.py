@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from reflect_otel._stats import auroc
-from reflect_otel.calibration import CalibrationSample, ConfidenceCalibration
 from reflect_otel.errors import ConfigError
-from reflect_otel.flag_score import fit_score_map, recall_threshold, uncalibrated_score
-from reflect_otel.run_features import RunFeatures, is_value, run_features
+from reflect_otel.flagging._stats import auroc
+from reflect_otel.flagging.calibration import CalibrationSample, ConfidenceCalibration
+from reflect_otel.flagging.flag_score import fit_score_map, recall_threshold, uncalibrated_score
+from reflect_otel.flagging.run_features import RunFeatures, is_value, run_features
 from reflect_otel.testing import make_trace
 from reflect_otel.verdict import ConsistencyCheck, Resample
 
@@ -126,7 +126,7 @@ def test_a_calibration_written_before_the_score_still_loads_as_it_was_measured()
 
 def test_the_evidence_verifier_scores_a_run_without_critical_evidence_on_its_fitted_map() -> None:
     """No model call and no agent run: the trace's features on the map the calibration fitted for it."""
-    from reflect_otel.proxy_verifier import EvidenceVerifier, ProxyVerifierConfig
+    from reflect_otel.flagging.proxy_verifier import EvidenceVerifier, ProxyVerifierConfig
 
     fitted = fit_score_map(
         [_features(None, empty_results=e) for e in (0.0, 0.0, 0.69, 0.69, 0.0, 1.1)],

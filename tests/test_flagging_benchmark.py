@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks._flag_report import Scored, operating_lines
 from benchmarks.flagging import Bench, Journal, Labelled, Measured, cut_at_lead, live_runs, report
-from reflect_otel.consistency import ConsistencyVerifier
+from reflect_otel.flagging.consistency import ConsistencyVerifier
 from reflect_otel.testing import ScriptedLLM, ScriptedResampler, make_trace
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
@@ -251,7 +251,7 @@ def test_the_issues_command_resumes_beside_the_results_and_writes_the_calibratio
     import sys
 
     from benchmarks import flagging
-    from reflect_otel.calibration import ConfidenceCalibration
+    from reflect_otel.flagging.calibration import ConfidenceCalibration
 
     results = tmp_path / "run" / "results.jsonl"
     results.parent.mkdir()
@@ -329,7 +329,7 @@ def test_a_calibration_is_fitted_on_one_sample_and_refuses_to_score_it(
     import sys
 
     from benchmarks import flagging
-    from reflect_otel.calibration import ConfidenceCalibration
+    from reflect_otel.flagging.calibration import ConfidenceCalibration
 
     monkeypatch.setattr(flagging, "make_llm", lambda: ScriptedLLM([]))
     monkeypatch.setattr(flagging, "_live_resampler", lambda *_a: _resampled)

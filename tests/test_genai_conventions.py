@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from reflect_otel.assembly import assemble_trace
-from reflect_otel.spans import SpanRecord
+from reflect_otel.reading.assembly import assemble_trace
+from reflect_otel.reading.spans import SpanRecord
 from reflect_otel.trace import StepKind, StructuredTrace
 from tests.agents import ANSWER, QUESTION
 
@@ -174,7 +174,7 @@ def test_the_event_based_form_of_v1_36_and_before_is_read_from_span_events(tmp_p
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from reflect_otel.spans import span_record_from_readable
+    from reflect_otel.reading.spans import span_record_from_readable
     from tests.frameworks.tracing import otlp_json
 
     exporter = InMemorySpanExporter()

@@ -15,8 +15,8 @@ import pytest
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from reflect_otel.assembly import assemble_trace
 from reflect_otel.collectors.otlp import decode_json_document, decode_protobuf
+from reflect_otel.reading.assembly import assemble_trace
 from reflect_otel.trace import StepKind, StructuredTrace
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from opentelemetry.trace import format_trace_id
 
-from reflect_otel.assembly import assemble_trace
-from reflect_otel.spans import span_record_from_readable
+from reflect_otel.reading.assembly import assemble_trace
+from reflect_otel.reading.spans import span_record_from_readable
 from reflect_otel.trace import StepKind, StepStatus, StructuredTrace
 from tests import agents
 from tests.conftest import Instrumented

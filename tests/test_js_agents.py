@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from reflect_otel.assembly import assemble_trace
 from reflect_otel.collectors.otlp import decode_json_document
 from reflect_otel.collectors.receiver import OTLPReceiver
-from reflect_otel.semconv import SpanAttributes
+from reflect_otel.reading.assembly import assemble_trace
+from reflect_otel.reading.semconv import SpanAttributes
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedTurn
 from reflect_otel.trace import StructuredTrace
 from tests.frameworks.script import ANSWER, QUESTION, SCRIPT, STEPS, assistant_turns, steps_of

@@ -1,12 +1,12 @@
-"""The judge's table (reflect_otel.judge): the official WikiTableQuestions evaluator's value rules, then the reading of
-the value an answer asserts (reflect_otel._asserted), one row per rule, applied the same way to every method's runs
+"""The judge's table (reflect_otel.flagging.judge): the official WikiTableQuestions evaluator's value rules, then the reading of
+the value an answer asserts (reflect_otel.flagging._asserted), one row per rule, applied the same way to every method's runs
 and replays."""
 
 from __future__ import annotations
 
 import pytest
 
-from reflect_otel.judge import Outcome, answer_value, answers_match, judge_answer, normalise_text, same_answer
+from reflect_otel.flagging.judge import Outcome, answer_value, answers_match, judge_answer, normalise_text, same_answer
 
 RIGHT, WRONG, UNDECIDED = Outcome.RIGHT, Outcome.WRONG, Outcome.UNDECIDED
 LAPS = "how many laps were required to complete the 125cc race?"

@@ -1,4 +1,4 @@
-"""The leak guard (reflect_otel.leaks): no text or action carrying the expected answer reaches a replay, for any
+"""The leak guard (reflect_otel.attribution.leaks): no text or action carrying the expected answer reaches a replay, for any
 method: REFLECT's guidance and actions, the controls' plans, Reflexion's memory, DoVer's interventions, ICS."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
+from reflect_otel.attribution.leaks import INSTRUCTION, action_leak, guard_plan, leak
+from reflect_otel.attribution.methods import METHODS
 from reflect_otel.config import ReflectConfig
-from reflect_otel.leaks import INSTRUCTION, action_leak, guard_plan, leak
-from reflect_otel.methods import METHODS
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.record import AttributionStatus, InterventionKind, RepairPlan
 from reflect_otel.testing import ScriptedLLM, ScriptedReplayAdapter, ScriptedRequest, make_trace
 from reflect_otel.trace import StepAction, StructuredTrace
-from reflect_otel.verifiers import OracleVerifier
 
 
 @pytest.mark.parametrize(
@@ -264,7 +264,7 @@ def test_a_refused_text_is_bounded_however_it_is_written() -> None:
 
 
 def test_a_placebo_plan_that_carries_the_answer_is_refused() -> None:
-    from reflect_otel.controls import PlanPool
+    from reflect_otel.attribution.controls import PlanPool
     from reflect_otel.record import AttributionMode, AttributionRecord, AttributionStatus, Correction, InterventionKind
 
     trace = _trace()

@@ -126,9 +126,9 @@ def test_the_default_model_returns_tool_calls_streamed_or_not(default_llm: Struc
 def test_the_sql_agent_runs_on_the_default_model_and_replays_from_its_requests(
     default_llm: StructuredLLM, instrumented: Instrumented
 ) -> None:
-    from reflect_otel.capture import recorded_run
     from reflect_otel.demo.sql_agent import SQLAgent, chat_client
     from reflect_otel.demo.wtq import load_questions
+    from reflect_otel.reading.capture import recorded_run
     from reflect_otel.replay_adapters.openai_loop import OpenAIToolLoopReplayAdapter
 
     provider = instrumented.provider  # the OpenAI instrumentation writes there

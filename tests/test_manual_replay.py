@@ -16,14 +16,14 @@ import duckdb
 import pytest
 
 import reflect_otel
+from reflect_otel.attribution.manual import ManualEdit, check_edit, parse_call
 from reflect_otel.cli import main
 from reflect_otel.demo.wtq import WTQQuestion, load_questions
 from reflect_otel.errors import ConfigError
 from reflect_otel.exporters.duckdb_store import DuckDBStore
 from reflect_otel.exporters.report import render_report
-from reflect_otel.manual import ManualEdit, check_edit, parse_call
+from reflect_otel.reading.semconv import OpenInferenceSpanKindValues, SpanAttributes
 from reflect_otel.record import AttributionRecord, AttributionStatus, ReplayArm
-from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes
 from reflect_otel.testing import ScriptedLLM, ScriptedRequest
 from reflect_otel.trace import StepAction, StructuredTrace
 from tests.conftest import Instrumented
@@ -83,7 +83,7 @@ def table_run(instrumented: Instrumented, llm: ScriptedLLM, thread: str = "manua
 
 
 def agent_run(instrumented: Instrumented, ask: Any) -> StructuredTrace:
-    from reflect_otel.capture import recorded_run
+    from reflect_otel.reading.capture import recorded_run
 
     attributes = {
         SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.AGENT.value,
@@ -267,10 +267,10 @@ def test_the_sql_agent_replayed_with_a_corrected_query(
     capsys: pytest.CaptureFixture[str],
     on_the_session_provider: Instrumented,
 ) -> None:
-    from reflect_otel.capture import recorded_run
     from reflect_otel.config import LLMConfig
     from reflect_otel.demo.sql_agent import SQLAgent, chat_client
     from reflect_otel.llm.openai_compat import OpenAICompatibleLLM
+    from reflect_otel.reading.capture import recorded_run
     from reflect_otel.testing.openai_server import ScriptedOpenAIServer
 
     with ScriptedOpenAIServer(sql_model) as server:

@@ -13,17 +13,17 @@ import httpx
 import openai
 import pytest
 
+from reflect_otel.attribution.methods import method_spec
+from reflect_otel.attribution.service import AttributionService
 from reflect_otel.config import LLMConfig
 from reflect_otel.errors import EndpointBusyError, LLMError
 from reflect_otel.exporters.duckdb_store import DuckDBStore
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.llm import ChatMessage
 from reflect_otel.llm.openai_compat import OpenAICompatibleLLM, reset_negotiation
 from reflect_otel.llm.patient import JobReleased, PatientLLM
-from reflect_otel.methods import method_spec
 from reflect_otel.prompts import LocalizationOutput
-from reflect_otel.service import AttributionService
 from reflect_otel.testing import make_trace
-from reflect_otel.verifiers import OracleVerifier
 
 MESSAGES = [ChatMessage(role="user", content="which step?")]
 GOOD = {"error_step": 1, "confidence": 0.7, "reasoning": "r", "what_should_have_been_done": "w"}

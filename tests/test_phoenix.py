@@ -16,10 +16,10 @@ import httpx
 import pytest
 from opentelemetry.trace import format_trace_id
 
+from reflect_otel.attribution.pipeline import ReflectPipeline
 from reflect_otel.config import GateMode, ReflectConfig
-from reflect_otel.pipeline import ReflectPipeline
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.record import AttributionStatus
-from reflect_otel.verifiers import OracleVerifier
 from tests import replay_agents
 from tests.conftest import Instrumented
 

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
+from reflect_otel.attribution.pipeline import ReflectPipeline, guidance_window, rollback_points
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.errors import LLMError
-from reflect_otel.pipeline import ReflectPipeline, guidance_window, rollback_points
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.record import AttributionRecord, AttributionStatus, ErrorType, ReplayArm
 from reflect_otel.replay import BudgetedReplay, ReplayAdapter
 from reflect_otel.testing import (
@@ -27,7 +28,6 @@ from reflect_otel.testing.examples import EXPECTED, five_step_trace
 from reflect_otel.testing.examples import scripted_agent as agent
 from reflect_otel.testing.examples import scripted_auditor as auditor
 from reflect_otel.trace import StepAction, StructuredTrace, ToolDefinition
-from reflect_otel.verifiers import OracleVerifier
 
 
 def run(llm: ScriptedLLM, adapter: ReplayAdapter | None, **config: Any) -> AttributionRecord:
@@ -661,7 +661,7 @@ def test_no_prompt_that_writes_what_a_replay_executes_shows_the_expected_answer(
     """The oracle regime shows the localizer the answer; the texts and calls a replay executes (the diagnosis and
     its corrected call, the gate's choice of proposals, DoVer's interventions, Reflexion's memory) are written
     without it, nor from the words of the stages that saw it."""
-    from reflect_otel.methods import METHODS
+    from reflect_otel.attribution.methods import METHODS
 
     others = {
         "reflect": {"reflection": "multiply the two numbers"},

@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 
 from reflect_otel import prompts
+from reflect_otel.attribution.pipeline import ReflectPipeline
 from reflect_otel.config import LLMConfig, ReflectConfig
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.llm.base import PromptBudget, estimated_tokens, prompt_budget
 from reflect_otel.llm.recording import CallLog, RecordingLLM
-from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.prompts import PromptContext, fit_steps, format_steps
 from reflect_otel.testing import ScriptedLLM, make_trace
-from reflect_otel.verifiers import OracleVerifier
 
 STEPS_BLOCK = re.compile(r"<<<BEGIN STEPS>>>\n.*?\n<<<END STEPS>>>", re.DOTALL)
 REPLY = {

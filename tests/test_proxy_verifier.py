@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from reflect_otel.calibration import BASES, CALIBRATION_ENV, ConfidenceCalibration
 from reflect_otel.errors import ConfigError, LLMError
-from reflect_otel.proxy_verifier import (
+from reflect_otel.flagging.calibration import BASES, CALIBRATION_ENV, ConfidenceCalibration
+from reflect_otel.flagging.proxy_verifier import (
     AuditedStep,
     PlanAnchoredVerifier,
     ProxyVerifierConfig,
@@ -270,10 +270,10 @@ def test_warning_findings_are_shown_to_the_audit_as_data() -> None:
 def test_a_degenerate_audit_is_uncertain_and_online_attribution_of_uncertain_runs_is_a_setting(
     tmp_path: Any,
 ) -> None:
+    from reflect_otel.attribution.methods import METHODS
+    from reflect_otel.attribution.service import AttributionService
     from reflect_otel.config import ReflectConfig
-    from reflect_otel.methods import METHODS
-    from reflect_otel.service import AttributionService
-    from reflect_otel.verifiers import OracleVerifier
+    from reflect_otel.flagging.verifiers import OracleVerifier
 
     same = {
         "steps": [

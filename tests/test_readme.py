@@ -90,7 +90,10 @@ def test_the_snippets_this_file_runs_are_the_readmes() -> None:
     skipped = [code for kind, code in BLOCKS if kind in ("bash", "python") and _needs_a_model(kind, code)]
     assert len(skipped) == 5, skipped  # the two commands, the light install, REFLECT on an endpoint, LangGraph
     assert len(SNIPPETS) == 2 and "checkpointer=InMemorySaver()" in SNIPPETS[1]
-    assert len(USAGE_SNIPPETS) == 2 and "from reflect_otel.pipeline import ReflectPipeline" in USAGE_SNIPPETS[1]
+    assert (
+        len(USAGE_SNIPPETS) == 2
+        and "from reflect_otel.attribution.pipeline import ReflectPipeline" in USAGE_SNIPPETS[1]
+    )
 
 
 @pytest.mark.slow  # a dozen commands and a new interpreter

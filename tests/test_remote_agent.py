@@ -28,11 +28,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from reflect_otel.collectors.otlp import decode_protobuf
+from reflect_otel.flagging.verifiers import answers_match
 from reflect_otel.llm.local import free_port
-from reflect_otel.semconv import ReflectAttributes
+from reflect_otel.reading.semconv import ReflectAttributes
 from reflect_otel.testing import wait_until
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedTurn
-from reflect_otel.verifiers import answers_match
 
 pytest.importorskip("langgraph")
 pytest.importorskip("openinference.instrumentation.langchain")

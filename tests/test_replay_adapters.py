@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from opentelemetry.trace import format_trace_id
 
-from reflect_otel.consistency import ConsistencyVerifier
 from reflect_otel.errors import ReplayError
+from reflect_otel.flagging.consistency import ConsistencyVerifier
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 from reflect_otel.replay_adapters.openai_loop import IrreversibleToolError, OpenAIToolLoopReplayAdapter
@@ -632,7 +632,7 @@ def test_an_agents_own_correction_rules_run_at_its_http_endpoint(caplog: pytest.
     """The agent's side serves the corrections of the rules its adapter carries (the table rule, given the table as
     context); the collector's side asks only when the endpoint says ``corrections = true``, and an answer that is not
     a rule's correction of one of the run's calls is logged naming the endpoint and skipped, nothing raised."""
-    from reflect_otel import corrections
+    from reflect_otel.attribution import corrections
     from reflect_otel.demo import table_rules
     from reflect_otel.record import Correction, InterventionKind
     from reflect_otel.replay import agent_rules

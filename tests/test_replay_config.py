@@ -80,8 +80,8 @@ def test_a_missing_or_huge_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_runs_service_and_expected_answer_come_from_its_resource_and_root_span() -> None:
-    from reflect_otel.assembly import assemble_trace
     from reflect_otel.collectors.otlp import decode_json_document
+    from reflect_otel.reading.assembly import assemble_trace
     from reflect_otel.testing.otlp_bodies import json_request, json_span
 
     trace_id = "ab" * 16

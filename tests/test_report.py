@@ -76,11 +76,11 @@ def test_report_command_and_chromium_screenshot(tmp_path: Path, capsys: pytest.C
 
 
 def test_an_unverified_report_shows_each_replay_tried() -> None:
+    from reflect_otel.attribution.pipeline import ReflectPipeline
     from reflect_otel.config import ReflectConfig
-    from reflect_otel.pipeline import ReflectPipeline
+    from reflect_otel.flagging.verifiers import OracleVerifier
     from reflect_otel.testing import ScriptedReplayAdapter
     from reflect_otel.testing.examples import EXPECTED, scripted_auditor
-    from reflect_otel.verifiers import OracleVerifier
 
     trace = five_step_trace().model_copy(update={"final_answer": "The answer is <b>41</b>"})
     stubborn = ScriptedReplayAdapter(  # redoes its step its own way, and answers as the run did

@@ -3,13 +3,13 @@ last-step floor as the method: it calls no model)."""
 
 from __future__ import annotations
 
+from reflect_otel.attribution.methods import method_spec
+from reflect_otel.attribution.service import AttributionService
 from reflect_otel.config import ReflectConfig
-from reflect_otel.methods import method_spec
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.record import AttributionStatus
-from reflect_otel.service import AttributionService
 from reflect_otel.testing import ScriptedLLM, make_trace
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.verifiers import OracleVerifier
 
 QUESTION = "in what year were there the most births?"
 

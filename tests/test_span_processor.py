@@ -122,8 +122,8 @@ def test_unfinished_trace_is_written_at_shutdown_marked_incomplete() -> None:
 def test_a_replay_fragment_whose_root_never_came_is_not_taken_for_a_run() -> None:
     """An exporter may deliver a replay's children before its root, and a collector may stop before the root
     comes: every span of a replay is marked, so the fragment is skipped as a replay, not attributed as a run."""
-    from reflect_otel.capture import captured
-    from reflect_otel.semconv import ReflectAttributes
+    from reflect_otel.reading.capture import captured
+    from reflect_otel.reading.semconv import ReflectAttributes
 
     got: list[StructuredTrace] = []
     processor = ReflectSpanProcessor(got.append)
@@ -150,8 +150,8 @@ def test_a_replay_fragment_whose_root_never_came_is_not_taken_for_a_run() -> Non
 
 def test_a_recorded_run_never_raises_its_own_error_in_place_of_the_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Spans that cannot be assembled leave the trace out and say why; the block's outcome stays its own."""
-    from reflect_otel import capture
     from reflect_otel.errors import InputError
+    from reflect_otel.reading import capture
 
     def broken(*args: object, **kwargs: object) -> StructuredTrace:
         raise InputError("no spans to assemble")

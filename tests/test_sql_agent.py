@@ -14,18 +14,18 @@ from typing import Any
 
 import pytest
 
+from reflect_otel.attribution.controls import NO_PLACEBO
+from reflect_otel.attribution.pipeline import ReflectPipeline
 from reflect_otel.config import ReflectConfig
-from reflect_otel.controls import NO_PLACEBO
 from reflect_otel.demo.sql_agent import SQLAgent, SQLWorkspace
 from reflect_otel.demo.wtq import WTQQuestion, load_questions
-from reflect_otel.pipeline import ReflectPipeline
+from reflect_otel.flagging.verifiers import OracleVerifier, judged_correct
 from reflect_otel.record import AttributionStatus
 from reflect_otel.replay import proposer
 from reflect_otel.testing.conformance import ConformanceCase, run_conformance
 from reflect_otel.testing.examples import scripted_auditor
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedToolCall, ScriptedTurn
 from reflect_otel.trace import StepAction, StepKind, StepStatus, StructuredTrace
-from reflect_otel.verifiers import OracleVerifier, judged_correct
 from tests.conftest import Instrumented
 
 RIGHT = "Bangkok, Thailand"
@@ -121,7 +121,7 @@ def test_the_run_reads_as_schema_and_query_steps_with_json_results(
 def test_a_run_that_raises_still_gives_its_trace(instrumented: Instrumented, server: ScriptedOpenAIServer) -> None:
     """A crashed run is the one a user most wants attributed: ``recorded_run`` assembles what it did before the
     exception, and the exception goes on unchanged."""
-    from reflect_otel.capture import recorded_run
+    from reflect_otel.reading.capture import recorded_run
 
     agent = SQLAgent(nt1(), client_of(server), model="scripted-model", tracer_provider=instrumented.provider)
 
@@ -255,7 +255,7 @@ def test_propose_asks_the_model_at_the_temperature_and_runs_nothing(
 def test_the_loop_resamples_whole_runs_at_the_temperature_for_the_consistency_check(
     instrumented: Instrumented, server: ScriptedOpenAIServer
 ) -> None:
-    from reflect_otel.consistency import check_consistency
+    from reflect_otel.flagging.consistency import check_consistency
     from reflect_otel.replay import resampler
 
     client = client_of(server)

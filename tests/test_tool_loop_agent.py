@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 
 from benchmarks.tool_loop_agent import QUESTIONS, Loop, execute_tool
+from reflect_otel.attribution.methods import method_spec
+from reflect_otel.attribution.service import AttributionService
 from reflect_otel.config import ReflectConfig
-from reflect_otel.methods import method_spec
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.record import AttributionMode, AttributionStatus
 from reflect_otel.replay import BudgetedReplay, is_deterministic
-from reflect_otel.service import AttributionService
 from reflect_otel.testing import ScriptedLLM
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedToolCall, ScriptedTurn
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.verifiers import OracleVerifier
 from tests.conftest import Instrumented
 
 
@@ -58,7 +58,7 @@ def client_of(server: ScriptedOpenAIServer) -> Any:
 
 
 def recorded(instrumented: Instrumented, loop: Loop) -> tuple[str, StructuredTrace]:
-    from reflect_otel.capture import recorded_run
+    from reflect_otel.reading.capture import recorded_run
 
     with recorded_run(instrumented.provider, "bookshop_agent") as run:
         answer = loop.ask(QUESTIONS[0][0])

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from reflect_otel.datasets.trail import TrailImport, normalise_trail_category, read_trail_file
-from reflect_otel.evidence import FindingKind, Severity, find_evidence
+from reflect_otel.flagging.evidence import FindingKind, Severity, find_evidence
 from reflect_otel.trace import StepKind, StructuredTrace
 
 

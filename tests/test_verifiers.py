@@ -3,15 +3,15 @@ from __future__ import annotations
 import pytest
 
 from reflect_otel.datasets.bbm import BBMVerifier, extract_bbm_answer
-from reflect_otel.testing import ScriptedLLM, make_trace
-from reflect_otel.verdict import Verdict
-from reflect_otel.verifiers import (
+from reflect_otel.flagging.verifiers import (
     OracleVerifier,
     SelfVerifier,
     answers_match,
     extract_answer,
     is_undecided,
 )
+from reflect_otel.testing import ScriptedLLM, make_trace
+from reflect_otel.verdict import Verdict
 
 
 def _trace(answer: str | None):  # type: ignore[no-untyped-def]

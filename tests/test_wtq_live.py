@@ -461,8 +461,8 @@ def test_the_table_agents_runs_and_resamples_say_what_their_model_calls_cost(
     reads them from the message's usage), so a run's trace says what it cost, and a consistency check counts each
     resample's own tokens (the hourly budget spends them); without them every resample of this agent cost 0."""
     from reflect_otel.cli.evaluate import table_agent_runs
-    from reflect_otel.consistency import check_consistency
     from reflect_otel.demo.wtq import load_questions
+    from reflect_otel.flagging.consistency import check_consistency
 
     def prompt_tokens(requests: list[ScriptedRequest]) -> int:  # ScriptedLLM's usage: a token per four characters
         return sum(sum(len(m.content) for m in r.messages) // 4 for r in requests if r.stage == "agent")

@@ -8,21 +8,21 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from reflect_otel._files import check_input_file
+from reflect_otel.attribution.methods import ATTRIBUTE_METHODS, llm_for, method_spec
+from reflect_otel.attribution.service import AttributionService, ReplayFinder
 from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int
 from reflect_otel.config import LLMConfig
 from reflect_otel.errors import NoModelError
-from reflect_otel.flagging import VERIFIER_NAMES, flagging_verifier
+from reflect_otel.flagging.combined import VERIFIER_NAMES, flagging_verifier
+from reflect_otel.flagging.verifiers import OracleVerifier, Verifier
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import TokenBudget
 from reflect_otel.llm.factory import GET_A_MODEL, LazyLLM, model_missing
-from reflect_otel.methods import ATTRIBUTE_METHODS, llm_for, method_spec
 from reflect_otel.online.setup import NO_MODEL_VERIFIERS
+from reflect_otel.reading._files import check_input_file
 from reflect_otel.replay_adapters.remote import load_replay_endpoints
-from reflect_otel.service import AttributionService, ReplayFinder
 from reflect_otel.settings import settings
 from reflect_otel.store import AttributionStore, open_exporter
-from reflect_otel.verifiers import OracleVerifier, Verifier
 
 __all__ = ["add_online_options", "online_choices", "online_service", "replay_endpoints", "say_consistency"]
 

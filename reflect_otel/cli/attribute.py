@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from reflect_otel._files import LinesOut, check_input_file, check_output_file, lines_replaced_on_success
 from reflect_otel._values import utf8_text
+from reflect_otel.attribution.methods import ATTRIBUTE_METHODS, llm_for, method_spec
+from reflect_otel.attribution.service import AttributionService, ReplayFinder
 from reflect_otel.cli._online import online_choices, online_service, replay_endpoints, say_consistency
 from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int
 from reflect_otel.config import LLMConfig, ReflectConfig
@@ -19,21 +20,20 @@ from reflect_otel.datasets import BBM_TASKS
 from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.datasets.files import DATASET_FORMAT_NAMERS
 from reflect_otel.errors import ConfigError, EndpointDownError, InputError
-from reflect_otel.flagging import VERIFIER_NAMES
+from reflect_otel.flagging.combined import VERIFIER_NAMES
+from reflect_otel.flagging.verifiers import OracleVerifier, SelfVerifier, Verifier
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import TokenBudget
 from reflect_otel.llm.factory import make_llm
 from reflect_otel.llm.openai_compat import ENDPOINT_ERROR_PREFIX, endpoint_down
-from reflect_otel.methods import ATTRIBUTE_METHODS, llm_for, method_spec
 from reflect_otel.online.work import AttributionWorker, WorkerStats, expected_answer_of
+from reflect_otel.reading._files import LinesOut, check_input_file, check_output_file, lines_replaced_on_success
+from reflect_otel.reading.tracefile import TraceRow, check_traces_file, good_trace_rows
 from reflect_otel.record import AttributionRecord, AttributionStatus
 from reflect_otel.replay import ReplayAdapter, find_replay_adapter
-from reflect_otel.service import AttributionService, ReplayFinder
 from reflect_otel.store import check_store_target, open_exporter, open_store, store_path, store_target
 from reflect_otel.trace import EXPECTED_ANSWER_FIELD, StructuredTrace
-from reflect_otel.tracefile import TraceRow, check_traces_file, good_trace_rows
 from reflect_otel.verdict import Verdict
-from reflect_otel.verifiers import OracleVerifier, SelfVerifier, Verifier
 
 __all__ = ["add_attribute_command"]
 

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reflect_otel._files import LinesOut, check_output_file, lines_replaced_on_success
 from reflect_otel.cli._online import (
     add_online_options,
     online_choices,
@@ -28,6 +27,8 @@ from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.llm.openai_compat import endpoint_down
 from reflect_otel.online.shared import SharedQueue
 from reflect_otel.online.work import AttributionWorker, WorkerStats, expected_answer_of
+from reflect_otel.reading._files import LinesOut, check_output_file, lines_replaced_on_success
+from reflect_otel.reading.tracefile import TraceWriter, check_traces_file, each_trace_row
 from reflect_otel.settings import settings
 from reflect_otel.store import (
     AttributionJob,
@@ -38,7 +39,6 @@ from reflect_otel.store import (
     store_target,
 )
 from reflect_otel.trace import EXPECTED_ANSWER_FIELD, StructuredTrace
-from reflect_otel.tracefile import TraceWriter, check_traces_file, each_trace_row
 
 __all__ = ["add_collect_command", "add_import_command"]
 

@@ -92,7 +92,7 @@ class _Progress:
 @contextlib.contextmanager
 def _pipeline_progress(progress: _Progress, names: dict[str, str]) -> Iterator[None]:
     """Show REFLECT's progress lines while the demo runs; the logger is as it was afterwards."""
-    log = logging.getLogger("reflect_otel.search")
+    log = logging.getLogger("reflect_otel.attribution.search")
     handler, level, propagate = _PipelineProgress(progress, names), log.level, log.propagate
     log.addHandler(handler)
     log.setLevel(logging.INFO)
@@ -106,7 +106,7 @@ def _pipeline_progress(progress: _Progress, names: dict[str, str]) -> Iterator[N
 
 
 class _PipelineProgress(logging.Handler):
-    """REFLECT's progress records (``reflect_otel.search`` at INFO) as progress lines, named by question."""
+    """REFLECT's progress records (``reflect_otel.attribution.search`` at INFO) as progress lines, named by question."""
 
     def __init__(self, progress: _Progress, names: dict[str, str]) -> None:
         super().__init__(logging.INFO)
@@ -146,7 +146,7 @@ def _demo(args: argparse.Namespace) -> int:
     from opentelemetry import trace as otel_trace
     from opentelemetry.trace import format_trace_id
 
-    from reflect_otel.verifiers import judged_correct
+    from reflect_otel.flagging.verifiers import judged_correct
 
     questions = _selected(args)
     reflect_config = pipeline_config(args)  # before the model starts: a bad setting must not cost a model load

@@ -20,13 +20,13 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from reflect_otel.attribution.corrections import Rule
 from reflect_otel.config import LLMConfig
-from reflect_otel.corrections import Rule
 from reflect_otel.errors import ConfigError, ReplayError
 from reflect_otel.llm.factory import make_llm
+from reflect_otel.reading.semconv import OpenInferenceSpanKindValues, ReflectAttributes, SpanAttributes
 from reflect_otel.record import Correction
 from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult, agent_rules, resampler
-from reflect_otel.semconv import OpenInferenceSpanKindValues, ReflectAttributes, SpanAttributes
 from reflect_otel.trace import Step, StepAction, StructuredTrace
 
 __all__ = ["add_demo_agent_command"]

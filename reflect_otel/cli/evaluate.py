@@ -8,7 +8,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reflect_otel._files import check_output_file, write_text_atomically
+from reflect_otel.attribution.methods import METHODS, llm_for, method_spec
 from reflect_otel.cli._options import (
     add_agent_determinism_option,
     add_pipeline_options,
@@ -25,7 +25,7 @@ from reflect_otel.evaluation.runner import REPLAYABLE, EvalOptions, run_eval
 from reflect_otel.llm.factory import make_llm
 from reflect_otel.llm.openai_compat import endpoint_down
 from reflect_otel.llm.recording import AgentCallRecorder
-from reflect_otel.methods import METHODS, llm_for, method_spec
+from reflect_otel.reading._files import check_output_file, write_text_atomically
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -288,11 +288,11 @@ def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps:
     LangChain instrumentation) and gives the LangGraph adapter that replays it from the run's checkpoints, its
     proposals sampled. ``deterministic``: the agent's model repeats itself (greedy on one slot: the embedded local
     server), so one replay per arm decides (:func:`~reflect_otel.cli._options.agent_is_deterministic`)."""
-    from reflect_otel.capture import recorded_run
     from reflect_otel.demo import table_rules
     from reflect_otel.demo.table_agent import TableQAAgent
     from reflect_otel.demo.wtq import WTQQuestion
     from reflect_otel.evaluation.live import AgentRun
+    from reflect_otel.reading.capture import recorded_run
     from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 
     agent_llm = AgentCallRecorder(llm)  # its calls for an attribution (replays, proposals) are counted there
@@ -362,10 +362,10 @@ def sql_agent_runs(
     the OpenAI instrumentation), each with the OpenAI tool-loop adapter that replays it from its recorded requests,
     proposing with the agent's own client; and the same for a stored run (the agent's tools are read-only: a fresh
     agent on the question is the one that ran). ``deterministic`` as for :func:`table_agent_runs`."""
-    from reflect_otel.capture import recorded_run
     from reflect_otel.demo.sql_agent import SQLAgent
     from reflect_otel.demo.wtq import WTQQuestion
     from reflect_otel.evaluation.live import AgentRun
+    from reflect_otel.reading.capture import recorded_run
     from reflect_otel.replay_adapters.openai_loop import OpenAIToolLoopReplayAdapter
 
     def adapter(agent: SQLAgent) -> OpenAIToolLoopReplayAdapter:

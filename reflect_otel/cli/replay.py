@@ -1,5 +1,5 @@
 """``reflect-otel replay TRACE --step N (--call CALL | --text TEXT | --resample K)``: a stored run replayed from one
-step with your change, under the controlled rule of every attribution (:mod:`reflect_otel.manual`), the three arms
+step with your change, under the controlled rule of every attribution (:mod:`reflect_otel.attribution.manual`), the three arms
 printed side by side and the record stored as method ``manual``.
 
 The run's agent is re-run through the replay adapter it has: an HTTP replay endpoint named in ``--replay-config``
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from reflect_otel.attribution.manual import ManualEdit, arm_replays, check_edit, conclusion, manual_method
 from reflect_otel.cli._online import replay_endpoints
 from reflect_otel.cli._options import (
     add_agent_determinism_option,
@@ -27,7 +28,6 @@ from reflect_otel.cli._options import (
     positive_int,
 )
 from reflect_otel.errors import ConfigError, InputError
-from reflect_otel.manual import ManualEdit, arm_replays, check_edit, conclusion, manual_method
 from reflect_otel.record import AttributionRecord, AttributionStatus, ReplayArm, ReplayAttempt
 from reflect_otel.replay import ReplayAdapter, find_replay_adapter, is_deterministic
 from reflect_otel.store import check_store_target, open_exporter, open_store, store_target
@@ -144,8 +144,8 @@ def replay_command(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"run {trace.trace_id} has no expected answer stored, so no replay can be judged right: give --expected"
         )
+    from reflect_otel.attribution.service import AttributionService
     from reflect_otel.llm.factory import NoModel
-    from reflect_otel.service import AttributionService
 
     store = open_store(args.store)
     service = AttributionService(
@@ -217,7 +217,7 @@ def _rows(db: Any, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
 def _verifier(trace: StructuredTrace) -> Any:
     """The judge of the run's replays: BIG-Bench-Mistake answers for its traces, else the oracle."""
     from reflect_otel.datasets.bbm import BBMVerifier
-    from reflect_otel.verifiers import OracleVerifier
+    from reflect_otel.flagging.verifiers import OracleVerifier
 
     return BBMVerifier() if trace.metadata.get("dataset") == "bbm" else OracleVerifier()
 
@@ -313,8 +313,8 @@ class _SearchLines(logging.Handler):
 
 @contextmanager
 def _search_progress(progress: _Progress) -> Iterator[None]:
-    """The search's progress lines (``reflect_otel.search`` at INFO) on stderr while the test runs."""
-    log = logging.getLogger("reflect_otel.search")
+    """The search's progress lines (``reflect_otel.attribution.search`` at INFO) on stderr while the test runs."""
+    log = logging.getLogger("reflect_otel.attribution.search")
     handler, level, propagate = _SearchLines(progress), log.level, log.propagate
     log.addHandler(handler)
     log.setLevel(logging.INFO)

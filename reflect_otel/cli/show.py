@@ -9,13 +9,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from reflect_otel._describe import confidence_text, error_type_text, labels_text, named_by, verdict_text
-from reflect_otel._files import check_input_file
+from reflect_otel.attribution._describe import confidence_text, error_type_text, labels_text, named_by, verdict_text
 from reflect_otel.datasets.files import DATASET_FORMAT_NAMERS
 from reflect_otel.errors import InputError, ReflectError
+from reflect_otel.reading._files import check_input_file
+from reflect_otel.reading.tracefile import good_trace_rows
 from reflect_otel.record import AttributionRecord
 from reflect_otel.trace import EXPECTED_ANSWER_FIELD, ErrorLabel
-from reflect_otel.tracefile import good_trace_rows
 
 __all__ = ["add_show_command"]
 

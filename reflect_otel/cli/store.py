@@ -14,9 +14,9 @@ from typing import Any
 
 import duckdb
 
-from reflect_otel._files import check_output_file, write_text_atomically
 from reflect_otel.errors import InputError
 from reflect_otel.exporters.duckdb_store import connect_read_only
+from reflect_otel.reading._files import check_output_file, write_text_atomically
 from reflect_otel.settings import settings
 from reflect_otel.store import check_store_target, store_kind, store_target
 

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from reflect_otel.errors import InputError
-from reflect_otel.judge import answer_value, listed_options
+from reflect_otel.flagging.judge import answer_value, listed_options
+from reflect_otel.flagging.verifiers import extract_answer
 from reflect_otel.trace import ErrorLabel, Step, StepKind, StructuredTrace, TraceSource
 from reflect_otel.verdict import Verdict
-from reflect_otel.verifiers import extract_answer
 
 __all__ = ["BBM_TASKS", "BBMVerifier", "DatasetItem", "bbm_item", "extract_bbm_answer", "is_bbm_row", "read_bbm"]
 

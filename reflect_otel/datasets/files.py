@@ -1,19 +1,19 @@
-"""The datasets' files as ``import`` reads them (:class:`~reflect_otel.tracefile.FileReader` s, passed by the app to
+"""The datasets' files as ``import`` reads them (:class:`~reflect_otel.reading.tracefile.FileReader` s, passed by the app to
 :func:`reflect_otel.collectors.files.import_files`): BIG-Bench-Mistake rows (each with its expected answer) and
 TRAIL trace files (with their annotations, read beside them); and how each is named when given where a file of
-traces is expected (:class:`~reflect_otel.tracefile.FormatNamer` s, passed by the app to
-:func:`~reflect_otel.tracefile.check_traces_file`)."""
+traces is expected (:class:`~reflect_otel.reading.tracefile.FormatNamer` s, passed by the app to
+:func:`~reflect_otel.reading.tracefile.check_traces_file`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from reflect_otel.assembly import AssemblyLimits
 from reflect_otel.datasets.bbm import bbm_item, is_bbm_row
 from reflect_otel.datasets.trail import is_trail_document, read_trail_file
 from reflect_otel.datasets.who_and_when import is_who_and_when_log
+from reflect_otel.reading.assembly import AssemblyLimits
+from reflect_otel.reading.tracefile import FileReader, FormatNamer, ImportedTrace, import_first
 from reflect_otel.trace import EXPECTED_ANSWER_FIELD
-from reflect_otel.tracefile import FileReader, FormatNamer, ImportedTrace, import_first
 
 __all__ = ["DATASET_FORMAT_NAMERS", "DATASET_READERS", "bbm_rows", "trail_annotations", "trail_file"]
 

@@ -14,10 +14,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from reflect_otel._lenient_json import load_json_file
-from reflect_otel.assembly import AssemblyLimits, assemble_trace
 from reflect_otel.errors import InputError
-from reflect_otel.spans import SpanRecord, is_span_id, is_trace_id
+from reflect_otel.reading._lenient_json import load_json_file
+from reflect_otel.reading.assembly import AssemblyLimits, assemble_trace
+from reflect_otel.reading.spans import SpanRecord, is_span_id, is_trace_id
 from reflect_otel.trace import ErrorLabel, StructuredTrace, TraceWarning, WarningCode
 
 __all__ = ["TrailImport", "is_trail_document", "normalise_trail_category", "read_trail_file", "trail_spans"]

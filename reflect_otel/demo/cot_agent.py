@@ -9,7 +9,7 @@ from opentelemetry.trace import TracerProvider
 
 from reflect_otel.llm.base import ChatMessage, StructuredLLM
 from reflect_otel.prompts import CHAIN_OF_THOUGHT_PROMPT, ReasoningContinuation
-from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes
+from reflect_otel.reading.semconv import OpenInferenceSpanKindValues, SpanAttributes
 
 __all__ = ["ChainOfThoughtAgent"]
 

@@ -31,7 +31,7 @@ from reflect_otel.demo.wtq import WTQQuestion, read_table
 from reflect_otel.errors import ConfigError
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.recording import record_agent_response
-from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes, ToolCallAttributes
+from reflect_otel.reading.semconv import OpenInferenceSpanKindValues, SpanAttributes, ToolCallAttributes
 
 __all__ = [
     "COUNT_CAP",

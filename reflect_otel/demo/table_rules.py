@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from reflect_otel.corrections import Rule, rule_correction, similarity, string_arguments
-from reflect_otel.evidence import empty_call
+from reflect_otel.attribution.corrections import Rule, rule_correction, similarity, string_arguments
+from reflect_otel.flagging.evidence import empty_call
 from reflect_otel.record import Correction
 from reflect_otel.trace import Step, StepAction, StructuredTrace
 

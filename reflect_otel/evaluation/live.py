@@ -1,7 +1,7 @@
 """``eval --benchmark wtq-live``: REFLECT's claim measured live. A demo agent (the LangGraph table-QA agent, or the
 OpenAI-tool-loop SQL agent: ``--agent``) answers WikiTableQuestions questions with the configured model; each run
 whose answer is wrong is attributed by every chosen method, from the same run, with the same model, before the next
-question (the agent's replay state lives in this process). Answers are judged by :func:`reflect_otel.judge.judge_answer`
+question (the agent's replay state lives in this process). Answers are judged by :func:`reflect_otel.flagging.judge.judge_answer`
 (right, wrong or undecided, with the question): a row's ``correct`` is None for an undecided answer (one naming
 several values without saying which it asserts), which is neither right nor a failed run, and is counted apart.
 
@@ -29,9 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reflect_otel._stats import wilson
+from reflect_otel.attribution.controls import PlanPool, WrongStepControl
+from reflect_otel.attribution.methods import METHODS, method_spec
+from reflect_otel.attribution.pipeline import ReflectPipeline
+from reflect_otel.attribution.service import AttributionService
 from reflect_otel.config import ReflectConfig
-from reflect_otel.controls import PlanPool, WrongStepControl
 from reflect_otel.demo.wtq import WTQQuestion, load_questions
 from reflect_otel.errors import InputError
 from reflect_otel.evaluation import _live_records as reading
@@ -46,15 +48,13 @@ from reflect_otel.evaluation.run_config import (
     write_run_config,
 )
 from reflect_otel.evaluation.runner import read_done
-from reflect_otel.judge import judge_answer
+from reflect_otel.flagging._stats import wilson
+from reflect_otel.flagging.judge import judge_answer
+from reflect_otel.flagging.verifiers import OracleVerifier, judged_correct
 from reflect_otel.llm.base import StructuredLLM
-from reflect_otel.methods import METHODS, method_spec
-from reflect_otel.pipeline import ReflectPipeline
 from reflect_otel.record import AttributionRecord, AttributionStatus, ReplayArm
 from reflect_otel.replay import ReplayAdapter
-from reflect_otel.service import AttributionService
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.verifiers import OracleVerifier, judged_correct
 
 __all__ = [
     "AgentRun",
@@ -254,7 +254,7 @@ def run_live_eval(
             "max_replays": options.max_replays,
             "max_steps": options.max_steps,
             "deterministic_agent": options.deterministic_agent,
-            # the rule of reflect_otel/controlled_replay.py: a change of effect, beside a control and a sensitivity
+            # the rule of reflect_otel/attribution/controlled_replay.py: a change of effect, beside a control and a sensitivity
             # arm; runs under an earlier rule ("controlled") are not resumed with this one
             "verification": VERIFICATION,
             # what saw the expected answer: the localizer (the oracle regime), never a text a replay executes
@@ -624,7 +624,7 @@ HEADER = (
     "it skipped (nothing to test) or whose stages failed, so a method with runs not scored has a smaller denominator "
     "than the others (said below the table, with what those runs cost). "
     "tested: runs where a correction was replayed (not only controls); flipped: an intervention replay answered "
-    "right; verified (decisive): the attribution's rule (reflect_otel/controlled_replay.py): an intervention that "
+    "right; verified (decisive): the attribution's rule (reflect_otel/attribution/controlled_replay.py): an intervention that "
     "changed step p's effect (its result, or a thought's content; never the answer turn or a later call of the run "
     "moved earlier) answered right, and the control replay from the same prefix, with no intervention, "
     "did not answer right; where that control gave another answer than the run's, more controls were run there (to "

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from reflect_otel import prompts
+from reflect_otel.attribution.methods import METHODS
+from reflect_otel.attribution.service import AttributionService
 from reflect_otel.config import ReflectConfig
 from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.errors import InputError, LLMError
@@ -26,12 +28,10 @@ from reflect_otel.evaluation.run_config import (
     read_json_object,
     write_run_config,
 )
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.llm.base import StructuredLLM
-from reflect_otel.methods import METHODS
 from reflect_otel.record import AttributionMode, AttributionRecord, AttributionStatus, ReplayArm
 from reflect_otel.replay import find_replay_adapter
-from reflect_otel.service import AttributionService
-from reflect_otel.verifiers import OracleVerifier
 
 __all__ = ["REPLAYABLE", "EvalOptions", "em_by_status_line", "read_done", "run_eval"]
 

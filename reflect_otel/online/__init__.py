@@ -2,7 +2,7 @@
 
 ``observe`` (``decorator``) traces each run of an agent; ``configure`` (``setup``) builds the :class:`Runtime`
 (``runtime``): a span processor on the application's tracer provider, a bounded queue and one worker thread that
-hands each finished run to the :class:`~reflect_otel.service.AttributionService`.
+hands each finished run to the :class:`~reflect_otel.attribution.service.AttributionService`.
 """
 
 from __future__ import annotations

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from reflect_otel.attribution.service import Outcome
 from reflect_otel.record import AttributionStatus
-from reflect_otel.service import Outcome
 
 __all__ = ["OutcomeCounts"]
 
 
 @dataclass(slots=True)
 class OutcomeCounts:
-    """Counters of :class:`~reflect_otel.service.Outcome` s: runs judged, flagged (judged wrong), attributed and
+    """Counters of :class:`~reflect_otel.attribution.service.Outcome` s: runs judged, flagged (judged wrong), attributed and
     verified among them, flagged runs a spent token budget left unattributed, exports that failed, tokens spent;
     runs a consistency check resampled, and the agent runs it cost."""
 

@@ -21,8 +21,8 @@ from opentelemetry.trace import Status, StatusCode, format_trace_id
 
 from reflect_otel.online.runtime import PendingRun
 from reflect_otel.online.setup import runtime
+from reflect_otel.reading.semconv import OpenInferenceSpanKindValues, SpanAttributes
 from reflect_otel.replay import ReplayAdapter
-from reflect_otel.semconv import OpenInferenceSpanKindValues, SpanAttributes
 
 __all__ = ["expect", "observe"]
 

@@ -14,12 +14,12 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.trace import Tracer
 
 from reflect_otel._worker import BatchWorker
+from reflect_otel.attribution.service import AttributionService
 from reflect_otel.errors import ReflectError
 from reflect_otel.llm.budget import TokenBudget
 from reflect_otel.online._tally import OutcomeCounts
 from reflect_otel.record import AttributionRecord
 from reflect_otel.replay import ReplayAdapter
-from reflect_otel.service import AttributionService
 from reflect_otel.store import AttributionStore, RecordExporter
 from reflect_otel.trace import StructuredTrace
 

@@ -10,18 +10,18 @@ from collections.abc import Sequence
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
+from reflect_otel.attribution.methods import method_spec
+from reflect_otel.attribution.service import AttributionService
 from reflect_otel.config import LLMConfig, ReflectConfig
 from reflect_otel.errors import ConfigError
-from reflect_otel.flagging import VERIFIER_NAMES, flagging_verifier
+from reflect_otel.flagging.combined import VERIFIER_NAMES, flagging_verifier
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import TokenBudget
 from reflect_otel.llm.factory import LazyLLM, NoModel, make_llm, model_missing
-from reflect_otel.methods import method_spec
 from reflect_otel.online.runtime import Runtime
-from reflect_otel.service import AttributionService
 from reflect_otel.settings import check_environment
 from reflect_otel.store import open_exporter, open_store
-from reflect_otel.verifiers import OracleVerifier
 
 __all__ = ["NO_MODEL_VERIFIERS", "configure", "instrumented_provider", "runtime", "say_no_model", "shutdown"]
 
@@ -103,7 +103,7 @@ def configure(
     ``REFLECT_*`` variables: the store from ``REFLECT_STORE`` (else ``./reflect.duckdb``), the LLM from
     ``REFLECT_LLM_*``/``OPENAI_*`` (else the local llama.cpp server, started on first use, off the agent's path).
     Runs inside ``expect(answer)`` are judged against the answer; the others (``proxy=True``) by ``verifier``: one of
-    :data:`~reflect_otel.flagging.VERIFIER_NAMES` (``consistency`` and ``combined`` resample the agent through the
+    :data:`~reflect_otel.flagging.combined.VERIFIER_NAMES` (``consistency`` and ``combined`` resample the agent through the
     replay adapter given to ``observe``), or not at all (``proxy=False``)."""
     from reflect_otel.collectors.span_processor import ReflectSpanProcessor
     from reflect_otel.exporters.metrics import AttributionMetrics

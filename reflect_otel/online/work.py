@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from reflect_otel._worker import BatchWorker
+from reflect_otel.attribution.service import AttributionService
 from reflect_otel.online._tally import OutcomeCounts
-from reflect_otel.service import AttributionService
 from reflect_otel.store import AttributionJob, AttributionStore
 from reflect_otel.trace import EXPECTED_ANSWER_FIELD, StructuredTrace
 

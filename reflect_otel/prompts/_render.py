@@ -219,7 +219,7 @@ class PromptContext(BaseModel):
     step_count: int = 0
     layout: Literal["shared_prefix", "per_stage"] = "shared_prefix"
     evidence: str = ""
-    """The evidence checks' findings (:func:`reflect_otel.evidence.render_findings`), shown after the steps."""
+    """The evidence checks' findings (:func:`reflect_otel.flagging.evidence.render_findings`), shown after the steps."""
 
     @classmethod
     def of(cls, trace: StructuredTrace, expected: str | None, **settings: Any) -> PromptContext:

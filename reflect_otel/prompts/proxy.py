@@ -82,7 +82,7 @@ def audit_prompt(
     question: str, anchors: Anchors, listing: str, first: int, last: int, max_chars: int, evidence: str = ""
 ) -> list[ChatMessage]:
     """The audit of macro-steps ``first`` to ``last``, rendered in ``listing``; ``evidence`` is the evidence
-    checks' findings about the whole run (:func:`reflect_otel.evidence.render_findings`), shown as data."""
+    checks' findings about the whole run (:func:`reflect_otel.flagging.evidence.render_findings`), shown as data."""
     checks = (
         f"Automatic checks of the steps (facts computed without judgement):\n"
         f"{data_block('EVIDENCE', cut(evidence, max_chars * 4))}\n\n"

@@ -83,7 +83,7 @@ class DiagnosisOutput(BaseModel):
 _CALL_DESCRIPTION = "the corrected step: the call the agent should have made at the erroneous step, or null"
 CORRECTED_STEP_ASK = "as it should have been, with concrete values taken from the data above"
 """How the diagnosis asks for the corrected step (lower case, single spaces): a reply that copies it back wrote no
-step (:func:`reflect_otel.stages.diagnose`)."""
+step (:func:`reflect_otel.attribution.stages.diagnose`)."""
 _THOUGHT_DESCRIPTION = (
     "the erroneous step rewritten correctly, as one reasoning step; it must not state the final answer (a step that "
     "does is refused: it would prove nothing)"

@@ -14,7 +14,7 @@ from typing import Any, Union
 
 from pydantic import BaseModel
 
-from reflect_otel.corrections import Rule
+from reflect_otel.attribution.corrections import Rule
 from reflect_otel.errors import LLMError, ReplayError
 from reflect_otel.llm.base import ChatMessage, Check, Completion, LLMUsage, OutputT, complete_with_repair
 from reflect_otel.replay import InjectionRole, ProposedStep, ReplayResult, check_rollback_point

@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
+from reflect_otel.attribution.pipeline import ReflectPipeline
 from reflect_otel.config import GateMode, ReflectConfig
-from reflect_otel.pipeline import ReflectPipeline
+from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.record import AttributionRecord
 from reflect_otel.testing import ScriptedLLM, ScriptedProposingAdapter, ScriptedRequest, make_trace
 from reflect_otel.trace import Step, StepAction, StructuredTrace
-from reflect_otel.verifiers import OracleVerifier
 
 __all__ = ["EXPECTED", "five_step_trace", "scripted_agent", "scripted_auditor", "verified_attribution"]
 

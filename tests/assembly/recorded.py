@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from reflect_otel.assembly.scrub import AssemblyLimits, TextRules
 from reflect_otel.collectors.otlp import decode_json_document
-from reflect_otel.redaction import default_redactor
-from reflect_otel.spans import SpanRecord
+from reflect_otel.reading.assembly.scrub import AssemblyLimits, TextRules
+from reflect_otel.reading.redaction import default_redactor
+from reflect_otel.reading.spans import SpanRecord
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from reflect_otel.assembly import ATTRIBUTE_LIMIT_FIX, assemble_trace
+from reflect_otel.reading.assembly import ATTRIBUTE_LIMIT_FIX, assemble_trace
 from reflect_otel.trace import TraceWarning, WarningCode
 from tests.assembly.recorded import ADK_ALONE, ADK_WITHOUT_CONTENT, recorded_spans
 from tests.spans import agent_root, llm, span, tool

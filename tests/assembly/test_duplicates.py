@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from reflect_otel.assembly.duplicates import second_records
-from reflect_otel.assembly.messages import read_conversations
-from reflect_otel.assembly.tree import SpanTree
-from reflect_otel.spans import SpanRecord
+from reflect_otel.reading.assembly.duplicates import second_records
+from reflect_otel.reading.assembly.messages import read_conversations
+from reflect_otel.reading.assembly.tree import SpanTree
+from reflect_otel.reading.spans import SpanRecord
 from tests.assembly.recorded import LANGGRAPH_OBSERVED, LANGGRAPH_REACT, recorded_spans
 from tests.spans import agent_root, llm
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from reflect_otel.assembly import assemble_trace
-from reflect_otel.assembly.framework import trace_source
-from reflect_otel.assembly.tree import SpanTree
+from reflect_otel.reading.assembly import assemble_trace
+from reflect_otel.reading.assembly.framework import trace_source
+from reflect_otel.reading.assembly.tree import SpanTree
 from tests.assembly.recorded import (
     LANGGRAPH_OBSERVED,
     LANGGRAPH_REACT,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from reflect_otel.assembly import assemble_trace
 from reflect_otel.collectors.otlp import decode_json_document
+from reflect_otel.reading.assembly import assemble_trace
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = sorted(path.name.removesuffix(".otlp.json") for path in GOLDEN.glob("*.otlp.json"))

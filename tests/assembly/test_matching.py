@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from reflect_otel.assembly.actions import read_actions
-from reflect_otel.assembly.duplicates import second_records
-from reflect_otel.assembly.matching import Matched, match_calls
-from reflect_otel.assembly.messages import read_conversations
-from reflect_otel.assembly.tree import SpanTree
-from reflect_otel.spans import SpanRecord
+from reflect_otel.reading.assembly.actions import read_actions
+from reflect_otel.reading.assembly.duplicates import second_records
+from reflect_otel.reading.assembly.matching import Matched, match_calls
+from reflect_otel.reading.assembly.messages import read_conversations
+from reflect_otel.reading.assembly.tree import SpanTree
+from reflect_otel.reading.spans import SpanRecord
 from reflect_otel.trace import StepKind, StepStatus
 from tests.assembly.recorded import HANDOFF, LITELLM, LLAMAINDEX_REACT, SMOLAGENTS_CODE, recorded_spans, rules
 from tests.spans import agent_root, llm, span, tool

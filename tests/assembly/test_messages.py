@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reflect_otel.assembly.messages import Message, RequestedCall, read_conversation, read_conversations
-from reflect_otel.assembly.tree import SpanTree
+from reflect_otel.reading.assembly.messages import Message, RequestedCall, read_conversation, read_conversations
+from reflect_otel.reading.assembly.tree import SpanTree
 from tests.assembly.recorded import LITELLM, recorded_spans
 
 _IN = "llm.input_messages."

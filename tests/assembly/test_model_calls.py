@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from reflect_otel.assembly import assemble_trace
-from reflect_otel.assembly.messages import read_conversation
-from reflect_otel.assembly.model_calls import ModelCall, ToolRequest, mean_logprob, read_model_call
-from reflect_otel.assembly.tree import LLM, SpanTree
-from reflect_otel.spans import SpanRecord
+from reflect_otel.reading.assembly import assemble_trace
+from reflect_otel.reading.assembly.messages import read_conversation
+from reflect_otel.reading.assembly.model_calls import ModelCall, ToolRequest, mean_logprob, read_model_call
+from reflect_otel.reading.assembly.tree import LLM, SpanTree
+from reflect_otel.reading.spans import SpanRecord
 from tests.assembly.recorded import AUTOGEN, AUTOGEN_ALONE, recorded_spans, rules
 from tests.spans import agent_root, llm
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from reflect_otel.assembly import assemble_trace
-from reflect_otel.assembly.question import RunEnd, RunTexts, run_end, run_texts
-from reflect_otel.assembly.tree import SpanTree
-from reflect_otel.spans import SpanRecord
+from reflect_otel.reading.assembly import assemble_trace
+from reflect_otel.reading.assembly.question import RunEnd, RunTexts, run_end, run_texts
+from reflect_otel.reading.assembly.tree import SpanTree
+from reflect_otel.reading.spans import SpanRecord
 from reflect_otel.trace import Step, StepKind
 from tests.assembly.recorded import SMOLAGENTS_CODE, recorded_spans, rules
 from tests.spans import agent_root, span

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from reflect_otel.assembly import AssemblyLimits
-from reflect_otel.assembly.scrub import TextRules
-from reflect_otel.redaction import default_redactor
+from reflect_otel.reading.assembly import AssemblyLimits
+from reflect_otel.reading.assembly.scrub import TextRules
+from reflect_otel.reading.redaction import default_redactor
 
 _KEY = "sk-" + "P" * 24
 

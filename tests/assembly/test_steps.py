@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reflect_otel.assembly.context import StepContext
-from reflect_otel.assembly.steps import (
+from reflect_otel.reading.assembly.context import StepContext
+from reflect_otel.reading.assembly.steps import (
     MAX_ARGUMENT_DEPTH,
     MAX_ARGUMENT_VALUES,
     StepDraft,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from reflect_otel.assembly.tool_runs import ToolRun, read_tool_run
-from reflect_otel.assembly.tree import TOOL, SpanTree
-from reflect_otel.spans import SpanRecord
+from reflect_otel.reading.assembly.tool_runs import ToolRun, read_tool_run
+from reflect_otel.reading.assembly.tree import TOOL, SpanTree
+from reflect_otel.reading.spans import SpanRecord
 from tests.assembly.recorded import LANGGRAPH_REACT, recorded_spans, rules
 from tests.spans import agent_root, span, tool
 

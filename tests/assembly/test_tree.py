@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from reflect_otel.assembly.tree import AGENT, LLM, SpanTree
 from reflect_otel.errors import InputError
+from reflect_otel.reading.assembly.tree import AGENT, LLM, SpanTree
 from tests.assembly.recorded import AUTOGEN, HANDOFF, LANGGRAPH_OBSERVED, recorded_spans
 from tests.spans import TRACE_ID, agent_root, llm, span, tool
 

@@ -161,8 +161,8 @@ def test_a_run_out_of_turns_has_no_answer_step(traced: Traced) -> None:
 def test_a_run_whose_agent_span_never_arrived_is_not_a_stop_at_a_tool(traced: Traced) -> None:
     """A process killed mid-run exports its tool and model spans but never its agent span: such a run's last tool
     result is not an answer."""
-    from reflect_otel.assembly import assemble_trace
-    from reflect_otel.spans import span_record_from_readable
+    from reflect_otel.reading.assembly import assemble_trace
+    from reflect_otel.reading.spans import span_record_from_readable
 
     trace = _run(traced, handoff=False, behavior="stop_on_first_tool", answer="391")
     spans = [s for s in traced.exporter.get_finished_spans() if format(s.context.trace_id, "032x") == trace.trace_id]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from reflect_otel.evidence import find_evidence
+from reflect_otel.flagging.evidence import find_evidence
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedToolCall, ScriptedTurn
 from reflect_otel.trace import StepKind, StructuredTrace
 from tests.frameworks.script import ADD, ANSWER, MULTIPLY, QUESTION, SCRIPT, assistant_turns

@@ -14,10 +14,10 @@ from reflect_otel.collectors.receiver import OTLPReceiver
 from reflect_otel.collectors.span_processor import ReflectSpanProcessor
 from reflect_otel.collectors.trace_collector import BufferLimits
 from reflect_otel.exporters.duckdb_store import DuckDBStore
+from reflect_otel.reading.tracefile import TraceWriter
 from reflect_otel.testing import TraceSink
 from reflect_otel.testing.otlp_bodies import json_request, json_span
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.tracefile import TraceWriter
 
 TRACE = "5b8efff798038103d269b633813fc60c"
 JSON = {"Content-Type": "application/json"}

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from reflect_otel._files import partial_path
 from reflect_otel.cli import main
 from reflect_otel.exporters.duckdb_store import DuckDBStore
+from reflect_otel.reading._files import partial_path
 from reflect_otel.testing.examples import verified_attribution
 
 EXAMPLES = Path(str(files("reflect_otel.demo"))) / "data" / "examples"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from reflect_otel.assembly import assemble_trace
 from reflect_otel.errors import ConfigError
-from reflect_otel.redaction import Redactor, default_redactor
+from reflect_otel.reading.assembly import assemble_trace
+from reflect_otel.reading.redaction import Redactor, default_redactor
 from reflect_otel.trace import WarningCode
 from tests.spans import agent_root, llm, tool
 

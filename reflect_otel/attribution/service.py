@@ -1,0 +1,331 @@
+"""The attribution service: what happens to one trace, written once for the decorator, the CLI and eval.
+
+``process(trace)``: (optionally) verify the run first and stop when it is not flagged; attribute it with the
+chosen method, with a replay adapter when one can re-run the agent; write trace, verdict and record to the store;
+count them in the metrics; send the record to every exporter. One error policy: the method never raises (it
+records its failures); a failing exporter is logged, reported in the outcome and never stops the others, since
+the store keeps every record.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from reflect_otel.attribution.controls import PLACEBO_METHOD, STORED_RECORDS, PlanPool
+from reflect_otel.attribution.methods import MethodSpec
+from reflect_otel.config import ReflectConfig
+from reflect_otel.errors import ReplayError
+from reflect_otel.flagging.verifiers import Verifier, bound_to, bound_to_runs, is_undecided, takes_runs
+from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.llm.budget import BudgetedLLM, TokenBudget
+from reflect_otel.llm.recording import CallLog, RecordingLLM, recording_agent_calls
+from reflect_otel.record import AGENT_REPLAY_STAGE, AttributionMode, AttributionRecord, AttributionStatus
+from reflect_otel.replay import BudgetedReplay, ReplayAdapter, ReplayResult, TakesTaskContext, resampler
+from reflect_otel.store import AttributionStore, ReadsRecords, RecordExporter, VerdictExporter
+from reflect_otel.trace import StructuredTrace
+from reflect_otel.verdict import Verdict
+
+__all__ = ["AttributionMetrics", "AttributionService", "Outcome", "ReplayFinder"]
+
+_log = logging.getLogger("reflect_otel.attribution.service")
+
+ReplayFinder = Callable[[StructuredTrace, StructuredLLM], "ReplayAdapter | None"]
+"""Finds an adapter that can re-run the agent of a trace (or None: the attribution is localization-only)."""
+
+
+class AttributionMetrics(Protocol):
+    """What the service counts (``reflect_otel.exporters.metrics.AttributionMetrics`` implements it)."""
+
+    def trace_seen(self, trace: StructuredTrace, *, flagged: bool, uncertain: bool = False) -> None: ...
+
+    def record_attributed(self, record: AttributionRecord) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one trace."""
+
+    verdict: Verdict | None
+    """The first verdict on the run (the triage verdict, else the one the method reached)."""
+    flagged: bool
+    """Judged wrong (and so attributed, unless a budget stopped it)."""
+    record: AttributionRecord | None
+    """None when the run was not flagged in triage."""
+    budget_skipped: bool = False
+    tokens: int = 0
+    """Tokens spent on this trace, the triage verdict's included (counted by the budget, when there is one)."""
+    export_failures: tuple[tuple[str, str], ...] = ()
+    """(exporter name, message) for each export that failed."""
+
+
+class AttributionService:
+    """One trace in, verdict and attribution out, stored and exported.
+
+    ``verifier`` judges runs with an expected answer; runs without one go to ``proxy`` when it is given (the
+    plan-anchored verifier), else to ``verifier`` too. ``triage`` verifies every run first and attributes only the
+    flagged ones (online mode); it never flags a run the oracle judged undecided
+    (:func:`~reflect_otel.flagging.verifiers.is_undecided`). ``skip_correct`` judges every run first too, and records a run
+    judged right or undecided as skipped (with its verdict) without attributing it; any other run the verifier cannot
+    judge is attributed. With neither,
+    every trace given is attributed (the method itself skips a correct one where it checks). ``replay_finder`` supplies an adapter when the caller passes none, told the run's domain
+    context when it writes its agent's prompt itself (:class:`TakesTaskContext`). ``max_replays`` caps the replays
+    of one trace, controls included, found adapter or passed, so every method compared gets the same budget (None:
+    the configuration's ``max_replays``). ``budget`` caps the tokens
+    per trace and per hour: a flagged run met with a spent hourly budget is stored, not attributed. Every model
+    call made for a trace (the triage audit, the method's stages, the audits of its replays, and the calls of a
+    found adapter's agent on this model) goes through that budget and into the record's ``llm_calls`` and
+    ``cost``, once. An adapter the caller passes runs its agent on the agent's own model: that is the agent's cost.
+    """
+
+    def __init__(
+        self,
+        llm: StructuredLLM,
+        method: MethodSpec,
+        *,
+        verifier: Verifier,
+        proxy: Verifier | None = None,
+        config: ReflectConfig | None = None,
+        store: AttributionStore | None = None,
+        exporters: Mapping[str, RecordExporter] | None = None,
+        metrics: AttributionMetrics | None = None,
+        replay_finder: ReplayFinder | None = None,
+        budget: TokenBudget | None = None,
+        triage: bool = False,
+        skip_correct: bool = False,
+        max_replays: int | None = None,
+        plans: PlanPool | None = None,
+    ) -> None:
+        self.llm = llm
+        self.method = method
+        self.verifier = verifier
+        self.proxy = proxy
+        self.config = config or ReflectConfig()
+        self.store = store
+        self.exporters = dict(exporters or {})
+        self.metrics = metrics
+        self.replay_finder = replay_finder
+        self.budget = budget
+        self.triage = triage
+        self.skip_correct = skip_correct
+        if max_replays is not None and max_replays < 1:
+            raise ValueError("max_replays must be at least 1 (None: the configuration's)")
+        self.max_replays = max_replays if max_replays is not None else self.config.max_replays
+        if self.max_replays is not None and self.max_replays != self.config.max_replays:
+            # the record's configuration says the cap its replays ran under
+            self.config = self.config.model_copy(update={"max_replays": self.max_replays})
+        self.plans = plans if plans is not None else self._stored_plans()
+        """The plans the auditor wrote for the failures this service attributed (the placebo control draws on
+        them), and for a placebo on a store that reads its records back, those stored before it started; pass one
+        pool to every service of an evaluation to share them."""
+
+    def _stored_plans(self) -> PlanPool:
+        pool = PlanPool()
+        if self.method.name != PLACEBO_METHOD or not isinstance(self.store, ReadsRecords):
+            return pool  # only the placebo draws on plans; reading records costs a start
+        try:
+            pool.add_stored(self.store.recent_records(STORED_RECORDS, excluding=PLACEBO_METHOD))
+        except Exception:  # a store that cannot be read: the placebo starts with no plan, as on an empty store
+            _log.warning("the stored plans could not be read; the placebo starts with none", exc_info=True)
+        return pool
+
+    def verifier_for(self, expected: str | None) -> Verifier:
+        return self.verifier if expected is not None or self.proxy is None else self.proxy
+
+    def process(
+        self,
+        trace: StructuredTrace,
+        *,
+        expected: str | None = None,
+        replay: ReplayAdapter | None = None,
+        domain_context: str = "",
+    ) -> Outcome:
+        """Verify (in triage), attribute, store, count and export one trace. Never raises for what a method or an
+        exporter meets; a store rejects bad content by counting it (see :class:`AttributionStore`). The calls an
+        agent's :class:`~reflect_otel.llm.recording.AgentCallRecorder` model makes meanwhile (its replays and
+        proposals) are counted in the record as the agent's, as a found adapter's agent's are."""
+        agent_calls = CallLog()  # a found adapter's agent runs on our model: its calls are this trace's cost too
+        with recording_agent_calls(agent_calls):
+            return self._process(trace, expected, replay, domain_context, agent_calls)
+
+    def _process(
+        self,
+        trace: StructuredTrace,
+        expected: str | None,
+        replay: ReplayAdapter | None,
+        domain_context: str,
+        agent_calls: CallLog,
+    ) -> Outcome:
+        if self.method.withholds_expected:
+            expected = None
+        # one budget for everything this trace costs: the triage audit, the method's calls, the audits of replays
+        llm: StructuredLLM = self.llm
+        budgeted = BudgetedLLM(self.llm, self.budget) if self.budget is not None else None
+        if budgeted is not None:
+            llm = budgeted
+
+        def found() -> ReplayAdapter | None:
+            if self.replay_finder is None:
+                return None
+            adapter = self.replay_finder(trace, RecordingLLM(llm, agent_calls, stage=AGENT_REPLAY_STAGE))
+            if domain_context and isinstance(adapter, TakesTaskContext):
+                adapter = adapter.with_task_context(domain_context)
+            return adapter
+
+        verifier = judge = self.verifier_for(expected)
+        if (self.triage or self.skip_correct) and takes_runs(verifier):  # a consistency check resamples the agent
+            replay = replay if replay is not None else found()
+            source = resampler(replay) if replay is not None else None
+            if source is not None and self.budget is not None and self.budget.hour_is_spent:
+                source = _SpentHour(self.budget.per_hour)  # no agent runs past the hourly budget, and it says why
+            judge = bound_to_runs(verifier, source)
+        verdict: Verdict | None = None
+        triage_calls = CallLog()
+        flagged = True
+        if self.triage:
+            verdict = self._judge(judge, trace, expected, llm, triage_calls, agent_calls)
+            uncertain = verdict.is_correct is None
+            # an undecided answer (the oracle's: several values named, none asserted) is no failure to attribute
+            flagged = verdict.is_correct is False or (
+                uncertain and self.config.attribute_uncertain and not is_undecided(verdict)
+            )
+            self._store(trace, verdict, None)
+            if self.metrics is not None:
+                self.metrics.trace_seen(trace, flagged=flagged, uncertain=uncertain)
+            if not flagged:
+                return Outcome(verdict, False, None, tokens=budgeted.used if budgeted is not None else 0)
+        elif self.skip_correct:
+            verdict = self._judge(judge, trace, expected, llm, triage_calls, agent_calls)
+            flagged = verdict.is_correct is not True and not is_undecided(verdict)
+            if not flagged:
+                record = _correct_skip(trace, self.method.name, verdict).with_calls(
+                    before=triage_calls.calls, after=agent_calls.calls
+                )
+                outcome = Outcome(verdict, False, record, tokens=budgeted.used if budgeted is not None else 0)
+                return self._finish(trace, verdict, record, outcome)
+        if self.budget is not None and self.budget.hour_is_spent:
+            record = _budget_skip(trace, self.method.name, verdict, self.budget.per_hour)
+            record = record.with_calls(before=triage_calls.calls, after=agent_calls.calls)
+            outcome = Outcome(verdict, flagged, record, budget_skipped=True, tokens=record.total_tokens)
+            return self._finish(trace, verdict, record, outcome)
+        if replay is None:
+            replay = found()
+        if replay is not None and self.max_replays is not None:
+            replay = BudgetedReplay(replay, self.max_replays)  # per trace: the same for every method compared
+        attributor = self.method.build(llm, verifier, self.config, self.plans)
+        record = attributor.attribute(
+            trace, expected=expected, replay=replay, domain_context=domain_context, verdict=verdict
+        ).with_calls(before=triage_calls.calls, after=agent_calls.calls)
+        checked = record.original_verdict.consistency if verdict is None and record.original_verdict else None
+        if self.budget is not None and checked is not None and not agent_calls.calls:
+            self.budget.spend(checked.agent_tokens)  # the method's own check resampled an agent on its own model
+        tokens = budgeted.used if budgeted is not None else record.total_tokens
+        first = verdict or record.original_verdict
+        return self._finish(trace, first, record, Outcome(first, flagged, record, tokens=tokens))
+
+    def _judge(
+        self,
+        verifier: Verifier,
+        trace: StructuredTrace,
+        expected: str | None,
+        llm: StructuredLLM,
+        calls: CallLog,
+        agent_calls: CallLog,
+    ) -> Verdict:
+        """The verdict, its model calls in ``calls``. A consistency check's resamples count against the hourly
+        budget: through ``llm`` when the agent ran on our model (its calls are in ``agent_calls``), else by the
+        tokens its resampled traces report (the agent's own model)."""
+        before = len(agent_calls.calls)
+        verdict = bound_to(verifier, RecordingLLM(llm, calls)).verify(trace, expected=expected)
+        if self.budget is not None and verdict.consistency is not None and len(agent_calls.calls) == before:
+            self.budget.spend(verdict.consistency.agent_tokens)
+        return verdict
+
+    def _finish(
+        self, trace: StructuredTrace, verdict: Verdict | None, record: AttributionRecord, outcome: Outcome
+    ) -> Outcome:
+        self._store(trace, None if self.triage else verdict, record)
+        self.plans.add(trace, record)
+        if self.metrics is not None:
+            self.metrics.record_attributed(record)
+        failures = []
+        for name, exporter in self.exporters.items():
+            try:
+                exporter.export(record)
+                if verdict is not None and isinstance(exporter, VerdictExporter):
+                    exporter.export_verdict(trace, verdict)
+            except Exception as error:  # one broken exporter must not stop the others; the store has the record
+                _log.warning("exporting the attribution of %s to %s failed: %s", trace.trace_id, name, error)
+                failures.append((name, str(error) or type(error).__name__))
+        if not failures:
+            return outcome
+        return Outcome(
+            outcome.verdict,
+            outcome.flagged,
+            outcome.record,
+            outcome.budget_skipped,
+            outcome.tokens,
+            tuple(failures),
+        )
+
+    def _store(self, trace: StructuredTrace, verdict: Verdict | None, record: AttributionRecord | None) -> None:
+        if self.store is None:
+            return
+        if record is None or not self.triage:
+            self.store.write_trace(trace)
+        if verdict is not None:
+            self.store.write_verdict(trace.trace_id, verdict)
+        if record is not None:
+            self.store.write_record(record)
+
+    def close(self) -> None:
+        """Close the exporters and the store (flushing what it holds)."""
+        for exporter in self.exporters.values():
+            exporter.close()
+        if self.store is not None:
+            self.store.close()
+
+
+class _SpentHour:
+    """The resampler while the hourly token budget is spent: it runs the agent no more, and says so (the check's
+    verdict then names the budget, not a missing adapter)."""
+
+    def __init__(self, per_hour: int) -> None:
+        self.per_hour = per_hour
+
+    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+        raise ReplayError(
+            f"the hourly token budget ({self.per_hour} tokens) is spent: no agent resample until it frees"
+        )
+
+
+def _correct_skip(trace: StructuredTrace, method: str, verdict: Verdict) -> AttributionRecord:
+    judged = (
+        "undecided (it names several values without saying which it asserts: neither right nor a failure)"
+        if is_undecided(verdict)
+        else "right"
+    )
+    return AttributionRecord(
+        trace_id=trace.trace_id,
+        method=method,
+        status=AttributionStatus.SKIPPED,
+        mode=AttributionMode.NONE,
+        original_verdict=verdict,
+        original_answer=trace.final_answer,
+        reason=f"the answer was judged {judged} by the {verdict.verifier} verifier: nothing to attribute",
+    )
+
+
+def _budget_skip(trace: StructuredTrace, method: str, verdict: Verdict | None, per_hour: int) -> AttributionRecord:
+    return AttributionRecord(
+        trace_id=trace.trace_id,
+        method=method,
+        status=AttributionStatus.SKIPPED,
+        mode=AttributionMode.NONE,
+        original_verdict=verdict,
+        original_answer=trace.final_answer,
+        reason=f"the hourly LLM token budget ({per_hour}) is spent: stored and flagged, not attributed; raise "
+        "max_tokens_per_hour",
+    )

@@ -1,0 +1,41 @@
+"""The store: where traces, verdicts, jobs and attribution records are kept for SQL, dashboards and reports.
+
+This package owns the contract every backend implements (:class:`AttributionStore`, :class:`ReadsRecords`), how a
+target names its backend (:func:`store_kind`, :func:`check_store_target`) and how backends and record exporters are
+opened by name (:func:`open_store`, :func:`open_exporter`). The backends themselves live in
+``reflect_otel.exporters``.
+"""
+
+from __future__ import annotations
+
+from reflect_otel.store._protocol import (
+    DEFAULT_STORE,
+    AttributionJob,
+    AttributionStore,
+    JobStatus,
+    ReadsRecords,
+    RecordExporter,
+    VerdictExporter,
+    check_store_target,
+    open_exporter,
+    open_store,
+    store_kind,
+    store_path,
+    store_target,
+)
+
+__all__ = [
+    "DEFAULT_STORE",
+    "AttributionJob",
+    "AttributionStore",
+    "JobStatus",
+    "ReadsRecords",
+    "RecordExporter",
+    "VerdictExporter",
+    "check_store_target",
+    "open_exporter",
+    "open_store",
+    "store_kind",
+    "store_path",
+    "store_target",
+]
