@@ -37,6 +37,7 @@ __all__ = [
     "RepairPlan",
     "ReplayArm",
     "ReplayAttempt",
+    "Stage",
     "StageCost",
     "StageError",
     "StepChange",
@@ -45,10 +46,44 @@ __all__ = [
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
-AGENT_REPLAY_STAGE = "agent_replay"
-"""The stage of a call the agent made for the attribution, in a replay or asked for a proposal, on a model whose
-calls are recorded (the attributor's own, or one wrapped in :class:`~reflect_otel.llm.recording.AgentCallRecorder`):
-a cost of the attribution, counted with it as the agent's calls, apart from the auditor's."""
+
+class Stage(str, Enum):
+    """Who made a recorded model call or met a recorded error. Records and stores keep the value, a plain string
+    (``LLMCall.stage``, ``StageCost.stage``, ``StageError.stage`` stay ``str``: an agent's own calls, a baseline's
+    method name at its error boundary, and records of earlier versions name stages of their own)."""
+
+    LOCALIZE = "localize"
+    RELOCALIZE = "relocalize"
+    CLASSIFY = "classify"
+    DIAGNOSE = "diagnose"
+    GATE = "gate"
+    EXPLAIN = "explain"
+    PROPOSE = "propose"
+    REPLAY = "replay"
+    AGENT_REPLAY = "agent_replay"
+    """A call the agent made for the attribution, in a replay or asked for a proposal, on a model whose calls are
+    recorded (the attributor's own, or one wrapped in :class:`~reflect_otel.llm.recording.AgentCallRecorder`): a
+    cost of the attribution, counted with it as the agent's calls, apart from the auditor's."""
+    AGENT = "agent"
+    """A call of one of the shipped demo agents."""
+    VERIFY = "verify"
+    PROXY_ANCHORS = "proxy_anchors"
+    PROXY_AUDIT = "proxy_audit"
+    AAO = "aao"
+    SBS = "sbs"
+    BS = "bs"
+    BS_REASON = "bs_reason"
+    REFLECT = "reflect"
+    """Reflexion's reflection on the failed run."""
+    REFLEXION_EXTRACT = "reflexion_extract"
+    DOVER_HYPOTHESES = "dover_hypotheses"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+AGENT_REPLAY_STAGE = Stage.AGENT_REPLAY
+"""The same as :attr:`Stage.AGENT_REPLAY`."""
 
 
 class ErrorType(str, Enum):

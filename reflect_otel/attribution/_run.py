@@ -3,8 +3,10 @@ cost), the typed record constructor, and the one error boundary."""
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from reflect_otel.config import ReflectConfig
@@ -34,14 +36,59 @@ from reflect_otel.record import (
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
-__all__ = ["AttributionRun", "MethodBase", "is_correct"]
+__all__ = ["AttributionRun", "Conclusion", "MethodBase", "Tested", "is_correct"]
 
 _log = logging.getLogger("reflect_otel.attribution.methods")
 
 
+@dataclass(frozen=True, slots=True)
+class Tested:
+    """What a method's tests established, as its record keeps them: the replays run, the corrections it considered
+    (refused or replayed), the replays' fidelity, and how many rounds ran with each round's localization."""
+
+    replays: Sequence[ReplayAttempt] = ()
+    corrections: Sequence[Correction] = ()
+    fidelity: Fidelity | None = None
+    rounds: int = 0
+    localizations: Sequence[Localization] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Conclusion:
+    """What a method decided about one run: the outcome and the step it names, why, the auditor's reading of that
+    step, and the proof when there is one (``intervention``, ``effect``, ``localization_test``,
+    ``corrected_answer``) or what explained a flip away (``obstacle``). ``auditor_confidence`` is the auditor's own
+    figure; a verified record's confidence is measured from ``effect`` (see :meth:`AttributionRun.record`)."""
+
+    status: AttributionStatus
+    mode: AttributionMode
+    step_index: int | None = None
+    reason: str = ""
+    error_type: ErrorType | None = None
+    auditor_confidence: float | None = None
+    explanation: str = ""
+    root_cause: str = ""
+    intervention: Intervention | None = None
+    effect: Effect | None = None
+    obstacle: Obstacle | None = None
+    localization_test: LocalizationTest | None = None
+    corrected_answer: str | None = None
+    tested: Tested = Tested()
+
+
+@dataclass(frozen=True, slots=True)
+class _Ledger:
+    """What every view of one attribution adds to: the recorded LLM calls and the stage errors met."""
+
+    log: CallLog = field(default_factory=CallLog)
+    errors: list[StageError] = field(default_factory=list)
+
+
 class AttributionRun:
     """One attribution of one trace: its LLM (recording every call), its verifier (calling that LLM, so audits of
-    the original run and of every replay are recorded and budgeted too), the errors met, and the record at the end."""
+    the original run and of every replay are recorded and budgeted too), the run's verdict when known, the errors
+    met, and the record at the end. The verifier and verdict are fixed: :meth:`judged` gives a new view of the same
+    attribution (the same calls and errors) with others."""
 
     def __init__(
         self,
@@ -55,74 +102,68 @@ class AttributionRun:
         self.method = method
         self.trace = trace
         self.original_verdict = original_verdict
-        """The run's verdict when the caller judged it already (triage); the record's default."""
-        self.log = CallLog()
-        self.llm = RecordingLLM(llm, self.log)
+        """The run's verdict when it is known (judged by the caller, in triage, or by :meth:`judged`)."""
+        self._ledger = _Ledger()
+        self.llm = RecordingLLM(llm, self._ledger.log)
         self.verifier = bound_to(verifier, self.llm)
-        self.errors: list[StageError] = []
         self.config = {"llm_model": llm.model_name, **config}
+
+    @property
+    def log(self) -> CallLog:
+        return self._ledger.log
+
+    @property
+    def errors(self) -> list[StageError]:
+        return self._ledger.errors
+
+    def judged(self, verifier: Verifier, verdict: Verdict) -> AttributionRun:
+        """This attribution judged: the same trace, LLM, calls and errors, with ``verifier`` (already bound to this
+        run's LLM, or bound now) judging replays and ``verdict`` the run's."""
+        view = copy.copy(self)
+        view.verifier = bound_to(verifier, self.llm)
+        view.original_verdict = verdict
+        return view
 
     def error(self, stage: str, error: BaseException, round_: int | None = None) -> None:
         message = str(error) or type(error).__name__
         self.errors.append(StageError(stage=stage, message=message[:2000], round=round_))
 
-    def record(
-        self,
-        *,
-        status: AttributionStatus,
-        mode: AttributionMode,
-        step_index: int | None,
-        reason: str = "",
-        span_id: str | None = None,
-        error_type: ErrorType | None = None,
-        auditor_confidence: float | None = None,
-        explanation: str = "",
-        root_cause: str = "",
-        intervention: Intervention | None = None,
-        replays: Sequence[ReplayAttempt] = (),
-        corrections: Sequence[Correction] = (),
-        effect: Effect | None = None,
-        fidelity: Fidelity | None = None,
-        obstacle: Obstacle | None = None,
-        localization_test: LocalizationTest | None = None,
-        corrected_answer: str | None = None,
-        original_verdict: Verdict | None = None,
-        rounds: int = 0,
-        localizations: Sequence[Localization] = (),
-    ) -> AttributionRecord:
-        """The record, with the run's cost, calls and errors. ``span_id`` defaults to the span of ``step_index``
-        in the run's trace. ``auditor_confidence`` is the auditor's own figure; a verified record's confidence is
-        measured: the share of its intervention's replays that flipped (``effect``)."""
-        calls = self.log.calls
-        measured = effect.intervention if effect is not None and status is AttributionStatus.VERIFIED else None
-        if span_id is None and step_index is not None and 1 <= step_index <= len(self.trace.steps):
-            span_id = self.trace.steps[step_index - 1].span_id
+    def record(self, conclusion: Conclusion) -> AttributionRecord:
+        """The record of ``conclusion``, with the run's verdict, cost, calls and errors. Its span is the span of the
+        step it names in the run's trace; a verified record's confidence is measured: the share of its
+        intervention's replays that flipped (``effect``)."""
+        c, tested, calls = conclusion, conclusion.tested, self.log.calls
+        measured = c.effect.intervention if c.effect is not None and c.status is AttributionStatus.VERIFIED else None
+        step = c.step_index
+        span_id = (
+            self.trace.steps[step - 1].span_id if step is not None and 1 <= step <= len(self.trace.steps) else None
+        )
         return AttributionRecord(
             trace_id=self.trace.trace_id,
             method=self.method,
-            status=status,
-            mode=mode,
-            step_index=step_index,
+            status=c.status,
+            mode=c.mode,
+            step_index=step,
             span_id=span_id,
-            reason=reason,
-            error_type=error_type,
+            reason=c.reason,
+            error_type=c.error_type,
             confidence=measured.rate if measured is not None else None,
             confidence_samples=measured.replays if measured is not None else None,
-            auditor_confidence=auditor_confidence,
-            explanation=explanation,
-            root_cause=root_cause,
-            intervention=intervention,
-            replays=tuple(replays),
-            corrections=tuple(corrections),
-            effect=effect,
-            fidelity=fidelity,
-            obstacle=obstacle,
-            localization_test=localization_test,
+            auditor_confidence=c.auditor_confidence,
+            explanation=c.explanation,
+            root_cause=c.root_cause,
+            intervention=c.intervention,
+            replays=tuple(tested.replays),
+            corrections=tuple(tested.corrections),
+            effect=c.effect,
+            fidelity=tested.fidelity,
+            obstacle=c.obstacle,
+            localization_test=c.localization_test,
             original_answer=self.trace.final_answer,
-            corrected_answer=corrected_answer,
-            original_verdict=original_verdict or self.original_verdict,
-            rounds=rounds,
-            localizations=tuple(localizations),
+            corrected_answer=c.corrected_answer,
+            original_verdict=self.original_verdict,
+            rounds=tested.rounds,
+            localizations=tuple(tested.localizations),
             cost=stage_costs(calls),
             llm_calls=calls,
             errors=tuple(self.errors),
@@ -191,7 +232,7 @@ class MethodBase:
             _log.exception("%s on trace %s failed", self.method, run.trace.trace_id)
             run.error(self.method, error)
             reason = f"internal error: {error}"
-        return run.record(status=AttributionStatus.UNVERIFIED, mode=mode, step_index=None, reason=reason)
+        return run.record(Conclusion(AttributionStatus.UNVERIFIED, mode, reason=reason))
 
 
 def is_correct(verdict: Verdict | None) -> bool:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from reflect_otel import prompts
 from reflect_otel.attribution import stages
 from reflect_otel.attribution._replayer import Replayer
-from reflect_otel.attribution._run import AttributionRun, MethodBase
+from reflect_otel.attribution._run import AttributionRun, Conclusion, MethodBase, Tested
 from reflect_otel.attribution.leaks import leak
 from reflect_otel.attribution.pipeline import guidance_window, resampling
 from reflect_otel.attribution.search import (
@@ -50,6 +50,7 @@ from reflect_otel.record import (
     RepairPlan,
     ReplayArm,
     ReplayAttempt,
+    Stage,
 )
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.trace import StepAction, StructuredTrace
@@ -82,10 +83,12 @@ class Baseline(MethodBase):
         run = self.start(trace, verdict)
         if not trace.steps:
             return run.record(
-                status=AttributionStatus.SKIPPED,
-                mode=AttributionMode.LOCALIZATION_ONLY,
-                step_index=None,
-                reason="the trace has no steps",
+                Conclusion(
+                    AttributionStatus.SKIPPED,
+                    AttributionMode.LOCALIZATION_ONLY,
+                    step_index=None,
+                    reason="the trace has no steps",
+                )
             )
         ctx = run.prompt_context(
             trace,
@@ -114,13 +117,15 @@ class Baseline(MethodBase):
     ) -> AttributionRecord:
         explanation = out.reason
         return run.record(
-            status=AttributionStatus.UNVERIFIED,
-            mode=AttributionMode.LOCALIZATION_ONLY,
-            step_index=step,
-            error_type=out.error_type,
-            auditor_confidence=out.confidence,
-            explanation=explanation,
-            reason=reason or "a localization method: no replay evidence",
+            Conclusion(
+                AttributionStatus.UNVERIFIED,
+                AttributionMode.LOCALIZATION_ONLY,
+                step_index=step,
+                error_type=out.error_type,
+                auditor_confidence=out.confidence,
+                explanation=explanation,
+                reason=reason or "a localization method: no replay evidence",
+            )
         )
 
 
@@ -143,7 +148,7 @@ class AllAtOnce(Baseline):
         replay: ReplayAdapter | None,
     ) -> AttributionRecord:
         out = run.llm.complete(
-            prompts.all_at_once(ctx, trace.steps), prompts.AAOOutput, stage="aao", check=_in_range(len(trace.steps))
+            prompts.all_at_once(ctx, trace.steps), prompts.AAOOutput, stage=Stage.AAO, check=_in_range(len(trace.steps))
         ).value
         return self._localized(run, out.error_step, out)
 
@@ -161,21 +166,25 @@ class StepByStep(Baseline):
     ) -> AttributionRecord:
         for step in trace.steps:
             out = run.llm.complete(
-                prompts.step_check(ctx, trace.steps[: step.index]), prompts.StepCheckOutput, stage="sbs"
+                prompts.step_check(ctx, trace.steps[: step.index]), prompts.StepCheckOutput, stage=Stage.SBS
             ).value
             if out.is_error:
                 return run.record(
-                    status=AttributionStatus.UNVERIFIED,
-                    mode=AttributionMode.LOCALIZATION_ONLY,
-                    step_index=step.index,
-                    explanation=out.reason,
-                    reason="a localization method: no replay evidence",
+                    Conclusion(
+                        AttributionStatus.UNVERIFIED,
+                        AttributionMode.LOCALIZATION_ONLY,
+                        step_index=step.index,
+                        explanation=out.reason,
+                        reason="a localization method: no replay evidence",
+                    )
                 )
         return run.record(
-            status=AttributionStatus.UNVERIFIED,
-            mode=AttributionMode.LOCALIZATION_ONLY,
-            step_index=len(trace.steps),
-            reason="no step was flagged: the final step is the fallback",
+            Conclusion(
+                AttributionStatus.UNVERIFIED,
+                AttributionMode.LOCALIZATION_ONLY,
+                step_index=len(trace.steps),
+                reason="no step was flagged: the final step is the fallback",
+            )
         )
 
 
@@ -196,11 +205,11 @@ class BinarySearch(Baseline):
             out = run.llm.complete(
                 prompts.bisect(ctx, trace.steps, range(low, mid + 1), range(mid + 1, high + 1)),
                 prompts.BisectOutput,
-                stage="bs",
+                stage=Stage.BS,
             ).value
             low, high = (low, mid) if out.half == "first" else (mid + 1, high)
         reason = run.llm.complete(
-            prompts.reason_for_step(ctx, trace.steps, low), prompts.ReasonOutput, stage="bs_reason"
+            prompts.reason_for_step(ctx, trace.steps, low), prompts.ReasonOutput, stage=Stage.BS_REASON
         ).value
         return self._localized(run, low, reason)
 
@@ -225,12 +234,12 @@ class Reflexion(Baseline):
         # the reflection becomes the retry's memory: written without the expected answer in view when it is replayed
         written = ctx.model_copy(update={"include_expected": False}) if replay is not None else ctx
         reflection = run.llm.complete(
-            prompts.reflexion_reflect(written, trace.steps), prompts.ReflectionOutput, stage="reflect"
+            prompts.reflexion_reflect(written, trace.steps), prompts.ReflectionOutput, stage=Stage.REFLECT
         ).value
         out = run.llm.complete(
             prompts.reflexion_extract(ctx, trace.steps, reflection.reflection),
             prompts.AAOOutput,
-            stage="reflexion_extract",
+            stage=Stage.REFLEXION_EXTRACT,
             check=_in_range(len(trace.steps)),
         ).value
         if replay is None:
@@ -242,16 +251,20 @@ class Reflexion(Baseline):
         leaked = leak(memory, expected, trace.question)
         if leaked is not None:
             return run.record(
-                status=AttributionStatus.UNVERIFIED,
-                mode=AttributionMode.LOCALIZATION_ONLY,
-                step_index=out.error_step,
-                error_type=out.error_type,
-                auditor_confidence=out.confidence,
-                explanation=out.reason,
-                corrections=(
-                    retry.model_copy(update={"refused": leaked, "refused_text": memory[:REFUSED_TEXT_CHARS]}),
-                ),
-                reason=f"the retry was not run: its memory {leaked}",
+                Conclusion(
+                    AttributionStatus.UNVERIFIED,
+                    AttributionMode.LOCALIZATION_ONLY,
+                    step_index=out.error_step,
+                    error_type=out.error_type,
+                    auditor_confidence=out.confidence,
+                    explanation=out.reason,
+                    reason=f"the retry was not run: its memory {leaked}",
+                    tested=Tested(
+                        corrections=(
+                            retry.model_copy(update={"refused": leaked, "refused_text": memory[:REFUSED_TEXT_CHARS]}),
+                        )
+                    ),
+                )
             )
         attempt, result = Replayer(run, replay, expected=expected, injection_role=self.config.injection_role).replay(
             ReplayAttempt(round=1, rollback_point=0, localized_step=out.error_step, injection=memory, correction=retry),
@@ -259,19 +272,23 @@ class Reflexion(Baseline):
         )
         corrected = result.final_answer if attempt.flipped and result else None
         return run.record(
-            status=AttributionStatus.UNVERIFIED,
-            mode=AttributionMode.REPLAY,
-            step_index=out.error_step,
-            error_type=out.error_type,
-            auditor_confidence=out.confidence,
-            explanation=out.reason,
-            replays=(attempt,),
-            corrections=(retry.model_copy(update={"replays": 1, "flipped": attempt.flipped}),),
-            corrected_answer=corrected,
-            rounds=1,
-            reason="the retry with the reflection answered right, but a retry from the start tests no step"
-            if corrected is not None
-            else "the retry with the reflection did not answer right",
+            Conclusion(
+                AttributionStatus.UNVERIFIED,
+                AttributionMode.REPLAY,
+                step_index=out.error_step,
+                error_type=out.error_type,
+                auditor_confidence=out.confidence,
+                explanation=out.reason,
+                corrected_answer=corrected,
+                reason="the retry with the reflection answered right, but a retry from the start tests no step"
+                if corrected is not None
+                else "the retry with the reflection did not answer right",
+                tested=Tested(
+                    replays=(attempt,),
+                    corrections=(retry.model_copy(update={"replays": 1, "flipped": attempt.flipped}),),
+                    rounds=1,
+                ),
+            )
         )
 
 
@@ -376,7 +393,7 @@ class HypothesesPolicy:
         found = run.llm.complete(
             prompts.dover_hypotheses(prompt, trace.steps, self.hypotheses),
             prompts.HypothesesOutput,
-            stage="dover_hypotheses",
+            stage=Stage.DOVER_HYPOTHESES,
             check=check,
         ).value.hypotheses[: self.hypotheses]
         first = found[0]
@@ -438,11 +455,13 @@ class _Pick(Baseline):
     ) -> AttributionRecord:
         step, explanation, reason = self._pick(trace)
         return run.record(
-            status=AttributionStatus.UNVERIFIED,
-            mode=AttributionMode.LOCALIZATION_ONLY,
-            step_index=step,
-            explanation=explanation,
-            reason=reason,
+            Conclusion(
+                AttributionStatus.UNVERIFIED,
+                AttributionMode.LOCALIZATION_ONLY,
+                step_index=step,
+                explanation=explanation,
+                reason=reason,
+            )
         )
 
 

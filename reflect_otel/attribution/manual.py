@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from reflect_otel.attribution._run import MethodBase
+from reflect_otel.attribution._run import Conclusion, MethodBase
 from reflect_otel.attribution.effects import same_content
 from reflect_otel.attribution.methods import MethodSpec
 from reflect_otel.attribution.pipeline import resampling
@@ -259,10 +259,12 @@ class ManualReplay(MethodBase):
         run.config["manual_edit"] = self.edit.model_dump(mode="json")
         if replay is None:
             return run.record(
-                status=AttributionStatus.UNVERIFIED,
-                mode=AttributionMode.LOCALIZATION_ONLY,
-                step_index=self.edit.step,
-                reason="nothing was replayed: no replay adapter can re-run this run's agent",
+                Conclusion(
+                    AttributionStatus.UNVERIFIED,
+                    AttributionMode.LOCALIZATION_ONLY,
+                    step_index=self.edit.step,
+                    reason="nothing was replayed: no replay adapter can re-run this run's agent",
+                )
             )
         record = self.guarded(
             run,

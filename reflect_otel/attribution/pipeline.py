@@ -59,6 +59,7 @@ from reflect_otel.record import (
     Localization,
     RepairPlan,
     ReplayArm,
+    Stage,
 )
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.trace import StepAction, StructuredTrace
@@ -182,7 +183,7 @@ class ReflectPolicy:
         try:
             classification: Classification | None = stages.classify(run.llm, prompt, trace, localization.step_index)
         except LLMError as error:
-            run.error("classify", error, len(rounds) + 1)
+            run.error(Stage.CLASSIFY, error, len(rounds) + 1)
             classification = None
         if not ctx.replayable:
             return Diagnosis(localization, classification)
@@ -268,7 +269,7 @@ class ReflectPolicy:
                     )
                 )
             except LLMError as error:
-                ctx.run.error("diagnose", error, round_)
+                ctx.run.error(Stage.DIAGNOSE, error, round_)
         return plans or [fallback]
 
     def _trials(
@@ -475,7 +476,7 @@ class ReflectPolicy:
                     corrected_step=True,
                 )
             except LLMError as error:
-                ctx.run.error("diagnose", error, verified.trial.round)
+                ctx.run.error(Stage.DIAGNOSE, error, verified.trial.round)
                 return None, f"the auditor's corrected step for step {step} failed ({error})"
             if plan.corrected_step is None:
                 return None, f"the auditor wrote no corrected step for step {step}"

@@ -21,7 +21,7 @@ from typing import Protocol
 from reflect_otel import prompts
 from reflect_otel.attribution import stages
 from reflect_otel.attribution._replayer import effect_arm
-from reflect_otel.attribution._run import AttributionRun, is_correct
+from reflect_otel.attribution._run import AttributionRun, Conclusion, Tested, is_correct
 from reflect_otel.attribution.controlled_replay import ControlledReplay
 from reflect_otel.attribution.corrections import Rule
 from reflect_otel.attribution.trial import Decision, GateFn, Trial, TrialResult
@@ -41,6 +41,7 @@ from reflect_otel.record import (
     LocalizationOutcome,
     LocalizationTest,
     RepairPlan,
+    Stage,
     StepChange,
 )
 from reflect_otel.replay import ReplayAdapter, agent_rules, pure_tools, resampler
@@ -151,52 +152,56 @@ def search(
     config: ReflectConfig,
 ) -> AttributionRecord:
     """The loop (see the module). Raises only for bugs; the method's boundary turns them into a record."""
-    mode = AttributionMode.REPLAY if replay is not None else AttributionMode.LOCALIZATION_ONLY
-    if replay is not None and run.original_verdict is None:  # a consistency check of the run resamples its agent
-        run.verifier = bound_to_runs(run.verifier, resampler(replay))
-    verdict = run.original_verdict or run.verifier.verify(run.trace, expected=expected)
-    run.original_verdict = verdict  # its consistency check, if any, is localization evidence (see AttributionRun)
-    run.verifier = bound_to_original(run.verifier, run.trace, verdict)  # the proxy regime judges replays by it
+    run, verdict = _judged(run, expected, replay)
     unprovable = unprovable_by(run.verifier)
-    if replay is not None and unprovable is not None:  # no replay could verify: none is spent
-        replay, mode = None, AttributionMode.LOCALIZATION_ONLY
-    if is_correct(verdict):
-        return run.record(
-            status=AttributionStatus.SKIPPED,
-            mode=mode,
-            step_index=None,
-            original_verdict=verdict,
-            reason="the answer already verifies as correct; nothing to attribute",
-        )
-    if is_undecided(verdict):  # it names the right value among others: no failure to attribute, nor a flip to find
-        return run.record(
-            status=AttributionStatus.SKIPPED,
-            mode=mode,
-            step_index=None,
-            original_verdict=verdict,
-            reason=f"the answer is undecided, not wrong: {verdict.reasoning[:300]}",
-        )
-    if not run.trace.steps:
-        return run.record(status=AttributionStatus.SKIPPED, mode=mode, step_index=None, reason="the trace has no steps")
+    if unprovable is not None:  # no replay could verify: none is spent
+        replay = None
+    mode = AttributionMode.REPLAY if replay is not None else AttributionMode.LOCALIZATION_ONLY
+    skipped = _nothing_to_attribute(run, verdict)
+    if skipped:
+        return run.record(Conclusion(AttributionStatus.SKIPPED, mode, reason=skipped))
     ctx = SearchContext(
         run, expected, domain_context, config, verdict, replay is not None, agent_rules(replay), pure_tools(replay)
     )
     engine = ControlledReplay(run, replay, expected=expected, config=config, gate=policy.gate(ctx)) if replay else None
     refused = engine.budget_refusal() if engine is not None else None
     if refused is not None:  # refused before any model call: no test could be paid for
-        return run.record(
-            status=AttributionStatus.SKIPPED,
-            mode=AttributionMode.NONE,
-            step_index=None,
-            original_verdict=verdict,
-            reason=refused,
-        )
-    rounds: list[Round] = []
-    for number in range(1, config.rounds + 1):
+        return run.record(Conclusion(AttributionStatus.SKIPPED, AttributionMode.NONE, reason=refused))
+    rounds = _search_rounds(ctx, policy, engine)
+    verified = rounds[-1].verified if rounds else None
+    test = localization_test(ctx, policy, engine, rounds, verified) if engine and verified else None
+    return record_of(ctx, rounds, engine, mode, no_replay=unprovable, localization=test)
+
+
+def _judged(run: AttributionRun, expected: str | None, replay: ReplayAdapter | None) -> tuple[AttributionRun, Verdict]:
+    """``run`` with its verdict (the caller's, else judged now) and the verifier that judges its replays: bound to
+    that verdict (the proxy regime judges replays by it), and able to resample the agent when the run is judged
+    here with a replay adapter (its consistency check, if any, is localization evidence: see AttributionRun)."""
+    verifier = run.verifier
+    if replay is not None and run.original_verdict is None:
+        verifier = bound_to_runs(verifier, resampler(replay))
+    verdict = run.original_verdict or verifier.verify(run.trace, expected=expected)
+    return run.judged(bound_to_original(verifier, run.trace, verdict), verdict), verdict
+
+
+def _nothing_to_attribute(run: AttributionRun, verdict: Verdict) -> str:
+    """Why the run has nothing to attribute, or ``""``."""
+    if is_correct(verdict):
+        return "the answer already verifies as correct; nothing to attribute"
+    if is_undecided(verdict):  # it names the right value among others: no failure to attribute, nor a flip to find
+        return f"the answer is undecided, not wrong: {verdict.reasoning[:300]}"
+    return "" if run.trace.steps else "the trace has no steps"
+
+
+def _search_rounds(ctx: SearchContext, policy: SearchPolicy, engine: ControlledReplay | None) -> list[Round]:
+    """The rounds, until a trial verifies, the budget is spent, the policy has nothing more, or a stage it cannot do
+    without fails (recorded as the run's error)."""
+    run, rounds = ctx.run, list[Round]()
+    for number in range(1, ctx.config.rounds + 1):
         try:
             diagnosis = policy.diagnose(ctx, rounds)
         except LLMError as error:
-            run.error("localize" if not rounds else "relocalize", error, number)
+            run.error(Stage.LOCALIZE if not rounds else Stage.RELOCALIZE, error, number)
             break
         if diagnosis is None:
             break
@@ -211,9 +216,7 @@ def search(
         rounds.append(Round(number, diagnosis, results))
         if rounds[-1].verified is not None or (engine.remaining is not None and engine.remaining <= 0):
             break
-    verified = rounds[-1].verified if rounds else None
-    test = localization_test(ctx, policy, engine, rounds, verified) if engine and verified else None
-    return record_of(ctx, rounds, engine, mode, no_replay=unprovable, localization=test)
+    return rounds
 
 
 def _settled(results: Sequence[TrialResult], engine: ControlledReplay) -> bool:
@@ -344,62 +347,49 @@ def record_of(
     or unverified (the last localization, a hypothesis). ``no_replay``: why a run with a replay adapter was not
     replayed."""
     run = ctx.run
-    replays = engine.replays if engine else ()
-    fidelity = engine.fidelity if engine else None
+    tested = Tested(
+        replays=engine.replays if engine else (),
+        corrections=[c for round_ in rounds for c in (*round_.diagnosis.refused, *_corrections(round_))],
+        fidelity=engine.fidelity if engine else None,
+        rounds=len(rounds),
+        localizations=[round_.diagnosis.localization for round_ in rounds],
+    )
     if not rounds:
         return run.record(
-            status=AttributionStatus.UNVERIFIED,
-            mode=mode,
-            step_index=None,
-            original_verdict=ctx.verdict,
-            reason="localization failed; see errors",
-            replays=replays,
-            fidelity=fidelity,
+            Conclusion(AttributionStatus.UNVERIFIED, mode, reason="localization failed; see errors", tested=tested)
         )
-    last = rounds[-1]
-    diagnosis = last.diagnosis
+    diagnosis, verified = rounds[-1].diagnosis, rounds[-1].verified
     results = [r for round_ in rounds for r in round_.results]
-    verified = last.verified
     flip = next((r for r in results if r.decision is Decision.NOT_ATTRIBUTABLE), None)
+    localized = min(diagnosis.localization.step_index, len(run.trace.steps))
     if verified is not None:
         status, decided, step, reason = AttributionStatus.VERIFIED, verified, verified.trial.step, ""
     elif flip is not None:
-        status, decided = AttributionStatus.NOT_ATTRIBUTABLE, flip
-        step, reason = (
-            min(diagnosis.localization.step_index, len(run.trace.steps)),
-            f"step {flip.trial.step}: {flip.reason}",
-        )
+        status, decided, step = AttributionStatus.NOT_ATTRIBUTABLE, flip, localized
+        reason = f"step {flip.trial.step}: {flip.reason}"
     else:
-        status, decided = AttributionStatus.UNVERIFIED, None
-        step = min(diagnosis.localization.step_index, len(run.trace.steps))
+        status, decided, step = AttributionStatus.UNVERIFIED, None, localized
         reason = _unverified_reason(rounds, results, engine, diagnosis.note, no_replay)
     classification = diagnosis.classification
     auditor_text = classification.explanation if classification else diagnosis.localization.reasoning
     names_step = diagnosis.localization.step_index == step
-    explanation = auditor_text
-    if verified is not None:
-        explanation = proof_text(ctx.trace, verified, auditor_text if names_step else "")
-    return run.record(
-        status=status,
-        mode=mode,
-        step_index=step,
-        reason=reason,
+    conclusion = Conclusion(
+        status,
+        mode,
+        step,
+        reason,
         error_type=classification.error_type if classification and (names_step or verified is None) else None,
         auditor_confidence=diagnosis.localization.confidence,
-        explanation=explanation,
+        explanation=proof_text(ctx.trace, verified, auditor_text if names_step else "") if verified else auditor_text,
         root_cause=diagnosis.plan.root_cause if diagnosis.plan else "",
         intervention=_intervention(verified, diagnosis),
-        replays=replays,
-        corrections=[c for round_ in rounds for c in (*round_.diagnosis.refused, *_corrections(round_))],
         effect=decided.effect if decided is not None else None,
-        fidelity=fidelity,
         obstacle=flip.obstacle if status is AttributionStatus.NOT_ATTRIBUTABLE and flip is not None else None,
         localization_test=localization if verified is not None else None,
         corrected_answer=verified.deciding.final_answer if verified is not None and verified.deciding else None,
-        original_verdict=ctx.verdict,
-        rounds=len(rounds),
-        localizations=[round_.diagnosis.localization for round_ in rounds],
+        tested=tested,
     )
+    return run.record(conclusion)
 
 
 def _intervention(verified: TrialResult | None, diagnosis: Diagnosis) -> Intervention | None:
@@ -516,7 +506,7 @@ def faithfulness_gate(ctx: SearchContext) -> GateFn:
         try:
             return stages.gate_with_llm(ctx.run.llm, prompt, ctx.trace, plan, proposed)
         except LLMError as error:
-            ctx.run.error("gate", error)
+            ctx.run.error(Stage.GATE, error)
             return GateVerdict(
                 is_faithful=False, violation_reason=f"gate failed: {error}", decided_by=GateDecider.SKIPPED
             )

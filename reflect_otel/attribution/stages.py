@@ -14,7 +14,7 @@ from reflect_otel import prompts
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.prompts._tool_calls import arguments_of
 from reflect_otel.reading.tool_definitions import available_tools
-from reflect_otel.record import Classification, Correction, GateDecider, GateVerdict, Localization, RepairPlan
+from reflect_otel.record import Classification, Correction, GateDecider, GateVerdict, Localization, RepairPlan, Stage
 from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace, ToolDefinition
 
 __all__ = [
@@ -56,7 +56,7 @@ def localize(
     out = llm.complete(
         prompts.localization(ctx, trace.steps, summary),
         prompts.LocalizationOutput,
-        stage="localize",
+        stage=Stage.LOCALIZE,
         check=step_in_range(len(trace.steps), excluded),
     ).value
     return Localization(
@@ -69,7 +69,7 @@ def localize(
 
 def classify(llm: StructuredLLM, ctx: prompts.PromptContext, trace: StructuredTrace, step_index: int) -> Classification:
     out = llm.complete(
-        prompts.classification(ctx, trace.steps, step_index), prompts.ClassificationOutput, stage="classify"
+        prompts.classification(ctx, trace.steps, step_index), prompts.ClassificationOutput, stage=Stage.CLASSIFY
     ).value
     return Classification(
         error_type=out.error_type,
@@ -114,7 +114,7 @@ def diagnose(
         output,
         [f"Step {c.step_index}: {c.replacement.render()}  (from: {c.finding})" for c in candidates if c.replacement],
     )
-    out = llm.complete(messages, output, stage="diagnose", temperature=temperature).value
+    out = llm.complete(messages, output, stage=Stage.DIAGNOSE, temperature=temperature).value
     corrected = _corrected_step(out)
     if original is not None and corrected is not None and corrected.same_as(StepAction.of_step(original)):
         corrected = None  # repeats the erroneous step: nothing to test (a retry costs a call and rarely fixes it)
@@ -307,7 +307,7 @@ def _plain(value: object) -> str:
 def gate_with_llm(
     llm: StructuredLLM, ctx: prompts.PromptContext, trace: StructuredTrace, plan: RepairPlan, proposed: Step
 ) -> GateVerdict:
-    out = llm.complete(prompts.gate(ctx, trace.steps, plan, proposed), prompts.GateOutput, stage="gate").value
+    out = llm.complete(prompts.gate(ctx, trace.steps, plan, proposed), prompts.GateOutput, stage=Stage.GATE).value
     return GateVerdict(
         is_faithful=out.is_faithful,
         violation_type=None if out.is_faithful else out.violation_type,
@@ -328,5 +328,5 @@ def explain_correction(
     return llm.complete(
         prompts.post_correction(ctx, trace.steps, original, continuation, corrected_answer, rollback_point),
         prompts.PostCorrectionOutput,
-        stage="explain",
+        stage=Stage.EXPLAIN,
     ).value

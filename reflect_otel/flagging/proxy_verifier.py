@@ -36,6 +36,7 @@ from reflect_otel.flagging.run_features import run_features
 from reflect_otel.llm.base import LLMOutputError, StructuredLLM
 from reflect_otel.prompts import format_step
 from reflect_otel.prompts.proxy import Anchors, AuditedStep, AuditOutput, anchors_prompt, audit_prompt
+from reflect_otel.record import Stage
 from reflect_otel.settings import settings
 from reflect_otel.trace import Step, StepStatus, StructuredTrace
 from reflect_otel.verdict import Verdict
@@ -237,7 +238,7 @@ class PlanAnchoredVerifier:
 
     def anchors(self, question: str) -> Anchors:
         messages = anchors_prompt(question, self.config.max_field_chars)
-        return self.llm.complete(messages, Anchors, stage="proxy_anchors").value
+        return self.llm.complete(messages, Anchors, stage=Stage.PROXY_ANCHORS).value
 
     def audit(
         self, question: str, anchors: Anchors, steps: Sequence[MacroStep], evidence: str = ""
@@ -286,7 +287,7 @@ class PlanAnchoredVerifier:
             missing = set(window) - {s.macro_step for s in out.steps}
             return f"classify every macro-step; missing: {sorted(missing)}" if missing else None
 
-        return self.llm.complete(messages, AuditOutput, stage="proxy_audit", check=check).value
+        return self.llm.complete(messages, AuditOutput, stage=Stage.PROXY_AUDIT, check=check).value
 
     def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict:
         return self.judge(trace)[0]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from reflect_otel.errors import LLMError
 from reflect_otel.llm.base import ChatMessage, Check, Completion, LLMOutputError, LLMUsage, OutputT, StructuredLLM
-from reflect_otel.record import AGENT_REPLAY_STAGE, LLMCall
+from reflect_otel.record import LLMCall, Stage
 
 if TYPE_CHECKING:
     import httpx
@@ -102,7 +102,7 @@ def recording_agent_calls(log: CallLog) -> Iterator[CallLog]:
 class AgentCallRecorder:
     """An agent's model, wrapped so that what it costs an attribution is counted there: a call made inside
     :func:`recording_agent_calls` (the agent replayed, or asked for a proposal, by an attribution) is logged in
-    that block's log under :data:`~reflect_otel.record.AGENT_REPLAY_STAGE`, each request once; a call made outside
+    that block's log under :attr:`~reflect_otel.record.Stage.AGENT_REPLAY`, each request once; a call made outside
     one (the agent's own run, which is not the attribution's cost) is passed through unrecorded. Give it to an
     agent whose replay adapter is built before the attribution (the service's ``replay_finder`` builds others on a
     model it records already: do not wrap that one again). Thread-safe."""
@@ -125,7 +125,7 @@ class AgentCallRecorder:
             return self.inner.complete(messages, output, stage=stage, check=check, temperature=temperature)
         token = _agent_log.set(None)  # a recorder wrapped in another is counted once
         try:
-            recording = RecordingLLM(self.inner, log, stage=AGENT_REPLAY_STAGE)
+            recording = RecordingLLM(self.inner, log, stage=Stage.AGENT_REPLAY)
             return recording.complete(messages, output, stage=stage, check=check, temperature=temperature)
         finally:
             _agent_log.reset(token)
@@ -139,7 +139,7 @@ _MAX_BODY = 16 << 20
 def record_agent_response(response: httpx.Response) -> None:
     """An ``httpx`` response hook for the client of an agent that calls an OpenAI-compatible endpoint itself (the
     SQL demo agent): inside :func:`recording_agent_calls`, each model request it sends (a retry included) is logged
-    there under :data:`~reflect_otel.record.AGENT_REPLAY_STAGE` with the usage its reply reports; outside, nothing.
+    there under :attr:`~reflect_otel.record.Stage.AGENT_REPLAY` with the usage its reply reports; outside, nothing.
     ``httpx.Client(event_hooks={"response": [record_agent_response]})``."""
     log = _agent_log.get()
     if log is None or response.request.method != "POST" or not response.request.url.path.endswith(_MODEL_PATHS):
@@ -163,7 +163,7 @@ def record_agent_response(response: httpx.Response) -> None:
         seconds = 0.0
     log.add(
         LLMCall(
-            stage=AGENT_REPLAY_STAGE,
+            stage=Stage.AGENT_REPLAY,
             model=str(body.get("model") or "unknown")[:200] if isinstance(body, dict) else "unknown",
             prompt_tokens=_count(usage.get("prompt_tokens", usage.get("input_tokens"))),
             completion_tokens=_count(usage.get("completion_tokens", usage.get("output_tokens"))),
