@@ -133,3 +133,31 @@ def test_self_verifier_uses_the_llm_without_ground_truth() -> None:
     assert "SECRET-TRUTH" not in llm.requests[0].text
     broken = SelfVerifier(ScriptedLLM(["nope", "still nope"])).verify(_trace("Rome"), expected=None)
     assert broken.is_correct is None and "judge failed" in broken.reasoning
+
+
+def test_a_verifiers_capabilities_are_found_by_its_methods() -> None:
+    """The combined verifier calls a model, resamples the agent and judges replays by the original run; the
+    oracle does none of these, so binding it returns it as it is."""
+    from reflect_otel.flagging.combined import flagging_verifier
+    from reflect_otel.flagging.verifiers import (
+        CallsLLM,
+        JudgesByOriginal,
+        ResamplesRuns,
+        bound_to,
+        bound_to_original,
+        bound_to_runs,
+        takes_runs,
+        unprovable_by,
+    )
+
+    combined = flagging_verifier("combined", ScriptedLLM([]))
+    assert isinstance(combined, CallsLLM) and isinstance(combined, ResamplesRuns) and takes_runs(combined)
+    assert isinstance(combined, JudgesByOriginal)
+    wrong = _trace("Rome")
+    judged = bound_to_original(combined, wrong, Verdict(verifier="combined", is_correct=False))
+    assert judged is not combined and unprovable_by(judged) is not None  # never resampled: no consensus to judge by
+    oracle = OracleVerifier()
+    assert not isinstance(oracle, CallsLLM) and not takes_runs(oracle)
+    assert bound_to(oracle, ScriptedLLM([])) is oracle and bound_to_runs(oracle, None) is oracle
+    assert bound_to_original(oracle, wrong, Verdict(verifier="oracle", is_correct=False)) is oracle
+    assert unprovable_by(oracle) is None

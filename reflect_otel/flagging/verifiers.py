@@ -10,19 +10,24 @@ A dataset's own verifier lives with its reader (BIG-Bench Mistake's: :class:`ref
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from reflect_otel import prompts
 from reflect_otel.errors import LLMError
 from reflect_otel.flagging._asserted import extract_answer
 from reflect_otel.flagging.judge import Judgement, Outcome, answer_value, answers_match, judge_answer
 from reflect_otel.llm.base import StructuredLLM, prompt_budget
+from reflect_otel.record import Stage
 from reflect_otel.replay import SamplesRuns
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
 __all__ = [
+    "CallsLLM",
+    "JudgesByOriginal",
+    "KnowsUnprovable",
     "OracleVerifier",
+    "ResamplesRuns",
     "SelfVerifier",
     "Verifier",
     "answers_match",
@@ -42,9 +47,9 @@ class Verifier(Protocol):
     """Judges a trace's final answer. ``expected`` is the ground truth when known (oracle regime), else None.
 
     Returns a :class:`Verdict` whose ``is_correct`` is None when it cannot tell; never raises for bad content.
-    A verifier that calls a model also implements ``with_llm(llm) -> Verifier``: the same verifier calling
-    ``llm`` instead, so that its calls are recorded in the attribution's cost and held to its token budget
-    (:func:`bound_to`). Without it, its calls escape both.
+    What else a verifier can do is a capability of its own: :class:`CallsLLM` (a verifier that calls a model
+    should be one, or its calls escape the attribution's cost and token budget), :class:`ResamplesRuns`,
+    :class:`JudgesByOriginal`, :class:`KnowsUnprovable`.
     """
 
     name: str
@@ -52,44 +57,66 @@ class Verifier(Protocol):
     def verify(self, trace: StructuredTrace, *, expected: str | None) -> Verdict: ...
 
 
-def _rebound(verifier: Verifier, hook: str, *args: object) -> Verifier:
-    """``verifier.<hook>(*args)`` where the verifier has that hook, else the verifier as it is."""
-    rebind = getattr(verifier, hook, None)
-    if not callable(rebind):
-        return verifier
-    bound: Verifier = rebind(*args)
-    return bound
+@runtime_checkable
+class CallsLLM(Protocol):
+    """A verifier that calls a model: ``with_llm(llm)`` is the same verifier calling ``llm`` instead, so that its
+    calls are recorded in the attribution's cost and held to its token budget (:func:`bound_to`)."""
+
+    def with_llm(self, llm: StructuredLLM) -> Verifier: ...
+
+
+@runtime_checkable
+class ResamplesRuns(Protocol):
+    """A verifier that resamples the agent (the consistency and combined verifiers): ``with_runs(runs)`` is the same
+    verifier resampling through ``runs`` (the run's replay adapter; None: it cannot)."""
+
+    def with_runs(self, runs: SamplesRuns | None) -> Verifier: ...
+
+
+@runtime_checkable
+class JudgesByOriginal(Protocol):
+    """A verifier that judges a run's replays against the run (the consistency and combined verifiers: by the
+    agent's consensus): ``with_original(trace, verdict)`` is the same verifier judging the replays of ``trace``,
+    judged ``verdict``."""
+
+    def with_original(self, trace: StructuredTrace, verdict: Verdict) -> Verifier: ...
+
+
+@runtime_checkable
+class KnowsUnprovable(Protocol):
+    """A verifier (bound to the original run) that can say it will judge no replay right: ``unprovable`` is why
+    (the agent's consensus where there is none), else None."""
+
+    @property
+    def unprovable(self) -> str | None: ...
 
 
 def bound_to(verifier: Verifier, llm: StructuredLLM) -> Verifier:
-    """``verifier`` making its model calls through ``llm`` (see :class:`Verifier`); one that calls no model is
-    returned as it is."""
-    return _rebound(verifier, "with_llm", llm)
+    """``verifier`` making its model calls through ``llm``; one that calls no model is returned as it is."""
+    return verifier.with_llm(llm) if isinstance(verifier, CallsLLM) else verifier
 
 
 def takes_runs(verifier: Verifier) -> bool:
-    """Whether ``verifier`` resamples the agent (it implements ``with_runs(source) -> Verifier``, as the
-    consistency and combined verifiers do)."""
-    return callable(getattr(verifier, "with_runs", None))
+    """Whether ``verifier`` resamples the agent."""
+    return isinstance(verifier, ResamplesRuns)
 
 
 def bound_to_runs(verifier: Verifier, runs: SamplesRuns | None) -> Verifier:
     """``verifier`` resampling the run's agent through ``runs`` (its replay adapter; None: it cannot); one that
     does not resample is returned as it is."""
-    return _rebound(verifier, "with_runs", runs)
+    return verifier.with_runs(runs) if isinstance(verifier, ResamplesRuns) else verifier
 
 
 def bound_to_original(verifier: Verifier, trace: StructuredTrace, verdict: Verdict) -> Verifier:
-    """``verifier`` judging the replays of ``trace`` (judged ``verdict``) against it, when it does so (it implements
-    ``with_original(trace, verdict)``, as the consistency and combined verifiers do: by the agent's consensus);
-    else as it is."""
-    return _rebound(verifier, "with_original", trace, verdict)
+    """``verifier`` judging the replays of ``trace`` (judged ``verdict``) against it, when it does so; else as it
+    is."""
+    return verifier.with_original(trace, verdict) if isinstance(verifier, JudgesByOriginal) else verifier
 
 
 def unprovable_by(verifier: Verifier) -> str | None:
-    """Why ``verifier`` (bound to the original run) can judge no replay right, when it says so (its ``unprovable``
-    property, as the agent's consensus does where there is none), else None: replaying would then prove nothing."""
-    reason = getattr(verifier, "unprovable", None)
+    """Why ``verifier`` (bound to the original run) can judge no replay right, when it says so, else None:
+    replaying would then prove nothing."""
+    reason = verifier.unprovable if isinstance(verifier, KnowsUnprovable) else None
     return reason if isinstance(reason, str) else None
 
 
@@ -179,7 +206,7 @@ class SelfVerifier:
             domain_context=self.domain_context,
         )
         try:
-            out = self.llm.complete(prompts.self_verify(ctx, trace.steps), prompts.SelfVerifyOutput, stage="verify")
+            out = self.llm.complete(prompts.self_verify(ctx, trace.steps), prompts.SelfVerifyOutput, stage=Stage.VERIFY)
         except LLMError as error:
             return Verdict(verifier=self.name, is_correct=None, confidence=0.0, reasoning=f"judge failed: {error}")
         judged = out.value
