@@ -19,7 +19,9 @@ __all__ = [
     "ChatMessage",
     "Check",
     "Completion",
+    "LLMBase",
     "LLMOutputError",
+    "LLMRequest",
     "LLMUsage",
     "PromptBudget",
     "StructuredLLM",
@@ -113,6 +115,42 @@ class StructuredLLM(Protocol):
         check: Check[OutputT] | None = None,
         temperature: float | None = None,
     ) -> Completion[OutputT]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LLMRequest(Generic[OutputT]):
+    """One call of :meth:`StructuredLLM.complete`, its arguments as one value (what wrappers pass on)."""
+
+    messages: Sequence[ChatMessage]
+    output: type[OutputT]
+    stage: str
+    check: Check[OutputT] | None = None
+    temperature: float | None = None
+
+    def to(self, llm: StructuredLLM) -> Completion[OutputT]:
+        """The same call made of ``llm``."""
+        return llm.complete(
+            self.messages, self.output, stage=self.stage, check=self.check, temperature=self.temperature
+        )
+
+
+class LLMBase:
+    """A :class:`StructuredLLM` that takes each call as one :class:`LLMRequest`: subclasses implement
+    :meth:`answer` (the contract is :class:`StructuredLLM`'s)."""
+
+    def complete(
+        self,
+        messages: Sequence[ChatMessage],
+        output: type[OutputT],
+        *,
+        stage: str,
+        check: Check[OutputT] | None = None,
+        temperature: float | None = None,
+    ) -> Completion[OutputT]:
+        return self.answer(LLMRequest(messages, output, stage, check, temperature))
+
+    def answer(self, request: LLMRequest[OutputT]) -> Completion[OutputT]:
+        raise NotImplementedError
 
 
 PROMPT_CHARS_PER_TOKEN = 3.0

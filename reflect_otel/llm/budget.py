@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
 
 from reflect_otel.errors import LLMError
-from reflect_otel.llm.base import ChatMessage, Check, Completion, LLMOutputError, LLMUsage, OutputT, StructuredLLM
+from reflect_otel.llm.base import Completion, LLMOutputError, LLMRequest, LLMUsage, OutputT, StructuredLLM
+from reflect_otel.llm.wrapper import WrapperLLM
 
 __all__ = ["BudgetedLLM", "TokenBudget"]
 
@@ -38,35 +38,21 @@ class TokenBudget:
             self._spent.append((time.monotonic(), tokens))
 
 
-class BudgetedLLM:
+class BudgetedLLM(WrapperLLM):
     """Refuses further calls once one attribution has used ``budget.per_trace`` tokens (raising :class:`LLMError`,
     which the method records as a stage error); every token spent also counts against the hourly budget."""
 
     def __init__(self, inner: StructuredLLM, budget: TokenBudget) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.limit = budget.per_trace
         self.budget = budget
         self.used = 0
 
-    @property
-    def model_name(self) -> str:
-        """The inner model's, read when asked: wrapping a lazily made model does not make it (a run judged with no
-        model call never starts one)."""
-        return self.inner.model_name
-
-    def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        output: type[OutputT],
-        *,
-        stage: str,
-        check: Check[OutputT] | None = None,
-        temperature: float | None = None,
-    ) -> Completion[OutputT]:
+    def answer(self, request: LLMRequest[OutputT]) -> Completion[OutputT]:
         if self.used >= self.limit:
             raise LLMError(f"the token budget for one trace ({self.limit}) is spent; raise max_tokens_per_trace")
         try:
-            completion = self.inner.complete(messages, output, stage=stage, check=check, temperature=temperature)
+            completion = request.to(self.inner)
         except LLMOutputError as error:  # the replies were paid for even though none could be used
             self._spend(error.usage)
             raise

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import NoReturn
 
 from reflect_otel import plugins
 from reflect_otel.config import LLMConfig
 from reflect_otel.errors import LLMError, NoModelError
-from reflect_otel.llm.base import ChatMessage, Check, Completion, OutputT, StructuredLLM
+from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.llm.wrapper import WrapperLLM
 from reflect_otel.settings import settings
 
 __all__ = ["GET_A_MODEL", "LazyLLM", "NoModel", "make_llm", "model_missing"]
@@ -71,7 +72,7 @@ class NoModel:
         raise LLMError(f"no model is configured for stage {stage!r}")
 
 
-class LazyLLM:
+class LazyLLM(WrapperLLM):
     """Makes its backend on first use, so that starting a local server happens off the caller's path (online
     mode builds everything at ``configure`` time and the worker thread makes the first call)."""
 
@@ -86,18 +87,3 @@ class LazyLLM:
             if self._llm is None:
                 self._llm = self._make()
             return self._llm
-
-    @property
-    def model_name(self) -> str:
-        return self.inner.model_name
-
-    def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        output: type[OutputT],
-        *,
-        stage: str,
-        check: Check[OutputT] | None = None,
-        temperature: float | None = None,
-    ) -> Completion[OutputT]:
-        return self.inner.complete(messages, output, stage=stage, check=check, temperature=temperature)

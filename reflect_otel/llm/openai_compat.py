@@ -8,7 +8,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +20,9 @@ from reflect_otel.config import LLMConfig, SchemaMode
 from reflect_otel.errors import ConfigError, EndpointBusyError, EndpointDownError, LLMError
 from reflect_otel.llm.base import (
     ChatMessage,
-    Check,
     Completion,
+    LLMBase,
+    LLMRequest,
     LLMUsage,
     OutputT,
     complete_with_repair,
@@ -137,7 +138,7 @@ def _failure_signature(error: Exception) -> str | None:
     return type(error).__name__
 
 
-class OpenAICompatibleLLM:
+class OpenAICompatibleLLM(LLMBase):
     """Structured output via ``response_format``. With no schema mode configured the mode is negotiated per
     endpoint: ``json_schema``, then ``json_object`` with the schema (llama.cpp), then plain JSON mode with the schema
     in the prompt, stepping down when the endpoint refuses a mode in words that name it; the mode that worked is
@@ -172,15 +173,8 @@ class OpenAICompatibleLLM:
     def from_config(cls, config: LLMConfig) -> OpenAICompatibleLLM:
         return cls(config)
 
-    def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        output: type[OutputT],
-        *,
-        stage: str,
-        check: Check[OutputT] | None = None,
-        temperature: float | None = None,
-    ) -> Completion[OutputT]:
+    def answer(self, request: LLMRequest[OutputT]) -> Completion[OutputT]:
+        messages, output, temperature = request.messages, request.output, request.temperature
         instruction = schema_instruction(output)
         if messages and instruction in messages[0].content:
             framed = list(messages)  # the caller put the schema first, where a prompt cache keeps it
@@ -188,10 +182,10 @@ class OpenAICompatibleLLM:
             last = messages[-1]
             framed = [*messages[:-1], ChatMessage(role=last.role, content=f"{last.content}\n\n{instruction}")]
         sampling = self.config.temperature if temperature is None else temperature
-        token = _stage.set(stage)
+        token = _stage.set(request.stage)
         try:
             return complete_with_repair(
-                lambda conversation: self._send(conversation, output, sampling), framed, output, check
+                lambda conversation: self._send(conversation, output, sampling), framed, output, request.check
             )
         finally:
             _stage.reset(token)

@@ -19,11 +19,12 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Protocol
 
 from reflect_otel.errors import EndpointBusyError, EndpointDownError, LLMError
-from reflect_otel.llm.base import ChatMessage, Check, Completion, OutputT, StructuredLLM
+from reflect_otel.llm.base import Completion, LLMRequest, OutputT, StructuredLLM
+from reflect_otel.llm.wrapper import WrapperLLM
 
 __all__ = ["MAX_PAUSE_S", "CallGate", "JobReleased", "PatientLLM", "busy_pause"]
 
@@ -73,35 +74,23 @@ def busy_pause(error: LLMError, tries: int) -> float | None:
     return max(pause, asked * random.uniform(1.0, 1.1)) if asked is not None else pause
 
 
-class PatientLLM:
+class PatientLLM(WrapperLLM):
     """Wraps ``inner``; see the module's docstring. The calls that failed for a busy endpoint are not the run's
     cost: only the try that was answered is returned (and so counted by the budget and in the record)."""
 
     def __init__(self, inner: StructuredLLM, *, gate: CallGate | None = None) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.gate: CallGate = gate if gate is not None else _Open()
         self.waits = 0
         """Pauses taken for a busy endpoint (all requests together)."""
 
-    @property
-    def model_name(self) -> str:
-        return self.inner.model_name
-
-    def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        output: type[OutputT],
-        *,
-        stage: str,
-        check: Check[OutputT] | None = None,
-        temperature: float | None = None,
-    ) -> Completion[OutputT]:
+    def answer(self, request: LLMRequest[OutputT]) -> Completion[OutputT]:
         tries = 0
         waited = 0.0
         while True:
             with self.gate.request():
                 try:
-                    return self.inner.complete(messages, output, stage=stage, check=check, temperature=temperature)
+                    return request.to(self.inner)
                 except LLMError as error:
                     pause = busy_pause(error, tries)
                     if pause is None:
@@ -109,7 +98,7 @@ class PatientLLM:
                     if tries == 0 or tries % 10 == 0:
                         _log.warning(
                             "%s: the endpoint is busy (%s); waiting %.1f s before trying again (waited %.0f s so far)",
-                            stage,
+                            request.stage,
                             str(error).split(". Check")[0],
                             pause,
                             waited,

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from reflect_otel.errors import LLMError
-from reflect_otel.llm.base import ChatMessage, Check, Completion, LLMOutputError, LLMUsage, OutputT, StructuredLLM
+from reflect_otel.llm.base import Completion, LLMOutputError, LLMRequest, LLMUsage, OutputT, StructuredLLM
+from reflect_otel.llm.wrapper import WrapperLLM
 from reflect_otel.record import LLMCall, Stage
 
 if TYPE_CHECKING:
@@ -38,29 +39,26 @@ class CallLog:
             return tuple(self._calls)
 
 
-class RecordingLLM:
+class RecordingLLM(WrapperLLM):
     """Wraps a backend so every call, failed ones included, lands in a :class:`CallLog` under its stage."""
 
     def __init__(self, inner: StructuredLLM, log: CallLog, *, stage: str | None = None) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.log = log
-        self.model_name = inner.model_name
+        self._model_name = inner.model_name
         self.stage = stage
         """When set, every call is logged under this stage, whatever stage the caller named (an agent's calls)."""
 
-    def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        output: type[OutputT],
-        *,
-        stage: str,
-        check: Check[OutputT] | None = None,
-        temperature: float | None = None,
-    ) -> Completion[OutputT]:
+    @property
+    def model_name(self) -> str:
+        """The inner model's, read once when wrapped (every logged call names it)."""
+        return self._model_name
+
+    def answer(self, request: LLMRequest[OutputT]) -> Completion[OutputT]:
         start = time.perf_counter()
-        logged = self.stage or stage
+        logged = self.stage or request.stage
         try:
-            completion = self.inner.complete(messages, output, stage=stage, check=check, temperature=temperature)
+            completion = request.to(self.inner)
         except LLMOutputError as error:
             self.log.add(self._call(logged, error.usage, time.perf_counter() - start, error.attempts, str(error)))
             raise
@@ -99,7 +97,7 @@ def recording_agent_calls(log: CallLog) -> Iterator[CallLog]:
         _agent_log.reset(token)
 
 
-class AgentCallRecorder:
+class AgentCallRecorder(WrapperLLM):
     """An agent's model, wrapped so that what it costs an attribution is counted there: a call made inside
     :func:`recording_agent_calls` (the agent replayed, or asked for a proposal, by an attribution) is logged in
     that block's log under :attr:`~reflect_otel.record.Stage.AGENT_REPLAY`, each request once; a call made outside
@@ -108,25 +106,21 @@ class AgentCallRecorder:
     model it records already: do not wrap that one again). Thread-safe."""
 
     def __init__(self, inner: StructuredLLM) -> None:
-        self.inner = inner
-        self.model_name = inner.model_name
+        super().__init__(inner)
+        self._model_name = inner.model_name
 
-    def complete(
-        self,
-        messages: Sequence[ChatMessage],
-        output: type[OutputT],
-        *,
-        stage: str,
-        check: Check[OutputT] | None = None,
-        temperature: float | None = None,
-    ) -> Completion[OutputT]:
+    @property
+    def model_name(self) -> str:
+        return self._model_name
+
+    def answer(self, request: LLMRequest[OutputT]) -> Completion[OutputT]:
         log = _agent_log.get()
         if log is None:
-            return self.inner.complete(messages, output, stage=stage, check=check, temperature=temperature)
+            return request.to(self.inner)
         token = _agent_log.set(None)  # a recorder wrapped in another is counted once
         try:
             recording = RecordingLLM(self.inner, log, stage=Stage.AGENT_REPLAY)
-            return recording.complete(messages, output, stage=stage, check=check, temperature=temperature)
+            return recording.answer(request)
         finally:
             _agent_log.reset(token)
 
