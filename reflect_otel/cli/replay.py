@@ -182,36 +182,21 @@ def replay_command(args: argparse.Namespace) -> int:
 
 def _stored_run(explicit: str | None, prefix: str) -> tuple[StructuredTrace, str | None]:
     """The stored run whose trace id starts with ``prefix``, and the expected answer stored with it (its job's)."""
-    from reflect_otel.cli.store import connect_store_read_only
+    from reflect_otel.cli.store import (
+        connect_store_read_only,
+        find_stored_trace,
+        stored_expected_answer,
+        stored_model,
+    )
 
     check_store_target(explicit, reading=True)
     db = connect_store_read_only(explicit)
     try:
-        found = _rows(db, "SELECT trace_id, trace_json FROM traces WHERE starts_with(trace_id, ?)", [prefix])
-        if len(found) != 1:
-            raise InputError(
-                f"{len(found)} runs match {prefix!r}; give a longer prefix"
-                if found
-                else f"no run {prefix!r} in the store {store_target(explicit)}"
-            )
-        trace_id, trace_json = found[0]
-        jobs = _rows(db, "SELECT expected_answer FROM attribution_jobs WHERE trace_id = ?", [trace_id])
+        trace_id, trace_json = find_stored_trace(db, prefix, noun="run", where=store_target(explicit))
+        expected = stored_expected_answer(db, trace_id)
     finally:
         db.close()
-    trace = (
-        StructuredTrace.model_validate_json(trace_json)
-        if isinstance(trace_json, str | bytes)
-        else StructuredTrace.model_validate(trace_json)
-    )
-    return trace, (str(jobs[0][0]) if jobs and jobs[0][0] is not None else None)
-
-
-def _rows(db: Any, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
-    import duckdb
-
-    if not isinstance(db, duckdb.DuckDBPyConnection):  # psycopg writes its placeholders %s
-        sql = sql.replace("?", "%s")
-    return list(db.execute(sql, params).fetchall())
+    return stored_model(StructuredTrace, trace_json), (str(expected) if expected is not None else None)
 
 
 def _verifier(trace: StructuredTrace) -> Any:
@@ -268,7 +253,7 @@ def _demo_question(trace: StructuredTrace) -> WTQQuestion | None:
 
 
 def _demo_agent(trace: StructuredTrace, question: WTQQuestion, llm: StructuredLLM, args: argparse.Namespace) -> _Agent:
-    from reflect_otel.cli.evaluate import sql_agent_runs, table_agent_rebuilt
+    from reflect_otel.cli._demo_runs import sql_agent_runs, table_agent_rebuilt
     from reflect_otel.online.setup import instrumented_provider
 
     provider = instrumented_provider()

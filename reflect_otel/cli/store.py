@@ -139,9 +139,29 @@ def _rows(db: Any, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
     return list(db.execute(sql, params).fetchall())
 
 
-def _model(model: Any, value: Any) -> Any:
+def stored_model(model: Any, value: Any) -> Any:
     """A stored JSON column as ``model``: text from DuckDB, already decoded from PostgreSQL's JSONB."""
     return model.model_validate_json(value) if isinstance(value, str | bytes) else model.model_validate(value)
+
+
+def find_stored_trace(db: Any, prefix: str, *, noun: str, where: str = "") -> tuple[Any, Any]:
+    """The one stored trace whose id starts with ``prefix``: its id and its stored JSON. None or several fail, naming
+    it a ``noun`` ("trace", "run") and the store ``where`` when given."""
+    found = _rows(db, "SELECT trace_id, trace_json FROM traces WHERE starts_with(trace_id, ?)", [prefix])
+    if len(found) != 1:
+        raise InputError(
+            f"{len(found)} {noun}s match {prefix!r}; give a longer prefix"
+            if found
+            else f"no {noun} {prefix!r} in the store" + (f" {where}" if where else "")
+        )
+    trace_id, trace_json = found[0]
+    return trace_id, trace_json
+
+
+def stored_expected_answer(db: Any, trace_id: str) -> Any:
+    """The expected answer stored with the run's attribution job, or None."""
+    jobs = _rows(db, "SELECT expected_answer FROM attribution_jobs WHERE trace_id = ?", [trace_id])
+    return jobs[0][0] if jobs and jobs[0][0] is not None else None
 
 
 def _is_query_error(error: Exception) -> bool:
@@ -227,56 +247,10 @@ def _stats(args: argparse.Namespace) -> int:
     path = store_target(args.store)
     db = connect_store_read_only(args.store)
     try:
-        counts = {t: _count(db, t) for t in ("traces", "verdicts", "attributions")}
-        row = db.execute("SELECT count(*) FROM attribution_jobs WHERE status IN ('pending', 'running')").fetchone()
-        pending = row[0] if row else 0
-        print(
-            f"store {path}: {counts['traces']} traces, {counts['verdicts']} verdicts, {counts['attributions']} "
-            f"attributions, {pending} run(s) pending attribution"
-            + (" ('attribute --pending' takes them)" if pending else "")
-        )
-        if pending:
-            print(_backlog(db))
-        row = db.execute(
-            "SELECT count(*) FROM traces WHERE trace_id NOT IN "
-            "(SELECT trace_id FROM verdicts WHERE is_correct IS NOT NULL)"
-        ).fetchone()
-        unjudged = int(row[0]) if row else 0
-        if unjudged:
-            print(
-                f"{unjudged} of {counts['traces']} trace(s) were never judged right or wrong (no expected answer, or a "
-                "verifier that could not tell): failure_rate counts judged runs only, and is empty where none was"
-            )
-        # per verifier and basis (the proxy's audits and the combined verifier's are measured apart), the precision
-        # its latest measured verdict carried, with the interval and count it was measured with
-        _, bases, _ = _query(
-            db,
-            "SELECT verifier, basis, count(*), count(*) FILTER (WHERE is_correct = false), "
-            + ", ".join(_LATEST_MEASURED.format(column=c) for c in _MEASURED_COLUMNS)
-            + ", sum(resamples) FROM verdicts WHERE basis IS NOT NULL GROUP BY verifier, basis ORDER BY 3 DESC, 1, 2",
-            20,
-        )
-        for verifier, basis, runs, flagged, precision, low, high, measured_on, resamples in bases:
-            interval = f", 95% [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
-            shown = (
-                f"precision {precision:.2f}{interval} measured on {measured_on} labelled runs"
-                if precision is not None
-                else "precision not measured"
-            )
-            extra = f", {resamples} agent resamples" if resamples else ""
-            print(f"{verifier} verdicts on {basis}: {runs} ({flagged} flagged; {shown}{extra})")
+        _say_counts(db, path)
+        _say_verdict_bases(db)
         _flagged_shares(db, args.threshold if args.threshold is not None else settings().flag_threshold)
-        _, fidelity, _ = _query(db, "SELECT service, agent, controls, reproduced FROM replay_fidelity LIMIT 20", 20)
-        for service, agent, controls, reproduced in fidelity:
-            who = " / ".join(str(v) for v in (service, agent) if v) or "agents without a service name"
-            print(f"replays of {who} reproduce its runs {reproduced} of {controls} times (control replays)")
-        _, sensitivity, _ = _query(db, "SELECT service, agent, points, sensitive FROM replay_sensitivity LIMIT 20", 20)
-        for service, agent, points, sensitive in sensitivity:
-            who = " / ".join(str(v) for v in (service, agent) if v) or "agents without a service name"
-            print(
-                f"{who}: {sensitive} of {points} tested points flip on a change of text alone (sensitivity arms; "
-                "no flip there is credited)"
-            )
+        _say_replays(db)
         for view in STATS_VIEWS:
             columns, rows, _ = _query(db, f"SELECT * FROM {view} LIMIT 20", 20)
             print(f"\n{view}")
@@ -284,6 +258,69 @@ def _stats(args: argparse.Namespace) -> int:
     finally:
         db.close()
     return 0
+
+
+def _say_counts(db: Any, path: str) -> None:
+    """What the store holds, its attribution backlog, and how many of its traces were never judged."""
+    counts = {t: _count(db, t) for t in ("traces", "verdicts", "attributions")}
+    row = db.execute("SELECT count(*) FROM attribution_jobs WHERE status IN ('pending', 'running')").fetchone()
+    pending = row[0] if row else 0
+    print(
+        f"store {path}: {counts['traces']} traces, {counts['verdicts']} verdicts, {counts['attributions']} "
+        f"attributions, {pending} run(s) pending attribution"
+        + (" ('attribute --pending' takes them)" if pending else "")
+    )
+    if pending:
+        print(_backlog(db))
+    row = db.execute(
+        "SELECT count(*) FROM traces WHERE trace_id NOT IN (SELECT trace_id FROM verdicts WHERE is_correct IS NOT NULL)"
+    ).fetchone()
+    unjudged = int(row[0]) if row else 0
+    if unjudged:
+        print(
+            f"{unjudged} of {counts['traces']} trace(s) were never judged right or wrong (no expected answer, or a "
+            "verifier that could not tell): failure_rate counts judged runs only, and is empty where none was"
+        )
+
+
+def _say_verdict_bases(db: Any) -> None:
+    """Per verifier and basis (the proxy's audits and the combined verifier's are measured apart), the precision its
+    latest measured verdict carried, with the interval and count it was measured with."""
+    _, bases, _ = _query(
+        db,
+        "SELECT verifier, basis, count(*), count(*) FILTER (WHERE is_correct = false), "
+        + ", ".join(_LATEST_MEASURED.format(column=c) for c in _MEASURED_COLUMNS)
+        + ", sum(resamples) FROM verdicts WHERE basis IS NOT NULL GROUP BY verifier, basis ORDER BY 3 DESC, 1, 2",
+        20,
+    )
+    for verifier, basis, runs, flagged, precision, low, high, measured_on, resamples in bases:
+        interval = f", 95% [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
+        shown = (
+            f"precision {precision:.2f}{interval} measured on {measured_on} labelled runs"
+            if precision is not None
+            else "precision not measured"
+        )
+        extra = f", {resamples} agent resamples" if resamples else ""
+        print(f"{verifier} verdicts on {basis}: {runs} ({flagged} flagged; {shown}{extra})")
+
+
+def _say_replays(db: Any) -> None:
+    """How often each agent's control replays reproduce its runs, and how often a change of text alone flips them."""
+    _, fidelity, _ = _query(db, "SELECT service, agent, controls, reproduced FROM replay_fidelity LIMIT 20", 20)
+    for service, agent, controls, reproduced in fidelity:
+        print(
+            f"replays of {_who(service, agent)} reproduce its runs {reproduced} of {controls} times (control replays)"
+        )
+    _, sensitivity, _ = _query(db, "SELECT service, agent, points, sensitive FROM replay_sensitivity LIMIT 20", 20)
+    for service, agent, points, sensitive in sensitivity:
+        print(
+            f"{_who(service, agent)}: {sensitive} of {points} tested points flip on a change of text alone (sensitivity "
+            "arms; no flip there is credited)"
+        )
+
+
+def _who(service: Any, agent: Any) -> str:
+    return " / ".join(str(v) for v in (service, agent) if v) or "agents without a service name"
 
 
 _PATTERN_COLUMNS = (
@@ -382,14 +419,7 @@ def _report(args: argparse.Namespace) -> int:
     out = check_output_file(Path(args.out), flag="-o", example="report.html")
     db = connect_store_read_only(args.store)
     try:
-        found = _rows(db, "SELECT trace_id, trace_json FROM traces WHERE starts_with(trace_id, ?)", [args.trace_id])
-        if len(found) != 1:
-            raise InputError(
-                f"{len(found)} traces match {args.trace_id!r}; give a longer prefix"
-                if found
-                else f"no trace {args.trace_id!r} in the store"
-            )
-        trace_id, trace_json = found[0]
+        trace_id, trace_json = find_stored_trace(db, args.trace_id, noun="trace")
         records = _rows(
             db,
             "SELECT method, record_json FROM attributions WHERE trace_id = ? ORDER BY created_at DESC",
@@ -401,7 +431,7 @@ def _report(args: argparse.Namespace) -> int:
             "ORDER BY created_at DESC",
             [trace_id],
         )
-        jobs = _rows(db, "SELECT expected_answer FROM attribution_jobs WHERE trace_id = ?", [trace_id])
+        expected = stored_expected_answer(db, trace_id)
     finally:
         db.close()
     methods = list(dict.fromkeys(method for method, _ in records))  # newest first
@@ -412,15 +442,14 @@ def _report(args: argparse.Namespace) -> int:
             f"'reflect-otel attribute TRACES.jsonl --method {args.method} -o records.jsonl --store ...')"
         )
     shown = [json for method, json in records if args.method in (None, method)]
-    trace = _model(StructuredTrace, trace_json)
-    record = _model(AttributionRecord, shown[0]) if shown else None
+    trace = stored_model(StructuredTrace, trace_json)
+    record = stored_model(AttributionRecord, shown[0]) if shown else None
     verdict = None
     if verdicts:
         verifier, is_correct, extracted, reasoning = verdicts[0]
         verdict = Verdict(
             verifier=verifier, is_correct=is_correct, extracted_answer=extracted, reasoning=reasoning or ""
         )
-    expected = jobs[0][0] if jobs and jobs[0][0] is not None else None
     write_text_atomically(out, render_report(trace, record, verdict=verdict, expected=expected), flag="-o")
     if record is None:
         print(f"wrote {out}: trace {trace_id}, which has no attribution yet", file=sys.stderr)
