@@ -210,7 +210,7 @@ def _attribute_pending(args: argparse.Namespace) -> int:
     try:
         stats = worker.run_pending(progress)
     finally:
-        service.close()
+        service.shutdown()
     print(
         f"{stats.verified} pending run(s) judged in {time.monotonic() - started:.1f} s: {stats.flagged} flagged, "
         f"{stats.attributed} attributed ({stats.verified_attributions} verified); records in the store "
@@ -326,7 +326,7 @@ def _attribute(args: argparse.Namespace) -> int:
             print(f"reflect-otel attribute: {output.kept('record(s)')}", file=sys.stderr)
         raise
     finally:
-        service.close()
+        service.shutdown()
     causes.say_held(stopped)
     return _summary(args, tally, len(rows), time.monotonic() - started, bad_lines, output, stopped)
 

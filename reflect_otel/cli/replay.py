@@ -124,7 +124,7 @@ class _Agent:
 def replay_command(args: argparse.Namespace) -> int:
     edit = ManualEdit.of(args.step, call=args.call, text=args.text, resample=args.resample)  # before any work
     for name in dict.fromkeys(args.export):
-        open_exporter(name).close()  # an unknown exporter fails here, naming the installed ones
+        open_exporter(name).shutdown()  # an unknown exporter fails here, naming the installed ones
     config = pipeline_config(args)
     max_replays = args.max_replays or config.max_replays
     trace, stored_expected = _stored_run(args.store, args.trace_id)
@@ -166,7 +166,7 @@ def replay_command(args: argparse.Namespace) -> int:
         with _search_progress(progress):
             outcome = service.process(trace, expected=expected, replay=agent.adapter, domain_context=agent.context)
     finally:
-        service.close()
+        service.shutdown()
     record = outcome.record
     assert record is not None  # without triage every trace gets a record
     for name, message in outcome.export_failures:
