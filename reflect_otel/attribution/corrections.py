@@ -1056,13 +1056,12 @@ _VERDICT = re.compile(
 
 
 def not_a_step(thought: str) -> bool:
-    """A rewritten thought that is no step of the agent's: the prompt's own request copied back (seed 48's BBM
-    replayed "Step 2 as it should have been, with concrete values taken from the data above" twice), advice about
-    the agent ("The agent should have ..."), or commentary on the run ("The erroneous step was ...", "The correct
-    sequence should be ...", a text that tells the run in the third person, "The agent incorrectly assumed ...",
-    "The agent's reasoning was ...", or a verdict such as "Step 7 (final_answer) was incorrect because ...": 13 of
-    the 30 rewritten thoughts replayed as interventions in BBM seed 7725's 40 traces). A thought in the agent's own
-    voice that names an error ("The error is that the column has a space, so quote it") is a step."""
+    """A rewritten thought that is no step of the agent's: the prompt's own request copied back ("Step 2 as it
+    should have been, with concrete values taken from the data above"), advice about the agent ("The agent should
+    have ..."), or commentary on the run ("The erroneous step was ...", "The correct sequence should be ...", a text
+    that tells the run in the third person, "The agent incorrectly assumed ...", "The agent's reasoning was ...", or
+    a verdict such as "Step 7 (final_answer) was incorrect because ..."). A thought in the agent's own voice that
+    names an error ("The error is that the column has a space, so quote it") is a step."""
     if _VERDICT.search(thought):
         return True
     thought = without_step_label(thought)
@@ -1075,13 +1074,13 @@ _QUOTES = str.maketrans("", "", "\"'`\u2018\u2019\u201c\u201d")
 
 def _words(text: str) -> str:
     """A thought's words, without the step label a model may have copied from the prompt's layout, and without
-    quotation marks (seed 7725's auditor rewrote 'So, we need "]" and ">"' as 'So, we need ] and >')."""
+    quotation marks (an auditor may rewrite 'So, we need "]" and ">"' as 'So, we need ] and >')."""
     return " ".join(without_step_label(text).translate(_QUOTES).split())
 
 
 def _commentary_added(replacement: StepAction, step: Step) -> bool:
-    """The step's own thought with commentary on the run after it (seed 7725: the original step, then "The agent
-    has produced an incorrect result.")."""
+    """The step's own thought with commentary on the run after it (the original step, then "The agent has
+    produced an incorrect result.")."""
     if replacement.tool_name is not None or step.tool_name:
         return False
     given, original = _words(replacement.text), _words(step.reasoning)

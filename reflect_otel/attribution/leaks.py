@@ -181,7 +181,7 @@ def _option_label(text: str, letter: str) -> int:
 def _bracket_runs(text: str, needle: str) -> tuple[int, int]:
     """How often ``needle`` (brackets, no spaces) is a whole run of brackets in ``text``, and how often it is
     written within one. Both are compared: an original step whose answer "] >" holds ">" must not let a
-    replacement that answers ">" alone through (seed 7725's BBM audit)."""
+    replacement that answers ">" alone through."""
     runs = ["".join(run.split()) for run in _BRACKET_RUN.findall(text[:_MAX_CHARS])]
     return sum(run == needle for run in runs), sum(run.count(needle) for run in runs)
 

@@ -16,8 +16,7 @@ The rule, in order (the cheapest signal first):
    for the proxy verifier's audits.
 
 A split check is decided by its score, not by the audit: close calls draw more resamples instead
-(``REFLECT_FLAG_STOP_LEAD``). On seed 2475's 80 runs the audit of the 9 split checks cleared all of them, 4 of them
-wrong (``benchmarks/results/wtq-live-runs-seed2475``).
+(``REFLECT_FLAG_STOP_LEAD``).
 """
 
 from __future__ import annotations

@@ -253,9 +253,8 @@ class PlanAnchoredVerifier:
         self, question: str, anchors: Anchors, steps: Sequence[MacroStep], window: range, evidence: str
     ) -> dict[int, AuditedStep]:
         """The window's macro-steps classified. A reply that still leaves some out after its repair is kept, and
-        each run of the steps it left out is asked for once more, alone (the default model left one step out of 10
-        of 80 audits, mostly the last; issue 43's seed 2475 at 8bd2a4e). Raises :class:`LLMError` when that fails
-        too, or when the model could not be reached."""
+        each run of the steps it left out is asked for once more, alone (a model may leave a step out, mostly the
+        last). Raises :class:`LLMError` when that fails too, or when the model could not be reached."""
         replies: list[AuditOutput] = []
         try:
             return _classified(self._ask_audit(question, anchors, steps, window, evidence, replies), window)

@@ -19,7 +19,7 @@ kernel than a batch of many, and a batch's size and the token's place in it chan
 splits a prompt into ``n_batch`` pieces from wherever its reused prefix ends, evaluates the last token alone when
 the whole prompt was cached, and reuses the KV of generated tokens (computed one at a time) as if they had been
 prompt tokens. So the same prompt, fresh or after a cached prefix, tie-broke differently under greedy decoding
-(issue 41: 17 of 39 control replays repeated their run's steps). Aligned, every prompt token's KV is computed in
+(a control replay then need not repeat its run's steps). Aligned, every prompt token's KV is computed in
 the chunk ``[k * n_batch, (k + 1) * n_batch)`` that a fresh evaluation computes it in, and a reused prefix is cut
 back to the last boundary whose KV came from such a full chunk: the final logits, hence a greedy reply, are
 bitwise the same however much was cached (``python -m benchmarks.prompt_cache_determinism`` measures it; the

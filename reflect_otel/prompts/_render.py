@@ -192,8 +192,8 @@ _STEP_LABEL = re.compile(
 
 def without_step_label(thought: str) -> str:
     """``thought`` without a leading step label as :func:`format_step` writes one (``Step 4 (final_answer)`` then
-    ``Reasoning:``), or ``Step 4:``: a model that copies the prompt's layout into a step it writes (seed 7725's
-    BBM auditor wrote "Step 4 (final_answer) Reasoning: " before the original step's words) wrote what follows."""
+    ``Reasoning:``), or ``Step 4:``: a model that copies the prompt's layout into a step it writes (an auditor
+    writing "Step 4 (final_answer) Reasoning: " before the original step's words) wrote what follows."""
     return _STEP_LABEL.sub("", thought.strip(), count=1).strip()
 
 

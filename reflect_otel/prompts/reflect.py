@@ -88,9 +88,8 @@ _THOUGHT_DESCRIPTION = (
     "the erroneous step rewritten correctly, as one reasoning step; it must not state the final answer (a step that "
     "does is refused: it would prove nothing)"
 )
-"""Why the warning: the leak guard refuses a correction that states an answer, for every method; of the auditor's 22
-rewritten steps in seed 48's first 13 BIG-Bench-Mistake traces, 9 were refused for stating one (and 1 for carrying
-the expected answer), each a diagnosis spent on nothing testable."""
+"""Why the warning: the leak guard refuses a correction that states an answer, for every method, and a refused
+correction is a diagnosis spent on nothing testable."""
 
 
 def _also_required(name: str) -> Callable[[dict[str, Any]], None]:
