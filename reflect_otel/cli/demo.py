@@ -5,13 +5,14 @@ attributions of its failures written to the store."""
 from __future__ import annotations
 
 import argparse
-import contextlib
+import dataclasses
 import logging
-import sys
+import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import reflect_otel
 from reflect_otel.cli._options import (
@@ -20,7 +21,8 @@ from reflect_otel.cli._options import (
     agent_is_deterministic,
     pipeline_config,
 )
-from reflect_otel.config import GateMode, LLMConfig
+from reflect_otel.cli._progress import Progress, search_logs_to
+from reflect_otel.config import GateMode, LLMConfig, ReflectConfig
 from reflect_otel.errors import ConfigError
 from reflect_otel.llm.factory import make_llm
 from reflect_otel.llm.recording import AgentCallRecorder
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 
     from reflect_otel.demo.wtq import WTQQuestion
     from reflect_otel.llm.base import StructuredLLM
+    from reflect_otel.online.runtime import OnlineStats, Runtime
     from reflect_otel.replay import ReplayAdapter
 
 __all__ = ["add_demo_command"]
@@ -79,36 +82,10 @@ def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.set_defaults(handler=_demo)
 
 
-class _Progress:
-    """One line per event on stderr (plain lines when stderr is not a terminal, so logs and CI show them too)."""
-
-    def __init__(self, started: float) -> None:
-        self.started = started
-
-    def say(self, text: str) -> None:
-        print(f"[{time.monotonic() - self.started:6.0f} s] {text}", file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def _pipeline_progress(progress: _Progress, names: dict[str, str]) -> Iterator[None]:
-    """Show REFLECT's progress lines while the demo runs; the logger is as it was afterwards."""
-    log = logging.getLogger("reflect_otel.attribution.search")
-    handler, level, propagate = _PipelineProgress(progress, names), log.level, log.propagate
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False  # its INFO lines are progress here, not log records twice
-    try:
-        yield
-    finally:
-        log.removeHandler(handler)
-        log.setLevel(level)
-        log.propagate = propagate
-
-
 class _PipelineProgress(logging.Handler):
     """REFLECT's progress records (``reflect_otel.attribution.search`` at INFO) as progress lines, named by question."""
 
-    def __init__(self, progress: _Progress, names: dict[str, str]) -> None:
+    def __init__(self, progress: Progress, names: dict[str, str]) -> None:
         super().__init__(logging.INFO)
         self.progress, self.names = progress, names
 
@@ -139,28 +116,52 @@ def _selected(args: argparse.Namespace) -> list[WTQQuestion]:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    import os
-
     check_store_target(args.store)  # before the model starts
-
-    from opentelemetry import trace as otel_trace
-    from opentelemetry.trace import format_trace_id
-
-    from reflect_otel.flagging.verifiers import judged_correct
-
     questions = _selected(args)
     reflect_config = pipeline_config(args)  # before the model starts: a bad setting must not cost a model load
+    phoenix = _phoenix(args)
+    started = time.monotonic()
+    demo = _start(args, reflect_config, Progress(started), questions=len(questions), phoenix=phoenix)
+    with search_logs_to(_PipelineProgress(demo.progress, demo.names)):
+        for number, question in enumerate(questions, start=1):
+            demo.progress.say(f"[{number}/{len(questions)}] {question.id}: {question.question}")
+            demo.ask(question)
+    stats, records = demo.runtime.stats, list(demo.runtime.records)
+    reflect_otel.shutdown()
+    _summary(
+        _Summary(
+            stats=stats,
+            records=records,
+            names=demo.names,
+            questions=len(questions),
+            failures=demo.failures,
+            seconds=time.monotonic() - started,
+            store=store_path(args.store),
+            phoenix=phoenix,
+        )
+    )
+    return 0
+
+
+def _phoenix(args: argparse.Namespace) -> str | None:
+    """The Phoenix to annotate: ``--phoenix``, else ``PHOENIX_COLLECTOR_ENDPOINT``; the exporter reads the variable,
+    so ``--phoenix`` sets it."""
     phoenix = args.phoenix or os.environ.get("PHOENIX_COLLECTOR_ENDPOINT")
     if phoenix:
         os.environ["PHOENIX_COLLECTOR_ENDPOINT"] = phoenix
-    started = time.monotonic()
-    progress = _Progress(started)
+    return phoenix
+
+
+def _start(
+    args: argparse.Namespace, reflect_config: ReflectConfig, progress: Progress, *, questions: int, phoenix: str | None
+) -> _DemoRun:
+    """The model started and the online path configured on it (the store, REFLECT, Phoenix when given), said."""
     progress.say("starting the model (the first run assembles the local model once)")
     llm = make_llm(LLMConfig.from_env())
     deterministic = agent_is_deterministic(args, llm)
     per_arm = 1 if deterministic else reflect_config.verify_samples
     progress.say(
-        f"model: {llm.model_name}; {len(questions)} question(s); REFLECT with D={reflect_config.rounds}, "
+        f"model: {llm.model_name}; {questions} question(s); REFLECT with D={reflect_config.rounds}, "
         f"K={reflect_config.rollback_points}, M={reflect_config.max_corrections}, {reflect_config.gate.value} gate, "
         f"{reflect_config.proposal_samples} proposals per step; every test controlled, {per_arm} replay(s) per arm "
         f"({'the agent replays deterministically' if deterministic else 'the agent replays are sampled'})"
@@ -172,53 +173,75 @@ def _demo(args: argparse.Namespace) -> int:
         proxy=False,  # the answers are known: the oracle regime
         exporters=["phoenix"] if phoenix else (),
     )
-    names: dict[str, str] = {}  # trace id -> question id
-    failures = 0
-    reported = 0
+    return _DemoRun(args, progress, runtime, llm, deterministic)
 
-    def report_new_records() -> None:
-        nonlocal reported
-        for record in list(runtime.records)[reported:]:
-            reported += 1
+
+@dataclasses.dataclass
+class _DemoRun:
+    """The demo as it runs: each question asked through ``observe`` and ``expect``, its attribution waited for and
+    said; which question each trace answered, and how many agent runs failed."""
+
+    args: argparse.Namespace
+    progress: Progress
+    runtime: Runtime
+    llm: StructuredLLM
+    deterministic: bool
+    names: dict[str, str] = dataclasses.field(default_factory=dict)  # trace id -> question id
+    failures: int = 0
+    reported: int = 0
+
+    def ask(self, question: WTQQuestion) -> None:
+        from reflect_otel.flagging.verifiers import judged_correct
+
+        run = self._observed(question)
+        with reflect_otel.expect(question.expected):
+            try:
+                answer = run(question.question)
+            except Exception as error:  # the model endpoint failed: report it and go on
+                self.failures += 1
+                self.progress.say(f"{question.id}: the agent failed: {error}")
+                return
+        wrong = not judged_correct(answer, question.expected, question=question.question)
+        verdict = "wrong: REFLECT attributes it now" if wrong else "right"
+        self.progress.say(f"{question.id}: answered {answer!r} (expected {question.expected!r}): {verdict}")
+        # one model on one CPU: the attribution runs before the next question, so that neither evicts the other's
+        # prompt from the server's cache
+        while not self.runtime.drain(timeout_s=5):
+            self._report_new_records()
+        self._report_new_records()
+
+    def _observed(self, question: WTQQuestion) -> Callable[[str], str]:
+        """The demo agent on ``question``, run through ``observe`` with its replay adapter; each run's trace id is
+        named by the question."""
+        from opentelemetry import trace as otel_trace
+        from opentelemetry.trace import format_trace_id
+
+        ask, adapter, context, name = _agent(
+            self.args.agent,
+            question,
+            self.llm,
+            self.runtime.provider,
+            self.args.max_steps,
+            deterministic=self.deterministic,
+        )
+
+        def traced(text: str) -> str:
+            self.names[format_trace_id(otel_trace.get_current_span().get_span_context().trace_id)] = question.id
+            return ask()  # the agent holds its question; ``text`` is the run's input
+
+        observed: Callable[[str], str] = reflect_otel.observe(replay=adapter, name=name, context=context)(traced)
+        return observed
+
+    def _report_new_records(self) -> None:
+        for record in list(self.runtime.records)[self.reported :]:
+            self.reported += 1
             where = f"step {record.step_index}" if record.step_index else "no step"
             kind = f", {record.error_type.value}" if record.error_type else ""
-            progress.say(
-                f"{names.get(record.trace_id, record.trace_id[:12])}: attribution {record.status.value} at {where}{kind} "
-                f"({record.auditor_calls} auditor requests)" + (f"; {record.reason}" if record.reason else "")
+            self.progress.say(
+                f"{self.names.get(record.trace_id, record.trace_id[:12])}: attribution {record.status.value} at "
+                f"{where}{kind} ({record.auditor_calls} auditor requests)"
+                + (f"; {record.reason}" if record.reason else "")
             )
-
-    with _pipeline_progress(progress, names):
-        for number, question in enumerate(questions, start=1):
-            progress.say(f"[{number}/{len(questions)}] {question.id}: {question.question}")
-            ask, adapter, context, name = _agent(
-                args.agent, question, llm, runtime.provider, args.max_steps, deterministic=deterministic
-            )
-
-            def traced(text: str, ask: Callable[[], str] = ask, qid: str = question.id) -> str:
-                names[format_trace_id(otel_trace.get_current_span().get_span_context().trace_id)] = qid
-                return ask()  # the agent holds its question; ``text`` is the run's input
-
-            run = reflect_otel.observe(replay=adapter, name=name, context=context)(traced)
-            with reflect_otel.expect(question.expected):
-                try:
-                    answer = run(question.question)
-                except Exception as error:  # the model endpoint failed: report it and go on
-                    failures += 1
-                    progress.say(f"{question.id}: the agent failed: {error}")
-                    continue
-            wrong = not judged_correct(answer, question.expected, question=question.question)
-            verdict = "wrong: REFLECT attributes it now" if wrong else "right"
-            progress.say(f"{question.id}: answered {answer!r} (expected {question.expected!r}): {verdict}")
-            # one model on one CPU: the attribution runs before the next question, so that neither evicts the other's
-            # prompt from the server's cache
-            while not runtime.drain(timeout_s=5):
-                report_new_records()
-            report_new_records()
-    stats = runtime.stats
-    records = list(runtime.records)
-    reflect_otel.shutdown()
-    _summary(stats, records, names, len(questions), failures, time.monotonic() - started, args, phoenix)
-    return 0
 
 
 def _agent(
@@ -285,41 +308,51 @@ def _proved(record: AttributionRecord) -> str:
     return text + "."
 
 
-def _summary(
-    stats: Any,
-    records: list[AttributionRecord],
-    names: dict[str, str],
-    questions: int,
-    failures: int,
-    seconds: float,
-    args: argparse.Namespace,
-    phoenix: str | None,
-) -> None:
-    types = Counter(r.error_type.value for r in records if r.error_type is not None)
-    verified = [r for r in records if r.status is AttributionStatus.VERIFIED]
-    rows = [
-        ("questions", questions),
-        ("correct", stats.traces_verified - stats.traces_flagged),
-        ("flagged (wrong answers)", stats.traces_flagged),
-        ("attributed", stats.traces_attributed),
-        ("verified (controlled replay)", len(verified)),
-        ("agent failures", failures),
-        ("top error types", ", ".join(f"{t} ({n})" for t, n in types.most_common(3)) or "-"),
-        ("auditor tokens", stats.tokens),
-        ("seconds", f"{seconds:.0f}"),
-    ]
+@dataclasses.dataclass(frozen=True)
+class _Summary:
+    """What the demo did, for its summary: the runtime's counts, its records, which question each trace answered,
+    the questions asked, the agent runs that failed, the seconds it took, the store and the Phoenix it wrote to."""
+
+    stats: OnlineStats
+    records: list[AttributionRecord]
+    names: dict[str, str]
+    questions: int
+    failures: int
+    seconds: float
+    store: Path
+    phoenix: str | None
+
+
+def _summary(run: _Summary) -> None:
+    verified = [r for r in run.records if r.status is AttributionStatus.VERIFIED]
+    rows = _counts(run, verified)
     width = max(len(name) for name, _ in rows)
     print()
     for name, value in rows:
         print(f"  {name.ljust(width)}  {value}")
     for record in verified:
-        print(f"\n  {names.get(record.trace_id, record.trace_id[:12])}: {_proved(record)}")
-    store = store_path(args.store)
-    example = next(iter(verified or [r for r in records if r.step_index]), None)
-    print(f"\nEverything is in {store}. Next:")
+        print(f"\n  {run.names.get(record.trace_id, record.trace_id[:12])}: {_proved(record)}")
+    example = next(iter(verified or [r for r in run.records if r.step_index]), None)
+    print(f"\nEverything is in {run.store}. Next:")
     if example is not None:
-        print(f"  reflect-otel report {example.trace_id[:12]} -o report.html --store {store}")
-    print(f"  reflect-otel stats --store {store}")
-    print(f'  reflect-otel sql "SELECT trace_id, status, step_index, error_type FROM attributions" --store {store}')
-    if phoenix:
-        print(f"  open {phoenix} to see the decisive_error annotations on the spans")
+        print(f"  reflect-otel report {example.trace_id[:12]} -o report.html --store {run.store}")
+    print(f"  reflect-otel stats --store {run.store}")
+    print(f'  reflect-otel sql "SELECT trace_id, status, step_index, error_type FROM attributions" --store {run.store}')
+    if run.phoenix:
+        print(f"  open {run.phoenix} to see the decisive_error annotations on the spans")
+
+
+def _counts(run: _Summary, verified: list[AttributionRecord]) -> list[tuple[str, object]]:
+    """The summary's table: each count with its name."""
+    types = Counter(r.error_type.value for r in run.records if r.error_type is not None)
+    return [
+        ("questions", run.questions),
+        ("correct", run.stats.traces_verified - run.stats.traces_flagged),
+        ("flagged (wrong answers)", run.stats.traces_flagged),
+        ("attributed", run.stats.traces_attributed),
+        ("verified (controlled replay)", len(verified)),
+        ("agent failures", run.failures),
+        ("top error types", ", ".join(f"{t} ({n})" for t, n in types.most_common(3)) or "-"),
+        ("auditor tokens", run.stats.tokens),
+        ("seconds", f"{run.seconds:.0f}"),
+    ]

@@ -13,8 +13,6 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +25,7 @@ from reflect_otel.cli._options import (
     pipeline_config,
     positive_int,
 )
+from reflect_otel.cli._progress import Progress, search_logs_to
 from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.record import AttributionRecord, AttributionStatus, ReplayArm, ReplayAttempt
 from reflect_otel.replay import ReplayAdapter, find_replay_adapter, is_deterministic
@@ -129,7 +128,7 @@ def replay_command(args: argparse.Namespace) -> int:
     max_replays = args.max_replays or config.max_replays
     trace, stored_expected = _stored_run(args.store, args.trace_id)
     check_edit(trace, edit)
-    progress = _Progress(time.monotonic())
+    progress = Progress(time.monotonic())
     agent = _agent(trace, args, progress)
     deterministic = is_deterministic(agent.adapter, trace)
     per_arm = 1 if deterministic else config.verify_samples
@@ -163,7 +162,7 @@ def replay_command(args: argparse.Namespace) -> int:
         + (f", at most {max_replays} in all" if max_replays else "")
     )
     try:
-        with _search_progress(progress):
+        with search_logs_to(_SearchLines(progress)):
             outcome = service.process(trace, expected=expected, replay=agent.adapter, domain_context=agent.context)
     finally:
         service.shutdown()
@@ -207,7 +206,7 @@ def _verifier(trace: StructuredTrace) -> Any:
     return BBMVerifier() if trace.metadata.get("dataset") == "bbm" else OracleVerifier()
 
 
-def _agent(trace: StructuredTrace, args: argparse.Namespace, progress: _Progress) -> _Agent:
+def _agent(trace: StructuredTrace, args: argparse.Namespace, progress: Progress) -> _Agent:
     """The adapter that re-runs the run's agent: its HTTP endpoint when ``--replay-config`` names one, else a demo
     agent rebuilt on its bundled question, else an installed adapter that claims the run."""
     from reflect_otel.config import LLMConfig
@@ -274,18 +273,8 @@ def _demo_agent(trace: StructuredTrace, question: WTQQuestion, llm: StructuredLL
     return _Agent(run.replay, run.context, question.expected, what)
 
 
-class _Progress:
-    """One line per event on stderr, with the seconds since the command started."""
-
-    def __init__(self, started: float) -> None:
-        self.started = started
-
-    def say(self, text: str) -> None:
-        print(f"[{time.monotonic() - self.started:6.0f} s] {text}", file=sys.stderr, flush=True)
-
-
 class _SearchLines(logging.Handler):
-    def __init__(self, progress: _Progress) -> None:
+    def __init__(self, progress: Progress) -> None:
         super().__init__(logging.INFO)
         self.progress = progress
 
@@ -294,22 +283,6 @@ class _SearchLines(logging.Handler):
             logging.getLogger().handle(record)
         elif not record.getMessage().startswith("round "):  # "step N localized": the step you chose, here
             self.progress.say(record.getMessage())
-
-
-@contextmanager
-def _search_progress(progress: _Progress) -> Iterator[None]:
-    """The search's progress lines (``reflect_otel.attribution.search`` at INFO) on stderr while the test runs."""
-    log = logging.getLogger("reflect_otel.attribution.search")
-    handler, level, propagate = _SearchLines(progress), log.level, log.propagate
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False
-    try:
-        yield
-    finally:
-        log.removeHandler(handler)
-        log.setLevel(level)
-        log.propagate = propagate
 
 
 _ARMS = (
