@@ -10,7 +10,7 @@ import pytest
 
 from reflect_otel.attribution import corrections
 from reflect_otel.attribution.pipeline import ReflectPipeline
-from reflect_otel.attribution.stages import diagnose
+from reflect_otel.attribution.stages import PlanAsk, diagnose
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.demo import table_rules
 from reflect_otel.demo.table_rules import other_field, tables_in
@@ -186,7 +186,7 @@ GOOD_CALL = {"tool": "filter_rows", "arguments": {"table": "t0", "column": "Posi
 
 def _diagnose(llm: ScriptedLLM, trace: StructuredTrace) -> Any:
     ctx = PromptContext.of(trace, "Bangkok")
-    return diagnose(llm, ctx, trace, Localization(step_index=1, confidence=0.5), None, tools=TABLE_TOOLS)
+    return diagnose(llm, ctx, trace, Localization(step_index=1, confidence=0.5), None, PlanAsk(tools=TABLE_TOOLS))
 
 
 def test_the_corrected_call_is_one_of_the_agents_tools_by_schema() -> None:

@@ -170,7 +170,7 @@ def test_a_plan_naming_no_tool_drops_it_and_the_gate_does_not_refuse_on_it() -> 
         }
         localized = Localization(step_index=2, confidence=0.8, reasoning="r", suggested_fix="f")
         ctx = prompts.PromptContext.of(trace, "Ajax, PSV")
-        return stages.diagnose(ScriptedLLM([reply]), ctx, trace, localized, None, corrected_step=False)
+        return stages.diagnose(ScriptedLLM([reply]), ctx, trace, localized, None, stages.PlanAsk(corrected_step=False))
 
     proposed = make_step(2, tool="filter_rows", args=arguments)
     kept, read, dropped = plan("filter_rows"), plan("filter"), plan("filter_by_year")

@@ -262,10 +262,12 @@ class ReflectPolicy:
                         ctx.trace,
                         seen,
                         told,
-                        tools=available_tools(ctx.trace) if self.actions else (),
-                        candidates=shown[: config.max_corrections],
-                        corrected_step=self.actions,
-                        temperature=None if sample == 0 else config.proposal_temperature,
+                        stages.PlanAsk(
+                            tools=available_tools(ctx.trace) if self.actions else (),
+                            candidates=shown[: config.max_corrections],
+                            corrected_step=self.actions,
+                            temperature=None if sample == 0 else config.proposal_temperature,
+                        ),
                     )
                 )
             except LLMError as error:
@@ -472,8 +474,7 @@ class ReflectPolicy:
                     trace,
                     Localization(step_index=step, confidence=0.0),
                     None,
-                    tools=available_tools(trace),
-                    corrected_step=True,
+                    stages.PlanAsk(tools=available_tools(trace)),
                 )
             except LLMError as error:
                 ctx.run.error(Stage.DIAGNOSE, error, verified.trial.round)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 from pydantic import BaseModel
 
@@ -18,9 +19,9 @@ from reflect_otel.record import Classification, Correction, GateDecider, GateVer
 from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace, ToolDefinition
 
 __all__ = [
+    "PlanAsk",
     "classify",
     "diagnose",
-    "explain_correction",
     "gate_by_rules",
     "gate_with_llm",
     "known_tool",
@@ -79,42 +80,54 @@ def classify(llm: StructuredLLM, ctx: prompts.PromptContext, trace: StructuredTr
     )
 
 
+@dataclass(frozen=True, slots=True)
+class PlanAsk:
+    """What a diagnosis is asked for: with ``corrected_step``, the erroneous step rewritten, as a call of one of
+    ``tools`` (under a schema that admits no other tool) or for a chain of thought a thought; ``candidates`` shown
+    to the auditor as options; ``temperature`` to sample it at (a second opinion; None: the configured one)."""
+
+    tools: Sequence[ToolDefinition] = ()
+    candidates: Sequence[Correction] = ()
+    corrected_step: bool = True
+    temperature: float | None = None
+
+
 def diagnose(
     llm: StructuredLLM,
     ctx: prompts.PromptContext,
     trace: StructuredTrace,
     localization: Localization,
     classification: Classification | None,
-    *,
-    tools: Sequence[ToolDefinition] = (),
-    candidates: Sequence[Correction] = (),
-    corrected_step: bool = True,
-    temperature: float | None = None,
+    ask: PlanAsk = PlanAsk(),
 ) -> RepairPlan:
-    """The repair plan. With ``corrected_step`` it includes the erroneous step rewritten: a call of one of
-    ``tools`` (under a schema that admits no other tool), or for a chain of thought a thought; without, or when the
-    agent has neither, the paper's plan. ``candidates`` are shown to the auditor as options. ``temperature``
-    samples the diagnosis (a second opinion). The plan is the auditor's, answer and all: what of it reaches a replay
-    is guarded where it is given (:mod:`reflect_otel.attribution.leaks`), part by part, so a root cause that names the answer
-    costs the plan nothing but that root cause."""
-    index = localization.step_index
+    """The repair plan, as ``ask`` asks for it; without a corrected step, or when the agent has neither tools nor a
+    chain of thought, the paper's plan. The plan is the auditor's, answer and all: what of it reaches a replay is
+    guarded where it is given (:mod:`reflect_otel.attribution.leaks`), part by part, so a root cause that names the
+    answer costs the plan nothing but that root cause."""
+    index, tools = localization.step_index, ask.tools
     output = (
         prompts.diagnosis_output(tools, chain_of_thought=not tools and _chain_of_thought(trace))
-        if corrected_step
+        if ask.corrected_step
         else prompts.DiagnosisOutput
     )
-    original = trace.steps[index - 1] if 1 <= index <= len(trace.steps) else None
-    messages = prompts.diagnosis(
-        ctx,
-        trace.steps,
+    reading = prompts.StepReading(
         index,
         classification.error_type.value if classification else "unknown",
         classification.explanation if classification else localization.reasoning,
         classification.suggested_correction if classification else localization.suggested_fix,
-        output,
-        [f"Step {c.step_index}: {c.replacement.render()}  (from: {c.finding})" for c in candidates if c.replacement],
     )
-    out = llm.complete(messages, output, stage=Stage.DIAGNOSE, temperature=temperature).value
+    shown = [
+        f"Step {c.step_index}: {c.replacement.render()}  (from: {c.finding})" for c in ask.candidates if c.replacement
+    ]
+    messages = prompts.diagnosis(ctx, trace.steps, reading, output, shown)
+    out = llm.complete(messages, output, stage=Stage.DIAGNOSE, temperature=ask.temperature).value
+    original = trace.steps[index - 1] if 1 <= index <= len(trace.steps) else None
+    return _plan(out, trace, tools, original)
+
+
+def _plan(out: BaseModel, trace: StructuredTrace, tools: Sequence[ToolDefinition], original: Step | None) -> RepairPlan:
+    """The repair plan from the auditor's reply ``out``: its corrected step unless it repeats ``original``, and
+    the tool to call next only by a name the agent has."""
     corrected = _corrected_step(out)
     if original is not None and corrected is not None and corrected.same_as(StepAction.of_step(original)):
         corrected = None  # repeats the erroneous step: nothing to test (a retry costs a call and rarely fixes it)
@@ -314,19 +327,3 @@ def gate_with_llm(
         violation_reason=None if out.is_faithful else out.violation_reason,
         decided_by=GateDecider.LLM,
     )
-
-
-def explain_correction(
-    llm: StructuredLLM,
-    ctx: prompts.PromptContext,
-    trace: StructuredTrace,
-    original: Step,
-    continuation: tuple[Step, ...],
-    corrected_answer: str,
-    rollback_point: int,
-) -> prompts.PostCorrectionOutput:
-    return llm.complete(
-        prompts.post_correction(ctx, trace.steps, original, continuation, corrected_answer, rollback_point),
-        prompts.PostCorrectionOutput,
-        stage=Stage.EXPLAIN,
-    ).value

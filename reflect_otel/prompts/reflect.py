@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -33,6 +34,7 @@ __all__ = [
     "GateOutput",
     "LocalizationOutput",
     "PostCorrectionOutput",
+    "StepReading",
     "ViolationType",
     "classification",
     "diagnosis",
@@ -174,20 +176,30 @@ def classification(ctx: PromptContext, steps: Sequence[Step], error_index: int) 
     return trace_prompt(ctx, steps, "classifying the first error step in an agent trace", task)
 
 
+@dataclass(frozen=True, slots=True)
+class StepReading:
+    """What the diagnosis is told of the erroneous step: its index, the error type it was classified as, the
+    classification's explanation and the correction suggested so far."""
+
+    index: int
+    error_type: str
+    explanation: str
+    correction: str
+
+
 def diagnosis(
     ctx: PromptContext,
     steps: Sequence[Step],
-    error_index: int,
-    error_type: str,
-    explanation: str,
-    correction: str,
+    reading: StepReading,
     output: type[BaseModel] = DiagnosisOutput,
     candidates: Sequence[str] = (),
 ) -> list[ChatMessage]:
     """The diagnosis prompt for ``output`` (see :func:`diagnosis_output`). ``candidates`` are corrections computed
     from the trace (one line each), shown as data the auditor may choose from."""
     if output is DiagnosisOutput:
-        return _paper_diagnosis(ctx, steps, error_index, error_type, explanation, correction)
+        return _paper_diagnosis(ctx, steps, reading)
+    error_index, error_type = reading.index, reading.error_type
+    explanation, correction = reading.explanation, reading.correction
     what = (
         "corrected_call: the call to make instead of step "
         if "corrected_call" in output.model_fields
@@ -216,9 +228,9 @@ def diagnosis(
     return trace_prompt(ctx, steps, "a diagnostic expert analyzing why an agent failed", task)
 
 
-def _paper_diagnosis(
-    ctx: PromptContext, steps: Sequence[Step], error_index: int, error_type: str, explanation: str, correction: str
-) -> list[ChatMessage]:
+def _paper_diagnosis(ctx: PromptContext, steps: Sequence[Step], reading: StepReading) -> list[ChatMessage]:
+    error_index, error_type = reading.index, reading.error_type
+    explanation, correction = reading.explanation, reading.correction
     task = (
         f"Step {error_index} is the erroneous step: the steps before it are correct, the steps after it are its "
         f"cascade.\nError classification: {error_type}\n"
