@@ -10,7 +10,7 @@ import pytest
 
 from reflect_otel.errors import ConfigError
 from reflect_otel.flagging._stats import auroc
-from reflect_otel.flagging.calibration import CalibrationSample, ConfidenceCalibration
+from reflect_otel.flagging.calibration import CalibrationSample, ConfidenceCalibration, Resampling
 from reflect_otel.flagging.flag_score import fit_score_map, recall_threshold, uncalibrated_score
 from reflect_otel.flagging.run_features import RunFeatures, is_value, run_features
 from reflect_otel.testing import make_trace
@@ -118,9 +118,9 @@ def test_a_calibration_written_before_the_score_still_loads_as_it_was_measured()
     """Seed 2475's file: per-basis precision of three fixed resamples, counted at the threshold 0.5."""
     kept = ConfidenceCalibration.load(SEED_2475 / "flagging" / "calibration.json")
     assert (kept.samples, kept.stop_lead, kept.threshold, kept.scores, kept.sample) == (3, None, 0.5, {}, None)
-    measured = kept.measured("consistency_disagree", verifier="combined", samples=3, temperature=0.7)
+    measured = kept.measured("consistency_disagree", verifier="combined", resampling=Resampling(3, 0.7))
     assert measured is not None and (measured.right, measured.judged) == (45, 55)
-    assert kept.measured("consistency_disagree", verifier="combined", samples=3, temperature=0.7, stop_lead=2) is None
+    assert kept.measured("consistency_disagree", verifier="combined", resampling=Resampling(3, 0.7, 2)) is None
     assert json.loads((SEED_2475 / "flagging" / "calibration.json").read_text())["verifier"] == "combined"
 
 

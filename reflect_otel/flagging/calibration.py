@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -34,7 +35,7 @@ from reflect_otel.flagging.flag_score import ScoreMap
 from reflect_otel.settings import settings
 from reflect_otel.verdict import MeasuredPrecision
 
-__all__ = ["BASES", "CALIBRATION_ENV", "Basis", "CalibrationSample", "ConfidenceCalibration"]
+__all__ = ["BASES", "CALIBRATION_ENV", "Basis", "CalibrationSample", "ConfidenceCalibration", "Resampling"]
 
 Basis = Literal[
     "critical_evidence",
@@ -56,6 +57,16 @@ are too light to, or one that found none; a fitted score reaching the threshold,
 
 CALIBRATION_ENV = "REFLECT_PROXY_CALIBRATION"
 """A JSON file of :class:`ConfidenceCalibration`, measured on labelled runs of your agent; none is shipped."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resampling:
+    """How a consistency check resampled: at most ``samples`` runs at ``temperature``, stopped by ``stop_lead``
+    (None: every one asked for was run)."""
+
+    samples: int | None
+    temperature: float | None
+    stop_lead: int | None = None
 
 
 class CalibrationSample(BaseModel):
@@ -99,20 +110,18 @@ class ConfidenceCalibration(BaseModel):
         *,
         verifier: str,
         model: str = "",
-        samples: int | None = None,
-        temperature: float | None = None,
-        stop_lead: int | None = None,
+        resampling: Resampling | None = None,
         threshold: float | None = None,
     ) -> MeasuredPrecision | None:
         """The precision measured for ``basis`` of ``verifier``'s verdicts (with ``model`` as the auditor for an
-        audit basis; at most ``samples`` resamples stopped by ``stop_lead`` at ``temperature``, flagged at
-        ``threshold``, for a consistency basis), with its Wilson interval and count; None when never measured under
-        those conditions."""
+        audit basis; resampled as ``resampling`` says and flagged at ``threshold``, for a consistency basis), with
+        its Wilson interval and count; None when never measured under those conditions."""
         if self.verifier and verifier != self.verifier:
             return None
         if basis.startswith("audit") and (not self.model or model != self.model):
             return None
-        drawn = (samples, stop_lead, temperature, self.threshold if threshold is None else threshold)
+        r = resampling or Resampling(None, None)
+        drawn = (r.samples, r.stop_lead, r.temperature, self.threshold if threshold is None else threshold)
         if basis.startswith("consistency") and drawn != (
             self.samples,
             self.stop_lead,

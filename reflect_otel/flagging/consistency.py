@@ -32,8 +32,8 @@ import json
 from collections import Counter
 
 from reflect_otel.errors import ReplayError
-from reflect_otel.flagging.calibration import ConfidenceCalibration
-from reflect_otel.flagging.flag_score import flagged, uncalibrated_score
+from reflect_otel.flagging.calibration import ConfidenceCalibration, Resampling
+from reflect_otel.flagging.flag_score import ScoreMap, flagged, uncalibrated_score
 from reflect_otel.flagging.judge import same_answer
 from reflect_otel.flagging.run_features import is_value, run_features
 from reflect_otel.flagging.verifiers import Verifier, bound_to, extract_answer
@@ -54,6 +54,7 @@ __all__ = [
     "first_divergence",
     "majority_answer",
     "render_consistency",
+    "resampling_of",
     "revoted",
     "sequential_stop",
     "undecided",
@@ -322,41 +323,11 @@ def consistency_verdict(
     (a consistency basis, its confidence the precision ``calibration`` measured for ``verifier``'s verdicts on it)."""
     basis = consistency_basis(check, threshold=threshold)
     if basis is None:
-        errors = _failures(check)
-        return Verdict(
-            verifier=verifier,
-            is_correct=None,
-            confidence=None,
-            label="UNCERTAIN",
-            reasoning=undecided(check),
-            consistency=check,
-            # too few finished is a failed check (a benchmark counts it apart and measures it again), not a verdict
-            error=errors[0] if errors and check.original_answer is not None else None,
-        )
+        return _undecided_verdict(check, verifier)
     fitted = calibration.score_map(verifier)
     if fitted is not None:
-        score = fitted.score(run_features(trace, check))
-        high = flagged(score, threshold)
-        return Verdict(
-            verifier=verifier,
-            is_correct=not high,
-            extracted_answer=check.original_answer,
-            confidence=None,
-            score=score,
-            label="HIGH_ERROR_SIGNAL" if high else "LOW_ERROR_SIGNAL",
-            reasoning=f"score {score:.2f} {'reaches' if high else 'is below'} the threshold {threshold:g} (the map "
-            f"fitted on {fitted.fitted_on} labelled runs: {fitted.describe()}); {check.summary()}",
-            basis="score_high" if high else "score_low",
-            consistency=check,
-        )
-    measured = calibration.measured(
-        basis,
-        verifier=verifier,
-        samples=check.samples,
-        stop_lead=check.stop_lead,
-        temperature=check.temperature,
-        threshold=threshold,
-    )
+        return _scored_verdict(trace, check, verifier, fitted, threshold)
+    measured = calibration.measured(basis, verifier=verifier, resampling=resampling_of(check), threshold=threshold)
     return Verdict(
         verifier=verifier,
         is_correct=basis != "consistency_disagree",
@@ -367,6 +338,47 @@ def consistency_verdict(
         reasoning=f"{basis}: {check.summary()}" + (f" (precision {measured.text()})" if measured else ""),
         basis=basis,
         measured=measured,
+        consistency=check,
+    )
+
+
+def resampling_of(check: ConsistencyCheck) -> Resampling:
+    """How ``check`` resampled, as a calibration's measurements are told apart."""
+    return Resampling(check.samples, check.temperature, check.stop_lead)
+
+
+def _undecided_verdict(check: ConsistencyCheck, verifier: str) -> Verdict:
+    """The uncertain verdict of a check that decided nothing (too few resamples finished, or a split)."""
+    errors = _failures(check)
+    return Verdict(
+        verifier=verifier,
+        is_correct=None,
+        confidence=None,
+        label="UNCERTAIN",
+        reasoning=undecided(check),
+        consistency=check,
+        # too few finished is a failed check (a benchmark counts it apart and measures it again), not a verdict
+        error=errors[0] if errors and check.original_answer is not None else None,
+    )
+
+
+def _scored_verdict(
+    trace: StructuredTrace, check: ConsistencyCheck, verifier: str, fitted: ScoreMap, threshold: float
+) -> Verdict:
+    """The verdict of ``check`` on the map ``fitted`` (basis ``score_high`` or ``score_low``: the score is the
+    estimate, no measured confidence)."""
+    score = fitted.score(run_features(trace, check))
+    high = flagged(score, threshold)
+    return Verdict(
+        verifier=verifier,
+        is_correct=not high,
+        extracted_answer=check.original_answer,
+        confidence=None,
+        score=score,
+        label="HIGH_ERROR_SIGNAL" if high else "LOW_ERROR_SIGNAL",
+        reasoning=f"score {score:.2f} {'reaches' if high else 'is below'} the threshold {threshold:g} (the map "
+        f"fitted on {fitted.fitted_on} labelled runs: {fitted.describe()}); {check.summary()}",
+        basis="score_high" if high else "score_low",
         consistency=check,
     )
 
@@ -395,9 +407,7 @@ class ConsensusVerifier:
     answer and wrong otherwise (basis ``consistency_majority``): the agent's own consensus stands in for the
     expected answer. Without such a consensus, ``fallback`` judges the replay (it does not resample replays), and
     only its "wrong" stands: its "right" (an audit finding no deviation, whose precision on replays nobody measured)
-    is no proof a correction worked, so the replay is left not judged. Measured on seed 2475's ``reflect-proxy``
-    (benchmarks/results/wtq-live-runs-seed2475): the audit's "right" verified one wrong replay and made four
-    failures not attributable, the control judged right as well."""
+    is no proof a correction worked, so the replay is left not judged."""
 
     name = "consensus"
 
@@ -441,11 +451,7 @@ class ConsensusVerifier:
             answer[:_MAX_KEPT_ANSWER], consensus, question=self.original.question
         )
         measured = self.calibration.measured(
-            "consistency_majority",
-            verifier=self.name,
-            samples=check.samples,
-            stop_lead=check.stop_lead,
-            temperature=check.temperature,
+            "consistency_majority", verifier=self.name, resampling=resampling_of(check)
         )
         return Verdict(
             verifier=self.name,
