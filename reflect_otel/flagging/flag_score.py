@@ -135,6 +135,29 @@ def fit_score_map(
         raise ValueError("one label per run")
     if not any(wrong) or all(wrong):
         raise ValueError("fitting a score needs both right and wrong runs")
+    kept, means, scales = _standardised(runs, features)
+    if not kept:
+        raise ValueError(f"none of the features {', '.join(features)} is known and varies on every run")
+    rows = [
+        [1.0, *(((run.value(n) or 0.0) - m) / s for n, m, s in zip(kept, means, scales, strict=True))] for run in runs
+    ]
+    beta = _newton([1.0 if w else 0.0 for w in wrong], rows, ridge)
+    return ScoreMap(
+        features=tuple(kept),
+        means=tuple(round(m, 9) for m in means),
+        scales=tuple(round(s, 9) for s in scales),
+        weights=tuple(round(b, 9) for b in beta[1:]),
+        intercept=round(beta[0], 9),
+        ridge=ridge,
+        fitted_on=len(runs),
+        wrong=sum(1 for w in wrong if w),
+    )
+
+
+def _standardised(
+    runs: Sequence[RunFeatures], features: Sequence[Feature]
+) -> tuple[list[Feature], list[float], list[float]]:
+    """The features every run has and that vary, with their means and standard deviations over ``runs``."""
     kept: list[Feature] = []
     means: list[float] = []
     scales: list[float] = []
@@ -149,13 +172,12 @@ def fit_score_map(
             kept.append(name)
             means.append(mean)
             scales.append(scale)
-    if not kept:
-        raise ValueError(f"none of the features {', '.join(features)} is known and varies on every run")
-    rows = [
-        [1.0, *(((run.value(n) or 0.0) - m) / s for n, m, s in zip(kept, means, scales, strict=True))] for run in runs
-    ]
-    labels = [1.0 if w else 0.0 for w in wrong]
-    size = len(kept) + 1
+    return kept, means, scales
+
+
+def _newton(labels: Sequence[float], rows: Sequence[Sequence[float]], ridge: float) -> list[float]:
+    """The weights (intercept first) maximising the ridge-penalised likelihood of ``labels`` given ``rows``."""
+    size = len(rows[0])
     beta = [0.0] * size
     beta[0] = math.log(sum(labels) / (len(labels) - sum(labels)))
     for _ in range(_ITERATIONS):
@@ -177,16 +199,7 @@ def fit_score_map(
         beta = [b + s for b, s in zip(beta, step, strict=True)]
         if max(abs(s) for s in step) < _TOLERANCE:
             break
-    return ScoreMap(
-        features=tuple(kept),
-        means=tuple(round(m, 9) for m in means),
-        scales=tuple(round(s, 9) for s in scales),
-        weights=tuple(round(b, 9) for b in beta[1:]),
-        intercept=round(beta[0], 9),
-        ridge=ridge,
-        fitted_on=len(runs),
-        wrong=sum(1 for w in wrong if w),
-    )
+    return beta
 
 
 def recall_threshold(scores: Sequence[float], wrong: Sequence[bool], *, recall: float) -> float | None:

@@ -277,9 +277,7 @@ class PlanAnchoredVerifier:
     ) -> AuditOutput:
         shown = [steps[i - 1] for i in window]
         listing = "\n\n".join(m.render(self.config.max_field_chars) for m in shown)
-        messages = audit_prompt(
-            question, anchors, listing, window.start, window.stop - 1, self.config.max_field_chars, evidence
-        )
+        messages = audit_prompt(question, anchors, listing, window, self.config.max_field_chars, evidence)
 
         def check(out: AuditOutput) -> str | None:
             replies.append(out)

@@ -79,10 +79,11 @@ def anchors_prompt(question: str, max_chars: int) -> list[ChatMessage]:
 
 
 def audit_prompt(
-    question: str, anchors: Anchors, listing: str, first: int, last: int, max_chars: int, evidence: str = ""
+    question: str, anchors: Anchors, listing: str, window: range, max_chars: int, evidence: str = ""
 ) -> list[ChatMessage]:
-    """The audit of macro-steps ``first`` to ``last``, rendered in ``listing``; ``evidence`` is the evidence
-    checks' findings about the whole run (:func:`reflect_otel.flagging.evidence.render_findings`), shown as data."""
+    """The audit of the macro-steps in ``window``, rendered in ``listing``; ``evidence`` is the evidence checks'
+    findings about the whole run (:func:`reflect_otel.flagging.evidence.render_findings`), shown as data."""
+    first, last = window.start, window.stop - 1
     checks = (
         f"Automatic checks of the steps (facts computed without judgement):\n"
         f"{data_block('EVIDENCE', cut(evidence, max_chars * 4))}\n\n"

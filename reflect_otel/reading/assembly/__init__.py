@@ -34,19 +34,19 @@ from collections.abc import Iterable
 from reflect_otel.reading.redaction import Redactor, default_redactor
 from reflect_otel.reading.semconv import LangGraphMetadataKeys, SpanAttributes
 from reflect_otel.reading.spans import SpanRecord
-from reflect_otel.trace import ReplayMetadata, StructuredTrace, TraceWarning
+from reflect_otel.trace import ReplayMetadata, Step, StructuredTrace, TraceWarning
 
-from .actions import read_actions
+from .actions import Actions, read_actions
 from .context import span_metadata
 from .diagnostics import ATTRIBUTE_LIMIT_FIX, Findings, trace_warnings
 from .duplicates import second_records
 from .framework import trace_source
-from .matching import match_calls
+from .matching import Matched, match_calls
 from .messages import read_conversations
-from .question import run_end, run_texts
+from .question import RunEnd, run_end, run_texts
 from .scrub import AssemblyLimits, TextRules
 from .steps import mark_final_answer, mark_handed_back, split_chain_of_thought
-from .tools import agent_tools
+from .tools import AgentTools, agent_tools
 from .tree import AGENT, SpanTree
 
 __all__ = ["ATTRIBUTE_LIMIT_FIX", "AssemblyLimits", "assemble_trace"]
@@ -71,20 +71,9 @@ def assemble_trace(
     conversations = read_conversations(tree)
     actions = read_actions(tree, conversations, second_records(tree, conversations), rules)
     matched = match_calls(actions.actions, rules)
-    drafts = matched.drafts
-    if len(actions.model_calls) == 1 and not actions.tool_runs:
-        drafts = split_chain_of_thought(drafts)
     ending = run_end(tree, rules)
     tools = agent_tools(actions.model_calls, rules)
-    drafts = mark_handed_back(drafts, ending.agent_outputs, tools.output_tools)
-    marked = mark_final_answer(
-        drafts,
-        ending.outputs,
-        until_ns=ending.answered_at_ns,
-        output_tools=tools.output_tools,
-        stops_at_tools=ending.stops_at_tools,
-    )
-    steps = tuple(draft.step(index) for index, draft in enumerate(marked, start=1))
+    steps = _steps(actions, matched, ending, tools)
     user_text = next((call.user_text for call in actions.model_calls if call.user_text), "")
     texts = run_texts(tree, steps, user_text, rules, answer_is_result=ending.stops_at_tools)
     found = Findings(
@@ -115,6 +104,23 @@ def assemble_trace(
         metadata=texts.metadata,
         tools=tools.tools,
     )
+
+
+def _steps(actions: Actions, matched: Matched, ending: RunEnd, tools: AgentTools) -> tuple[Step, ...]:
+    """The steps, numbered from 1: a lone model reply split into its chain of thought, an agent's answer handed
+    back marked as a message, and the final answer marked by how the run ended."""
+    drafts = matched.drafts
+    if len(actions.model_calls) == 1 and not actions.tool_runs:
+        drafts = split_chain_of_thought(drafts)
+    drafts = mark_handed_back(drafts, ending.agent_outputs, tools.output_tools)
+    marked = mark_final_answer(
+        drafts,
+        ending.outputs,
+        until_ns=ending.answered_at_ns,
+        output_tools=tools.output_tools,
+        stops_at_tools=ending.stops_at_tools,
+    )
+    return tuple(draft.step(index) for index, draft in enumerate(marked, start=1))
 
 
 def _session(tree: SpanTree) -> str | None:
