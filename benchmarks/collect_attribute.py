@@ -54,7 +54,7 @@ def _receive(bodies: list[bytes], traces: int, verifier: Verifier | None) -> tup
         ).start()
         start = time.perf_counter()
         post_protobuf(receiver.http_port, bodies)
-        receiver.force_flush(120)
+        receiver.force_flush(120_000)
         received_s = time.perf_counter() - start
         receiver.shutdown()
         judged = 0
@@ -62,7 +62,7 @@ def _receive(bodies: list[bytes], traces: int, verifier: Verifier | None) -> tup
             while worker.stats.verified + worker.stats.failed < traces and time.perf_counter() - start < 600:
                 time.sleep(0.01)
             judged = worker.stats.verified
-            worker.close()
+            worker.shutdown()
         done_s = time.perf_counter() - start
         store.close()
     assert len(received) == traces, (len(received), traces)

@@ -91,7 +91,7 @@ def run_path(requests: list[list[ReadableSpan]], traces: int, sink: Counting, af
         start = time.perf_counter()
         for batch in requests:
             assert exporter.export(batch) is SpanExportResult.SUCCESS
-        receiver.force_flush(300)
+        receiver.force_flush(300_000)
         assert sink.wait_for(traces, 300), (sink.count, traces)
         after()
         return time.perf_counter() - start
@@ -179,7 +179,7 @@ def soak(folder: Path, seconds: float, traces_per_s: float, per_request: int) ->
                 next_sample += 1
                 if len(samples) % 60 == 1:
                     minute_line()
-        receiver.force_flush(300)
+        receiver.force_flush(300_000)
         sink.wait_for(sent, 300)
         store.flush(300)
         samples.append(rss_mib())

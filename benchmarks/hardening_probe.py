@@ -415,7 +415,7 @@ def probe_memory(requests: int) -> Row:
             with ThreadPoolExecutor(max_workers=8) as pool:
                 list(pool.map(post, bodies))
     finally:
-        receiver.shutdown(60)
+        receiver.shutdown(60_000)
     row.note = (
         f"RSS growth {rss.growth / 2**20:.0f} MiB for {requests * 60} MiB of attributes sent "
         f"(bounds {2 * bound / 2**20:.0f} MiB); answers 200: {answers.count(200)}, 429: {answers.count(429)}"

@@ -66,7 +66,7 @@ def main() -> None:
     ).start()
     start = time.perf_counter()
     post_protobuf(receiver.http_port, bodies)
-    receiver.force_flush(120)
+    receiver.force_flush(120_000)
     receive_seconds = time.perf_counter() - start
     receiver.shutdown()
     assert len(done) == args.traces, (len(done), args.traces)

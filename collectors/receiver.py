@@ -224,7 +224,7 @@ class OTLPReceiver:
             self._grpc_server.start()
         return self
 
-    def shutdown(self, timeout_s: float = 30.0) -> bool:
+    def shutdown(self, timeout_millis: int = 30_000) -> None:
         """Stop admitting (requests still in flight get 503 / UNAVAILABLE), stop listening, then assemble and hand
         over everything admitted."""
         self._collector.stop_admitting()
@@ -232,11 +232,11 @@ class OTLPReceiver:
             self._http_server.shutdown()
             self._http_server.server_close()
         if self._grpc_server is not None:
-            self._grpc_server.stop(grace=min(5.0, timeout_s)).wait()
-        return self._collector.shutdown(timeout_s)
+            self._grpc_server.stop(grace=min(5.0, timeout_millis / 1000)).wait()
+        self._collector.shutdown(timeout_millis)
 
-    def force_flush(self, timeout_s: float = 30.0) -> bool:
-        return self._collector.force_flush(timeout_s)
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self._collector.force_flush(timeout_millis)
 
     def stats(self) -> dict[str, int]:
         with self._lock:

@@ -48,7 +48,7 @@ class ReflectSpanProcessor(SpanProcessor):
             return
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self._collector.force_flush(timeout_millis / 1000)
+        return self._collector.force_flush(timeout_millis)
 
     def shutdown(self) -> None:
         self._collector.shutdown()

@@ -247,28 +247,30 @@ class TraceCollector(Generic[ItemT]):
         with self._drop_lock:
             return CollectorStats(**self._stats.as_dict())
 
-    def force_flush(self, timeout_s: float = 30.0) -> bool:
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Process everything queued so far and assemble every trace whose root has ended. True when done in time."""
-        return self._queue.flush(timeout_s, then=lambda: self._emit_now(everything=False))
+        return self._queue.force_flush(timeout_millis, then=lambda: self._emit_now(everything=False))
 
     def stop_admitting(self) -> None:
         """Refuse every later :meth:`offer` (``"stopping"``) and drop later :meth:`submit` s (counted); what was
         admitted is still assembled by :meth:`shutdown`."""
         self._queue.stop_admitting()  # under offer()'s lock: the shutdown flush sees every admitted span
 
-    def shutdown(self, timeout_s: float = 30.0) -> bool:
-        """Stop accepting spans, assemble everything admitted (incomplete traces marked so), stop the worker."""
+    def shutdown(self, timeout_millis: int = 30_000) -> None:
+        """Stop accepting spans, assemble everything admitted (incomplete traces marked so), stop the worker,
+        waiting up to ``timeout_millis`` for each."""
         if self._exited:
-            return True
+            return
         self.stop_admitting()
-        done = self._queue.flush(timeout_s, then=lambda: self._emit_now(everything=True))
+        done = self._queue.force_flush(timeout_millis, then=lambda: self._emit_now(everything=True))
         self._exited = True
-        stopped = self._queue.close(max(0.0, timeout_s), drain=False)
+        self._queue.shutdown(timeout_millis, drain=False)
         left = self._queue.discard()  # submit() raced the flush: counted, never silently lost
         if left:
             with self._drop_lock:
                 self._stats.spans_dropped_at_shutdown += left
-        return done and stopped
+        if not done or self._queue.running:
+            _log.warning("the collector did not finish assembling within %d ms", timeout_millis)
 
     # -- worker ----------------------------------------------------------------------------------------------
     def _take(self, batch: list[tuple[ItemT, int]]) -> None:

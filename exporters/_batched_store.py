@@ -18,7 +18,7 @@ import random
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -82,6 +82,7 @@ class BatchedStore:
         """``time.monotonic()`` when the store was found out of reach, while it is; else None."""
         self._give_up_at: float | None = None
         self._closing = threading.Event()
+        self._last_failure = ""
 
     def _start(self) -> None:
         self._writer.start()
@@ -103,6 +104,9 @@ class BatchedStore:
     def _reconnect(self) -> None:
         """A new connection for the writer, after the store was out of reach (may raise: tried again later)."""
 
+    def _release(self) -> None:
+        """Close the backend's connections, once the writer has stopped."""
+
     # -- writes (any thread) ---------------------------------------------------------------------------------
     def _enqueue(self, write: Write) -> None:
         answer = self._writer.put(write, timeout_s=_ROOM_WAIT_S)
@@ -110,6 +114,7 @@ class BatchedStore:
             answer = self._writer.put(write, timeout_s=_ROOM_WAIT_S)
         if answer != "ok":
             self.stats.dropped += 1
+            self._last_failure = f"the queue of {self.where} is full or closed; a {write.kind} was dropped"
             _log.warning("the queue of %s is full or closed; a %s was dropped", self.where, write.kind)
 
     def write_trace(self, trace: StructuredTrace) -> None:
@@ -187,14 +192,38 @@ class BatchedStore:
         """Writes queued and not yet taken by the writer thread (approximate, for progress and benchmarks)."""
         return self._writer.backlog
 
+    def failed_writes(self) -> tuple[int, str]:
+        """Writes dropped, rolled back or given up so far, and why the last of them failed
+        (:class:`~reflect_otel.store.ReportsFailures`)."""
+        return self.stats.dropped + self.stats.errors + self.stats.unstored, self._last_failure
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self._writer.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        self._stop_writer()
+        self._release()
+
     def flush(self, timeout_s: float = 30.0) -> bool:
-        return self._writer.flush(timeout_s)
+        """Deprecated: :meth:`force_flush` (milliseconds), the OpenTelemetry SDK's name."""
+        return self.force_flush(int(timeout_s * 1000))
+
+    def close(self) -> None:
+        """Deprecated: :meth:`shutdown`, the OpenTelemetry SDK's name."""
+        self.shutdown()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
 
     def _stop_writer(self) -> None:
         self._give_up_at = time.monotonic() + CLOSE_WAIT_S
         self._closing.set()  # wakes a pause before the next try
-        self._writer.close(timeout_s=CLOSE_WAIT_S + 30)
+        self._writer.shutdown(timeout_millis=int((CLOSE_WAIT_S + 30) * 1000))
         if self.stats.unstored:
+            self._last_failure = f"{self.where} could not be reached before the store closed"
             _log.error(
                 "%d write(s) could not reach %s before the store closed; a collector's --out file holds their traces "
                 "('collect --reingest FILE' stores them)",
@@ -222,6 +251,7 @@ class BatchedStore:
                 _log.warning("%s is out of reach; its writes wait and are tried again", self.where)
             if self._past_close():
                 self.stats.unstored += len(batch)
+                self._last_failure = f"{self.where} could not be reached before the store closed"
                 return "unstored"
             if self._closing.is_set():
                 time.sleep(0.5)
@@ -264,6 +294,7 @@ class BatchedStore:
                 return "unreachable"
             if len(batch) == 1:
                 self.stats.errors += 1
+                self._last_failure = f"writing a {batch[0].kind} to {self.where} failed: {error}"
                 _log.exception("writing a %s to %s failed; it was rolled back", batch[0].kind, self.where)
             return "bad"
         for write in batch:

@@ -8,19 +8,24 @@ GenAI conventions define the event (:mod:`reflect_otel.exporters.evaluation_even
 to the judged span, sent by the OTLP log exporter the ``OTEL_EXPORTER_OTLP_LOGS_*`` variables configure
 (``OTEL_LOGS_EXPORTER=none`` sends none: Phoenix takes no OTLP logs).
 
-The exporter has its own ``TracerProvider`` and ``LoggerProvider``, each with a batch processor, so it never touches
-the application's, and a backend that is down costs a retry and a log line, not the record (the DuckDB store keeps
-it).
+The exporter has its own ``TracerProvider`` and ``LoggerProvider``, so it never touches the application's. Each
+record's span is sent at once, in the ``export`` call, so that a backend that is down or refusing comes back as an
+:class:`~reflect_otel.store.ExportResult` ``FAILURE`` with its cause (the store keeps the record); the evaluation
+events go through a batch processor (the SDK logs their failures).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import threading
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from opentelemetry import trace as otel_trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
 from reflect_otel.exporters._otlp import logs_exported, otlp_log_exporter, otlp_span_exporter, service_resource
@@ -34,6 +39,7 @@ from reflect_otel.reading.semconv import (
 )
 from reflect_otel.reading.spans import is_span_id, is_trace_id
 from reflect_otel.record import AttributionRecord
+from reflect_otel.store import ExportResult
 
 if TYPE_CHECKING:
     from opentelemetry.sdk._logs.export import LogRecordExporter
@@ -101,6 +107,39 @@ def record_attributes(record: AttributionRecord) -> dict[str, str | int | float 
     return {k: v for k, v in values.items() if v is not None}
 
 
+class _Said(logging.Handler):
+    """What the SDK's exporters log on this thread during :meth:`listening`: the cause of a failed export
+    (``Connection refused``, when they say it), which their ``SpanExportResult`` does not carry."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.first = ""
+        self._thread = threading.get_ident()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread == self._thread and len(self.first) < 500:
+            self.first = f"{self.first}; {record.getMessage()}"[2:502] if self.first else record.getMessage()[:500]
+
+    @contextlib.contextmanager
+    def listening(self) -> Iterator[None]:
+        logger = logging.getLogger("opentelemetry.exporter")
+        logger.addHandler(self)
+        try:
+            yield
+        finally:
+            logger.removeHandler(self)
+
+
+class _Ended(SpanProcessor):
+    """Keeps the spans that end, for the exporter to send them itself (and hear how it went)."""
+
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.spans.append(span)
+
+
 class AttributionSpanExporter:
     """With no arguments, the spans and the evaluation events go where the standard ``OTEL_EXPORTER_OTLP_*``
     variables say (protocol included; the events not under ``OTEL_LOGS_EXPORTER=none``, see
@@ -119,11 +158,32 @@ class AttributionSpanExporter:
             if log_exporter is None and logs_exported():
                 log_exporter = otlp_log_exporter()
         self._events = EvaluationEvents(log_exporter, service_name=service_name) if log_exporter else None
+        self._span_exporter = span_exporter
+        self._ended = _Ended()
         self._provider = TracerProvider(resource=service_resource(service_name))
-        self._provider.add_span_processor(BatchSpanProcessor(span_exporter))
+        self._provider.add_span_processor(self._ended)
         self._tracer = self._provider.get_tracer("reflect_otel.exporters.attribution_spans")
+        self.failure = ""
 
-    def export(self, record: AttributionRecord) -> None:
+    def export(self, records: Sequence[AttributionRecord]) -> ExportResult:
+        """Each record's span, sent now; FAILURE (and ``failure`` says why) when the span exporter failed."""
+        for record in records:
+            self._span(record)
+        spans, self._ended.spans = self._ended.spans, []
+        said = _Said()
+        try:
+            with said.listening():
+                result = self._span_exporter.export(spans)
+        except Exception as error:  # an exporter that raises: reported as the SDK's own would be
+            result, said.first = SpanExportResult.FAILURE, f"{type(error).__name__}: {error}"
+        sender = type(self._span_exporter).__name__
+        where = getattr(self._span_exporter, "_endpoint", "")  # the OTLP exporters keep it there
+        why = f"the span exporter ({sender}) failed to send {len(spans)} span(s){f' to {where}' if where else ''}: "
+        why += said.first or "no cause given"
+        self.failure = "" if result is SpanExportResult.SUCCESS else why
+        return ExportResult.SUCCESS if result is SpanExportResult.SUCCESS else ExportResult.FAILURE
+
+    def _span(self, record: AttributionRecord) -> None:
         decisive = None
         if is_trace_id(record.trace_id) and record.span_id and is_span_id(record.span_id):
             decisive = SpanContext(
@@ -150,22 +210,22 @@ class AttributionSpanExporter:
         if self._events is not None:
             self._events.attribution(record)
 
-    def export_verdict(self, trace: StructuredTrace, verdict: Verdict) -> None:
-        """The verdict on the run's answer, as an evaluation event on the run's span (its root, else its last step's)."""
+    def export_verdict(self, trace: StructuredTrace, verdict: Verdict) -> ExportResult:
+        """The verdict on the run's answer, as an evaluation event on the run's span (its root, else its last step's),
+        queued for the log exporter."""
         if self._events is not None:
             self._events.verdict(trace, verdict)
+        return ExportResult.SUCCESS
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        spans = self._provider.force_flush(timeout_millis)
+        spans = self._span_exporter.force_flush(timeout_millis)
         return (self._events.force_flush(timeout_millis) if self._events is not None else True) and spans
 
     def shutdown(self) -> None:
         self._provider.shutdown()
+        self._span_exporter.shutdown()
         if self._events is not None:
             self._events.shutdown()
-
-    def close(self) -> None:
-        self.shutdown()
 
     @classmethod
     def from_env(cls) -> AttributionSpanExporter:

@@ -120,17 +120,10 @@ class DuckDBStore(BatchedStore):
                 return 0
         return int(row[0] or 0) if row else 0
 
-    def close(self) -> None:
-        self._stop_writer()
+    def _release(self) -> None:
         with self._monitor_lock:
             self._monitor.close()
         self._db.close()
-
-    def __enter__(self) -> DuckDBStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- the writer thread -----------------------------------------------------------------------------------
     def _write_batch(self, writes: Sequence[Write]) -> None:

@@ -1,5 +1,5 @@
 """Attribution metrics for Prometheus (an HTTP scrape endpoint) and OTLP: traces seen, flagged, attributed and
-verified; attributions by error type; LLM tokens by stage. Counter names are in ``ReflectMetrics``; Prometheus
+verified; attributions by error type; LLM tokens by stage; record exports that failed. Counter names are in ``ReflectMetrics``; Prometheus
 shows them with dots as underscores and a ``_total`` suffix (``reflect_traces_seen_total``)."""
 
 from __future__ import annotations
@@ -67,6 +67,9 @@ class AttributionMetrics:
         self._requests = meter.create_counter(
             ReflectMetrics.LLM_REQUESTS, unit="{request}", description="Model requests by stage"
         )
+        self._export_failures = meter.create_counter(
+            ReflectMetrics.EXPORT_FAILURES, unit="{export}", description="Record exports that failed, by exporter"
+        )
 
     def trace_seen(self, trace: StructuredTrace, *, flagged: bool, uncertain: bool = False) -> None:
         labels = {"framework": trace.source.framework}
@@ -88,6 +91,12 @@ class AttributionMetrics:
             self._tokens.add(cost.prompt_tokens, {"stage": cost.stage, "direction": "prompt"})
             self._tokens.add(cost.completion_tokens, {"stage": cost.stage, "direction": "completion"})
             self._requests.add(cost.requests, {"stage": cost.stage})
+
+    def export_failed(self, exporter: str) -> None:
+        self._export_failures.add(1, {"exporter": exporter})
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self._provider.force_flush(timeout_millis)
 
     def shutdown(self) -> None:
         self._provider.shutdown()

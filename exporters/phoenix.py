@@ -28,6 +28,7 @@ from reflect_otel.errors import ReflectError
 from reflect_otel.exporters.evaluation_events import run_span, verdict_evaluation
 from reflect_otel.reading.semconv import GenAIEvaluation, ReflectAttributes
 from reflect_otel.record import AttributionRecord, AttributionStatus, ReplayArm
+from reflect_otel.store import ExportResult
 
 if TYPE_CHECKING:
     from opentelemetry.sdk._logs import ReadableLogRecord
@@ -147,8 +148,8 @@ def _annotation(
 
 class PhoenixAnnotationExporter:
     """``base_url`` defaults to ``PHOENIX_COLLECTOR_ENDPOINT`` (then ``http://127.0.0.1:6006``); ``api_key`` to
-    ``PHOENIX_API_KEY``. Connection errors, 429 and 5xx are retried with backoff; then
-    :class:`PhoenixAnnotationError` says what failed (the DuckDB store still has the record)."""
+    ``PHOENIX_API_KEY``. Connection errors, 429 and 5xx are retried with backoff; then the export is a FAILURE and
+    ``failure`` says what failed (the store still has the record)."""
 
     def __init__(
         self,
@@ -166,6 +167,7 @@ class PhoenixAnnotationExporter:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._client = client or httpx.Client(timeout=timeout_s, headers=headers)
         self.retries = retries
+        self.failure = ""
 
     def _post(self, path: str, payload: Mapping[str, Any]) -> Any:
         url = f"{self.base_url}{path}"
@@ -186,26 +188,41 @@ class PhoenixAnnotationExporter:
                 delay *= 2
         raise PhoenixAnnotationError(f"{problem} (after {self.retries} retries)")
 
-    def export(self, record: AttributionRecord) -> None:
-        """Annotate the decisive span and the trace. Raises :class:`PhoenixAnnotationError`."""
-        spans, trace = annotation_payloads(record)
-        for span in spans:
-            self._post("/v1/span_annotations", span)
-        self._post("/v1/trace_annotations", trace)
+    def export(self, records: Sequence[AttributionRecord]) -> ExportResult:
+        """Annotate each record's decisive span and its trace."""
+        try:
+            for record in records:
+                spans, trace = annotation_payloads(record)
+                for span in spans:
+                    self._post("/v1/span_annotations", span)
+                self._post("/v1/trace_annotations", trace)
+        except PhoenixAnnotationError as error:
+            self.failure = str(error)
+            return ExportResult.FAILURE
+        self.failure = ""
+        return ExportResult.SUCCESS
 
-    def export_verdict(self, trace: StructuredTrace, verdict: Verdict) -> None:
-        """The verdict on the run's answer (``run_verdict``) on the run's span (its root, else its last step's). Raises
-        :class:`PhoenixAnnotationError`."""
+    def export_verdict(self, trace: StructuredTrace, verdict: Verdict) -> ExportResult:
+        """The verdict on the run's answer (``run_verdict``) on the run's span (its root, else its last step's)."""
         span_id = run_span(trace)
         payload = evaluation_annotation(span_id, verdict_evaluation(verdict)) if span_id else None
-        if payload is not None:
-            self._post("/v1/span_annotations", payload)
+        try:
+            if payload is not None:
+                self._post("/v1/span_annotations", payload)
+        except PhoenixAnnotationError as error:
+            self.failure = str(error)
+            return ExportResult.FAILURE
+        self.failure = ""
+        return ExportResult.SUCCESS
 
     def post_annotation(self, payload: Mapping[str, Any]) -> None:
         """One span annotation as Phoenix's REST API takes it. Raises :class:`PhoenixAnnotationError`."""
         self._post("/v1/span_annotations", payload)
 
-    def close(self) -> None:
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True  # every export is sent before it returns
+
+    def shutdown(self) -> None:
         self._client.close()
 
     @classmethod
@@ -245,4 +262,4 @@ class PhoenixEvaluationLogExporter(LogRecordExporter):
         return True
 
     def shutdown(self) -> None:
-        self._phoenix.close()
+        self._phoenix.shutdown()

@@ -255,17 +255,10 @@ class PostgresStore(BatchedStore):
                         for row in zip(*(part[c] for c in names), strict=True):
                             copy.write_row(row)
 
-    def close(self) -> None:
-        self._stop_writer()
+    def _release(self) -> None:
         with self._reader_lock:
             self._reader.close()
         self._db.close()
-
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _without_password(url: str) -> str:

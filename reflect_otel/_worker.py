@@ -11,8 +11,8 @@ append is atomic; the bound may be passed by one item per racing thread).
 The thread takes what is queued in batches and hands each to ``handle``, each item with the bytes it was put with;
 an exception there goes to ``on_error`` and the thread goes on. When the queue is empty it calls ``idle`` (work of
 its own, such as assembling traces whose grace period has passed; True when it did some, to look again at once),
-then sleeps until woken or for ``tick_s``. :meth:`~BatchWorker.flush` waits until everything queued before it was
-handled, and runs ``then`` on the thread at that point. :meth:`~BatchWorker.close` refuses further items, then
+then sleeps until woken or for ``tick_s``. :meth:`~BatchWorker.force_flush` waits until everything queued before it was
+handled, and runs ``then`` on the thread at that point. :meth:`~BatchWorker.shutdown` refuses further items, then
 stops the thread after what is queued (``drain=True``) or after the batch in hand.
 
 Bounds: ``max_items`` queued items, and ``max_bytes`` of the sizes given with them, counted until their batch has
@@ -55,7 +55,7 @@ class _Flush:
 
 class BatchWorker(Generic[T]):
     """A bounded queue of ``T`` and the one thread that handles it (see the module's docstring). ``refusing`` is
-    True once puts are refused (:meth:`stop_admitting`, :meth:`close`); ``stopping`` once :meth:`close` was called,
+    True once puts are refused (:meth:`stop_admitting`, :meth:`shutdown`); ``stopping`` once :meth:`shutdown` was called,
     when work of the thread's own (``idle``) should end soon."""
 
     def __init__(
@@ -166,9 +166,9 @@ class BatchWorker(Generic[T]):
         return self._bytes
 
     # -- control ------------------------------------------------------------------------------------------------
-    def flush(self, timeout_s: float = 30.0, *, then: Callable[[], None] | None = None) -> bool:
+    def force_flush(self, timeout_millis: int = 30_000, *, then: Callable[[], None] | None = None) -> bool:
         """Wait until everything queued before this call has been handled, ``then`` run on the thread after it;
-        True when done within ``timeout_s``. False at once when the thread is not running."""
+        True when done within ``timeout_millis``. False at once when the thread is not running."""
         if not self._thread.is_alive():
             return False
         mark = _Flush(then)
@@ -176,7 +176,7 @@ class BatchWorker(Generic[T]):
             self._queue.append(mark)
             self._flushes += 1
         self._wake.set()
-        return mark.done.wait(timeout_s)
+        return mark.done.wait(max(0, timeout_millis) / 1000)
 
     def stop_admitting(self) -> None:
         """Refuse every later put (``"stopping"``); what was queued is still handled."""
@@ -184,19 +184,24 @@ class BatchWorker(Generic[T]):
             self.refusing = True
             self._room.notify_all()
 
-    def close(self, timeout_s: float = 30.0, *, drain: bool = True) -> bool:
+    @property
+    def running(self) -> bool:
+        """Whether the thread is running (after :meth:`start`, until :meth:`shutdown` has stopped it)."""
+        return self._thread.is_alive()
+
+    def shutdown(self, timeout_millis: int = 30_000, *, drain: bool = True) -> None:
         """Refuse further items and stop the thread: after handling what is queued (``drain``), else after the batch
-        in hand (the rest stays queued, see :meth:`discard`). True when the thread stopped within ``timeout_s``."""
+        in hand (the rest stays queued, see :meth:`discard`), waiting up to ``timeout_millis`` (:attr:`running`
+        says whether it stopped)."""
         self.stop_admitting()
         self._drain = drain and self._drain
         self.stopping = True
         self._wake.set()
         if self._thread.is_alive():
-            self._thread.join(timeout_s)
-        return not self._thread.is_alive()
+            self._thread.join(max(0, timeout_millis) / 1000)
 
     def discard(self) -> int:
-        """Empty the queue (after :meth:`close`); how many items were in it."""
+        """Empty the queue (after :meth:`shutdown`); how many items were in it."""
         with self._lock:
             marks = [entry for entry in self._queue if isinstance(entry, _Flush)]
             left = len(self._queue) - len(marks)

@@ -70,9 +70,9 @@ def test_a_flood_while_attribution_is_slow_waits_in_the_store_and_loses_nothing(
     gate.set()
     # a bound on a hang, not a speed target: 200 store round trips took 64-85 s on a loaded 2-core machine
     wait_until(lambda: worker.stats.verified == 200, 300, "every run judged")
-    worker.close()
+    worker.shutdown()
     assert worker.stats.flagged == 100 and worker.stats.attributed == 100 and worker.stats.pending == 0
-    store.close()
+    store.shutdown()
     assert _jobs(path) == {"done": 200}
     with duckdb.connect(str(path), read_only=True) as db:
         assert db.execute("SELECT count(*) FROM attributions").fetchone() == (100,)
@@ -90,15 +90,15 @@ def test_a_stop_leaves_the_rest_pending_and_the_next_worker_takes_it(tmp_path: P
         store.write_trace(run)
         worker.offer(run)
     assert oracle.entered.wait(10)
-    worker.close(timeout_s=0.2)  # stopping while the first run is held at the gate
+    worker.shutdown(200)  # stopping while the first run is held at the gate
     gate.set()
-    worker.close(timeout_s=10)  # it finishes that run, and takes no other
-    store.close()
+    worker.shutdown(10_000)  # it finishes that run, and takes no other
+    store.shutdown()
     assert _jobs(path) == {"done": 1, "pending": 4}
     store = DuckDBStore(path)
     later = AttributionWorker(_service(store, OracleVerifier()), store)
     stats = later.run_pending()
-    store.close()
+    store.shutdown()
     assert (stats.verified, stats.flagged, stats.attributed, stats.pending) == (4, 4, 4, 0)
     assert _jobs(path) == {"done": 5}
 

@@ -51,7 +51,7 @@ def test_langgraph_agent_is_traced_verified_attributed_and_stored(
     )
     with reflect_otel.expect("2101000"):
         assert answer(replay_agents.QUESTION) == replay_agents.WRONG  # the agent's own result, untouched
-    assert online.drain(60)
+    assert online.force_flush(60_000)
     (record,) = online.records
     assert record.status is AttributionStatus.VERIFIED and record.step_index == 1, (record.reason, record.corrections)
     assert online.stats.as_dict() | {"tokens": 0} == {
@@ -67,7 +67,7 @@ def test_langgraph_agent_is_traced_verified_attributed_and_stored(
         "worker_errors": 0,
         "tokens": 0,
     }
-    online.store.flush()  # type: ignore[union-attr]
+    online.store.force_flush()  # type: ignore[union-attr]
     reflect_otel.shutdown()
     store = tmp_path / "online.duckdb"
     assert _store_rows(store, "SELECT agent, question FROM traces")[0][1] == replay_agents.QUESTION
@@ -93,7 +93,7 @@ def test_openai_loop_agent_and_correct_runs_are_not_attributed(online: Runtime, 
         assert agent(replay_agents.QUESTION) == replay_agents.WRONG
     with reflect_otel.expect("517000"):  # this time the answer is right: verified, not flagged
         assert agent(replay_agents.QUESTION) == replay_agents.WRONG
-    assert online.drain(60)
+    assert online.force_flush(60_000)
     (record,) = online.records
     assert record.status is AttributionStatus.VERIFIED and record.mode == "replay", (record.reason, record.errors)
     assert online.stats.traces_verified == 2 and online.stats.traces_flagged == 1
@@ -114,11 +114,11 @@ def test_exceptions_pass_through_and_async_agents_work(online: Runtime) -> None:
 
     with reflect_otel.expect("41"):
         assert asyncio.run(answer("q")) == "42"
-    assert online.drain(30)
+    assert online.force_flush(30_000)
     assert online.stats.runs == 2 and online.stats.traces_verified == 2
     # the async run was flagged; with no steps to blame, the record says so instead of raising
     assert [r.status for r in online.records] == [AttributionStatus.SKIPPED]
-    online.store.flush()  # type: ignore[union-attr]
+    online.store.force_flush()  # type: ignore[union-attr]
     rows = online.store._db.execute("SELECT agent, session_id, question FROM traces ORDER BY agent").fetchall()  # type: ignore[union-attr]
     assert rows == [("async_agent", "session-q", "q"), ("broken", None, "q")]
 
@@ -143,9 +143,10 @@ def test_failing_llm_and_exporter_never_reach_the_agent(
     agent = reflect_otel.observe(lambda q: replay_agents.run_graph(graph, "t-fail"))
     with reflect_otel.expect("2101000"):
         assert agent(replay_agents.QUESTION) == replay_agents.WRONG
-    assert rt.drain(30)
+    assert rt.force_flush(30_000)
     (record,) = rt.records
-    assert record.status is AttributionStatus.UNVERIFIED and {e.stage for e in record.errors} == {"localize"}
+    assert record.status is AttributionStatus.UNVERIFIED and {e.stage for e in record.errors} == {"localize", "export"}
+    assert "broken: RuntimeError: exporter exploded" in {e.message for e in record.errors}
     assert rt.stats.export_errors == 1 and rt.stats.worker_errors == 0  # logged and counted
     reflect_otel.shutdown()
 
@@ -179,7 +180,7 @@ def test_saturated_worker_drops_and_counts_without_deadlock(instrumented: Instru
     # one trace held by the worker, one in the queue (max_queue=1): the other four were dropped
     assert rt.stats.traces_received == 6 and rt.stats.traces_dropped == 4
     release.set()
-    assert rt.drain(30)
+    assert rt.force_flush(30_000)
     assert rt.stats.traces_verified + rt.stats.traces_dropped == 6
     reflect_otel.shutdown()
 
@@ -197,13 +198,13 @@ def test_budgets_stop_attribution_and_say_so(instrumented: Instrumented, tmp_pat
     agent = reflect_otel.observe(lambda q: replay_agents.run_graph(graph, "t-budget"))
     with reflect_otel.expect("2101000"):
         agent(replay_agents.QUESTION)
-    assert rt.drain(30)
+    assert rt.force_flush(30_000)
     (per_trace,) = rt.records
     assert any("token budget for one trace (1) is spent" in e.message for e in per_trace.errors)
     rt.budget.per_hour = 0  # the hourly budget is gone: stored and flagged, not attributed
     with reflect_otel.expect("2101000"):
         agent(replay_agents.QUESTION)
-    assert rt.drain(30)
+    assert rt.force_flush(30_000)
     skipped = rt.records[-1]
     assert skipped.status is AttributionStatus.SKIPPED and "hourly LLM token budget" in skipped.reason
     assert rt.stats.budget_skips == 1
@@ -225,7 +226,7 @@ def test_observe_context_reaches_the_auditor_as_delimited_data(instrumented: Ins
         )(lambda question: replay_agents.run_graph(graph, "context-thread"))
         with reflect_otel.expect("2101000"):
             answer(replay_agents.QUESTION)
-        assert rt.drain(60)
+        assert rt.force_flush(60_000)
     finally:
         reflect_otel.shutdown()
     localize = next(r for r in auditor.requests if r.stage == "localize")
@@ -257,7 +258,7 @@ def test_a_demo_agent_run_that_ends_without_an_answer_is_flagged_online_without_
         agent = TableQAAgent(question, llm, max_steps=3)
         run = reflect_otel.observe()(lambda text: agent.answer(thread_id="no-answer"))
         assert run(question.question) == ""
-        assert rt.drain(60)
+        assert rt.force_flush(60_000)
     finally:
         reflect_otel.shutdown()
     ((label, reasoning),) = _store_rows(store, "SELECT label, reasoning FROM verdicts")
@@ -297,13 +298,13 @@ def test_without_an_expected_answer_configure_combined_flags_a_run_its_own_resam
     try:
         assert agent(replay_agents.QUESTION) == replay_agents.WRONG  # no expect(): nothing known
         assert agent(f"{replay_agents.QUESTION} ({replay_agents.FIX})") == replay_agents.CORRECT
-        assert rt.drain(120)
+        assert rt.force_flush(120_000)
         (record,) = rt.records  # the right run is not attributed
         assert record.status is AttributionStatus.VERIFIED and record.step_index == 1
         assert record.original_verdict is not None and record.original_verdict.basis == "consistency_disagree"
         assert {r.verdict.basis for r in record.replays if r.verdict is not None} == {"consistency_majority"}
         assert rt.stats.traces_verified == 2 and rt.stats.traces_flagged == 1
-        rt.store.flush()  # type: ignore[union-attr]
+        rt.store.force_flush()  # type: ignore[union-attr]
     finally:
         reflect_otel.shutdown()
     rows = _store_rows(

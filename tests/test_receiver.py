@@ -40,7 +40,7 @@ class Running:
         return f"http://127.0.0.1:{self.receiver.http_port}/v1/traces"
 
     def flushed(self) -> dict[str, StructuredTrace]:
-        assert self.receiver.force_flush(10)
+        assert self.receiver.force_flush(10_000)
         with self.lock:
             return {t.trace_id: t for t in self.traces}
 
@@ -66,7 +66,7 @@ def _start(**kwargs: object) -> Running:
 def running() -> Iterator[Running]:
     r = _start()
     yield r
-    r.receiver.shutdown(10)
+    r.receiver.shutdown(10_000)
 
 
 def _agent_spans(instrumented: Instrumented) -> tuple[str, list]:  # type: ignore[type-arg]
@@ -191,7 +191,7 @@ def test_bad_requests_get_clear_statuses() -> None:
         # the receiver still serves after all that
         assert httpx.post(url, content=body, headers=JSON).status_code == 200
     finally:
-        running.receiver.shutdown(10)
+        running.receiver.shutdown(10_000)
 
 
 def _proto_with_spans(count: int) -> bytes:
@@ -230,7 +230,7 @@ def test_ten_thousand_span_trace_over_protobuf() -> None:
         assert len(trace.steps) == 9_999
         assert trace.steps[0].tool_name == "t2" and trace.steps[-1].tool_name == "t10000"
     finally:
-        running.receiver.shutdown(10)
+        running.receiver.shutdown(10_000)
 
 
 def test_parent_never_arrives_and_duplicates() -> None:
@@ -261,7 +261,7 @@ def test_parent_never_arrives_and_duplicates() -> None:
         running.flushed()
         assert running.receiver.stats()["spans_dropped_late"] == 2
     finally:
-        running.receiver.shutdown(10)
+        running.receiver.shutdown(10_000)
 
 
 def test_refuses_non_loopback_without_opt_in() -> None:

@@ -64,7 +64,7 @@ def test_every_column_written_has_an_arrow_type_from_the_file(tmp_path: Path) ->
     assert record.original_verdict is not None
     writes = [trace_rows(five_step_trace()), verdict_rows(record.trace_id, record.original_verdict)]
     writes.append(record_rows(record))
-    DuckDBStore(tmp_path / "s.duckdb").close()
+    DuckDBStore(tmp_path / "s.duckdb").shutdown()
     with duckdb.connect(str(tmp_path / "s.duckdb")) as db:
         types = _arrow_types(db)
     for write in writes:
@@ -131,7 +131,7 @@ def test_invalid_input_is_rejected_and_counted(tmp_path: Path) -> None:
         store.write_trace({"trace_id": "x"})  # type: ignore[arg-type]
         store.write_record("not a record")  # type: ignore[arg-type]
         store.write_verdict("", None)  # type: ignore[arg-type]
-        assert store.flush()
+        assert store.force_flush()
         assert store.stats.rejected == 3 and store.stats.errors == 0
     assert _counts(tmp_path / "s.duckdb")["traces"] == 0
 
@@ -150,7 +150,7 @@ while True:
     store.write_trace(trace)
     store.write_record(record.model_copy(update={"trace_id": trace.trace_id}))
     if i == 20:
-        store.flush()
+        store.force_flush()
         print("ready", flush=True)
     if i == 200:  # well past the flush: the store's writer is busy with batches when the kill lands
         print("busy", flush=True)

@@ -28,11 +28,11 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreUnd
         store = DuckDBStore(tmp_path / "conformance.duckdb")
 
         def query(sql: str) -> list[tuple[Any, ...]]:
-            store.flush()
+            store.force_flush()
             return store._read(sql, [])
 
         yield StoreUnderTest(store, query)
-        store.close()
+        store.shutdown()
         return
     server = request.getfixturevalue("postgres_server")
     from reflect_otel.exporters.postgres_store import PostgresStore, connect_postgres
@@ -43,11 +43,11 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreUnd
     pg = PostgresStore(server.url.rsplit("/", 1)[0] + f"/{name}")
 
     def pg_query(sql: str) -> list[tuple[Any, ...]]:
-        pg.flush()
+        pg.force_flush()
         return pg._read(sql, [])
 
     yield StoreUnderTest(pg, pg_query)
-    pg.close()
+    pg.shutdown()
 
 
 @pytest.mark.parametrize("backend", BACKENDS, indirect=True)
@@ -61,7 +61,7 @@ def test_every_table_and_view_holds_what_the_reference_backend_holds(backend: St
         assert counted == expected, table  # written twice, stored once
     for view in VIEWS:
         assert view_rows(backend.query, view) == view_rows(lambda sql: reference._read(sql, []), view), view
-    reference.close()
+    reference.shutdown()
 
 
 @pytest.mark.parametrize("backend", BACKENDS, indirect=True)
@@ -78,7 +78,7 @@ def test_jobs_and_traces_read_back_and_bad_writes_are_counted(backend: StoreUnde
     assert store.read_trace("e" * 32) is None
     store.write_job(AttributionJob("f" * 32, "lost"))  # type: ignore[arg-type]
     store.write_trace("not a trace")  # type: ignore[arg-type]
-    assert store.flush(30)
+    assert store(30_000)
     assert store.stats.rejected == 2
 
 
@@ -92,7 +92,7 @@ def test_a_jobs_state_never_goes_back_so_late_writes_change_nothing(backend: Sto
     for write in (AttributionJob(job, "pending"), AttributionJob(job, "running", 1), AttributionJob(job, "running", 2),
                   AttributionJob(job, "done", 2, reason="w2")):  # fmt: skip
         store.write_job(write)
-        assert store.flush(30)
+        assert store(30_000)
     late = (
         AttributionJob(job, "running", 1),
         AttributionJob(job, "done", 1, reason="w1"),
@@ -100,11 +100,11 @@ def test_a_jobs_state_never_goes_back_so_late_writes_change_nothing(backend: Sto
     )
     for write in late:
         store.write_job(write)
-        assert store.flush(30)
+        assert store(30_000)
     assert store.read_job(job) == AttributionJob(job, "done", 2, reason="w2")
     for write in (AttributionJob(job, "done", 2, reason="again"), *late):  # the same in one batch
         store.write_job(write)
-    assert store.flush(30)
+    assert store(30_000)
     assert store.read_job(job) == AttributionJob(job, "done", 2, reason="again")  # an equal state: the last wins
     store.write_job(AttributionJob(job, "running", 3))
     assert store.read_job(job) == AttributionJob(job, "running", 3)
@@ -141,7 +141,7 @@ def test_a_write_that_fails_does_not_take_its_batch_down(backend: StoreUnderTest
     backend.store.write_trace(traces[0])
     backend.store.write_trace(bad)
     backend.store.write_verdict(*verdicts[0])
-    assert backend.store.flush(30)
+    assert backend.store(30_000)
     kept = {row[0] for row in backend.query("SELECT trace_id FROM traces")}
     assert traces[0].trace_id in kept
     assert backend.query("SELECT count(*) FROM verdicts")[0][0] == 1
@@ -155,7 +155,7 @@ def test_every_table_and_view_has_the_reference_backends_columns(backend: StoreU
     reference = DuckDBStore(tmp_path / "reference.duckdb")
     expected = schema(lambda sql: reference._read(sql, []))
     version = reference._read("SELECT version FROM schema_version", [])
-    reference.close()
+    reference.shutdown()
     assert set(expected) == {*TABLES, *VIEWS, "schema_version"}
     assert not [c for columns in expected.values() for c in columns if c[1].startswith("unexpected")]
     assert schema(backend.query) == expected
@@ -300,11 +300,11 @@ def test_a_postgresql_store_waits_out_a_server_restart_and_loses_no_write(postgr
     with PostgresServer() as server:
         store = PostgresStore(server.url)
         store.write_trace(traces[0])
-        assert store.flush(30)
+        assert store(30_000)
         server.restart(mode="immediate")  # as a crash: no goodbye to the sessions
         store.write_trace(traces[1])
         store.write_verdict(*verdicts[0])
-        assert store.flush(60)
+        assert store(60_000)
         assert store.read_trace(traces[1].trace_id) == traces[1]
         assert (store.stats.traces, store.stats.verdicts, store.stats.errors, store.stats.dropped) == (2, 1, 0, 0)
-        store.close()
+        store.shutdown()

@@ -52,10 +52,11 @@ def test_a_full_queue_refuses_at_once_and_a_waiting_put_gets_the_room_the_thread
     gate.set()  # the thread takes items 1 and 2: room for 3
     putter.join(30)
     assert waiting == ["ok"]
-    assert worker.flush(10)
+    assert worker.force_flush(10_000)
     assert handler.handled == [0, 1, 2, 3]
     assert handler.threads == {"test-worker"}
-    assert worker.close(10)
+    worker.shutdown(10_000)
+    assert not worker.running
 
 
 def test_bytes_are_held_until_their_batch_is_handled_and_a_batch_goes_in_whole_or_not_at_all() -> None:
@@ -72,13 +73,14 @@ def test_bytes_are_held_until_their_batch_is_handled_and_a_batch_goes_in_whole_o
     assert worker.put_all([3], [20]) == "ok"
     assert worker.queued_bytes == 100 and not worker.has_room(1)
     gate.set()
-    assert worker.flush(10)
+    assert worker.force_flush(10_000)
     assert handler.handled == [1, 2, 3] and worker.queued_bytes == 0
     held[0] = 90  # what the handler keeps of them counts against the bound too
     assert worker.put(5, 20) == "full"
     held[0] = 0
     assert worker.put(6, 500) == "ok"  # over the bound, but nothing is held: one item is never refused for ever
-    assert worker.close(10)
+    worker.shutdown(10_000)
+    assert not worker.running
 
 
 def test_a_failing_batch_is_reported_and_the_thread_goes_on() -> None:
@@ -92,10 +94,11 @@ def test_a_failing_batch_is_reported_and_the_thread_goes_on() -> None:
     ).start()
     for item in range(5):
         assert worker.put(item) == "ok"
-    assert worker.flush(10)
+    assert worker.force_flush(10_000)
     assert handler.handled == [0, 1, 2, 3, 4]
     assert failed == [([2], "bad item in [2]")]
-    assert worker.close(10)
+    worker.shutdown(10_000)
+    assert not worker.running
 
 
 def test_flush_runs_its_work_on_the_thread_after_everything_queued_before_it() -> None:
@@ -104,9 +107,10 @@ def test_flush_runs_its_work_on_the_thread_after_everything_queued_before_it() -
     for item in range(10):
         assert worker.append(item) == "ok"  # no wake-up: only the flush brings the thread round before its tick
     seen: list[tuple[list[int], str]] = []
-    assert worker.flush(10, then=lambda: seen.append((handler.handled, threading.current_thread().name)))
+    assert worker.force_flush(10_000, then=lambda: seen.append((handler.handled, threading.current_thread().name)))
     assert seen == [(list(range(10)), "test-flush")]
-    assert worker.close(10)
+    worker.shutdown(10_000)
+    assert not worker.running
 
 
 def test_idle_work_runs_when_the_queue_is_empty_and_again_while_it_finds_some() -> None:
@@ -120,7 +124,8 @@ def test_idle_work_runs_when_the_queue_is_empty_and_again_while_it_finds_some() 
 
     worker = BatchWorker(Recorder(), name="test-idle", max_items=10, tick_s=0.05, idle=idle).start()
     wait_until(lambda: work[0] == 0, 10, "the idle work done")
-    assert worker.close(10)
+    worker.shutdown(10_000)
+    assert not worker.running
 
 
 def test_close_drains_what_is_queued_or_stops_after_the_batch_in_hand() -> None:
@@ -128,7 +133,8 @@ def test_close_drains_what_is_queued_or_stops_after_the_batch_in_hand() -> None:
     worker = BatchWorker(drained, name="test-drain", max_items=100, tick_s=60).start()
     for item in range(20):
         worker.append(item)
-    assert worker.close(10)  # drain: every item handled, though the thread was never woken for them
+    worker.shutdown(10_000)
+    assert not worker.running  # drain: every item handled, though the thread was never woken for them
     assert drained.handled == list(range(20))
     assert worker.put(99) == "stopping" and worker.append(99) == "stopping"
 
@@ -138,9 +144,11 @@ def test_close_drains_what_is_queued_or_stops_after_the_batch_in_hand() -> None:
     for item in range(5):
         worker.put(item)
     assert stopped.entered.wait(10)
-    assert not worker.close(0.1, drain=False)  # item 0 is in hand at the gate
+    worker.shutdown(100, drain=False)
+    assert worker.running  # item 0 is in hand at the gate
     gate.set()
-    assert worker.close(10, drain=False)
+    worker.shutdown(10_000, drain=False)
+    assert not worker.running
     assert stopped.handled == [0]
     assert worker.discard() == 4
 
@@ -151,6 +159,7 @@ def test_stop_admitting_refuses_new_items_and_still_handles_the_queued_ones() ->
     assert worker.put_all([1, 2], [0, 0]) == "ok"
     worker.stop_admitting()
     assert worker.put_all([3], [0]) == "stopping" and worker.put(3) == "stopping"
-    assert worker.flush(10)
+    assert worker.force_flush(10_000)
     assert handler.handled == [1, 2]
-    assert worker.close(10)
+    worker.shutdown(10_000)
+    assert not worker.running

@@ -414,6 +414,6 @@ def replay_from(
     )
     outcome = service.process(trace, expected=expected, replay=replay, domain_context=domain_context)
     if store is not None:
-        store.flush()  # the caller's store and exporters stay open: the caller closes them
+        store.force_flush()  # the caller's store and exporters stay open: the caller closes them
     assert outcome.record is not None  # without triage every trace gets a record
     return outcome.record

@@ -2,13 +2,15 @@
 
 ``process(trace)``: (optionally) verify the run first and stop when it is not flagged; attribute it with the
 chosen method, with a replay adapter when one can re-run the agent; write trace, verdict and record to the store;
-count them in the metrics; send the record to every exporter. One error policy: the method never raises (it
-records its failures); a failing exporter is logged, reported in the outcome and never stops the others, since
-the store keeps every record.
+count them in the metrics; send the record to every exporter (:class:`~reflect_otel.store.CompositeRecordExporter`).
+One error policy: the method never raises (it records its failures); an exporter that fails, the store included,
+is named with its cause in the record's ``errors`` and counted (``reflect.export.failures``), and never stops the
+others or the run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,13 +24,26 @@ from reflect_otel.flagging.verifiers import Verifier, bound_to, bound_to_runs, i
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.budget import BudgetedLLM, TokenBudget
 from reflect_otel.llm.recording import CallLog, RecordingLLM, recording_agent_calls
-from reflect_otel.record import AGENT_REPLAY_STAGE, AttributionMode, AttributionRecord, AttributionStatus
-from reflect_otel.replay import BudgetedReplay, ReplayAdapter, ReplayResult, TakesTaskContext, resampler
-from reflect_otel.store import AttributionStore, ReadsRecords, RecordExporter, VerdictExporter
+from reflect_otel.record import AGENT_REPLAY_STAGE, AttributionMode, AttributionRecord, AttributionStatus, StageError
+from reflect_otel.replay import BudgetedReplay, ReplayAdapter, ReplayRequest, ReplayResult, TakesTaskContext, resampler
+from reflect_otel.store import (
+    AttributionStore,
+    CompositeRecordExporter,
+    ExportFailure,
+    ExportResult,
+    ReadsRecords,
+    RecordExporter,
+    StoreRecordExporter,
+)
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
-__all__ = ["AttributionMetrics", "AttributionService", "Outcome", "ReplayFinder"]
+__all__ = ["EXPORT_STAGE", "STORE_EXPORTER", "AttributionMetrics", "AttributionService", "Outcome", "ReplayFinder"]
+
+EXPORT_STAGE = "export"
+"""The stage named in a record's ``errors`` for an exporter that failed."""
+STORE_EXPORTER = "store"
+"""The store's name among the exporters (in ``errors`` and the ``exporter`` label of ``reflect.export.failures``)."""
 
 _log = logging.getLogger("reflect_otel.attribution.service")
 
@@ -42,6 +57,8 @@ class AttributionMetrics(Protocol):
     def trace_seen(self, trace: StructuredTrace, *, flagged: bool, uncertain: bool = False) -> None: ...
 
     def record_attributed(self, record: AttributionRecord) -> None: ...
+
+    def export_failed(self, exporter: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +74,8 @@ class Outcome:
     budget_skipped: bool = False
     tokens: int = 0
     """Tokens spent on this trace, the triage verdict's included (counted by the budget, when there is one)."""
-    export_failures: tuple[tuple[str, str], ...] = ()
-    """(exporter name, message) for each export that failed."""
+    export_failures: tuple[ExportFailure, ...] = ()
+    """Each export that failed (also in the record's ``errors``)."""
 
 
 class AttributionService:
@@ -105,6 +122,8 @@ class AttributionService:
         self.config = config or ReflectConfig()
         self.store = store
         self.exporters = dict(exporters or {})
+        self._fanout = CompositeRecordExporter(self.exporters)
+        self._stored = StoreRecordExporter(store, wait_millis=10_000) if store is not None else None
         self.metrics = metrics
         self.replay_finder = replay_finder
         self.budget = budget
@@ -141,12 +160,16 @@ class AttributionService:
         expected: str | None = None,
         replay: ReplayAdapter | None = None,
         domain_context: str = "",
+        trace_stored: bool = False,
     ) -> Outcome:
-        """Verify (in triage), attribute, store, count and export one trace. Never raises for what a method or an
-        exporter meets; a store rejects bad content by counting it (see :class:`AttributionStore`). The calls an
+        """Verify (in triage), attribute, store, count and export one trace (``trace_stored``: the caller wrote the
+        trace to the store already, and it is not written again). Never raises for what a method or an exporter
+        meets; a store rejects bad content by counting it (see :class:`AttributionStore`). The calls an
         agent's :class:`~reflect_otel.llm.recording.AgentCallRecorder` model makes meanwhile (its replays and
         proposals) are counted in the record as the agent's, as a found adapter's agent's are."""
         agent_calls = CallLog()  # a found adapter's agent runs on our model: its calls are this trace's cost too
+        if self.store is not None and not trace_stored:
+            self.store.write_trace(trace)  # once, whatever becomes of the run
         with recording_agent_calls(agent_calls):
             return self._process(trace, expected, replay, domain_context, agent_calls)
 
@@ -191,7 +214,8 @@ class AttributionService:
             flagged = verdict.is_correct is False or (
                 uncertain and self.config.attribute_uncertain and not is_undecided(verdict)
             )
-            self._store(trace, verdict, None)
+            if self.store is not None:
+                self.store.write_verdict(trace.trace_id, verdict)
             if self.metrics is not None:
                 self.metrics.trace_seen(trace, flagged=flagged, uncertain=uncertain)
             if not flagged:
@@ -246,46 +270,58 @@ class AttributionService:
     def _finish(
         self, trace: StructuredTrace, verdict: Verdict | None, record: AttributionRecord, outcome: Outcome
     ) -> Outcome:
-        self._store(trace, None if self.triage else verdict, record)
+        """Store, count and export ``record``: the exporters first, then the store, so that the stored record names
+        the exporters that failed; the outcome's record names the store too when it failed."""
         self.plans.add(trace, record)
         if self.metrics is not None:
             self.metrics.record_attributed(record)
-        failures = []
-        for name, exporter in self.exporters.items():
-            try:
-                exporter.export(record)
-                if verdict is not None and isinstance(exporter, VerdictExporter):
-                    exporter.export_verdict(trace, verdict)
-            except Exception as error:  # one broken exporter must not stop the others; the store has the record
-                _log.warning("exporting the attribution of %s to %s failed: %s", trace.trace_id, name, error)
-                failures.append((name, str(error) or type(error).__name__))
+        failures = self._fanout.export_each([record], verdict=(trace, verdict) if verdict is not None else None)
+        record = _with_failures(record, failures)
+        if self.store is not None and self._stored is not None:
+            if verdict is not None and not self.triage:  # in triage the verdict was written when it was reached
+                self.store.write_verdict(trace.trace_id, verdict)
+            failures += self._export_to_store(record)
+        for failure in failures:
+            if self.metrics is not None:
+                self.metrics.export_failed(failure.exporter)
         if not failures:
             return outcome
-        return Outcome(
-            outcome.verdict,
-            outcome.flagged,
-            outcome.record,
-            outcome.budget_skipped,
-            outcome.tokens,
-            tuple(failures),
-        )
+        record = _with_failures(outcome.record or record, failures)
+        return dataclasses.replace(outcome, record=record, export_failures=failures)
 
-    def _store(self, trace: StructuredTrace, verdict: Verdict | None, record: AttributionRecord | None) -> None:
-        if self.store is None:
-            return
-        if record is None or not self.triage:
-            self.store.write_trace(trace)
-        if verdict is not None:
-            self.store.write_verdict(trace.trace_id, verdict)
-        if record is not None:
-            self.store.write_record(record)
+    def _export_to_store(self, record: AttributionRecord) -> tuple[ExportFailure, ...]:
+        assert self._stored is not None
+        try:
+            failed = self._stored.export([record]) is not ExportResult.SUCCESS
+        except Exception as error:  # a store that raises breaks its contract; the run still goes on
+            self._stored.failure = f"{type(error).__name__}: {error}"
+            failed = True
+        if not failed:
+            return ()
+        _log.warning("storing the attribution of %s failed: %s", record.trace_id, self._stored.failure)
+        return (ExportFailure(STORE_EXPORTER, self._stored.failure),)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Flush the exporters and the store."""
+        flushed = self._fanout.force_flush(timeout_millis)
+        return (self.store.force_flush(timeout_millis) if self.store is not None else True) and flushed
+
+    def shutdown(self) -> None:
+        """Shut the exporters and the store down (the store flushing what it holds)."""
+        self._fanout.shutdown()
+        if self.store is not None:
+            self.store.shutdown()
 
     def close(self) -> None:
-        """Close the exporters and the store (flushing what it holds)."""
-        for exporter in self.exporters.values():
-            exporter.close()
-        if self.store is not None:
-            self.store.close()
+        """Deprecated: :meth:`shutdown`, the OpenTelemetry SDK's name."""
+        self.shutdown()
+
+
+def _with_failures(record: AttributionRecord, failures: tuple[ExportFailure, ...]) -> AttributionRecord:
+    """``record`` with each export failure among its ``errors`` (stage ``export``), once."""
+    errors = tuple(StageError(stage=EXPORT_STAGE, message=str(failure)) for failure in failures)
+    added = tuple(error for error in errors if error not in record.errors)
+    return record.model_copy(update={"errors": record.errors + added}) if added else record
 
 
 class _SpentHour:
@@ -295,7 +331,7 @@ class _SpentHour:
     def __init__(self, per_hour: int) -> None:
         self.per_hour = per_hour
 
-    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+    def resample(self, request: ReplayRequest, *, samples: int) -> tuple[ReplayResult, ...]:
         raise ReplayError(
             f"the hourly token budget ({self.per_hour} tokens) is spent: no agent resample until it frees"
         )

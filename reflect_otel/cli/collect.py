@@ -131,9 +131,9 @@ def _reingest(path: Path, store_path: str | None, *, attribute: bool = False) ->
             written += 1
             if written % 1_000 == 0:
                 print(f"reingest: {written} traces", file=sys.stderr)
-        flushed = store.flush(600)
+        flushed = store.force_flush(600_000)
     finally:
-        store.close()
+        store.shutdown()
     print(f"reingest: {written} trace(s) from {path} written to the store; {bad} line(s) skipped", file=sys.stderr)
     if not flushed:
         raise InputError("the store did not finish writing within 10 minutes; run --reingest again")
@@ -214,13 +214,13 @@ def _collect(args: argparse.Namespace) -> int:
         receiver.shutdown()
         writer.close()
         if worker is not None:
-            worker.close(timeout_s=args.grace)  # what is not done stays pending in the store
+            worker.shutdown(int(args.grace * 1000))  # what is not done stays pending in the store
         if shared is not None:
-            shared.close()
+            shared.shutdown()
         if service is not None:
-            service.close()  # its exporters and the store
+            service.shutdown()  # its exporters and the store
         elif store is not None:
-            store.close()
+            store.shutdown()
     _status(receiver.stats(), writer.written, _work_stats(worker, shared), end="\n", quiet=False)
     if shared is not None:
         print(f"{shared.stats.pending} run(s) queued for 'reflect-otel worker'", file=sys.stderr)

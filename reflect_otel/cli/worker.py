@@ -90,7 +90,7 @@ def _worker(args: argparse.Namespace) -> int:
                 endpoint=llm.model or "",
             )
     finally:
-        service.close()
+        service.shutdown()
     s = worker.stats
     print(
         f"reflect-otel worker: {s.verified} run(s) judged in {time.monotonic() - started:.1f} s, {s.flagged} flagged, "

@@ -189,15 +189,21 @@ class Runtime:
                 error,
             )
 
-    def drain(self, timeout_s: float = 600.0) -> bool:
+    def force_flush(self, timeout_millis: int = 600_000) -> bool:
         """Wait until every finished run has been processed; True when done in time."""
-        self.processor.force_flush(int(timeout_s * 1000))
-        return self._worker.flush(timeout_s)
+        self.processor.force_flush(timeout_millis)
+        return self._worker.force_flush(timeout_millis)
 
-    def close(self, timeout_s: float = 30.0) -> None:
-        self.drain(timeout_s)
+    def shutdown(self, timeout_millis: int = 30_000) -> None:
+        """Process what is queued (within ``timeout_millis``), then stop the worker, the service (its exporters and
+        store) and the metrics."""
+        self.force_flush(timeout_millis)
         self.processor.shutdown()  # it stays registered on the provider (OTel cannot remove one), idle
-        self._worker.close(timeout_s)
-        self.service.close()
+        self._worker.shutdown(timeout_millis)
+        self.service.shutdown()
         if self._metrics_shutdown is not None:
             self._metrics_shutdown()
+
+    def drain(self, timeout_s: float = 600.0) -> bool:
+        """Deprecated: :meth:`force_flush` (milliseconds)."""
+        return self.force_flush(int(timeout_s * 1000))

@@ -114,7 +114,7 @@ def configure(
     check_environment()  # a bad REFLECT_* variable fails here, named (observe logs it and runs the agent untraced)
     with _runtime_lock:
         if _runtime is not None:
-            _runtime.close()
+            _runtime.shutdown()
         provider = _provider(tracer_provider)
         missing = None if llm is not None else model_missing(llm_config)
         method = "reflect"
@@ -160,10 +160,10 @@ def runtime() -> Runtime:
     return _runtime if _runtime is not None else configure()
 
 
-def shutdown(timeout_s: float = 30.0) -> None:
-    """Process what is queued (within ``timeout_s``), then stop the worker and close the store."""
+def shutdown(timeout_millis: int = 30_000) -> None:
+    """Process what is queued (within ``timeout_millis``), then stop the worker and close the store."""
     global _runtime
     with _runtime_lock:
         if _runtime is not None:
-            _runtime.close(timeout_s)
+            _runtime.shutdown(timeout_millis)
             _runtime = None

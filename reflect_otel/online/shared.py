@@ -239,7 +239,7 @@ class SharedQueue:
         said = False
         while waiting:
             try:
-                if self._store is not None and not self._store.flush(10):
+                if self._store is not None and not self._store.force_flush(10_000):
                     raise TimeoutError("the store has not written the runs yet")
                 while waiting:
                     self._defer_one(waiting[0])
@@ -266,9 +266,13 @@ class SharedQueue:
             if type(error).__name__ != "AlreadyEnqueued":  # the run is waiting already (re-sent spans of a trace)
                 raise
 
-    def close(self) -> None:
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Wait until the runs offered so far are deferred (or left pending); True when done in time."""
+        return self._deferrer.force_flush(timeout_millis) if self._deferrer is not None else True
+
+    def shutdown(self, timeout_millis: int = 30_000) -> None:
         if self._deferrer is not None:
-            self._deferrer.close(timeout_s=30)
+            self._deferrer.shutdown(timeout_millis)
         self.app.close()
 
     # -- the worker's side: the gate of its model (reflect_otel.llm.patient.CallGate) -------------------------
@@ -376,7 +380,7 @@ class SharedQueue:
             raise TraceNotStoredYet(trace_id)
         attempts = max(job.attempts if job else 0, retaken)
         worker.attribute(trace, job.expected_answer if job else None, attempts=attempts)
-        while not store.flush(5):  # the record and the job's end are written before procrastinate hears of it
+        while not store.force_flush(5_000):  # the record and the job's end are written before procrastinate hears of it
             if self._lease is not None:
                 self._lease.confirm()
 

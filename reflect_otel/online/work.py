@@ -143,7 +143,7 @@ class AttributionWorker:
     def _attribute(self, trace: StructuredTrace, expected: str | None, *, attempts: int) -> None:
         self.store.write_job(AttributionJob(trace.trace_id, "running", attempts + 1, expected))
         try:
-            outcome = self.service.process(trace, expected=expected)
+            outcome = self.service.process(trace, expected=expected, trace_stored=True)  # the caller stored it
         except Exception as error:  # a bug must not stop the worker; the job says what happened
             _log.exception("attributing trace %s failed", trace.trace_id)
             self.stats.failed += 1
@@ -169,6 +169,10 @@ class AttributionWorker:
                 progress(self.stats)
         return self.stats
 
-    def close(self, timeout_s: float = 30.0) -> None:
-        """Stop after the run being attributed (waiting up to ``timeout_s``); what is left stays pending."""
-        self._memory.close(timeout_s, drain=False)
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Wait until the runs queued in memory are attributed; True when done in time."""
+        return self._memory.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: int = 30_000) -> None:
+        """Stop after the run being attributed (waiting up to ``timeout_millis``); what is left stays pending."""
+        self._memory.shutdown(timeout_millis, drain=False)

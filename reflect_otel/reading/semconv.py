@@ -210,3 +210,5 @@ class ReflectMetrics:
     LLM_REQUESTS = "reflect.llm.requests"
     """Counter of model requests with a ``stage`` attribute: each request once (a repair retry is one;
     ``agent_replay`` is the agent's)."""
+    EXPORT_FAILURES = "reflect.export.failures"
+    """Counter of record exports that failed, with an ``exporter`` attribute (``store`` for the store)."""

@@ -2,20 +2,28 @@
 
 This package owns the contract every backend implements (:class:`AttributionStore`, :class:`ReadsRecords`), how a
 target names its backend (:func:`store_kind`, :func:`check_store_target`) and how backends and record exporters are
-opened by name (:func:`open_store`, :func:`open_exporter`). The backends themselves live in
+opened by name (:func:`open_store`, :func:`open_exporter`); the record exporter contract (:class:`RecordExporter`
+returning an :class:`ExportResult`), its fan-out (:class:`CompositeRecordExporter`) and the store as an exporter. The backends themselves live in
 ``reflect_otel.exporters``.
 """
 
 from __future__ import annotations
 
+from reflect_otel.store._export import (
+    CompositeRecordExporter,
+    ExportFailure,
+    ExportResult,
+    RecordExporter,
+    ReportsFailures,
+    StoreRecordExporter,
+    VerdictExporter,
+)
 from reflect_otel.store._protocol import (
     DEFAULT_STORE,
     AttributionJob,
     AttributionStore,
     JobStatus,
     ReadsRecords,
-    RecordExporter,
-    VerdictExporter,
     check_store_target,
     open_exporter,
     open_store,
@@ -28,9 +36,14 @@ __all__ = [
     "DEFAULT_STORE",
     "AttributionJob",
     "AttributionStore",
+    "CompositeRecordExporter",
+    "ExportFailure",
+    "ExportResult",
     "JobStatus",
     "ReadsRecords",
     "RecordExporter",
+    "ReportsFailures",
+    "StoreRecordExporter",
     "VerdictExporter",
     "check_store_target",
     "open_exporter",

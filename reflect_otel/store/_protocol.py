@@ -17,6 +17,7 @@ from reflect_otel import plugins
 from reflect_otel.errors import ConfigError
 from reflect_otel.record import AttributionRecord
 from reflect_otel.settings import settings
+from reflect_otel.store._export import RecordExporter
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
@@ -25,8 +26,6 @@ __all__ = [
     "AttributionStore",
     "JobStatus",
     "ReadsRecords",
-    "RecordExporter",
-    "VerdictExporter",
     "check_store_target",
     "open_exporter",
     "open_store",
@@ -58,8 +57,9 @@ class AttributionJob:
 class AttributionStore(Protocol):
     """Writes are queued and applied by one writer: they return at once and never raise for content; each is an
     idempotent upsert (writing the same trace or record again changes nothing) applied in one transaction, so a
-    killed process leaves no half-written record. Invalid input is rejected and counted. ``flush`` waits until
-    everything queued is written; ``close`` flushes and releases the file.
+    killed process leaves no half-written record. Invalid input is rejected and counted. The lifecycle is the
+    OpenTelemetry SDK's: ``force_flush(timeout_millis)`` waits until everything queued is written (True when done
+    within the time); ``shutdown`` flushes and releases the file or connection.
 
     Jobs (:class:`AttributionJob`) are written like the rest; ``pending_jobs`` lists the ones still to do
     (``pending``, or ``running`` when a stop cut them short), oldest first, after what was queued is written;
@@ -79,9 +79,9 @@ class AttributionStore(Protocol):
 
     def read_trace(self, trace_id: str) -> StructuredTrace | None: ...
 
-    def flush(self, timeout_s: float = 30.0) -> bool: ...
+    def force_flush(self, timeout_millis: int = 30_000) -> bool: ...
 
-    def close(self) -> None: ...
+    def shutdown(self) -> None: ...
 
 
 @runtime_checkable
@@ -202,26 +202,7 @@ def open_store(path: str | os.PathLike[str] | None = None, *, kind: str | None =
     return store
 
 
-class RecordExporter(Protocol):
-    """Sends attribution records somewhere users look (an OTLP backend, Phoenix). ``export`` may raise
-    :class:`~reflect_otel.errors.ReflectError` after its own retries; callers report it and go on, since the
-    store keeps every record. A backend's entry point is a factory with no arguments that reads its settings
-    from the environment."""
-
-    def export(self, record: AttributionRecord) -> None: ...
-
-    def close(self) -> None: ...
-
-
-@runtime_checkable
-class VerdictExporter(Protocol):
-    """A record exporter that also sends the verdict on each run's answer (the OTLP exporter's evaluation event on
-    the run's root span). Called after ``export`` with every verdict the service reaches, the runs judged right
-    included; raises like ``export``."""
-
-    def export_verdict(self, trace: StructuredTrace, verdict: Verdict) -> None: ...
-
-
 def open_exporter(name: str) -> RecordExporter:
+    """The record exporter registered as ``name`` (entry-point group ``reflect_otel.record_exporters``)."""
     exporter: RecordExporter = plugins.load(plugins.RECORD_EXPORTERS, name)()
     return exporter

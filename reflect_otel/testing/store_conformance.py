@@ -26,7 +26,7 @@ Query = Callable[[str], list[tuple[Any, ...]]]
 
 @dataclass
 class StoreUnderTest:
-    """``store``: a fresh store; ``query(sql)``: rows of a read on it (after ``store.flush()``)."""
+    """``store``: a fresh store; ``query(sql)``: rows of a read on it (after ``store.force_flush()``)."""
 
     store: AttributionStore
     query: Query
@@ -87,7 +87,7 @@ def write_sample(store: AttributionStore, *, twice: bool = True) -> None:
             store.write_record(record)
         for job in jobs:
             store.write_job(job)
-    assert store.flush(60), "the store did not finish writing within 60 s"
+    assert store.force_flush(60_000), "the store did not finish writing within 60 s"
 
 
 def normalised(value: Any) -> Any:
