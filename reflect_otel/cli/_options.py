@@ -1,24 +1,31 @@
-"""The REFLECT pipeline's flags, declared once for every command that runs it (``attribute``, ``eval``, ``demo``).
+"""Flags several commands take, declared once: the REFLECT pipeline's (``attribute``, ``eval``, ``demo``), the
+agent's determinism, ``--replay-config`` and ``--export``; and the lines of a trace file that were skipped.
 
-Help texts and defaults come from :class:`~reflect_otel.config.ReflectConfig`; a command that runs with other
-defaults (the demo) passes them and the help says so. A flag left out keeps the setting's variable or default.
+The pipeline's help texts and defaults come from :class:`~reflect_otel.config.ReflectConfig`; a command that runs
+with other defaults (the demo) passes them and the help says so. A flag left out keeps the setting's variable or
+default.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from reflect_otel.config import REFLECT_VARIABLES, GateMode, ReflectConfig
-from reflect_otel.errors import ConfigError
+from reflect_otel.errors import ConfigError, InputError
 from reflect_otel.settings import settings
 
 __all__ = [
+    "SkippedLines",
     "add_agent_determinism_option",
+    "add_export_option",
     "add_pipeline_options",
+    "add_replay_config_option",
     "agent_is_deterministic",
     "pipeline_config",
     "positive_int",
@@ -117,3 +124,26 @@ def agent_is_deterministic(args: argparse.Namespace, llm: object) -> bool:
     if told is not None:
         return bool(told)
     return getattr(llm, "repeatable", False) is True
+
+
+def add_replay_config_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, help: str) -> None:
+    """Add ``--replay-config FILE``: the TOML file naming each agent's HTTP replay endpoint (the command's ``help``)."""
+    parser.add_argument("--replay-config", type=Path, metavar="FILE", help=help)
+
+
+def add_export_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, help: str) -> None:
+    """Add ``--export NAME``, repeatable: the record exporters to send records to besides the store."""
+    parser.add_argument("--export", action="append", default=[], metavar="NAME", help=help)
+
+
+class SkippedLines:
+    """A ``skipped`` callback for :func:`~reflect_otel.reading.tracefile.good_trace_rows`: each line of a trace
+    file that is not a trace is said on stderr (after ``said_as``) as it is met, and kept in ``errors``."""
+
+    def __init__(self, said_as: str = "") -> None:
+        self.said_as = said_as
+        self.errors: list[InputError] = []
+
+    def __call__(self, error: InputError) -> None:
+        self.errors.append(error)
+        print(f"{self.said_as}skipped: {error}", file=sys.stderr)

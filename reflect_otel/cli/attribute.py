@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,14 @@ from reflect_otel._values import utf8_text
 from reflect_otel.attribution.methods import ATTRIBUTE_METHODS, llm_for, method_spec
 from reflect_otel.attribution.service import AttributionService, ReplayFinder
 from reflect_otel.cli._online import online_choices, online_service, replay_endpoints, say_consistency
-from reflect_otel.cli._options import add_pipeline_options, pipeline_config, positive_int
+from reflect_otel.cli._options import (
+    SkippedLines,
+    add_export_option,
+    add_pipeline_options,
+    add_replay_config_option,
+    pipeline_config,
+    positive_int,
+)
 from reflect_otel.config import LLMConfig, ReflectConfig
 from reflect_otel.datasets import BBM_TASKS
 from reflect_otel.datasets.bbm import BBMVerifier
@@ -52,6 +60,16 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
             "attributions; the others are localization-only, and each record says so."
         ),
     )
+    _add_input_options(parser)
+    _add_judging_options(parser)
+    add_pipeline_options(parser.add_argument_group("REFLECT's settings"))
+    _add_output_options(parser)
+    parser.set_defaults(handler=_attribute)
+
+
+def _add_input_options(parser: argparse.ArgumentParser) -> None:
+    """The runs to attribute (a file, or the store's pending ones), how pending runs are judged, and how runs are
+    replayed."""
     parser.add_argument("traces", type=Path, nargs="?", help="JSONL file of traces (or --pending)")
     parser.add_argument(
         "--pending",
@@ -66,10 +84,8 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
         "proxy, or evidence without a model; consistency and combined re-run the agent through its --replay-config "
         "endpoint)",
     )
-    parser.add_argument(
-        "--replay-config",
-        type=Path,
-        metavar="FILE",
+    add_replay_config_option(
+        parser,
         help="TOML file mapping each agent's service.name to its HTTP replay endpoint (see 'collect --help'); "
         "only these URLs are called, never one found in a trace",
     )
@@ -78,6 +94,10 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
         choices=ATTRIBUTE_METHODS,
         help="attribution method (default reflect; evidence, first-step and last-step need no model)",
     )
+
+
+def _add_judging_options(parser: argparse.ArgumentParser) -> None:
+    """Where each run's expected answer is, how its answer is judged, which runs are attributed."""
     expected = parser.add_mutually_exclusive_group()
     expected.add_argument(
         "--expected-field",
@@ -103,7 +123,10 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
     )
     parser.add_argument("--domain-context", default="", help="task description or table context for the prompts")
     parser.add_argument("--limit", type=positive_int, help="attribute at most N traces")
-    add_pipeline_options(parser.add_argument_group("REFLECT's settings"))
+
+
+def _add_output_options(parser: argparse.ArgumentParser) -> None:
+    """What the prompts may show, and where the records go: the -o file, the store, exporters."""
     parser.add_argument("--withhold-expected", action="store_true", help="show [WITHHELD] instead of the answer")
     parser.add_argument(
         "-o",
@@ -117,15 +140,11 @@ def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.Argume
         "--store", help="DuckDB file for traces, verdicts and records (default: REFLECT_STORE, then ./reflect.duckdb)"
     )
     parser.add_argument("--no-store", action="store_true", help="write only the -o file")
-    parser.add_argument(
-        "--export",
-        action="append",
-        default=[],
-        metavar="NAME",
+    add_export_option(
+        parser,
         help="also send each record to: otlp (an EVALUATOR span, via OTEL_EXPORTER_OTLP_*) or phoenix (annotations, "
         "via PHOENIX_COLLECTOR_ENDPOINT); repeatable. A failed export is reported; the store keeps the record",
     )
-    parser.set_defaults(handler=_attribute)
 
 
 def _expected_answers(path: Path) -> dict[str, str]:
@@ -255,32 +274,48 @@ def _attribute(args: argparse.Namespace) -> int:
     _check_paths(args)
     config = pipeline_config(args, include_expected_answer=False if args.withhold_expected else None)
     answers = _expected_answers(args.expected_file) if args.expected_file else {}
-    bad_lines: list[InputError] = []
-
-    def skipped(error: InputError) -> None:
-        bad_lines.append(error)
-        print(f"skipped: {error}", file=sys.stderr)
-
+    skipped = SkippedLines()
     rows = list(
         good_trace_rows(args.traces, extra_fields=(args.expected_field,), skipped=skipped, namers=DATASET_FORMAT_NAMERS)
     )[: args.limit]
     if not rows:
         raise InputError(f"{args.traces}: no valid traces")
+    batch = _Batch(args, rows, answers, _service(args, rows, config), skipped.errors)
+    started = time.monotonic()
+    tally, causes = _Tally(), _Causes()
+    output, stopped = _write_records(batch, tally, causes)
+    causes.say_held(stopped)
+    return _summary(
+        _Summary(
+            traces=args.traces,
+            out=args.out,
+            stored_in=None if args.no_store else store_target(args.store),
+            tally=tally,
+            total=len(rows),
+            seconds=time.monotonic() - started,
+            skipped_lines=len(skipped.errors),
+            output=output,
+            stopped=stopped,
+        )
+    )
+
+
+def _service(args: argparse.Namespace, rows: list[TraceRow], config: ReflectConfig) -> AttributionService:
+    """The attribution service for ``--method`` and ``--verifier`` (said on stderr), writing to the store and the
+    exporters asked for."""
     spec = method_spec(args.method or "reflect")
     verifier_name = args.verifier or _default_verifier(rows)
     # the verifier is honoured for every method: a model judge gets the configured model even for a method
     # that asks none
     llm = make_llm(LLMConfig.from_env()) if verifier_name == "self" else llm_for(spec, LLMConfig.from_env())
-    verifier = _verifier(verifier_name, llm, config, args.domain_context)
-    replay_finder = _replay_finder(args.replay_config)
     service = AttributionService(
         llm,
         spec,
-        verifier=verifier,
+        verifier=_verifier(verifier_name, llm, config, args.domain_context),
         config=config,
         store=None if args.no_store else open_store(args.store),
         exporters={name: open_exporter(name) for name in dict.fromkeys(args.export)},
-        replay_finder=replay_finder,
+        replay_finder=_replay_finder(args.replay_config),
         skip_correct=not args.include_correct,
     )
     print(
@@ -288,37 +323,31 @@ def _attribute(args: argparse.Namespace) -> int:
         + ("" if args.include_correct else ", runs judged right are not attributed"),
         file=sys.stderr,
     )
-    tally = _Tally()
-    started = time.monotonic()
-    causes = _Causes()
+    return service
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """A file's runs to attribute, with what they are attributed by: the command's flags, the expected answers of
+    --expected-file, the service, and the lines of the file that were not traces."""
+
+    args: argparse.Namespace
+    rows: list[TraceRow]
+    answers: dict[str, str]
+    service: AttributionService
+    bad_lines: list[InputError]
+
+
+def _write_records(batch: _Batch, tally: _Tally, causes: _Causes) -> tuple[LinesOut | None, EndpointDownError | None]:
+    """Each run attributed and its record written to -o, which is replaced only when the batch succeeded; the
+    service is shut down at the end whatever happened. Returns the output and the endpoint taken for down, if one
+    stopped the batch."""
     output: LinesOut | None = None
-    stopped: EndpointDownError | None = None
     try:
-        with lines_replaced_on_success(args.out, flag="-o") as output:
-            for number, row in enumerate(rows, start=1):
-                expected = (
-                    answers.get(row.trace.trace_id)
-                    or row.extras.get(args.expected_field)
-                    or expected_answer_of(row.trace)  # its root span's reflect.expected_answer, as collect reads it
-                )
-                outcome = service.process(
-                    row.trace,
-                    expected=str(expected) if expected is not None else None,
-                    domain_context=args.domain_context or _dataset_context(row.trace),
-                )
-                record = outcome.record
-                assert record is not None  # without triage every trace gets a record
-                output.write_line(record.model_dump_json())
-                tally.add(record, outcome.verdict, outcome.export_failures)
-                print(
-                    f"[{number}/{len(rows)}] {row.trace.trace_id[:12]} {_line(record, outcome.verdict)}",
-                    file=sys.stderr,
-                )
-                causes.add(record)
-                stopped = endpoint_down()
-                if stopped is not None:  # every later trace would fail the same way, after the same wait
-                    break
-            failure = _failure(tally, len(rows) if stopped is None else tally.seen, bad_lines, stopped)
+        with lines_replaced_on_success(batch.args.out, flag="-o") as output:
+            stopped = _attribute_rows(batch, output, tally, causes)
+            total = len(batch.rows) if stopped is None else tally.seen
+            failure = _failure(tally, total, batch.bad_lines, stopped)
             if failure is not None:
                 output.fail(failure)
     except BaseException:
@@ -326,9 +355,36 @@ def _attribute(args: argparse.Namespace) -> int:
             print(f"reflect-otel attribute: {output.kept('record(s)')}", file=sys.stderr)
         raise
     finally:
-        service.shutdown()
-    causes.say_held(stopped)
-    return _summary(args, tally, len(rows), time.monotonic() - started, bad_lines, output, stopped)
+        batch.service.shutdown()
+    return output, stopped
+
+
+def _attribute_rows(batch: _Batch, output: LinesOut, tally: _Tally, causes: _Causes) -> EndpointDownError | None:
+    """Each run attributed in turn, its record written and said; stops at an endpoint taken for down (returned)."""
+    args = batch.args
+    for number, row in enumerate(batch.rows, start=1):
+        expected = (
+            batch.answers.get(row.trace.trace_id)
+            or row.extras.get(args.expected_field)
+            or expected_answer_of(row.trace)  # its root span's reflect.expected_answer, as collect reads it
+        )
+        outcome = batch.service.process(
+            row.trace,
+            expected=str(expected) if expected is not None else None,
+            domain_context=args.domain_context or _dataset_context(row.trace),
+        )
+        record = outcome.record
+        assert record is not None  # without triage every trace gets a record
+        output.write_line(record.model_dump_json())
+        tally.add(record, outcome.verdict, outcome.export_failures)
+        print(
+            f"[{number}/{len(batch.rows)}] {row.trace.trace_id[:12]} {_line(record, outcome.verdict)}", file=sys.stderr
+        )
+        causes.add(record)
+        stopped = endpoint_down()
+        if stopped is not None:  # every later trace would fail the same way, after the same wait
+            return stopped
+    return None
 
 
 class _Causes:
@@ -409,31 +465,44 @@ def _failure(
     return None
 
 
-def _summary(
-    args: argparse.Namespace,
-    tally: _Tally,
-    total: int,
-    seconds: float,
-    bad_lines: list[InputError],
-    output: LinesOut | None,
-    stopped: EndpointDownError | None,
-) -> int:
+@dataclass(frozen=True, slots=True)
+class _Summary:
+    """What a file's batch did, for its last lines and exit code: the traces file and the -o file, the store written
+    (None with --no-store), the tally of what was judged and attributed, how many runs there were and how long it
+    took, the lines skipped, the output (None when it could not be opened) and the endpoint that stopped it, if
+    one did."""
+
+    traces: Path
+    out: Path
+    stored_in: str | None
+    tally: _Tally
+    total: int
+    seconds: float
+    skipped_lines: int
+    output: LinesOut | None
+    stopped: EndpointDownError | None
+
+
+def _summary(run: _Summary) -> int:
+    """The batch's summary on stderr; returns the exit code (1 when it stopped, failed, skipped lines or an export
+    failed)."""
+    tally = run.tally
     for name, count in tally.export_failures.items():
         print(f"{count} record(s) could not be exported to {name}", file=sys.stderr)
-    if not args.no_store:
-        print(f"written to the store {store_target(args.store)}", file=sys.stderr)
+    if run.stored_in is not None:
+        print(f"written to the store {run.stored_in}", file=sys.stderr)
     judged = ", ".join(f"{n} {kind}" for kind, n in sorted(tally.judged.items()))
     statuses = ", ".join(f"{n} {status}" for status, n in sorted(tally.statuses.items())) or "none"
-    failed = output is not None and output.failure is not None
+    failed = run.output is not None and run.output.failure is not None
     print(
-        f"{tally.seen} of {total} trace(s) in {seconds:.1f} s; judged: {judged}; attributions: {statuses}"
+        f"{tally.seen} of {run.total} trace(s) in {run.seconds:.1f} s; judged: {judged}; attributions: {statuses}"
         + (f" ({tally.failed} failed: stage errors, no attribution)" if tally.failed else "")
         + (
             f"; {tally.right_skipped} right run(s) not attributed (--include-correct attributes them)"
             if tally.right_skipped
             else ""
         )
-        + ("" if failed else f"; records in {args.out}"),
+        + ("" if failed else f"; records in {run.out}"),
         file=sys.stderr,
     )
     if tally.judged.get("not judged"):
@@ -442,31 +511,27 @@ def _summary(
             "--verifier self) and were attributed as failures",
             file=sys.stderr,
         )
-    kept = output.kept("record(s)") if output is not None else ""
-    if stopped is not None:
+    return _exit_code(run)
+
+
+def _exit_code(run: _Summary) -> int:
+    """1, with the error said, when the batch stopped, every attribution failed, lines were skipped or an export
+    failed; else 0."""
+    kept = run.output.kept("record(s)") if run.output is not None else ""
+    if run.stopped is not None:
+        error = f"stopped after {run.tally.seen} of {run.total} trace(s): {run.stopped}; {kept}"
+    elif run.output is not None and run.output.failure == "every attribution failed":
+        error = f"every attribution failed (the causes are above); {kept}"
+    elif run.skipped_lines:
+        error = f"{run.skipped_lines} line(s) of {run.traces} were not traces and were skipped (see above); {kept}"
+    elif run.tally.export_failures:
         print(
-            f"reflect-otel attribute: error: stopped after {tally.seen} of {total} trace(s): {stopped}; {kept}",
-            file=sys.stderr,
-        )
-        return 1
-    if output is not None and output.failure == "every attribution failed":
-        print(
-            f"reflect-otel attribute: error: every attribution failed (the causes are above); {kept}",
-            file=sys.stderr,
-        )
-        return 1
-    if bad_lines:
-        print(
-            f"reflect-otel attribute: error: {len(bad_lines)} line(s) of {args.traces} were not traces and were "
-            f"skipped (see above); {kept}",
-            file=sys.stderr,
-        )
-        return 1
-    if tally.export_failures:
-        print(
-            f"exit 1: the records are in {args.out} but not every export succeeded (see above); fix the exporter's "
+            f"exit 1: the records are in {run.out} but not every export succeeded (see above); fix the exporter's "
             "endpoint and re-run with --export to send them again",
             file=sys.stderr,
         )
         return 1
-    return 0
+    else:
+        return 0
+    print(f"reflect-otel attribute: error: {error}", file=sys.stderr)
+    return 1

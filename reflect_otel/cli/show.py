@@ -10,6 +10,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from reflect_otel.attribution._describe import confidence_text, error_type_text, labels_text, named_by, verdict_text
+from reflect_otel.cli._options import SkippedLines
 from reflect_otel.datasets.files import DATASET_FORMAT_NAMERS
 from reflect_otel.errors import InputError, ReflectError
 from reflect_otel.reading._files import check_input_file
@@ -83,12 +84,8 @@ def _looks_like_a_trace(line: bytes) -> bool:
 def _show(args: argparse.Namespace) -> int:
     shown = matched = 0
     records = _read_records(args.records) if args.records else {}
-    bad: list[InputError] = []
-
-    def skipped(error: InputError) -> None:
-        bad.append(error)
-        print(f"reflect-otel show: skipped: {error}", file=sys.stderr)
-
+    skipped = SkippedLines("reflect-otel show: ")
+    bad = skipped.errors
     rows = good_trace_rows(
         args.traces, extra_fields=(EXPECTED_ANSWER_FIELD,), skipped=skipped, namers=DATASET_FORMAT_NAMERS
     )
