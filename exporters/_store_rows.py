@@ -12,7 +12,7 @@ from typing import Any, get_args
 
 from reflect_otel.errors import InputError
 from reflect_otel.record import AttributionRecord
-from reflect_otel.store import AttributionJob, JobStatus
+from reflect_otel.store import AttributionJob, JobStatus, moves_on
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
@@ -164,21 +164,12 @@ def verdict_rows(trace_id: str, verdict: Verdict) -> Write:
 
 
 JOB_STATUSES = frozenset(get_args(JobStatus))
-_JOB_RANK = {"pending": 0, "running": 1, "done": 2, "failed": 2}
 
 
 def later_jobs(writes: Sequence[Write], stored: Mapping[str, tuple[str, int]]) -> list[Write]:
-    """The job writes of ``writes`` that do not take their job back: ``stored`` maps a trace id to its stored
-    (status, attempts), and a write is kept when its (attempts, status) is not below the stored one's (pending
-    before running before done or failed). So a write that arrives late (a worker that lost the database while
-    its writes waited, a collector offering a run again) changes nothing another worker carried further."""
-    kept = []
-    for write in writes:
-        status, attempts = job_state(write)
-        before = stored.get(write.key[0])
-        if before is None or (attempts, _JOB_RANK[status]) >= (before[1] or 0, _JOB_RANK.get(before[0], 0)):
-            kept.append(write)
-    return kept
+    """The job writes of ``writes`` that do not take their job back (:func:`~reflect_otel.store.moves_on`):
+    ``stored`` maps a trace id to its stored (status, attempts)."""
+    return [write for write in writes if moves_on(*job_state(write), stored.get(write.key[0]))]
 
 
 def job_state(write: Write) -> tuple[str, int]:

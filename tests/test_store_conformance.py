@@ -1,6 +1,7 @@
-"""The store contract, run against every backend: DuckDB (embedded) and PostgreSQL (a real server, started for the
-session). The same writes give the same rows in every table and view; writes are idempotent; bad writes are
-rejected and counted; jobs and traces read back."""
+"""The store contract, run against every backend: the in-memory reference store first, then DuckDB (embedded) and
+PostgreSQL (a real server, started for the session). The same writes give the same rows in every table and view
+(the SQL backends); writes are idempotent; bad writes are rejected and counted; jobs, traces and records read
+back."""
 
 from __future__ import annotations
 
@@ -15,15 +16,22 @@ import pytest
 
 from reflect_otel.exporters.duckdb_store import VIEWS, DuckDBStore
 from reflect_otel.store import AttributionJob, ReadsRecords
+from reflect_otel.store.memory import InMemoryStore
 from reflect_otel.testing.store_conformance import StoreUnderTest, sample_writes, schema, view_rows, write_sample
 
-BACKENDS = ["duckdb", "postgresql"]
+BACKENDS = ["memory", "duckdb", "postgresql"]
+SQL_BACKENDS = ["duckdb", "postgresql"]
 TABLES = ("traces", "steps", "verdicts", "attributions", "replays", "llm_calls", "attribution_jobs")
 _databases = itertools.count()
 
 
 @pytest.fixture
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreUnderTest]:
+    if request.param == "memory":
+        memory = InMemoryStore()
+        yield StoreUnderTest(memory)
+        memory.shutdown()
+        return
     if request.param == "duckdb":
         store = DuckDBStore(tmp_path / "conformance.duckdb")
 
@@ -50,7 +58,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreUnd
     pg.shutdown()
 
 
-@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+@pytest.mark.parametrize("backend", SQL_BACKENDS, indirect=True)
 def test_every_table_and_view_holds_what_the_reference_backend_holds(backend: StoreUnderTest, tmp_path: Path) -> None:
     write_sample(backend.store)
     reference = DuckDBStore(tmp_path / "reference.duckdb")
@@ -62,6 +70,16 @@ def test_every_table_and_view_holds_what_the_reference_backend_holds(backend: St
     for view in VIEWS:
         assert view_rows(backend.query, view) == view_rows(lambda sql: reference._read(sql, []), view), view
     reference.shutdown()
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+def test_everything_written_twice_reads_back_as_written_once(backend: StoreUnderTest) -> None:
+    traces, _, records, jobs = sample_writes()
+    write_sample(backend.store)  # twice
+    assert [backend.store.read_trace(t.trace_id) for t in traces] == traces
+    assert [backend.store.read_job(j.trace_id) for j in jobs] == jobs
+    with_cause = {(r.trace_id, r.method) for r in records if r.root_cause.strip()}
+    assert sorted((r.trace_id, r.method) for _, r in backend.store.recent_records(100)) == sorted(with_cause)
 
 
 @pytest.mark.parametrize("backend", BACKENDS, indirect=True)
@@ -78,7 +96,7 @@ def test_jobs_and_traces_read_back_and_bad_writes_are_counted(backend: StoreUnde
     assert store.read_trace("e" * 32) is None
     store.write_job(AttributionJob("f" * 32, "lost"))  # type: ignore[arg-type]
     store.write_trace("not a trace")  # type: ignore[arg-type]
-    assert store(30_000)
+    assert store.force_flush(30_000)
     assert store.stats.rejected == 2
 
 
@@ -92,7 +110,7 @@ def test_a_jobs_state_never_goes_back_so_late_writes_change_nothing(backend: Sto
     for write in (AttributionJob(job, "pending"), AttributionJob(job, "running", 1), AttributionJob(job, "running", 2),
                   AttributionJob(job, "done", 2, reason="w2")):  # fmt: skip
         store.write_job(write)
-        assert store(30_000)
+        assert store.force_flush(30_000)
     late = (
         AttributionJob(job, "running", 1),
         AttributionJob(job, "done", 1, reason="w1"),
@@ -100,11 +118,11 @@ def test_a_jobs_state_never_goes_back_so_late_writes_change_nothing(backend: Sto
     )
     for write in late:
         store.write_job(write)
-        assert store(30_000)
+        assert store.force_flush(30_000)
     assert store.read_job(job) == AttributionJob(job, "done", 2, reason="w2")
     for write in (AttributionJob(job, "done", 2, reason="again"), *late):  # the same in one batch
         store.write_job(write)
-    assert store(30_000)
+    assert store.force_flush(30_000)
     assert store.read_job(job) == AttributionJob(job, "done", 2, reason="again")  # an equal state: the last wins
     store.write_job(AttributionJob(job, "running", 3))
     assert store.read_job(job) == AttributionJob(job, "running", 3)
@@ -132,7 +150,7 @@ def test_the_latest_records_read_back_with_their_questions(backend: StoreUnderTe
     assert "9" * 32 not in {r.trace_id for _, r in store.recent_records(100)}
 
 
-@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+@pytest.mark.parametrize("backend", SQL_BACKENDS, indirect=True)
 def test_a_write_that_fails_does_not_take_its_batch_down(backend: StoreUnderTest) -> None:
     """A trace whose rows the backend refuses (a NUL character: PostgreSQL's text cannot hold one; DuckDB's can)
     is rolled back alone; the other writes of its batch are kept."""
@@ -141,14 +159,14 @@ def test_a_write_that_fails_does_not_take_its_batch_down(backend: StoreUnderTest
     backend.store.write_trace(traces[0])
     backend.store.write_trace(bad)
     backend.store.write_verdict(*verdicts[0])
-    assert backend.store(30_000)
+    assert backend.store.force_flush(30_000)
     kept = {row[0] for row in backend.query("SELECT trace_id FROM traces")}
     assert traces[0].trace_id in kept
     assert backend.query("SELECT count(*) FROM verdicts")[0][0] == 1
     assert (bad.trace_id in kept) != (backend.store.stats.errors == 1)
 
 
-@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+@pytest.mark.parametrize("backend", SQL_BACKENDS, indirect=True)
 def test_every_table_and_view_has_the_reference_backends_columns(backend: StoreUnderTest, tmp_path: Path) -> None:
     """Each backend writes its own DDL and views (``duckdb_schema``, ``postgres_schema``): the same tables with the
     same columns in the same order and of the same kind, the same views with the same columns, the same version."""
@@ -300,11 +318,11 @@ def test_a_postgresql_store_waits_out_a_server_restart_and_loses_no_write(postgr
     with PostgresServer() as server:
         store = PostgresStore(server.url)
         store.write_trace(traces[0])
-        assert store(30_000)
+        assert store.force_flush(30_000)
         server.restart(mode="immediate")  # as a crash: no goodbye to the sessions
         store.write_trace(traces[1])
         store.write_verdict(*verdicts[0])
-        assert store(60_000)
+        assert store.force_flush(60_000)
         assert store.read_trace(traces[1].trace_id) == traces[1]
         assert (store.stats.traces, store.stats.verdicts, store.stats.errors, store.stats.dropped) == (2, 1, 0, 0)
         store.shutdown()

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from reflect_otel.attribution.service import AttributionService, ReplayFinder
 from reflect_otel.cli._online import (
     add_online_options,
     online_choices,
@@ -40,7 +41,7 @@ from reflect_otel.store import (
 )
 from reflect_otel.trace import EXPECTED_ANSWER_FIELD, StructuredTrace
 
-__all__ = ["add_collect_command", "add_import_command"]
+__all__ = ["TraceSink", "add_collect_command", "add_import_command"]
 
 EXAMPLE_FILES = ("table_agent_nt1.otlp.json", "langgraph_agent.otlp.json", "bbm/multistep_arithmetic.jsonl")
 
@@ -140,41 +141,54 @@ def _reingest(path: Path, store_path: str | None, *, attribute: bool = False) ->
     return 1 if bad else 0
 
 
-def _collect(args: argparse.Namespace) -> int:
-    if args.reingest is not None:
-        if args.no_store:
-            raise ConfigError("--reingest writes to the store; drop --no-store")
-        return _reingest(args.reingest, args.store, attribute=args.attribute)
+class TraceSink:
+    """Where each trace the receiver assembles goes, each write once: appended to the ``--out`` file, written to the
+    store, and (with ``--attribute``) offered for attribution: the worker writes the run's job and the service, told
+    the trace is stored, writes only its verdict and record; a shared queue defers a job once the trace is written."""
+
+    def __init__(
+        self,
+        writer: TraceWriter | None = None,
+        store: AttributionStore | None = None,
+        worker: AttributionWorker | None = None,
+        shared: SharedQueue | None = None,
+    ) -> None:
+        self.writer = writer
+        self.store = store
+        self.worker = worker
+        self.shared = shared
+
+    def __call__(self, trace: StructuredTrace) -> None:
+        if self.writer is not None:
+            self.writer.write(trace)
+        if self.store is not None:
+            self.store.write_trace(trace)
+        if self.worker is not None:
+            self.worker.offer(trace)
+        if self.shared is not None and self.store is not None:
+            self.shared.offer(trace, self.store, expected_answer_of(trace))
+
+
+def _check_collect(args: argparse.Namespace) -> None:
+    """Every setting checked before any file is opened or port bound."""
     if args.out is None:
         raise ConfigError("collect needs --out FILE, the JSONL file the traces are appended to")
     check_output_file(args.out, flag="--out", example="traces.jsonl")
     if not args.no_store:
         check_store_target(args.store)  # before the --out file is opened: a wrong store leaves no file behind
-    http = None if args.http == "off" else parse_endpoint(args.http, default_port=4318)
-    grpc_endpoint = None if args.grpc == "off" else parse_endpoint(args.grpc, default_port=4317)
     if args.max_body_bytes < 1:
         raise ConfigError("--max-body-bytes must be positive")
     if args.attribute and args.no_store:
         raise ConfigError("--attribute keeps its work list in the store; drop --no-store")
     if args.attribute:
         online_choices(args, command="collect --attribute")  # before any file: no model refuses, or says evidence
-    writer: TraceWriter | None = None
-    store: AttributionStore | None = None
-    worker: AttributionWorker | None = None
-    shared: SharedQueue | None = None
 
-    def sink(trace: StructuredTrace) -> None:  # runs only after start(), when all are set
-        if writer is not None:
-            writer.write(trace)
-        if store is not None:
-            store.write_trace(trace)
-        if worker is not None:
-            worker.offer(trace)
-        if shared is not None and store is not None:
-            shared.offer(trace, store, expected_answer_of(trace))
 
-    # bind first (a bad endpoint fails before any file is opened); nothing is served until start()
-    receiver = OTLPReceiver(
+def _receiver(args: argparse.Namespace, sink: TraceSink) -> OTLPReceiver:
+    """Bound (a bad endpoint fails before any file is opened); nothing is served until ``start()``."""
+    http = None if args.http == "off" else parse_endpoint(args.http, default_port=4318)
+    grpc_endpoint = None if args.grpc == "off" else parse_endpoint(args.grpc, default_port=4317)
+    return OTLPReceiver(
         sink,
         http=http,
         grpc_endpoint=grpc_endpoint,
@@ -182,55 +196,99 @@ def _collect(args: argparse.Namespace) -> int:
         buffer_limits=BufferLimits(grace_s=args.grace, ttl_s=args.ttl),
         allow_remote=args.allow_remote,
     )
+
+
+def _wire(args: argparse.Namespace, sink: TraceSink) -> tuple[AttributionService | None, ReplayFinder | None]:
+    """Open the --out file, the store and (with --attribute) the worker or shared queue into ``sink``; the service
+    when this process attributes, and the replay endpoints configured."""
     replays = replay_endpoints(args.replay_config)
-    writer = TraceWriter(args.out)
-    store = None if args.no_store else open_store(args.store)
-    service = None
-    if args.attribute and store is not None and store_kind(store_target(args.store)) == "postgresql":
-        shared = SharedQueue(store_target(args.store)).open(store)  # workers on any machine attribute
-    elif args.attribute and store is not None:
-        service = online_service(args, store, replays)
-        worker = AttributionWorker(service, store, max_bytes=args.max_queue_bytes).start()
-    receiver.start()
+    sink.writer = TraceWriter(args.out)
+    sink.store = None if args.no_store else open_store(args.store)
+    if not args.attribute or sink.store is None:
+        return None, replays
+    if store_kind(store_target(args.store)) == "postgresql":
+        sink.shared = SharedQueue(store_target(args.store)).open(sink.store)  # workers on any machine attribute
+        return None, replays
+    service = online_service(args, sink.store, replays)
+    sink.worker = AttributionWorker(service, sink.store, max_bytes=args.max_queue_bytes).start()
+    return service, replays
+
+
+def _listening(args: argparse.Namespace, receiver: OTLPReceiver) -> str:
+    where = []
+    if receiver.http_port is not None and args.http != "off":
+        where.append(
+            f"OTLP/HTTP on http://{parse_endpoint(args.http, default_port=4318)[0]}:{receiver.http_port}/v1/traces"
+        )
+    if receiver.grpc_port is not None and args.grpc != "off":
+        where.append(f"OTLP/gRPC on {parse_endpoint(args.grpc, default_port=4317)[0]}:{receiver.grpc_port}")
+    return f"reflect-otel collect: listening for {' and '.join(where)}; writing to {args.out}"
+
+
+def _serve(args: argparse.Namespace, receiver: OTLPReceiver, sink: TraceSink) -> None:
+    """Until Ctrl-C, SIGTERM or --duration, the status line when it changes."""
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    where = []
-    if receiver.http_port is not None and http is not None:
-        where.append(f"OTLP/HTTP on http://{http[0]}:{receiver.http_port}/v1/traces")
-    if receiver.grpc_port is not None and grpc_endpoint is not None:
-        where.append(f"OTLP/gRPC on {grpc_endpoint[0]}:{receiver.grpc_port}")
-    print(f"reflect-otel collect: listening for {' and '.join(where)}; writing to {args.out}", file=sys.stderr)
+    deadline = None if args.duration is None else time.monotonic() + args.duration
+    while not stop.wait(1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))):
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+        written = sink.writer.written if sink.writer is not None else 0
+        _status(receiver.stats(), written, _work_stats(sink.worker, sink.shared), end=_end(), quiet=True)
+        _say_endpoint_down()
+
+
+def _stop(
+    args: argparse.Namespace, receiver: OTLPReceiver, sink: TraceSink, service: AttributionService | None
+) -> None:
+    receiver.shutdown()
+    if sink.writer is not None:
+        sink.writer.close()
+    if sink.worker is not None:
+        sink.worker.shutdown(int(args.grace * 1000))  # what is not done stays pending in the store
+    if sink.shared is not None:
+        sink.shared.shutdown()
+    if service is not None:
+        service.shutdown()  # its exporters and the store
+    elif sink.store is not None:
+        sink.store.shutdown()
+
+
+def _collect(args: argparse.Namespace) -> int:
+    if args.reingest is not None:
+        if args.no_store:
+            raise ConfigError("--reingest writes to the store; drop --no-store")
+        return _reingest(args.reingest, args.store, attribute=args.attribute)
+    _check_collect(args)
+    sink = TraceSink()  # filled in before start(): the receiver calls it only once it serves
+    receiver = _receiver(args, sink)
+    service, replays = _wire(args, sink)
+    receiver.start()
+    print(_listening(args, receiver), file=sys.stderr)
     if args.attribute and args.verifier in ("consistency", "combined"):
         say_consistency(replays, flag="--verifier", budgeted=True)
-    deadline = None if args.duration is None else time.monotonic() + args.duration
     try:
-        while not stop.wait(1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))):
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            _status(receiver.stats(), writer.written, _work_stats(worker, shared), end=_end(), quiet=True)
-            _say_endpoint_down()
+        _serve(args, receiver, sink)
     finally:
-        receiver.shutdown()
-        writer.close()
-        if worker is not None:
-            worker.shutdown(int(args.grace * 1000))  # what is not done stays pending in the store
-        if shared is not None:
-            shared.shutdown()
-        if service is not None:
-            service.shutdown()  # its exporters and the store
-        elif store is not None:
-            store.shutdown()
-    _status(receiver.stats(), writer.written, _work_stats(worker, shared), end="\n", quiet=False)
-    if shared is not None:
-        print(f"{shared.stats.pending} run(s) queued for 'reflect-otel worker'", file=sys.stderr)
+        _stop(args, receiver, sink, service)
+    written = sink.writer.written if sink.writer is not None else 0
+    _status(receiver.stats(), written, _work_stats(sink.worker, sink.shared), end="\n", quiet=False)
+    return _farewell(args, sink)
+
+
+def _farewell(args: argparse.Namespace, sink: TraceSink) -> int:
+    """What was left to do, said; 1 when writes could not reach the store."""
+    if sink.shared is not None:
+        print(f"{sink.shared.stats.pending} run(s) queued for 'reflect-otel worker'", file=sys.stderr)
+    worker = sink.worker
     if worker is not None and worker.stats.pending + worker.stats.queued:
         print(
             f"{worker.stats.pending + worker.stats.queued} run(s) left pending in the store: 'collect --attribute' "
             "or 'attribute --pending' takes them",
             file=sys.stderr,
         )
-    unstored = getattr(getattr(store, "stats", None), "unstored", 0)
+    unstored = getattr(getattr(sink.store, "stats", None), "unstored", 0)
     if unstored:
         print(
             f"{unstored} write(s) could not reach the store before exit (it was out of reach); the traces are in "

@@ -20,25 +20,30 @@ from reflect_otel.store._export import (
 )
 from reflect_otel.store._protocol import (
     DEFAULT_STORE,
+    JOB_RANK,
     AttributionJob,
     AttributionStore,
     JobStatus,
     ReadsRecords,
     check_store_target,
+    moves_on,
     open_exporter,
     open_store,
     store_kind,
     store_path,
     store_target,
 )
+from reflect_otel.store.memory import InMemoryStore
 
 __all__ = [
     "DEFAULT_STORE",
+    "JOB_RANK",
     "AttributionJob",
     "AttributionStore",
     "CompositeRecordExporter",
     "ExportFailure",
     "ExportResult",
+    "InMemoryStore",
     "JobStatus",
     "ReadsRecords",
     "RecordExporter",
@@ -46,6 +51,7 @@ __all__ = [
     "StoreRecordExporter",
     "VerdictExporter",
     "check_store_target",
+    "moves_on",
     "open_exporter",
     "open_store",
     "store_kind",

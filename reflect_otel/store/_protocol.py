@@ -22,11 +22,13 @@ from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
 __all__ = [
+    "JOB_RANK",
     "AttributionJob",
     "AttributionStore",
     "JobStatus",
     "ReadsRecords",
     "check_store_target",
+    "moves_on",
     "open_exporter",
     "open_store",
     "store_kind",
@@ -52,6 +54,20 @@ class AttributionJob:
     expected_answer: str | None = None
     reason: str | None = None
     """Why it failed, or was done without an attribution."""
+
+
+JOB_RANK: dict[str, int] = {"pending": 0, "running": 1, "done": 2, "failed": 2}
+"""How far each status carries a job: pending before running before done or failed."""
+
+
+def moves_on(status: str, attempts: int, stored: tuple[str, int] | None) -> bool:
+    """Whether a job write of ``status`` and ``attempts`` may replace the stored (status, attempts): when its
+    (attempts, rank) is not below the stored one's, so a write that arrives late (a worker that lost the database
+    while its writes waited, a collector offering a run again) changes nothing another worker carried further; an
+    equal state is replaced (the last write wins)."""
+    if stored is None:
+        return True
+    return (attempts or 0, JOB_RANK[status]) >= (stored[1] or 0, JOB_RANK.get(stored[0], 0))
 
 
 class AttributionStore(Protocol):

@@ -1,6 +1,7 @@
 """The store conformance suite: what every :class:`~reflect_otel.store.AttributionStore` backend must do, written
-once and run against each (like LangGraph's checkpointer conformance). A backend is given as a ``StoreUnderTest``:
-a fresh store and a way to run a read query on what it wrote."""
+once and run against each (like LangGraph's checkpointer conformance): the in-memory reference store first, then
+DuckDB, then PostgreSQL. A backend is given as a ``StoreUnderTest``: a fresh store and, for a SQL backend, a way to
+run a read query on what it wrote."""
 
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ Query = Callable[[str], list[tuple[Any, ...]]]
 
 @dataclass
 class StoreUnderTest:
-    """``store``: a fresh store; ``query(sql)``: rows of a read on it (after ``store.force_flush()``)."""
+    """``store``: a fresh store; ``query(sql)``: rows of a read on it (after ``store.force_flush()``), None for a
+    store without SQL (the in-memory one)."""
 
     store: AttributionStore
-    query: Query
+    query: Query | None = None
 
 
 @functools.cache
