@@ -14,13 +14,14 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reflect_otel.attribution.manual import ManualEdit, arm_replays, check_edit, conclusion, manual_method
 from reflect_otel.cli._online import replay_endpoints
 from reflect_otel.cli._options import (
     add_agent_determinism_option,
+    add_export_option,
+    add_replay_config_option,
     agent_is_deterministic,
     pipeline_config,
     positive_int,
@@ -56,6 +57,13 @@ def add_replay_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
             "'manual' ('reflect-otel report TRACE --method manual' shows it)."
         ),
     )
+    _add_change_options(parser)
+    _add_run_options(parser)
+    parser.set_defaults(handler=replay_command)
+
+
+def _add_change_options(parser: argparse.ArgumentParser) -> None:
+    """The run, the step, and the change: a call, a thought, or the agent's own decision resampled."""
     parser.add_argument("trace_id", help="the run's trace id in the store (a unique prefix is enough)")
     parser.add_argument("--step", type=positive_int, required=True, help="the step to change (as report numbers it)")
     change = parser.add_mutually_exclusive_group(required=True)
@@ -71,16 +79,17 @@ def add_replay_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         metavar="K",
         help="the agent's own decision at the step, asked K times with no hint; each distinct one executed",
     )
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    """How the test is judged and paid for, how the agent is re-run, and where the record goes."""
     parser.add_argument(
         "--expected",
         help="the correct answer (default: the one stored with the run, then its root span's, then the bundled "
         "question's for a demo run)",
     )
-    parser.add_argument(
-        "--replay-config",
-        type=Path,
-        metavar="FILE",
-        help="TOML file mapping each agent's service.name to its HTTP replay endpoint (as for 'attribute')",
+    add_replay_config_option(
+        parser, help="TOML file mapping each agent's service.name to its HTTP replay endpoint (as for 'attribute')"
     )
     parser.add_argument(
         "--max-replays",
@@ -99,14 +108,7 @@ def add_replay_command(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     )
     add_agent_determinism_option(parser)
     parser.add_argument("--store", help="DuckDB file or PostgreSQL URL (default: REFLECT_STORE, then ./reflect.duckdb)")
-    parser.add_argument(
-        "--export",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="also send the record to otlp or phoenix, as 'attribute --export' does; repeatable",
-    )
-    parser.set_defaults(handler=replay_command)
+    add_export_option(parser, help="also send the record to otlp or phoenix, as 'attribute --export' does; repeatable")
 
 
 @dataclass(frozen=True, slots=True)
