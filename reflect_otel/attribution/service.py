@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from reflect_otel.attribution.controls import PLACEBO_METHOD, STORED_RECORDS, PlanPool
@@ -76,6 +76,32 @@ class Outcome:
     """Tokens spent on this trace, the triage verdict's included (counted by the budget, when there is one)."""
     export_failures: tuple[ExportFailure, ...] = ()
     """Each export that failed (also in the record's ``errors``)."""
+
+
+@dataclass(slots=True)
+class _TraceRun:
+    """What the processing of one trace carries from stage to stage."""
+
+    trace: StructuredTrace
+    expected: str | None
+    replay: ReplayAdapter | None
+    domain_context: str
+    llm: StructuredLLM
+    """The service's model, through the trace's token budget when there is one."""
+    budgeted: BudgetedLLM | None
+    agent_calls: CallLog = field(default_factory=CallLog)
+    """Calls a found adapter's agent made on our model (the agent's cost, counted in the record)."""
+    triage_calls: CallLog = field(default_factory=CallLog)
+    """Calls the verdict made before the method ran."""
+
+    @property
+    def tokens(self) -> int:
+        """Tokens this trace spent so far through its budget (0 without one)."""
+        return self.budgeted.used if self.budgeted is not None else 0
+
+    def with_calls(self, record: AttributionRecord) -> AttributionRecord:
+        """``record`` with the triage's calls before its own and the agent's after them."""
+        return record.with_calls(before=self.triage_calls.calls, after=self.agent_calls.calls)
 
 
 class AttributionService:
@@ -167,103 +193,100 @@ class AttributionService:
         meets; a store rejects bad content by counting it (see :class:`AttributionStore`). The calls an
         agent's :class:`~reflect_otel.llm.recording.AgentCallRecorder` model makes meanwhile (its replays and
         proposals) are counted in the record as the agent's, as a found adapter's agent's are."""
-        agent_calls = CallLog()  # a found adapter's agent runs on our model: its calls are this trace's cost too
         if self.store is not None and not trace_stored:
             self.store.write_trace(trace)  # once, whatever becomes of the run
-        with recording_agent_calls(agent_calls):
-            return self._process(trace, expected, replay, domain_context, agent_calls)
-
-    def _process(
-        self,
-        trace: StructuredTrace,
-        expected: str | None,
-        replay: ReplayAdapter | None,
-        domain_context: str,
-        agent_calls: CallLog,
-    ) -> Outcome:
-        if self.method.withholds_expected:
-            expected = None
         # one budget for everything this trace costs: the triage audit, the method's calls, the audits of replays
-        llm: StructuredLLM = self.llm
         budgeted = BudgetedLLM(self.llm, self.budget) if self.budget is not None else None
-        if budgeted is not None:
-            llm = budgeted
+        run = _TraceRun(
+            trace,
+            None if self.method.withholds_expected else expected,
+            replay,
+            domain_context,
+            budgeted if budgeted is not None else self.llm,
+            budgeted,
+        )
+        with recording_agent_calls(run.agent_calls):  # a found adapter's agent runs on our model: this trace's cost
+            return self._process(run)
 
-        def found() -> ReplayAdapter | None:
-            if self.replay_finder is None:
-                return None
-            adapter = self.replay_finder(trace, RecordingLLM(llm, agent_calls, stage=AGENT_REPLAY_STAGE))
-            if domain_context and isinstance(adapter, TakesTaskContext):
-                adapter = adapter.with_task_context(domain_context)
-            return adapter
-
-        verifier = judge = self.verifier_for(expected)
-        if (self.triage or self.skip_correct) and takes_runs(verifier):  # a consistency check resamples the agent
-            replay = replay if replay is not None else found()
-            source = resampler(replay) if replay is not None else None
-            if source is not None and self.budget is not None and self.budget.hour_is_spent:
-                source = _SpentHour(self.budget.per_hour)  # no agent runs past the hourly budget, and it says why
-            judge = bound_to_runs(verifier, source)
+    def _process(self, run: _TraceRun) -> Outcome:
+        verifier = self.verifier_for(run.expected)
         verdict: Verdict | None = None
-        triage_calls = CallLog()
-        flagged = True
-        if self.triage:
-            verdict = self._judge(judge, trace, expected, llm, triage_calls, agent_calls)
-            uncertain = verdict.is_correct is None
-            # an undecided answer (the oracle's: several values named, none asserted) is no failure to attribute
-            flagged = verdict.is_correct is False or (
-                uncertain and self.config.attribute_uncertain and not is_undecided(verdict)
-            )
-            if self.store is not None:
-                self.store.write_verdict(trace.trace_id, verdict)
-            if self.metrics is not None:
-                self.metrics.trace_seen(trace, flagged=flagged, uncertain=uncertain)
-            if not flagged:
-                return Outcome(verdict, False, None, tokens=budgeted.used if budgeted is not None else 0)
-        elif self.skip_correct:
-            verdict = self._judge(judge, trace, expected, llm, triage_calls, agent_calls)
-            flagged = verdict.is_correct is not True and not is_undecided(verdict)
-            if not flagged:
-                record = _correct_skip(trace, self.method.name, verdict).with_calls(
-                    before=triage_calls.calls, after=agent_calls.calls
-                )
-                outcome = Outcome(verdict, False, record, tokens=budgeted.used if budgeted is not None else 0)
-                return self._finish(trace, verdict, record, outcome)
+        if self.triage or self.skip_correct:
+            verdict = self._judge(self._bound_judge(verifier, run), run)
+            settled = self._triaged(run, verdict) if self.triage else self._skipped_if_right(run, verdict)
+            if settled is not None:
+                return settled
         if self.budget is not None and self.budget.hour_is_spent:
-            record = _budget_skip(trace, self.method.name, verdict, self.budget.per_hour)
-            record = record.with_calls(before=triage_calls.calls, after=agent_calls.calls)
-            outcome = Outcome(verdict, flagged, record, budget_skipped=True, tokens=record.total_tokens)
-            return self._finish(trace, verdict, record, outcome)
-        if replay is None:
-            replay = found()
+            record = run.with_calls(_budget_skip(run.trace, self.method.name, verdict, self.budget.per_hour))
+            outcome = Outcome(verdict, True, record, budget_skipped=True, tokens=record.total_tokens)
+            return self._finish(run.trace, verdict, record, outcome)
+        return self._attribute(run, verifier, verdict)
+
+    def _found(self, run: _TraceRun) -> ReplayAdapter | None:
+        """The adapter the replay finder gives for the run (its agent on this trace's model), told the domain."""
+        if self.replay_finder is None:
+            return None
+        adapter = self.replay_finder(run.trace, RecordingLLM(run.llm, run.agent_calls, stage=AGENT_REPLAY_STAGE))
+        if run.domain_context and isinstance(adapter, TakesTaskContext):
+            adapter = adapter.with_task_context(run.domain_context)
+        return adapter
+
+    def _bound_judge(self, verifier: Verifier, run: _TraceRun) -> Verifier:
+        """``verifier``, given the agent's resamples when it checks consistency (the run's adapter, else a found one;
+        none past the hourly budget, which it then names)."""
+        if not takes_runs(verifier):
+            return verifier
+        if run.replay is None:
+            run.replay = self._found(run)
+        source = resampler(run.replay) if run.replay is not None else None
+        if source is not None and self.budget is not None and self.budget.hour_is_spent:
+            source = _SpentHour(self.budget.per_hour)
+        return bound_to_runs(verifier, source)
+
+    def _triaged(self, run: _TraceRun, verdict: Verdict) -> Outcome | None:
+        """Online triage: the verdict stored and counted; the outcome when the run is not flagged, else None."""
+        uncertain = verdict.is_correct is None
+        # an undecided answer (the oracle's: several values named, none asserted) is no failure to attribute
+        flagged = verdict.is_correct is False or (
+            uncertain and self.config.attribute_uncertain and not is_undecided(verdict)
+        )
+        if self.store is not None:
+            self.store.write_verdict(run.trace.trace_id, verdict)
+        if self.metrics is not None:
+            self.metrics.trace_seen(run.trace, flagged=flagged, uncertain=uncertain)
+        return None if flagged else Outcome(verdict, False, None, tokens=run.tokens)
+
+    def _skipped_if_right(self, run: _TraceRun, verdict: Verdict) -> Outcome | None:
+        """A run judged right or undecided, recorded as skipped; None for any other."""
+        if verdict.is_correct is not True and not is_undecided(verdict):
+            return None
+        record = run.with_calls(_correct_skip(run.trace, self.method.name, verdict))
+        return self._finish(run.trace, verdict, record, Outcome(verdict, False, record, tokens=run.tokens))
+
+    def _attribute(self, run: _TraceRun, verifier: Verifier, verdict: Verdict | None) -> Outcome:
+        replay = run.replay if run.replay is not None else self._found(run)
         if replay is not None and self.max_replays is not None:
             replay = BudgetedReplay(replay, self.max_replays)  # per trace: the same for every method compared
-        attributor = self.method.build(llm, verifier, self.config, self.plans)
-        record = attributor.attribute(
-            trace, expected=expected, replay=replay, domain_context=domain_context, verdict=verdict
-        ).with_calls(before=triage_calls.calls, after=agent_calls.calls)
+        attributor = self.method.build(run.llm, verifier, self.config, self.plans)
+        record = run.with_calls(
+            attributor.attribute(
+                run.trace, expected=run.expected, replay=replay, domain_context=run.domain_context, verdict=verdict
+            )
+        )
         checked = record.original_verdict.consistency if verdict is None and record.original_verdict else None
-        if self.budget is not None and checked is not None and not agent_calls.calls:
+        if self.budget is not None and checked is not None and not run.agent_calls.calls:
             self.budget.spend(checked.agent_tokens)  # the method's own check resampled an agent on its own model
-        tokens = budgeted.used if budgeted is not None else record.total_tokens
+        tokens = run.budgeted.used if run.budgeted is not None else record.total_tokens
         first = verdict or record.original_verdict
-        return self._finish(trace, first, record, Outcome(first, flagged, record, tokens=tokens))
+        return self._finish(run.trace, first, record, Outcome(first, True, record, tokens=tokens))
 
-    def _judge(
-        self,
-        verifier: Verifier,
-        trace: StructuredTrace,
-        expected: str | None,
-        llm: StructuredLLM,
-        calls: CallLog,
-        agent_calls: CallLog,
-    ) -> Verdict:
-        """The verdict, its model calls in ``calls``. A consistency check's resamples count against the hourly
-        budget: through ``llm`` when the agent ran on our model (its calls are in ``agent_calls``), else by the
-        tokens its resampled traces report (the agent's own model)."""
-        before = len(agent_calls.calls)
-        verdict = bound_to(verifier, RecordingLLM(llm, calls)).verify(trace, expected=expected)
-        if self.budget is not None and verdict.consistency is not None and len(agent_calls.calls) == before:
+    def _judge(self, verifier: Verifier, run: _TraceRun) -> Verdict:
+        """The verdict, its model calls in the run's ``triage_calls``. A consistency check's resamples count against
+        the hourly budget: through the run's model when the agent ran on it (its calls are in ``agent_calls``), else
+        by the tokens its resampled traces report (the agent's own model)."""
+        before = len(run.agent_calls.calls)
+        verdict = bound_to(verifier, RecordingLLM(run.llm, run.triage_calls)).verify(run.trace, expected=run.expected)
+        if self.budget is not None and verdict.consistency is not None and len(run.agent_calls.calls) == before:
             self.budget.spend(verdict.consistency.agent_tokens)
         return verdict
 
