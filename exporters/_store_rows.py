@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any, get_args
 
 from reflect_otel.errors import InputError
-from reflect_otel.record import AttributionRecord
+from reflect_otel.record import AttributionRecord, LLMCall, ReplayAttempt
 from reflect_otel.store import AttributionJob, JobStatus, moves_on
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
@@ -214,10 +214,10 @@ def _effect_columns(record: AttributionRecord) -> dict[str, Any]:
     }
 
 
-def record_rows(record: AttributionRecord) -> Write:
-    key: dict[str, Any] = {"trace_id": record.trace_id, "method": record.method}
+def _attribution_row(record: AttributionRecord) -> dict[str, Any]:
+    """The record's one row of ``attributions`` (without its key)."""
     verified_by = record.verified_by
-    parent = key | {
+    return {
         "status": record.status.value,
         "mode": record.mode.value,
         "step_index": record.step_index,
@@ -242,49 +242,54 @@ def record_rows(record: AttributionRecord) -> Write:
         **_effect_columns(record),
         "agent_calls": record.agent_calls,
     }
-    replays = [
-        key
-        | {
-            "seq": seq,
-            "round": a.round,
-            "rollback_point": a.rollback_point,
-            "localized_step": a.localized_step,
-            "gate_retry": a.gate_retry,
-            "sample": a.sample,
-            "faithful": a.gate.is_faithful if a.gate else None,
-            "violation_type": a.gate.violation_type if a.gate else None,
-            "flipped": a.flipped,
-            "final_answer": a.final_answer,
-            "error": a.error,
-            "correction_source": a.correction.source if a.correction else None,
-            "correction_kind": a.correction.kind.value if a.correction else None,
-            "replaced_step": a.rollback_point + 1 if a.correction else None,
-            "original_call": a.correction.original.render() if a.correction and a.correction.original else None,
-            "replacement_call": a.correction.replacement.render()
-            if a.correction and a.correction.replacement
-            else None,
-            "arm": a.arm.value,
-            "changed_step": a.changed_step,
-            "reproduced": a.reproduced,
-            "change": a.change.value if a.change is not None else None,
-        }
-        for seq, a in enumerate(record.replays)
-    ]
-    calls = [
-        key
-        | {
-            "seq": seq,
-            "stage": c.stage,
-            "model": c.model,
-            "prompt_tokens": c.prompt_tokens,
-            "cached_prompt_tokens": c.cached_prompt_tokens,
-            "completion_tokens": c.completion_tokens,
-            "seconds": c.seconds,
-            "attempts": c.attempts,
-            "ok": c.ok,
-        }
-        for seq, c in enumerate(record.llm_calls)
-    ]
+
+
+def _replay_row(seq: int, a: ReplayAttempt) -> dict[str, Any]:
+    """One replay of the record, a row of ``replays`` (without its key)."""
+    return {
+        "seq": seq,
+        "round": a.round,
+        "rollback_point": a.rollback_point,
+        "localized_step": a.localized_step,
+        "gate_retry": a.gate_retry,
+        "sample": a.sample,
+        "faithful": a.gate.is_faithful if a.gate else None,
+        "violation_type": a.gate.violation_type if a.gate else None,
+        "flipped": a.flipped,
+        "final_answer": a.final_answer,
+        "error": a.error,
+        "correction_source": a.correction.source if a.correction else None,
+        "correction_kind": a.correction.kind.value if a.correction else None,
+        "replaced_step": a.rollback_point + 1 if a.correction else None,
+        "original_call": a.correction.original.render() if a.correction and a.correction.original else None,
+        "replacement_call": a.correction.replacement.render() if a.correction and a.correction.replacement else None,
+        "arm": a.arm.value,
+        "changed_step": a.changed_step,
+        "reproduced": a.reproduced,
+        "change": a.change.value if a.change is not None else None,
+    }
+
+
+def _call_row(seq: int, c: LLMCall) -> dict[str, Any]:
+    """One model call of the record, a row of ``llm_calls`` (without its key)."""
+    return {
+        "seq": seq,
+        "stage": c.stage,
+        "model": c.model,
+        "prompt_tokens": c.prompt_tokens,
+        "cached_prompt_tokens": c.cached_prompt_tokens,
+        "completion_tokens": c.completion_tokens,
+        "seconds": c.seconds,
+        "attempts": c.attempts,
+        "ok": c.ok,
+    }
+
+
+def record_rows(record: AttributionRecord) -> Write:
+    key: dict[str, Any] = {"trace_id": record.trace_id, "method": record.method}
+    parent = key | _attribution_row(record)
+    replays = [key | _replay_row(seq, a) for seq, a in enumerate(record.replays)]
+    calls = [key | _call_row(seq, c) for seq, c in enumerate(record.llm_calls)]
     return Write(
         "record",
         (record.trace_id, record.method),

@@ -77,25 +77,15 @@ def annotation_payloads(record: AttributionRecord) -> tuple[list[dict[str, Any]]
     hypothesis = "" if verified else "Hypothesis, not verified: "
     if not verified:
         label = f"{label} (hypothesis, not verified)"
-    identifier = f"reflect:{record.method}:{record.trace_id}"
     spans: list[dict[str, Any]] = []
     if record.span_id:
         explanation = f"{hypothesis}{record.explanation[:10_000]}" if record.explanation else None
-        spans.append(_annotation(record, ANNOTATION_NAME, label, None, explanation, metadata, identifier))
+        spans.append(_annotation(record, ANNOTATION_NAME, _result(label, None, explanation), metadata))
         if record.confidence is not None:  # measured by replays
-            spans.append(
-                _annotation(
-                    record,
-                    FLIP_RATE_ANNOTATION_NAME,
-                    "flipped" if flipped else "not flipped",
-                    record.confidence,
-                    record.confidence_text,
-                    metadata,
-                    identifier,
-                )
-            )
+            flip = _result("flipped" if flipped else "not flipped", record.confidence, record.confidence_text)
+            spans.append(_annotation(record, FLIP_RATE_ANNOTATION_NAME, flip, metadata))
     summary = f"{hypothesis}step {record.step_index} ({label}): {record.explanation[:2000]}"
-    trace = _annotation(record, TRACE_ANNOTATION_NAME, record.status.value, None, summary, metadata, identifier)
+    trace = _annotation(record, TRACE_ANNOTATION_NAME, _result(record.status.value, None, summary), metadata)
     del trace["span_id"]
     return spans, {"trace_id": record.trace_id, **trace}
 
@@ -127,22 +117,22 @@ def evaluation_annotation(span_id: str, attributes: Mapping[str, Any]) -> dict[s
     }
 
 
+def _result(label: str, score: float | None, explanation: str | None) -> dict[str, Any]:
+    return {"label": label, "score": score, "explanation": explanation}
+
+
 def _annotation(
-    record: AttributionRecord,
-    name: str,
-    label: str,
-    score: float | None,
-    explanation: str | None,
-    metadata: dict[str, Any],
-    identifier: str,
+    record: AttributionRecord, name: str, result: dict[str, Any], metadata: dict[str, Any]
 ) -> dict[str, Any]:
+    """An annotation named ``name`` of the record's decisive span, identified by the record (a later export of the
+    same record updates it)."""
     return {
         "span_id": record.span_id,
         "name": name,
         "annotator_kind": record.annotator_kind,
-        "result": {"label": label, "score": score, "explanation": explanation},
+        "result": result,
         "metadata": metadata,
-        "identifier": identifier,
+        "identifier": f"reflect:{record.method}:{record.trace_id}",
     }
 
 

@@ -258,110 +258,127 @@ def render_report(
 ) -> str:
     """The report as one HTML string. ``verdict`` is the run's verdict when the record carries none (the store's);
     ``expected`` the expected answer, when known."""
-    decisive = record.step_index if record else None
     verdict = (record.original_verdict if record is not None else None) or verdict
-    labelled = {label.step_index for label in trace.labels if label.step_index is not None}
-    status = record.status.value if record else "not attributed"
-    badge = f'<span class="badge {_e(status) if record else "skipped"}">{_e(status)}</span>'
-    body = [
-        f"<h1>Trace {_e(trace.trace_id)}{badge}</h1>",
-        f'<p class="meta">{_e(trace.source.framework)} &middot; {len(trace.steps)} steps &middot; '
-        f"collected by {_e(trace.source.collector)}</p>",
-        f'<div class="card"><b>Question</b><pre>{_e(trace.question[:4000])}</pre>'
-        f"<b>Final answer</b><pre>{_e(trace.final_answer)}</pre>"
-        + (f"<b>Expected answer</b><pre>{_e(expected)}</pre>" if expected is not None else "")
-        + _judged(trace, record, verdict, expected)
-        + "</div>",
-    ]
+    body = [_header(trace, record, verdict, expected)]
     if record is not None:
-        kind = error_type_text(record)
-        verified = record.status is AttributionStatus.VERIFIED
-        body.append(_diagnosis(record, kind))
-        step = (
-            f"<b>Decisive step:</b> {_e(record.step_index)} &middot; <b>Error type:</b> {_e(kind)}"
-            if record.step_index is not None
-            else "<b>Decisive step:</b> none named"
-        )
-        body.append(
-            '<h2>Attribution</h2><div class="card">'
-            f"<p>{step} &middot; <b>Method:</b> {_e(record.method)} ({_e(record.mode.value)})</p>"
-            f"<p><b>Confidence:</b> {_e(confidence_text(record))}</p>"
-        )
-        if record.explanation:
-            heading = "Explanation" if verified else f"The hypothesis of {named_by(record)} (not verified)"
-            body.append(f"<p><b>{_e(heading)}</b></p><pre>{_e(record.explanation)}</pre>")
-        if record.root_cause:
-            body.append(f"<p><b>Root cause</b></p><pre>{_e(record.root_cause)}</pre>")
-        if record.reason:
-            body.append(f"<p><b>Note:</b> {_e(record.reason)}</p>")
-        if record.fidelity is not None:
-            body.append(f"<p><b>Replay fidelity:</b> {_e(record.fidelity.text())} (control replays)</p>")
-        body.append("</div>")
-        intervention = record.intervention
-        if intervention is not None and intervention.injection:
-            body.append(
-                f"<h2>Injected correction (after step {intervention.rollback_point})</h2>"
-                f'<div class="card"><pre>{_e(intervention.injection)}</pre></div>'
-            )
-        body.append(_corrections(record))
+        body.append(_attribution(record))
     body.append("<h2>Steps</h2>")
-    flipped = _deciding(record) if record else None
-    if record is not None and record.status is AttributionStatus.VERIFIED and flipped is not None:
-        point = flipped.rollback_point
-        kept_steps = f"Steps 1..{point} were kept; after them" if point else "No step was kept"
-        body.append(
-            f'<p class="meta">{kept_steps}: the original run and the corrected replay (answer: '
-            f"{_e(record.corrected_answer)}).</p>"
-        )
-        if point:
-            body.append(_steps(trace.steps[:point], decisive, labelled))
-        control = next(
-            (a for a in record.replays if a.arm is ReplayArm.CONTROL and a.rollback_point == point and not a.error),
-            None,
-        )
-        control_column = (
-            f"<div><h2>Control (no intervention)</h2>{_steps(control.continuation, None)}"
-            f"<p><b>Answer:</b> {_e(control.final_answer)}</p></div>"
-            if control is not None
-            else ""
-        )
-        sensitivity = next(
-            (a for a in record.replays if a.arm is ReplayArm.SENSITIVITY and a.rollback_point == point and not a.error),
-            None,
-        )
-        if sensitivity is not None:
-            control_column += (
-                f"<div><h2>Sensitivity (changed in text only)</h2>{_steps(sensitivity.continuation, None)}"
-                f"<p><b>Answer:</b> {_e(sensitivity.final_answer)}</p></div>"
-            )
-        body.append(
-            f'<div class="cols"><div><h2>Original continuation</h2>{_steps(trace.steps[point:], decisive, labelled)}'
-            f"<p><b>Answer:</b> {_e(record.original_answer)}</p></div>{control_column}"
-            f"<div><h2>Corrected continuation</h2>{_steps(flipped.continuation, None)}"
-            f"<p><b>Answer:</b> {_e(flipped.final_answer)}</p></div></div>"
-        )
-    else:
-        body.append(_steps(trace.steps, decisive, labelled))
-        if record is not None:
-            body.append(_replays_tried(record))
+    body.append(_run_steps(trace, record))
     body.append(_try_another(trace, record))
     if record is not None and record.cost:
-        rows = "".join(
-            f"<tr><td>{_e(c.stage)}</td><td>{c.calls}</td><td>{c.requests}</td><td>{c.prompt_tokens}</td>"
-            f"<td>{_e(c.cached_prompt_tokens if c.cached_prompt_tokens is not None else '-')}</td>"
-            f"<td>{c.completion_tokens}</td><td>{c.seconds:.2f}</td></tr>"
-            for c in record.cost
-        )
-        body.append(
-            "<h2>Cost</h2><table><tr><th>stage</th><th>calls</th><th>model requests</th><th>prompt tokens</th>"
-            "<th>from cache</th>"
-            f"<th>completion tokens</th><th>seconds</th></tr>{rows}</table>"
-        )
+        body.append(_cost(record))
     title = f"reflect-otel: {trace.trace_id}"
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'\">"
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>{''.join(body)}</body></html>"
+    )
+
+
+def _header(
+    trace: StructuredTrace, record: AttributionRecord | None, verdict: Verdict | None, expected: str | None
+) -> str:
+    """The title with the record's status, and the card of the question, the answers and the verdict."""
+    status = record.status.value if record else "not attributed"
+    badge = f'<span class="badge {_e(status) if record else "skipped"}">{_e(status)}</span>'
+    return (
+        f"<h1>Trace {_e(trace.trace_id)}{badge}</h1>"
+        f'<p class="meta">{_e(trace.source.framework)} &middot; {len(trace.steps)} steps &middot; '
+        f"collected by {_e(trace.source.collector)}</p>"
+        f'<div class="card"><b>Question</b><pre>{_e(trace.question[:4000])}</pre>'
+        f"<b>Final answer</b><pre>{_e(trace.final_answer)}</pre>"
+        + (f"<b>Expected answer</b><pre>{_e(expected)}</pre>" if expected is not None else "")
+        + _judged(trace, record, verdict, expected)
+        + "</div>"
+    )
+
+
+def _attribution(record: AttributionRecord) -> str:
+    """The diagnosis, the attribution's card (step, method, confidence, explanation, root cause, note, fidelity),
+    the injected correction and the corrections tried."""
+    kind = error_type_text(record)
+    verified = record.status is AttributionStatus.VERIFIED
+    body = [_diagnosis(record, kind)]
+    step = (
+        f"<b>Decisive step:</b> {_e(record.step_index)} &middot; <b>Error type:</b> {_e(kind)}"
+        if record.step_index is not None
+        else "<b>Decisive step:</b> none named"
+    )
+    body.append(
+        '<h2>Attribution</h2><div class="card">'
+        f"<p>{step} &middot; <b>Method:</b> {_e(record.method)} ({_e(record.mode.value)})</p>"
+        f"<p><b>Confidence:</b> {_e(confidence_text(record))}</p>"
+    )
+    if record.explanation:
+        heading = "Explanation" if verified else f"The hypothesis of {named_by(record)} (not verified)"
+        body.append(f"<p><b>{_e(heading)}</b></p><pre>{_e(record.explanation)}</pre>")
+    if record.root_cause:
+        body.append(f"<p><b>Root cause</b></p><pre>{_e(record.root_cause)}</pre>")
+    if record.reason:
+        body.append(f"<p><b>Note:</b> {_e(record.reason)}</p>")
+    if record.fidelity is not None:
+        body.append(f"<p><b>Replay fidelity:</b> {_e(record.fidelity.text())} (control replays)</p>")
+    body.append("</div>")
+    intervention = record.intervention
+    if intervention is not None and intervention.injection:
+        body.append(
+            f"<h2>Injected correction (after step {intervention.rollback_point})</h2>"
+            f'<div class="card"><pre>{_e(intervention.injection)}</pre></div>'
+        )
+    body.append(_corrections(record))
+    return "".join(body)
+
+
+def _run_steps(trace: StructuredTrace, record: AttributionRecord | None) -> str:
+    """The run's steps: for a verified record, the kept prefix then the original, control, sensitivity and
+    corrected continuations side by side; else the steps and the replays tried."""
+    decisive = record.step_index if record else None
+    labelled = {label.step_index for label in trace.labels if label.step_index is not None}
+    flipped = _deciding(record) if record else None
+    if record is None or record.status is not AttributionStatus.VERIFIED or flipped is None:
+        return _steps(trace.steps, decisive, labelled) + (_replays_tried(record) if record is not None else "")
+    point = flipped.rollback_point
+    kept_steps = f"Steps 1..{point} were kept; after them" if point else "No step was kept"
+    body = [
+        f'<p class="meta">{kept_steps}: the original run and the corrected replay (answer: '
+        f"{_e(record.corrected_answer)}).</p>"
+    ]
+    if point:
+        body.append(_steps(trace.steps[:point], decisive, labelled))
+    arms = _arm_column(record, ReplayArm.CONTROL, point, "Control (no intervention)") + _arm_column(
+        record, ReplayArm.SENSITIVITY, point, "Sensitivity (changed in text only)"
+    )
+    body.append(
+        f'<div class="cols"><div><h2>Original continuation</h2>{_steps(trace.steps[point:], decisive, labelled)}'
+        f"<p><b>Answer:</b> {_e(record.original_answer)}</p></div>{arms}"
+        f"<div><h2>Corrected continuation</h2>{_steps(flipped.continuation, None)}"
+        f"<p><b>Answer:</b> {_e(flipped.final_answer)}</p></div></div>"
+    )
+    return "".join(body)
+
+
+def _arm_column(record: AttributionRecord, arm: ReplayArm, point: int, heading: str) -> str:
+    """The first replay of ``arm`` from ``point`` that ran, as a column; "" when there is none."""
+    replay = next((a for a in record.replays if a.arm is arm and a.rollback_point == point and not a.error), None)
+    if replay is None:
+        return ""
+    return (
+        f"<div><h2>{heading}</h2>{_steps(replay.continuation, None)}"
+        f"<p><b>Answer:</b> {_e(replay.final_answer)}</p></div>"
+    )
+
+
+def _cost(record: AttributionRecord) -> str:
+    rows = "".join(
+        f"<tr><td>{_e(c.stage)}</td><td>{c.calls}</td><td>{c.requests}</td><td>{c.prompt_tokens}</td>"
+        f"<td>{_e(c.cached_prompt_tokens if c.cached_prompt_tokens is not None else '-')}</td>"
+        f"<td>{c.completion_tokens}</td><td>{c.seconds:.2f}</td></tr>"
+        for c in record.cost
+    )
+    return (
+        "<h2>Cost</h2><table><tr><th>stage</th><th>calls</th><th>model requests</th><th>prompt tokens</th>"
+        "<th>from cache</th>"
+        f"<th>completion tokens</th><th>seconds</th></tr>{rows}</table>"
     )
 
 
