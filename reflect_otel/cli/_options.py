@@ -27,6 +27,7 @@ __all__ = [
     "add_pipeline_options",
     "add_replay_config_option",
     "agent_is_deterministic",
+    "paragraph",
     "pipeline_config",
     "positive_int",
     "temperature",
@@ -147,3 +148,9 @@ class SkippedLines:
     def __call__(self, error: InputError) -> None:
         self.errors.append(error)
         print(f"{self.said_as}skipped: {error}", file=sys.stderr)
+
+
+def paragraph(text: str) -> str:
+    """``text``, written over several source lines, as one line: its words joined by single spaces (argparse wraps
+    it to the terminal)."""
+    return " ".join(text.split())

@@ -20,6 +20,7 @@ from reflect_otel.cli._options import (
     add_export_option,
     add_pipeline_options,
     add_replay_config_option,
+    paragraph,
     pipeline_config,
     positive_int,
 )
@@ -49,16 +50,22 @@ VERIFIERS = ("oracle", "bbm", "self")
 _MAX_EXPECTED_BYTES = 256 * 1024 * 1024
 
 
+_DESCRIPTION = paragraph(
+    """
+Attribute each trace of a JSONL file (from 'collect' or 'import') and write one AttributionRecord per line to -o.
+The LLM is REFLECT_LLM_BASE_URL/REFLECT_LLM_MODEL/REFLECT_LLM_API_KEY (or OPENAI_*), else the local llama.cpp server
+with REFLECT_LOCAL_MODEL (by default Qwen2.5-Coder-1.5B-Instruct). Traces an installed replay adapter can re-run get
+replay-verified attributions; the others are localization-only, and each record says so.
+"""
+)
+"""What ``reflect-otel attribute --help`` says the command does."""
+
+
 def add_attribute_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "attribute",
         help="find the decisive error step of failed traces (REFLECT or a baseline)",
-        description=(
-            "Attribute each trace of a JSONL file (from 'collect' or 'import') and write one AttributionRecord per "
-            "line to -o. The LLM is REFLECT_LLM_BASE_URL/REFLECT_LLM_MODEL/REFLECT_LLM_API_KEY (or OPENAI_*), else "
-            "the local llama.cpp server with REFLECT_LOCAL_MODEL (by default Qwen2.5-Coder-1.5B-Instruct). Traces an installed replay adapter can re-run get replay-verified "
-            "attributions; the others are localization-only, and each record says so."
-        ),
+        description=_DESCRIPTION,
     )
     _add_input_options(parser)
     _add_judging_options(parser)

@@ -19,6 +19,7 @@ from reflect_otel.cli._options import (
     add_agent_determinism_option,
     add_pipeline_options,
     agent_is_deterministic,
+    paragraph,
     pipeline_config,
 )
 from reflect_otel.cli._progress import Progress, search_logs_to
@@ -40,19 +41,21 @@ if TYPE_CHECKING:
 __all__ = ["add_demo_command"]
 
 
+_DESCRIPTION = paragraph(
+    """
+Run a demo agent on bundled WikiTableQuestions questions with the configured LLM (REFLECT_LLM_* / OPENAI_*; else the
+local llama.cpp server with REFLECT_LOCAL_MODEL, by default Qwen2.5-Coder-1.5B-Instruct): the LangGraph table-QA
+agent, or with --agent sql a plain OpenAI tool loop that writes DuckDB SQL. Every run goes through
+reflect_otel.observe; wrong answers are attributed by REFLECT with replay (LangGraph checkpoints, or the recorded
+OpenAI requests), and everything is written to the store. Progress is printed as it happens; the summary names the
+report to open.
+"""
+)
+"""What ``reflect-otel demo --help`` says the command does."""
+
+
 def add_demo_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "demo",
-        help="run a demo agent and attribute its failures",
-        description=(
-            "Run a demo agent on bundled WikiTableQuestions questions with the configured LLM (REFLECT_LLM_* / "
-            "OPENAI_*; else the local llama.cpp server with REFLECT_LOCAL_MODEL, by default "
-            "Qwen2.5-Coder-1.5B-Instruct): the LangGraph table-QA agent, or with --agent sql a plain OpenAI tool loop "
-            "that writes DuckDB SQL. Every run goes through reflect_otel.observe; wrong answers are attributed by "
-            "REFLECT with replay (LangGraph checkpoints, or the recorded OpenAI requests), and everything is written "
-            "to the store. Progress is printed as it happens; the summary names the report to open."
-        ),
-    )
+    parser = subparsers.add_parser("demo", help="run a demo agent and attribute its failures", description=_DESCRIPTION)
     parser.add_argument(
         "--agent",
         choices=("table", "sql"),

@@ -23,6 +23,7 @@ from reflect_otel.cli._options import (
     add_export_option,
     add_replay_config_option,
     agent_is_deterministic,
+    paragraph,
     pipeline_config,
     positive_int,
 )
@@ -43,19 +44,22 @@ DEMO_AGENTS = ("table_qa", "sql_agent")
 """The root span names the demo's agents run under (``reflect-otel demo``, ``demo --agent sql``)."""
 
 
+_DESCRIPTION = paragraph(
+    """
+Replay a run from the store from step N with your change of that step, through the replay adapter the run has (an
+HTTP replay endpoint named in --replay-config, the demo's agents rebuilt on their bundled question, the
+chain-of-thought adapter), under the rule attribution uses: from the same prefix, the intervention (your change,
+which must change what the step produced), the control (the step left alone) and, before a flip is credited, the
+sensitivity arm (the step changed in text only). Prints the steps each arm took, their answers and what the rule
+concludes, and stores the record as method 'manual' ('reflect-otel report TRACE --method manual' shows it).
+"""
+)
+"""What ``reflect-otel replay --help`` says the command does."""
+
+
 def add_replay_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "replay",
-        help="replay a stored run from one step with your change, under control",
-        description=(
-            "Replay a run from the store from step N with your change of that step, through the replay adapter the "
-            "run has (an HTTP replay endpoint named in --replay-config, the demo's agents rebuilt on their bundled "
-            "question, the chain-of-thought adapter), under the rule attribution uses: from the same prefix, the "
-            "intervention (your change, which must change what the step produced), the control (the step left "
-            "alone) and, before a flip is credited, the sensitivity arm (the step changed in text only). Prints "
-            "the steps each arm took, their answers and what the rule concludes, and stores the record as method "
-            "'manual' ('reflect-otel report TRACE --method manual' shows it)."
-        ),
+        "replay", help="replay a stored run from one step with your change, under control", description=_DESCRIPTION
     )
     _add_change_options(parser)
     _add_run_options(parser)

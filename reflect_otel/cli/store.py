@@ -14,6 +14,7 @@ from typing import Any
 
 import duckdb
 
+from reflect_otel.cli._options import paragraph
 from reflect_otel.errors import InputError
 from reflect_otel.exporters.duckdb_store import connect_read_only
 from reflect_otel.reading._files import check_output_file, write_text_atomically
@@ -32,17 +33,18 @@ def _store_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", help="DuckDB file (default: REFLECT_STORE, then ./reflect.duckdb)")
 
 
+_SQL_DESCRIPTION = paragraph(
+    """
+Query the store with DuckDB SQL. Tables: traces, steps, verdicts, attributions, replays, llm_calls. Views:
+failure_stats, error_types, decisive_step_position, verified_share, verified_claims, replay_fidelity,
+replay_sensitivity, flip_rate_by_offset, cost_per_trace, cost_per_stage, failure_patterns.
+"""
+)
+"""What ``reflect-otel sql --help`` says the command does."""
+
+
 def add_sql_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "sql",
-        help="run a read-only SQL query on the store",
-        description=(
-            "Query the store with DuckDB SQL. Tables: traces, steps, verdicts, attributions, replays, llm_calls. "
-            "Views: failure_stats, error_types, decisive_step_position, verified_share, verified_claims, "
-            "replay_fidelity, replay_sensitivity, flip_rate_by_offset, cost_per_trace, cost_per_stage, "
-            "failure_patterns."
-        ),
-    )
+    parser = subparsers.add_parser("sql", help="run a read-only SQL query on the store", description=_SQL_DESCRIPTION)
     parser.add_argument("query", help='e.g. "SELECT * FROM error_types"')
     parser.add_argument("--json", action="store_true", help="print a JSON list of row objects")
     parser.add_argument("--max-rows", type=int, default=1000, help="print at most this many rows (default 1000)")
