@@ -277,13 +277,8 @@ def handler(
     """The ``reflect-tools`` chat handler (llama-cpp-python's handler signature; see the module)."""
     template_messages = _template_messages(messages)
     if not tools or tool_choice == "none" or isinstance(tool_choice, dict):
-        own = llama._chat_handlers.get("chat_template.default")
-        if own is None:
-            from llama_cpp import llama_chat_format
-
-            own = llama_chat_format.get_chat_completion_handler("chatml")
         offered = tools if isinstance(tool_choice, dict) else None
-        return own(
+        return _template_handler(llama)(
             llama=llama,
             messages=template_messages,
             tools=offered,
@@ -330,6 +325,17 @@ def handler(
             raise ValueError("the model's constrained tool call did not parse")
         return _reply(constrained, content, call, usage, stream)
     return _reply(first, content, call, usage, stream)
+
+
+def _template_handler(llama: Any) -> Any:
+    """The model's own chat-template handler (ChatML where it has none): for a request this handler does not
+    constrain (no tools, ``tool_choice`` "none", or one tool named)."""
+    own = llama._chat_handlers.get("chat_template.default")
+    if own is None:
+        from llama_cpp import llama_chat_format
+
+        own = llama_chat_format.get_chat_completion_handler("chatml")
+    return own
 
 
 def _reply(
