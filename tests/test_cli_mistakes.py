@@ -488,6 +488,14 @@ def test_attribute_on_a_cut_traces_file_keeps_the_output_and_the_finished_record
     assert out.read_bytes() == before and len(_records(out)) == 4
     assert "1 line(s) of" in err and f"{out} was left as it was" in err
     assert [r.method for r in _records(tmp_path / "out.partial.jsonl")] == ["last-step"] * 3
+    # the torn line is said when it is met, and the last line names the failure and what was kept
+    lines = err.splitlines()
+    said = next(i for i, line in enumerate(lines) if line.startswith(f"skipped: {traces}:4: not valid JSON"))
+    last = lines[-1]
+    assert said < len(lines) - 1 and last.startswith(
+        f"reflect-otel attribute: error: 1 line(s) of {traces} were not traces and were skipped (see above); "
+    )
+    assert "3 of 3 trace(s)" in err and f"records in {out}" not in err
 
 
 def test_without_a_model_attribute_and_collect_say_both_ways_to_get_one(
