@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from reflect_otel.evaluation.metrics import mean_se
+from benchmarks.evaluation.metrics import mean_se
 
 FILE = "contention.tsv"
 _OPEN = datetime.max.replace(tzinfo=UTC)

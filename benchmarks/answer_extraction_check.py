@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import add_smoke_option
-from reflect_otel.evaluation.live import RESULTS
-from reflect_otel.evaluation.runner import read_done
+from benchmarks.evaluation.live import RESULTS
+from benchmarks.evaluation.runner import read_done
 from reflect_otel.flagging.judge import Judgement, judge_answer
 
 _OLD = {True: "right", False: "wrong", None: "undecided"}

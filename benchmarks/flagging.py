@@ -62,7 +62,7 @@ from benchmarks._flag_report import (
 )
 from reflect_otel.datasets.bbm import BBMVerifier, read_bbm
 from reflect_otel.errors import ConfigError
-from reflect_otel.evaluation.run_config import write_run_config
+from benchmarks.evaluation.run_config import write_run_config
 from reflect_otel.flagging.calibration import BASES, CalibrationSample, ConfidenceCalibration
 from reflect_otel.flagging.combined import CombinedVerifier
 from reflect_otel.flagging.consistency import (

@@ -34,8 +34,8 @@ from reflect_otel.config import ReflectConfig
 from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.demo.examples import example_path
 from reflect_otel.errors import LLMError
-from reflect_otel.evaluation.loaders import BENCHMARKS, EvalItem, load_benchmark
-from reflect_otel.evaluation.metrics import Prediction, compute_metrics, mean_se
+from benchmarks.evaluation.loaders import BENCHMARKS, EvalItem, load_benchmark
+from benchmarks.evaluation.metrics import Prediction, compute_metrics, mean_se
 from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.factory import NoModel, make_llm

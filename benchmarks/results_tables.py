@@ -21,10 +21,10 @@ from typing import Any
 from benchmarks import _contention as contention
 from benchmarks._common import RESULTS, add_smoke_option
 from reflect_otel.attribution.corrections import RULES
-from reflect_otel.evaluation.live import live_metrics, live_metrics_markdown
-from reflect_otel.evaluation.metrics import metrics_markdown
-from reflect_otel.evaluation.run_config import code_line
-from reflect_otel.evaluation.runner import em_by_status_line, metrics_from_rows, read_done
+from benchmarks.evaluation.live import live_metrics, live_metrics_markdown
+from benchmarks.evaluation.metrics import metrics_markdown
+from benchmarks.evaluation.run_config import code_line
+from benchmarks.evaluation.runner import em_by_status_line, metrics_from_rows, read_done
 
 
 def wtq_table(folder: Path) -> str:

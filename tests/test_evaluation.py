@@ -16,9 +16,9 @@ import pytest
 from reflect_otel.cli import main
 from reflect_otel.config import ReflectConfig
 from reflect_otel.errors import InputError
-from reflect_otel.evaluation.loaders import load_benchmark
-from reflect_otel.evaluation.metrics import Prediction, compute_metrics, mean_se
-from reflect_otel.evaluation.runner import EvalOptions, run_eval
+from benchmarks.evaluation.loaders import load_benchmark
+from benchmarks.evaluation.metrics import Prediction, compute_metrics, mean_se
+from benchmarks.evaluation.runner import EvalOptions, run_eval
 from reflect_otel.testing import ScriptedLLM, ScriptedRequest
 
 
@@ -250,8 +250,8 @@ def test_bbm_rows_count_the_replayed_agents_calls_apart_from_the_auditors(shared
 
 def test_explanations_are_judged_only_where_the_step_matches(shared_data: Path, tmp_path: Path) -> None:
     from reflect_otel.config import ReflectConfig
-    from reflect_otel.evaluation.loaders import load_benchmark
-    from reflect_otel.evaluation.runner import EvalOptions, run_eval
+    from benchmarks.evaluation.loaders import load_benchmark
+    from benchmarks.evaluation.runner import EvalOptions, run_eval
     from reflect_otel.testing import ScriptedLLM
 
     items = load_benchmark("who-and-when", shared_data, limit=4)
@@ -333,7 +333,7 @@ def test_eval_over_failed_calls_is_no_measurement_and_exits_non_zero(
     from reflect_otel.testing import ScriptedLLM
 
     down = ScriptedLLM(respond=lambda request: LLMError("endpoint down"))
-    monkeypatch.setattr("reflect_otel.cli.evaluate.llm_for", lambda spec, config: down)
+    monkeypatch.setattr("benchmarks.evaluation.command.llm_for", lambda spec, config: down)
     out = tmp_path / "run"
     code = main(
         ["eval", "--benchmark", "bbm", "--method", "aao", "--data", str(shared_data), "--out", str(out), "--limit", "3"]
@@ -349,7 +349,7 @@ def test_eval_over_failed_calls_is_no_measurement_and_exits_non_zero(
 
 def test_eval_scores_only_the_traces_that_did_not_fail(shared_data: Path, tmp_path: Path) -> None:
     from reflect_otel.errors import LLMError
-    from reflect_otel.evaluation.runner import EvalOptions, run_eval
+    from benchmarks.evaluation.runner import EvalOptions, run_eval
     from reflect_otel.testing import ScriptedLLM
 
     calls = iter(range(100))
@@ -415,7 +415,7 @@ def test_wtq_live_refuses_a_method_it_cannot_compare_before_any_model_starts(
     def no_model(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("no model may start for a refused command")
 
-    monkeypatch.setattr("reflect_otel.cli.evaluate.make_llm", no_model)
+    monkeypatch.setattr("benchmarks.evaluation.command.make_llm", no_model)
     args = [
         "eval",
         "--benchmark",

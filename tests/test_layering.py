@@ -110,7 +110,25 @@ def test_benchmarks_and_the_package_never_import_tests() -> None:
             assert name.split(".")[0] != "tests", f"{path} imports {name}"
 
 
-DATASET_SIDE = ("reflect_otel.datasets", "reflect_otel.demo", "reflect_otel.evaluation")
+HARNESS_LOOKUP = ROOT / "reflect_otel" / "cli" / "evaluate.py"
+"""The one place the package names the checkout's evaluation harness: ``reflect-otel eval`` finds the checkout and
+imports ``benchmarks.evaluation`` from it by name at run time (the harness is not installed with the package)."""
+
+
+def test_the_package_never_imports_benchmarks_but_for_the_eval_commands_lookup() -> None:
+    import tomllib
+
+    for path in _sources():
+        for name in _imports(path):
+            assert name.split(".")[0] != "benchmarks", f"{path} imports {name}"
+    naming = [path for path in _sources() if "benchmarks.evaluation" in path.read_text(encoding="utf-8")]
+    assert naming == [HARNESS_LOOKUP]
+    assert not (ROOT / "reflect_otel" / "evaluation").exists()
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]
+    assert not any(package.split(".")[0] == "benchmarks" or "evaluation" in package for package in packages)
+
+
+DATASET_SIDE = ("reflect_otel.datasets", "reflect_otel.demo")
 THE_APP = ("reflect_otel.cli",)
 """The command line: it wires the datasets' readers, verifier and format names into the core's functions."""
 
@@ -118,7 +136,7 @@ THE_APP = ("reflect_otel.cli",)
 def test_only_the_app_and_the_dataset_side_import_a_dataset() -> None:
     """No dataset reader, verifier or demo agent in the core or the edges (the attribution pipeline, the trace file
     reader, collectors, exporters, replay adapters): what they do for one dataset's agent they must do for any
-    agent. The app passes a dataset's parts in (the evaluation may import them too)."""
+    agent. The app passes a dataset's parts in (the evaluation harness in ``benchmarks/`` may import them too)."""
     offenders = []
     for path in _sources():
         module = _module_of(path)

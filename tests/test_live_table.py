@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from benchmarks.results_tables import wtq_table
-from reflect_otel.evaluation.live import live_metrics, live_metrics_markdown
+from benchmarks.evaluation.live import live_metrics, live_metrics_markdown
 
 ROWS = Path(__file__).parent / "data" / "wtq_live_seed46_rows.jsonl"
 METHODS = ("reflect", "reflect-guidance", "ics", "control-placebo", "control-wrong-step")

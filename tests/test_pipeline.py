@@ -492,7 +492,7 @@ def test_a_point_whose_control_answers_right_is_shown_once_then_left(shared_data
     attributable: one intervention shows it, then the budget goes to other points, not to more corrections there
     (found dry-running BIG-Bench-Mistake: the auditor's corrected thought, then the agent's own proposals, each
     replayed at such a point)."""
-    from reflect_otel.evaluation.loaders import load_benchmark
+    from benchmarks.evaluation.loaders import load_benchmark
     from reflect_otel.replay_adapters.reasoning import ReasoningReplayAdapter
 
     item = load_benchmark("bbm", shared_data, limit=1)[0]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from reflect_otel.errors import InputError
-from reflect_otel.evaluation.rows_file import RowsFile
+from benchmarks.evaluation.rows_file import RowsFile
 
 
 def test_rows_are_appended_and_flushed_one_line_each(tmp_path: Path) -> None:

@@ -361,7 +361,7 @@ def test_wtq_live_measures_the_sql_agent_and_the_placebo_draws_another_failures_
     instrumented: Instrumented, server: ScriptedOpenAIServer, tmp_path: Path, methods: tuple[str, ...]
 ) -> None:
     from reflect_otel.cli.evaluate import sql_agent_runs
-    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+    from benchmarks.evaluation.live import LiveOptions, run_live_eval
 
     auditor = scripted_auditor(localize=(2,), plan=PLAN)
     out = tmp_path / "out"
@@ -475,7 +475,7 @@ def test_the_eval_command_measures_the_sql_agent(
 ) -> None:
     from reflect_otel.cli import main
 
-    _scripted_endpoint(monkeypatch, "reflect_otel.cli.evaluate", server)
+    _scripted_endpoint(monkeypatch, "benchmarks.evaluation.command", server)
     monkeypatch.delenv("REFLECT_DETERMINISTIC_AGENT", raising=False)
     monkeypatch.delenv("REFLECT_VERIFY_SAMPLES", raising=False)
     monkeypatch.setattr("reflect_otel.online.setup.otel_trace.get_tracer_provider", lambda: instrumented.provider)

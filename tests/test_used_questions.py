@@ -29,7 +29,7 @@ def test_the_printed_list_is_what_evals_exclude_reads(
 ) -> None:
     import sys
 
-    from reflect_otel.cli.evaluate import excluded_ids
+    from benchmarks.evaluation.command import excluded_ids
 
     (tmp_path / "wtq-live-a").mkdir()
     (tmp_path / "wtq-live-a" / "results.jsonl").write_text('{"question_id": "nt-10"}\n{"question_id": "nt-2"}\n')

@@ -87,7 +87,7 @@ def test_wtq_live_attributes_the_same_failed_run_with_each_method_and_resumes(
 ) -> None:
     from reflect_otel.cli.evaluate import table_agent_runs
     from reflect_otel.demo.wtq import WTQQuestion
-    from reflect_otel.evaluation.live import AgentRun, LiveOptions, run_live_eval
+    from benchmarks.evaluation.live import AgentRun, LiveOptions, run_live_eval
 
     llm = _model()
     out = tmp_path / "out"
@@ -151,7 +151,7 @@ PINNED_ORDER_47_NT_1 = ["control-placebo", "control-wrong-step", "reflect", "ref
 
 
 def test_each_failure_runs_its_methods_in_an_order_drawn_from_the_seed_and_its_id() -> None:
-    from reflect_otel.evaluation.live import method_order
+    from benchmarks.evaluation.live import method_order
 
     methods = ("reflect", "reflect-guidance", "ics", "control-placebo", "control-wrong-step")
     orders = {q: method_order(methods, 47, q) for q in (f"nt-{i}" for i in range(40))}
@@ -168,7 +168,7 @@ def test_a_method_added_later_gets_the_stored_failures_replayed_from_their_trace
     instrumented: Instrumented, tmp_path: Path
 ) -> None:
     from reflect_otel.cli.evaluate import table_agent_rebuilt, table_agent_runs
-    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+    from benchmarks.evaluation.live import LiveOptions, run_live_eval
 
     llm = _model()
     out, data = tmp_path / "out", _wtq_folder(tmp_path)
@@ -215,7 +215,7 @@ def test_a_stop_during_a_method_keeps_the_methods_finished_before_it(
     instrumented: Instrumented, tmp_path: Path
 ) -> None:
     from reflect_otel.cli.evaluate import table_agent_rebuilt, table_agent_runs
-    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+    from benchmarks.evaluation.live import LiveOptions, run_live_eval
 
     llm = _model()
     options = LiveOptions(("ics", "reflect"), _wtq_folder(tmp_path), tmp_path / "out", config=ReflectConfig(rounds=1))
@@ -254,7 +254,7 @@ def test_proposals_are_sampled_so_a_bare_resample_can_differ_from_the_run_and_is
     instrumented: Instrumented, tmp_path: Path
 ) -> None:
     from reflect_otel.cli.evaluate import table_agent_runs
-    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+    from benchmarks.evaluation.live import LiveOptions, run_live_eval
 
     llm = _model(sampled_descending=True)  # greedy: sorts ascending; a sampled decision sorts descending
     out, data = tmp_path / "out", _wtq_folder(tmp_path)
@@ -278,7 +278,7 @@ def test_a_run_resumed_with_other_settings_or_made_before_controlled_verificatio
     instrumented: Instrumented, tmp_path: Path
 ) -> None:
     from reflect_otel.cli.evaluate import table_agent_runs
-    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+    from benchmarks.evaluation.live import LiveOptions, run_live_eval
 
     llm = _model()
     out, data = tmp_path / "out", _wtq_folder(tmp_path)
@@ -302,7 +302,7 @@ def test_runs_recorded_without_a_method_count_each_run_right_or_wrong_and_grow_o
     """No method: the agent's runs alone, labelled (benchmarks.flagging's input); ``max_runs`` counts every run, so
     a right run stops it as a wrong one does, and a resume with more runs adds only the new ones."""
     from reflect_otel.cli.evaluate import table_agent_runs
-    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+    from benchmarks.evaluation.live import LiveOptions, run_live_eval
 
     llm = _model()
     out, data = tmp_path / "out", _wtq_folder(tmp_path)
@@ -360,7 +360,7 @@ def test_reflect_proxy_on_stored_failures_is_judged_by_the_oracle_it_never_saw(
     answer (confirmed), on a twin question expecting another city it is not (a verified record the oracle refuses).
     ``limit`` gives the added method the first failures only."""
     from reflect_otel.cli.evaluate import table_agent_rebuilt, table_agent_runs
-    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+    from benchmarks.evaluation.live import LiveOptions, run_live_eval
 
     data = _wtq_folder(tmp_path)
     questions = data / "wtq" / "questions.tsv"
@@ -410,7 +410,7 @@ def test_the_replay_budget_refuses_past_its_count() -> None:
 
 
 def test_wtq_live_refuses_unknown_methods_and_a_missing_folder(tmp_path: Path) -> None:
-    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+    from benchmarks.evaluation.live import LiveOptions, run_live_eval
 
     def never(_question: Any) -> Any:
         raise AssertionError("no agent run expected")
@@ -422,7 +422,7 @@ def test_wtq_live_refuses_unknown_methods_and_a_missing_folder(tmp_path: Path) -
 
 
 def test_wtq_live_stops_after_three_agent_failures_in_a_row(tmp_path: Path) -> None:
-    from reflect_otel.evaluation.live import LiveOptions, run_live_eval
+    from benchmarks.evaluation.live import LiveOptions, run_live_eval
 
     data = tmp_path / "data"
     shutil.copytree(Path(load_questions()[0].table).parent.parent, data / "wtq")  # the shipped sample's layout

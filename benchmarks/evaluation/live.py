@@ -29,17 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reflect_otel.attribution.controls import PlanPool, WrongStepControl
-from reflect_otel.attribution.methods import METHODS, method_spec
-from reflect_otel.attribution.pipeline import ReflectPipeline
-from reflect_otel.attribution.service import AttributionService
-from reflect_otel.config import ReflectConfig
-from reflect_otel.demo.wtq import WTQQuestion, load_questions
-from reflect_otel.errors import InputError
-from reflect_otel.evaluation import _live_records as reading
-from reflect_otel.evaluation.metrics import mean_se
-from reflect_otel.evaluation.rows_file import RowsFile
-from reflect_otel.evaluation.run_config import (
+from benchmarks.evaluation import _live_records as reading
+from benchmarks.evaluation.metrics import mean_se
+from benchmarks.evaluation.rows_file import RowsFile
+from benchmarks.evaluation.run_config import (
     REGIME,
     RUN_CONFIG,
     VERIFICATION,
@@ -47,7 +40,15 @@ from reflect_otel.evaluation.run_config import (
     read_json_object,
     write_run_config,
 )
-from reflect_otel.evaluation.runner import read_done
+from benchmarks.evaluation.runner import read_done
+from reflect_otel.attribution.controls import PlanPool, WrongStepControl
+from reflect_otel.attribution.methods import METHODS, method_spec
+from reflect_otel.attribution.pipeline import ReflectPipeline
+from reflect_otel.attribution.service import AttributionService
+from reflect_otel.config import ReflectConfig
+from reflect_otel.demo.runs import AgentRun, RebuildRun, RunAgent
+from reflect_otel.demo.wtq import WTQQuestion, load_questions
+from reflect_otel.errors import InputError
 from reflect_otel.flagging._stats import wilson
 from reflect_otel.flagging.judge import judge_answer
 from reflect_otel.flagging.verifiers import OracleVerifier, judged_correct
@@ -69,27 +70,6 @@ __all__ = [
 
 RESULTS = "results.jsonl"
 MAX_AGENT_ERRORS_IN_A_ROW = 3
-
-
-@dataclass(frozen=True, slots=True)
-class AgentRun:
-    """One run of the agent on one question: its answer ("" when it gave none), its trace, and the adapter that
-    can replay it (valid while the process lives)."""
-
-    answer: str
-    trace: StructuredTrace
-    replay: ReplayAdapter
-    context: str = ""
-    """What the agent was given besides its question (its table), shown to every method's auditor."""
-
-
-RunAgent = Callable[[WTQQuestion], AgentRun]
-"""Runs the agent on a question (the app supplies it: it wires the framework's replay adapter). May raise when the
-model endpoint fails."""
-
-RebuildRun = Callable[[WTQQuestion, StructuredTrace], AgentRun]
-"""An earlier run of the agent on a question, from its stored trace, with an adapter that replays it in this
-process: how a method added to a results folder is given the failures the others were given."""
 
 
 @dataclass
@@ -408,7 +388,7 @@ def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict
     flipped the answer to the expected one) and verified, and calls, tokens and seconds per run; each with its
     standard error. Runs whose stages failed, and runs skipped, are counted apart, never scored, and listed with
     what they cost (``unscored``); runs whose answer was undecided are counted apart too (``agent_undecided``),
-    neither right nor failed. Read from the rows as written (see :mod:`reflect_otel.evaluation._live_records`)."""
+    neither right nor failed. Read from the rows as written (see :mod:`benchmarks.evaluation._live_records`)."""
     failures = [r for r in rows if failed(r)]
     out: dict[str, Any] = {
         "questions": len(rows),
@@ -659,7 +639,7 @@ def _ratio(stat: dict[str, Any] | None, hit: str) -> str:
 
 
 def live_metrics_markdown(metrics: dict[str, Any], model: str, *, code: str | None = None) -> str:
-    """The table; ``code`` (:func:`~reflect_otel.evaluation.run_config.code_line`) says which code made its rows."""
+    """The table; ``code`` (:func:`~benchmarks.evaluation.run_config.code_line`) says which code made its rows."""
     lines = [
         f"wtq-live, model {model}: {metrics['questions']} questions, {metrics['agent_correct']} answered right, "
         f"{_undecided(metrics)}{metrics['failed_runs']} failed runs given to each method. {HEADER}",

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from benchmarks.evaluation.metrics import metrics_markdown
+from benchmarks.evaluation.run_config import read_json_object
 from reflect_otel.errors import InputError
-from reflect_otel.evaluation.metrics import metrics_markdown
-from reflect_otel.evaluation.run_config import read_json_object
 
 __all__ = ["Run", "chart_svg", "compare_markdown", "load_runs"]
 
@@ -120,11 +120,11 @@ def _run(folder: Path) -> list[Run]:
 
 def _computed(config: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
     if config.get("benchmark") == LIVE:
-        from reflect_otel.evaluation.live import live_metrics
+        from benchmarks.evaluation.live import live_metrics
 
         methods = config.get("methods") or sorted({m for row in rows for m in row.get("methods", {})})
         return live_metrics(rows, [str(m) for m in methods])
-    from reflect_otel.evaluation.runner import metrics_from_rows
+    from benchmarks.evaluation.runner import metrics_from_rows
 
     return metrics_from_rows(rows)
 

@@ -11,16 +11,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reflect_otel import prompts
-from reflect_otel.attribution.methods import METHODS
-from reflect_otel.attribution.service import AttributionService
-from reflect_otel.config import ReflectConfig
-from reflect_otel.datasets.bbm import BBMVerifier
-from reflect_otel.errors import InputError, LLMError
-from reflect_otel.evaluation.loaders import EvalItem, load_benchmark
-from reflect_otel.evaluation.metrics import Prediction, compute_metrics, metrics_markdown
-from reflect_otel.evaluation.rows_file import RowsFile
-from reflect_otel.evaluation.run_config import (
+from benchmarks.evaluation.loaders import EvalItem, load_benchmark
+from benchmarks.evaluation.metrics import Prediction, compute_metrics, metrics_markdown
+from benchmarks.evaluation.rows_file import RowsFile
+from benchmarks.evaluation.run_config import (
     REGIME,
     RUN_CONFIG,
     VERIFICATION,
@@ -28,6 +22,12 @@ from reflect_otel.evaluation.run_config import (
     read_json_object,
     write_run_config,
 )
+from reflect_otel import prompts
+from reflect_otel.attribution.methods import METHODS
+from reflect_otel.attribution.service import AttributionService
+from reflect_otel.config import ReflectConfig
+from reflect_otel.datasets.bbm import BBMVerifier
+from reflect_otel.errors import InputError, LLMError
 from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.record import AttributionMode, AttributionRecord, AttributionStatus, ReplayArm
@@ -250,7 +250,7 @@ def metrics_from_rows(rows: list[dict[str, Any]]) -> dict[str, Any]:
     metrics = compute_metrics(predictions)
     judged = [r["explanation_similarity"] for r in rows if r.get("explanation_similarity") is not None]
     if judged:
-        from reflect_otel.evaluation.metrics import mean_se
+        from benchmarks.evaluation.metrics import mean_se
 
         metrics["explanation_similarity"] = mean_se(judged)  # step-conditioned: only matched predictions
         metrics["explanation_high"] = mean_se([1.0 if s >= 0.7 else 0.0 for s in judged])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reflect_otel.evaluation.loaders import BENCHMARKS, EvalItem, load_benchmark
-from reflect_otel.evaluation.metrics import Prediction, compute_metrics
+from benchmarks.evaluation.loaders import BENCHMARKS, EvalItem, load_benchmark
+from benchmarks.evaluation.metrics import Prediction, compute_metrics
 
 __all__ = ["BENCHMARKS", "EvalItem", "Prediction", "compute_metrics", "load_benchmark"]
