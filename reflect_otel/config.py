@@ -15,11 +15,28 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from reflect_otel.errors import ConfigError
-from reflect_otel.replay import InjectionRole
 
-__all__ = ["LLM_VARIABLES", "REFLECT_VARIABLES", "GateMode", "LLMConfig", "ReflectConfig", "SchemaMode"]
+__all__ = [
+    "LLM_VARIABLES",
+    "REFLECT_VARIABLES",
+    "GateMode",
+    "InjectionRole",
+    "LLMConfig",
+    "ReflectConfig",
+    "SchemaMode",
+]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class InjectionRole(str, Enum):
+    """The chat role the correction is injected as. Some chat templates reject a system message in the middle of
+    a conversation: use ``user`` for those models. Defined here, below the replay contract, because the settings
+    choose it; :mod:`reflect_otel.replay` re-exports it."""
+
+    SYSTEM = "system"
+    DEVELOPER = "developer"
+    USER = "user"
 
 
 class SchemaMode(str, Enum):

@@ -3,10 +3,10 @@ thought, remote HTTP); a conformance suite in ``reflect_otel.testing.conformance
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Collection, Sequence
-from enum import Enum
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from reflect_otel.llm.base import StructuredLLM
 
 from reflect_otel import plugins
+from reflect_otel.config import InjectionRole
 from reflect_otel.errors import ReplayError
 from reflect_otel.trace import Step, StepAction, StructuredTrace
 
@@ -29,6 +30,7 @@ __all__ = [
     "ProposedStep",
     "ProposesSteps",
     "ReplayAdapter",
+    "ReplayRequest",
     "ReplayResult",
     "SamplesRuns",
     "TakesTaskContext",
@@ -43,15 +45,6 @@ __all__ = [
     "result_normaliser",
     "variant_maker",
 ]
-
-
-class InjectionRole(str, Enum):
-    """The chat role the correction is injected as. Some chat templates reject a system message in the middle of
-    a conversation: use ``user`` for those models."""
-
-    SYSTEM = "system"
-    DEVELOPER = "developer"
-    USER = "user"
 
 
 class ReplayResult(BaseModel):
@@ -73,21 +66,70 @@ class ReplayResult(BaseModel):
         return self.trace.steps[self.rollback_point :]
 
 
+class ReplayRequest(BaseModel):
+    """One run asked of a replay adapter: keep ``trace``'s steps ``1..rollback_point`` (0 keeps none), put
+    ``injection`` (when not empty) into the agent's context as a message of ``injection_role``, execute ``action``
+    (when given) as step ``rollback_point + 1``, and let the agent continue, its model calls sampled at
+    ``temperature`` (None: as the agent samples them itself; a proposal then asks at 0).
+
+    Built by its named constructors for the common cases: :meth:`intervention` (a correction at a point),
+    :meth:`control` (the same point with nothing changed) and :meth:`resampling` (the run again from its start, at a
+    temperature)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    trace: StructuredTrace
+    rollback_point: int = Field(default=0, ge=0)
+    injection: str = ""
+    injection_role: InjectionRole = InjectionRole.SYSTEM
+    action: StepAction | None = None
+    temperature: float | None = Field(default=None, ge=0.0)
+
+    @classmethod
+    def intervention(
+        cls,
+        trace: StructuredTrace,
+        rollback_point: int,
+        injection: str = "",
+        *,
+        role: InjectionRole = InjectionRole.SYSTEM,
+        action: StepAction | None = None,
+    ) -> ReplayRequest:
+        """A correction at ``rollback_point``: guidance (``injection``), an action, or both."""
+        return cls(trace=trace, rollback_point=rollback_point, injection=injection, injection_role=role, action=action)
+
+    @classmethod
+    def control(cls, trace: StructuredTrace, rollback_point: int) -> ReplayRequest:
+        """The agent continued from ``rollback_point`` with nothing changed: what an intervention is compared with."""
+        return cls(trace=trace, rollback_point=rollback_point)
+
+    @classmethod
+    def resampling(cls, trace: StructuredTrace, temperature: float) -> ReplayRequest:
+        """The run again from its start (no step kept, nothing changed), its model calls sampled at
+        ``temperature``."""
+        return cls(trace=trace, temperature=temperature)
+
+    @property
+    def proposal_temperature(self) -> float:
+        """The temperature a proposal samples at: ``temperature``, or 0 when none is given."""
+        return 0.0 if self.temperature is None else self.temperature
+
+
 class ReplayAdapter(Protocol):
     """Re-runs an agent from a preserved prefix with a correction injected.
 
-    ``replay(trace, rollback_point=p, injection=text)`` keeps the original steps ``1..p`` exactly (``p = 0`` keeps
-    none), puts ``injection`` into the agent's context as a message of ``injection_role`` (a *guidance*
-    intervention, the paper's), and lets the agent continue with the same tools and model. Tools of the prefix are
-    never executed again.
+    ``replay(request)`` (a :class:`ReplayRequest`) keeps the original steps ``1..p`` exactly (``p`` its
+    ``rollback_point``; ``p = 0`` keeps none), puts its ``injection`` into the agent's context as a message of its
+    ``injection_role`` (a *guidance* intervention, the paper's), and lets the agent continue with the same tools and
+    model, its model calls at the request's ``temperature`` when one is given. Tools of the prefix are never executed
+    again.
 
-    ``replay(trace, rollback_point=p, injection="", action=a)`` is an *action* intervention: after the kept steps
-    (and the injection, when not empty) the adapter executes ``a`` as step ``p + 1`` itself, for real in the
-    replayed run (a call of one of the agent's tools through the agent's own tool executor, or for a chain of
-    thought a replacement thought), never answered from the trace, records it as the first regenerated step, and
-    lets the agent continue from its result. An irreversible tool is refused as in any continuation.
-    ``prefix_verified`` then means the first new model call received the prefix, the injection, the action and its
-    result.
+    A request with an ``action`` is an *action* intervention: after the kept steps (and the injection, when not
+    empty) the adapter executes the action as step ``p + 1`` itself, for real in the replayed run (a call of one of
+    the agent's tools through the agent's own tool executor, or for a chain of thought a replacement thought), never
+    answered from the trace, records it as the first regenerated step, and lets the agent continue from its result.
+    An irreversible tool is refused as in any continuation. ``prefix_verified`` then means the first new model call
+    received the prefix, the injection, the action and its result.
 
     Raises :class:`~reflect_otel.errors.ReplayError` when ``p`` is out of range, falls inside one LLM turn with
     parallel tool calls (keeping only some results would leave calls unanswered), the action is of a kind the
@@ -99,17 +141,17 @@ class ReplayAdapter(Protocol):
     replay of a rollback point is run once and reused (:func:`is_deterministic`; absent means False). One whose
     answer depends on the run (a tool loop on the embedded server is greedy when the run asked its model at
     temperature 0) also has ``deterministic_for(trace) -> bool``, which then decides for that run.
+
+    Adapters written for the keyword form (``replay(trace, *, rollback_point, injection, injection_role=...,
+    action=...)``, and likewise ``propose(trace, *, rollback_point, injection, injection_role, samples,
+    temperature)`` and ``resample(trace, *, samples, temperature)``) keep working: the core calls every adapter
+    through :func:`replay_with`, :func:`proposer` and :func:`resampler`, which recognise a method whose first
+    parameter is not ``request`` and that takes ``rollback_point``, ``temperature`` or ``**kwargs``, and call it the
+    old way (an
+    action is passed only when there is one). New adapters take the request.
     """
 
-    def replay(
-        self,
-        trace: StructuredTrace,
-        *,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole = InjectionRole.SYSTEM,
-        action: StepAction | None = None,
-    ) -> ReplayResult: ...
+    def replay(self, request: ReplayRequest) -> ReplayResult: ...
 
 
 SAMPLING_TEMPERATURE = "reflect_temperature"
@@ -139,48 +181,41 @@ class ProposedStep(BaseModel):
 class ProposesSteps(Protocol):
     """A replay adapter that can also ask the agent what it would do at a rollback point, without doing it.
 
-    ``propose(trace, rollback_point=p, injection=text, samples=n, temperature=t)`` puts the agent where
-    ``replay`` would (steps ``1..p`` kept, ``injection`` in its context as a message of ``injection_role``) and
-    returns the next decision of its model ``n`` times, each sampled at temperature ``t`` (the adapter passes it
-    to the agent's model; an agent whose model cannot take it decides as it always does). Nothing is executed and
-    no tool runs. Proposals are candidate corrections: each is then executed as an action by ``replay``, where
-    the continuation is the agent's own. Raises :class:`~reflect_otel.errors.ReplayError` as ``replay`` does."""
+    ``propose(request, samples=n)`` puts the agent where ``replay(request)`` would (steps ``1..p`` kept, the
+    injection in its context; the request's action is not used) and returns the next decision of its model ``n``
+    times, each sampled at the request's :attr:`~ReplayRequest.proposal_temperature` (the adapter passes it to the
+    agent's model; an agent whose model cannot take it decides as it always does). Nothing is executed and no tool
+    runs. Proposals are candidate corrections: each is then executed as an action by ``replay``, where the
+    continuation is the agent's own. Raises :class:`~reflect_otel.errors.ReplayError` as ``replay`` does."""
 
-    def propose(
-        self,
-        trace: StructuredTrace,
-        *,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole = InjectionRole.SYSTEM,
-        samples: int = 1,
-        temperature: float = 0.0,
-    ) -> tuple[ProposedStep, ...]: ...
+    def propose(self, request: ReplayRequest, *, samples: int = 1) -> tuple[ProposedStep, ...]: ...
 
 
 @runtime_checkable
 class SamplesRuns(Protocol):
     """A replay adapter that can also run the agent again on the run's own input, its every decision sampled.
 
-    ``resample(trace, samples=n, temperature=t)`` re-runs the agent from the start (no step kept, no injection) ``n``
-    times, each run's model calls sampled at temperature ``t`` (passed as :data:`SAMPLING_TEMPERATURE` to LangChain
-    agents), and returns each run as a :class:`ReplayResult` with ``rollback_point`` 0. Self-consistency checks use
-    it (asking for one run at a time, so that a failed run costs only itself): an answer the agent's own resamples do
-    not reproduce is suspect. Irreversible tools stop a resample as they stop a replay. Raises
-    :class:`~reflect_otel.errors.ReplayError` as ``replay`` does."""
+    ``resample(ReplayRequest.resampling(trace, t), samples=n)`` re-runs the agent from the start (no step kept, no
+    injection) ``n`` times, each run's model calls sampled at temperature ``t`` (passed as
+    :data:`SAMPLING_TEMPERATURE` to LangChain agents), and returns each run as a :class:`ReplayResult` with
+    ``rollback_point`` 0. Self-consistency checks use it (asking for one run at a time, so that a failed run costs
+    only itself): an answer the agent's own resamples do not reproduce is suspect. Irreversible tools stop a resample
+    as they stop a replay. Raises :class:`~reflect_otel.errors.ReplayError` as ``replay`` does."""
 
-    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]: ...
+    def resample(self, request: ReplayRequest, *, samples: int) -> tuple[ReplayResult, ...]: ...
 
 
 def resampler(adapter: ReplayAdapter) -> SamplesRuns | None:
     """``adapter`` as a :class:`SamplesRuns`, or None. A :class:`BudgetedReplay` resamples within its budget (each
-    resampled run is a replay of the failure, counted as one)."""
+    resampled run is a replay of the failure, counted as one); an adapter of the keyword form is called that way."""
     inner = adapter.inner if isinstance(adapter, BudgetedReplay) else adapter
     if getattr(inner, "resamples", True) is False:  # an adapter whose agent may not serve resamples says so
         return None
     if not isinstance(inner, SamplesRuns):
         return None
-    return adapter if isinstance(adapter, BudgetedReplay) else inner
+    if isinstance(adapter, BudgetedReplay):
+        return adapter
+    return _KeywordForm(inner) if _keyword_form(inner.resample) else inner
 
 
 def is_deterministic(adapter: ReplayAdapter, trace: StructuredTrace | None = None) -> bool:
@@ -195,11 +230,14 @@ def is_deterministic(adapter: ReplayAdapter, trace: StructuredTrace | None = Non
 
 def proposer(adapter: ReplayAdapter) -> ProposesSteps | None:
     """``adapter`` as a :class:`ProposesSteps`, looking through a :class:`BudgetedReplay` (proposals execute
-    nothing, so they are not replays to budget); None when it cannot propose."""
+    nothing, so they are not replays to budget); None when it cannot propose. An adapter of the keyword form is
+    called that way."""
     inner = adapter.inner if isinstance(adapter, BudgetedReplay) else adapter
     if getattr(inner, "proposes", True) is False:  # an adapter whose agent may not serve proposals says so
         return None
-    return inner if isinstance(inner, ProposesSteps) else None
+    if not isinstance(inner, ProposesSteps):
+        return None
+    return _KeywordForm(inner) if _keyword_form(inner.propose) else inner
 
 
 @runtime_checkable
@@ -326,25 +364,17 @@ class BudgetedReplay:
         with self._lock:
             return self.max_replays - self.used
 
-    def replay(
-        self,
-        trace: StructuredTrace,
-        *,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole = InjectionRole.SYSTEM,
-        action: StepAction | None = None,
-    ) -> ReplayResult:
+    def replay(self, request: ReplayRequest) -> ReplayResult:
         with self._lock:
             if self.used >= self.max_replays:
                 raise ReplayError(f"the replay budget of this failure ({self.max_replays}) is spent")
             self.used += 1
-        return replay_with(self.inner, trace, rollback_point, injection, injection_role, action)
+        return replay_with(self.inner, request)
 
-    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+    def resample(self, request: ReplayRequest, *, samples: int) -> tuple[ReplayResult, ...]:
         """``inner``'s resamples, each counted against the budget (refused whole when fewer remain)."""
-        source = self.inner
-        if not isinstance(source, SamplesRuns):
+        source = resampler(self.inner)
+        if source is None:
             raise ReplayError("this agent's replay adapter cannot resample runs")
         with self._lock:
             if self.used + samples > self.max_replays:
@@ -353,24 +383,65 @@ class BudgetedReplay:
                     f"fewer than the {samples} resamples asked"
                 )
             self.used += samples
-        return source.resample(trace, samples=samples, temperature=temperature)
+        return source.resample(request, samples=samples)
 
 
-def replay_with(
-    adapter: ReplayAdapter,
-    trace: StructuredTrace,
-    rollback_point: int,
-    injection: str,
-    injection_role: InjectionRole,
-    action: StepAction | None,
-) -> ReplayResult:
-    """``adapter.replay(...)``, passing ``action`` only when there is one: adapters written before actions existed
-    keep working for guidance."""
-    if action is None:
-        return adapter.replay(trace, rollback_point=rollback_point, injection=injection, injection_role=injection_role)
-    return adapter.replay(
-        trace, rollback_point=rollback_point, injection=injection, injection_role=injection_role, action=action
-    )
+def replay_with(adapter: ReplayAdapter, request: ReplayRequest) -> ReplayResult:
+    """``adapter.replay(request)``; an adapter of the keyword form (see :class:`ReplayAdapter`) is called that way,
+    with ``action`` only when there is one, so that adapters written before actions existed keep working for
+    guidance."""
+    if _keyword_form(adapter.replay):
+        return _KeywordForm(adapter).replay(request)
+    return adapter.replay(request)
+
+
+def _keyword_form(method: Callable[..., Any]) -> bool:
+    """Whether ``method`` is an adapter method of the keyword form: its first parameter is not ``request`` and it
+    takes ``rollback_point`` or ``temperature`` by name, or any keyword (``**kwargs``)."""
+    try:
+        parameters = list(inspect.signature(method).parameters.values())
+    except (TypeError, ValueError):  # a builtin or a C callable: taken as the request form
+        return False
+    names = {p.name for p in parameters}
+    first = parameters[0].name if parameters else ""
+    any_keyword = any(p.kind is p.VAR_KEYWORD for p in parameters)
+    return first != "request" and (any_keyword or bool(names & {"rollback_point", "temperature"}))
+
+
+class _KeywordForm:
+    """An adapter of the keyword form (``replay(trace, *, rollback_point, injection, ...)``), called with a
+    :class:`ReplayRequest`: the one place the old calling convention is spoken."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def replay(self, request: ReplayRequest) -> ReplayResult:
+        extra: dict[str, Any] = {} if request.action is None else {"action": request.action}
+        if request.temperature is not None:  # the keyword form samples only whole runs (``resample``)
+            raise ReplayError(f"{type(self.inner).__name__} takes the keyword form, which replays at no temperature")
+        result: ReplayResult = self.inner.replay(
+            request.trace,
+            rollback_point=request.rollback_point,
+            injection=request.injection,
+            injection_role=request.injection_role,
+            **extra,
+        )
+        return result
+
+    def propose(self, request: ReplayRequest, *, samples: int = 1) -> tuple[ProposedStep, ...]:
+        return tuple(
+            self.inner.propose(
+                request.trace,
+                rollback_point=request.rollback_point,
+                injection=request.injection,
+                injection_role=request.injection_role,
+                samples=samples,
+                temperature=request.proposal_temperature,
+            )
+        )
+
+    def resample(self, request: ReplayRequest, *, samples: int) -> tuple[ReplayResult, ...]:
+        return tuple(self.inner.resample(request.trace, samples=samples, temperature=request.proposal_temperature))
 
 
 def check_rollback_point(trace: StructuredTrace, rollback_point: int) -> None:

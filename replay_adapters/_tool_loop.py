@@ -1,6 +1,6 @@
 """What the replays of hand-written tool loops (OpenAI, Anthropic) share: the recorded request after a rollback
 point, the request the continuation actually sent, content comparison, an action run for real under a TOOL span, and
-resampling (:meth:`ToolLoopReplay.resample`) when the user's ``resume`` takes a ``temperature`` keyword."""
+resampling (``resample``, from :class:`~reflect_otel.replay_adapters._base.ReplayAdapterBase`) when the user's ``resume`` takes a ``temperature`` keyword."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import inspect
 import json
 import uuid
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 from opentelemetry.sdk.trace import TracerProvider
@@ -17,7 +18,8 @@ from reflect_otel.errors import ReplayError
 from reflect_otel.reading.capture import captured
 from reflect_otel.reading.semconv import OpenInferenceSpanKindValues, SpanAttributes, ToolCallAttributes
 from reflect_otel.reading.spans import SpanRecord
-from reflect_otel.replay import InjectionRole, ReplayResult, check_rollback_point
+from reflect_otel.replay import ReplayRequest, ReplayResult, check_rollback_point
+from reflect_otel.replay_adapters._base import ReplayAdapterBase, with_options
 from reflect_otel.replay_adapters._guard import IrreversibleToolError, ToolGuard
 from reflect_otel.replay_adapters._stitch import stitch
 from reflect_otel.trace import StepAction, StructuredTrace
@@ -28,9 +30,25 @@ ExecuteTool = Callable[[str, dict[str, Any]], Any]
 Resume = TypeVar("Resume")
 
 
-class ToolLoopReplay(Generic[Resume]):
+@dataclass(frozen=True)
+class ToolLoopOptions:
+    """How a tool loop's adapter replays it: the tools never run again (``irreversible_tools``, unless
+    ``allow_irreversible``), the loop's tool executor for actions and previews (``execute_tool``), whether it replays
+    greedily (``deterministic``; None: see :attr:`ToolLoopReplay.deterministic`), and the tools that read fixed data
+    (``pure_tools``, :class:`~reflect_otel.replay.HasPureTools`)."""
+
+    irreversible_tools: Collection[str] = ()
+    allow_irreversible: bool = False
+    execute_tool: ExecuteTool | None = None
+    deterministic: bool | None = None
+    pure_tools: Collection[str] = ()
+
+
+class ToolLoopReplay(ReplayAdapterBase, Generic[Resume]):
     """What a hand-written loop's adapter holds (the user's ``resume``, the provider the instrumentation was
-    installed with, the tool guard, the optional tool executor) and how its replay starts."""
+    installed with, the tool guard, the optional tool executor) and how its replay starts. ``options`` is a
+    :class:`ToolLoopOptions`; keywords name single options and take precedence
+    (``resume, tracer_provider=p, execute_tool=run``)."""
 
     loop_name: ClassVar[str]
     """The API in messages: "an action replay of an {loop_name} tool loop ..."."""
@@ -38,25 +56,18 @@ class ToolLoopReplay(Generic[Resume]):
     """The recorded request's API, for :func:`recorded_request`."""
 
     def __init__(
-        self,
-        resume: Resume,
-        *,
-        tracer_provider: TracerProvider,
-        irreversible_tools: Collection[str] = (),
-        allow_irreversible: bool = False,
-        execute_tool: ExecuteTool | None = None,
-        deterministic: bool | None = None,
-        pure_tools: Collection[str] = (),
+        self, resume: Resume, *, tracer_provider: TracerProvider, options: ToolLoopOptions | None = None, **option: Any
     ) -> None:
-        self._deterministic = deterministic
-        self.pure_tools = frozenset(pure_tools)
+        chosen = with_options(options or ToolLoopOptions(), option)
+        self._deterministic = chosen.deterministic
+        self.pure_tools = frozenset(chosen.pure_tools)
         """The loop's tools that read fixed data (:class:`~reflect_otel.replay.HasPureTools`): a repeat of one's call
         the prefix made is refused, and a replacement calling one is previewed with ``execute_tool``
         (:meth:`preview`)."""
         self._resume = resume
         self._provider = tracer_provider
-        self._guard = ToolGuard(irreversible_tools, allow=allow_irreversible)
-        self._execute_tool = execute_tool
+        self._guard = ToolGuard(chosen.irreversible_tools, allow=chosen.allow_irreversible)
+        self._execute_tool = chosen.execute_tool
 
     @property
     def deterministic(self) -> bool:
@@ -105,57 +116,36 @@ class ToolLoopReplay(Generic[Resume]):
         adapter does not offer it (:func:`~reflect_otel.replay.resampler` sees ``False``)."""
         return callable(self._resume) and takes_temperature(self._resume)
 
-    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
-        """The loop re-run ``samples`` times from its first model request (no step kept, no injection), its model
-        calls sampled at ``temperature`` (see :class:`~reflect_otel.replay.SamplesRuns`)."""
-        if not self.resamples:
+    def _replay(self, request: ReplayRequest) -> ReplayResult:
+        """The loop resumed for ``request``: at its temperature when it has one (a resample, which needs
+        :attr:`resamples`), at 0 when the adapter makes its replays greedy (:attr:`greedy`), else as the loop runs."""
+        if request.temperature is not None and not self.resamples:
             raise ReplayError(
                 f"resampling an {self.loop_name} tool loop needs a resume function that takes a temperature keyword: "
                 "resume(..., temperature=t) samples the loop's model calls at t"
             )
-        return tuple(
-            self._continue(trace, 0, "", InjectionRole.SYSTEM, None, temperature=temperature) for _ in range(samples)
-        )
+        temperature = request.temperature if request.temperature is not None else (0.0 if self.greedy else None)
+        return self._continue(request, temperature)
 
-    def replay(
-        self,
-        trace: StructuredTrace,
-        *,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole = InjectionRole.SYSTEM,
-        action: StepAction | None = None,
-    ) -> ReplayResult:
-        temperature = 0.0 if self.greedy else None
-        return self._continue(trace, rollback_point, injection, injection_role, action, temperature=temperature)
-
-    def _continue(
-        self,
-        trace: StructuredTrace,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole,
-        action: StepAction | None,
-        *,
-        temperature: float | None,
-    ) -> ReplayResult:
-        """The loop resumed after ``rollback_point`` (its API's messages, the injection, the action); ``temperature``
-        is passed to ``resume`` when given (a resample, or a replay the adapter makes greedy: :attr:`greedy`), never
-        otherwise (a replay runs as the loop does)."""
+    def _continue(self, request: ReplayRequest, temperature: float | None) -> ReplayResult:
+        """The loop resumed after the request's rollback point (its API's messages, the injection, the action);
+        ``temperature`` is passed to ``resume`` when given, never otherwise (a replay runs as the loop does)."""
         raise NotImplementedError
 
     def _sampling(self, temperature: float | None) -> dict[str, float]:
         return {} if temperature is None else {"temperature": temperature}
 
-    def _recorded(self, trace: StructuredTrace, rollback_point: int, action: StepAction | None) -> dict[str, Any]:
-        """The recorded request to resume from, after checking the rollback point and that an action can run."""
-        check_rollback_point(trace, rollback_point)
+    def _recorded(self, request: ReplayRequest, *, propose: bool = False) -> dict[str, Any]:
+        """The recorded request to resume from, after checking the rollback point and that an action can run (a
+        proposal runs none)."""
+        check_rollback_point(request.trace, request.rollback_point)
+        action = None if propose else request.action
         if action is not None and (action.tool_name is None or self._execute_tool is None):
             raise ReplayError(
                 f"an action replay of an {self.loop_name} tool loop needs a tool call and the loop's tool executor: "
                 f"pass execute_tool=... to {type(self).__name__}"
             )
-        return recorded_request(trace, rollback_point, api=self.request_api)
+        return recorded_request(request.trace, request.rollback_point, api=self.request_api)
 
 
 def _asked_greedily(trace: StructuredTrace) -> bool:

@@ -21,18 +21,25 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from reflect_otel.replay import InjectionRole, ReplayResult
+from reflect_otel.replay import InjectionRole, ReplayRequest, ReplayResult
 from reflect_otel.replay_adapters._guard import IrreversibleToolError
 from reflect_otel.replay_adapters._tool_loop import (
     ExecuteTool,
+    ToolLoopOptions,
     ToolLoopReplay,
     canonical,
     resume_captured,
     run_action,
 )
-from reflect_otel.trace import StepAction, StructuredTrace
+from reflect_otel.trace import StepAction
 
-__all__ = ["AnthropicToolLoopReplayAdapter", "ExecuteTool", "IrreversibleToolError", "ResumeAnthropicLoop"]
+__all__ = [
+    "AnthropicToolLoopReplayAdapter",
+    "ExecuteTool",
+    "IrreversibleToolError",
+    "ResumeAnthropicLoop",
+    "ToolLoopOptions",
+]
 
 System = str | list[dict[str, Any]] | None
 """A Messages API system prompt: text, a list of text blocks, or none."""
@@ -47,21 +54,13 @@ class AnthropicToolLoopReplayAdapter(ToolLoopReplay[ResumeAnthropicLoop]):
     loop_name = "Anthropic"
     request_api = "Anthropic Messages"
 
-    def _continue(
-        self,
-        trace: StructuredTrace,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole,
-        action: StepAction | None,
-        *,
-        temperature: float | None,
-    ) -> ReplayResult:
-        request = self._recorded(trace, rollback_point, action)
-        system: System = request.get("system")
-        messages = copy.deepcopy(list(request["messages"]))
+    def _continue(self, request: ReplayRequest, temperature: float | None) -> ReplayResult:
+        recorded = self._recorded(request)
+        system: System = recorded.get("system")
+        messages = copy.deepcopy(list(recorded["messages"]))
+        injection, action = request.injection, request.action
         if injection:
-            if InjectionRole(injection_role) is InjectionRole.USER:
+            if request.injection_role is InjectionRole.USER:
                 messages = _with_user_text(messages, injection)
             else:
                 system = _with_system_text(system, injection)
@@ -73,8 +72,8 @@ class AnthropicToolLoopReplayAdapter(ToolLoopReplay[ResumeAnthropicLoop]):
             )
 
         return resume_captured(
-            trace,
-            rollback_point,
+            request.trace,
+            request.rollback_point,
             self._provider,
             adapter="anthropic_loop",
             resume=resume,

@@ -42,6 +42,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -56,17 +57,28 @@ from reflect_otel.replay import (
     InjectionRole,
     ProposedStep,
     ReplayAdapter,
+    ReplayRequest,
     ReplayResult,
     agent_rules,
     check_rollback_point,
     is_deterministic,
     proposer,
+    replay_with,
     resampler,
 )
+from reflect_otel.replay_adapters._base import with_options
 from reflect_otel.replay_adapters._stitch import stitch
 from reflect_otel.trace import Step, StepAction, StructuredTrace
 
-__all__ = ["MAX_CORRECTIONS", "PROTOCOL", "PROTOCOL_V2", "PROTOCOL_V3", "HTTPReplayAdapter", "replay_handler"]
+__all__ = [
+    "MAX_CORRECTIONS",
+    "PROTOCOL",
+    "PROTOCOL_V2",
+    "PROTOCOL_V3",
+    "HTTPReplayAdapter",
+    "HTTPReplayOptions",
+    "replay_handler",
+]
 
 PROTOCOL = "reflect-otel.replay.v1"
 PROTOCOL_V2 = "reflect-otel.replay.v2"
@@ -78,31 +90,38 @@ _MAX_CONTEXT_CHARS = 100_000
 _CACHED_RUNS = 16
 
 
+@dataclass(frozen=True)
+class HTTPReplayOptions:
+    """How :class:`HTTPReplayAdapter` talks to its endpoint, and what the endpoint says it serves: ``deterministic``
+    replays, ``proposes`` (protocol v3 proposals), ``resamples`` (v3 resampled runs), ``corrects`` (v3 corrections of
+    the agent's own rules). Responses over ``max_response_bytes`` are refused."""
+
+    timeout_s: float = 300.0
+    headers: Mapping[str, str] | None = None
+    max_response_bytes: int = 64 * 1024 * 1024
+    deterministic: bool = False
+    proposes: bool = False
+    resamples: bool = False
+    corrects: bool = False
+
+
 class HTTPReplayAdapter:
-    """POSTs replay requests to ``url``. Responses over ``max_response_bytes`` are refused. With ``corrects``, the
-    agent's own correction rules run at the endpoint: :attr:`correction_rules` is one rule that asks for them
-    (once per run and context, the answer kept for the run's other steps)."""
+    """POSTs replay requests to ``url`` (with ``client`` when given), as ``options`` say
+    (:class:`HTTPReplayOptions`; keywords name single options and take precedence). With ``corrects``, the agent's
+    own correction rules run at the endpoint: :attr:`correction_rules` is one rule that asks for them (once per run
+    and context, the answer kept for the run's other steps)."""
 
     def __init__(
-        self,
-        url: str,
-        *,
-        timeout_s: float = 300.0,
-        headers: Mapping[str, str] | None = None,
-        max_response_bytes: int = 64 * 1024 * 1024,
-        client: httpx.Client | None = None,
-        deterministic: bool = False,
-        proposes: bool = False,
-        resamples: bool = False,
-        corrects: bool = False,
+        self, url: str, *, client: httpx.Client | None = None, options: HTTPReplayOptions | None = None, **option: Any
     ) -> None:
+        chosen = with_options(options or HTTPReplayOptions(), option)
         self.url = url
-        self.max_response_bytes = max_response_bytes
-        self.deterministic = deterministic
-        self.proposes = proposes
-        self.resamples = resamples
-        self.corrects = corrects
-        self._client = client or httpx.Client(timeout=timeout_s, headers=dict(headers or {}))
+        self.max_response_bytes = chosen.max_response_bytes
+        self.deterministic = chosen.deterministic
+        self.proposes = chosen.proposes
+        self.resamples = chosen.resamples
+        self.corrects = chosen.corrects
+        self._client = client or httpx.Client(timeout=chosen.timeout_s, headers=dict(chosen.headers or {}))
         self._served_rules = _ServedRules(self)
 
     @property
@@ -143,45 +162,17 @@ class HTTPReplayAdapter:
         original = StepAction.of_step(step) if correction.kind is InterventionKind.ACTION else correction.original
         return correction.model_copy(update={"original": original, "refused": None, "flipped": False, "replays": 0})
 
-    def replay(
-        self,
-        trace: StructuredTrace,
-        *,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole = InjectionRole.SYSTEM,
-        action: StepAction | None = None,
-    ) -> ReplayResult:
-        check_rollback_point(trace, rollback_point)
-        body: dict[str, Any] = {
-            "protocol": PROTOCOL if action is None else PROTOCOL_V2,
-            "trace": trace.model_dump(mode="json"),
-            "rollback_point": rollback_point,
-            "injection": injection,
-            "injection_role": InjectionRole(injection_role).value,
-        }
-        if action is not None:
-            body["action"] = action.model_dump(mode="json")
-        return self._result(trace, rollback_point, self._answer(body))
+    def replay(self, request: ReplayRequest) -> ReplayResult:
+        check_rollback_point(request.trace, request.rollback_point)
+        body = _asking(request, PROTOCOL if request.action is None else PROTOCOL_V2)
+        if request.action is not None:
+            body["action"] = request.action.model_dump(mode="json")
+        return self._result(request.trace, request.rollback_point, self._answer(body))
 
-    def propose(
-        self,
-        trace: StructuredTrace,
-        *,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole = InjectionRole.SYSTEM,
-        samples: int = 1,
-        temperature: float = 0.0,
-    ) -> tuple[ProposedStep, ...]:
-        check_rollback_point(trace, rollback_point)
-        body: dict[str, Any] = {
-            "protocol": PROTOCOL_V3,
-            "trace": trace.model_dump(mode="json"),
-            "rollback_point": rollback_point,
-            "injection": injection,
-            "injection_role": InjectionRole(injection_role).value,
-            "propose": {"samples": samples, "temperature": temperature},
+    def propose(self, request: ReplayRequest, *, samples: int = 1) -> tuple[ProposedStep, ...]:
+        check_rollback_point(request.trace, request.rollback_point)
+        body = _asking(request, PROTOCOL_V3) | {
+            "propose": {"samples": samples, "temperature": request.proposal_temperature}
         }
         payload = self._answer(body)
         raw = payload.get("proposals")
@@ -194,8 +185,10 @@ class HTTPReplayAdapter:
                 f"replay endpoint {self.url} sent an invalid proposal: {error.errors()[0]['msg']}"
             ) from None
 
-    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
-        asked = _about_the_run(trace, resample={"samples": samples, "temperature": temperature})
+    def resample(self, request: ReplayRequest, *, samples: int) -> tuple[ReplayResult, ...]:
+        """The endpoint's resamples of the request's run (the protocol's runs start from the run's input)."""
+        trace = request.trace
+        asked = _about_the_run(trace, resample={"samples": samples, "temperature": request.proposal_temperature})
         runs = self._answer(asked).get("runs")
         if not isinstance(runs, list) or not runs or len(runs) > _MAX_PROPOSALS:
             raise ReplayError(f"replay endpoint {self.url} answered a resample request without a 'runs' list")
@@ -271,16 +264,33 @@ class HTTPReplayAdapter:
         )
 
 
+def _asking(request: ReplayRequest, protocol: str) -> dict[str, Any]:
+    """The body's fields every protocol request has, from ``request``."""
+    return {
+        "protocol": protocol,
+        "trace": request.trace.model_dump(mode="json"),
+        "rollback_point": request.rollback_point,
+        "injection": request.injection,
+        "injection_role": request.injection_role.value,
+    }
+
+
 def _about_the_run(trace: StructuredTrace, **ask: dict[str, Any]) -> dict[str, Any]:
     """A v3 request about the whole run (``resample``, ``corrections``): no rollback point, nothing injected."""
-    return {
-        "protocol": PROTOCOL_V3,
-        "trace": trace.model_dump(mode="json"),
-        "rollback_point": 0,
-        "injection": "",
-        "injection_role": InjectionRole.SYSTEM.value,
-        **ask,
-    }
+    return _asking(ReplayRequest(trace=trace), PROTOCOL_V3) | ask
+
+
+def _request_of(trace: StructuredTrace, body: dict[str, Any], temperature: float | None = None) -> ReplayRequest:
+    """The :class:`ReplayRequest` a protocol body asks for (the caller has checked its protocol)."""
+    action = StepAction.model_validate(body["action"]) if body.get("action") is not None else None
+    return ReplayRequest(
+        trace=trace,
+        rollback_point=int(body["rollback_point"]),
+        injection=str(body.get("injection", "")),
+        injection_role=InjectionRole(body.get("injection_role", "system")),
+        action=action,
+        temperature=temperature,
+    )
 
 
 class _ServedRules:
@@ -321,14 +331,7 @@ def replay_handler(adapter: ReplayAdapter, body: bytes) -> tuple[int, bytes]:
             return _serve_resamples(adapter, trace, request)
         if request.get("corrections") is not None:
             return _serve_corrections(adapter, trace, request)
-        action = StepAction.model_validate(request["action"]) if request.get("action") is not None else None
-        result = adapter.replay(
-            trace,
-            rollback_point=int(request["rollback_point"]),
-            injection=str(request.get("injection", "")),
-            injection_role=InjectionRole(request.get("injection_role", "system")),
-            action=action,
-        )
+        result = replay_with(adapter, _request_of(trace, request))
     except (ValueError, KeyError, TypeError, ValidationError) as error:
         return 400, json.dumps({"error": f"bad replay request: {error}"}).encode()
     except ReplayError as error:
@@ -359,7 +362,8 @@ def _serve_resamples(adapter: ReplayAdapter, trace: StructuredTrace, request: di
     if not 1 <= samples <= _MAX_PROPOSALS:
         raise ValueError(f"'resample.samples' must be from 1 to {_MAX_PROPOSALS}")
     try:
-        runs = source.resample(trace, samples=samples, temperature=float(options.get("temperature", 0.7)))
+        asked = ReplayRequest.resampling(trace, float(options.get("temperature", 0.7)))
+        runs = source.resample(asked, samples=samples)
     except ReplayError as error:
         return 422, json.dumps({"error": str(error)}).encode()
     return 200, json.dumps({"runs": [_result_body(adapter, trace, run) for run in runs]}).encode()
@@ -392,14 +396,8 @@ def _serve_proposals(adapter: ReplayAdapter, trace: StructuredTrace, request: di
     if not 1 <= samples <= _MAX_PROPOSALS:
         raise ValueError(f"'propose.samples' must be from 1 to {_MAX_PROPOSALS}")
     try:
-        proposals = source.propose(
-            trace,
-            rollback_point=int(request["rollback_point"]),
-            injection=str(request.get("injection", "")),
-            injection_role=InjectionRole(request.get("injection_role", "system")),
-            samples=samples,
-            temperature=float(options.get("temperature", 0.0)),
-        )
+        asked = _request_of(trace, request | {"action": None}, float(options.get("temperature", 0.0)))
+        proposals = source.propose(asked, samples=samples)
     except ReplayError as error:
         return 422, json.dumps({"error": str(error)}).encode()
     return 200, json.dumps({"proposals": [p.model_dump(mode="json") for p in proposals]}).encode()

@@ -32,6 +32,7 @@ import threading
 import uuid
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
@@ -42,7 +43,15 @@ from reflect_otel.errors import MissingDependencyError, ReplayError
 from reflect_otel.reading.capture import captured
 from reflect_otel.reading.semconv import INPUT_MESSAGES_PREFIX, OpenInferenceSpanKindValues, SpanAttributes
 from reflect_otel.reading.spans import SpanRecord
-from reflect_otel.replay import SAMPLING_TEMPERATURE, InjectionRole, ProposedStep, ReplayResult, check_rollback_point
+from reflect_otel.replay import (
+    SAMPLING_TEMPERATURE,
+    InjectionRole,
+    ProposedStep,
+    ReplayRequest,
+    ReplayResult,
+    check_rollback_point,
+)
+from reflect_otel.replay_adapters._base import ReplayAdapterBase, with_options
 from reflect_otel.replay_adapters._guard import ToolGuard
 from reflect_otel.replay_adapters._stitch import stitch
 from reflect_otel.trace import StepAction, StructuredTrace
@@ -55,7 +64,7 @@ try:
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise MissingDependencyError("langgraph", "langgraph") from error
 
-__all__ = ["LangGraphReplayAdapter", "RestoreState"]
+__all__ = ["LangGraphReplayAdapter", "LangGraphReplayOptions", "RestoreState"]
 
 RestoreState = Callable[[StructuredTrace, int], None]
 """Brings the agent's own state (outside the graph) to where ``trace``'s run was after step ``rollback_point``;
@@ -100,40 +109,52 @@ def _first_llm_contents(records: list[SpanRecord]) -> list[str] | None:
     return [contents[i] for i in sorted(contents)]
 
 
-class LangGraphReplayAdapter:
-    """``graph`` is the compiled graph; ``tracer_provider`` the provider the LangChain instrumentation uses.
-    ``model_node``/``tools_node`` name the ReAct nodes (LangGraph's defaults: ``agent`` and ``tools``).
-    ``correction_rules`` are evidence rules that fit this agent's tools (:class:`~reflect_otel.replay.HasCorrectionRules`):
-    they run for the runs this adapter replays, beside the built-in ones. ``pure_tools`` names the tools that answer
-    the same call with the same data (:class:`~reflect_otel.replay.HasPureTools`): a correction repeating such a call
-    the run already made is refused."""
+@dataclass(frozen=True)
+class LangGraphReplayOptions:
+    """How :class:`LangGraphReplayAdapter` runs its graph. ``model_node``/``tools_node`` name the ReAct nodes
+    (LangGraph's defaults: ``agent`` and ``tools``). ``correction_rules`` are evidence rules that fit this agent's
+    tools (:class:`~reflect_otel.replay.HasCorrectionRules`): they run for the runs this adapter replays, beside the
+    built-in ones. ``pure_tools`` names the tools that answer the same call with the same data
+    (:class:`~reflect_otel.replay.HasPureTools`): a correction repeating such a call the run already made is
+    refused. ``restore_state``: see the module's description."""
+
+    model_node: str = "agent"
+    tools_node: str = "tools"
+    irreversible_tools: Collection[str] = ()
+    allow_irreversible: bool = False
+    recursion_limit: int = 50
+    deterministic: bool = False
+    correction_rules: Sequence[Rule] = ()
+    pure_tools: Collection[str] = ()
+    restore_state: RestoreState | None = None
+
+
+class LangGraphReplayAdapter(ReplayAdapterBase):
+    """``graph`` is the compiled graph; ``tracer_provider`` the provider the LangChain instrumentation uses;
+    ``options`` how to run it (:class:`LangGraphReplayOptions`). Keywords name single options and take precedence:
+    ``LangGraphReplayAdapter(graph, tracer_provider=p, irreversible_tools={"send_email"})``."""
 
     def __init__(
         self,
         graph: Any,
         *,
         tracer_provider: TracerProvider,
-        model_node: str = "agent",
-        tools_node: str = "tools",
-        irreversible_tools: Collection[str] = (),
-        allow_irreversible: bool = False,
-        recursion_limit: int = 50,
-        deterministic: bool = False,
-        correction_rules: Sequence[Rule] = (),
-        pure_tools: Collection[str] = (),
-        restore_state: RestoreState | None = None,
+        options: LangGraphReplayOptions | None = None,
+        **option: Any,
     ) -> None:
+        chosen = with_options(options or LangGraphReplayOptions(), option)
         self.graph = graph
-        self._restore_state = restore_state
+        self.options = chosen
+        self._restore_state = chosen.restore_state
         self._one_at_a_time = threading.Lock()
-        self.correction_rules = tuple(correction_rules)
-        self.pure_tools = frozenset(pure_tools)
-        self.deterministic = deterministic
+        self.correction_rules = tuple(chosen.correction_rules)
+        self.pure_tools = frozenset(chosen.pure_tools)
+        self.deterministic = chosen.deterministic
         self._provider = tracer_provider
-        self.model_node = model_node
-        self.tools_node = tools_node
-        self._guard = ToolGuard(irreversible_tools, allow=allow_irreversible)
-        self.recursion_limit = recursion_limit
+        self.model_node = chosen.model_node
+        self.tools_node = chosen.tools_node
+        self._guard = ToolGuard(chosen.irreversible_tools, allow=chosen.allow_irreversible)
+        self.recursion_limit = chosen.recursion_limit
 
     # -- where to resume from ------------------------------------------------------------------------------------
     def _checkpoint_after(self, trace: StructuredTrace, rollback_point: int) -> tuple[dict[str, Any], str] | None:
@@ -206,11 +227,10 @@ class LangGraphReplayAdapter:
                 self._guard(call["name"], call.get("args"))
             self.graph.invoke(None, config, interrupt_before=interrupt)
 
-    def _fork(
-        self, trace: StructuredTrace, rollback_point: int, injection: str, injection_role: InjectionRole
-    ) -> tuple[dict[str, Any], str, list[BaseMessage]]:
-        """The state right after step ``rollback_point`` (values, where it came from, messages with the
+    def _fork(self, request: ReplayRequest) -> tuple[dict[str, Any], str, list[BaseMessage]]:
+        """The state right after the request's rollback point (values, where it came from, messages with the
         injection appended)."""
+        trace, rollback_point = request.trace, request.rollback_point
         check_rollback_point(trace, rollback_point)
         forked = self._checkpoint_after(trace, rollback_point)
         if forked is not None:
@@ -219,28 +239,23 @@ class LangGraphReplayAdapter:
         else:
             values, source = {}, "spans"
             messages = list(self._messages_from_spans(trace, rollback_point))
-        if injection:
-            messages.append(_injection_message(injection, injection_role))
+        if request.injection:
+            messages.append(_injection_message(request.injection, request.injection_role))
         return values, source, messages
 
-    def propose(
-        self,
-        trace: StructuredTrace,
-        *,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole = InjectionRole.SYSTEM,
-        samples: int = 1,
-        temperature: float = 0.0,
-    ) -> tuple[ProposedStep, ...]:
-        values, _, messages = self._fork(trace, rollback_point, injection, injection_role)
-        node = (trace.steps[rollback_point - 1].langgraph_node or self.tools_node) if rollback_point else None
+    def _config(self, kind: str, temperature: float | None) -> dict[str, Any]:
+        """A new thread's run config, passing ``temperature`` as :data:`SAMPLING_TEMPERATURE` when given."""
+        sampling = {SAMPLING_TEMPERATURE: temperature} if temperature is not None else {}
+        thread = f"reflect-{kind}-{uuid.uuid4().hex}"
+        return {"configurable": {"thread_id": thread, **sampling}, "recursion_limit": self.recursion_limit}
+
+    def propose(self, request: ReplayRequest, *, samples: int = 1) -> tuple[ProposedStep, ...]:
+        values, _, messages = self._fork(request)
+        rollback_point = request.rollback_point
+        node = (request.trace.steps[rollback_point - 1].langgraph_node or self.tools_node) if rollback_point else None
         proposals = []
         for _ in range(samples):
-            config: dict[str, Any] = {
-                "configurable": {"thread_id": f"reflect-propose-{uuid.uuid4().hex}", SAMPLING_TEMPERATURE: temperature},
-                "recursion_limit": self.recursion_limit,
-            }
+            config = self._config("propose", request.proposal_temperature)
             with captured(self._provider, "reflect.propose.langgraph"):
                 try:
                     if node is None:
@@ -253,19 +268,10 @@ class LangGraphReplayAdapter:
                 except Exception as error:  # the graph may fail in any way
                     raise ReplayError(f"the graph failed while proposing: {type(error).__name__}: {error}") from error
             decided = self.graph.get_state(config).values.get("messages", [])
-            last = decided[-1] if decided else None
-            calls = getattr(last, "tool_calls", None) or []
-            if calls:
-                call = calls[0]
-                proposals.append(ProposedStep(action=StepAction(tool_name=call["name"], arguments=dict(call["args"]))))
-            elif isinstance(last, AIMessage):
-                proposals.append(
-                    ProposedStep(action=StepAction(text=_values.as_text(last.content)), is_final_answer=True)
-                )
+            proposed = _proposed(decided[-1] if decided else None)
+            if proposed is not None:
+                proposals.append(proposed)
         return tuple(proposals)
-
-    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
-        return tuple(self._run_from(trace, 0, "", InjectionRole.SYSTEM, None, temperature) for _ in range(samples))
 
     def preview(self, trace: StructuredTrace, *, rollback_point: int, action: StepAction) -> str | None:
         """What ``action``'s tool returns after step ``rollback_point``, run alone from the graph's tools node: only
@@ -283,82 +289,81 @@ class LangGraphReplayAdapter:
         except Exception:  # the agent's tool, or its state, may fail in any way: a replay will tell
             return None
 
-    def replay(
-        self,
-        trace: StructuredTrace,
-        *,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole = InjectionRole.SYSTEM,
-        action: StepAction | None = None,
-    ) -> ReplayResult:
-        return self._run_from(trace, rollback_point, injection, injection_role, action, None)
-
-    def _run_from(
-        self,
-        trace: StructuredTrace,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole,
-        action: StepAction | None,
-        temperature: float | None,
-    ) -> ReplayResult:
-        decided = _action_message(action) if action is not None else None
-        values, source, messages = self._fork(trace, rollback_point, injection, injection_role)
+    def _replay(self, request: ReplayRequest) -> ReplayResult:
+        decided = _action_message(request.action) if request.action is not None else None
+        values, source, messages = self._fork(request)
         if decided is not None:
             messages.append(decided)
-        thread = f"reflect-replay-{uuid.uuid4().hex}"
-        sampling = {SAMPLING_TEMPERATURE: temperature} if temperature is not None else {}
-        config: dict[str, Any] = {
-            "configurable": {"thread_id": thread, **sampling},
-            "recursion_limit": self.recursion_limit,
-        }
-        unfinished = False
-        with self._prepared(trace, rollback_point), captured(self._provider, "reflect.replay.langgraph") as run:
-            try:
-                if decided is not None:  # the model node "decided" the action; the tools node runs it
-                    self.graph.update_state(config, {**values, "messages": messages}, as_node=self.model_node)
-                    self._run(None, config)
-                elif rollback_point == 0:
-                    self._run({**values, "messages": messages}, config)
-                else:
-                    node = trace.steps[rollback_point - 1].langgraph_node or self.tools_node
-                    self.graph.update_state(config, {**values, "messages": messages}, as_node=node)
-                    self._run(None, config)
-            except ReplayError:
-                raise
-            except GraphRecursionError:
-                unfinished = True  # a run that did not finish is an outcome (no answer), not a failed replay
-            except Exception as error:  # the graph may fail in any way
-                raise ReplayError(f"the graph failed while replaying: {type(error).__name__}: {error}") from error
+        config = self._config("replay", request.temperature)
+        with (
+            self._prepared(request.trace, request.rollback_point),
+            captured(self._provider, "reflect.replay.langgraph") as run,
+        ):
+            unfinished = self._resume(request, {**values, "messages": messages}, config, acted=decided is not None)
         if run.trace is None:
             raise ReplayError(f"the replay's continuation could not be read: {run.error}")
         final_messages = self.graph.get_state(config).values.get("messages", [])
-        final = _values.as_text(final_messages[-1].content) if final_messages else run.trace.final_answer
-        if unfinished:
-            final = None
-        seen = _first_llm_contents(run.records)
-        expected = [_values.as_text(m.content) for m in messages]
-        replayed = stitch(trace, rollback_point, run.trace.steps, trace_id=run.trace_id, final_answer=final)
-        if action is not None:
-            replayed = _with_action_arguments(replayed, rollback_point, action)
-        # after an action the first model call also sees the action's result: the prefix must lead its messages
-        # (the action's message has no text, and instrumentations record no content for it)
-        if decided is None:
-            verified = seen == expected
-        else:
-            texts = [text for text in expected if text]
-            verified = seen is not None and seen[: len(texts)] == texts and len(seen) > len(texts)
+        final = None if unfinished else _final_text(final_messages, run.trace.final_answer)
+        replayed = stitch(
+            request.trace, request.rollback_point, run.trace.steps, trace_id=run.trace_id, final_answer=final
+        )
+        if request.action is not None:
+            replayed = _with_action_arguments(replayed, request.rollback_point, request.action)
+        info = {"adapter": "langgraph", "thread_id": config["configurable"]["thread_id"], "forked_from": source}
         return ReplayResult(
             trace=replayed,
-            rollback_point=rollback_point,
+            rollback_point=request.rollback_point,
             final_answer=final,
-            prefix_verified=verified,
-            adapter_info={
-                "adapter": "langgraph",
-                "thread_id": thread,
-                "forked_from": source,
-                "replay_trace_id": run.trace_id,
-            }
+            prefix_verified=_prefix_seen(run.records, messages, acted=decided is not None),
+            adapter_info=info
+            | {"replay_trace_id": run.trace_id}
             | ({"stopped": "recursion limit"} if unfinished else {}),
         )
+
+    def _resume(self, request: ReplayRequest, state: dict[str, Any], config: dict[str, Any], *, acted: bool) -> bool:
+        """Run the graph on from the forked ``state`` in ``config``'s new thread; True when it stopped at the
+        recursion limit (a run that did not finish is an outcome, no answer, not a failed replay)."""
+        try:
+            if acted:  # the model node "decided" the action; the tools node runs it
+                self.graph.update_state(config, state, as_node=self.model_node)
+                self._run(None, config)
+            elif request.rollback_point == 0:
+                self._run(state, config)
+            else:
+                node = request.trace.steps[request.rollback_point - 1].langgraph_node or self.tools_node
+                self.graph.update_state(config, state, as_node=node)
+                self._run(None, config)
+        except ReplayError:
+            raise
+        except GraphRecursionError:
+            return True
+        except Exception as error:  # the graph may fail in any way
+            raise ReplayError(f"the graph failed while replaying: {type(error).__name__}: {error}") from error
+        return False
+
+
+def _final_text(messages: list[BaseMessage], recorded: str | None) -> str | None:
+    return _values.as_text(messages[-1].content) if messages else recorded
+
+
+def _prefix_seen(records: list[SpanRecord], messages: list[BaseMessage], *, acted: bool) -> bool:
+    """Whether the continuation's first model call received the prepared ``messages``. After an action it also sees
+    the action's result: the prefix must lead its messages (the action's message has no text, and instrumentations
+    record no content for it)."""
+    seen = _first_llm_contents(records)
+    expected = [_values.as_text(m.content) for m in messages]
+    if not acted:
+        return seen == expected
+    texts = [text for text in expected if text]
+    return seen is not None and seen[: len(texts)] == texts and len(seen) > len(texts)
+
+
+def _proposed(last: BaseMessage | None) -> ProposedStep | None:
+    """The decision the model node wrote last: its first tool call, or its answer; None when it wrote neither."""
+    calls = getattr(last, "tool_calls", None) or []
+    if calls:
+        call = calls[0]
+        return ProposedStep(action=StepAction(tool_name=call["name"], arguments=dict(call["args"])))
+    if isinstance(last, AIMessage):
+        return ProposedStep(action=StepAction(text=_values.as_text(last.content)), is_final_answer=True)
+    return None

@@ -32,7 +32,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry.sdk.trace import TracerProvider
@@ -40,10 +40,11 @@ from opentelemetry.sdk.trace import TracerProvider
 from reflect_otel.errors import ReplayError
 from reflect_otel.llm.local import is_embedded_endpoint
 from reflect_otel.reading.capture import captured
-from reflect_otel.replay import InjectionRole, ProposedStep, ReplayResult
+from reflect_otel.replay import ProposedStep, ReplayRequest, ReplayResult
 from reflect_otel.replay_adapters._guard import IrreversibleToolError
 from reflect_otel.replay_adapters._tool_loop import (
     ExecuteTool,
+    ToolLoopOptions,
     ToolLoopReplay,
     canonical,
     recorded_request,
@@ -52,7 +53,14 @@ from reflect_otel.replay_adapters._tool_loop import (
 )
 from reflect_otel.trace import StepAction, StructuredTrace
 
-__all__ = ["RESENT_FIELDS", "ExecuteTool", "IrreversibleToolError", "OpenAIToolLoopReplayAdapter", "ResumeLoop"]
+__all__ = [
+    "RESENT_FIELDS",
+    "ExecuteTool",
+    "IrreversibleToolError",
+    "OpenAIToolLoopReplayAdapter",
+    "ResumeLoop",
+    "ToolLoopOptions",
+]
 
 ResumeLoop = Callable[..., str]
 """``resume(messages, guard) -> final answer``: continue the tool loop from ``messages``. With a ``temperature``
@@ -72,22 +80,11 @@ class OpenAIToolLoopReplayAdapter(ToolLoopReplay[ResumeLoop]):
         resume: ResumeLoop,
         *,
         tracer_provider: TracerProvider,
-        irreversible_tools: Collection[str] = (),
-        allow_irreversible: bool = False,
-        execute_tool: ExecuteTool | None = None,
-        deterministic: bool | None = None,
         client: Any | None = None,
-        pure_tools: Collection[str] = (),
+        options: ToolLoopOptions | None = None,
+        **option: Any,
     ) -> None:
-        super().__init__(
-            resume,
-            tracer_provider=tracer_provider,
-            irreversible_tools=irreversible_tools,
-            allow_irreversible=allow_irreversible,
-            execute_tool=execute_tool,
-            deterministic=deterministic,
-            pure_tools=pure_tools,
-        )
+        super().__init__(resume, tracer_provider=tracer_provider, options=options, **option)
         self._client = client
 
     def _repeats_itself(self) -> bool:
@@ -104,27 +101,17 @@ class OpenAIToolLoopReplayAdapter(ToolLoopReplay[ResumeLoop]):
         """The recorded request of the first LLM call after step ``rollback_point``."""
         return recorded_request(trace, rollback_point, api=OpenAIToolLoopReplayAdapter.request_api)
 
-    def _continue(
-        self,
-        trace: StructuredTrace,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole,
-        action: StepAction | None,
-        *,
-        temperature: float | None,
-    ) -> ReplayResult:
-        messages = list(self._recorded(trace, rollback_point, action)["messages"])
-        if injection:
-            messages.append({"role": InjectionRole(injection_role).value, "content": injection})
+    def _continue(self, request: ReplayRequest, temperature: float | None) -> ReplayResult:
+        messages = _with_injection(list(self._recorded(request)["messages"]), request)
+        action = request.action
 
         def resume() -> str:
             messages.extend(self._execute(action) if action is not None else [])
             return self._resume(copy.deepcopy(messages), self._guard, **self._sampling(temperature))
 
         return resume_captured(
-            trace,
-            rollback_point,
+            request.trace,
+            request.rollback_point,
             self._provider,
             adapter="openai_loop",
             resume=resume,
@@ -143,27 +130,16 @@ class OpenAIToolLoopReplayAdapter(ToolLoopReplay[ResumeLoop]):
             {"role": "tool", "tool_call_id": call_id, "content": result},
         ]
 
-    def propose(
-        self,
-        trace: StructuredTrace,
-        *,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole = InjectionRole.SYSTEM,
-        samples: int = 1,
-        temperature: float = 0.0,
-    ) -> tuple[ProposedStep, ...]:
+    def propose(self, request: ReplayRequest, *, samples: int = 1) -> tuple[ProposedStep, ...]:
         if self._client is None:
             raise ReplayError(
                 "proposing needs the loop's OpenAI client: pass client=... to OpenAIToolLoopReplayAdapter"
             )
-        request = self._recorded(trace, rollback_point, None)
-        messages = list(request["messages"])
-        if injection:
-            messages.append({"role": InjectionRole(injection_role).value, "content": injection})
+        recorded = self._recorded(request, propose=True)
+        messages = _with_injection(list(recorded["messages"]), request)
         create = self._client.chat.completions.create
-        kept, dropped = _accepted(create, request)
-        body = kept | {"messages": messages, "temperature": temperature}
+        kept, dropped = _accepted(create, recorded)
+        body = kept | {"messages": messages, "temperature": request.proposal_temperature}
         note = _dropped_note(dropped)
         proposals = []
         with captured(self._provider, "reflect.propose.openai_loop"):
@@ -236,6 +212,13 @@ def _dropped_note(dropped: list[str]) -> str:
         return ""
     shown = ", ".join(dropped[:10]) + (f" and {len(dropped) - 10} more" if len(dropped) > 10 else "")
     return f"{len(dropped)} recorded request field(s) not sent: {shown}"
+
+
+def _with_injection(messages: list[Any], request: ReplayRequest) -> list[Any]:
+    """The recorded messages with the request's injection (when not empty) as a message of its role."""
+    if not request.injection:
+        return messages
+    return [*messages, {"role": request.injection_role.value, "content": request.injection}]
 
 
 def _arguments(text: str | None) -> dict[str, Any]:

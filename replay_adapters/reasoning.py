@@ -11,7 +11,8 @@ import uuid
 from reflect_otel.errors import LLMError, ReplayError
 from reflect_otel.llm.base import ChatMessage, StructuredLLM
 from reflect_otel.prompts import CHAIN_OF_THOUGHT_PROMPT, ReasoningContinuation
-from reflect_otel.replay import InjectionRole, ProposedStep, ReplayResult, check_rollback_point
+from reflect_otel.replay import ProposedStep, ReplayRequest, ReplayResult, check_rollback_point
+from reflect_otel.replay_adapters._base import ReplayAdapterBase
 from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
 
 __all__ = ["ReasoningReplayAdapter", "is_chain_of_thought"]
@@ -24,7 +25,7 @@ def is_chain_of_thought(trace: StructuredTrace) -> bool:
     return bool(trace.steps) and all(s.tool_name is None and s.kind is not StepKind.TOOL_CALL for s in trace.steps)
 
 
-class ReasoningReplayAdapter:
+class ReasoningReplayAdapter(ReplayAdapterBase):
     """Replays a chain-of-thought trace with ``llm`` as the agent, greedily (its configured temperature, 0 by
     default: ``deterministic``). ``prefix_verified`` holds because the request is built from the kept steps
     verbatim, and checked so before sending. ``propose`` samples the next thought alone."""
@@ -43,13 +44,12 @@ class ReasoningReplayAdapter:
         """This adapter, its agent told the task too (see :class:`~reflect_otel.replay.TakesTaskContext`)."""
         return ReasoningReplayAdapter(self.llm, task_context=text, deterministic=self.deterministic)
 
-    def _messages(
-        self, trace: StructuredTrace, rollback_point: int, injection: str, role: InjectionRole, thought: list[str]
-    ) -> list[ChatMessage]:
-        check_rollback_point(trace, rollback_point)
+    def _messages(self, request: ReplayRequest, thought: list[str]) -> list[ChatMessage]:
+        trace, injection = request.trace, request.injection
+        check_rollback_point(trace, request.rollback_point)
         if not is_chain_of_thought(trace):
             raise ReplayError("ReasoningReplayAdapter replays chain-of-thought traces only (this one calls tools)")
-        kept = trace.steps[:rollback_point]
+        kept = trace.steps[: request.rollback_point]
         question = trace.question + (f"\n\nTask: {self.task_context}" if self.task_context else "")
         messages = [
             ChatMessage(role="system", content=CHAIN_OF_THOUGHT_PROMPT),
@@ -58,7 +58,7 @@ class ReasoningReplayAdapter:
         if kept:
             messages.append(ChatMessage(role="assistant", content="\n".join(s.reasoning for s in kept)))
         if injection:
-            messages.append(ChatMessage(role=InjectionRole(role).value, content=injection))
+            messages.append(ChatMessage(role=request.injection_role.value, content=injection))
         if thought and messages[-1].role == "assistant":  # the replacement thought continues the kept ones
             messages[-1] = ChatMessage(role="assistant", content=f"{messages[-1].content}\n{thought[0]}")
         elif thought:
@@ -66,27 +66,13 @@ class ReasoningReplayAdapter:
         messages.append(ChatMessage(role="user", content="Continue the reasoning from here, then give the answer."))
         return messages
 
-    def propose(
-        self,
-        trace: StructuredTrace,
-        *,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole = InjectionRole.SYSTEM,
-        samples: int = 1,
-        temperature: float = 0.0,
-    ) -> tuple[ProposedStep, ...]:
+    def propose(self, request: ReplayRequest, *, samples: int = 1) -> tuple[ProposedStep, ...]:
         """The next thought as the model would write it (the first line of its continuation), ``samples`` times;
         a continuation that goes straight to the answer is a final answer."""
-        messages = self._messages(trace, rollback_point, injection, injection_role, [])
+        messages = self._messages(request, [])
         proposals = []
         for _ in range(samples):
-            try:
-                out = self.llm.complete(
-                    messages, ReasoningContinuation, stage="agent_replay", temperature=temperature
-                ).value
-            except LLMError as error:
-                raise ReplayError(f"the reasoning model failed: {error}") from None
+            out = self._complete(messages, request.proposal_temperature)
             lines = [line.strip() for text in out.steps for line in text.splitlines() if line.strip()]
             if lines:
                 proposals.append(ProposedStep(action=StepAction(text=lines[0])))
@@ -97,48 +83,35 @@ class ReasoningReplayAdapter:
                 )
         return tuple(proposals)
 
-    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
-        return tuple(self._continue(trace, 0, "", InjectionRole.SYSTEM, None, temperature) for _ in range(samples))
-
-    def replay(
-        self,
-        trace: StructuredTrace,
-        *,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole = InjectionRole.SYSTEM,
-        action: StepAction | None = None,
-    ) -> ReplayResult:
-        return self._continue(trace, rollback_point, injection, injection_role, action, None)
-
-    def _continue(
-        self,
-        trace: StructuredTrace,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole,
-        action: StepAction | None,
-        temperature: float | None,
-    ) -> ReplayResult:
-        if action is not None and (action.tool_name is not None or not action.text.strip()):
-            raise ReplayError("a chain-of-thought replay takes a replacement thought as its action, not a tool call")
-        kept = trace.steps[:rollback_point]
-        thought = [action.text.strip()] if action is not None else []
-        messages = self._messages(trace, rollback_point, injection, injection_role, thought)
-        prefix_verified = all(s.reasoning in messages[2].content for s in kept) if kept else True
+    def _complete(self, messages: list[ChatMessage], temperature: float | None) -> ReasoningContinuation:
         try:
-            out = self.llm.complete(
+            return self.llm.complete(
                 messages, ReasoningContinuation, stage="agent_replay", temperature=temperature
             ).value
         except LLMError as error:
             raise ReplayError(f"the reasoning model failed: {error}") from None
+
+    def _replay(self, request: ReplayRequest) -> ReplayResult:
+        trace, rollback_point, action, temperature = (
+            request.trace,
+            request.rollback_point,
+            request.action,
+            request.temperature,
+        )
+        if action is not None and (action.tool_name is not None or not action.text.strip()):
+            raise ReplayError("a chain-of-thought replay takes a replacement thought as its action, not a tool call")
+        kept = trace.steps[:rollback_point]
+        thought = [action.text.strip()] if action is not None else []
+        messages = self._messages(request, thought)
+        prefix_verified = all(s.reasoning in messages[2].content for s in kept) if kept else True
+        out = self._complete(messages, temperature)
         lines = [*thought, *(line.strip() for text in out.steps for line in text.splitlines() if line.strip())]
         answer = _ANSWER_LEAD.sub("", out.answer.strip())  # models often repeat the lead-in: say it once
         answer_line = f"So the answer is {answer}"
         lines.append(answer_line)
         nonce = uuid.uuid4().hex if temperature else ""  # resamples of one run are different runs
         replay_id = hashlib.sha256(
-            f"{trace.trace_id}:{rollback_point}:{injection}:{thought}:{nonce}".encode()
+            f"{trace.trace_id}:{rollback_point}:{request.injection}:{thought}:{nonce}".encode()
         ).hexdigest()
         new_steps = [
             Step(

@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from reflect_otel.errors import ConfigError
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.replay import ReplayAdapter
-from reflect_otel.replay_adapters.http import HTTPReplayAdapter
+from reflect_otel.replay_adapters.http import HTTPReplayAdapter, HTTPReplayOptions
 from reflect_otel.trace import StructuredTrace
 
 __all__ = ["MAX_CONFIG_BYTES", "ReplayEndpoint", "ReplayEndpoints", "load_replay_endpoints"]
@@ -86,6 +86,18 @@ class ReplayEndpoint(BaseModel):
             )
         return {**self.headers, **{name: environ[var] for name, var in self.headers_from_env.items()}}
 
+    def options(self, environ: Mapping[str, str]) -> HTTPReplayOptions:
+        """The HTTP adapter's options this endpoint's entry sets (headers resolved as :meth:`resolved_headers`)."""
+        return HTTPReplayOptions(
+            timeout_s=self.timeout_s,
+            headers=self.resolved_headers(environ),
+            max_response_bytes=self.max_response_bytes,
+            deterministic=self.deterministic,
+            proposes=self.propose,
+            resamples=self.resample,
+            corrects=self.corrections,
+        )
+
 
 class ReplayEndpoints:
     """A replay finder (``(trace, llm) -> adapter or None``) over the endpoints of one file: an HTTP adapter for a
@@ -94,19 +106,7 @@ class ReplayEndpoints:
     def __init__(self, endpoints: list[ReplayEndpoint], environ: Mapping[str, str] | None = None) -> None:
         env = os.environ if environ is None else environ
         self.endpoints = endpoints
-        self._adapters: list[ReplayAdapter] = [
-            HTTPReplayAdapter(
-                e.url,
-                timeout_s=e.timeout_s,
-                headers=e.resolved_headers(env),
-                max_response_bytes=e.max_response_bytes,
-                deterministic=e.deterministic,
-                proposes=e.propose,
-                resamples=e.resample,
-                corrects=e.corrections,
-            )
-            for e in endpoints
-        ]
+        self._adapters: list[ReplayAdapter] = [HTTPReplayAdapter(e.url, options=e.options(env)) for e in endpoints]
 
     def __call__(self, trace: StructuredTrace, llm: StructuredLLM) -> ReplayAdapter | None:
         for endpoint, adapter in zip(self.endpoints, self._adapters, strict=True):

@@ -28,7 +28,7 @@ from reflect_otel.flagging.flag_score import ScoreMap
 from reflect_otel.flagging.proxy_verifier import PlanAnchoredVerifier, ProxyVerifierConfig
 from reflect_otel.flagging.verifiers import OracleVerifier, bound_to_runs
 from reflect_otel.llm.budget import TokenBudget
-from reflect_otel.replay import BudgetedReplay, ReplayResult, resampler
+from reflect_otel.replay import BudgetedReplay, ReplayRequest, ReplayResult, resampler
 from reflect_otel.testing import ScriptedLLM, ScriptedResampler, make_step, make_trace
 from reflect_otel.testing.examples import five_step_trace, scripted_agent, scripted_auditor
 from reflect_otel.trace import StructuredTrace
@@ -381,13 +381,14 @@ class _ResamplingAgent:
         self.deterministic = True
         self.resampled = 0
 
-    def replay(self, trace: StructuredTrace, **kwargs: Any) -> Any:
-        return self.agent.replay(trace, **kwargs)
+    def replay(self, request: ReplayRequest) -> ReplayResult:
+        return self.agent.replay(request)
 
-    def propose(self, trace: StructuredTrace, **kwargs: Any) -> Any:
-        return self.agent.propose(trace, **kwargs)
+    def propose(self, request: ReplayRequest, *, samples: int = 1) -> Any:
+        return self.agent.propose(request, samples=samples)
 
-    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+    def resample(self, request: ReplayRequest, *, samples: int) -> tuple[ReplayResult, ...]:
+        trace = request.trace
         self.resampled += samples
         runs = []
         for n in range(samples):
@@ -458,12 +459,12 @@ def test_each_resample_is_asked_alone_so_one_that_fails_keeps_the_others_and_the
             self.replies = replies
             self.asked: list[int] = []
 
-        def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+        def resample(self, request: ReplayRequest, *, samples: int) -> tuple[ReplayResult, ...]:
             self.asked.append(samples)
             reply = self.replies[len(self.asked) - 1]
             if isinstance(reply, Exception):
                 raise reply
-            return self.source.resample(trace, samples=int(str(reply)), temperature=temperature)
+            return self.source.resample(request, samples=int(str(reply)))
 
     many = Endpoint([20, 20, 20])
     judged = ConsistencyVerifier(many, samples=3).verify(_run("none"), expected=None)
@@ -529,10 +530,10 @@ def test_resamples_within_a_replay_budget_count_as_replays() -> None:
     budgeted = BudgetedReplay(_answering("none"), 4)
     source = resampler(budgeted)
     assert source is budgeted
-    source.resample(_run("none"), samples=3, temperature=0.7)
+    source.resample(ReplayRequest.resampling(_run("none"), 0.7), samples=3)
     assert budgeted.remaining == 1
     with pytest.raises(ReplayError, match="leaves 1"):
-        source.resample(_run("none"), samples=3, temperature=0.7)
+        source.resample(ReplayRequest.resampling(_run("none"), 0.7), samples=3)
 
 
 def test_store_stats_show_each_verifiers_measured_precision_with_its_interval(
@@ -669,12 +670,12 @@ def test_a_run_whose_resamples_prove_no_replay_right_is_localized_without_spendi
             super().__init__()
             self.replays = 0
 
-        def replay(self, trace: StructuredTrace, **kwargs: Any) -> Any:
+        def replay(self, request: ReplayRequest) -> ReplayResult:
             self.replays += 1
-            return super().replay(trace, **kwargs)
+            return super().replay(request)
 
-        def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
-            runs = super().resample(trace, samples=samples, temperature=temperature)
+        def resample(self, request: ReplayRequest, *, samples: int) -> tuple[ReplayResult, ...]:
+            runs = super().resample(request, samples=samples)
             answer = f"The answer is {40 + 3 * self.resampled}"  # another answer each time
             return tuple(r.model_copy(update={"final_answer": answer}) for r in runs)
 

@@ -13,6 +13,7 @@ from opentelemetry.trace import format_trace_id
 from reflect_otel.demo.table_tools import TableWorkspace
 from reflect_otel.demo.wtq import load_questions, read_table, unescape
 from reflect_otel.flagging.verifiers import OracleVerifier
+from reflect_otel.replay import ReplayRequest
 from reflect_otel.testing import ScriptedLLM, ScriptedRequest
 from reflect_otel.trace import StepAction, StepKind
 from tests.conftest import Instrumented
@@ -157,7 +158,7 @@ def test_table_agent_replays_with_a_correction(instrumented: Instrumented) -> No
     trace = instrumented.assembled(trace_id)
     adapter = LangGraphReplayAdapter(agent.graph, tracer_provider=instrumented.provider)
     result = adapter.replay(
-        trace, rollback_point=1, injection="CORRECTION: sort descending by Year to get the last one."
+        ReplayRequest.intervention(trace, 1, "CORRECTION: sort descending by Year to get the last one.")
     )
     assert result.prefix_verified and result.trace.steps[:1] == trace.steps[:1]
     # the replay is marked reflect.replay: the application's collector does not take it for a run of its own
@@ -170,7 +171,7 @@ def test_table_agent_replays_with_a_correction(instrumented: Instrumented) -> No
     action = StepAction(
         tool_name="sort_rows", arguments={"table": "t1", "column": "Year", "descending": True, "limit": 1}
     )
-    acted = adapter.replay(trace, rollback_point=1, injection="", action=action)
+    acted = adapter.replay(ReplayRequest.intervention(trace, 1, action=action))
     assert acted.prefix_verified and acted.trace.steps[:1] == trace.steps[:1]
     first = acted.continuation[0]
     assert (first.tool_name, first.tool_args) == ("sort_rows", action.arguments)
@@ -195,7 +196,7 @@ def test_cot_agent_traces_one_step_per_line_and_replays(instrumented: Instrument
     trace = instrumented.assembled(trace_id)
     assert [s.reasoning for s in trace.steps] == ["2 + 3 = 5.", "5 * 4 = 20.", "So the answer is 20"]
     assert trace.final_answer == "So the answer is 20" and trace.steps[-1].is_final_answer
-    result = ReasoningReplayAdapter(llm).replay(trace, rollback_point=0, injection="multiply first")
+    result = ReasoningReplayAdapter(llm).replay(ReplayRequest.intervention(trace, 0, "multiply first"))
     assert result.final_answer == "So the answer is 14"
 
 
@@ -339,9 +340,9 @@ def test_table_agent_replays_read_the_table_names_their_run_read(instrumented: I
     assert run_results[1] is not None and run_results[1].startswith("t2: 1 rows")
     adapter = LangGraphReplayAdapter(agent.graph, tracer_provider=instrumented.provider, restore_state=agent.rewind)
     describe = StepAction(tool_name="describe", arguments={"table": "t0"})
-    adapter.replay(trace, rollback_point=0, injection="", action=describe)  # derives nothing, reads t0
+    adapter.replay(ReplayRequest.intervention(trace, 0, action=describe))  # derives nothing, reads t0
     for _ in range(2):
-        again = adapter.replay(trace, rollback_point=1, injection="")
+        again = adapter.replay(ReplayRequest.intervention(trace, 1))
         replayed = [s.tool_result for s in again.trace.steps if s.kind is StepKind.TOOL_CALL]
         assert replayed == run_results and again.final_answer == trace.final_answer
 

@@ -15,6 +15,7 @@ import pytest
 
 from reflect_otel.llm._tool_calls import _call_schema, _parsed_call, _template_messages, _written_call
 from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.replay import ReplayRequest
 from tests.conftest import Instrumented
 
 TOOLS: list[dict[str, Any]] = [
@@ -145,9 +146,11 @@ def test_the_sql_agent_runs_on_the_default_model_and_replays_from_its_requests(
     adapter = OpenAIToolLoopReplayAdapter(
         agent.resume, tracer_provider=provider, execute_tool=agent.execute_tool, client=client, deterministic=True
     )
-    replayed = adapter.replay(trace, rollback_point=1, injection="")
+    replayed = adapter.replay(ReplayRequest.intervention(trace, 1))
     assert replayed.prefix_verified and replayed.continuation  # the recorded request was resent as it was
-    (proposal,) = adapter.propose(trace, rollback_point=1, injection="", samples=1, temperature=0.7)
+    (proposal,) = adapter.propose(
+        ReplayRequest(trace=trace, rollback_point=1, injection="", temperature=0.7), samples=1
+    )
     assert proposal.is_final_answer or proposal.action.tool_name in ("schema", "query")
 
 

@@ -15,6 +15,7 @@ from opentelemetry.trace import format_trace_id
 from reflect_otel.errors import ReplayError
 from reflect_otel.flagging.consistency import ConsistencyVerifier
 from reflect_otel.llm.base import StructuredLLM
+from reflect_otel.replay import ReplayRequest
 from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 from reflect_otel.replay_adapters.openai_loop import IrreversibleToolError, OpenAIToolLoopReplayAdapter
 from reflect_otel.testing.conformance import ConformanceCase, allowed_points, run_conformance
@@ -144,7 +145,7 @@ def test_anthropic_loop_adapter_conformance(anthropic_case: ConformanceCase) -> 
 def test_anthropic_injection_goes_where_the_messages_api_allows_it(anthropic_case: ConformanceCase, role: str) -> None:
     before = len(anthropic_case.model_requests())
     result = anthropic_case.adapter.replay(
-        anthropic_case.trace, rollback_point=1, injection=replay_agents.FIX, injection_role=role
+        ReplayRequest.intervention(anthropic_case.trace, 1, replay_agents.FIX, role=role)
     )  # type: ignore[arg-type]
     assert result.prefix_verified and _is_correct(result.final_answer)
     sent = json.loads(anthropic_case.model_requests()[before])  # the first call of the continuation
@@ -160,9 +161,7 @@ def test_anthropic_injection_goes_where_the_messages_api_allows_it(anthropic_cas
 @pytest.mark.parametrize("role", ["user", "developer"])
 def test_injection_role_is_configurable(openai_case: ConformanceCase, role: str) -> None:
     requests_before = len(openai_case.model_requests())
-    result = openai_case.adapter.replay(
-        openai_case.trace, rollback_point=1, injection=replay_agents.FIX, injection_role=role
-    )  # type: ignore[arg-type]
+    result = openai_case.adapter.replay(ReplayRequest.intervention(openai_case.trace, 1, replay_agents.FIX, role=role))  # type: ignore[arg-type]
     assert result.prefix_verified and _is_correct(result.final_answer)
     assert len(openai_case.model_requests()) > requests_before
 
@@ -178,30 +177,32 @@ def test_irreversible_tools_stop_the_replay(
         irreversible_tools={"add"},
     )
     with pytest.raises(IrreversibleToolError, match="'add', which is marked irreversible"):
-        guarded.replay(openai_case.trace, rollback_point=1, injection=replay_agents.FIX)
+        guarded.replay(ReplayRequest.intervention(openai_case.trace, 1, replay_agents.FIX))
     sampling = OpenAIToolLoopReplayAdapter(  # a loop that can be resampled: its resume takes a temperature
         lambda messages, guard, temperature=None: replay_agents.tool_loop(client, tracer, messages, guard),
         tracer_provider=instrumented.provider,
         irreversible_tools={"add"},
     )
     with pytest.raises(IrreversibleToolError):  # a consistency check's resample stops as a replay does
-        sampling.resample(openai_case.trace, samples=1, temperature=0.7)
+        sampling.resample(ReplayRequest.resampling(openai_case.trace, 0.7), samples=1)
     graph = langgraph_case.adapter.graph  # type: ignore[attr-defined]
     lg = LangGraphReplayAdapter(graph, tracer_provider=instrumented.provider, irreversible_tools={"add"})
     with pytest.raises(IrreversibleToolError):
-        lg.replay(langgraph_case.trace, rollback_point=1, injection=replay_agents.FIX)
+        lg.replay(ReplayRequest.intervention(langgraph_case.trace, 1, replay_agents.FIX))
     with pytest.raises(IrreversibleToolError):  # a consistency check's resample stops as a replay does
-        lg.resample(langgraph_case.trace, samples=1, temperature=0.7)
+        lg.resample(ReplayRequest.resampling(langgraph_case.trace, 0.7), samples=1)
     unchecked = ConsistencyVerifier(lg, samples=2).verify(langgraph_case.trace, expected=None)
     assert unchecked.is_correct is None and "marked irreversible" in unchecked.reasoning
     allowed = LangGraphReplayAdapter(
         graph, tracer_provider=instrumented.provider, irreversible_tools={"add"}, allow_irreversible=True
     )
-    assert _is_correct(allowed.replay(langgraph_case.trace, rollback_point=1, injection=replay_agents.FIX).final_answer)
+    assert _is_correct(
+        allowed.replay(ReplayRequest.intervention(langgraph_case.trace, 1, replay_agents.FIX)).final_answer
+    )
 
 
 def test_without_the_fix_the_answer_stays_wrong(langgraph_case: ConformanceCase) -> None:
-    result = langgraph_case.adapter.replay(langgraph_case.trace, rollback_point=1, injection="be careful")
+    result = langgraph_case.adapter.replay(ReplayRequest.intervention(langgraph_case.trace, 1, "be careful"))
     assert result.final_answer == replay_agents.WRONG
 
 
@@ -210,7 +211,7 @@ def test_openai_adapter_needs_recorded_requests(openai_case: ConformanceCase) ->
         update={"steps": tuple(s.model_copy(update={"model_input": None}) for s in openai_case.trace.steps)}
     )
     with pytest.raises(ReplayError, match="no model request is recorded"):
-        openai_case.adapter.replay(stripped, rollback_point=1, injection="x")
+        openai_case.adapter.replay(ReplayRequest.intervention(stripped, 1, "x"))
 
 
 def _openai_turn(body: dict[str, Any]) -> Any:
@@ -260,7 +261,10 @@ def test_an_openai_proposal_sends_only_chat_completion_fields_of_the_recorded_re
         )
         sent = len(server.requests)
         (proposal,) = adapter.propose(
-            trace.model_copy(update={"steps": steps}), rollback_point=1, injection=replay_agents.FIX, samples=1
+            ReplayRequest(
+                trace=trace.model_copy(update={"steps": steps}), rollback_point=1, injection=replay_agents.FIX
+            ),
+            samples=1,
         )
     assert proposal.action == replay_agents.ACTION  # the model was asked, with the recorded model and tools
     (body,) = server.requests[sent:]
@@ -341,11 +345,11 @@ def test_http_adapter_failures_are_replay_errors(openai_case: ConformanceCase) -
         server = _Server(lambda body, answer=answer: answer)
         try:
             with pytest.raises(ReplayError, match=expected[name]):
-                HTTPReplayAdapter(server.url, timeout_s=10).replay(trace, rollback_point=1, injection="x")
+                HTTPReplayAdapter(server.url, timeout_s=10).replay(ReplayRequest.intervention(trace, 1, "x"))
         finally:
             server.close()
     with pytest.raises(ReplayError, match="unreachable"):
-        HTTPReplayAdapter("http://127.0.0.1:9/replay", timeout_s=2).replay(trace, rollback_point=1, injection="x")
+        HTTPReplayAdapter("http://127.0.0.1:9/replay", timeout_s=2).replay(ReplayRequest.intervention(trace, 1, "x"))
 
 
 def test_http_adapter_refuses_a_response_over_its_limit_without_reading_it_whole(
@@ -389,7 +393,7 @@ def test_http_adapter_refuses_a_response_over_its_limit_without_reading_it_whole
             done.clear()
             adapter = HTTPReplayAdapter(base + path, timeout_s=30, max_response_bytes=1024 * 1024)
             with pytest.raises(ReplayError, match="more than 1048576 bytes; refused"):
-                adapter.replay(openai_case.trace, rollback_point=1, injection="x")
+                adapter.replay(ReplayRequest.intervention(openai_case.trace, 1, "x"))
             assert done.wait(30)
             assert written[-1] < 64 * 1024 * 1024, written  # socket buffers hold some; far from the 256 MiB
     finally:
@@ -444,7 +448,9 @@ def test_http_adapter_assembles_an_otlp_continuation(openai_case: ConformanceCas
     answer = {"otlp": {"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}, "prefix_verified": True}
     server = _Server(lambda body: (200, json.dumps(answer).encode()))
     try:
-        result = HTTPReplayAdapter(server.url).replay(openai_case.trace, rollback_point=1, injection=replay_agents.FIX)
+        result = HTTPReplayAdapter(server.url).replay(
+            ReplayRequest.intervention(openai_case.trace, 1, replay_agents.FIX)
+        )
     finally:
         server.close()
     assert result.trace.steps[:1] == openai_case.trace.steps[:1]
@@ -501,7 +507,7 @@ def test_a_reasoning_replay_says_its_answer_once() -> None:
 
     llm = ScriptedLLM(respond=lambda _r: {"steps": ["3 * 4 = 12."], "answer": "So the answer is 14"})
     trace = make_trace("What is 2 + 3 * 4?", [{"reasoning": "2 + 3 = 5."}, {"reasoning": "So the answer is 20"}])
-    result = ReasoningReplayAdapter(llm).replay(trace, rollback_point=1, injection="")
+    result = ReasoningReplayAdapter(llm).replay(ReplayRequest.intervention(trace, 1))
     assert result.final_answer == "So the answer is 14"
 
 
@@ -514,7 +520,7 @@ def test_reasoning_adapter_with_the_local_backend(default_llm: StructuredLLM) ->
     assert isinstance(adapter, ReasoningReplayAdapter)
     # the arithmetic may come out wrong on a 1.5B model: check the contract, not the answer
     for point in (0, 1, 2):
-        result = adapter.replay(case.trace, rollback_point=point, injection=case.fix)
+        result = adapter.replay(ReplayRequest.intervention(case.trace, point, case.fix))
         assert result.trace.steps[:point] == case.trace.steps[:point]
         assert result.prefix_verified and len(result.continuation) >= 1
         assert result.continuation[-1].is_final_answer and result.final_answer
@@ -549,7 +555,7 @@ def test_langgraph_replay_that_hits_the_recursion_limit_is_an_unfinished_run(lan
     from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 
     adapter = LangGraphReplayAdapter(graph, tracer_provider=langgraph_case.adapter._provider, recursion_limit=2)  # type: ignore[attr-defined]
-    result = adapter.replay(langgraph_case.trace, rollback_point=1, injection=replay_agents.FIX)
+    result = adapter.replay(ReplayRequest.intervention(langgraph_case.trace, 1, replay_agents.FIX))
     assert result.final_answer is None and result.adapter_info["stopped"] == "recursion limit"
     assert result.trace.steps[:1] == langgraph_case.trace.steps[:1] and len(result.continuation) >= 1
 
@@ -585,7 +591,7 @@ def test_an_action_needs_the_loops_tool_executor(instrumented: Instrumented, ope
         tracer_provider=instrumented.provider,
     )
     with pytest.raises(ReplayError, match="pass execute_tool="):
-        without.replay(openai_case.trace, rollback_point=0, injection="", action=replay_agents.ACTION)
+        without.replay(ReplayRequest.intervention(openai_case.trace, 0, action=replay_agents.ACTION))
     guarded = OpenAIToolLoopReplayAdapter(
         lambda messages, guard: replay_agents.tool_loop(client, tracer, messages, guard),
         tracer_provider=instrumented.provider,
@@ -593,7 +599,7 @@ def test_an_action_needs_the_loops_tool_executor(instrumented: Instrumented, ope
         irreversible_tools={"lookup_population"},
     )
     with pytest.raises(IrreversibleToolError):  # an action is refused like any continuation's call
-        guarded.replay(openai_case.trace, rollback_point=0, injection="", action=replay_agents.ACTION)
+        guarded.replay(ReplayRequest.intervention(openai_case.trace, 0, action=replay_agents.ACTION))
 
 
 def test_proposals_and_resamples_of_a_chain_of_thought_over_http_protocol_v3() -> None:
@@ -617,9 +623,11 @@ def test_proposals_and_resamples_of_a_chain_of_thought_over_http_protocol_v3() -
         assert proposer(plain) is None and resampler(plain) is None  # the endpoint did not say it serves them
         full = HTTPReplayAdapter(server.url, timeout_s=30, proposes=True, resamples=True, deterministic=True)
         assert isinstance(proposer(full), ProposesSteps) and isinstance(resampler(full), SamplesRuns)
-        (proposal,) = full.propose(trace, rollback_point=1, injection="multiply first", samples=1, temperature=0.7)
+        (proposal,) = full.propose(
+            ReplayRequest(trace=trace, rollback_point=1, injection="multiply first", temperature=0.7), samples=1
+        )
         assert proposal.action.text == "3 * 4 = 12." and not proposal.is_final_answer
-        runs = full.resample(trace, samples=2, temperature=0.7)
+        runs = full.resample(ReplayRequest.resampling(trace, 0.7), samples=2)
         assert [r.final_answer for r in runs] == ["So the answer is 14"] * 2
         assert all(r.rollback_point == 0 and r.trace.trace_id != trace.trace_id for r in runs)
         assert len({r.trace.trace_id for r in runs}) == 2  # two runs, not one twice

@@ -21,7 +21,7 @@ from reflect_otel.demo.sql_agent import SQLAgent, SQLWorkspace
 from reflect_otel.demo.wtq import WTQQuestion, load_questions
 from reflect_otel.flagging.verifiers import OracleVerifier, judged_correct
 from reflect_otel.record import AttributionStatus
-from reflect_otel.replay import proposer
+from reflect_otel.replay import ReplayRequest, proposer
 from reflect_otel.testing.conformance import ConformanceCase, run_conformance
 from reflect_otel.testing.examples import scripted_auditor
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedToolCall, ScriptedTurn
@@ -240,15 +240,22 @@ def test_propose_asks_the_model_at_the_temperature_and_runs_nothing(
     executed: list[str] = []
     agent.execute_tool = lambda name, arguments: executed.append(name) or ""  # type: ignore[method-assign]
     sent = len(server.requests)
-    proposals = proposer(adapter).propose(  # type: ignore[union-attr]
-        trace, rollback_point=1, injection=FIX, samples=2, temperature=0.7
+    proposals = proposer(adapter).propose(
+        ReplayRequest(
+            # type: ignore[union-attr]
+            trace=trace,
+            rollback_point=1,
+            injection=FIX,
+            temperature=0.7,
+        ),
+        samples=2,
     )
     assert [p.action for p in proposals] == [StepAction(tool_name="query", arguments={"sql": RIGHT_SQL})] * 2
     asked = server.requests[sent:]
     assert [r["temperature"] for r in asked] == [0.7, 0.7] and not executed
     assert asked[0]["messages"][-1] == {"role": "system", "content": FIX}
     assert asked[0]["tools"] == server.requests[1]["tools"]  # the recorded request, resent
-    at_answer = proposer(adapter).propose(trace, rollback_point=2, injection="", samples=1)  # type: ignore[union-attr]
+    at_answer = proposer(adapter).propose(ReplayRequest(trace=trace, rollback_point=2, injection=""), samples=1)  # type: ignore[union-attr]
     assert at_answer[0].is_final_answer and at_answer[0].action.text == "none"
 
 
@@ -264,7 +271,7 @@ def test_the_loop_resamples_whole_runs_at_the_temperature_for_the_consistency_ch
     adapter = adapter_of(instrumented, agent, client)
     assert adapter.resamples and resampler(adapter) is adapter
     sent = len(server.requests)
-    runs = adapter.resample(trace, samples=2, temperature=0.9)
+    runs = adapter.resample(ReplayRequest.resampling(trace, 0.9), samples=2)
     asked = server.requests[sent:]
     assert [r.rollback_point for r in runs] == [0, 0] and all(r.final_answer == answer for r in runs)
     assert asked and {r["temperature"] for r in asked} == {0.9}  # every model call of the resample sampled
@@ -288,7 +295,7 @@ def test_a_loop_whose_resume_takes_no_temperature_offers_no_resample(
     )
     assert not adapter.resamples and resampler(adapter) is None  # it would repeat the loop's own sampling
     with pytest.raises(ReplayError, match="temperature keyword"):
-        adapter.resample(trace, samples=1, temperature=0.9)
+        adapter.resample(ReplayRequest.resampling(trace, 0.9), samples=1)
 
 
 def test_reflect_proves_the_literal_the_data_writes_differently(
@@ -360,8 +367,8 @@ def _two_failures(tmp_path: Path) -> Path:
 def test_wtq_live_measures_the_sql_agent_and_the_placebo_draws_another_failures_plan(
     instrumented: Instrumented, server: ScriptedOpenAIServer, tmp_path: Path, methods: tuple[str, ...]
 ) -> None:
-    from reflect_otel.cli.evaluate import sql_agent_runs
     from benchmarks.evaluation.live import LiveOptions, run_live_eval
+    from reflect_otel.cli.evaluate import sql_agent_runs
 
     auditor = scripted_auditor(localize=(2,), plan=PLAN)
     out = tmp_path / "out"

@@ -18,7 +18,7 @@ from reflect_otel.attribution.service import AttributionService
 from reflect_otel.config import ReflectConfig
 from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.record import AttributionMode, AttributionStatus
-from reflect_otel.replay import BudgetedReplay, is_deterministic
+from reflect_otel.replay import BudgetedReplay, ReplayRequest, is_deterministic
 from reflect_otel.testing import ScriptedLLM
 from reflect_otel.testing.openai_server import ScriptedOpenAIServer, ScriptedToolCall, ScriptedTurn
 from reflect_otel.trace import StructuredTrace
@@ -88,7 +88,7 @@ def test_the_users_loop_calls_its_own_tools_and_its_adapter_replays_it(
     )
     # an endpoint that is not the embedded server: sampled, one replay per arm not enough
     assert not adapter.deterministic and not is_deterministic(adapter, trace) and not adapter.greedy
-    replayed = adapter.replay(trace, rollback_point=2, injection="")
+    replayed = adapter.replay(ReplayRequest.intervention(trace, 2))
     assert replayed.prefix_verified and replayed.final_answer == "a1"
     assert server.requests[-1]["temperature"] == 0  # resumed as the loop runs it
 
@@ -125,7 +125,7 @@ def test_on_the_embedded_server_the_adapter_is_greedy_and_counts_as_deterministi
         client=client_of(server),
     )
     assert greedy.greedy and greedy.deterministic and is_deterministic(greedy, sampled)
-    greedy.replay(sampled, rollback_point=1, injection="")
+    greedy.replay(ReplayRequest.intervention(sampled, 1))
     assert server.requests[-1]["temperature"] == 0
     told = OpenAIToolLoopReplayAdapter(
         resume_as_written, tracer_provider=instrumented.provider, client=client_of(server), deterministic=False

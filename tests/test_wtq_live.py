@@ -15,6 +15,7 @@ import pytest
 from reflect_otel.config import ReflectConfig
 from reflect_otel.demo.wtq import load_questions
 from reflect_otel.errors import InputError
+from reflect_otel.replay import ReplayRequest
 from reflect_otel.testing import ScriptedLLM, ScriptedRequest
 from reflect_otel.testing.examples import scripted_auditor
 from tests.conftest import Instrumented
@@ -85,9 +86,9 @@ def _model(*, sampled_descending: bool = False) -> ScriptedLLM:
 def test_wtq_live_attributes_the_same_failed_run_with_each_method_and_resumes(
     instrumented: Instrumented, tmp_path: Path
 ) -> None:
+    from benchmarks.evaluation.live import AgentRun, LiveOptions, run_live_eval
     from reflect_otel.cli.evaluate import table_agent_runs
     from reflect_otel.demo.wtq import WTQQuestion
-    from benchmarks.evaluation.live import AgentRun, LiveOptions, run_live_eval
 
     llm = _model()
     out = tmp_path / "out"
@@ -167,8 +168,8 @@ def test_each_failure_runs_its_methods_in_an_order_drawn_from_the_seed_and_its_i
 def test_a_method_added_later_gets_the_stored_failures_replayed_from_their_traces_within_the_replay_budget(
     instrumented: Instrumented, tmp_path: Path
 ) -> None:
-    from reflect_otel.cli.evaluate import table_agent_rebuilt, table_agent_runs
     from benchmarks.evaluation.live import LiveOptions, run_live_eval
+    from reflect_otel.cli.evaluate import table_agent_rebuilt, table_agent_runs
 
     llm = _model()
     out, data = tmp_path / "out", _wtq_folder(tmp_path)
@@ -214,8 +215,8 @@ def test_a_method_added_later_gets_the_stored_failures_replayed_from_their_trace
 def test_a_stop_during_a_method_keeps_the_methods_finished_before_it(
     instrumented: Instrumented, tmp_path: Path
 ) -> None:
-    from reflect_otel.cli.evaluate import table_agent_rebuilt, table_agent_runs
     from benchmarks.evaluation.live import LiveOptions, run_live_eval
+    from reflect_otel.cli.evaluate import table_agent_rebuilt, table_agent_runs
 
     llm = _model()
     options = LiveOptions(("ics", "reflect"), _wtq_folder(tmp_path), tmp_path / "out", config=ReflectConfig(rounds=1))
@@ -253,8 +254,8 @@ def test_a_stop_during_a_method_keeps_the_methods_finished_before_it(
 def test_proposals_are_sampled_so_a_bare_resample_can_differ_from_the_run_and_is_tested_under_control(
     instrumented: Instrumented, tmp_path: Path
 ) -> None:
-    from reflect_otel.cli.evaluate import table_agent_runs
     from benchmarks.evaluation.live import LiveOptions, run_live_eval
+    from reflect_otel.cli.evaluate import table_agent_runs
 
     llm = _model(sampled_descending=True)  # greedy: sorts ascending; a sampled decision sorts descending
     out, data = tmp_path / "out", _wtq_folder(tmp_path)
@@ -277,8 +278,8 @@ def test_proposals_are_sampled_so_a_bare_resample_can_differ_from_the_run_and_is
 def test_a_run_resumed_with_other_settings_or_made_before_controlled_verification_is_refused(
     instrumented: Instrumented, tmp_path: Path
 ) -> None:
-    from reflect_otel.cli.evaluate import table_agent_runs
     from benchmarks.evaluation.live import LiveOptions, run_live_eval
+    from reflect_otel.cli.evaluate import table_agent_runs
 
     llm = _model()
     out, data = tmp_path / "out", _wtq_folder(tmp_path)
@@ -301,8 +302,8 @@ def test_runs_recorded_without_a_method_count_each_run_right_or_wrong_and_grow_o
 ) -> None:
     """No method: the agent's runs alone, labelled (benchmarks.flagging's input); ``max_runs`` counts every run, so
     a right run stops it as a wrong one does, and a resume with more runs adds only the new ones."""
-    from reflect_otel.cli.evaluate import table_agent_runs
     from benchmarks.evaluation.live import LiveOptions, run_live_eval
+    from reflect_otel.cli.evaluate import table_agent_runs
 
     llm = _model()
     out, data = tmp_path / "out", _wtq_folder(tmp_path)
@@ -359,8 +360,8 @@ def test_reflect_proxy_on_stored_failures_is_judged_by_the_oracle_it_never_saw(
     replay that gives their consensus; only then is the expected answer read: on nt-1 the consensus is the expected
     answer (confirmed), on a twin question expecting another city it is not (a verified record the oracle refuses).
     ``limit`` gives the added method the first failures only."""
-    from reflect_otel.cli.evaluate import table_agent_rebuilt, table_agent_runs
     from benchmarks.evaluation.live import LiveOptions, run_live_eval
+    from reflect_otel.cli.evaluate import table_agent_rebuilt, table_agent_runs
 
     data = _wtq_folder(tmp_path)
     questions = data / "wtq" / "questions.tsv"
@@ -403,9 +404,9 @@ def test_the_replay_budget_refuses_past_its_count() -> None:
     budget = BudgetedReplay(inner, 2)
     trace = make_trace("q", [{"reasoning": "a"}, {"reasoning": "b", "is_final_answer": True}])
     for _ in range(2):
-        budget.replay(trace, rollback_point=1, injection="fix")
+        budget.replay(ReplayRequest.intervention(trace, 1, "fix"))
     with pytest.raises(ReplayError, match="replay budget of this failure \\(2\\) is spent"):
-        budget.replay(trace, rollback_point=1, injection="fix")
+        budget.replay(ReplayRequest.intervention(trace, 1, "fix"))
     assert len(inner.calls) == 2
 
 
@@ -448,7 +449,7 @@ def test_the_langgraph_agent_resamples_its_run_with_every_decision_sampled(
     run = table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True)(question)
     assert run.answer == WRONG
     before = len(llm.requests)
-    runs = run.replay.resample(run.trace, samples=2, temperature=0.5)  # type: ignore[attr-defined]
+    runs = run.replay.resample(ReplayRequest.resampling(run.trace, 0.5), samples=2)  # type: ignore[attr-defined]
     assert [r.final_answer for r in runs] == ["Bangkok, Thailand"] * 2  # sampled, it sorts descending
     asked = [r.temperature for r in llm.requests[before:] if r.stage == "agent"]
     assert asked and set(asked) == {0.5}  # every decision of the resampled runs, none greedy

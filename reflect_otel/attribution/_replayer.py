@@ -13,8 +13,8 @@ from reflect_otel.attribution.effects import ResultNormaliser, same_content, sam
 from reflect_otel.flagging._stats import wilson
 from reflect_otel.flagging.judge import same_answer
 from reflect_otel.flagging.verifiers import extract_answer
-from reflect_otel.record import EffectArm, Fidelity, ReplayArm, ReplayAttempt, StepChange
-from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult, replay_with
+from reflect_otel.record import EffectArm, Fidelity, ReplayArm, ReplayAttempt, Stage, StepChange
+from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayRequest, ReplayResult, replay_with
 from reflect_otel.trace import Step, StepAction
 
 __all__ = ["NEUTRAL_INJECTION", "ControlArm", "Controls", "Replayer", "Sensitivities", "SensitivityArm", "effect_arm"]
@@ -50,11 +50,12 @@ class Replayer:
     def replay(self, planned: ReplayAttempt, *, action: StepAction | None) -> tuple[ReplayAttempt, ReplayResult | None]:
         trace = self.run.trace
         try:
-            result = replay_with(
-                self.adapter, trace, planned.rollback_point, planned.injection, self.injection_role, action
+            request = ReplayRequest.intervention(
+                trace, planned.rollback_point, planned.injection, role=self.injection_role, action=action
             )
+            result = replay_with(self.adapter, request)
         except Exception as error:  # an adapter, or the agent it runs, may fail in any way
-            self.run.error("replay", error, planned.round)
+            self.run.error(Stage.REPLAY, error, planned.round)
             failed = planned.model_copy(update={"error": str(error)[:2000] or type(error).__name__})
             return failed, None
         verdict = self.run.verifier.verify(result.trace, expected=self.expected)

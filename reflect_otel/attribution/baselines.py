@@ -26,7 +26,7 @@ from reflect_otel.attribution import stages
 from reflect_otel.attribution._replayer import Replayer
 from reflect_otel.attribution._run import AttributionRun, Conclusion, MethodBase, Tested
 from reflect_otel.attribution.leaks import leak
-from reflect_otel.attribution.pipeline import guidance_window, resampling
+from reflect_otel.attribution.pipeline import SearchingMethod, guidance_window, resampling
 from reflect_otel.attribution.search import (
     Diagnosis,
     Round,
@@ -34,7 +34,6 @@ from reflect_otel.attribution.search import (
     SearchPolicy,
     faithfulness_gate,
     localized_steps,
-    search,
     tested_steps,
 )
 from reflect_otel.attribution.trial import GateFn, Trial, TrialResult
@@ -297,30 +296,9 @@ class ReflexionNoGT(Reflexion):
     uses_expected = False
 
 
-class _Searching(Baseline):
-    """A baseline that replays: the shared search (:mod:`reflect_otel.attribution.search`) with this method's policy."""
-
-    def policy(self) -> SearchPolicy:
-        raise NotImplementedError
-
-    def attribute(
-        self,
-        trace: StructuredTrace,
-        *,
-        expected: str | None = None,
-        replay: ReplayAdapter | None = None,
-        domain_context: str = "",
-        verdict: Verdict | None = None,
-    ) -> AttributionRecord:
-        run = self.start(trace, verdict)
-        mode = AttributionMode.REPLAY if replay is not None else AttributionMode.LOCALIZATION_ONLY
-        return self.guarded(
-            run,
-            mode,
-            lambda: search(
-                run, self.policy(), expected=expected, replay=replay, domain_context=domain_context, config=self.config
-            ),
-        )
+class _Searching(SearchingMethod, Baseline):
+    """A baseline that replays: the shared search (:mod:`reflect_otel.attribution.search`) with this method's policy,
+    as REFLECT's (:class:`~reflect_otel.attribution.pipeline.SearchingMethod`)."""
 
 
 @dataclass(frozen=True)
@@ -367,7 +345,7 @@ class ICS(_Searching):
     method = "ics"
     uses_expected = False
 
-    def policy(self) -> SearchPolicy:
+    def search_policy(self) -> SearchPolicy:
         return ResamplePolicy()
 
 
@@ -432,7 +410,7 @@ class DoVer(_Searching):
 
     method = "dover"
 
-    def policy(self) -> SearchPolicy:
+    def search_policy(self) -> SearchPolicy:
         return HypothesesPolicy()
 
 

@@ -39,6 +39,7 @@ from reflect_otel.attribution.search import (
     Diagnosis,
     Round,
     SearchContext,
+    SearchPolicy,
     faithfulness_gate,
     localized_steps,
     search,
@@ -520,7 +521,35 @@ class _RoundPlan:
     round: int
 
 
-class ReflectPipeline(MethodBase):
+class SearchingMethod(MethodBase):
+    """A method that attributes by the shared search (:func:`~reflect_otel.attribution.search.search`) with its
+    policy: REFLECT, and the baselines that replay (ICS, DoVer). What differs is :meth:`search_policy`."""
+
+    def search_policy(self) -> SearchPolicy:
+        raise NotImplementedError
+
+    def attribute(
+        self,
+        trace: StructuredTrace,
+        *,
+        expected: str | None = None,
+        replay: ReplayAdapter | None = None,
+        domain_context: str = "",
+        verdict: Verdict | None = None,
+    ) -> AttributionRecord:
+        run = self.start(trace, verdict)
+        mode = AttributionMode.REPLAY if replay is not None else AttributionMode.LOCALIZATION_ONLY
+        policy = self.search_policy()
+        return self.guarded(
+            run,
+            mode,
+            lambda: search(
+                run, policy, expected=expected, replay=replay, domain_context=domain_context, config=self.config
+            ),
+        )
+
+
+class ReflectPipeline(SearchingMethod):
     """REFLECT on one LLM layer. ``verifier`` decides correctness: an oracle with an expected answer, or a proxy.
     ``policy`` is REFLECT's by default; the faithfulness controls and variants pass theirs."""
 
@@ -539,21 +568,5 @@ class ReflectPipeline(MethodBase):
             actions=self.config.actions, use_diagnostician=self.config.use_diagnostician
         )
 
-    def attribute(
-        self,
-        trace: StructuredTrace,
-        *,
-        expected: str | None = None,
-        replay: ReplayAdapter | None = None,
-        domain_context: str = "",
-        verdict: Verdict | None = None,
-    ) -> AttributionRecord:
-        run = self.start(trace, verdict)
-        mode = AttributionMode.REPLAY if replay is not None else AttributionMode.LOCALIZATION_ONLY
-        return self.guarded(
-            run,
-            mode,
-            lambda: search(
-                run, self.policy, expected=expected, replay=replay, domain_context=domain_context, config=self.config
-            ),
-        )
+    def search_policy(self) -> SearchPolicy:
+        return self.policy

@@ -15,8 +15,16 @@ from reflect_otel.attribution._run import AttributionRun
 from reflect_otel.attribution.effects import same_result, screened_change
 from reflect_otel.attribution.trial import GateFn, Trial
 from reflect_otel.config import GateMode, ReflectConfig
-from reflect_otel.record import Correction, GateDecider, GateVerdict, InterventionKind, StepChange
-from reflect_otel.replay import ProposedStep, ReplayAdapter, previewer, proposer, pure_tools, result_normaliser
+from reflect_otel.record import Correction, GateDecider, GateVerdict, InterventionKind, Stage, StepChange
+from reflect_otel.replay import (
+    ProposedStep,
+    ReplayAdapter,
+    ReplayRequest,
+    previewer,
+    proposer,
+    pure_tools,
+    result_normaliser,
+)
 from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
 
 __all__ = ["ALREADY_REPLAYED", "Candidate", "EffectScreen", "candidates", "judge", "replayed_already"]
@@ -77,16 +85,16 @@ def candidates(
     if source is None:  # the agent regenerates the step itself in the replay; judged after the fact
         return [Candidate(0, None)], [trial.correction]
     try:
-        proposals = source.propose(
-            run.trace,
+        asked = ReplayRequest(
+            trace=run.trace,
             rollback_point=trial.rollback_point,
             injection=trial.injection,
             injection_role=config.injection_role,
-            samples=config.proposal_samples,
             temperature=config.proposal_temperature,
         )
+        proposals = source.propose(asked, samples=config.proposal_samples)
     except Exception as error:  # the adapter or the agent may fail in any way
-        run.error("propose", error, trial.round)
+        run.error(Stage.PROPOSE, error, trial.round)
         return [], []
     pure = pure_tools(adapter)
     return _screened(

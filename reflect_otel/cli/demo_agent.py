@@ -26,8 +26,8 @@ from reflect_otel.errors import ConfigError, ReplayError
 from reflect_otel.llm.factory import make_llm
 from reflect_otel.reading.semconv import OpenInferenceSpanKindValues, ReflectAttributes, SpanAttributes
 from reflect_otel.record import Correction
-from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult, agent_rules, resampler
-from reflect_otel.trace import Step, StepAction, StructuredTrace
+from reflect_otel.replay import ReplayAdapter, ReplayRequest, ReplayResult, agent_rules, replay_with, resampler
+from reflect_otel.trace import Step, StructuredTrace
 
 __all__ = ["add_demo_agent_command"]
 
@@ -49,24 +49,14 @@ class _ByThread:
         own = context or self.contexts.get(trace.replay.thread_id or "", "")
         return [c for rule in agent_rules(self._for(trace)) for c in rule(trace, step, own)]
 
-    def replay(
-        self,
-        trace: StructuredTrace,
-        *,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole = InjectionRole.SYSTEM,
-        action: StepAction | None = None,
-    ) -> ReplayResult:
-        return self._for(trace).replay(
-            trace, rollback_point=rollback_point, injection=injection, injection_role=injection_role, action=action
-        )
+    def replay(self, request: ReplayRequest) -> ReplayResult:
+        return replay_with(self._for(request.trace), request)
 
-    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
-        source = resampler(self._for(trace))
+    def resample(self, request: ReplayRequest, *, samples: int) -> tuple[ReplayResult, ...]:
+        source = resampler(self._for(request.trace))
         if source is None:
             raise ReplayError("this agent's replay adapter cannot resample runs")
-        return source.resample(trace, samples=samples, temperature=temperature)
+        return source.resample(request, samples=samples)
 
     def _for(self, trace: StructuredTrace) -> ReplayAdapter:
         adapter = self.adapters.get(trace.replay.thread_id or "")
@@ -132,7 +122,7 @@ def _serve(args: argparse.Namespace) -> int:
     from reflect_otel.demo import table_rules
     from reflect_otel.demo.table_agent import TableQAAgent
     from reflect_otel.demo.wtq import DEMO_QUESTIONS, load_questions
-    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
+    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter, LangGraphReplayOptions
 
     given = [q.strip() for q in (args.questions or "").split(",") if q.strip()] + list(args.question or [])
     wanted = given or list(DEMO_QUESTIONS)
@@ -156,10 +146,12 @@ def _serve(args: argparse.Namespace) -> int:
             thread: LangGraphReplayAdapter(
                 agent.graph,
                 tracer_provider=provider,
-                recursion_limit=agent.recursion_limit,
-                correction_rules=table_rules.RULES,  # the table agent's own rule, served to the collector
-                pure_tools=tuple(agent.tools),  # its table operations read fixed data: a repeated call adds nothing
-                restore_state=agent.rewind,  # each replay reads the table names its run read
+                options=LangGraphReplayOptions(
+                    recursion_limit=agent.recursion_limit,
+                    correction_rules=table_rules.RULES,  # the table agent's own rule, served to the collector
+                    pure_tools=tuple(agent.tools),  # its table operations read fixed data: a repeated call adds nothing
+                    restore_state=agent.rewind,  # each replay reads the table names its run read
+                ),
             )
             for thread, agent in agents.items()
         },

@@ -38,7 +38,7 @@ from reflect_otel.flagging.judge import same_answer
 from reflect_otel.flagging.run_features import is_value, run_features
 from reflect_otel.flagging.verifiers import Verifier, bound_to, extract_answer
 from reflect_otel.llm.base import StructuredLLM
-from reflect_otel.replay import SamplesRuns
+from reflect_otel.replay import ReplayRequest, SamplesRuns
 from reflect_otel.settings import settings
 from reflect_otel.trace import Step, StructuredTrace
 from reflect_otel.verdict import ConsistencyCheck, Resample, Verdict, shown_answer
@@ -111,7 +111,7 @@ def _one_resample(runs: SamplesRuns, trace: StructuredTrace, temperature: float)
     """One run again, or the reason it gave none. Any exception of the adapter (a user's, or an endpoint's reply
     read wrong) is a failed resample, never the caller's: the check runs on the worker, beside other runs."""
     try:
-        results = list(runs.resample(trace, samples=1, temperature=temperature))[:1]
+        results = list(runs.resample(ReplayRequest.resampling(trace, temperature), samples=1))[:1]
     except ReplayError as error:
         return str(error)[:300]
     except Exception as error:  # a third-party adapter's bug fails this resample, not the worker

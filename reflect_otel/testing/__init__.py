@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from reflect_otel.attribution.corrections import Rule
 from reflect_otel.errors import LLMError, ReplayError
 from reflect_otel.llm.base import ChatMessage, Check, Completion, LLMUsage, OutputT, complete_with_repair
-from reflect_otel.replay import InjectionRole, ProposedStep, ReplayResult, check_rollback_point
+from reflect_otel.replay import InjectionRole, ProposedStep, ReplayRequest, ReplayResult, check_rollback_point
 from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
 
 __all__ = [
@@ -148,17 +148,15 @@ class ScriptedReplayAdapter:
         """The agent's own evidence rules (see :class:`~reflect_otel.replay.HasCorrectionRules`)."""
         self.calls: list[ScriptedReplayCall] = []
 
-    def replay(
-        self,
-        trace: StructuredTrace,
-        *,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole = InjectionRole.SYSTEM,
-        action: StepAction | None = None,
-    ) -> ReplayResult:
+    def replay(self, request: ReplayRequest) -> ReplayResult:
+        trace, rollback_point, injection, action = (
+            request.trace,
+            request.rollback_point,
+            request.injection,
+            request.action,
+        )
         check_rollback_point(trace, rollback_point)
-        self.calls.append(ScriptedReplayCall(rollback_point, injection, InjectionRole(injection_role), action))
+        self.calls.append(ScriptedReplayCall(rollback_point, injection, request.injection_role, action))
         executed = [self._execute(action)] if action is not None else []
         kept = list(trace.steps[:rollback_point])
         so_far = trace.model_copy(
@@ -223,16 +221,9 @@ class ScriptedProposingAdapter(ScriptedReplayAdapter):
         self._propose = propose_with
         self.proposals: list[ScriptedProposal] = []
 
-    def propose(
-        self,
-        trace: StructuredTrace,
-        *,
-        rollback_point: int,
-        injection: str,
-        injection_role: InjectionRole = InjectionRole.SYSTEM,
-        samples: int = 1,
-        temperature: float = 0.0,
-    ) -> tuple[ProposedStep, ...]:
+    def propose(self, request: ReplayRequest, *, samples: int = 1) -> tuple[ProposedStep, ...]:
+        trace, rollback_point, injection = request.trace, request.rollback_point, request.injection
+        temperature = request.proposal_temperature
         check_rollback_point(trace, rollback_point)
         self.proposals.append(ScriptedProposal(rollback_point, injection, samples, temperature))
         return tuple(_proposed(self._propose(trace, rollback_point, injection, i, temperature)) for i in range(samples))
@@ -298,7 +289,8 @@ class ScriptedResampler(ScriptedReplayAdapter):
         self._resample = resample_with
         self.resampled: list[float] = []
 
-    def resample(self, trace: StructuredTrace, *, samples: int, temperature: float) -> tuple[ReplayResult, ...]:
+    def resample(self, request: ReplayRequest, *, samples: int) -> tuple[ReplayResult, ...]:
+        trace, temperature = request.trace, request.proposal_temperature
         runs = []
         for _ in range(samples):
             sample = len(self.resampled)  # counted over every call (a check asks for one run at a time)

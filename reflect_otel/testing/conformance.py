@@ -6,7 +6,8 @@ asserts, at every rollback point of the run, for both kinds of intervention: tha
 guidance, that the injection reaches the first new model call; for an action, that the adapter executed it for
 real as the first regenerated step (its result is the tool's, not the trace's) and the model continued from it;
 that the continuation is captured and stitched after the prefix, and the fix flips the answer; and that a rollback
-point inside one LLM turn's parallel tool calls is refused.
+point inside one LLM turn's parallel tool calls is refused. Every replay is asked as a
+:class:`~reflect_otel.replay.ReplayRequest`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from reflect_otel.errors import ReplayError
-from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayResult
+from reflect_otel.replay import InjectionRole, ReplayAdapter, ReplayRequest, ReplayResult
 from reflect_otel.trace import StepAction, StructuredTrace
 
 __all__ = ["ConformanceCase", "allowed_points", "check_action", "check_replay", "run_conformance"]
@@ -54,9 +55,7 @@ def _mid_turn_points(trace: StructuredTrace) -> list[int]:
 def check_replay(case: ConformanceCase, point: int) -> ReplayResult:
     """One replay from ``point`` with the fix, checked against the contract."""
     sent_before = len(case.model_requests())
-    result = case.adapter.replay(
-        case.trace, rollback_point=point, injection=case.fix, injection_role=case.injection_role
-    )
+    result = case.adapter.replay(ReplayRequest.intervention(case.trace, point, case.fix, role=case.injection_role))
     steps = result.trace.steps
     assert result.rollback_point == point, "the result names its rollback point"
     assert steps[:point] == case.trace.steps[:point], f"point {point}: the original steps 1..{point} are kept exactly"
@@ -79,7 +78,7 @@ def check_action(case: ConformanceCase, point: int) -> ReplayResult:
     action = case.action
     assert action is not None, "the case has no action"
     sent_before = len(case.model_requests())
-    result = case.adapter.replay(case.trace, rollback_point=point, injection="", action=action)
+    result = case.adapter.replay(ReplayRequest.intervention(case.trace, point, action=action))
     steps = result.trace.steps
     assert steps[:point] == case.trace.steps[:point], f"action at {point}: the original steps 1..{point} are kept"
     assert [s.index for s in steps] == list(range(1, len(steps) + 1)), "steps are renumbered 1..n"
@@ -111,14 +110,16 @@ def run_conformance(case: ConformanceCase, points: Sequence[int] | None = None) 
         results += [check_action(case, point) for point in chosen]
     for point in _mid_turn_points(case.trace):
         try:
-            case.adapter.replay(case.trace, rollback_point=point, injection=case.fix)
+            case.adapter.replay(ReplayRequest.intervention(case.trace, point, case.fix))
         except ReplayError as error:
             assert "parallel tool calls" in str(error)
         else:
             raise AssertionError(f"point {point} splits a turn of parallel tool calls and must be refused")
     for bad in (-1, len(case.trace.steps)):
+        # built unvalidated: a request checks only that its point is not negative; the adapter checks it on the trace
+        unchecked = ReplayRequest.model_construct(trace=case.trace, rollback_point=bad, injection=case.fix)
         try:
-            case.adapter.replay(case.trace, rollback_point=bad, injection=case.fix)
+            case.adapter.replay(unchecked)
         except ReplayError:
             pass
         else:
