@@ -35,6 +35,8 @@ from reflect_otel.store import check_store_target, open_exporter, open_store, st
 from reflect_otel.trace import EXPECTED_ANSWER_FIELD, Step, StepAction, StructuredTrace
 
 if TYPE_CHECKING:
+    from reflect_otel.attribution.service import AttributionService
+    from reflect_otel.config import ReflectConfig
     from reflect_otel.demo.wtq import WTQQuestion
     from reflect_otel.llm.base import StructuredLLM
 
@@ -136,32 +138,13 @@ def replay_command(args: argparse.Namespace) -> int:
     check_edit(trace, edit)
     progress = Progress(time.monotonic())
     agent = _agent(trace, args, progress)
-    deterministic = is_deterministic(agent.adapter, trace)
-    per_arm = 1 if deterministic else config.verify_samples
-    if max_replays is not None and max_replays < 3 * per_arm:
-        raise ConfigError(
-            f"--max-replays {max_replays} cannot pay for one controlled test of this run, which needs {3 * per_arm} "
-            f"replays (an intervention, a control and a sensitivity arm, {per_arm} each: this agent's replays are "
-            f"{'deterministic' if deterministic else 'sampled'}); give --max-replays {3 * per_arm} or more"
-        )
+    per_arm = _replays_per_arm(agent, trace, config.verify_samples, max_replays)
     expected = args.expected or stored_expected or trace.metadata.get(EXPECTED_ANSWER_FIELD) or agent.expected
     if not expected:
         raise ConfigError(
             f"run {trace.trace_id} has no expected answer stored, so no replay can be judged right: give --expected"
         )
-    from reflect_otel.attribution.service import AttributionService
-    from reflect_otel.llm.factory import NoModel
-
-    store = open_store(args.store)
-    service = AttributionService(
-        NoModel(),  # the manual method asks no model: the oracle judges the replays
-        manual_method(edit),
-        verifier=_verifier(trace),
-        config=config,
-        store=store,
-        exporters={name: open_exporter(name) for name in dict.fromkeys(args.export)},
-        max_replays=max_replays,
-    )
+    service = _service(args, edit, trace, config, max_replays)
     progress.say(
         f"replaying {trace.trace_id[:12]} ({agent.what}) with {edit.describe()}: the intervention, the control and "
         f"(before a flip is credited) the sensitivity arm, {per_arm} replay(s) each"
@@ -183,6 +166,38 @@ def replay_command(args: argparse.Namespace) -> int:
         + (f" --store {args.store}" if args.store else "")
     )
     return 1 if outcome.export_failures else 0
+
+
+def _replays_per_arm(agent: _Agent, trace: StructuredTrace, verify_samples: int, max_replays: int | None) -> int:
+    """Replays per arm (one when the agent's replays are deterministic); a ``--max-replays`` too small for one
+    controlled test is refused before anything runs."""
+    deterministic = is_deterministic(agent.adapter, trace)
+    per_arm = 1 if deterministic else verify_samples
+    if max_replays is not None and max_replays < 3 * per_arm:
+        raise ConfigError(
+            f"--max-replays {max_replays} cannot pay for one controlled test of this run, which needs {3 * per_arm} "
+            f"replays (an intervention, a control and a sensitivity arm, {per_arm} each: this agent's replays are "
+            f"{'deterministic' if deterministic else 'sampled'}); give --max-replays {3 * per_arm} or more"
+        )
+    return per_arm
+
+
+def _service(
+    args: argparse.Namespace, edit: ManualEdit, trace: StructuredTrace, config: ReflectConfig, max_replays: int | None
+) -> AttributionService:
+    """The service that tests ``edit`` under the controlled rule and stores (and exports) its record."""
+    from reflect_otel.attribution.service import AttributionService
+    from reflect_otel.llm.factory import NoModel
+
+    return AttributionService(
+        NoModel(),  # the manual method asks no model: the oracle judges the replays
+        manual_method(edit),
+        verifier=_verifier(trace),
+        config=config,
+        store=open_store(args.store),
+        exporters={name: open_exporter(name) for name in dict.fromkeys(args.export)},
+        max_replays=max_replays,
+    )
 
 
 def _stored_run(explicit: str | None, prefix: str) -> tuple[StructuredTrace, str | None]:
