@@ -741,7 +741,7 @@ def test_the_round_is_diagnosed_only_when_its_evidence_calls_prove_nothing() -> 
 
 def test_a_call_already_replayed_at_the_point_is_refused_given_or_proposed() -> None:
     from reflect_otel.attribution._run import AttributionRun
-    from reflect_otel.attribution.proposals import ALREADY_REPLAYED, candidates
+    from reflect_otel.attribution.proposals import ALREADY_REPLAYED, Screening, candidates
     from reflect_otel.attribution.trial import Trial
     from reflect_otel.testing import ScriptedProposingAdapter
 
@@ -755,7 +755,7 @@ def test_a_call_already_replayed_at_the_point_is_refused_given_or_proposed() -> 
     )
 
     def consider(trial: Trial, replayed: set[str]) -> tuple[list[Any], list[Correction]]:
-        return candidates(trial, run=run, adapter=agent, config=ReflectConfig(), gate=None, replayed_here=replayed)
+        return candidates(trial, Screening.of(run, agent, ReflectConfig()), replayed_here=replayed)
 
     given = Trial(_action(1, call))
     assert [c.action for c in consider(given, set())[0]] == [call]

@@ -52,6 +52,8 @@ the control arms (:mod:`reflect_otel.attribution._replayer`) and applies the rul
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from reflect_otel.attribution._replayer import ControlArm, Controls, Replayer, Sensitivities, SensitivityArm, effect_arm
 from reflect_otel.attribution._run import AttributionRun
 from reflect_otel.attribution.corrections import repeated_call
@@ -60,7 +62,7 @@ from reflect_otel.attribution.leaks import action_leak, leak
 from reflect_otel.attribution.proposals import (
     ALREADY_REPLAYED,
     Candidate,
-    EffectScreen,
+    Screening,
     candidates,
     judge,
     replayed_already,
@@ -145,7 +147,7 @@ class ControlledReplay:
         )
         self._replayed: dict[int, set[str]] = {}  # per rollback point, the keys of the actions replayed there
         self.pure = pure_tools(adapter)
-        self.effects = EffectScreen(run.trace, adapter)
+        self.screening = Screening.of(run, adapter, config, gate)
 
     @property
     def replays(self) -> tuple[ReplayAttempt, ...]:
@@ -239,13 +241,7 @@ class ControlledReplay:
                 "was replayed there already: nothing tried there can be attributed",
             )
         found, considered = candidates(
-            trial,
-            run=self.run,
-            adapter=self.adapter,
-            config=self.config,
-            gate=self.gate,
-            replayed_here=self._replayed.get(trial.rollback_point, set()),
-            effects=self.effects,
+            trial, self.screening, replayed_here=self._replayed.get(trial.rollback_point, set())
         )
         if not found:  # screened before the control runs: a control nothing is compared with wastes a replay
             changed = "no proposal changed the step" + (" as the plan says" if trial.plan is not None else "")
@@ -300,57 +296,54 @@ class ControlledReplay:
                 break
             arm, results = self._intervention_arm(trial, candidate, considered[candidate.index])
             attempts += arm
-            answered = [a for a in arm if a.error is None]
-            flipped = [a for a in answered if a.flipped]
-            counted = [a for a in flipped if _counts(a)]
+            tried = _Tried(candidate, arm, results)
             considered[candidate.index] = considered[candidate.index].model_copy(
-                update={"replays": len(arm), "flipped": bool(flipped)}
+                update={"replays": len(arm), "flipped": bool(tried.flipped)}
             )
-            if not flipped:
+            if not tried.flipped:
                 continue
-            unconfirmed = self._confirm(control, trial) if counted else None
-            effect = self._effect(trial, answered, len(counted), control)
-            first = (counted or flipped)[0]
             # the record's intervention names the correction as tried (its replays and flip), not as proposed
-            deciding, replayed = (
-                first.model_copy(update={"correction": considered[candidate.index]}),
-                results.get(id(first)),
-            )
-            obstacle: Obstacle | None = Obstacle.CONTROL_UNREPRODUCED if unconfirmed else None
-            why = unconfirmed or ""
-            if unconfirmed is None and self._verifies(effect, counted):
-                if not sensitivity:
-                    return TrialResult(
-                        trial, Decision.VERIFIED, "", tuple(attempts), tuple(considered), effect, deciding, replayed
-                    )  # fmt: skip
-                sensitivity_arm = self.sensitivities.at(
-                    trial.rollback_point,
-                    round_=trial.round,
-                    localized=trial.localized_step,
-                    guided=candidate.action is None,
-                )
-                effect = self._with_sensitivity(effect, sensitivity_arm, len(counted), len(answered))
-                obstacle, why = self._sensitivity_obstacle(trial, effect, sensitivity_arm)
-                if obstacle is None:
-                    return TrialResult(
-                        trial, Decision.VERIFIED, "", tuple(attempts), tuple(considered), effect, deciding, replayed
-                    )  # fmt: skip
-            elif obstacle is None:
-                why, obstacle = _why_not(effect, counted, flipped)
-            if settled is None:
-                settled = TrialResult(
-                    trial, Decision.NOT_ATTRIBUTABLE, why, (), (), effect, deciding, replayed, obstacle
-                )  # fmt: skip
-            if obstacle is Obstacle.SENSITIVE:
+            judged = self._judged(trial, control, tried, considered[candidate.index], sensitivity=sensitivity)
+            if judged.decision is Decision.VERIFIED:
+                return replace(judged, attempts=tuple(attempts), corrections=tuple(considered))
+            settled = settled or judged
+            if judged.obstacle is Obstacle.SENSITIVE:
                 break  # any change of text flips the run here: nothing more tried at this point can be credited
         if settled is not None:
-            return TrialResult(
-                trial, settled.decision, settled.reason, tuple(attempts), tuple(considered), settled.effect,
-                settled.deciding, settled.result, settled.obstacle,
-            )  # fmt: skip
+            return replace(settled, attempts=tuple(attempts), corrections=tuple(considered))
         decision = Decision.NO_FLIP if attempts else Decision.NOT_TESTED
         reason = "no intervention flipped the outcome" if attempts else "the replay budget is spent"
         return TrialResult(trial, decision, reason, tuple(attempts), tuple(considered))
+
+    def _judged(
+        self, trial: Trial, control: ControlArm, tried: _Tried, correction: Correction, *, sensitivity: bool
+    ) -> TrialResult:
+        """The decision one candidate's flipping arm earns under the rule, against ``control`` and (with
+        ``sensitivity``) the sensitivity arm: verified, or not attributable and why (its replays and the corrections
+        are filled in by the caller)."""
+        counted, flipped = tried.counted, tried.flipped
+        unconfirmed = self._confirm(control, trial) if counted else None
+        effect = self._effect(trial, tried.answered, len(counted), control)
+        first = (counted or flipped)[0]
+        deciding, replayed = first.model_copy(update={"correction": correction}), tried.results.get(id(first))
+        obstacle: Obstacle | None = Obstacle.CONTROL_UNREPRODUCED if unconfirmed else None
+        why = unconfirmed or ""
+        if unconfirmed is None and self._verifies(effect, counted):
+            if not sensitivity:
+                return TrialResult(trial, Decision.VERIFIED, "", (), (), effect, deciding, replayed)
+            sensitivity_arm = self.sensitivities.at(
+                trial.rollback_point,
+                round_=trial.round,
+                localized=trial.localized_step,
+                guided=tried.candidate.action is None,
+            )
+            effect = self._with_sensitivity(effect, sensitivity_arm, len(counted), len(tried.answered))
+            obstacle, why = self._sensitivity_obstacle(trial, effect, sensitivity_arm)
+            if obstacle is None:
+                return TrialResult(trial, Decision.VERIFIED, "", (), (), effect, deciding, replayed)
+        elif obstacle is None:
+            why, obstacle = _why_not(effect, counted, flipped)
+        return TrialResult(trial, Decision.NOT_ATTRIBUTABLE, why, (), (), effect, deciding, replayed, obstacle)
 
     def _confirm(self, control: ControlArm, trial: Trial) -> str | None:
         """Before a deterministic flip is credited: when the control did not give the run's own answer, greedy
@@ -477,6 +470,27 @@ class ControlledReplay:
 
 
 _CONTROL_FAILED = "the control replay failed; see errors"
+
+
+@dataclass(frozen=True, slots=True)
+class _Tried:
+    """One candidate's intervention arm: its replays, those that answered, flipped, and counted as flips."""
+
+    candidate: Candidate
+    arm: list[ReplayAttempt]
+    results: dict[int, ReplayResult]
+
+    @property
+    def answered(self) -> list[ReplayAttempt]:
+        return [a for a in self.arm if a.error is None]
+
+    @property
+    def flipped(self) -> list[ReplayAttempt]:
+        return [a for a in self.answered if a.flipped]
+
+    @property
+    def counted(self) -> list[ReplayAttempt]:
+        return [a for a in self.flipped if _counts(a)]
 
 
 def _given_texts(trial: Trial) -> list[str]:

@@ -27,7 +27,15 @@ from reflect_otel.replay import (
 )
 from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
 
-__all__ = ["ALREADY_REPLAYED", "Candidate", "EffectScreen", "candidates", "judge", "replayed_already"]
+__all__ = [
+    "ALREADY_REPLAYED",
+    "Candidate",
+    "EffectScreen",
+    "Screening",
+    "candidates",
+    "judge",
+    "replayed_already",
+]
 
 ALREADY_REPLAYED = "the same call was already replayed at this step"
 
@@ -60,20 +68,13 @@ def judge(
 
 
 def candidates(
-    trial: Trial,
-    *,
-    run: AttributionRun,
-    adapter: ReplayAdapter,
-    config: ReflectConfig,
-    gate: GateFn | None,
-    replayed_here: Collection[str],
-    effects: EffectScreen | None = None,
+    trial: Trial, screening: Screening, *, replayed_here: Collection[str]
 ) -> tuple[list[Candidate], list[Correction]]:
     """The interventions to replay for ``trial``, in order, and every correction considered for it (the candidates
     point into that list). ``replayed_here``: the keys (:meth:`StepAction.key`) of the actions already replayed at
-    the trial's rollback point; an action among them is refused, given or proposed. ``effects``: the attribution's
-    screen of what replacements would produce (one that changes nothing, or repeats another's result, is refused)."""
-    effects = effects or EffectScreen(run.trace, adapter)
+    the trial's rollback point; an action among them is refused, given or proposed. ``screening.effects`` refuses a
+    replacement that changes nothing, or repeats another's result."""
+    run, effects = screening.run, screening.effects
     if trial.is_action:
         refused = replayed_already(trial, replayed_here)
         action = trial.correction.replacement
@@ -81,9 +82,10 @@ def candidates(
             why = effects.refusal(action, trial.step)
             refused = trial.correction.model_copy(update={"refused": why}) if why else None
         return ([], [refused]) if refused else ([Candidate(0, action)], [trial.correction])
-    source = proposer(adapter)
+    source = proposer(screening.adapter)
     if source is None:  # the agent regenerates the step itself in the replay; judged after the fact
         return [Candidate(0, None)], [trial.correction]
+    config = screening.config
     try:
         asked = ReplayRequest(
             trace=run.trace,
@@ -96,10 +98,7 @@ def candidates(
     except Exception as error:  # the adapter or the agent may fail in any way
         run.error(Stage.PROPOSE, error, trial.round)
         return [], []
-    pure = pure_tools(adapter)
-    return _screened(
-        trial, proposals, run=run, config=config, gate=gate, replayed_here=replayed_here, pure=pure, effects=effects
-    )
+    return _screened(trial, proposals, screening, replayed_here)
 
 
 class EffectScreen:
@@ -133,6 +132,25 @@ class EffectScreen:
         return None
 
 
+@dataclass(frozen=True)
+class Screening:
+    """What screens the interventions of one attribution's trials: the run, its replay adapter, the settings, the
+    faithfulness gate (None: off), and the screen of what replacements would produce (kept across trials)."""
+
+    run: AttributionRun
+    adapter: ReplayAdapter
+    config: ReflectConfig
+    gate: GateFn | None
+    effects: EffectScreen
+
+    @classmethod
+    def of(
+        cls, run: AttributionRun, adapter: ReplayAdapter, config: ReflectConfig, gate: GateFn | None = None
+    ) -> Screening:
+        """The screening of ``run``'s trials, with a new :class:`EffectScreen`."""
+        return cls(run, adapter, config, gate, EffectScreen(run.trace, adapter))
+
+
 def replayed_already(trial: Trial, replayed_here: Collection[str]) -> Correction | None:
     """``trial``'s own action refused as replayed at its rollback point already (``replayed_here``: the keys of the
     actions replayed there), or None: guidance, or an action new there."""
@@ -143,16 +161,10 @@ def replayed_already(trial: Trial, replayed_here: Collection[str]) -> Correction
 
 
 def _screened(
-    trial: Trial,
-    proposals: Sequence[ProposedStep],
-    *,
-    run: AttributionRun,
-    config: ReflectConfig,
-    gate: GateFn | None,
-    replayed_here: Collection[str],
-    pure: Collection[str],
-    effects: EffectScreen,
+    trial: Trial, proposals: Sequence[ProposedStep], screening: Screening, replayed_here: Collection[str]
 ) -> tuple[list[Candidate], list[Correction]]:
+    run, config, gate, effects = screening.run, screening.config, screening.gate, screening.effects
+    pure = pure_tools(screening.adapter)
     original = run.trace.steps[trial.step - 1]
     seen: set[str] = set()
     kept: list[Candidate] = []
