@@ -249,46 +249,41 @@ class Reflexion(Baseline):
         )
         leaked = leak(memory, expected, trace.question)
         if leaked is not None:
+            refused = retry.model_copy(update={"refused": leaked, "refused_text": memory[:REFUSED_TEXT_CHARS]})
+            tested = Tested(corrections=(refused,))
             return run.record(
-                Conclusion(
-                    AttributionStatus.UNVERIFIED,
-                    AttributionMode.LOCALIZATION_ONLY,
-                    step_index=out.error_step,
-                    error_type=out.error_type,
-                    auditor_confidence=out.confidence,
-                    explanation=out.reason,
-                    reason=f"the retry was not run: its memory {leaked}",
-                    tested=Tested(
-                        corrections=(
-                            retry.model_copy(update={"refused": leaked, "refused_text": memory[:REFUSED_TEXT_CHARS]}),
-                        )
-                    ),
-                )
+                _blaming(out, AttributionMode.LOCALIZATION_ONLY, f"the retry was not run: its memory {leaked}", tested)
             )
         attempt, result = Replayer(run, replay, expected=expected, injection_role=self.config.injection_role).replay(
             ReplayAttempt(round=1, rollback_point=0, localized_step=out.error_step, injection=memory, correction=retry),
             action=None,
         )
         corrected = result.final_answer if attempt.flipped and result else None
-        return run.record(
-            Conclusion(
-                AttributionStatus.UNVERIFIED,
-                AttributionMode.REPLAY,
-                step_index=out.error_step,
-                error_type=out.error_type,
-                auditor_confidence=out.confidence,
-                explanation=out.reason,
-                corrected_answer=corrected,
-                reason="the retry with the reflection answered right, but a retry from the start tests no step"
-                if corrected is not None
-                else "the retry with the reflection did not answer right",
-                tested=Tested(
-                    replays=(attempt,),
-                    corrections=(retry.model_copy(update={"replays": 1, "flipped": attempt.flipped}),),
-                    rounds=1,
-                ),
-            )
+        reason = (
+            "the retry with the reflection answered right, but a retry from the start tests no step"
+            if corrected is not None
+            else "the retry with the reflection did not answer right"
         )
+        tried = retry.model_copy(update={"replays": 1, "flipped": attempt.flipped})
+        tested = Tested(replays=(attempt,), corrections=(tried,), rounds=1)
+        return run.record(_blaming(out, AttributionMode.REPLAY, reason, tested, corrected_answer=corrected))
+
+
+def _blaming(
+    out: prompts.AAOOutput, mode: AttributionMode, reason: str, tested: Tested, *, corrected_answer: str | None = None
+) -> Conclusion:
+    """Reflexion's unverified conclusion: the step its reflection blames, and what its retry showed."""
+    return Conclusion(
+        AttributionStatus.UNVERIFIED,
+        mode,
+        step_index=out.error_step,
+        error_type=out.error_type,
+        auditor_confidence=out.confidence,
+        explanation=out.reason,
+        corrected_answer=corrected_answer,
+        reason=reason,
+        tested=tested,
+    )
 
 
 class ReflexionNoGT(Reflexion):

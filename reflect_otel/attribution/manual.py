@@ -21,7 +21,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -59,6 +59,8 @@ __all__ = [
     "ManualEdit",
     "ManualPolicy",
     "ManualReplay",
+    "ReplayFromOptions",
+    "StepChange",
     "arm_replays",
     "check_edit",
     "conclusion",
@@ -375,45 +377,61 @@ def _localization_reason(record: AttributionRecord) -> str:
     return test.reason if test is not None and test.reason else "no localization test ran"
 
 
+class ManualChange(TypedDict, total=False):
+    """The one change :func:`replay_from` makes at its step (exactly one given; see :meth:`ManualEdit.of`)."""
+
+    call: str | StepAction
+    text: str
+    resample: int
+
+
+@dataclass(frozen=True)
+class ReplayFromOptions:
+    """How :func:`replay_from` judges and keeps its replay: ``verifier`` (default: the oracle verifier), ``llm`` (the
+    auditor, for an edit that needs one), ``config``'s settings, ``max_replays`` (caps the replays, controls and
+    sensitivity arms included; default ``config.max_replays``), the run's ``domain_context``, and the ``store`` and
+    ``exporters`` the record goes to (left open: the caller closes them)."""
+
+    verifier: Verifier | None = None
+    llm: StructuredLLM | None = None
+    config: ReflectConfig | None = None
+    max_replays: int | None = None
+    domain_context: str = ""
+    store: AttributionStore | None = None
+    exporters: Mapping[str, RecordExporter] | None = None
+
+
 def replay_from(
     trace: StructuredTrace,
     step: int,
     *,
     replay: ReplayAdapter,
     expected: str | None,
-    call: str | StepAction | None = None,
-    text: str | None = None,
-    resample: int | None = None,
-    verifier: Verifier | None = None,
-    llm: StructuredLLM | None = None,
-    config: ReflectConfig | None = None,
-    max_replays: int | None = None,
-    domain_context: str = "",
-    store: AttributionStore | None = None,
-    exporters: Mapping[str, RecordExporter] | None = None,
+    options: ReplayFromOptions | None = None,
+    **change: Unpack[ManualChange],
 ) -> AttributionRecord:
-    """Replay ``trace`` from step ``step`` with one change (``call``, ``text`` or ``resample``; see the module)
-    through ``replay``, its run judged by ``verifier`` against ``expected`` (default: the oracle verifier), under
-    ``config``'s settings (``max_replays`` caps the replays, controls and sensitivity arms included; default
-    ``config.max_replays``). The record is written to ``store`` and sent to ``exporters`` when given, as the
-    attribution service does for any method. Raises :class:`ConfigError` for an edit the run cannot take
-    (:func:`check_edit`); anything the agent does is recorded, never raised."""
+    """Replay ``trace`` from step ``step`` with one change (``call=``, ``text=`` or ``resample=``; see the module)
+    through ``replay``, its run judged against ``expected`` as ``options`` say (:class:`ReplayFromOptions`). The
+    record is written to the options' store and sent to their exporters when given, as the attribution service does
+    for any method. Raises :class:`ConfigError` for an edit the run cannot take (:func:`check_edit`); anything the
+    agent does is recorded, never raised."""
     from reflect_otel.attribution.service import AttributionService
     from reflect_otel.llm.factory import NoModel
 
-    edit = ManualEdit.of(step, call=call, text=text, resample=resample)
+    chosen = options or ReplayFromOptions()
+    edit = ManualEdit.of(step, **change)
     check_edit(trace, edit)
     service = AttributionService(
-        llm or NoModel(),
+        chosen.llm or NoModel(),
         manual_method(edit),
-        verifier=verifier or OracleVerifier(),
-        config=config,
-        store=store,
-        exporters=exporters,
-        max_replays=max_replays,
+        verifier=chosen.verifier or OracleVerifier(),
+        config=chosen.config,
+        store=chosen.store,
+        exporters=chosen.exporters,
+        max_replays=chosen.max_replays,
     )
-    outcome = service.process(trace, expected=expected, replay=replay, domain_context=domain_context)
-    if store is not None:
-        store.force_flush()  # the caller's store and exporters stay open: the caller closes them
+    outcome = service.process(trace, expected=expected, replay=replay, domain_context=chosen.domain_context)
+    if chosen.store is not None:
+        chosen.store.force_flush()  # the caller's store and exporters stay open: the caller closes them
     assert outcome.record is not None  # without triage every trace gets a record
     return outcome.record
