@@ -97,17 +97,10 @@ class Baseline(MethodBase):
             config=self.config,
         )
         return self.guarded(
-            run, AttributionMode.LOCALIZATION_ONLY, lambda: self._attribute(run, trace, ctx, expected, replay)
+            run, AttributionMode.LOCALIZATION_ONLY, lambda: self._attribute(_Task(run, ctx, expected, replay))
         )
 
-    def _attribute(
-        self,
-        run: AttributionRun,
-        trace: StructuredTrace,
-        ctx: prompts.PromptContext,
-        expected: str | None,
-        replay: ReplayAdapter | None,
-    ) -> AttributionRecord:
+    def _attribute(self, task: _Task) -> AttributionRecord:
         raise NotImplementedError
 
     @staticmethod
@@ -128,6 +121,17 @@ class Baseline(MethodBase):
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Task:
+    """What a baseline's attribution of one run works from: the run (its trace, model and log), the prompt context,
+    the expected answer, and the replay adapter (None: localization only)."""
+
+    run: AttributionRun
+    ctx: prompts.PromptContext
+    expected: str | None
+    replay: ReplayAdapter | None
+
+
 def _in_range(count: int) -> Callable[[prompts.AAOOutput], str | None]:
     def check(out: prompts.AAOOutput) -> str | None:
         return None if 1 <= out.error_step <= count else f"error_step must be from 1 to {count}, got {out.error_step}"
@@ -138,14 +142,8 @@ def _in_range(count: int) -> Callable[[prompts.AAOOutput], str | None]:
 class AllAtOnce(Baseline):
     method = "aao"
 
-    def _attribute(
-        self,
-        run: AttributionRun,
-        trace: StructuredTrace,
-        ctx: prompts.PromptContext,
-        expected: str | None,
-        replay: ReplayAdapter | None,
-    ) -> AttributionRecord:
+    def _attribute(self, task: _Task) -> AttributionRecord:
+        run, trace, ctx = task.run, task.run.trace, task.ctx
         out = run.llm.complete(
             prompts.all_at_once(ctx, trace.steps), prompts.AAOOutput, stage=Stage.AAO, check=_in_range(len(trace.steps))
         ).value
@@ -155,14 +153,8 @@ class AllAtOnce(Baseline):
 class StepByStep(Baseline):
     method = "sbs"
 
-    def _attribute(
-        self,
-        run: AttributionRun,
-        trace: StructuredTrace,
-        ctx: prompts.PromptContext,
-        expected: str | None,
-        replay: ReplayAdapter | None,
-    ) -> AttributionRecord:
+    def _attribute(self, task: _Task) -> AttributionRecord:
+        run, trace, ctx = task.run, task.run.trace, task.ctx
         for step in trace.steps:
             out = run.llm.complete(
                 prompts.step_check(ctx, trace.steps[: step.index]), prompts.StepCheckOutput, stage=Stage.SBS
@@ -190,14 +182,8 @@ class StepByStep(Baseline):
 class BinarySearch(Baseline):
     method = "bs"
 
-    def _attribute(
-        self,
-        run: AttributionRun,
-        trace: StructuredTrace,
-        ctx: prompts.PromptContext,
-        expected: str | None,
-        replay: ReplayAdapter | None,
-    ) -> AttributionRecord:
+    def _attribute(self, task: _Task) -> AttributionRecord:
+        run, trace, ctx = task.run, task.run.trace, task.ctx
         low, high = 1, len(trace.steps)
         while low < high:
             mid = (low + high) // 2
@@ -222,14 +208,8 @@ class Reflexion(Baseline):
 
     method = "reflexion"
 
-    def _attribute(
-        self,
-        run: AttributionRun,
-        trace: StructuredTrace,
-        ctx: prompts.PromptContext,
-        expected: str | None,
-        replay: ReplayAdapter | None,
-    ) -> AttributionRecord:
+    def _attribute(self, task: _Task) -> AttributionRecord:
+        run, trace, ctx, expected, replay = task.run, task.run.trace, task.ctx, task.expected, task.replay
         # the reflection becomes the retry's memory: written without the expected answer in view when it is replayed
         written = ctx.model_copy(update={"include_expected": False}) if replay is not None else ctx
         reflection = run.llm.complete(
@@ -418,14 +398,8 @@ class _Pick(Baseline):
         """(step index or None, explanation, reason)."""
         raise NotImplementedError
 
-    def _attribute(
-        self,
-        run: AttributionRun,
-        trace: StructuredTrace,
-        ctx: prompts.PromptContext,
-        expected: str | None,
-        replay: ReplayAdapter | None,
-    ) -> AttributionRecord:
+    def _attribute(self, task: _Task) -> AttributionRecord:
+        run, trace = task.run, task.run.trace
         step, explanation, reason = self._pick(trace)
         return run.record(
             Conclusion(
