@@ -99,3 +99,13 @@ def test_a_keyword_form_adapter_is_not_asked_what_its_form_cannot_say() -> None:
         replay_with(adapter, ReplayRequest(trace=TRACE, rollback_point=1, temperature=0.7))  # type: ignore[arg-type]
     with pytest.raises(TypeError):  # an action reaches an adapter that takes none: its own error, as before
         replay_with(adapter, ReplayRequest.intervention(TRACE, 1, action=StepAction(text="2 + 3 = 5")))  # type: ignore[arg-type]
+
+
+def test_an_adapters_options_are_one_value_and_a_keyword_names_one_of_them() -> None:
+    from reflect_otel.replay_adapters.http import HTTPReplayAdapter, HTTPReplayOptions
+
+    told = HTTPReplayOptions(proposes=True, deterministic=True)
+    adapter = HTTPReplayAdapter("http://127.0.0.1:9/replay", options=told, deterministic=False)
+    assert (adapter.proposes, adapter.deterministic, adapter.resamples) == (True, False, False)  # the keyword wins
+    with pytest.raises(TypeError, match=r"unknown replay adapter option.*propose\b.*the options are"):
+        HTTPReplayAdapter("http://127.0.0.1:9/replay", propose=True)  # the file's word, not the adapter's
