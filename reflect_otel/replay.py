@@ -147,8 +147,8 @@ class ReplayAdapter(Protocol):
     temperature)`` and ``resample(trace, *, samples, temperature)``) keep working: the core calls every adapter
     through :func:`replay_with`, :func:`proposer` and :func:`resampler`, which recognise a method whose first
     parameter is not ``request`` and that takes ``rollback_point``, ``temperature`` or ``**kwargs``, and call it the
-    old way (an
-    action is passed only when there is one). New adapters take the request.
+    old way (an action is passed only when there is one; a replay at a temperature is refused, that form having
+    none). New adapters take the request; the keyword form may be dropped in a later release.
     """
 
     def replay(self, request: ReplayRequest) -> ReplayResult: ...
