@@ -20,11 +20,12 @@ from typing import Any
 
 from benchmarks import _contention as contention
 from benchmarks._common import RESULTS, add_smoke_option
-from reflect_otel.attribution.corrections import RULES
 from benchmarks.evaluation.live import live_metrics, live_metrics_markdown
+from benchmarks.evaluation.live_rows import parse_live_row
 from benchmarks.evaluation.metrics import metrics_markdown
 from benchmarks.evaluation.run_config import code_line
 from benchmarks.evaluation.runner import em_by_status_line, metrics_from_rows, read_done
+from reflect_otel.attribution.corrections import RULES
 
 
 def wtq_table(folder: Path) -> str:
@@ -36,7 +37,7 @@ def wtq_table(folder: Path) -> str:
         for row in read_done(folder / "results.jsonl", key="question_id", mend=False).values()
         if row["correct"] is not False or set(methods) <= set(row["methods"])  # right and undecided runs count too
     ]
-    metrics = live_metrics(rows, methods)
+    metrics = live_metrics([parse_live_row(str(row["question_id"]), row) for row in rows], methods)
     table = live_metrics_markdown(metrics, config["model"], code=code_line(config))
     rules = evidence_rule_table([r for r in rows if r["correct"] is False], methods)
     return f"{table}\n{_seconds_alone(folder, rows, methods)}\n{rules}"

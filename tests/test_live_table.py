@@ -12,11 +12,17 @@ from typing import Any
 
 import pytest
 
-from benchmarks.results_tables import wtq_table
 from benchmarks.evaluation.live import live_metrics, live_metrics_markdown
+from benchmarks.evaluation.live_rows import LiveRow
+from benchmarks.results_tables import wtq_table
 
 ROWS = Path(__file__).parent / "data" / "wtq_live_seed46_rows.jsonl"
 METHODS = ("reflect", "reflect-guidance", "ics", "control-placebo", "control-wrong-step")
+
+
+def _live_metrics(rows: list[dict[str, Any]], methods: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """The metrics of rows given as the JSON lines a results file holds."""
+    return live_metrics([LiveRow.model_validate(row) for row in rows], methods)
 
 
 def _rows() -> list[dict[str, Any]]:
@@ -25,7 +31,7 @@ def _rows() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def metrics() -> dict[str, Any]:
-    return live_metrics(_rows(), METHODS)
+    return _live_metrics(_rows(), METHODS)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +71,7 @@ def test_a_record_from_before_controls_has_no_strict_reading(metrics: dict[str, 
         for method in row["methods"].values():
             for replay in method["record"]["replays"]:
                 del replay["arm"]
-    old = live_metrics(rows, METHODS)
+    old = _live_metrics(rows, METHODS)
     assert old["methods"]["ics"]["verified_reproducing"] is None
     assert _column(live_metrics_markdown(old, "m"), "ics", "verified, control gave the run's answer") == "-"
 
@@ -88,19 +94,19 @@ def test_trajectory_fidelity_needs_the_same_arguments_and_no_other_call() -> Non
     rows = _rows()
     nt977 = rows[2]["methods"]["ics"]["record"]
     repeated = next(a for a in nt977["replays"] if a["arm"] == "control" and a["rollback_point"] == 0)
-    assert live_metrics([rows[2]], ["ics"])["methods"]["ics"]["trajectory_fidelity"]["repeated"] == 1
+    assert _live_metrics([rows[2]], ["ics"])["methods"]["ics"]["trajectory_fidelity"]["repeated"] == 1
 
     changed = copy.deepcopy(rows[2])
     control = next(a for a in changed["methods"]["ics"]["record"]["replays"] if a["sample"] == repeated["sample"]
                    and a["arm"] == "control" and a["rollback_point"] == 0)  # fmt: skip
     control["continuation"][1]["tool_args"]["op"] = ">"
-    assert live_metrics([changed], ["ics"])["methods"]["ics"]["trajectory_fidelity"]["repeated"] == 0
+    assert _live_metrics([changed], ["ics"])["methods"]["ics"]["trajectory_fidelity"]["repeated"] == 0
 
     longer = copy.deepcopy(rows[2])
     control = next(a for a in longer["methods"]["ics"]["record"]["replays"] if a["arm"] == "control"
                    and a["rollback_point"] == 0)  # fmt: skip
     control["continuation"].insert(-1, copy.deepcopy(control["continuation"][-2]))
-    assert live_metrics([longer], ["ics"])["methods"]["ics"]["trajectory_fidelity"]["repeated"] == 0
+    assert _live_metrics([longer], ["ics"])["methods"]["ics"]["trajectory_fidelity"]["repeated"] == 0
 
 
 def test_calls_are_model_requests_and_proposals_are_the_decisions_sampled(metrics: dict[str, Any], table: str) -> None:
@@ -127,8 +133,8 @@ def test_the_agents_own_requests_are_shown_only_where_the_rows_code_recorded_the
     for row in newer:  # as the code from schema 8 on writes them: the agent's requests in the row and its stage cost
         for index, method in enumerate(row["methods"].values()):
             method["agent_calls"] = 4 + index
-    assert live_metrics(rows, METHODS)["methods"]["reflect"]["agent_requests"] is None  # 1daae3b: not recorded
-    recorded = live_metrics(newer, METHODS)
+    assert _live_metrics(rows, METHODS)["methods"]["reflect"]["agent_requests"] is None  # 1daae3b: not recorded
+    recorded = _live_metrics(newer, METHODS)
     assert recorded["methods"]["reflect"]["agent_requests"]["mean"] == 4
     assert recorded["methods"]["ics"]["agent_requests"]["mean"] == 6
     column = "model requests: auditor, agent (proposals), agent (all)"
@@ -136,7 +142,7 @@ def test_the_agents_own_requests_are_shown_only_where_the_rows_code_recorded_the
     assert _column(table, "reflect", column) == "8.7 ± 1.2, 6.0 ± 0.0, 4.0 ± 0.0"
     mixed = copy.deepcopy(rows)
     mixed[0]["methods"]["reflect"]["agent_calls"] = 9  # one row knows, the others do not: no mean of a part
-    assert live_metrics(mixed, METHODS)["methods"]["reflect"]["agent_requests"] is None
+    assert _live_metrics(mixed, METHODS)["methods"]["reflect"]["agent_requests"] is None
 
 
 def test_a_skipped_placebo_is_not_scored_but_its_cost_is_reported_and_the_denominators_differ(
@@ -263,9 +269,9 @@ def test_each_correction_considered_is_counted_as_replayed_or_by_the_general_rea
 def test_the_auditors_requests_leave_out_the_agents_which_the_record_lists_too() -> None:
     rows = _rows()
     record = rows[0]["methods"]["ics"]["record"]
-    auditor = live_metrics(rows[:1], ["ics"])["methods"]["ics"]["model_requests"]["mean"]
+    auditor = _live_metrics(rows[:1], ["ics"])["methods"]["ics"]["model_requests"]["mean"]
     record["llm_calls"] = [*record["llm_calls"], *({"stage": "agent_replay", "attempts": 1} for _ in range(5))]
-    assert live_metrics(rows[:1], ["ics"])["methods"]["ics"]["model_requests"]["mean"] == auditor
+    assert _live_metrics(rows[:1], ["ics"])["methods"]["ics"]["model_requests"]["mean"] == auditor
 
 
 def _evidence(rule: str, *, refused: str | None = None, replays: int = 1) -> dict[str, Any]:
@@ -318,7 +324,7 @@ def test_an_undecided_run_is_counted_apart_never_right_and_never_a_failure_given
     rows = _rows()
     undecided = {**copy.deepcopy(rows[0]), "question_id": "nt-hedged", "correct": None, "methods": {}}
     right = {**copy.deepcopy(rows[0]), "question_id": "nt-right", "correct": True, "methods": {}}
-    metrics = live_metrics([*rows, undecided, right], METHODS)
+    metrics = _live_metrics([*rows, undecided, right], METHODS)
     assert (metrics["questions"], metrics["agent_correct"], metrics["agent_undecided"], metrics["failed_runs"]) == (
         5,
         1,
@@ -330,5 +336,5 @@ def test_an_undecided_run_is_counted_apart_never_right_and_never_a_failure_given
     assert "5 questions, 1 answered right, 1 undecided (" in header and ": not a failed run), 3 failed runs" in header
     # the undecided run's stored attributions (if any) are not scored as a failure's
     attributed = {**copy.deepcopy(rows[1]), "question_id": "nt-hedged-attributed", "correct": None}
-    assert live_metrics([*rows, attributed], METHODS)["methods"]["ics"]["runs"] == 3
-    assert "undecided" not in live_metrics_markdown(live_metrics(rows, METHODS), "m").splitlines()[0]
+    assert _live_metrics([*rows, attributed], METHODS)["methods"]["ics"]["runs"] == 3
+    assert "undecided" not in live_metrics_markdown(_live_metrics(rows, METHODS), "m").splitlines()[0]

@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from benchmarks.evaluation.live_rows import MethodRow
 from reflect_otel.record import AGENT_REPLAY_STAGE, AttributionStatus, ReplayArm
 
 PROPOSAL_SOURCE = "proposal:"
@@ -20,28 +21,28 @@ _PROPOSAL_NUMBER = re.compile(r"proposal (\d+) of (\d+)")
 """How the correction's ``finding`` numbers a proposal within its batch: ``proposal 2 of 3``."""
 
 
-def record_of(method: dict[str, Any]) -> dict[str, Any]:
-    record = method.get("record")
-    return record if isinstance(record, dict) else {}
+def record_of(method: MethodRow) -> dict[str, Any]:
+    """The method's record as it was written ({} for a row without one)."""
+    return method.record or {}
 
 
-def model_requests(method: dict[str, Any]) -> int:
+def model_requests(method: MethodRow) -> int:
     """The requests made to the auditor's model: each recorded call's ``attempts`` (2 where the reply needed the
     repair retry), not the calls; the agent's own requests, which a record lists too (stage ``agent_replay``), are
     not the auditor's (:func:`agent_requests`). A row whose record has no calls counts its ``llm_calls``."""
     calls = record_of(method).get("llm_calls")
     if not isinstance(calls, list):
-        return int(method.get("llm_calls", 0))
+        return method.llm_calls
     return sum(int(call.get("attempts") or 1) for call in calls if call.get("stage") != AGENT_REPLAY_STAGE)
 
 
-def agent_requests(method: dict[str, Any]) -> int | None:
+def agent_requests(method: MethodRow) -> int | None:
     """The requests the agent sent to the attributor's model for this record (its replays and proposals): the
     record's ``agent_replay`` stage cost. None for a row whose record does not carry it (code from before the agent's
     requests were recorded), never 0 as a guess."""
     record = record_of(method)
-    if "agent_calls" in method:
-        return int(method["agent_calls"])
+    if method.agent_calls is not None:
+        return method.agent_calls
     cost = record.get("cost")
     if not isinstance(cost, list) or not any(isinstance(c, dict) and "requests" in c for c in cost):
         return None
@@ -54,7 +55,7 @@ def _proposals(record: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in record.get("corrections") or [] if str(c.get("source", "")).startswith(PROPOSAL_SOURCE)]
 
 
-def proposals_kept(method: dict[str, Any]) -> int:
+def proposals_kept(method: MethodRow) -> int:
     """The proposals the record lists: a batch's repeats of a decision are dropped before it is recorded."""
     return len(_proposals(record_of(method)))
 
@@ -63,7 +64,7 @@ _REASON_END = re.compile(r"[:(]| '")
 """Where a refusal's general reason ends and its particulars (the gate's words, the answer quoted) begin."""
 
 
-def correction_outcomes(method: dict[str, Any]) -> list[str]:
+def correction_outcomes(method: MethodRow) -> list[str]:
     """What became of each correction the record lists: ``replayed`` (one or more replays, an errored one included),
     ``not replayed`` (not refused, yet no replay: the budget, an earlier flip, a failed control or a failed proposal
     stopped it), or ``refused: REASON`` with the refusal's general reason (its text up to its particulars: the gate's
@@ -80,7 +81,7 @@ def correction_outcomes(method: dict[str, Any]) -> list[str]:
     return outcomes
 
 
-def proposals_sampled(method: dict[str, Any]) -> int:
+def proposals_sampled(method: MethodRow) -> int:
     """The agent's decisions sampled for proposals: the ``M`` of each batch's ``proposal k of M``. The first decision
     of a batch is always recorded (nothing before it to repeat), and within a batch ``k`` rises, so a batch starts
     where ``k`` does not rise or the step or source changes. A listed proposal without its number counts as one."""
@@ -104,12 +105,12 @@ def _replays(record: dict[str, Any], arm: ReplayArm) -> list[dict[str, Any]]:
     return [a for a in record.get("replays") or [] if a.get("arm") == arm.value]
 
 
-def is_controlled(method: dict[str, Any]) -> bool:
+def is_controlled(method: MethodRow) -> bool:
     """Whether the record's replays name their arm (controlled verification); older rows' do not."""
     return any("arm" in a for a in record_of(method).get("replays") or [])
 
 
-def answered_controls(method: dict[str, Any]) -> list[dict[str, Any]]:
+def answered_controls(method: MethodRow) -> list[dict[str, Any]]:
     """The record's control replays that ran to an answer (the ones fidelity is counted over)."""
     return [a for a in _replays(record_of(method), ReplayArm.CONTROL) if a.get("error") is None]
 
@@ -133,7 +134,7 @@ def repeats_trajectory(run_steps: Sequence[dict[str, Any]], control: dict[str, A
     return _calls(s for s in run_steps if int(s.get("index", 0)) > point) == _calls(continuation)
 
 
-def trajectory_fidelity(run_steps: Sequence[dict[str, Any]], method: dict[str, Any]) -> tuple[int, int]:
+def trajectory_fidelity(run_steps: Sequence[dict[str, Any]], method: MethodRow) -> tuple[int, int]:
     """(controls that repeated the run's steps, answered controls whose steps were recorded)."""
     judged = [repeats_trajectory(run_steps, a) for a in answered_controls(method)]
     return sum(1 for j in judged if j), sum(1 for j in judged if j is not None)
@@ -151,18 +152,18 @@ def verifying_point(record: dict[str, Any]) -> int | None:
     return int(step) - 1 if step is not None else None
 
 
-def verified_reproducing(method: dict[str, Any]) -> bool:
+def verified_reproducing(method: MethodRow) -> bool:
     """Verified, and every control replayed at the verifying rollback point gave the run's own answer (the strict
     reading: what was proved fixable is the run's path, not another path the control took)."""
     record = record_of(method)
-    if method.get("status") != AttributionStatus.VERIFIED.value:
+    if method.status != AttributionStatus.VERIFIED.value:
         return False
     point = verifying_point(record)
     there = [a for a in _replays(record, ReplayArm.CONTROL) if a.get("rollback_point") == point]
     return bool(there) and all(a.get("error") is None and a.get("reproduced") is True for a in there)
 
 
-def localized_steps(method: dict[str, Any] | None) -> set[int]:
+def localized_steps(method: MethodRow | None) -> set[int]:
     """The steps a record's rounds localized."""
     if method is None:
         return set()
@@ -173,7 +174,7 @@ def localized_steps(method: dict[str, Any] | None) -> set[int]:
     }
 
 
-def correction_steps(method: dict[str, Any]) -> list[int]:
+def correction_steps(method: MethodRow) -> list[int]:
     """The steps a record placed its corrections at (tried or refused), in order: for the wrong-step control, its
     targets."""
     steps: list[int] = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from benchmarks.evaluation.compare import chart_svg, compare_markdown, load_runs
 from benchmarks.evaluation.live import LiveOptions, check_methods, run_live_eval
@@ -15,7 +16,9 @@ from reflect_otel.cli._demo_runs import sql_agent_runs, table_agent_rebuilt, tab
 from reflect_otel.cli._options import agent_is_deterministic, pipeline_config
 from reflect_otel.cli.evaluate import LIVE, LIVE_METHODS, NO_METHOD
 from reflect_otel.config import LLMConfig, ReflectConfig
+from reflect_otel.demo.runs import RebuildRun, RunAgent
 from reflect_otel.errors import ConfigError, EndpointDownError, InputError
+from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.factory import make_llm
 from reflect_otel.llm.openai_compat import endpoint_down
 from reflect_otel.reading._files import check_output_file, write_text_atomically
@@ -24,6 +27,15 @@ __all__ = ["compare_command", "eval_command", "excluded_ids"]
 
 
 def eval_command(args: argparse.Namespace) -> int:
+    """``reflect-otel eval``: a dataset benchmark, or wtq-live's agent answering live."""
+    config = _checked_config(args)
+    if args.benchmark == LIVE:
+        return _eval_live(args, config)
+    return _eval_dataset(args, config)
+
+
+def _checked_config(args: argparse.Namespace) -> ReflectConfig:
+    """The pipeline's configuration from the flags, once ``--out`` and ``--data`` are known to be usable."""
     if args.out.exists() and not args.out.is_dir():
         raise InputError(f"--out {args.out}: is a file; --out names the folder of this run (new, or one to resume)")
     if not args.data.is_dir():
@@ -43,8 +55,11 @@ def eval_command(args: argparse.Namespace) -> int:
             "--replay-temperature was removed: replays run greedily and each is compared with a control replay "
             "from the same prefix; sample the agent's proposals with --proposal-temperature T instead"
         )
-    if args.benchmark == LIVE:
-        return _eval_live(args, config)
+    return config
+
+
+def _check_dataset_flags(args: argparse.Namespace) -> None:
+    """:class:`ConfigError` for a flag of wtq-live given to a dataset benchmark, or a method it does not know."""
     if args.method not in METHODS:
         raise ConfigError(f"--method: choose one of {', '.join(METHODS)}")
     if args.runs is not None:
@@ -55,6 +70,10 @@ def eval_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"--deterministic-agent is about the agent of {LIVE}; {args.benchmark} replays its own way")
     if args.max_replays is not None and args.benchmark not in REPLAYABLE:
         raise ConfigError(f"--max-replays: {args.benchmark} is localization-only, nothing is replayed")
+
+
+def _eval_dataset(args: argparse.Namespace, config: ReflectConfig) -> int:
+    _check_dataset_flags(args)
     print(
         f"{args.benchmark}: {REPLAYABLE.get(args.benchmark, 'localization-only (no environment to replay)')}",
         file=sys.stderr,
@@ -83,15 +102,20 @@ def eval_command(args: argparse.Namespace) -> int:
     metrics = run_eval(options, llm, progress=progress)
     if tty:
         print(file=sys.stderr)
-    print((args.out / "metrics.md").read_text())
+    return _dataset_outcome(args.out, metrics)
+
+
+def _dataset_outcome(out: Path, metrics: dict[str, Any]) -> int:
+    """Print the run's table and counts; 1 when every trace failed (nothing was measured)."""
+    print((out / "metrics.md").read_text())
     failed = metrics["failed"]
     print(
-        f"{metrics['traces']} traces, {failed} failed (stage errors, not scored); results in {args.out}",
+        f"{metrics['traces']} traces, {failed} failed (stage errors, not scored); results in {out}",
         file=sys.stderr,
     )
     if failed and failed == metrics["traces"]:
         print(
-            f"every trace failed, so nothing was measured; see the errors in {args.out / 'results.jsonl'} "
+            f"every trace failed, so nothing was measured; see the errors in {out / 'results.jsonl'} "
             "(is the LLM endpoint up and able to answer in JSON?)",
             file=sys.stderr,
         )
@@ -100,8 +124,6 @@ def eval_command(args: argparse.Namespace) -> int:
 
 
 def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
-    from reflect_otel.online.setup import instrumented_provider
-
     methods = (
         ()
         if args.method == NO_METHOD
@@ -138,17 +160,7 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
         max_steps=args.max_steps,
         deterministic_agent=deterministic,
     )
-    provider = instrumented_provider()
-    if args.agent == "sql":
-        from reflect_otel.demo.sql_agent import chat_client
-
-        client, model = chat_client(llm)  # the agent runs on the configured endpoint, as the auditor does
-        run_agent, rebuild = sql_agent_runs(
-            client, model, provider, max_steps=args.max_steps, deterministic=deterministic
-        )
-    else:
-        run_agent = table_agent_runs(llm, provider, max_steps=args.max_steps, deterministic=deterministic)
-        rebuild = table_agent_rebuilt(llm, provider, max_steps=args.max_steps, deterministic=deterministic)
+    run_agent, rebuild = _live_agent(args, llm, deterministic)
     metrics = run_live_eval(
         options,
         llm,
@@ -162,6 +174,22 @@ def _eval_live(args: argparse.Namespace, config: ReflectConfig) -> int:
         print(f"every attribution failed, so nothing was measured; see {args.out / 'results.jsonl'}", file=sys.stderr)
         return 1
     return 0
+
+
+def _live_agent(args: argparse.Namespace, llm: StructuredLLM, deterministic: bool) -> tuple[RunAgent, RebuildRun]:
+    """The demo agent ``--agent`` names, on the configured endpoint, traced by the instrumented provider."""
+    from reflect_otel.online.setup import instrumented_provider
+
+    provider = instrumented_provider()
+    if args.agent == "sql":
+        from reflect_otel.demo.sql_agent import chat_client
+
+        client, model = chat_client(llm)  # the agent runs on the configured endpoint, as the auditor does
+        return sql_agent_runs(client, model, provider, max_steps=args.max_steps, deterministic=deterministic)
+    return (
+        table_agent_runs(llm, provider, max_steps=args.max_steps, deterministic=deterministic),
+        table_agent_rebuilt(llm, provider, max_steps=args.max_steps, deterministic=deterministic),
+    )
 
 
 def _stop_if_down(out: Path) -> None:

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from benchmarks.evaluation.live_rows import LIVE, parse_live_row
 from benchmarks.evaluation.metrics import metrics_markdown
 from benchmarks.evaluation.run_config import read_json_object
 from reflect_otel.errors import InputError
 
 __all__ = ["Run", "chart_svg", "compare_markdown", "load_runs"]
 
-LIVE = "wtq-live"
 Kind = Literal["dataset", "live", "localization", "pending"]
 
 
@@ -123,7 +123,9 @@ def _computed(config: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, A
         from benchmarks.evaluation.live import live_metrics
 
         methods = config.get("methods") or sorted({m for row in rows for m in row.get("methods", {})})
-        return live_metrics(rows, [str(m) for m in methods])
+        return live_metrics(
+            [parse_live_row(f"line {n}", row) for n, row in enumerate(rows, 1)], [str(m) for m in methods]
+        )
     from benchmarks.evaluation.runner import metrics_from_rows
 
     return metrics_from_rows(rows)

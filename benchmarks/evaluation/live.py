@@ -24,12 +24,13 @@ import json
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks.evaluation import _live_records as reading
+from benchmarks.evaluation.live_rows import LIVE, Judgement, LiveRow, MethodRow, read_live_rows
 from benchmarks.evaluation.metrics import mean_se
 from benchmarks.evaluation.rows_file import RowsFile
 from benchmarks.evaluation.run_config import (
@@ -40,7 +41,6 @@ from benchmarks.evaluation.run_config import (
     read_json_object,
     write_run_config,
 )
-from benchmarks.evaluation.runner import read_done
 from reflect_otel.attribution.controls import PlanPool, WrongStepControl
 from reflect_otel.attribution.methods import METHODS, method_spec
 from reflect_otel.attribution.pipeline import ReflectPipeline
@@ -61,7 +61,6 @@ __all__ = [
     "AgentRun",
     "LiveOptions",
     "check_methods",
-    "failed",
     "live_metrics",
     "live_metrics_markdown",
     "method_order",
@@ -114,7 +113,7 @@ def _questions(options: LiveOptions) -> list[WTQQuestion]:
 
 def _method_row(
     llm: StructuredLLM, method: str, options: LiveOptions, run: AgentRun, expected: str, plans: PlanPool
-) -> dict[str, Any]:
+) -> MethodRow:
     replay: ReplayAdapter = run.replay  # this run's agent, alive in this process
     service = AttributionService(
         llm,
@@ -126,22 +125,32 @@ def _method_row(
         plans=plans,  # the placebo draws on the plans written for the other failures of this evaluation
     )
     started = time.perf_counter()
-    outcome = service.process(run.trace, expected=expected, domain_context=run.context)
-    record = outcome.record
+    record = service.process(run.trace, expected=expected, domain_context=run.context).record
     assert record is not None  # without triage every trace is attributed
+    # a method that never saw the answer, judged by it: does the oracle confirm the answer it verified?
+    confirms = (
+        judged_correct(record.corrected_answer, expected, question=run.trace.question)
+        if record.corrected_answer is not None
+        else None
+    )
+    return _row_of(record, confirms, round(time.perf_counter() - started, 3))
+
+
+def _row_of(record: AttributionRecord, oracle_confirms: bool | None, seconds: float) -> MethodRow:
+    """What a method's record concluded and cost, as its results row keeps it."""
     auditor = record.auditor_cost  # the same calls as llm_calls and tokens below
     cached = [c.cached_prompt_tokens for c in auditor]
-    interventions = [a for a in record.replays if a.arm is ReplayArm.INTERVENTION]
+    arms = Counter(a.arm for a in record.replays)
     effect, fidelity = record.effect, record.fidelity
-    return {
-        "status": record.status.value,
-        "step": record.step_index,
-        "flipped": any(a.flipped for a in interventions),
-        "corrected_answer": record.corrected_answer,
-        "verified_by": (
+    return MethodRow(
+        status=record.status.value,
+        step=record.step_index,
+        flipped=any(a.flipped for a in record.replays if a.arm is ReplayArm.INTERVENTION),
+        corrected_answer=record.corrected_answer,
+        verified_by=(
             {"source": record.verified_by.source, "kind": record.verified_by.kind.value} if record.verified_by else None
         ),
-        "effect": (
+        effect=(
             {
                 "step": effect.step_index,
                 "intervention": [effect.intervention.flips, effect.intervention.replays],
@@ -151,31 +160,26 @@ def _method_row(
             if effect is not None
             else None
         ),
-        "fidelity": [fidelity.reproduced, fidelity.controls] if fidelity is not None else None,
-        "replays": len(record.replays),
-        "control_replays": sum(1 for a in record.replays if a.arm is ReplayArm.CONTROL),
-        "sensitivity_replays": sum(1 for a in record.replays if a.arm is ReplayArm.SENSITIVITY),
-        "localization_replays": sum(1 for a in record.replays if a.arm is ReplayArm.LOCALIZATION),
-        "claim": record.claim,
-        "localization_test": record.localization_test.outcome.value if record.localization_test else None,
-        "obstacle": record.obstacle.value if record.obstacle else None,
-        "proposals": sum(1 for c in record.corrections if c.source.startswith("proposal:")),
-        # a method that never saw the answer, judged by it: does the oracle confirm the answer it verified?
-        "oracle_confirms": (
-            judged_correct(record.corrected_answer, expected, question=run.trace.question)
-            if record.corrected_answer is not None
-            else None
-        ),
-        "llm_calls": record.auditor_calls,  # the auditor's requests; the agent's (on the same model) apart
-        "agent_calls": record.agent_calls,  # the agent's requests for this record: its replays and proposals
-        "tokens": record.auditor_tokens,
-        "prompt_tokens": sum(c.prompt_tokens for c in auditor),
-        "cached_prompt_tokens": sum(c or 0 for c in cached) if any(c is not None for c in cached) else None,
-        "seconds": round(time.perf_counter() - started, 3),
-        "failed": record.failed,
-        "errors": [e.stage for e in record.errors],
-        "record": record.model_dump(mode="json"),
-    }
+        fidelity=(fidelity.reproduced, fidelity.controls) if fidelity is not None else None,
+        replays=len(record.replays),
+        control_replays=arms[ReplayArm.CONTROL],
+        sensitivity_replays=arms[ReplayArm.SENSITIVITY],
+        localization_replays=arms[ReplayArm.LOCALIZATION],
+        claim=record.claim,
+        localization_test=record.localization_test.outcome.value if record.localization_test else None,
+        obstacle=record.obstacle.value if record.obstacle else None,
+        proposals=sum(1 for c in record.corrections if c.source.startswith("proposal:")),
+        oracle_confirms=oracle_confirms,
+        llm_calls=record.auditor_calls,  # the auditor's requests; the agent's (on the same model) apart
+        agent_calls=record.agent_calls,  # the agent's requests for this record: its replays and proposals
+        tokens=record.auditor_tokens,
+        prompt_tokens=sum(c.prompt_tokens for c in auditor),
+        cached_prompt_tokens=sum(c or 0 for c in cached) if any(c is not None for c in cached) else None,
+        seconds=seconds,
+        failed=record.failed,
+        errors=tuple(e.stage for e in record.errors),
+        record=record.model_dump(mode="json"),
+    )
 
 
 def method_order(methods: Sequence[str], seed: int | None, question_id: str) -> list[str]:
@@ -215,15 +219,25 @@ def run_live_eval(
     the failed runs already stored, replayed from their traces, so every method is measured on the same failures;
     the updated row is appended (the last row of a question wins)."""
     check_methods(options.methods)
-    say = progress or (lambda _text: None)
     questions = _questions(options)
     options.out.mkdir(parents=True, exist_ok=True)
     results = options.out / RESULTS
-    done = read_done(results, key="question_id")
+    evaluation = _Evaluation(options, llm, progress or (lambda _text: None), read_live_rows(results))
+    _write_live_config(options, llm)
+    with RowsFile(results) as out:
+        if rebuild is not None:
+            evaluation.add_methods(out, {q.id: q for q in questions}, rebuild)
+        for question in evaluation.to_run(questions):
+            evaluation.run_question(out, question, run_agent)
+    return _write_metrics(options, llm.model_name, list(evaluation.done.values()))
+
+
+def _write_live_config(options: LiveOptions, llm: StructuredLLM) -> None:
+    """``run_config.json``, or the check that a resumed run is made the same way (see :func:`write_run_config`)."""
     write_run_config(
         options.out,
         {
-            "benchmark": "wtq-live",
+            "benchmark": LIVE,
             "agent": options.agent,
             "methods": list(options.methods),
             "data": str(options.data),
@@ -234,8 +248,8 @@ def run_live_eval(
             "max_replays": options.max_replays,
             "max_steps": options.max_steps,
             "deterministic_agent": options.deterministic_agent,
-            # the rule of reflect_otel/attribution/controlled_replay.py: a change of effect, beside a control and a sensitivity
-            # arm; runs under an earlier rule ("controlled") are not resumed with this one
+            # the rule of reflect_otel/attribution/controlled_replay.py: a change of effect, beside a control and a
+            # sensitivity arm; runs under an earlier rule ("controlled") are not resumed with this one
             "verification": VERIFICATION,
             # what saw the expected answer: the localizer (the oracle regime), never a text a replay executes
             "regime": REGIME,
@@ -257,278 +271,326 @@ def run_live_eval(
         ),
         absent_means={"verification": "uncontrolled", "agent": "table", "max_steps": 6},
     )
-    failed_runs = sum(1 for r in done.values() if failed(r))
-    plans = _stored_plans(done.values())
-    errors_in_a_row = 0
-    by_id = {q.id: q for q in questions}
-    with RowsFile(results) as out:
-        if rebuild is not None:
-            _add_methods(done, by_id, options, llm, rebuild, out, say, plans)
-        for question in questions:
-            if options.limit is not None and failed_runs >= options.limit:
-                break
-            if options.max_runs is not None and len(done) >= options.max_runs:
-                break
-            if question.id in done:
-                continue
-            say(f"{question.id}: {question.question}")
-            started = time.perf_counter()
-            try:
-                run = run_agent(question)
-            except Exception as error:  # the endpoint failed, not the agent's answer: retried on resume
-                errors_in_a_row += 1
-                say(f"{question.id}: the agent run failed ({type(error).__name__}: {error}); not recorded")
-                if errors_in_a_row >= MAX_AGENT_ERRORS_IN_A_ROW:
-                    raise InputError(
-                        f"{errors_in_a_row} agent runs in a row failed; is the model endpoint up? (last: {error})"
-                    ) from error
-                continue
-            errors_in_a_row = 0
-            judged = judge_answer(run.answer, question.expected, question=question.question)
-            row: dict[str, Any] = {
-                "question_id": question.id,
-                "question": question.question,
-                "expected": question.expected,
-                "answer": run.answer,
-                "correct": judged.correct,  # None: undecided, neither right nor a failed run
-                "judgement": {"outcome": judged.outcome.value, "value": judged.value, "how": judged.how},
-                "agent_steps": len(run.trace.steps),
-                "agent_seconds": round(time.perf_counter() - started, 3),
-                "methods": {},
-            }
-            say(f"{question.id}: answered {run.answer!r} (expected {question.expected!r}): {judged.outcome.value}")
-            row["trace"] = run.trace.model_dump(mode="json")  # right runs too: labelled data for the verifiers
-            _append(out, row)  # the run first, then each method as it finishes: a stop loses at most one method
-            done[question.id] = row
-            if failed(row):
-                failed_runs += 1
-                row["method_order"] = []  # the methods in the order they ran (a resume appends the rest)
-                for name in method_order(options.methods, options.seed, question.id):
-                    row["methods"][name] = _attributed(llm, name, options, run, question, say, plans)
-                    row["method_order"].append(name)
-                    _append(out, row)
-    metrics = live_metrics(list(done.values()), options.methods)
+
+
+def _write_metrics(options: LiveOptions, model: str, rows: list[LiveRow]) -> dict[str, Any]:
+    metrics = live_metrics(rows, options.methods)
     (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     code = code_line(read_json_object(options.out / RUN_CONFIG))
-    (options.out / "metrics.md").write_text(live_metrics_markdown(metrics, llm.model_name, code=code))
+    (options.out / "metrics.md").write_text(live_metrics_markdown(metrics, model, code=code))
     return metrics
 
 
-def _add_methods(
-    done: dict[str, dict[str, Any]],
-    questions: dict[str, WTQQuestion],
-    options: LiveOptions,
-    llm: StructuredLLM,
-    rebuild: RebuildRun,
-    out: Any,
-    say: Progress,
-    plans: PlanPool,
-) -> None:
-    """Give each method not yet run on a stored failure that failure, replayed from its trace (the first
-    ``options.limit`` failures, in the order they were run); append the row after each method, so a stop loses at
-    most the method running."""
-    for stored in [r for r in done.values() if failed(r)][: options.limit]:
-        order = method_order(options.methods, options.seed, stored["question_id"])
-        missing = [m for m in order if m not in stored["methods"]]
-        question = questions.get(stored["question_id"])
-        if not missing or question is None or "trace" not in stored:
-            continue
-        say(f"{question.id}: stored failure; adding {', '.join(missing)}")
-        run = rebuild(question, StructuredTrace.model_validate(stored["trace"]))
-        for name in missing:
-            stored["methods"][name] = _attributed(llm, name, options, run, question, say, plans)
-            if isinstance(stored.get("method_order"), list):  # a row made before orders were recorded has none
-                stored["method_order"].append(name)
-            _append(out, stored)
+@dataclass
+class _Evaluation:
+    """A live evaluation under way: the rows so far (the last of each question), the plans written for their
+    failures, and the agent runs that failed in a row."""
+
+    options: LiveOptions
+    llm: StructuredLLM
+    say: Progress
+    done: dict[str, LiveRow]
+    plans: PlanPool = field(init=False)
+    errors_in_a_row: int = 0
+
+    def __post_init__(self) -> None:
+        self.plans = _stored_plans(self.done.values())
+
+    def to_run(self, questions: Iterable[WTQQuestion]) -> Iterator[WTQQuestion]:
+        """The questions not yet run, until ``limit`` failed runs or ``max_runs`` runs are stored."""
+        limit, max_runs = self.options.limit, self.options.max_runs
+        for question in questions:
+            if limit is not None and sum(1 for r in self.done.values() if r.failed) >= limit:
+                return
+            if max_runs is not None and len(self.done) >= max_runs:
+                return
+            if question.id not in self.done:
+                yield question
+
+    def run_question(self, out: RowsFile, question: WTQQuestion, run_agent: RunAgent) -> None:
+        """The agent's run on ``question``, stored; when its answer is wrong, each method's attribution of it."""
+        self.say(f"{question.id}: {question.question}")
+        started = time.perf_counter()
+        run = self._agent_run(question, run_agent)
+        if run is None:
+            return
+        row = _run_row(question, run, started)
+        outcome = row.judgement.outcome if row.judgement else ""
+        self.say(f"{question.id}: answered {run.answer!r} (expected {question.expected!r}): {outcome}")
+        self._store(out, row)  # the run first, then each method as it finishes: a stop loses at most one method
+        if row.failed:
+            order = method_order(self.options.methods, self.options.seed, question.id)
+            self._attribute(out, row.model_copy(update={"method_order": ()}), run, question, order)
+
+    def add_methods(self, out: RowsFile, questions: dict[str, WTQQuestion], rebuild: RebuildRun) -> None:
+        """Give each method not yet run on a stored failure that failure, replayed from its trace (the first
+        ``options.limit`` failures, in the order they were run)."""
+        for stored in [r for r in self.done.values() if r.failed][: self.options.limit]:
+            order = method_order(self.options.methods, self.options.seed, stored.question_id)
+            missing = [m for m in order if m not in stored.methods]
+            question = questions.get(stored.question_id)
+            if not missing or question is None or stored.trace is None:
+                continue
+            self.say(f"{question.id}: stored failure; adding {', '.join(missing)}")
+            run = rebuild(question, StructuredTrace.model_validate(stored.trace))
+            self._attribute(out, stored, run, question, missing)
+
+    def _agent_run(self, question: WTQQuestion, run_agent: RunAgent) -> AgentRun | None:
+        """The agent's run, or None when it failed (the endpoint, not the answer: retried on resume); a few failures
+        in a row stop the evaluation."""
+        try:
+            run = run_agent(question)
+        except Exception as error:
+            self.errors_in_a_row += 1
+            self.say(f"{question.id}: the agent run failed ({type(error).__name__}: {error}); not recorded")
+            if self.errors_in_a_row >= MAX_AGENT_ERRORS_IN_A_ROW:
+                raise InputError(
+                    f"{self.errors_in_a_row} agent runs in a row failed; is the model endpoint up? (last: {error})"
+                ) from error
+            return None
+        self.errors_in_a_row = 0
+        return run
+
+    def _attribute(
+        self, out: RowsFile, row: LiveRow, run: AgentRun, question: WTQQuestion, methods: Sequence[str]
+    ) -> None:
+        """Each of ``methods`` on the failed run, the row appended after each (a stop loses the method running)."""
+        for name in methods:
+            row = row.with_method(name, self._attributed(name, run, question))
+            self._store(out, row)
+
+    def _attributed(self, name: str, run: AgentRun, question: WTQQuestion) -> MethodRow:
+        self.say(f"{question.id}: {name}: attributing")
+        row = _method_row(self.llm, name, self.options, run, question.expected, self.plans)
+        self.say(
+            f"{question.id}: {name}: {row.status} at step {row.step}, "
+            f"{'flipped' if row.flipped else 'no flip'} ({row.replays} replays, {row.llm_calls} calls, "
+            f"{row.seconds:.0f} s)"
+        )
+        return row
+
+    def _store(self, out: RowsFile, row: LiveRow) -> None:
+        out.append(row.line())  # flushed; the last row of a question wins on resume
+        self.done[row.question_id] = row
 
 
-def _append(out: RowsFile, row: dict[str, Any]) -> None:
-    """Append ``row`` (flushed); the last row of a question wins on resume."""
-    out.append(row)
+def _run_row(question: WTQQuestion, run: AgentRun, started: float) -> LiveRow:
+    """The agent's run on ``question`` as its results row, its answer judged."""
+    judged = judge_answer(run.answer, question.expected, question=question.question)
+    return LiveRow(
+        question_id=question.id,
+        question=question.question,
+        expected=question.expected,
+        answer=run.answer,
+        correct=judged.correct,  # None: undecided, neither right nor a failed run
+        judgement=Judgement(outcome=judged.outcome.value, value=judged.value, how=judged.how),
+        agent_steps=len(run.trace.steps),
+        agent_seconds=round(time.perf_counter() - started, 3),
+        methods={},
+        trace=run.trace.model_dump(mode="json"),  # right runs too: labelled data for the verifiers
+    )
 
 
-def _stored_plans(rows: Iterable[dict[str, Any]]) -> PlanPool:
+def _stored_plans(rows: Iterable[LiveRow]) -> PlanPool:
     """The plans written for the failures already stored (a resumed evaluation's placebo draws on them too)."""
     plans = PlanPool()
     for row in rows:
-        trace = row.get("trace") or {}
-        for method in (row.get("methods") or {}).values():
-            if isinstance(method, dict) and isinstance(method.get("record"), dict) and trace.get("trace_id"):
-                record = AttributionRecord.model_validate(method["record"])
-                plans.add_plan(str(trace["trace_id"]), str(trace.get("question") or row.get("question", "")), record)
+        trace = row.trace or {}
+        for method in row.methods.values():
+            if method.record is not None and trace.get("trace_id"):
+                record = AttributionRecord.model_validate(method.record)
+                plans.add_plan(str(trace["trace_id"]), str(trace.get("question") or row.question), record)
     return plans
 
 
-def _attributed(
-    llm: StructuredLLM,
-    name: str,
-    options: LiveOptions,
-    run: AgentRun,
-    question: WTQQuestion,
-    say: Progress,
-    plans: PlanPool,
-) -> dict[str, Any]:
-    say(f"{question.id}: {name}: attributing")
-    row = _method_row(llm, name, options, run, question.expected, plans)
-    say(
-        f"{question.id}: {name}: {row['status']} at step {row['step']}, "
-        f"{'flipped' if row['flipped'] else 'no flip'} ({row['replays']} replays, {row['llm_calls']} calls, "
-        f"{row['seconds']:.0f} s)"
-    )
-    return row
-
-
-def failed(row: dict[str, Any]) -> bool:
-    """Whether a results row is a failed run: its answer judged wrong (an undecided one, ``correct`` None, is not)."""
-    return row["correct"] is False
-
-
-def live_metrics(rows: Sequence[dict[str, Any]], methods: Sequence[str]) -> dict[str, Any]:
+def live_metrics(rows: Sequence[LiveRow], methods: Sequence[str]) -> dict[str, Any]:
     """Per method, over the failed runs it attributed without a stage failure: the share flipped (a replay
     flipped the answer to the expected one) and verified, and calls, tokens and seconds per run; each with its
     standard error. Runs whose stages failed, and runs skipped, are counted apart, never scored, and listed with
     what they cost (``unscored``); runs whose answer was undecided are counted apart too (``agent_undecided``),
     neither right nor failed. Read from the rows as written (see :mod:`benchmarks.evaluation._live_records`)."""
-    failures = [r for r in rows if failed(r)]
-    out: dict[str, Any] = {
+    failures = [r for r in rows if r.failed]
+    return {
         "questions": len(rows),
-        "agent_correct": sum(1 for r in rows if r["correct"] is True),
-        "agent_undecided": sum(1 for r in rows if r["correct"] is None),
+        "agent_correct": sum(1 for r in rows if r.correct is True),
+        "agent_undecided": sum(1 for r in rows if r.correct is None),
         "failed_runs": len(failures),
-        "methods": {},
+        "methods": {name: _method_metrics(name, failures) for name in methods},
     }
-    for name in methods:
-        given = [(r, r["methods"][name]) for r in failures if name in r["methods"]]
-        attributed = [m for _, m in given]
-        ran = [m for m in attributed if m["status"] != AttributionStatus.SKIPPED.value]
-        scored_rows = [(r, m) for r, m in given if m["status"] != AttributionStatus.SKIPPED.value and not m["failed"]]
-        scored = [m for _, m in scored_rows]
-        fidelity = [m["fidelity"] for m in scored if m.get("fidelity")]
-        verified = [m for m in scored if m["status"] == AttributionStatus.VERIFIED.value]
-        trajectory = [reading.trajectory_fidelity((r.get("trace") or {}).get("steps") or [], m) for r, m in scored_rows]
-        controlled = any(reading.is_controlled(m) for m in scored)
-        out["methods"][name] = {
-            "runs": len(attributed),
-            "failed": len(ran) - len(scored),
-            "skipped": len(attributed) - len(ran),  # nothing to test (the placebo before any other plan)
-            "scored": len(scored),
-            "replayed_runs": sum(1 for m in scored if m["replays"]),  # a method that replays nothing corrects nothing
-            # runs where a correction was replayed at all (a run with control replays only tested nothing)
-            "tested_runs": sum(1 for m in scored if _intervention_replays(m)),
-            "intervention_replays": mean_se([float(_intervention_replays(m)) for m in scored]),
-            # runs where a stage's call failed (e.g. a diagnosis the model could not write to the schema) and the
-            # method went on without it: scored, but with less than it asked for
-            "stage_errors": sum(1 for m in scored if m.get("errors")),
-            "flipped": mean_se([1.0 if m.get("flipped", m.get("corrected")) else 0.0 for m in scored]),
-            "verified": mean_se([1.0 if m["status"] == AttributionStatus.VERIFIED.value else 0.0 for m in scored]),
-            # the strict reading: verified where every control at the verifying point gave the run's own answer
-            # (None: the records hold no controls, verification was not controlled)
-            "verified_reproducing": (
-                mean_se([1.0 if reading.verified_reproducing(m) else 0.0 for m in scored]) if controlled else None
-            ),
-            "withholds_expected": method_spec(name).withholds_expected if name in METHODS else False,
-            # of the verified records, those whose corrected answer the expected one confirms (rows written before
-            # this was recorded: unknown, so not counted)
-            "oracle": {
-                "confirmed": sum(1 for m in verified if m.get("oracle_confirms") is True),
-                "judged": sum(1 for m in verified if m.get("oracle_confirms") is not None),
-            },
-            "not_attributable": mean_se(
-                [1.0 if m["status"] == AttributionStatus.NOT_ATTRIBUTABLE.value else 0.0 for m in scored]
-            ),
-            # what a verified record claims (rows made before the claim existed: none counted as localized)
-            "localized": sum(1 for m in verified if m.get("claim") == "localized"),
-            "localization_tests": {
-                outcome: sum(1 for m in verified if m.get("localization_test") == outcome)
-                for outcome in ("localized", "not_localized", "untested")
-            },
-            # why a not-attributable record's flip was not credited
-            "obstacles": {
-                obstacle: sum(1 for m in scored if m.get("obstacle") == obstacle)
-                for obstacle in sorted({str(m["obstacle"]) for m in scored if m.get("obstacle")})
-            },
-            "sensitivity_replays": mean_se([float(m.get("sensitivity_replays") or 0) for m in scored]),
-            "localization_replays": mean_se([float(m.get("localization_replays") or 0) for m in scored]),
-            "fidelity": {
-                "reproduced": sum(f[0] for f in fidelity),
-                "controls": sum(f[1] for f in fidelity),
-            },
-            "trajectory_fidelity": {
-                "repeated": sum(t[0] for t in trajectory),
-                "controls": sum(t[1] for t in trajectory),
-            },
-            "replays": mean_se([float(m["replays"]) for m in scored]),
-            "control_replays": mean_se([float(m.get("control_replays", 0)) for m in scored]),
-            # the agent's decisions sampled for proposals (each batch's M), and those the records list (de-duplicated)
-            "proposals": mean_se([float(reading.proposals_sampled(m)) for m in scored]),
-            "proposals_kept": mean_se([float(reading.proposals_kept(m)) for m in scored]),
-            # one agent-model request per decision sampled (at least); outside the replay budget
-            "agent_proposal_requests": mean_se([float(reading.proposals_sampled(m)) for m in scored]),
-            "llm_calls": mean_se([float(m["llm_calls"]) for m in scored]),  # the auditor's calls
-            "model_requests": mean_se([float(reading.model_requests(m)) for m in scored]),  # repair retries too
-            # the agent's requests for its replays and proposals, where the rows' code recorded them
-            "agent_requests": _known_mean([reading.agent_requests(m) for m in scored]),
-            "tokens": mean_se([float(m["tokens"]) for m in scored]),
-            "cached_share": _cached_share(scored),
-            "seconds": mean_se([float(m["seconds"]) for m in scored]),
-            "unscored": [
-                _unscored(r, m) for r, m in given if m["status"] == AttributionStatus.SKIPPED.value or m["failed"]
-            ],
-            "verified_steps": [
-                {"question_id": r["question_id"], "step": r["methods"][name]["step"]}
-                for r in failures
-                if name in r["methods"] and r["methods"][name]["status"] == AttributionStatus.VERIFIED.value
-            ],
-            "verified_by": dict(
-                Counter(
-                    f"{m['verified_by']['source']} ({m['verified_by']['kind']})" for m in scored if m.get("verified_by")
-                )
-            ),
-            "corrections": dict(Counter(o for m in scored for o in reading.correction_outcomes(m)).most_common()),
-        }
-        if name == WrongStepControl.method:
-            out["methods"][name]["targets"] = _wrong_step_targets(scored_rows)
-    return out
 
 
-def _unscored(row: dict[str, Any], method: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class _Given:
+    """The failed runs given to one method, split as its metrics count them."""
+
+    given: list[tuple[LiveRow, MethodRow]]
+    """Every failed run the method attributed, with its row for it."""
+    ran: list[MethodRow]
+    """Those not skipped."""
+    scored_rows: list[tuple[LiveRow, MethodRow]]
+    """Those not skipped whose stages did not fail."""
+
+    @property
+    def scored(self) -> list[MethodRow]:
+        return [m for _, m in self.scored_rows]
+
+    @property
+    def verified(self) -> list[MethodRow]:
+        return [m for m in self.scored if m.status == AttributionStatus.VERIFIED.value]
+
+
+def _given(name: str, failures: Sequence[LiveRow]) -> _Given:
+    given = [(r, r.methods[name]) for r in failures if name in r.methods]
+    ran = [m for _, m in given if m.status != AttributionStatus.SKIPPED.value]
+    scored = [(r, m) for r, m in given if m.status != AttributionStatus.SKIPPED.value and not m.failed]
+    return _Given(given, ran, scored)
+
+
+def _method_metrics(name: str, failures: Sequence[LiveRow]) -> dict[str, Any]:
+    """One method's figures (keys in the order ``metrics.json`` has always written them)."""
+    runs = _given(name, failures)
+    metrics = {
+        **_run_counts(runs),
+        **_verification(name, runs),
+        **_replay_costs(runs),
+        **_listings(name, runs, failures),
+    }
+    if name == WrongStepControl.method:
+        metrics["targets"] = _wrong_step_targets(runs.scored_rows)
+    return metrics
+
+
+def _run_counts(runs: _Given) -> dict[str, Any]:
+    scored = runs.scored
+    return {
+        "runs": len(runs.given),
+        "failed": len(runs.ran) - len(scored),
+        "skipped": len(runs.given) - len(runs.ran),  # nothing to test (the placebo before any other plan)
+        "scored": len(scored),
+        "replayed_runs": sum(1 for m in scored if m.replays),  # a method that replays nothing corrects nothing
+        # runs where a correction was replayed at all (a run with control replays only tested nothing)
+        "tested_runs": sum(1 for m in scored if _intervention_replays(m)),
+        "intervention_replays": mean_se([float(_intervention_replays(m)) for m in scored]),
+        # runs where a stage's call failed (e.g. a diagnosis the model could not write to the schema) and the
+        # method went on without it: scored, but with less than it asked for
+        "stage_errors": sum(1 for m in scored if m.errors),
+        "flipped": mean_se([1.0 if m.flip else 0.0 for m in scored]),
+    }
+
+
+def _verification(name: str, runs: _Given) -> dict[str, Any]:
+    scored, verified = runs.scored, runs.verified
+    controlled = any(reading.is_controlled(m) for m in scored)
+    return {
+        "verified": mean_se([1.0 if m.status == AttributionStatus.VERIFIED.value else 0.0 for m in scored]),
+        # the strict reading: verified where every control at the verifying point gave the run's own answer
+        # (None: the records hold no controls, verification was not controlled)
+        "verified_reproducing": (
+            mean_se([1.0 if reading.verified_reproducing(m) else 0.0 for m in scored]) if controlled else None
+        ),
+        "withholds_expected": method_spec(name).withholds_expected if name in METHODS else False,
+        # of the verified records, those whose corrected answer the expected one confirms (rows written before
+        # this was recorded: unknown, so not counted)
+        "oracle": {
+            "confirmed": sum(1 for m in verified if m.oracle_confirms is True),
+            "judged": sum(1 for m in verified if m.oracle_confirms is not None),
+        },
+        "not_attributable": mean_se(
+            [1.0 if m.status == AttributionStatus.NOT_ATTRIBUTABLE.value else 0.0 for m in scored]
+        ),
+        # what a verified record claims (rows made before the claim existed: none counted as localized)
+        "localized": sum(1 for m in verified if m.claim == "localized"),
+        "localization_tests": {
+            outcome: sum(1 for m in verified if m.localization_test == outcome)
+            for outcome in ("localized", "not_localized", "untested")
+        },
+        # why a not-attributable record's flip was not credited
+        "obstacles": {
+            obstacle: sum(1 for m in scored if m.obstacle == obstacle)
+            for obstacle in sorted({str(m.obstacle) for m in scored if m.obstacle})
+        },
+    }
+
+
+def _replay_costs(runs: _Given) -> dict[str, Any]:
+    scored = runs.scored
+    fidelity = [m.fidelity for m in scored if m.fidelity]
+    trajectory = [reading.trajectory_fidelity((r.trace or {}).get("steps") or [], m) for r, m in runs.scored_rows]
+    return {
+        "sensitivity_replays": mean_se([float(m.sensitivity_replays or 0) for m in scored]),
+        "localization_replays": mean_se([float(m.localization_replays or 0) for m in scored]),
+        "fidelity": {"reproduced": sum(f[0] for f in fidelity), "controls": sum(f[1] for f in fidelity)},
+        "trajectory_fidelity": {
+            "repeated": sum(t[0] for t in trajectory),
+            "controls": sum(t[1] for t in trajectory),
+        },
+        "replays": mean_se([float(m.replays) for m in scored]),
+        "control_replays": mean_se([float(m.control_replays or 0) for m in scored]),
+        # the agent's decisions sampled for proposals (each batch's M), and those the records list (de-duplicated)
+        "proposals": mean_se([float(reading.proposals_sampled(m)) for m in scored]),
+        "proposals_kept": mean_se([float(reading.proposals_kept(m)) for m in scored]),
+        # one agent-model request per decision sampled (at least); outside the replay budget
+        "agent_proposal_requests": mean_se([float(reading.proposals_sampled(m)) for m in scored]),
+        "llm_calls": mean_se([float(m.llm_calls) for m in scored]),  # the auditor's calls
+        "model_requests": mean_se([float(reading.model_requests(m)) for m in scored]),  # repair retries too
+        # the agent's requests for its replays and proposals, where the rows' code recorded them
+        "agent_requests": _known_mean([reading.agent_requests(m) for m in scored]),
+        "tokens": mean_se([float(m.tokens) for m in scored]),
+        "cached_share": _cached_share(scored),
+        "seconds": mean_se([float(m.seconds) for m in scored]),
+    }
+
+
+def _listings(name: str, runs: _Given, failures: Sequence[LiveRow]) -> dict[str, Any]:
+    scored = runs.scored
+    verified_by = Counter(f"{m.verified_by['source']} ({m.verified_by['kind']})" for m in scored if m.verified_by)
+    return {
+        "unscored": [_unscored(r, m) for r, m in runs.given if m.status == AttributionStatus.SKIPPED.value or m.failed],
+        "verified_steps": [
+            {"question_id": r.question_id, "step": r.methods[name].step}
+            for r in failures
+            if name in r.methods and r.methods[name].status == AttributionStatus.VERIFIED.value
+        ],
+        "verified_by": dict(verified_by),
+        "corrections": dict(Counter(o for m in scored for o in reading.correction_outcomes(m)).most_common()),
+    }
+
+
+def _unscored(row: LiveRow, method: MethodRow) -> dict[str, Any]:
     """A run given to a method and not scored (skipped, or a stage failed), with what it cost all the same."""
     return {
-        "question_id": row["question_id"],
-        "status": method["status"],
-        "failed": bool(method.get("failed")),
+        "question_id": row.question_id,
+        "status": method.status,
+        "failed": method.failed,
         "reason": str(reading.record_of(method).get("reason") or ""),
-        "llm_calls": int(method.get("llm_calls", 0)),
+        "llm_calls": method.llm_calls,
         "model_requests": reading.model_requests(method),
         "proposals": reading.proposals_sampled(method),
-        "replays": int(method.get("replays", 0)),
-        "tokens": int(method.get("tokens", 0)),
-        "seconds": float(method.get("seconds", 0.0)),
+        "replays": method.replays,
+        "tokens": method.tokens,
+        "seconds": method.seconds,
     }
 
 
-def _wrong_step_targets(scored: Sequence[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+def _wrong_step_targets(scored: Sequence[tuple[LiveRow, MethodRow]]) -> dict[str, Any]:
     """Per scored wrong-step record, the steps it placed its corrections at (its targets), each with whether
     REFLECT's record for the same question localized it, and whether another round of its own did (a target is
     never its own round's localized step). A wrong step that is a localized one tests a localization, not a wrong
     step."""
-    records = []
+    records: list[dict[str, Any]] = []
+    every: list[dict[str, Any]] = []
     for row, method in scored:
-        reflect = reading.localized_steps(row["methods"].get(ReflectPipeline.method))
+        reflect = reading.localized_steps(row.methods.get(ReflectPipeline.method))
         own = reading.localized_steps(method)
-        targets = [
+        targets: list[dict[str, Any]] = [
             {"step": step, "reflect_localized": step in reflect, "own_round_localized": step in own}
             for step in reading.correction_steps(method)
         ]
-        verified = method["status"] == AttributionStatus.VERIFIED.value
+        verified = method.status == AttributionStatus.VERIFIED.value
         records.append(
-            {
-                "question_id": row["question_id"],
-                "targets": targets,
-                "verified_step": method["step"] if verified else None,
-            }
+            {"question_id": row.question_id, "targets": targets, "verified_step": method.step if verified else None}
         )
-    every = [t for r in records for t in r["targets"]]
+        every += targets
     return {
         "targets": len(every),
         "reflect_localized": sum(1 for t in every if t["reflect_localized"]),
@@ -569,16 +631,16 @@ def _known_mean(values: Sequence[int | None]) -> dict[str, Any] | None:
     return mean_se([float(v) for v in values if v is not None])
 
 
-def _intervention_replays(method: dict[str, Any]) -> int:
-    others = ("control_replays", "sensitivity_replays", "localization_replays")
-    return int(method["replays"]) - sum(int(method.get(name) or 0) for name in others)
+def _intervention_replays(method: MethodRow) -> int:
+    others = (method.control_replays, method.sensitivity_replays, method.localization_replays)
+    return method.replays - sum(count or 0 for count in others)
 
 
-def _cached_share(rows: Sequence[dict[str, Any]]) -> float | None:
+def _cached_share(rows: Sequence[MethodRow]) -> float | None:
     """Prompt tokens served from the endpoint's cache over all prompt tokens, where the endpoint says."""
-    known = [r for r in rows if r.get("cached_prompt_tokens") is not None and r.get("prompt_tokens")]
-    prompt = sum(r["prompt_tokens"] for r in known)
-    return round(sum(r["cached_prompt_tokens"] for r in known) / prompt, 3) if prompt else None
+    known = [(r.prompt_tokens, r.cached_prompt_tokens) for r in rows if r.cached_prompt_tokens is not None]
+    prompt = sum(p or 0 for p, _ in known if p)
+    return round(sum(c or 0 for p, c in known if p) / prompt, 3) if prompt else None
 
 
 def _cell(stat: dict[str, Any], *, percent: bool = False, digits: int = 1) -> str:
@@ -641,7 +703,7 @@ def _ratio(stat: dict[str, Any] | None, hit: str) -> str:
 def live_metrics_markdown(metrics: dict[str, Any], model: str, *, code: str | None = None) -> str:
     """The table; ``code`` (:func:`~benchmarks.evaluation.run_config.code_line`) says which code made its rows."""
     lines = [
-        f"wtq-live, model {model}: {metrics['questions']} questions, {metrics['agent_correct']} answered right, "
+        f"{LIVE}, model {model}: {metrics['questions']} questions, {metrics['agent_correct']} answered right, "
         f"{_undecided(metrics)}{metrics['failed_runs']} failed runs given to each method. {HEADER}",
         "",
         "| method | runs | scored | skipped or failed | tested | flipped | verified | verified, control gave the "
@@ -651,29 +713,43 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str, *, code: str | No
     ]
     if code:
         lines[1:1] = ["", f"{code}."]
-    for name, m in metrics["methods"].items():
-        share = m.get("cached_share")
-        intervention = m.get("intervention_replays")
-        requests = m.get("model_requests") or m["llm_calls"]
-        agent = m.get("agent_proposal_requests")
-        agent_all = m.get("agent_requests")
-        lines.append(
-            f"| {name} | {m['runs']} | {m.get('scored', '-')} | {m['failed']}{_skipped(m)} | "
-            f"{m.get('tested_runs', '-')} | "
-            f"{_cell(m['flipped'], percent=True)} | {_cell(m['verified'], percent=True)} | {_strict_cell(m)} | "
-            f"{_cell(m['not_attributable'], percent=True)} | {_ratio(m.get('fidelity'), 'reproduced')} | "
-            f"{_ratio(m.get('trajectory_fidelity'), 'repeated')} | "
-            f"{'-' if intervention is None else _cell(intervention)}, {_cell(m['control_replays'])} | "
-            f"{_cell(m['proposals'])} | {m.get('stage_errors', '-')} | "
-            f"{_cell(requests)}, {'-' if agent is None else _cell(agent)}, {'-' if agent_all is None else _cell(agent_all)} | {_cell(m['tokens'], digits=0)} | "
-            f"{'-' if share is None else f'{share * 100:.0f}%'} | {_cell(m['seconds'], digits=0)} |"
-        )
+    lines += [_method_line(name, m) for name, m in metrics["methods"].items()]
     lines += _unscored_lines(metrics["methods"])
     lines += _claim_lines(metrics["methods"])
     lines += _wrong_step_lines(metrics["methods"].get(WrongStepControl.method))
+    lines += _listing_lines(metrics["methods"])
+    if not metrics["methods"]:
+        lines += ["", "No method: the agent's runs recorded only (labelled runs for `benchmarks.flagging --live`)."]
+    return "\n".join(lines) + "\n"
+
+
+def _method_line(name: str, m: dict[str, Any]) -> str:
+    """One method's row of the table."""
+    share = m.get("cached_share")
+    intervention = m.get("intervention_replays")
+    requests = m.get("model_requests") or m["llm_calls"]
+    agent = m.get("agent_proposal_requests")
+    agent_all = m.get("agent_requests")
+    return (
+        f"| {name} | {m['runs']} | {m.get('scored', '-')} | {m['failed']}{_skipped(m)} | "
+        f"{m.get('tested_runs', '-')} | "
+        f"{_cell(m['flipped'], percent=True)} | {_cell(m['verified'], percent=True)} | {_strict_cell(m)} | "
+        f"{_cell(m['not_attributable'], percent=True)} | {_ratio(m.get('fidelity'), 'reproduced')} | "
+        f"{_ratio(m.get('trajectory_fidelity'), 'repeated')} | "
+        f"{'-' if intervention is None else _cell(intervention)}, {_cell(m['control_replays'])} | "
+        f"{_cell(m['proposals'])} | {m.get('stage_errors', '-')} | "
+        f"{_cell(requests)}, {'-' if agent is None else _cell(agent)}, {'-' if agent_all is None else _cell(agent_all)} | {_cell(m['tokens'], digits=0)} | "
+        f"{'-' if share is None else f'{share * 100:.0f}%'} | {_cell(m['seconds'], digits=0)} |"
+    )
+
+
+def _listing_lines(methods: dict[str, Any]) -> list[str]:
+    """What verified each attribution, what became of the corrections, the verified steps, and the oracle's
+    judgement of the methods that never saw the answer."""
+    lines: list[str] = []
     sources = [
         f"- {name}: " + ", ".join(f"{how} {count}" for how, count in m["verified_by"].items())
-        for name, m in metrics["methods"].items()
+        for name, m in methods.items()
         if m.get("verified_by")
     ]
     if sources:
@@ -681,7 +757,7 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str, *, code: str | No
     outcomes = [
         f"- {name}: {sum(m['corrections'].values())} considered: "
         + "; ".join(f"{how} {count}" for how, count in m["corrections"].items())
-        for name, m in metrics["methods"].items()
+        for name, m in methods.items()
         if m.get("corrections")
     ]
     if outcomes:
@@ -693,12 +769,12 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str, *, code: str | No
         ]
     steps = [
         f"- {name}: " + ", ".join(f"{v['question_id']} step {v['step']}" for v in m["verified_steps"])
-        for name, m in metrics["methods"].items()
+        for name, m in methods.items()
         if m.get("verified_steps")
     ]
     if steps:
         lines += ["", "The step each verified attribution names:", *steps]
-    oracle = [oracle_line(name, m) for name, m in metrics["methods"].items() if m.get("withholds_expected")]
+    oracle = [oracle_line(name, m) for name, m in methods.items() if m.get("withholds_expected")]
     if oracle:
         lines += [
             "",
@@ -706,9 +782,7 @@ def live_metrics_markdown(metrics: dict[str, Any], model: str, *, code: str | No
             "of the replays): the verified records the expected answer confirms as corrected.",
             *oracle,
         ]
-    if not metrics["methods"]:
-        lines += ["", "No method: the agent's runs recorded only (labelled runs for `benchmarks.flagging --live`)."]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _undecided(metrics: dict[str, Any]) -> str:

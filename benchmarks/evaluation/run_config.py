@@ -44,7 +44,7 @@ _MAX_BYTES = 1_000_000
 _PACKAGES = ("reflect-otel", "openai", "pydantic", "duckdb", "opentelemetry-sdk", "langgraph")
 
 
-_CODE_FOLDERS = ("reflect_otel", "collectors", "exporters", "replay_adapters")
+_CODE_FOLDERS = ("reflect_otel", "collectors", "exporters", "replay_adapters", "benchmarks/evaluation")
 
 
 def code_version() -> dict[str, str | bool]:

@@ -113,34 +113,11 @@ def run_eval(
     """Run (or resume) and return the metrics. ``progress(done, total, running EM or None, failed so far)``."""
     if options.method not in METHODS:
         raise InputError(f"unknown method {options.method!r}; choose one of {', '.join(METHODS)}")
-    items = [i for i in load_benchmark(options.benchmark, options.data) if i.trace.trace_id not in options.exclude]
-    if options.seed is not None:
-        random.Random(options.seed).shuffle(items)
-    items = items[: options.limit] if options.limit else items
-    if not items:
-        raise InputError(f"no failing traces with a gold step in {options.data} for {options.benchmark}")
+    items = _items(options)
     options.out.mkdir(parents=True, exist_ok=True)
     results = options.out / RESULTS
     done = read_done(results)
-    config = {k: _as_json(v) for k, v in asdict(options).items() if k != "config"}
-    write_run_config(
-        options.out,
-        config
-        | {
-            "reflect_config": options.config.model_dump(mode="json"),
-            "model": llm.model_name,
-            "traces": len(items),
-            # the benchmark's, not the method's: whether its records replayed is in metrics.md's mode line
-            "replay_environment": REPLAYABLE.get(options.benchmark, "none: localization-only"),
-            "verification": VERIFICATION,
-            "regime": REGIME,
-        },
-        defining=(
-            "benchmark", "method", "seed", "judge_explanations", "model", "reflect_config", "max_replays",
-            "verification", "exclude",
-        ),
-        absent_means={"verification": "uncontrolled", "exclude": []},
-    )  # fmt: skip
+    _write_dataset_config(options, llm, len(items))
     service = AttributionService(
         llm,
         METHODS[options.method],
@@ -155,37 +132,80 @@ def run_eval(
             if item.trace.trace_id in done:
                 continue
             started = time.perf_counter()
-            outcome = service.process(item.trace, expected=item.expected, domain_context=item.domain_context)
-            record: AttributionRecord | None = outcome.record
+            record = service.process(item.trace, expected=item.expected, domain_context=item.domain_context).record
             assert record is not None  # without triage every trace is attributed
-            row = {
-                "trace_id": item.trace.trace_id,
-                "benchmark": item.benchmark,
-                "method": options.method,
-                "predicted": record.step_index,
-                "gold": sorted(item.gold_steps),
-                "earliest_high": item.earliest_high,
-                "status": record.status.value,
-                "mode": record.mode.value,
-                "corrected": any(a.flipped for a in record.replays if a.arm is ReplayArm.INTERVENTION),
-                "fidelity": [record.fidelity.reproduced, record.fidelity.controls] if record.fidelity else None,
-                "llm_calls": record.auditor_calls,
-                "tokens": record.auditor_tokens,
-                **_agent_cost(record),
-                "seconds": round(time.perf_counter() - started, 3),
-                "explanation_similarity": _judge(llm, record, item, options.config.max_field_chars)
-                if options.judge_explanations
-                else None,
-                "errors": [e.stage for e in record.errors],
-                "failed": record.failed,
-                "record": record.model_dump(mode="json"),
-            }
+            row = _dataset_row(options, llm, item, record, round(time.perf_counter() - started, 3))
             out.append(row)
             done[item.trace.trace_id] = row
             if progress is not None:
                 scored = [r for r in done.values() if not r.get("failed")]
                 em = sum(1 for r in scored if r["predicted"] in r["gold"]) / len(scored) if scored else None
                 progress(number, len(items), em, len(done) - len(scored))
+    return _write_dataset_metrics(options, done)
+
+
+def _items(options: EvalOptions) -> list[EvalItem]:
+    """The benchmark's failing traces, less those excluded, shuffled by the seed and cut at the limit."""
+    items = [i for i in load_benchmark(options.benchmark, options.data) if i.trace.trace_id not in options.exclude]
+    if options.seed is not None:
+        random.Random(options.seed).shuffle(items)
+    items = items[: options.limit] if options.limit else items
+    if not items:
+        raise InputError(f"no failing traces with a gold step in {options.data} for {options.benchmark}")
+    return items
+
+
+def _write_dataset_config(options: EvalOptions, llm: StructuredLLM, traces: int) -> None:
+    config = {k: _as_json(v) for k, v in asdict(options).items() if k != "config"}
+    write_run_config(
+        options.out,
+        config
+        | {
+            "reflect_config": options.config.model_dump(mode="json"),
+            "model": llm.model_name,
+            "traces": traces,
+            # the benchmark's, not the method's: whether its records replayed is in metrics.md's mode line
+            "replay_environment": REPLAYABLE.get(options.benchmark, "none: localization-only"),
+            "verification": VERIFICATION,
+            "regime": REGIME,
+        },
+        defining=(
+            "benchmark", "method", "seed", "judge_explanations", "model", "reflect_config", "max_replays",
+            "verification", "exclude",
+        ),
+        absent_means={"verification": "uncontrolled", "exclude": []},
+    )  # fmt: skip
+
+
+def _dataset_row(
+    options: EvalOptions, llm: StructuredLLM, item: EvalItem, record: AttributionRecord, seconds: float
+) -> dict[str, Any]:
+    """One trace's results row: the step predicted against the gold ones, the verdict, and what it cost."""
+    return {
+        "trace_id": item.trace.trace_id,
+        "benchmark": item.benchmark,
+        "method": options.method,
+        "predicted": record.step_index,
+        "gold": sorted(item.gold_steps),
+        "earliest_high": item.earliest_high,
+        "status": record.status.value,
+        "mode": record.mode.value,
+        "corrected": any(a.flipped for a in record.replays if a.arm is ReplayArm.INTERVENTION),
+        "fidelity": [record.fidelity.reproduced, record.fidelity.controls] if record.fidelity else None,
+        "llm_calls": record.auditor_calls,
+        "tokens": record.auditor_tokens,
+        **_agent_cost(record),
+        "seconds": seconds,
+        "explanation_similarity": _judge(llm, record, item, options.config.max_field_chars)
+        if options.judge_explanations
+        else None,
+        "errors": [e.stage for e in record.errors],
+        "failed": record.failed,
+        "record": record.model_dump(mode="json"),
+    }
+
+
+def _write_dataset_metrics(options: EvalOptions, done: dict[str, dict[str, Any]]) -> dict[str, Any]:
     metrics = metrics_from_rows(list(done.values()))
     (options.out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     label = f"{options.benchmark} / {options.method}"

@@ -67,6 +67,12 @@ def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument("--data", required=True, type=Path, help="the dataset folder, e.g. ../shared/data")
     parser.add_argument("-o", "--out", required=True, type=Path, help="folder for this run (new, or one to resume)")
     parser.add_argument("--limit", type=positive_int, help=f"at most N traces (for {LIVE}: stop after N failed runs)")
+    _add_run_options(parser)
+    parser.set_defaults(handler=_eval)
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The rest of eval's flags, in --help's order: which runs, how many, and the ablations."""
     parser.add_argument(
         "--runs",
         type=positive_int,
@@ -108,7 +114,6 @@ def add_eval_command(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     ablation.add_argument("--no-diagnostician", action="store_true", help="a null repair plan")
     add_pipeline_options(ablation)
     ablation.add_argument("--no-relocalize", action="store_true", help="keep the first localization every round")
-    parser.set_defaults(handler=_eval)
 
 
 def add_eval_compare_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
