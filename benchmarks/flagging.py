@@ -60,9 +60,9 @@ from benchmarks._flag_report import (
     out_of_fold_scores,
     samples_line,
 )
+from benchmarks.evaluation.run_config import write_run_config
 from reflect_otel.datasets.bbm import BBMVerifier, read_bbm
 from reflect_otel.errors import ConfigError
-from benchmarks.evaluation.run_config import write_run_config
 from reflect_otel.flagging.calibration import BASES, CalibrationSample, ConfidenceCalibration
 from reflect_otel.flagging.combined import CombinedVerifier
 from reflect_otel.flagging.consistency import (

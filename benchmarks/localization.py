@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._common import add_smoke_option, scripted_llm
+from benchmarks.evaluation.loaders import BENCHMARKS, EvalItem, load_benchmark
+from benchmarks.evaluation.metrics import Prediction, compute_metrics, mean_se
 from reflect_otel import prompts
 from reflect_otel.attribution import stages
 from reflect_otel.attribution._run import AttributionRun
@@ -34,8 +36,6 @@ from reflect_otel.config import ReflectConfig
 from reflect_otel.datasets.bbm import BBMVerifier
 from reflect_otel.demo.examples import example_path
 from reflect_otel.errors import LLMError
-from benchmarks.evaluation.loaders import BENCHMARKS, EvalItem, load_benchmark
-from benchmarks.evaluation.metrics import Prediction, compute_metrics, mean_se
 from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.factory import NoModel, make_llm

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from reflect_otel.cli import main
-from reflect_otel.config import ReflectConfig
-from reflect_otel.errors import InputError
 from benchmarks.evaluation.loaders import load_benchmark
 from benchmarks.evaluation.metrics import Prediction, compute_metrics, mean_se
 from benchmarks.evaluation.runner import EvalOptions, run_eval
+from reflect_otel.cli import main
+from reflect_otel.config import ReflectConfig
+from reflect_otel.errors import InputError
 from reflect_otel.testing import ScriptedLLM, ScriptedRequest
 
 
@@ -249,9 +249,9 @@ def test_bbm_rows_count_the_replayed_agents_calls_apart_from_the_auditors(shared
 
 
 def test_explanations_are_judged_only_where_the_step_matches(shared_data: Path, tmp_path: Path) -> None:
-    from reflect_otel.config import ReflectConfig
     from benchmarks.evaluation.loaders import load_benchmark
     from benchmarks.evaluation.runner import EvalOptions, run_eval
+    from reflect_otel.config import ReflectConfig
     from reflect_otel.testing import ScriptedLLM
 
     items = load_benchmark("who-and-when", shared_data, limit=4)
@@ -348,8 +348,8 @@ def test_eval_over_failed_calls_is_no_measurement_and_exits_non_zero(
 
 
 def test_eval_scores_only_the_traces_that_did_not_fail(shared_data: Path, tmp_path: Path) -> None:
-    from reflect_otel.errors import LLMError
     from benchmarks.evaluation.runner import EvalOptions, run_eval
+    from reflect_otel.errors import LLMError
     from reflect_otel.testing import ScriptedLLM
 
     calls = iter(range(100))

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from benchmarks.evaluation.loaders import load_benchmark
 from reflect_otel.attribution.baselines import BASELINES
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.datasets import DatasetItem, read_bbm
 from reflect_otel.datasets.bbm import BBMVerifier
-from benchmarks.evaluation.loaders import load_benchmark
 from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.llm.base import StructuredLLM
 from tests.conftest import assert_valid_record, require_local_backend

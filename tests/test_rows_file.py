@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from reflect_otel.errors import InputError
 from benchmarks.evaluation.rows_file import RowsFile
+from reflect_otel.errors import InputError
 
 
 def test_rows_are_appended_and_flushed_one_line_each(tmp_path: Path) -> None:
