@@ -87,53 +87,81 @@ def import_files(
 
     OTLP spans are grouped by trace id across all files, so a trace exported in several batches is whole.
     """
-    report = ImportReport()
-    otlp_spans: dict[str, list[SpanRecord]] = defaultdict(list)
+    run = _Import(write, max_file_bytes, limits, readers)
     for path, explicit in expand_paths(paths):
         try:
-            documents = _json_documents(path, max_file_bytes, report.failures)
-            imported = next(
-                (
-                    found
-                    for read in readers
-                    if (found := read(path, documents, max_bytes=max_file_bytes, limits=limits)) is not None
-                ),
-                None,
-            )
-            if imported is not None and not imported:
-                report.files_skipped += 1  # claimed, nothing of its own (labels read beside their trace)
-                continue
-            if imported is not None:
-                for item in imported:
-                    write(item.trace, item.fields)
-                    report.traces += 1
-                    report.steps += len(item.trace.steps)
-                    report.labels_total += item.labels_total
-                    report.labels_mapped += item.labels_mapped
-            else:
-                for document in documents:
-                    batch = decode_json_document(document)
-                    report.spans_rejected += batch.rejected
-                    if batch.rejected:  # the rest of the file is kept; a dropped span is still a failure to show
-                        report.failures.append(f"{path}: {batch.rejected} span(s) rejected: {batch.error_message}")
-                    for span in batch.spans:
-                        otlp_spans[span.trace_id].append(span)
-            report.files_read += 1
+            run.read(path)
         except _BAD_CONTENT as error:
             message = str(error) if str(path) in str(error) else f"{path}: {type(error).__name__}: {error}"
             if explicit:
-                report.failures.append(message)
+                run.report.failures.append(message)
             else:
-                report.files_skipped += 1
+                run.report.files_skipped += 1
         if progress is not None:
-            progress(report)
-    for trace_id, spans in otlp_spans.items():
-        try:
-            trace = assemble_trace(spans, collector="file", limits=limits)
-            write(trace, None)
-        except _BAD_CONTENT as error:
-            report.failures.append(f"trace {trace_id}: {type(error).__name__}: {error}")
-            continue
-        report.traces += 1
-        report.steps += len(trace.steps)
-    return report
+            progress(run.report)
+    run.assemble()
+    return run.report
+
+
+class _Import:
+    """One import's settings, its report and the OTLP spans gathered across files."""
+
+    def __init__(
+        self,
+        write: Callable[[StructuredTrace, dict[str, str] | None], None],
+        max_file_bytes: int,
+        limits: AssemblyLimits | None,
+        readers: Sequence[FileReader],
+    ) -> None:
+        self.write = write
+        self.max_file_bytes = max_file_bytes
+        self.limits = limits
+        self.readers = readers
+        self.report = ImportReport()
+        self.otlp_spans: dict[str, list[SpanRecord]] = defaultdict(list)
+
+    def read(self, path: Path) -> None:
+        """One file: through the first reader that claims it, else as OTLP/JSON. Raises what bad content raises."""
+        documents = _json_documents(path, self.max_file_bytes, self.report.failures)
+        imported = next(
+            (
+                found
+                for read in self.readers
+                if (found := read(path, documents, max_bytes=self.max_file_bytes, limits=self.limits)) is not None
+            ),
+            None,
+        )
+        if imported is not None and not imported:
+            self.report.files_skipped += 1  # claimed, nothing of its own (labels read beside their trace)
+            return
+        if imported is not None:
+            for item in imported:
+                self.write(item.trace, item.fields)
+                self.report.traces += 1
+                self.report.steps += len(item.trace.steps)
+                self.report.labels_total += item.labels_total
+                self.report.labels_mapped += item.labels_mapped
+        else:
+            self._otlp(path, documents)
+        self.report.files_read += 1
+
+    def _otlp(self, path: Path, documents: list[object]) -> None:
+        for document in documents:
+            batch = decode_json_document(document)
+            self.report.spans_rejected += batch.rejected
+            if batch.rejected:  # the rest of the file is kept; a dropped span is still a failure to show
+                self.report.failures.append(f"{path}: {batch.rejected} span(s) rejected: {batch.error_message}")
+            for span in batch.spans:
+                self.otlp_spans[span.trace_id].append(span)
+
+    def assemble(self) -> None:
+        """Assemble and write the OTLP traces gathered from every file."""
+        for trace_id, spans in self.otlp_spans.items():
+            try:
+                trace = assemble_trace(spans, collector="file", limits=self.limits)
+                self.write(trace, None)
+            except _BAD_CONTENT as error:
+                self.report.failures.append(f"trace {trace_id}: {type(error).__name__}: {error}")
+                continue
+            self.report.traces += 1
+            self.report.steps += len(trace.steps)

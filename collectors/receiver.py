@@ -35,7 +35,6 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from reflect_otel.collectors.otlp import BatchTooLargeError, DecodedBatch, decode_json, decode_protobuf
 from reflect_otel.collectors.trace_collector import BufferLimits, TraceCollector, TraceSink
 from reflect_otel.errors import ConfigError, InputError
-from reflect_otel.reading.assembly import AssemblyLimits
 from reflect_otel.reading.spans import SpanRecord, approx_bytes
 
 __all__ = ["OTLPReceiver", "ReceiverLimits", "parse_endpoint"]
@@ -147,7 +146,8 @@ class _Refused(Exception):
 class OTLPReceiver:
     """Receives OTLP traces over HTTP and/or gRPC and hands assembled traces to ``sink``.
 
-    ``http``/``grpc`` are ``(host, port)``; port 0 picks a free port (see :attr:`http_port`, :attr:`grpc_port`).
+    ``http``/``grpc`` are ``(host, port)``; ``limits`` bound each request, ``buffer_limits`` the traces being
+    gathered and assembled; port 0 picks a free port (see :attr:`http_port`, :attr:`grpc_port`).
     Binding to a non-loopback address needs ``allow_remote=True``: the receiver has no authentication.
     """
 
@@ -159,7 +159,6 @@ class OTLPReceiver:
         grpc_endpoint: tuple[str, int] | None = None,
         limits: ReceiverLimits | None = None,
         buffer_limits: BufferLimits | None = None,
-        assembly_limits: AssemblyLimits | None = None,
         allow_remote: bool = False,
     ) -> None:
         if http is None and grpc_endpoint is None:
@@ -176,7 +175,6 @@ class OTLPReceiver:
             convert=lambda record: record,
             collector_name="otlp",
             limits=buffer_limits,
-            assembly_limits=assembly_limits,
         )
         self._lock = threading.Lock()
         self.requests_ok = 0

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Generic, TypeVar
 
-from reflect_otel._worker import Admission, BatchWorker
+from reflect_otel._worker import Admission, BatchWorker, QueueBounds
 from reflect_otel.errors import ConfigError
 from reflect_otel.reading.assembly import AssemblyLimits, assemble_trace
 from reflect_otel.reading.semconv import ReflectAttributes
@@ -52,6 +52,9 @@ class BufferLimits:
     """How long after its root ends a trace waits for late children."""
     ttl_s: float = 300.0
     """How long a trace whose root never ends is kept before it is assembled as incomplete."""
+    assembly: AssemblyLimits | None = None
+    """Bounds on each assembled trace (steps, text); None: :class:`~reflect_otel.reading.assembly.AssemblyLimits`'s
+    defaults."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -199,7 +202,7 @@ class TraceCollector(Generic[ItemT]):
         self._convert = convert
         self._collector_name = collector_name
         self._limits = limits or BufferLimits()
-        self._assembly_limits = assembly_limits
+        self._assembly_limits = assembly_limits or self._limits.assembly
         self._stats = CollectorStats()
         self._drop_lock = threading.Lock()
         self._exited = False
@@ -207,10 +210,12 @@ class TraceCollector(Generic[ItemT]):
         self._queue: BatchWorker[ItemT] = BatchWorker(
             self._take,
             name=f"reflect-otel-{collector_name}",
-            max_items=self._limits.max_queue_size,
-            max_bytes=self._limits.max_buffered_bytes,
-            held_bytes=lambda: self._buffer.bytes,
-            max_batch=None,
+            bounds=QueueBounds(
+                max_items=self._limits.max_queue_size,
+                max_bytes=self._limits.max_buffered_bytes,
+                held_bytes=lambda: self._buffer.bytes,
+                max_batch=None,
+            ),
             tick_s=tick_s,
             idle=self._emit_ready,
         ).start()

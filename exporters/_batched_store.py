@@ -22,7 +22,7 @@ from typing import Any, Self, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from reflect_otel._worker import BatchWorker
+from reflect_otel._worker import BatchWorker, QueueBounds
 from reflect_otel.exporters._store_rows import (
     COUNTERS,
     JOB_STATUSES,
@@ -76,7 +76,9 @@ class BatchedStore:
     def __init__(self, *, max_queue: int = 10_000, thread_name: str = "reflect-otel-store") -> None:
         self.stats = StoreStats()
         self._writer: BatchWorker[Write] = BatchWorker(
-            self._write_all, name=thread_name, max_items=max_queue, max_batch=_BATCH, linger_s=_LINGER_S
+            self._write_all,
+            name=thread_name,
+            bounds=QueueBounds(max_items=max_queue, max_batch=_BATCH, linger_s=_LINGER_S),
         )
         self.unreachable_since: float | None = None
         """``time.monotonic()`` when the store was found out of reach, while it is; else None."""

@@ -15,7 +15,7 @@ then sleeps until woken or for ``tick_s``. :meth:`~BatchWorker.force_flush` wait
 handled, and runs ``then`` on the thread at that point. :meth:`~BatchWorker.shutdown` refuses further items, then
 stops the thread after what is queued (``drain=True``) or after the batch in hand.
 
-Bounds: ``max_items`` queued items, and ``max_bytes`` of the sizes given with them, counted until their batch has
+Bounds (a :class:`QueueBounds`): ``max_items`` queued items, and ``max_bytes`` of the sizes given with them, counted until their batch has
 been handled, plus ``held_bytes()`` (what the handler keeps of them afterwards, such as spans being gathered into
 traces). When nothing is held an item or batch over ``max_bytes`` is still taken, so that one cannot be refused
 for ever. ``max_batch`` items go to ``handle`` at a time (None: everything queued); with ``linger_s`` the thread
@@ -30,10 +30,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from operator import itemgetter
 from typing import Generic, Literal, TypeVar
 
-__all__ = ["Admission", "BatchWorker"]
+__all__ = ["Admission", "BatchWorker", "QueueBounds"]
 
 _log = logging.getLogger("reflect_otel.worker")
 
@@ -53,6 +54,18 @@ class _Flush:
         self.done = threading.Event()
 
 
+@dataclass(frozen=True, slots=True)
+class QueueBounds:
+    """How much a :class:`BatchWorker` queues and how it batches (see the module's docstring)."""
+
+    max_items: int | None = None
+    max_bytes: int | None = None
+    held_bytes: Callable[[], int] | None = None
+    """Bytes the handler still holds of items it took (counted against ``max_bytes``)."""
+    max_batch: int | None = 1
+    linger_s: float = 0.0
+
+
 class BatchWorker(Generic[T]):
     """A bounded queue of ``T`` and the one thread that handles it (see the module's docstring). ``refusing`` is
     True once puts are refused (:meth:`stop_admitting`, :meth:`shutdown`); ``stopping`` once :meth:`shutdown` was called,
@@ -63,25 +76,21 @@ class BatchWorker(Generic[T]):
         handle: Callable[[list[tuple[T, int]]], None],
         *,
         name: str,
-        max_items: int | None = None,
-        max_bytes: int | None = None,
-        held_bytes: Callable[[], int] | None = None,
-        max_batch: int | None = 1,
-        linger_s: float = 0.0,
+        bounds: QueueBounds = QueueBounds(),
         tick_s: float | None = None,
         idle: Callable[[], bool] | None = None,
         on_error: Callable[[list[tuple[T, int]], Exception], None] | None = None,
     ) -> None:
         self._handle = handle
-        self._max_bytes = max_bytes
-        self._held_bytes = held_bytes
-        self._max_batch = max_batch
-        self._linger_s = linger_s
+        self._max_bytes = bounds.max_bytes
+        self._held_bytes = bounds.held_bytes
+        self._max_batch = bounds.max_batch
+        self._linger_s = bounds.linger_s
         self._tick_s = tick_s
         self._idle = idle
         self._on_error = on_error
         self._queue: deque[tuple[T, int] | _Flush] = deque()
-        self._limit = sys.maxsize if max_items is None else max_items
+        self._limit = sys.maxsize if bounds.max_items is None else bounds.max_items
         self._bytes = 0
         self._flushes = 0
         self._lock = threading.Lock()

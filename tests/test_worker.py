@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from reflect_otel._worker import BatchWorker
+from reflect_otel._worker import BatchWorker, QueueBounds
 from reflect_otel.testing import wait_until
 
 
@@ -39,7 +39,7 @@ class Recorder:
 def test_a_full_queue_refuses_at_once_and_a_waiting_put_gets_the_room_the_thread_makes() -> None:
     gate = threading.Event()
     handler = Recorder(gate)
-    worker = BatchWorker(handler, name="test-worker", max_items=2).start()
+    worker = BatchWorker(handler, name="test-worker", bounds=QueueBounds(max_items=2)).start()
     assert worker.put(0) == "ok"
     assert handler.entered.wait(10)  # item 0 is in hand, held at the gate
     assert (worker.put(1), worker.put(2)) == ("ok", "ok")
@@ -64,7 +64,9 @@ def test_bytes_are_held_until_their_batch_is_handled_and_a_batch_goes_in_whole_o
     held = [0]
     handler = Recorder(gate)
     worker = BatchWorker(
-        handler, name="test-bytes", max_items=100, max_bytes=100, held_bytes=lambda: held[0], max_batch=None
+        handler,
+        name="test-bytes",
+        bounds=QueueBounds(max_items=100, max_bytes=100, held_bytes=lambda: held[0], max_batch=None),
     ).start()
     assert worker.put_all([1, 2], [40, 40]) == "ok"
     assert handler.entered.wait(10)  # taken, held at the gate: not yet handled, so their bytes still count
@@ -89,7 +91,7 @@ def test_a_failing_batch_is_reported_and_the_thread_goes_on() -> None:
     worker = BatchWorker(
         handler,
         name="test-errors",
-        max_items=10,
+        bounds=QueueBounds(max_items=10),
         on_error=lambda batch, error: failed.append(([item for item, _ in batch], str(error))),
     ).start()
     for item in range(5):
@@ -103,7 +105,9 @@ def test_a_failing_batch_is_reported_and_the_thread_goes_on() -> None:
 
 def test_flush_runs_its_work_on_the_thread_after_everything_queued_before_it() -> None:
     handler = Recorder()
-    worker = BatchWorker(handler, name="test-flush", max_items=100, max_batch=None, tick_s=60).start()
+    worker = BatchWorker(
+        handler, name="test-flush", tick_s=60, bounds=QueueBounds(max_items=100, max_batch=None)
+    ).start()
     for item in range(10):
         assert worker.append(item) == "ok"  # no wake-up: only the flush brings the thread round before its tick
     seen: list[tuple[list[int], str]] = []
@@ -122,15 +126,15 @@ def test_idle_work_runs_when_the_queue_is_empty_and_again_while_it_finds_some() 
         work[0] -= 1
         return True
 
-    worker = BatchWorker(Recorder(), name="test-idle", max_items=10, tick_s=0.05, idle=idle).start()
+    worker = BatchWorker(Recorder(), name="test-idle", tick_s=0.05, idle=idle, bounds=QueueBounds(max_items=10)).start()
     wait_until(lambda: work[0] == 0, 10, "the idle work done")
     worker.shutdown(10_000)
     assert not worker.running
 
 
-def test_close_drains_what_is_queued_or_stops_after_the_batch_in_hand() -> None:
+def test_shutdown_drains_what_is_queued_or_stops_after_the_batch_in_hand() -> None:
     drained = Recorder()
-    worker = BatchWorker(drained, name="test-drain", max_items=100, tick_s=60).start()
+    worker = BatchWorker(drained, name="test-drain", tick_s=60, bounds=QueueBounds(max_items=100)).start()
     for item in range(20):
         worker.append(item)
     worker.shutdown(10_000)
@@ -140,7 +144,7 @@ def test_close_drains_what_is_queued_or_stops_after_the_batch_in_hand() -> None:
 
     gate = threading.Event()
     stopped = Recorder(gate)
-    worker = BatchWorker(stopped, name="test-stop", max_items=100).start()
+    worker = BatchWorker(stopped, name="test-stop", bounds=QueueBounds(max_items=100)).start()
     for item in range(5):
         worker.put(item)
     assert stopped.entered.wait(10)
@@ -155,7 +159,7 @@ def test_close_drains_what_is_queued_or_stops_after_the_batch_in_hand() -> None:
 
 def test_stop_admitting_refuses_new_items_and_still_handles_the_queued_ones() -> None:
     handler = Recorder()
-    worker = BatchWorker(handler, name="test-admit", max_items=10, max_batch=None).start()
+    worker = BatchWorker(handler, name="test-admit", bounds=QueueBounds(max_items=10, max_batch=None)).start()
     assert worker.put_all([1, 2], [0, 0]) == "ok"
     worker.stop_admitting()
     assert worker.put_all([3], [0]) == "stopping" and worker.put(3) == "stopping"

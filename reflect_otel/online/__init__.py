@@ -9,6 +9,6 @@ from __future__ import annotations
 
 from reflect_otel.online.decorator import expect, observe
 from reflect_otel.online.runtime import OnlineStats, Runtime
-from reflect_otel.online.setup import configure, runtime, shutdown
+from reflect_otel.online.setup import OnlineSettings, configure, runtime, shutdown
 
-__all__ = ["OnlineStats", "Runtime", "configure", "expect", "observe", "runtime", "shutdown"]
+__all__ = ["OnlineSettings", "OnlineStats", "Runtime", "configure", "expect", "observe", "runtime", "shutdown"]

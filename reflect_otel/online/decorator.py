@@ -14,6 +14,7 @@ import json
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from opentelemetry import trace as otel_trace
@@ -70,56 +71,12 @@ def observe(
     the auditor sees it, delimited as data, so that it can tell a wrong value from a missing one."""
 
     def decorate(func: F) -> F:
-        agent = name or func.__name__
-
-        def start(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            try:
-                rt = runtime()
-                attributes = {
-                    SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.AGENT.value,
-                    SpanAttributes.AGENT_NAME: agent,
-                    SpanAttributes.INPUT_VALUE: _input_text(args, kwargs),
-                }
-                session = session_id(*args, **kwargs) if callable(session_id) else session_id
-                if session:
-                    attributes[SpanAttributes.SESSION_ID] = str(session)
-                given = context(*args, **kwargs) if callable(context) else context
-                span = rt.tracer.start_span(agent, attributes=attributes)
-                rt.register(
-                    format_trace_id(span.get_span_context().trace_id),
-                    PendingRun(agent, _expected.get(), replay, str(given or "")[:MAX_CONTEXT_CHARS]),
-                )
-                return span
-            except Exception:  # tracing must never break the agent
-                _log.exception("reflect-otel could not start tracing %s; running it untraced", agent)
-                return None
-
-        def record_output(span: Any, result: Any) -> None:
-            try:
-                span.set_attribute(
-                    SpanAttributes.OUTPUT_VALUE,
-                    result if isinstance(result, str) else json.dumps(result, default=str)[:100_000],
-                )
-                span.set_status(Status(StatusCode.OK))
-            except Exception:
-                _log.exception("reflect-otel could not record the output of %s", agent)
-
-        @contextmanager
-        def traced(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Callable[[Any], None]]:
-            """The run's span, current while the agent runs and ended after; an exception is recorded on it (status
-            ERROR) and passes through untouched. Yields the function that records the agent's result."""
-            span = start(args, kwargs)
-            if span is None:
-                yield lambda result: None
-                return
-            with otel_trace.use_span(span, end_on_exit=True, record_exception=True, set_status_on_exception=True):
-                yield lambda result: record_output(span, result)
-
+        run = _ObservedAgent(name or func.__name__, replay, session_id, context)
         if inspect.iscoroutinefunction(func):
 
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                with traced(args, kwargs) as record_result:
+                with run.traced(args, kwargs) as record_result:
                     result = await func(*args, **kwargs)
                     record_result(result)
                     return result
@@ -128,7 +85,7 @@ def observe(
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with traced(args, kwargs) as record_result:
+            with run.traced(args, kwargs) as record_result:
                 result = func(*args, **kwargs)
                 record_result(result)
                 return result
@@ -136,3 +93,57 @@ def observe(
         return wrapper  # type: ignore[return-value]
 
     return decorate(fn) if fn is not None else decorate
+
+
+@dataclass(frozen=True, slots=True)
+class _ObservedAgent:
+    """What ``observe`` was told about one agent, and how each of its calls is traced."""
+
+    agent: str
+    replay: ReplayAdapter | None
+    session_id: str | Callable[..., str] | None
+    context: str | Callable[..., str] | None
+
+    def start(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The run's root span, its run registered with the runtime; None when tracing could not start."""
+        try:
+            rt = runtime()
+            attributes = {
+                SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.AGENT.value,
+                SpanAttributes.AGENT_NAME: self.agent,
+                SpanAttributes.INPUT_VALUE: _input_text(args, kwargs),
+            }
+            session = self.session_id(*args, **kwargs) if callable(self.session_id) else self.session_id
+            if session:
+                attributes[SpanAttributes.SESSION_ID] = str(session)
+            given = self.context(*args, **kwargs) if callable(self.context) else self.context
+            span = rt.tracer.start_span(self.agent, attributes=attributes)
+            rt.register(
+                format_trace_id(span.get_span_context().trace_id),
+                PendingRun(self.agent, _expected.get(), self.replay, str(given or "")[:MAX_CONTEXT_CHARS]),
+            )
+            return span
+        except Exception:  # tracing must never break the agent
+            _log.exception("reflect-otel could not start tracing %s; running it untraced", self.agent)
+            return None
+
+    def record_output(self, span: Any, result: Any) -> None:
+        try:
+            span.set_attribute(
+                SpanAttributes.OUTPUT_VALUE,
+                result if isinstance(result, str) else json.dumps(result, default=str)[:100_000],
+            )
+            span.set_status(Status(StatusCode.OK))
+        except Exception:
+            _log.exception("reflect-otel could not record the output of %s", self.agent)
+
+    @contextmanager
+    def traced(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Callable[[Any], None]]:
+        """The run's span, current while the agent runs and ended after; an exception is recorded on it (status
+        ERROR) and passes through untouched. Yields the function that records the agent's result."""
+        span = self.start(args, kwargs)
+        if span is None:
+            yield lambda result: None
+            return
+        with otel_trace.use_span(span, end_on_exit=True, record_exception=True, set_status_on_exception=True):
+            yield lambda result: self.record_output(span, result)

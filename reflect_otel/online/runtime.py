@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.trace import Tracer
 
-from reflect_otel._worker import BatchWorker
+from reflect_otel._worker import BatchWorker, QueueBounds
 from reflect_otel.attribution.service import AttributionService
 from reflect_otel.errors import ReflectError
 from reflect_otel.llm.budget import TokenBudget
@@ -109,7 +109,7 @@ class Runtime:
         self._lock = threading.Lock()
         self._said: set[str] = set()
         self._worker: BatchWorker[StructuredTrace] = BatchWorker(
-            self._handle, name="reflect-otel-online", max_items=max_queue, on_error=self._failed
+            self._handle, name="reflect-otel-online", bounds=QueueBounds(max_items=max_queue), on_error=self._failed
         ).start()
         self._metrics_shutdown = metrics_shutdown
         self.tracer: Tracer = provider.get_tracer("reflect_otel.observe")

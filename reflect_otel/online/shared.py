@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from reflect_otel._worker import BatchWorker
+from reflect_otel._worker import BatchWorker, QueueBounds
 from reflect_otel.llm.patient import JobReleased
 from reflect_otel.online.work import AttributionWorker, WorkerStats
 from reflect_otel.store import AttributionJob, AttributionStore
@@ -216,7 +216,9 @@ class SharedQueue:
         self.app.open()
         self._store = store
         self._deferrer = BatchWorker(
-            self._defer, name="reflect-otel-defer", max_items=1_000_000, max_batch=500, linger_s=0.02
+            self._defer,
+            name="reflect-otel-defer",
+            bounds=QueueBounds(max_items=1_000_000, max_batch=500, linger_s=0.02),
         ).start()
         return self
 

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from reflect_otel._worker import BatchWorker
+from reflect_otel._worker import BatchWorker, QueueBounds
 from reflect_otel.attribution.service import AttributionService
 from reflect_otel.online._tally import OutcomeCounts
 from reflect_otel.store import AttributionJob, AttributionStore
@@ -70,7 +70,7 @@ class AttributionWorker:
         self._memory: BatchWorker[StructuredTrace] = BatchWorker(
             self._attribute_queued,
             name="reflect-otel-attribution",
-            max_bytes=max_bytes,
+            bounds=QueueBounds(max_bytes=max_bytes),
             tick_s=1.0,
             idle=lambda: self._in_store and self._from_store(),
         )
