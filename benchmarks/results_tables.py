@@ -20,8 +20,9 @@ from typing import Any
 
 from benchmarks import _contention as contention
 from benchmarks._common import RESULTS, add_smoke_option
-from benchmarks.evaluation.live import live_metrics, live_metrics_markdown
+from benchmarks.evaluation.live_metrics import live_metrics
 from benchmarks.evaluation.live_rows import parse_live_row
+from benchmarks.evaluation.live_table import live_metrics_markdown
 from benchmarks.evaluation.metrics import metrics_markdown
 from benchmarks.evaluation.run_config import code_line
 from benchmarks.evaluation.runner import em_by_status_line, metrics_from_rows, read_done

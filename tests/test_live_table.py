@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from benchmarks.evaluation.live import live_metrics, live_metrics_markdown
+from benchmarks.evaluation.live_metrics import live_metrics
 from benchmarks.evaluation.live_rows import LiveRow
+from benchmarks.evaluation.live_table import live_metrics_markdown
 from benchmarks.results_tables import wtq_table
 
 ROWS = Path(__file__).parent / "data" / "wtq_live_seed46_rows.jsonl"

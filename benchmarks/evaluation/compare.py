@@ -120,7 +120,7 @@ def _run(folder: Path) -> list[Run]:
 
 def _computed(config: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
     if config.get("benchmark") == LIVE:
-        from benchmarks.evaluation.live import live_metrics
+        from benchmarks.evaluation.live_metrics import live_metrics
 
         methods = config.get("methods") or sorted({m for row in rows for m in row.get("methods", {})})
         return live_metrics(
