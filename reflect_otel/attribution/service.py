@@ -14,7 +14,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypedDict, Unpack
 
 from reflect_otel.attribution.controls import PLACEBO_METHOD, STORED_RECORDS, PlanPool
 from reflect_otel.attribution.methods import MethodSpec
@@ -38,7 +38,16 @@ from reflect_otel.store import (
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
-__all__ = ["EXPORT_STAGE", "STORE_EXPORTER", "AttributionMetrics", "AttributionService", "Outcome", "ReplayFinder"]
+__all__ = [
+    "EXPORT_STAGE",
+    "STORE_EXPORTER",
+    "AttributionMetrics",
+    "AttributionService",
+    "Outcome",
+    "ReplayFinder",
+    "ServiceOptions",
+    "ServiceWiring",
+]
 
 EXPORT_STAGE = "export"
 """The stage named in a record's ``errors`` for an exporter that failed."""
@@ -104,6 +113,41 @@ class _TraceRun:
         return record.with_calls(before=self.triage_calls.calls, after=self.agent_calls.calls)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceWiring:
+    """What an :class:`AttributionService` is wired to, and how it treats runs (see the service)."""
+
+    verifier: Verifier
+    proxy: Verifier | None = None
+    config: ReflectConfig | None = None
+    store: AttributionStore | None = None
+    exporters: Mapping[str, RecordExporter] | None = None
+    metrics: AttributionMetrics | None = None
+    replay_finder: ReplayFinder | None = None
+    budget: TokenBudget | None = None
+    triage: bool = False
+    skip_correct: bool = False
+    max_replays: int | None = None
+    plans: PlanPool | None = None
+
+
+class ServiceOptions(TypedDict, total=False):
+    """:class:`ServiceWiring` as keyword arguments of :class:`AttributionService`."""
+
+    verifier: Verifier
+    proxy: Verifier | None
+    config: ReflectConfig | None
+    store: AttributionStore | None
+    exporters: Mapping[str, RecordExporter] | None
+    metrics: AttributionMetrics | None
+    replay_finder: ReplayFinder | None
+    budget: TokenBudget | None
+    triage: bool
+    skip_correct: bool
+    max_replays: int | None
+    plans: PlanPool | None
+
+
 class AttributionService:
     """One trace in, verdict and attribution out, stored and exported.
 
@@ -127,34 +171,27 @@ class AttributionService:
         self,
         llm: StructuredLLM,
         method: MethodSpec,
-        *,
-        verifier: Verifier,
-        proxy: Verifier | None = None,
-        config: ReflectConfig | None = None,
-        store: AttributionStore | None = None,
-        exporters: Mapping[str, RecordExporter] | None = None,
-        metrics: AttributionMetrics | None = None,
-        replay_finder: ReplayFinder | None = None,
-        budget: TokenBudget | None = None,
-        triage: bool = False,
-        skip_correct: bool = False,
-        max_replays: int | None = None,
-        plans: PlanPool | None = None,
+        wiring: ServiceWiring | None = None,
+        /,
+        **options: Unpack[ServiceOptions],
     ) -> None:
+        """``wiring``, or the same settings as keywords (``verifier=...`` at least): a keyword overrides ``wiring``."""
+        wired = dataclasses.replace(wiring, **options) if wiring is not None else ServiceWiring(**options)
+        max_replays, plans = wired.max_replays, wired.plans
         self.llm = llm
         self.method = method
-        self.verifier = verifier
-        self.proxy = proxy
-        self.config = config or ReflectConfig()
-        self.store = store
-        self.exporters = dict(exporters or {})
+        self.verifier = wired.verifier
+        self.proxy = wired.proxy
+        self.config = wired.config or ReflectConfig()
+        self.store = store = wired.store
+        self.exporters = dict(wired.exporters or {})
         self._fanout = CompositeRecordExporter(self.exporters)
         self._stored = StoreRecordExporter(store, wait_millis=10_000) if store is not None else None
-        self.metrics = metrics
-        self.replay_finder = replay_finder
-        self.budget = budget
-        self.triage = triage
-        self.skip_correct = skip_correct
+        self.metrics = wired.metrics
+        self.replay_finder = wired.replay_finder
+        self.budget = wired.budget
+        self.triage = wired.triage
+        self.skip_correct = wired.skip_correct
         if max_replays is not None and max_replays < 1:
             raise ValueError("max_replays must be at least 1 (None: the configuration's)")
         self.max_replays = max_replays if max_replays is not None else self.config.max_replays

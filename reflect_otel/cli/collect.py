@@ -62,6 +62,21 @@ def add_collect_command(subparsers: argparse._SubParsersAction[argparse.Argument
             "run and attributes the flagged ones (see below)."
         ),
     )
+    _add_receiver_options(parser)
+    _add_store_options(parser)
+    online = parser.add_argument_group(
+        "attribution (--attribute)",
+        "Judge every finished run and attribute the flagged ones, off the receive path: a run whose root span "
+        "carries reflect.expected_answer is judged against it, the others by --verifier. Each run is stored as a "
+        "job first; when attribution falls behind, runs wait in the store (pending) and are taken later, by this "
+        "process or by 'attribute --pending'. Records go to the store, and to each --export.",
+    )
+    online.add_argument("--attribute", action="store_true", help="verify and attribute runs as they arrive")
+    add_online_options(parser, online)
+    parser.set_defaults(handler=_collect)
+
+
+def _add_receiver_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reingest",
         type=Path,
@@ -94,21 +109,14 @@ def add_collect_command(subparsers: argparse._SubParsersAction[argparse.Argument
         help="seconds a run whose root span never ends is kept before it is written as incomplete (default "
         "%(default)s)",
     )
+
+
+def _add_store_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, help="stop after this many seconds (default: run until Ctrl-C)")
     parser.add_argument(
         "--store", help="DuckDB file the traces also go to (default: REFLECT_STORE, then ./reflect.duckdb)"
     )
     parser.add_argument("--no-store", action="store_true", help="write only the --out file")
-    online = parser.add_argument_group(
-        "attribution (--attribute)",
-        "Judge every finished run and attribute the flagged ones, off the receive path: a run whose root span "
-        "carries reflect.expected_answer is judged against it, the others by --verifier. Each run is stored as a "
-        "job first; when attribution falls behind, runs wait in the store (pending) and are taken later, by this "
-        "process or by 'attribute --pending'. Records go to the store, and to each --export.",
-    )
-    online.add_argument("--attribute", action="store_true", help="verify and attribute runs as they arrive")
-    add_online_options(parser, online)
-    parser.set_defaults(handler=_collect)
 
 
 def _reingest(path: Path, store_path: str | None, *, attribute: bool = False) -> int:
