@@ -355,12 +355,7 @@ def _serve_resamples(adapter: ReplayAdapter, trace: StructuredTrace, request: di
     source = resampler(adapter)
     if source is None:
         return 422, json.dumps({"error": "this agent's replay adapter cannot resample runs"}).encode()
-    options = request["resample"]
-    if not isinstance(options, dict):
-        raise ValueError("'resample' must be an object")
-    samples = int(options.get("samples", 1))
-    if not 1 <= samples <= _MAX_PROPOSALS:
-        raise ValueError(f"'resample.samples' must be from 1 to {_MAX_PROPOSALS}")
+    samples, options = _sampled(request, "resample")
     try:
         asked = ReplayRequest.resampling(trace, float(options.get("temperature", 0.7)))
         runs = source.resample(asked, samples=samples)
@@ -383,18 +378,24 @@ def _serve_corrections(adapter: ReplayAdapter, trace: StructuredTrace, request: 
     return 200, json.dumps({"corrections": [c.model_dump(mode="json") for c in found]}).encode()
 
 
+def _sampled(request: dict[str, Any], key: str) -> tuple[int, dict[str, Any]]:
+    """How many samples a v3 ``key`` request (``resample``, ``propose``) asks for, checked, and its options."""
+    options = request[key]
+    if not isinstance(options, dict):
+        raise ValueError(f"'{key}' must be an object")
+    samples = int(options.get("samples", 1))
+    if not 1 <= samples <= _MAX_PROPOSALS:
+        raise ValueError(f"'{key}.samples' must be from 1 to {_MAX_PROPOSALS}")
+    return samples, options
+
+
 def _serve_proposals(adapter: ReplayAdapter, trace: StructuredTrace, request: dict[str, Any]) -> tuple[int, bytes]:
     if request.get("protocol") != PROTOCOL_V3:
         raise ValueError(f"a proposal request needs {PROTOCOL_V3}")
     source = proposer(adapter)
     if source is None:
         return 422, json.dumps({"error": "this agent's replay adapter cannot propose steps"}).encode()
-    options = request["propose"]
-    if not isinstance(options, dict):
-        raise ValueError("'propose' must be an object")
-    samples = int(options.get("samples", 1))
-    if not 1 <= samples <= _MAX_PROPOSALS:
-        raise ValueError(f"'propose.samples' must be from 1 to {_MAX_PROPOSALS}")
+    samples, options = _sampled(request, "propose")
     try:
         asked = _request_of(trace, request | {"action": None}, float(options.get("temperature", 0.0)))
         proposals = source.propose(asked, samples=samples)
