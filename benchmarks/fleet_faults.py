@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks._common import add_smoke_option, smoke_sizes
-from reflect_otel.testing.fleet import Fleet, Sent, trace_of
+from reflect_otel.testing.fleet import Fleet, FleetModel, Sent, trace_of
 from reflect_otel.testing.netns import NetworkLab, namespaces_missing
 from reflect_otel.testing.openai_server import USAGE_TOKENS
 
@@ -109,7 +109,7 @@ def _backlog(fleet: Fleet) -> str:
 
 def baseline(folder: Path, runs: int, llm_delay_s: float) -> int:
     """Tokens the endpoint served for the runs with no fault."""
-    with Fleet(folder / "baseline", llm_delay_s=llm_delay_s) as fleet:
+    with Fleet(folder / "baseline", model=FleetModel(delay_s=llm_delay_s)) as fleet:
         sent = fleet.send(range(runs), right=_right(runs), patience_s=600)
         fleet.wait(lambda: fleet.settled(sent.acked), 900, "the fault-free runs done")
         return fleet.faults.answered * USAGE_TOKENS
@@ -215,7 +215,7 @@ def main() -> None:
         started = time.monotonic()
         tokens_without_faults = baseline(folder, args.runs, args.llm_delay)
         print(f"fault-free run: {args.runs} runs, {tokens_without_faults} tokens, {time.monotonic() - started:.0f} s")
-        with Fleet(folder / "faults", llm_delay_s=args.llm_delay) as fleet:
+        with Fleet(folder / "faults", model=FleetModel(delay_s=args.llm_delay)) as fleet:
             sent, sending = soak(fleet, args)
             sending.join()
             try:

@@ -12,7 +12,7 @@ from typing import Any, get_args
 
 from reflect_otel.errors import InputError
 from reflect_otel.record import AttributionRecord, LLMCall, ReplayAttempt
-from reflect_otel.store import AttributionJob, JobStatus, moves_on
+from reflect_otel.store import AttributionJob, JobStatus, StoreStats, moves_on
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
@@ -46,20 +46,6 @@ def agent_of(trace: StructuredTrace) -> str:
         return trace.agent
     names = Counter(s.agent for s in trace.steps if s.agent)
     return names.most_common(1)[0][0] if names else trace.source.framework
-
-
-@dataclass(slots=True)
-class StoreStats:
-    traces: int = 0
-    verdicts: int = 0
-    records: int = 0
-    jobs: int = 0
-    rejected: int = 0
-    dropped: int = 0
-    errors: int = 0
-    unstored: int = 0
-    """Writes given up at close because the store could not be reached (the collector's ``--out`` file has
-    their traces: ``collect --reingest`` stores them)."""
 
 
 COUNTERS = {"trace": "traces", "verdict": "verdicts", "record": "records", "job": "jobs"}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from reflect_otel.testing.fleet import Fleet, trace_of
+from reflect_otel.testing.fleet import Fleet, FleetModel, trace_of
 
 pytest.importorskip("procrastinate")
 pytest.importorskip("psycopg")
@@ -91,7 +91,7 @@ def test_a_collector_stopped_while_cut_off_names_the_file_that_restores_every_ac
 
 
 def test_a_worker_cut_off_mid_job_leaves_it_to_another_and_spends_nothing_more_on_it(folder: Path) -> None:
-    with Fleet(folder, collectors=("c1",), workers=("w1",), llm_delay_s=3.0) as fleet:
+    with Fleet(folder, collectors=("c1",), workers=("w1",), model=FleetModel(delay_s=3.0)) as fleet:
         assert fleet.lab is not None
         first = fleet.running()["w1"]
         fleet.send([0])
@@ -112,7 +112,7 @@ def test_a_worker_cut_off_mid_job_leaves_it_to_another_and_spends_nothing_more_o
 
 
 def test_the_endpoint_throttled_or_stalled_keeps_the_runs_queued_and_fails_none(folder: Path) -> None:
-    with Fleet(folder, collectors=("c1",), workers=("w1", "w2"), llm_timeout_s=2.0) as fleet:
+    with Fleet(folder, collectors=("c1",), workers=("w1", "w2"), model=FleetModel(timeout_s=2.0)) as fleet:
         fleet.faults.throttle(10, status=429, retry_after_s=1)
         sent = fleet.send(range(6))
         fleet.wait(lambda: fleet.faults.refused >= 4, 60, "the endpoint refusing")
@@ -141,7 +141,7 @@ def test_a_concurrency_limit_shared_through_the_database_keeps_the_workers_withi
     folder: Path,
 ) -> None:
     # the endpoint refuses (429) a second request in flight; the workers hold one slot between them
-    with Fleet(folder, collectors=("c1",), llm_delay_s=0.5, max_concurrent=1, llm_concurrency=1) as fleet:
+    with Fleet(folder, collectors=("c1",), model=FleetModel(delay_s=0.5, max_concurrent=1, concurrency=1)) as fleet:
         sent = fleet.send(range(8))
         fleet.wait(lambda: fleet.settled(sent.acked), 120, "the runs done")
         assert fleet.requests_from("w1") > 0 and fleet.requests_from("w2") > 0  # both took work
@@ -150,7 +150,7 @@ def test_a_concurrency_limit_shared_through_the_database_keeps_the_workers_withi
 
 
 def test_a_database_restart_mid_run_is_ridden_out_without_restarting_anything(folder: Path) -> None:
-    with Fleet(folder, llm_delay_s=0.2) as fleet:
+    with Fleet(folder, model=FleetModel(delay_s=0.2)) as fleet:
         assert fleet.db is not None
         before = fleet.running()
         sent = fleet.send(range(10), right={0, 5})

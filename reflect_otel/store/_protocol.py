@@ -27,6 +27,7 @@ __all__ = [
     "AttributionStore",
     "JobStatus",
     "ReadsRecords",
+    "StoreStats",
     "check_store_target",
     "moves_on",
     "open_exporter",
@@ -54,6 +55,22 @@ class AttributionJob:
     expected_answer: str | None = None
     reason: str | None = None
     """Why it failed, or was done without an attribution."""
+
+
+@dataclass(slots=True)
+class StoreStats:
+    """What a store counts: writes applied by kind, invalid ones rejected, writes dropped on a full queue, rolled
+    back (``errors``), and given up at close because the store could not be reached (``unstored``: a collector's
+    ``--out`` file has their traces, and ``collect --reingest`` stores them)."""
+
+    traces: int = 0
+    verdicts: int = 0
+    records: int = 0
+    jobs: int = 0
+    rejected: int = 0
+    dropped: int = 0
+    errors: int = 0
+    unstored: int = 0
 
 
 JOB_RANK: dict[str, int] = {"pending": 0, "running": 1, "done": 2, "failed": 2}

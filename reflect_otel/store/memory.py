@@ -7,39 +7,24 @@ from __future__ import annotations
 
 import itertools
 import threading
-from dataclasses import dataclass
 
 from reflect_otel.record import AttributionRecord
-from reflect_otel.store._protocol import JOB_RANK, AttributionJob, moves_on
+from reflect_otel.store._protocol import JOB_RANK, AttributionJob, StoreStats, moves_on
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
-__all__ = ["InMemoryStore", "MemoryStats"]
-
-
-@dataclass(slots=True)
-class MemoryStats:
-    """Writes applied by kind, and those rejected as invalid (the counters the other backends keep; ``dropped``,
-    ``errors`` and ``unstored`` stay 0: memory neither fills up nor goes away)."""
-
-    traces: int = 0
-    verdicts: int = 0
-    records: int = 0
-    jobs: int = 0
-    rejected: int = 0
-    dropped: int = 0
-    errors: int = 0
-    unstored: int = 0
+__all__ = ["InMemoryStore"]
 
 
 class InMemoryStore:
     """Writes are applied at once under a lock (so ``force_flush`` has nothing to wait for), each an idempotent
     upsert by the same keys as the other backends: a trace by its id, a verdict by (trace, verifier), a record by
     (trace, method), a job by its trace, never taken back (:func:`~reflect_otel.store.moves_on`). Values are frozen,
-    so what is read back is what was written."""
+    so what is read back is what was written. ``stats`` counts as the other backends do (``dropped``, ``errors``
+    and ``unstored`` stay 0: memory neither fills up nor goes away)."""
 
     def __init__(self) -> None:
-        self.stats = MemoryStats()
+        self.stats = StoreStats()
         self._lock = threading.Lock()
         self._traces: dict[str, StructuredTrace] = {}
         self._verdicts: dict[tuple[str, str], Verdict] = {}

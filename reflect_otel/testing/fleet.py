@@ -11,7 +11,7 @@ the endpoint while it cannot reach the database. The collectors and workers are 
 collect --attribute`` and ``reflect-otel worker``) as processes; PostgreSQL is a real server (started in the db
 host's namespace, keepalives on so a cut client's session ends in about 11 s); the endpoint is
 :class:`~reflect_otel.testing.openai_server.ScriptedOpenAIServer` (a double: it answers an all-at-once attribution
-at once, or after ``llm_delay_s``), with :class:`~reflect_otel.testing.openai_server.EndpointFaults` to throttle
+at once, or after :attr:`FleetModel.delay_s`), with :class:`~reflect_otel.testing.openai_server.EndpointFaults` to throttle
 or stall it. The agents are threads of this process on the agents host that post OTLP/JSON runs and retry, as an
 OTLP exporter does, until a collector acknowledges each. The store is read over PostgreSQL's Unix socket, which no
 cut reaches.
@@ -40,7 +40,7 @@ from reflect_otel.testing.openai_server import EndpointFaults, ScriptedOpenAISer
 from reflect_otel.testing.otlp_bodies import wrong_run_body
 from reflect_otel.testing.postgres import PostgresServer
 
-__all__ = ["AAO_ANSWER", "Fleet", "Sent", "trace_of"]
+__all__ = ["AAO_ANSWER", "Fleet", "FleetModel", "Sent", "trace_of"]
 
 AAO_ANSWER = {
     "error_step": 1,
@@ -77,6 +77,20 @@ class Sent:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+@dataclass(frozen=True, slots=True)
+class FleetModel:
+    """The fleet's scripted model endpoint, and how the workers use it."""
+
+    delay_s: float = 0.0
+    """How long the endpoint takes to answer."""
+    timeout_s: float = 10.0
+    """The workers' ``REFLECT_LLM_TIMEOUT_S``."""
+    concurrency: int | None = None
+    """The workers' ``--llm-concurrency``."""
+    max_concurrent: int | None = None
+    """Requests the endpoint serves at once (more are refused, :class:`EndpointFaults`)."""
+
+
 class Fleet:
     """``with Fleet(folder) as fleet:`` starts everything (``collectors`` and ``workers`` name which of c1, c2 and
     w1, w2 start at once; the others can be started later); ``fleet.lab`` cuts and restores links; leaving stops
@@ -88,20 +102,17 @@ class Fleet:
         *,
         collectors: Sequence[str] = ("c1", "c2"),
         workers: Sequence[str] = ("w1", "w2"),
-        llm_delay_s: float = 0.0,
+        model: FleetModel = FleetModel(),
         stalled_after_s: float = 3.0,
-        llm_timeout_s: float = 10.0,
-        llm_concurrency: int | None = None,
-        max_concurrent: int | None = None,
     ) -> None:
         self.folder = folder
         self.collectors = tuple(collectors)
         self.workers = tuple(workers)
-        self.llm_delay_s = llm_delay_s
+        self.llm_delay_s = model.delay_s
         self.stalled_after_s = stalled_after_s
-        self.llm_timeout_s = llm_timeout_s
-        self.llm_concurrency = llm_concurrency
-        self.faults = EndpointFaults(max_concurrent=max_concurrent)
+        self.llm_timeout_s = model.timeout_s
+        self.llm_concurrency = model.concurrency
+        self.faults = EndpointFaults(max_concurrent=model.max_concurrent)
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.lab: NetworkLab | None = None
         self.db: PostgresServer | None = None
