@@ -180,25 +180,23 @@ class PhoenixAnnotationExporter:
 
     def export(self, records: Sequence[AttributionRecord]) -> ExportResult:
         """Annotate each record's decisive span and its trace."""
-        try:
-            for record in records:
-                spans, trace = annotation_payloads(record)
-                for span in spans:
-                    self._post("/v1/span_annotations", span)
-                self._post("/v1/trace_annotations", trace)
-        except PhoenixAnnotationError as error:
-            self.failure = str(error)
-            return ExportResult.FAILURE
-        self.failure = ""
-        return ExportResult.SUCCESS
+        posts: list[tuple[str, Mapping[str, Any]]] = []
+        for record in records:
+            spans, trace = annotation_payloads(record)
+            posts += [("/v1/span_annotations", span) for span in spans] + [("/v1/trace_annotations", trace)]
+        return self._sent(posts)
 
     def export_verdict(self, trace: StructuredTrace, verdict: Verdict) -> ExportResult:
         """The verdict on the run's answer (``run_verdict``) on the run's span (its root, else its last step's)."""
         span_id = run_span(trace)
         payload = evaluation_annotation(span_id, verdict_evaluation(verdict)) if span_id else None
+        return self._sent([("/v1/span_annotations", payload)] if payload is not None else [])
+
+    def _sent(self, posts: Sequence[tuple[str, Mapping[str, Any]]]) -> ExportResult:
+        """Post each (path, payload) in turn; FAILURE at the first that fails, ``failure`` saying why."""
         try:
-            if payload is not None:
-                self._post("/v1/span_annotations", payload)
+            for path, payload in posts:
+                self._post(path, payload)
         except PhoenixAnnotationError as error:
             self.failure = str(error)
             return ExportResult.FAILURE

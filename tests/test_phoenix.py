@@ -20,6 +20,7 @@ from reflect_otel.attribution.pipeline import ReflectPipeline
 from reflect_otel.config import GateMode, ReflectConfig
 from reflect_otel.flagging.verifiers import OracleVerifier
 from reflect_otel.record import AttributionStatus
+from reflect_otel.store import ExportResult
 from tests import replay_agents
 from tests.conftest import Instrumented
 
@@ -83,7 +84,7 @@ def test_attribution_is_annotated_on_the_decisive_span(phoenix: str, instrumente
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
 
-    from reflect_otel.exporters.phoenix import PhoenixAnnotationError, PhoenixAnnotationExporter
+    from reflect_otel.exporters.phoenix import PhoenixAnnotationExporter
     from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 
     graph = replay_agents.build_graph()
@@ -102,15 +103,10 @@ def test_attribution_is_annotated_on_the_decisive_span(phoenix: str, instrumente
 
     annotator = PhoenixAnnotationExporter(phoenix)
     deadline = time.monotonic() + 60
-    while True:  # the spans are ingested asynchronously
-        try:
-            annotator.export(record)
-            break
-        except PhoenixAnnotationError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
-    annotator.export(record)  # again: the identifier makes it an update, not a second annotation
+    while annotator.export([record]) is not ExportResult.SUCCESS:  # the spans are ingested asynchronously
+        assert time.monotonic() < deadline, annotator.failure
+        time.sleep(1)
+    assert annotator.export([record]) is ExportResult.SUCCESS  # again: an update, not a second annotation
     spans = httpx.get(f"{phoenix}/v1/projects/default/span_annotations", params={"span_ids": record.span_id}).json()[
         "data"
     ]
@@ -134,7 +130,7 @@ def test_attribution_is_annotated_on_the_decisive_span(phoenix: str, instrumente
     assert [(a["result"]["label"], a["result"]["score"]) for a in traces if a["name"] == "reflect_attribution"] == [
         ("verified", None)
     ]
-    annotator.close()
+    annotator.shutdown()
 
 
 def test_an_unverified_attribution_is_annotated_as_a_hypothesis_without_a_score(
@@ -142,7 +138,7 @@ def test_an_unverified_attribution_is_annotated_as_a_hypothesis_without_a_score(
 ) -> None:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    from reflect_otel.exporters.phoenix import PhoenixAnnotationError, PhoenixAnnotationExporter
+    from reflect_otel.exporters.phoenix import PhoenixAnnotationExporter
 
     graph = replay_agents.build_graph()
     before = {format_trace_id(s.context.trace_id) for s in instrumented.exporter.get_finished_spans()}
@@ -160,14 +156,9 @@ def test_an_unverified_attribution_is_annotated_as_a_hypothesis_without_a_score(
 
     annotator = PhoenixAnnotationExporter(phoenix)
     deadline = time.monotonic() + 60
-    while True:
-        try:
-            annotator.export(record)
-            break
-        except PhoenixAnnotationError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
+    while annotator.export([record]) is not ExportResult.SUCCESS:
+        assert time.monotonic() < deadline, annotator.failure
+        time.sleep(1)
     spans = httpx.get(f"{phoenix}/v1/projects/default/span_annotations", params={"span_ids": record.span_id}).json()[
         "data"
     ]
@@ -182,7 +173,7 @@ def test_an_unverified_attribution_is_annotated_as_a_hypothesis_without_a_score(
     ]
     (summary,) = [a for a in traces if a["name"] == "reflect_attribution"]
     assert (summary["result"]["label"], summary["result"]["score"]) == ("unverified", None)
-    annotator.close()
+    annotator.shutdown()
 
 
 def _spans(phoenix: str, trace_id: str) -> list[dict[str, Any]]:
@@ -233,8 +224,8 @@ def test_evaluation_events_show_on_the_judged_spans(phoenix: str, instrumented: 
     events = AttributionSpanExporter(
         OTLPSpanExporter(endpoint=f"{phoenix}/v1/traces"), log_exporter=PhoenixEvaluationLogExporter(phoenix)
     )
-    events.export(record)
-    events.export_verdict(trace, record.original_verdict)
+    assert events.export([record]) is ExportResult.SUCCESS
+    assert events.export_verdict(trace, record.original_verdict) is ExportResult.SUCCESS
     assert events.force_flush()
     events.shutdown()
     while len(_span_ids(phoenix, trace_id)) == len(instrumented.spans_of(trace_id)):  # the evaluator span, ingested
@@ -255,8 +246,8 @@ def test_evaluation_events_show_on_the_judged_spans(phoenix: str, instrumented: 
     )
     # the annotation exporter (--export phoenix) writes the same verdict annotation: an update, not a second one
     annotator = PhoenixAnnotationExporter(phoenix)
-    annotator.export_verdict(trace, record.original_verdict)
-    annotator.close()
+    assert annotator.export_verdict(trace, record.original_verdict) is ExportResult.SUCCESS
+    annotator.shutdown()
     assert [a["id"] for a in _annotations_of(phoenix, trace.root_span_id)] == [verdict["id"]]
     # the evaluator span: in the judged trace, under the decisive step, its gen_ai.evaluation.result event kept
     (evaluator,) = [s for s in _spans(phoenix, trace_id) if s["name"].startswith("reflect.attribution")]
@@ -264,9 +255,10 @@ def test_evaluation_events_show_on_the_judged_spans(phoenix: str, instrumented: 
     assert [e["name"] for e in evaluator["events"]] == ["gen_ai.evaluation.result"]
 
 
-def test_phoenix_down_is_a_clear_error() -> None:
-    from reflect_otel.exporters.phoenix import PhoenixAnnotationError, PhoenixAnnotationExporter
+def test_phoenix_down_is_a_failure_that_says_why() -> None:
+    from reflect_otel.exporters.phoenix import PhoenixAnnotationExporter
     from tests.test_store import _record
 
-    with pytest.raises(PhoenixAnnotationError, match="cannot reach"):
-        PhoenixAnnotationExporter(f"http://127.0.0.1:{_free_port()}", retries=1).export(_record())
+    exporter = PhoenixAnnotationExporter(f"http://127.0.0.1:{_free_port()}", retries=1)
+    assert exporter.export([_record()]) is ExportResult.FAILURE
+    assert "cannot reach" in exporter.failure and "(after 1 retries)" in exporter.failure
