@@ -1,4 +1,6 @@
-"""The DuckDB store's dialect: each schema version's DDL and the statistics views, in DuckDB's SQL.
+"""The DuckDB store's dialect: the tables of versions 1 and 4, the names of its column types and the statistics
+views, in DuckDB's SQL; the columns the other versions add, and their data migrations, are written once for both
+SQL stores in ``_schema_changes``.
 
 ``postgres_schema`` holds the same in PostgreSQL's; the store conformance suite
 (:mod:`reflect_otel.testing.store_conformance`) holds them to the same tables, columns and view results. A new
@@ -6,6 +8,8 @@ column is a new version in both, written the same day.
 """
 
 from __future__ import annotations
+
+from reflect_otel.exporters._schema_changes import migrations
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "VIEWS"]
 
@@ -38,19 +42,9 @@ CREATE TABLE llm_calls (
 """
 
 
-# v2: prompt tokens the endpoint served from its cache, per call (NULL where the endpoint does not say)
-_SCHEMA_V2 = "ALTER TABLE llm_calls ADD COLUMN cached_prompt_tokens INTEGER"
+_TYPES = {"text": "VARCHAR", "integer": "INTEGER", "double": "DOUBLE", "boolean": "BOOLEAN"}
+"""How this dialect names each column kind of :mod:`~reflect_otel.exporters._schema_changes`."""
 
-# v3: what proved an attribution (the verifying correction's source and kind), and the correction each replay tested
-_SCHEMA_V3 = """
-ALTER TABLE attributions ADD COLUMN verified_by_source VARCHAR;
-ALTER TABLE attributions ADD COLUMN verified_by_kind VARCHAR;
-ALTER TABLE replays ADD COLUMN correction_source VARCHAR;
-ALTER TABLE replays ADD COLUMN correction_kind VARCHAR;
-ALTER TABLE replays ADD COLUMN replaced_step INTEGER;
-ALTER TABLE replays ADD COLUMN original_call VARCHAR;
-ALTER TABLE replays ADD COLUMN replacement_call VARCHAR
-"""
 
 # v4: the attribution work list (collect --attribute): runs stored and waiting, running, done or failed
 _SCHEMA_V4 = """
@@ -59,74 +53,7 @@ CREATE TABLE attribution_jobs (
     updated_at TIMESTAMPTZ)
 """
 
-# v5: confidence is measured or NULL; what earlier versions stored there was the auditor's self-report
-_SCHEMA_V5 = """
-ALTER TABLE attributions ADD COLUMN auditor_confidence DOUBLE;
-ALTER TABLE attributions ADD COLUMN confidence_samples INTEGER;
-UPDATE attributions SET auditor_confidence = confidence, confidence = NULL
-"""
-
-# v6: controlled verification: the effect's two arms (flips, replays, Wilson interval), replay fidelity, and each
-# replay's arm and whether it changed the step (a control: whether it reproduced the run)
-_SCHEMA_V6 = """
-ALTER TABLE attributions ADD COLUMN effect_step INTEGER;
-ALTER TABLE attributions ADD COLUMN effect_intervention_replays INTEGER;
-ALTER TABLE attributions ADD COLUMN effect_intervention_flips INTEGER;
-ALTER TABLE attributions ADD COLUMN effect_intervention_low DOUBLE;
-ALTER TABLE attributions ADD COLUMN effect_intervention_high DOUBLE;
-ALTER TABLE attributions ADD COLUMN effect_control_replays INTEGER;
-ALTER TABLE attributions ADD COLUMN effect_control_flips INTEGER;
-ALTER TABLE attributions ADD COLUMN effect_control_low DOUBLE;
-ALTER TABLE attributions ADD COLUMN effect_control_high DOUBLE;
-ALTER TABLE attributions ADD COLUMN effect_p_value DOUBLE;
-ALTER TABLE attributions ADD COLUMN fidelity_controls INTEGER;
-ALTER TABLE attributions ADD COLUMN fidelity_reproduced INTEGER;
-ALTER TABLE replays ADD COLUMN arm VARCHAR;
-ALTER TABLE replays ADD COLUMN changed_step BOOLEAN;
-ALTER TABLE replays ADD COLUMN reproduced BOOLEAN
-"""
-
-# v7: what a verdict without an expected answer rests on, its measured precision (Wilson interval, runs), and the
-# consistency check's resamples (how many finished, how many reproduced the answer)
-_SCHEMA_V7 = """
-ALTER TABLE verdicts ADD COLUMN basis VARCHAR;
-ALTER TABLE verdicts ADD COLUMN confidence_low DOUBLE;
-ALTER TABLE verdicts ADD COLUMN confidence_high DOUBLE;
-ALTER TABLE verdicts ADD COLUMN confidence_runs INTEGER;
-ALTER TABLE verdicts ADD COLUMN resamples INTEGER;
-ALTER TABLE verdicts ADD COLUMN resamples_agreeing INTEGER
-"""
-
-# v8: model requests counted once each: an attribution's llm_calls is its model requests (a stage call whose reply
-# needed the repair retry made two; earlier versions counted the call once), agent_calls the agent's among them
-# (its replays' and proposals' requests, where recorded)
-_SCHEMA_V8 = """
-ALTER TABLE attributions ADD COLUMN agent_calls INTEGER;
-UPDATE attributions SET llm_calls = (
-    SELECT sum(c.attempts) FROM llm_calls c WHERE c.trace_id = attributions.trace_id AND c.method = attributions.method)
-WHERE EXISTS (SELECT 1 FROM llm_calls c WHERE c.trace_id = attributions.trace_id AND c.method = attributions.method);
-UPDATE attributions SET agent_calls = coalesce((
-    SELECT sum(c.attempts) FROM llm_calls c
-    WHERE c.trace_id = attributions.trace_id AND c.method = attributions.method AND c.stage = 'agent_replay'), 0)
-"""
-
-# v9: the sensitivity arm (the step changed in text, not in effect, from the same prefix), what a verified record
-# claims (localized or decisive) and its localization test, why a not-attributable record's flip was not credited,
-# and what each replay changed at its step (its effect, the answer turn, a later call moved earlier, ...)
-_SCHEMA_V9 = """
-ALTER TABLE attributions ADD COLUMN effect_sensitivity_replays INTEGER;
-ALTER TABLE attributions ADD COLUMN effect_sensitivity_flips INTEGER;
-ALTER TABLE attributions ADD COLUMN effect_sensitivity_low DOUBLE;
-ALTER TABLE attributions ADD COLUMN effect_sensitivity_high DOUBLE;
-ALTER TABLE attributions ADD COLUMN claim VARCHAR;
-ALTER TABLE attributions ADD COLUMN localization_test VARCHAR;
-ALTER TABLE attributions ADD COLUMN obstacle VARCHAR;
-ALTER TABLE replays ADD COLUMN change VARCHAR
-"""
-
-MIGRATIONS: list[str] = [
-    _SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6, _SCHEMA_V7, _SCHEMA_V8, _SCHEMA_V9,
-]  # fmt: skip
+MIGRATIONS: list[str] = migrations(_SCHEMA_V1, _SCHEMA_V4, _TYPES, one_statement_per_table=False)
 """Each schema version's DDL (``postgres_schema.MIGRATIONS`` holds the same versions in PostgreSQL's SQL)."""
 SCHEMA_VERSION = len(MIGRATIONS)
 

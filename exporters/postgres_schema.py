@@ -1,4 +1,6 @@
-"""The PostgreSQL store's dialect: each schema version's DDL and the statistics views, in PostgreSQL's SQL.
+"""The PostgreSQL store's dialect: the tables of versions 1 and 4, the names of its column types and the
+statistics views, in PostgreSQL's SQL; the columns the other versions add, and their data migrations, are written
+once for both SQL stores in ``_schema_changes``.
 
 The same versions, tables, columns and views as ``duckdb_schema``, written for this server: ``TEXT``, ``DOUBLE
 PRECISION`` and ``JSONB`` columns, one ``ALTER TABLE`` per table and version, ``GROUP BY`` by position, and rates
@@ -11,6 +13,8 @@ Stores made before these were written out took DuckDB's DDL with its types repla
 """
 
 from __future__ import annotations
+
+from reflect_otel.exporters._schema_changes import migrations
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "VIEWS"]
 
@@ -42,15 +46,9 @@ CREATE TABLE llm_calls (
     seconds DOUBLE PRECISION, attempts INTEGER, ok BOOLEAN, PRIMARY KEY (trace_id, method, seq));
 """
 
-# v2: prompt tokens the endpoint served from its cache, per call (NULL where the endpoint does not say)
-_SCHEMA_V2 = "ALTER TABLE llm_calls ADD COLUMN cached_prompt_tokens INTEGER"
+_TYPES = {"text": "TEXT", "integer": "INTEGER", "double": "DOUBLE PRECISION", "boolean": "BOOLEAN"}
+"""How this dialect names each column kind of :mod:`~reflect_otel.exporters._schema_changes`."""
 
-# v3: what proved an attribution (the verifying correction's source and kind), and the correction each replay tested
-_SCHEMA_V3 = """
-ALTER TABLE attributions ADD COLUMN verified_by_source TEXT, ADD COLUMN verified_by_kind TEXT;
-ALTER TABLE replays ADD COLUMN correction_source TEXT, ADD COLUMN correction_kind TEXT,
-    ADD COLUMN replaced_step INTEGER, ADD COLUMN original_call TEXT, ADD COLUMN replacement_call TEXT
-"""
 
 # v4: the attribution work list (collect --attribute): runs stored and waiting, running, done or failed
 _SCHEMA_V4 = """
@@ -59,54 +57,7 @@ CREATE TABLE attribution_jobs (
     updated_at TIMESTAMPTZ)
 """
 
-# v5: confidence is measured or NULL; what earlier versions stored there was the auditor's self-report
-_SCHEMA_V5 = """
-ALTER TABLE attributions ADD COLUMN auditor_confidence DOUBLE PRECISION, ADD COLUMN confidence_samples INTEGER;
-UPDATE attributions SET auditor_confidence = confidence, confidence = NULL
-"""
-
-# v6: controlled verification: the effect's two arms (flips, replays, Wilson interval), replay fidelity, and each
-# replay's arm and whether it changed the step (a control: whether it reproduced the run)
-_SCHEMA_V6 = """
-ALTER TABLE attributions ADD COLUMN effect_step INTEGER,
-    ADD COLUMN effect_intervention_replays INTEGER, ADD COLUMN effect_intervention_flips INTEGER,
-    ADD COLUMN effect_intervention_low DOUBLE PRECISION, ADD COLUMN effect_intervention_high DOUBLE PRECISION,
-    ADD COLUMN effect_control_replays INTEGER, ADD COLUMN effect_control_flips INTEGER,
-    ADD COLUMN effect_control_low DOUBLE PRECISION, ADD COLUMN effect_control_high DOUBLE PRECISION,
-    ADD COLUMN effect_p_value DOUBLE PRECISION, ADD COLUMN fidelity_controls INTEGER,
-    ADD COLUMN fidelity_reproduced INTEGER;
-ALTER TABLE replays ADD COLUMN arm TEXT, ADD COLUMN changed_step BOOLEAN, ADD COLUMN reproduced BOOLEAN
-"""
-
-_SCHEMA_V7 = """
-ALTER TABLE verdicts ADD COLUMN basis TEXT, ADD COLUMN confidence_low DOUBLE PRECISION,
-    ADD COLUMN confidence_high DOUBLE PRECISION, ADD COLUMN confidence_runs INTEGER, ADD COLUMN resamples INTEGER,
-    ADD COLUMN resamples_agreeing INTEGER
-"""
-
-# v8: model requests counted once each: an attribution's llm_calls is its model requests (a stage call whose reply
-# needed the repair retry made two; earlier versions counted the call once), agent_calls the agent's among them
-# (its replays' and proposals' requests, where recorded)
-_SCHEMA_V8 = """
-ALTER TABLE attributions ADD COLUMN agent_calls INTEGER;
-UPDATE attributions SET llm_calls = (
-    SELECT sum(c.attempts) FROM llm_calls c WHERE c.trace_id = attributions.trace_id AND c.method = attributions.method)
-WHERE EXISTS (SELECT 1 FROM llm_calls c WHERE c.trace_id = attributions.trace_id AND c.method = attributions.method);
-UPDATE attributions SET agent_calls = coalesce((
-    SELECT sum(c.attempts) FROM llm_calls c
-    WHERE c.trace_id = attributions.trace_id AND c.method = attributions.method AND c.stage = 'agent_replay'), 0)
-"""
-
-_SCHEMA_V9 = """
-ALTER TABLE attributions ADD COLUMN effect_sensitivity_replays INTEGER, ADD COLUMN effect_sensitivity_flips INTEGER,
-    ADD COLUMN effect_sensitivity_low DOUBLE PRECISION, ADD COLUMN effect_sensitivity_high DOUBLE PRECISION,
-    ADD COLUMN claim TEXT, ADD COLUMN localization_test TEXT, ADD COLUMN obstacle TEXT;
-ALTER TABLE replays ADD COLUMN change TEXT
-"""
-
-MIGRATIONS: list[str] = [
-    _SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6, _SCHEMA_V7, _SCHEMA_V8, _SCHEMA_V9,
-]  # fmt: skip
+MIGRATIONS: list[str] = migrations(_SCHEMA_V1, _SCHEMA_V4, _TYPES, one_statement_per_table=True)
 """Each schema version's DDL: the versions of ``duckdb_schema.MIGRATIONS``, in PostgreSQL's SQL."""
 SCHEMA_VERSION = len(MIGRATIONS)
 
