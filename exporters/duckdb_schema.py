@@ -4,7 +4,7 @@ SQL stores in ``_schema_changes``.
 
 ``postgres_schema`` holds the same in PostgreSQL's; the store conformance suite
 (:mod:`reflect_otel.testing.store_conformance`) holds them to the same tables, columns and view results. A new
-column is a new version in both, written the same day.
+column is a new version in ``_schema_changes``, which both build from.
 """
 
 from __future__ import annotations
