@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from reflect_otel.attribution.corrections import Rule
     from reflect_otel.llm.base import StructuredLLM
 
 from reflect_otel import plugins
 from reflect_otel.config import InjectionRole
 from reflect_otel.errors import ReplayError
+from reflect_otel.record import Correction
 from reflect_otel.trace import Step, StepAction, StructuredTrace
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "ReplayAdapter",
     "ReplayRequest",
     "ReplayResult",
+    "Rule",
     "SamplesRuns",
     "TakesTaskContext",
     "agent_rules",
@@ -45,6 +46,11 @@ __all__ = [
     "result_normaliser",
     "variant_maker",
 ]
+
+
+Rule = Callable[[StructuredTrace, Step, str], list[Correction]]
+"""A correction rule: ``(trace, step, context) -> corrections of that step``, ``context`` being what the agent was
+given besides its question (``observe(context=...)``); each correction's source is ``evidence:<rule name>``."""
 
 
 class ReplayResult(BaseModel):
@@ -254,7 +260,7 @@ class TakesTaskContext(Protocol):
 @runtime_checkable
 class HasCorrectionRules(Protocol):
     """An adapter for an agent with evidence rules of its own: rules that read that agent's tools and their text
-    (:data:`reflect_otel.attribution.corrections.Rule`), too specific for the built-in ones. ``correction_rules`` run beside the
+    (:data:`Rule`), too specific for the built-in ones. ``correction_rules`` run beside the
     built-in rules for the runs this adapter replays, and for no other run; one that raises is logged and skipped.
     The table-QA demo's wiring gives its LangGraph adapter the table rule this way."""
 

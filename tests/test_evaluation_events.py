@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from reflect_otel.exporters.attribution_spans import AttributionSpanExporter
 from reflect_otel.reading.semconv import GenAIEvaluation, ReflectAttributes
 from reflect_otel.record import AttributionStatus
+from reflect_otel.store import ExportResult
 from reflect_otel.testing.examples import verified_attribution
 from reflect_otel.verdict import Verdict
 
@@ -47,7 +48,7 @@ def test_an_attribution_and_a_verdict_are_evaluation_events_on_the_spans_they_ju
     trace = trace.model_copy(update={"root_span_id": "00000000000000aa"})
     memory = InMemoryLogRecordExporter()
     exporter = AttributionSpanExporter(InMemorySpanExporter(), log_exporter=memory)
-    exporter.export(record)
+    assert exporter.export([record]) is ExportResult.SUCCESS
     assert record.original_verdict is not None
     exporter.export_verdict(trace, record.original_verdict)
     assert exporter.force_flush()
@@ -97,8 +98,8 @@ def test_what_an_event_says_of_a_hypothesis_a_failed_verifier_and_a_run_without_
     )
     memory = InMemoryLogRecordExporter()
     exporter = AttributionSpanExporter(InMemorySpanExporter(), log_exporter=memory)
-    exporter.export(unverified)
-    exporter.export(skipped)  # judged right: no attribution event, the verdict says it
+    assert exporter.export([unverified]) is ExportResult.SUCCESS
+    assert exporter.export([skipped]) is ExportResult.SUCCESS  # judged right: no attribution event, the verdict says it
     assert trace.root_span_id is None  # no root recorded: the verdict goes to the step that answered
     exporter.export_verdict(trace, failed)
     exporter.export_verdict(trace, flagged)

@@ -141,9 +141,9 @@ def test_the_js_agents_recorded_again_rebuild_the_same_way(tmp_path: Path) -> No
     receiver = OTLPReceiver(received.append, http=("127.0.0.1", 0)).start()
     try:
         answers = record(tmp_path, otlp_url=f"http://127.0.0.1:{receiver.http_port}/v1/traces")
-        assert receiver.force_flush(30)
+        assert receiver.force_flush(30_000)
     finally:
-        receiver.shutdown(30)
+        receiver.shutdown(30_000)
     assert answers == dict.fromkeys(SCENARIOS, ANSWER)
     by_id = {trace.trace_id: trace for trace in received}
     for scenario in SCENARIOS:

@@ -127,14 +127,7 @@ class Controls:
     def extend(self, arm: ControlArm, point: int, count: int, *, round_: int, localized: int | None) -> None:
         """``count`` more control replays at ``point``."""
         for sample in range(len(arm.attempts), len(arm.attempts) + count):
-            planned = ReplayAttempt(
-                round=round_,
-                rollback_point=point,
-                arm=ReplayArm.CONTROL,
-                sample=sample,
-                localized_step=localized,
-                injection="",
-            )
+            planned = _planned(ReplayArm.CONTROL, round_, point, sample, localized)
             attempt, _ = self.replayer.replay(planned, action=None)
             if attempt.error is None:
                 attempt = attempt.model_copy(update={"reproduced": self._reproduces(attempt)})
@@ -247,14 +240,7 @@ class Sensitivities:
             return arm
         original = self.replayer.run.trace.steps[point]
         for sample in range(self.samples):
-            planned = ReplayAttempt(
-                round=round_,
-                rollback_point=point,
-                arm=ReplayArm.SENSITIVITY,
-                sample=sample,
-                localized_step=localized,
-                injection="",
-            )
+            planned = _planned(ReplayArm.SENSITIVITY, round_, point, sample, localized)
             attempt, result = self.replayer.replay(planned, action=variant)
             if result is not None:
                 first = result.continuation[0] if result.continuation else None
@@ -273,14 +259,7 @@ class Sensitivities:
         note = f"a text that asks for nothing ({NEUTRAL_INJECTION!r}) injected where the correction was"
         arm = self._arms[(point, True)] = SensitivityArm(None, note)
         for sample in range(self.samples):
-            planned = ReplayAttempt(
-                round=round_,
-                rollback_point=point,
-                arm=ReplayArm.SENSITIVITY,
-                sample=sample,
-                localized_step=localized,
-                injection=NEUTRAL_INJECTION,
-            )
+            planned = _planned(ReplayArm.SENSITIVITY, round_, point, sample, localized, injection=NEUTRAL_INJECTION)
             attempt, _ = self.replayer.replay(planned, action=None)
             arm.attempts.append(self.replayer.record(attempt))
         if not arm.answered:
@@ -299,3 +278,12 @@ class Sensitivities:
             original.tool_result, replayed.tool_result, tool_name=variant.tool_name, normalise=self.normalise
         )
         return None if same else "it returned another result than the original call"
+
+
+def _planned(
+    arm: ReplayArm, round_: int, point: int, sample: int, localized: int | None, *, injection: str = ""
+) -> ReplayAttempt:
+    """One replay of ``arm`` planned at ``point`` (its ``sample``-th), in the round that localized ``localized``."""
+    return ReplayAttempt(
+        round=round_, rollback_point=point, arm=arm, sample=sample, localized_step=localized, injection=injection
+    )

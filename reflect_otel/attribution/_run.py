@@ -7,7 +7,7 @@ import copy
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from reflect_otel.config import ReflectConfig
 from reflect_otel.errors import LLMError
@@ -36,9 +36,24 @@ from reflect_otel.record import (
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
-__all__ = ["AttributionRun", "Conclusion", "MethodBase", "Tested", "is_correct"]
+if TYPE_CHECKING:
+    from reflect_otel.replay import ReplayAdapter
+
+__all__ = ["AttributeOptions", "AttributionRun", "Conclusion", "MethodBase", "Tested", "is_correct"]
 
 _log = logging.getLogger("reflect_otel.attribution.methods")
+
+
+class AttributeOptions(TypedDict, total=False):
+    """What every method's ``attribute(trace, **options)`` may be told besides the trace: ``expected``, the correct
+    answer when known; ``replay``, the adapter that re-runs the agent (none: the record is localization-only);
+    ``domain_context``, the task described for the prompts; ``verdict``, the run's verdict when it was judged
+    already (online triage), so that it is not judged, and paid for, twice."""
+
+    expected: str | None
+    replay: ReplayAdapter | None
+    domain_context: str
+    verdict: Verdict | None
 
 
 @dataclass(frozen=True, slots=True)

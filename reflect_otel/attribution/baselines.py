@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Unpack
 
 from reflect_otel import prompts
 from reflect_otel.attribution import stages
 from reflect_otel.attribution._replayer import Replayer
-from reflect_otel.attribution._run import AttributionRun, Conclusion, MethodBase, Tested
+from reflect_otel.attribution._run import AttributeOptions, AttributionRun, Conclusion, MethodBase, Tested
 from reflect_otel.attribution.leaks import leak
-from reflect_otel.attribution.pipeline import SearchingMethod, guidance_window, resampling
+from reflect_otel.attribution.pipeline import SearchingMethod, guidance_window, resampled_elsewhere, resampling
 from reflect_otel.attribution.search import (
     Diagnosis,
     Round,
@@ -47,13 +48,11 @@ from reflect_otel.record import (
     InterventionKind,
     Localization,
     RepairPlan,
-    ReplayArm,
     ReplayAttempt,
     Stage,
 )
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.trace import StepAction, StructuredTrace
-from reflect_otel.verdict import Verdict
 
 __all__ = ["BASELINES", "Baseline", "HypothesesPolicy", "ResamplePolicy", "binary_search_calls"]
 
@@ -70,15 +69,9 @@ class Baseline(MethodBase):
     uses_expected = True
     needs_llm = True
 
-    def attribute(
-        self,
-        trace: StructuredTrace,
-        *,
-        expected: str | None = None,
-        replay: ReplayAdapter | None = None,
-        domain_context: str = "",
-        verdict: Verdict | None = None,
-    ) -> AttributionRecord:
+    def attribute(self, trace: StructuredTrace, **options: Unpack[AttributeOptions]) -> AttributionRecord:
+        expected, replay = options.get("expected"), options.get("replay")
+        domain_context, verdict = options.get("domain_context", ""), options.get("verdict")
         run = self.start(trace, verdict)
         if not trace.steps:
             return run.record(
@@ -304,14 +297,7 @@ class ResamplePolicy:
 
     def elsewhere(self, ctx: SearchContext, verified: TrialResult, step: int) -> tuple[Trial | None, str]:
         """The agent's own decision at ``step``, resampled: the source that verified, elsewhere."""
-        trial = resampling(
-            step,
-            ctx.trace,
-            round_=verified.trial.round,
-            localized=verified.trial.step,
-            finding="the localization test: the agent's own step, resampled",
-        )
-        return replace(trial, arm=ReplayArm.LOCALIZATION), ""
+        return resampled_elsewhere(ctx, verified, step)
 
 
 class ICS(_Searching):

@@ -35,7 +35,9 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Iterable
+from typing import Unpack
 
+from reflect_otel.attribution._run import AttributeOptions
 from reflect_otel.attribution.pipeline import ReflectPipeline, ReflectPolicy, guidance_window
 from reflect_otel.attribution.search import SearchContext
 from reflect_otel.config import ReflectConfig
@@ -48,9 +50,7 @@ from reflect_otel.record import (
     InterventionKind,
     RepairPlan,
 )
-from reflect_otel.replay import ReplayAdapter
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.verdict import Verdict
 
 __all__ = [
     "MAX_PLANS",
@@ -295,19 +295,9 @@ class PlaceboControl(ReflectPipeline):
         )
         super().__init__(llm, verifier=verifier, config=config, policy=policy)
 
-    def attribute(
-        self,
-        trace: StructuredTrace,
-        *,
-        expected: str | None = None,
-        replay: ReplayAdapter | None = None,
-        domain_context: str = "",
-        verdict: Verdict | None = None,
-    ) -> AttributionRecord:
+    def attribute(self, trace: StructuredTrace, **options: Unpack[AttributeOptions]) -> AttributionRecord:
         try:
-            record = super().attribute(
-                trace, expected=expected, replay=replay, domain_context=domain_context, verdict=verdict
-            )
+            record = super().attribute(trace, **options)
         finally:
             drew, placebo = self._draw.take(trace)
         if drew and placebo is None and not record.replays:

@@ -62,6 +62,7 @@ from reflect_otel.flagging.evidence import empty_call, failed_call, question_con
 from reflect_otel.prompts import CORRECTED_STEP_ASK, without_step_label
 from reflect_otel.reading import _tool_text
 from reflect_otel.record import Correction, InterventionKind
+from reflect_otel.replay import Rule
 from reflect_otel.trace import Step, StepAction, StepKind, StructuredTrace
 
 __all__ = [
@@ -861,10 +862,6 @@ def last_row(trace: StructuredTrace, step: Step, context: str = "") -> list[Corr
         )
     ]
 
-
-Rule = Callable[[StructuredTrace, Step, str], list[Correction]]
-"""``(trace, step, context) -> corrections of that step``, ``context`` being what the agent was given besides its
-question (``observe(context=...)``); each correction's source is ``evidence:<rule name>``."""
 
 RULES: tuple[Rule, ...] = (
     listed_values,

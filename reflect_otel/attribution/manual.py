@@ -20,15 +20,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from reflect_otel.attribution._run import Conclusion, MethodBase
+from reflect_otel.attribution._run import AttributeOptions, Conclusion, MethodBase
 from reflect_otel.attribution.effects import same_content
 from reflect_otel.attribution.methods import MethodSpec
-from reflect_otel.attribution.pipeline import resampling
+from reflect_otel.attribution.pipeline import resampled_elsewhere, resampling
 from reflect_otel.attribution.search import Diagnosis, Round, SearchContext, search
 from reflect_otel.attribution.trial import GateFn, Trial, TrialResult
 from reflect_otel.config import ReflectConfig
@@ -49,7 +49,7 @@ from reflect_otel.record import (
 )
 from reflect_otel.replay import ReplayAdapter
 from reflect_otel.trace import StepAction, StructuredTrace
-from reflect_otel.verdict import Verdict, shown_answer
+from reflect_otel.verdict import shown_answer
 
 if TYPE_CHECKING:
     from reflect_otel.store import AttributionStore, RecordExporter
@@ -222,14 +222,7 @@ class ManualPolicy:
         the user wrote has none."""
         if self.edit.action is not None:
             return None, _NO_COUNTERPART
-        trial = resampling(
-            step,
-            ctx.trace,
-            round_=verified.trial.round,
-            localized=verified.trial.step,
-            finding="the localization test: the agent's own step, resampled",
-        )
-        return replace(trial, arm=ReplayArm.LOCALIZATION), ""
+        return resampled_elsewhere(ctx, verified, step)
 
 
 class ManualReplay(MethodBase):
@@ -248,15 +241,9 @@ class ManualReplay(MethodBase):
         super().__init__(llm, verifier=verifier, config=config)
         self.edit = edit
 
-    def attribute(
-        self,
-        trace: StructuredTrace,
-        *,
-        expected: str | None = None,
-        replay: ReplayAdapter | None = None,
-        domain_context: str = "",
-        verdict: Verdict | None = None,
-    ) -> AttributionRecord:
+    def attribute(self, trace: StructuredTrace, **options: Unpack[AttributeOptions]) -> AttributionRecord:
+        expected, replay = options.get("expected"), options.get("replay")
+        domain_context, verdict = options.get("domain_context", ""), options.get("verdict")
         run = self.start(trace, verdict)
         run.config["manual_edit"] = self.edit.model_dump(mode="json")
         if replay is None:

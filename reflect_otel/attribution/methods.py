@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Unpack
 
+from reflect_otel.attribution._run import AttributeOptions
 from reflect_otel.attribution.baselines import BASELINES
 from reflect_otel.attribution.controls import PlaceboControl, PlanPool, WrongStepControl
 from reflect_otel.attribution.pipeline import ReflectPipeline
@@ -15,9 +16,7 @@ from reflect_otel.flagging.verifiers import Verifier
 from reflect_otel.llm.base import StructuredLLM
 from reflect_otel.llm.factory import NoModel, make_llm
 from reflect_otel.record import AttributionRecord
-from reflect_otel.replay import ReplayAdapter
 from reflect_otel.trace import StructuredTrace
-from reflect_otel.verdict import Verdict
 
 __all__ = ["ATTRIBUTE_METHODS", "METHODS", "Attributor", "MethodSpec", "llm_for", "method_spec"]
 
@@ -26,23 +25,14 @@ class Attributor(Protocol):
     """Finds the decisive error step of one trace.
 
     ``attribute`` returns an :class:`AttributionRecord` (status verified, unverified or skipped, with every LLM call
-    and replay it made) and never raises: a failed stage is recorded in ``record.errors``. ``expected`` is the
-    correct answer when known; ``replay`` re-runs the agent when given (otherwise the record is localization-only);
-    ``domain_context`` describes the task for the prompts; ``verdict`` is the run's verdict when it was judged
-    already (online triage), so that it is not judged, and paid for, twice. Not thread-safe: one attribution at a time per object.
+    and replay it made) and never raises: a failed stage is recorded in ``record.errors``. What it may be told
+    besides the trace is :class:`~reflect_otel.attribution._run.AttributeOptions`. Not thread-safe: one attribution
+    at a time per object.
     """
 
     method: str
 
-    def attribute(
-        self,
-        trace: StructuredTrace,
-        *,
-        expected: str | None = None,
-        replay: ReplayAdapter | None = None,
-        domain_context: str = "",
-        verdict: Verdict | None = None,
-    ) -> AttributionRecord: ...
+    def attribute(self, trace: StructuredTrace, **options: Unpack[AttributeOptions]) -> AttributionRecord: ...
 
 
 class BuildMethod(Protocol):

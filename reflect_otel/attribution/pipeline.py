@@ -30,10 +30,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Unpack
 
 from reflect_otel import prompts
 from reflect_otel.attribution import corrections, leaks, stages
-from reflect_otel.attribution._run import MethodBase
+from reflect_otel.attribution._run import AttributeOptions, MethodBase
 from reflect_otel.attribution.effects import screened_change
 from reflect_otel.attribution.search import (
     Diagnosis,
@@ -62,9 +63,7 @@ from reflect_otel.record import (
     ReplayArm,
     Stage,
 )
-from reflect_otel.replay import ReplayAdapter
 from reflect_otel.trace import StepAction, StructuredTrace
-from reflect_otel.verdict import Verdict
 
 __all__ = [
     "MOVED_EARLIER",
@@ -138,6 +137,19 @@ def resampling(step: int, trace: StructuredTrace, *, round_: int, localized: int
         round=round_,
         localized_step=localized,
     )
+
+
+def resampled_elsewhere(ctx: SearchContext, verified: TrialResult, step: int) -> tuple[Trial, str]:
+    """The localization test's trial when the agent's own resampled decision verified: the same source at
+    ``step``."""
+    trial = resampling(
+        step,
+        ctx.trace,
+        round_=verified.trial.round,
+        localized=verified.trial.step,
+        finding="the localization test: the agent's own step, resampled",
+    )
+    return replace(trial, arm=ReplayArm.LOCALIZATION), ""
 
 
 def blind(
@@ -528,15 +540,9 @@ class SearchingMethod(MethodBase):
     def search_policy(self) -> SearchPolicy:
         raise NotImplementedError
 
-    def attribute(
-        self,
-        trace: StructuredTrace,
-        *,
-        expected: str | None = None,
-        replay: ReplayAdapter | None = None,
-        domain_context: str = "",
-        verdict: Verdict | None = None,
-    ) -> AttributionRecord:
+    def attribute(self, trace: StructuredTrace, **options: Unpack[AttributeOptions]) -> AttributionRecord:
+        expected, replay = options.get("expected"), options.get("replay")
+        domain_context, verdict = options.get("domain_context", ""), options.get("verdict")
         run = self.start(trace, verdict)
         mode = AttributionMode.REPLAY if replay is not None else AttributionMode.LOCALIZATION_ONLY
         policy = self.search_policy()

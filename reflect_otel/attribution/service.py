@@ -403,18 +403,25 @@ def _correct_skip(trace: StructuredTrace, method: str, verdict: Verdict) -> Attr
         if is_undecided(verdict)
         else "right"
     )
-    return AttributionRecord(
-        trace_id=trace.trace_id,
-        method=method,
-        status=AttributionStatus.SKIPPED,
-        mode=AttributionMode.NONE,
-        original_verdict=verdict,
-        original_answer=trace.final_answer,
-        reason=f"the answer was judged {judged} by the {verdict.verifier} verifier: nothing to attribute",
+    return _skipped(
+        trace,
+        method,
+        verdict,
+        f"the answer was judged {judged} by the {verdict.verifier} verifier: nothing to attribute",
     )
 
 
 def _budget_skip(trace: StructuredTrace, method: str, verdict: Verdict | None, per_hour: int) -> AttributionRecord:
+    return _skipped(
+        trace,
+        method,
+        verdict,
+        f"the hourly LLM token budget ({per_hour}) is spent: stored and flagged, not attributed; raise "
+        "max_tokens_per_hour",
+    )
+
+
+def _skipped(trace: StructuredTrace, method: str, verdict: Verdict | None, reason: str) -> AttributionRecord:
     return AttributionRecord(
         trace_id=trace.trace_id,
         method=method,
@@ -422,6 +429,5 @@ def _budget_skip(trace: StructuredTrace, method: str, verdict: Verdict | None, p
         mode=AttributionMode.NONE,
         original_verdict=verdict,
         original_answer=trace.final_answer,
-        reason=f"the hourly LLM token budget ({per_hour}) is spent: stored and flagged, not attributed; raise "
-        "max_tokens_per_hour",
+        reason=reason,
     )

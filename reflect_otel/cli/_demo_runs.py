@@ -17,7 +17,9 @@ from reflect_otel.trace import StructuredTrace
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
+    from reflect_otel.demo.table_agent import TableQAAgent
     from reflect_otel.llm.base import StructuredLLM
+    from reflect_otel.replay import ReplayAdapter
 
 __all__ = ["sql_agent_runs", "table_agent_rebuilt", "table_agent_runs"]
 
@@ -30,10 +32,8 @@ def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps:
     LangChain instrumentation) and gives the LangGraph adapter that replays it from the run's checkpoints, its
     proposals sampled. ``deterministic``: the agent's model repeats itself (greedy on one slot: the embedded local
     server), so one replay per arm decides (``reflect_otel.cli._options.agent_is_deterministic``)."""
-    from reflect_otel.demo import table_rules
     from reflect_otel.demo.table_agent import TableQAAgent
     from reflect_otel.reading.capture import recorded_run
-    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 
     agent_llm = AgentCallRecorder(llm)  # its calls for an attribution (replays, proposals) are counted there
 
@@ -49,15 +49,7 @@ def table_agent_runs(llm: StructuredLLM, provider: TracerProvider, *, max_steps:
         # the answer the run is judged by is the one the methods see: a run stopped at its step limit has none
         # (as its replays have), though its spans may end on a model turn that reads like one
         trace = trace.model_copy(update={"final_answer": answer or None})
-        adapter = LangGraphReplayAdapter(
-            agent.graph,
-            tracer_provider=provider,
-            recursion_limit=agent.recursion_limit,
-            deterministic=deterministic,
-            correction_rules=table_rules.RULES,  # the table agent's own rule, for its runs only
-            pure_tools=tuple(agent.tools),  # its table operations read fixed data: a repeated call adds nothing
-            restore_state=agent.rewind,  # each replay reads the table names its run read
-        )
+        adapter = table_adapter(agent, provider, deterministic=deterministic)
         return AgentRun(answer=answer, trace=trace, replay=adapter, context=agent.table_context)
 
     return run
@@ -70,24 +62,14 @@ def table_agent_rebuilt(
     workspace rebuilt before each replay by re-running the kept steps' tool calls (checked once on the whole trace
     first), its LangGraph adapter seeding the replay from the trace's spans (this process holds no checkpoints of
     it)."""
-    from reflect_otel.demo import table_rules
     from reflect_otel.demo.table_agent import TableQAAgent
-    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 
     agent_llm = AgentCallRecorder(llm)  # its calls for an attribution (replays, proposals) are counted there
 
     def rebuilt(question: WTQQuestion, trace: StructuredTrace) -> AgentRun:
         agent = TableQAAgent(question, agent_llm, max_steps=max_steps)
         agent.restore(trace)  # a trace whose calls no longer give its results fails here, not in every replay
-        adapter = LangGraphReplayAdapter(
-            agent.graph,
-            tracer_provider=provider,
-            recursion_limit=agent.recursion_limit,
-            deterministic=deterministic,
-            correction_rules=table_rules.RULES,  # the table agent's own rule, for its runs only
-            pure_tools=tuple(agent.tools),  # its table operations read fixed data: a repeated call adds nothing
-            restore_state=agent.rewind,  # the tables its kept steps made, rebuilt before each replay
-        )
+        adapter = table_adapter(agent, provider, deterministic=deterministic)
         return AgentRun(answer=trace.final_answer or "", trace=trace, replay=adapter, context=agent.table_context)
 
     return rebuilt
@@ -129,3 +111,20 @@ def sql_agent_runs(
         )
 
     return run, rebuilt
+
+
+def table_adapter(agent: TableQAAgent, provider: TracerProvider, *, deterministic: bool = False) -> ReplayAdapter:
+    """The LangGraph adapter that replays a table-QA demo agent's runs, with what that agent knows of itself: its
+    correction rule (for its runs only), its pure tools (its table operations read fixed data: a repeated call adds
+    nothing) and its rewind (each replay reads the tables its kept steps made)."""
+    from reflect_otel.demo import table_rules
+    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter, LangGraphReplayOptions
+
+    options = LangGraphReplayOptions(
+        recursion_limit=agent.recursion_limit,
+        deterministic=deterministic,
+        correction_rules=table_rules.RULES,
+        pure_tools=tuple(agent.tools),
+        restore_state=agent.rewind,
+    )
+    return LangGraphReplayAdapter(agent.graph, tracer_provider=provider, options=options)

@@ -273,20 +273,11 @@ def _agent(
             deterministic=deterministic,
         )
         return sql.answer, adapter, sql.table_context, "sql_agent"
-    from reflect_otel.demo import table_rules
+    from reflect_otel.cli._demo_runs import table_adapter
     from reflect_otel.demo.table_agent import TableQAAgent
-    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 
     table = TableQAAgent(question, AgentCallRecorder(llm), max_steps=max_steps)  # replays' calls: the record's
-    graph_adapter = LangGraphReplayAdapter(
-        table.graph,
-        tracer_provider=provider,
-        recursion_limit=table.recursion_limit,
-        deterministic=deterministic,
-        correction_rules=table_rules.RULES,  # the table agent's own rule, for its runs only
-        pure_tools=tuple(table.tools),  # its table operations read fixed data: a repeated call adds nothing
-        restore_state=table.rewind,  # each replay reads the table names its run read
-    )
+    graph_adapter = table_adapter(table, provider, deterministic=deterministic)
     return lambda: table.answer(thread_id=f"demo-{question.id}"), graph_adapter, table.table_context, "table_qa"
 
 

@@ -18,7 +18,9 @@ import signal
 import threading
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.sdk.trace import TracerProvider
 
 from reflect_otel.attribution.corrections import Rule
 from reflect_otel.config import LLMConfig
@@ -28,6 +30,10 @@ from reflect_otel.reading.semconv import OpenInferenceSpanKindValues, ReflectAtt
 from reflect_otel.record import Correction
 from reflect_otel.replay import ReplayAdapter, ReplayRequest, ReplayResult, agent_rules, replay_with, resampler
 from reflect_otel.trace import Step, StructuredTrace
+
+if TYPE_CHECKING:
+    from reflect_otel.demo.table_agent import TableQAAgent
+    from reflect_otel.demo.wtq import WTQQuestion
 
 __all__ = ["add_demo_agent_command"]
 
@@ -113,16 +119,30 @@ def add_demo_agent_command(subparsers: argparse._SubParsersAction[argparse.Argum
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from openinference.instrumentation.langchain import LangChainInstrumentor
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from reflect_otel.demo.table_agent import TableQAAgent  # langgraph: loaded only when serving
 
-    from reflect_otel.demo import table_rules
-    from reflect_otel.demo.table_agent import TableQAAgent
+    questions = _wanted_questions(args)
+    provider = _provider(args)
+    llm = make_llm(LLMConfig.from_env())
+    agents = {f"remote-{q.id}": TableQAAgent(q, llm, max_steps=args.max_steps) for q in questions}
+    server = _server(_adapter(agents, provider), args.replay_port)
+    threading.Thread(target=server.serve_forever, name="replay-endpoint", daemon=True).start()
+    print(f"replay endpoint http://127.0.0.1:{server.server_address[1]}/replay", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        _answer_each(agents, provider, with_expected=not args.no_expected)
+        stop.wait(args.duration)
+    finally:
+        server.shutdown()
+        provider.shutdown()
+    return 0
+
+
+def _wanted_questions(args: argparse.Namespace) -> list[WTQQuestion]:
+    """The bundled questions named by --questions/--question (the demo's by default); an unknown one is refused."""
     from reflect_otel.demo.wtq import DEMO_QUESTIONS, load_questions
-    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter, LangGraphReplayOptions
 
     given = [q.strip() for q in (args.questions or "").split(",") if q.strip()] + list(args.question or [])
     wanted = given or list(DEMO_QUESTIONS)
@@ -132,53 +152,49 @@ def _serve(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--questions: no bundled question {', '.join(unknown)}; bundled: {', '.join(sorted(questions))}"
         )
+    return [questions[q] for q in wanted]
+
+
+def _provider(args: argparse.Namespace) -> TracerProvider:
+    """The agent's tracer provider, instrumented for LangChain, sending its spans to --otlp-endpoint."""
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import SpanLimits
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
     provider = TracerProvider(
         resource=Resource.create({"service.name": args.service}),
         span_limits=SpanLimits(max_span_attributes=10_000, max_attribute_length=None),
     )
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=args.otlp_endpoint)))
     LangChainInstrumentor().instrument(tracer_provider=provider)
-    tracer = provider.get_tracer("reflect_otel.demo.remote_agent")
-    llm = make_llm(LLMConfig.from_env())
-    agents = {f"remote-{qid}": TableQAAgent(questions[qid], llm, max_steps=args.max_steps) for qid in wanted}
-    adapter = _ByThread(
-        {
-            thread: LangGraphReplayAdapter(
-                agent.graph,
-                tracer_provider=provider,
-                options=LangGraphReplayOptions(
-                    recursion_limit=agent.recursion_limit,
-                    correction_rules=table_rules.RULES,  # the table agent's own rule, served to the collector
-                    pure_tools=tuple(agent.tools),  # its table operations read fixed data: a repeated call adds nothing
-                    restore_state=agent.rewind,  # each replay reads the table names its run read
-                ),
-            )
-            for thread, agent in agents.items()
-        },
+    return provider
+
+
+def _adapter(agents: Mapping[str, TableQAAgent], provider: TracerProvider) -> _ByThread:
+    """One LangGraph replay adapter per run's thread, each with the table agent's own rule and tools."""
+    from reflect_otel.cli._demo_runs import table_adapter
+
+    return _ByThread(
+        {thread: table_adapter(agent, provider) for thread, agent in agents.items()},
         {thread: agent.table_context for thread, agent in agents.items()},
     )
-    server = _server(adapter, args.replay_port)
-    threading.Thread(target=server.serve_forever, name="replay-endpoint", daemon=True).start()
-    print(f"replay endpoint http://127.0.0.1:{server.server_address[1]}/replay", flush=True)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    try:
-        for thread, agent in agents.items():
-            question = agent.question
-            attributes = {
-                SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.AGENT.value,
-                SpanAttributes.INPUT_VALUE: question.question,
-            }
-            if not args.no_expected:
-                attributes[ReflectAttributes.EXPECTED_ANSWER] = question.expected
-            with tracer.start_as_current_span("table_qa", attributes=attributes) as span:
-                answer = agent.answer(thread_id=thread)
-                span.set_attribute(SpanAttributes.OUTPUT_VALUE, answer)
-            provider.force_flush()
-            print(f"answered {question.id}: {answer}", flush=True)
-        stop.wait(args.duration)
-    finally:
-        server.shutdown()
-        provider.shutdown()
-    return 0
+
+
+def _answer_each(agents: Mapping[str, TableQAAgent], provider: TracerProvider, *, with_expected: bool) -> None:
+    """Each agent answers its question under an AGENT span (its expected answer on it unless left out)."""
+    tracer = provider.get_tracer("reflect_otel.demo.remote_agent")
+    for thread, agent in agents.items():
+        question = agent.question
+        attributes = {
+            SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.AGENT.value,
+            SpanAttributes.INPUT_VALUE: question.question,
+        }
+        if with_expected:
+            attributes[ReflectAttributes.EXPECTED_ANSWER] = question.expected
+        with tracer.start_as_current_span("table_qa", attributes=attributes) as span:
+            answer = agent.answer(thread_id=thread)
+            span.set_attribute(SpanAttributes.OUTPUT_VALUE, answer)
+        provider.force_flush()
+        print(f"answered {question.id}: {answer}", flush=True)

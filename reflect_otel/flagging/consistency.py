@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from typing import TypedDict, Unpack
 
 from reflect_otel.errors import ReplayError
 from reflect_otel.flagging.calibration import ConfidenceCalibration, Resampling
@@ -241,11 +242,22 @@ def render_consistency(check: ConsistencyCheck) -> str:
     return "\n".join(lines)
 
 
+class ConsistencyOptions(TypedDict, total=False):
+    """How a :class:`ConsistencyVerifier` resamples: ``samples`` at most (3), at ``temperature`` (0.7), on the share
+    ``sample_rate`` of runs (1.0), stopping early by ``stop_lead`` (None: all ``samples`` run), flagging at the score
+    ``threshold`` (None: ``REFLECT_FLAG_THRESHOLD``)."""
+
+    samples: int
+    temperature: float
+    sample_rate: float
+    stop_lead: int | None
+    threshold: float | None
+
+
 class ConsistencyVerifier:
     """A :class:`~reflect_otel.flagging.verifiers.Verifier` for runs without an expected answer, through the run's replay
-    adapter (bound per run with :meth:`with_runs`). ``sample_rate`` is the share of runs checked (the others are
-    ``UNCERTAIN``, with no agent run spent); ``stop_lead`` the stopping rule (None: all ``samples`` are run);
-    ``threshold`` the score that flags a run (None: ``REFLECT_FLAG_THRESHOLD``)."""
+    adapter (bound per run with :meth:`with_runs`), resampling as :class:`ConsistencyOptions` says. Runs not drawn by
+    ``sample_rate`` are ``UNCERTAIN``, with no agent run spent."""
 
     name = "consistency"
 
@@ -253,13 +265,13 @@ class ConsistencyVerifier:
         self,
         runs: SamplesRuns | None = None,
         *,
-        samples: int = 3,
-        temperature: float = 0.7,
-        sample_rate: float = 1.0,
-        stop_lead: int | None = None,
-        threshold: float | None = None,
         calibration: ConfidenceCalibration | None = None,
+        **options: Unpack[ConsistencyOptions],
     ) -> None:
+        samples = options.get("samples", 3)
+        sample_rate = options.get("sample_rate", 1.0)
+        stop_lead = options.get("stop_lead")
+        threshold = options.get("threshold")
         if samples < 1:
             raise ValueError("samples must be at least 1")
         if not 0.0 <= sample_rate <= 1.0:
@@ -270,7 +282,7 @@ class ConsistencyVerifier:
             raise ValueError("threshold must lie in [0, 1]")
         self.runs = runs
         self.samples = samples
-        self.temperature = temperature
+        self.temperature = options.get("temperature", 0.7)
         self.sample_rate = sample_rate
         self.stop_lead = stop_lead or None
         self.threshold = threshold if threshold is not None else settings().flag_threshold
@@ -280,12 +292,12 @@ class ConsistencyVerifier:
         """The same verifier resampling through ``runs`` (the adapter found for one run)."""
         return ConsistencyVerifier(
             runs,
+            calibration=self.calibration,
             samples=self.samples,
             temperature=self.temperature,
             sample_rate=self.sample_rate,
             stop_lead=self.stop_lead,
             threshold=self.threshold,
-            calibration=self.calibration,
         )
 
     def with_original(self, trace: StructuredTrace, verdict: Verdict) -> ConsensusVerifier:

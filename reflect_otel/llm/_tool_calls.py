@@ -263,68 +263,69 @@ def _formatter(llama: Any) -> _Formatter:
 _SAMPLING = ("top_p", "top_k", "min_p", "typical_p", "seed", "presence_penalty", "frequency_penalty", "repeat_penalty")
 
 
-def handler(
-    *,
-    llama: Any,
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]] | None = None,
-    tool_choice: Any = None,
-    stream: bool = False,
-    temperature: float = 0.2,
-    max_tokens: int | None = None,
-    **kwargs: Any,
-) -> Any:
-    """The ``reflect-tools`` chat handler (llama-cpp-python's handler signature; see the module)."""
-    template_messages = _template_messages(messages)
-    if not tools or tool_choice == "none" or isinstance(tool_choice, dict):
-        offered = tools if isinstance(tool_choice, dict) else None
-        return _template_handler(llama)(
-            llama=llama,
-            messages=template_messages,
-            tools=offered,
-            tool_choice=tool_choice if offered else None,
-            stream=stream,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            **kwargs,
-        )
-    formatter = _formatter(llama)
-    names = _names(tools)
-    prompt = formatter.prompt(template_messages, tools)
-    sampling = {k: kwargs[k] for k in _SAMPLING if kwargs.get(k) is not None}
-    usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+class _Completion:
+    """Raw completions of one chat request at its temperature, length and sampling, their token usage summed."""
 
-    def complete(text: str, **extra: Any) -> dict[str, Any]:
-        tokens = llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
-        result: dict[str, Any] = llama.create_completion(
-            prompt=tokens, temperature=temperature, max_tokens=max_tokens, stream=False, **sampling, **extra
-        )
-        for key in usage:
-            usage[key] += int(result.get("usage", {}).get(key, 0))
+    def __init__(self, llama: Any, request: dict[str, Any]) -> None:
+        self.llama = llama
+        self.temperature = request.get("temperature", 0.2)
+        self.max_tokens = request.get("max_tokens")
+        self.sampling = {k: request[k] for k in _SAMPLING if request.get(k) is not None}
+        self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+    def __call__(self, text: str, **extra: Any) -> dict[str, Any]:
+        tokens = self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        options = {"temperature": self.temperature, "max_tokens": self.max_tokens, **self.sampling, **extra}
+        result: dict[str, Any] = self.llama.create_completion(prompt=tokens, stream=False, **options)
+        for key in self.usage:
+            self.usage[key] += int(result.get("usage", {}).get(key, 0))
         return result
 
+
+def handler(*, llama: Any, messages: list[dict[str, Any]], **request: Any) -> Any:
+    """The ``reflect-tools`` chat handler (llama-cpp-python's handler signature: ``tools``, ``tool_choice``,
+    ``stream``, ``temperature``, ``max_tokens`` and the sampling options come as keywords; see the module)."""
+    template_messages = _template_messages(messages)
+    tools, tool_choice = request.get("tools"), request.get("tool_choice")
+    if not tools or tool_choice == "none" or isinstance(tool_choice, dict):
+        offered = tools if isinstance(tool_choice, dict) else None
+        passed = {**request, "tools": offered, "tool_choice": tool_choice if offered else None}
+        passed.setdefault("temperature", 0.2)
+        return _template_handler(llama)(llama=llama, messages=template_messages, **passed)
+    return _tool_reply(_formatter(llama), template_messages, _Completion(llama, request), request)
+
+
+def _tool_reply(
+    formatter: _Formatter, messages: list[dict[str, Any]], complete: _Completion, request: dict[str, Any]
+) -> Any:
+    """A reply to a request with tools: a valid call of one of them or a plain message (under the reply grammar),
+    else, when a call is required or was cut short, a call decoded under the tools' JSON schema."""
     from llama_cpp import llama_grammar
 
+    tools, stream = request["tools"], bool(request.get("stream", False))
+    names = _names(tools)
+    prompt = formatter.prompt(messages, tools)
     content, call = "", None
-    if tool_choice != "required":  # a call of one of the tools, or a plain message: nothing else can be decoded
+    if request.get("tool_choice") != "required":  # a call of one of the tools, or a plain message: nothing else
         reply = llama_grammar.LlamaGrammar.from_string(reply_grammar(tools), verbose=False)
         first = complete(prompt, stop=[formatter.eos, CLOSE], grammar=reply)
         written = first["choices"][0]["text"]
         found = _written_call(written, names)
         if found is None:
-            return _reply(first, written.strip(), None, usage, stream)
+            return _reply(first, written.strip(), None, complete.usage, stream)
         start, body, _ = found
         content = written[:start].strip()
         call = _parsed_call(body, names)
         prompt += written[:start]
-    if call is None:  # "required", or a call cut short (max_tokens) that the grammar let the model begin
-        grammar = llama_grammar.LlamaGrammar.from_json_schema(json.dumps(_call_schema(tools)), verbose=False)
-        constrained = complete(f"{prompt}{OPEN}\n", grammar=grammar, max_tokens=max_tokens or _FALLBACK_MAX_TOKENS)
-        call = _parsed_call(constrained["choices"][0]["text"], names)
-        if call is None:
-            raise ValueError("the model's constrained tool call did not parse")
-        return _reply(constrained, content, call, usage, stream)
-    return _reply(first, content, call, usage, stream)
+        if call is not None:
+            return _reply(first, content, call, complete.usage, stream)
+    # "required", or a call cut short (max_tokens) that the grammar let the model begin
+    grammar = llama_grammar.LlamaGrammar.from_json_schema(json.dumps(_call_schema(tools)), verbose=False)
+    constrained = complete(f"{prompt}{OPEN}\n", grammar=grammar, max_tokens=complete.max_tokens or _FALLBACK_MAX_TOKENS)
+    call = _parsed_call(constrained["choices"][0]["text"], names)
+    if call is None:
+        raise ValueError("the model's constrained tool call did not parse")
+    return _reply(constrained, content, call, complete.usage, stream)
 
 
 def _template_handler(llama: Any) -> Any:

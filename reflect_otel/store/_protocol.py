@@ -21,21 +21,7 @@ from reflect_otel.store._export import RecordExporter
 from reflect_otel.trace import StructuredTrace
 from reflect_otel.verdict import Verdict
 
-__all__ = [
-    "JOB_RANK",
-    "AttributionJob",
-    "AttributionStore",
-    "JobStatus",
-    "ReadsRecords",
-    "StoreStats",
-    "check_store_target",
-    "moves_on",
-    "open_exporter",
-    "open_store",
-    "store_kind",
-    "store_path",
-    "store_target",
-]
+# the public names are listed once, in the package's __init__
 
 DEFAULT_STORE = "reflect.duckdb"
 

@@ -89,9 +89,9 @@ def same_trace_from_otlp_json(otlp: dict[str, Any], trace: StructuredTrace, fold
     try:
         posted = httpx.post(f"http://127.0.0.1:{receiver.http_port}/v1/traces", json=otlp, timeout=30)
         assert posted.status_code == 200, posted.text
-        assert receiver.force_flush(30)
+        assert receiver.force_flush(30_000)
     finally:
-        receiver.shutdown(30)
+        receiver.shutdown(30_000)
     for again in (*imported, *received):
         assert again.steps == trace.steps
         assert (again.question, again.final_answer, again.session_id, again.agent) == (

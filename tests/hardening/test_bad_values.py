@@ -40,9 +40,9 @@ def test_non_finite_numbers_huge_times_and_lone_surrogates_get_an_answer_and_kee
     receiver = OTLPReceiver(sink, http=("127.0.0.1", 0), buffer_limits=BufferLimits(grace_s=0.0)).start()
     try:
         response = httpx.post(f"http://127.0.0.1:{receiver.http_port}/v1/traces", content=body, headers=JSON)
-        assert receiver.force_flush(10)
+        assert receiver.force_flush(10_000)
     finally:
-        receiver.shutdown(10)
+        receiver.shutdown(10_000)
     assert response.status_code == 200
     partial = response.json()["partialSuccess"]
     assert partial["rejectedSpans"] == "1" and "startTimeUnixNano" in partial["errorMessage"]  # the negative start
@@ -74,9 +74,9 @@ def test_a_scope_name_with_a_lone_surrogate_keeps_the_trace_in_both_outputs(tmp_
         try:
             body = json.dumps(request).encode("utf-8", "surrogatepass")
             response = httpx.post(f"http://127.0.0.1:{receiver.http_port}/v1/traces", content=body, headers=JSON)
-            assert receiver.force_flush(10)
+            assert receiver.force_flush(10_000)
         finally:
-            receiver.shutdown(10)
+            receiver.shutdown(10_000)
     assert response.status_code == 200
     assert [json.loads(line)["trace_id"] for line in out.read_text().splitlines()] == [TRACE]
     with duckdb.connect(str(path), read_only=True) as db:

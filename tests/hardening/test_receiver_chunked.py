@@ -40,9 +40,9 @@ def test_a_chunked_export_is_received_whole() -> None:
         payload = body(span(31, 1, parent=None, text="y" * 5000))
         answer = _post(receiver.http_port, "Transfer-Encoding: chunked\r\n", _chunked(payload, 777))
         assert answer.startswith("HTTP/1.1 200"), answer
-        assert receiver.force_flush(10)
+        assert receiver.force_flush(10_000)
     finally:
-        receiver.shutdown(10)
+        receiver.shutdown(10_000)
     assert f"{31:032x}" in collected.traces
 
 
@@ -53,7 +53,7 @@ def refusing() -> Iterator[OTLPReceiver]:
     try:
         yield receiver
     finally:
-        receiver.shutdown(10)
+        receiver.shutdown(10_000)
 
 
 @pytest.mark.parametrize(
@@ -79,5 +79,5 @@ def test_a_chunked_body_over_the_limit_is_413_before_it_is_all_read() -> None:
     try:
         answer = _post(receiver.http_port, "Transfer-Encoding: chunked\r\n", _chunked(b"x" * 3000, 600))
     finally:
-        receiver.shutdown(10)
+        receiver.shutdown(10_000)
     assert answer.startswith("HTTP/1.1 413") and "1000-byte limit" in answer

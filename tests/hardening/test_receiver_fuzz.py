@@ -85,9 +85,9 @@ def test_mutated_bodies_get_client_fault_answers_and_valid_traces_still_arrive_w
                 )
                 assert response.status_code == 200
                 export(proto_trace(n + 101), timeout=30)
-        assert receiver.force_flush(30)
+        assert receiver.force_flush(30_000)
     finally:
-        receiver.shutdown(30)
+        receiver.shutdown(30_000)
     print(f"\nfuzz: {dict(tally)}; statuses {dict(statuses)}")
     for n in [*range(1, 11), *range(101, 111)]:
         trace = sink.traces.get(trace_id(n))

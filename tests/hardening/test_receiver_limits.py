@@ -68,7 +68,7 @@ def test_a_full_receiver_answers_429_with_retry_after_and_keeps_none_of_the_refu
     try:
         held = body(*(span(1, n, text="a" * 4_000) for n in range(2, 6)))  # ~16 KB, its root never comes
         assert httpx.post(url(receiver), content=held, headers=JSON).status_code == 200
-        assert receiver.force_flush(10)
+        assert receiver.force_flush(10_000)
         refused = httpx.post(url(receiver), content=body(span(2, 2, text="b" * 8_000)), headers=JSON)
         assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
         assert "full" in refused.json()["message"]
@@ -76,7 +76,7 @@ def test_a_full_receiver_answers_429_with_retry_after_and_keeps_none_of_the_refu
         small = body(span(3, 1, parent=None, text="c"))  # fits: taken
         assert httpx.post(url(receiver), content=small, headers=JSON).status_code == 200
     finally:
-        assert receiver.shutdown(10)
+        receiver.shutdown(10_000)
     assert set(collected.traces) == {f"{1:032x}", f"{3:032x}"}  # the refused trace was never acknowledged
     stats = receiver.stats()
     assert stats["peak_buffered_bytes"] <= 20_000 + 2_000
@@ -90,7 +90,7 @@ def test_a_trace_over_its_byte_limit_keeps_what_fits_and_says_so() -> None:
         spans = [span(7, 1, parent=None)] + [span(7, n, text="d" * 1_500) for n in range(2, 8)]
         assert httpx.post(url(receiver), content=body(*spans), headers=JSON).status_code == 200
     finally:
-        receiver.shutdown(10)
+        receiver.shutdown(10_000)
     trace = collected.traces[f"{7:032x}"]
     (warning,) = [w for w in trace.warnings if w.code is WarningCode.DROPPED_SPANS]
     assert "5000 bytes" in warning.message and "max_bytes_per_trace" in warning.message
@@ -113,7 +113,7 @@ def test_requests_over_the_span_count_limit_get_413_on_both_transports() -> None
                 export(request.SerializeToString(), timeout=10)
         assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT and "11 spans" in raised.value.details()
     finally:
-        receiver.shutdown(10)
+        receiver.shutdown(10_000)
 
 
 def test_grpc_garbage_is_invalid_argument_not_internal() -> None:
@@ -127,7 +127,7 @@ def test_grpc_garbage_is_invalid_argument_not_internal() -> None:
         assert "not a valid OTLP protobuf" in raised.value.details()
         assert receiver.stats()["requests_rejected"] == 1
     finally:
-        receiver.shutdown(10)
+        receiver.shutdown(10_000)
 
 
 def test_truncated_gzip_is_400_and_x_gzip_is_gzip() -> None:
@@ -140,9 +140,9 @@ def test_truncated_gzip_is_400_and_x_gzip_is_gzip() -> None:
             assert response.status_code == 400, cut
         response = httpx.post(url(receiver), content=zipped, headers=JSON | {"Content-Encoding": "x-gzip"})
         assert response.status_code == 200
-        assert receiver.force_flush(10)
+        assert receiver.force_flush(10_000)
     finally:
-        receiver.shutdown(10)
+        receiver.shutdown(10_000)
     assert f"{5:032x}" in collected.traces
 
 
@@ -161,7 +161,7 @@ def test_two_content_length_headers_are_refused() -> None:
                 answer += chunk
         assert answer.decode().startswith("HTTP/1.1 400") and "exactly one Content-Length" in answer.decode()
     finally:
-        receiver.shutdown(10)
+        receiver.shutdown(10_000)
 
 
 def test_nothing_acknowledged_is_lost_at_shutdown_and_later_posts_are_told_to_retry() -> None:
@@ -175,7 +175,7 @@ def test_nothing_acknowledged_is_lost_at_shutdown_and_later_posts_are_told_to_re
         response.read()
         assert response.status == 200
         acknowledged.append(f"{trace:032x}")
-    assert receiver.shutdown(10)
+    receiver.shutdown(10_000)
     connection.request("POST", "/v1/traces", body(span(99, 1, parent=None)), JSON)  # the handler thread lives on
     late = connection.getresponse()
     assert late.status == 503 and late.getheader("Retry-After") == "1" and b"shutting down" in late.read()
@@ -200,7 +200,7 @@ def test_more_concurrent_requests_than_slots_get_503_not_a_reset() -> None:
         assert slow.recv(4096).startswith(b"HTTP/1.1 200")
         slow.close()
     finally:
-        receiver.shutdown(10)
+        receiver.shutdown(10_000)
 
 
 def test_a_second_receiver_on_the_same_ports_fails_clearly() -> None:
@@ -212,7 +212,7 @@ def test_a_second_receiver_on_the_same_ports_fails_clearly() -> None:
         with pytest.raises(ConfigError, match="could not listen"):
             OTLPReceiver(lambda trace: None, http=("127.0.0.1", first.http_port))
     finally:
-        first.shutdown(10)
+        first.shutdown(10_000)
 
 
 def test_two_hundred_concurrent_posts_are_all_answered() -> None:
@@ -227,7 +227,7 @@ def test_two_hundred_concurrent_posts_are_all_answered() -> None:
         with ThreadPoolExecutor(max_workers=200) as pool:
             answers = list(pool.map(post, range(200)))
     finally:
-        receiver.shutdown(10)
+        receiver.shutdown(10_000)
     # none reset by a full listen backlog: each is taken, or told to retry when over the concurrent-request slots
     assert all(answer in ((200, None), (503, "1")) for answer in answers), set(answers)
     refused = sum(1 for status, _ in answers if status == 503)

@@ -18,7 +18,7 @@ def test_shutdown_under_load_writes_exactly_what_was_acknowledged() -> None:
     receiver = OTLPReceiver(sink, http=("127.0.0.1", 0), buffer_limits=BufferLimits(grace_s=30.0)).start()
     load = SteadyLoad(receiver.http_port).start()
     wait_until(lambda: len(load.acknowledged) > 50, 60, "50 acknowledged traces")
-    assert receiver.shutdown(30)  # mid-stream
+    receiver.shutdown(30_000)  # mid-stream
     load.stop()  # joins the senders, so the answers still in flight are in
     acknowledged, refused = load.acknowledged, load.refused
     assert len(acknowledged) > 50
@@ -59,9 +59,9 @@ def test_a_flood_of_huge_spans_stays_under_the_configured_bytes() -> None:
                     thread.start()
                 for thread in posts:
                     thread.join(120)
-            assert receiver.force_flush(60)
+            assert receiver.force_flush(60_000)
     finally:
-        receiver.shutdown(60)
+        receiver.shutdown(60_000)
     growth = rss.growth
     bound = 8 * (buffered + inflight + 60 * 256 * 1024)
     print(
