@@ -77,11 +77,11 @@ class Replayer:
         return attempt
 
 
-@dataclass(slots=True)
-class ControlArm:
-    """The control arm of one rollback point: its replays, in order."""
+class _ArmReplays:
+    """What every arm says of its replays: those that answered, how many flipped, the arm as the record keeps it."""
 
-    attempts: list[ReplayAttempt] = field(default_factory=list)
+    __slots__ = ()
+    attempts: list[ReplayAttempt]
 
     @property
     def answered(self) -> list[ReplayAttempt]:
@@ -91,12 +91,19 @@ class ControlArm:
     def flips(self) -> int:
         return sum(1 for a in self.answered if a.flipped)
 
+    def arm(self) -> EffectArm:
+        return effect_arm(self.answered, self.flips)
+
+
+@dataclass(slots=True)
+class ControlArm(_ArmReplays):
+    """The control arm of one rollback point: its replays, in order."""
+
+    attempts: list[ReplayAttempt] = field(default_factory=list)
+
     @property
     def reproduced_all(self) -> bool:
         return all(a.reproduced for a in self.answered)
-
-    def arm(self) -> EffectArm:
-        return effect_arm(self.answered, self.flips)
 
 
 class Controls:
@@ -167,7 +174,7 @@ VariantMaker = Callable[[Step], tuple[StepAction | None, str]]
 
 
 @dataclass(slots=True)
-class SensitivityArm:
+class SensitivityArm(_ArmReplays):
     """The sensitivity arm of one rollback point: the variant executed in place of step p (None: none could be
     made), how it differs or why there is none, and its replays. ``usable`` is False once a replay shows the variant
     is no text-only change (not executed as given, another effect, or replayed as the original step), with why."""
@@ -176,17 +183,6 @@ class SensitivityArm:
     note: str
     attempts: list[ReplayAttempt] = field(default_factory=list)
     usable: bool = True
-
-    @property
-    def answered(self) -> list[ReplayAttempt]:
-        return [a for a in self.attempts if a.error is None]
-
-    @property
-    def flips(self) -> int:
-        return sum(1 for a in self.answered if a.flipped)
-
-    def arm(self) -> EffectArm:
-        return effect_arm(self.answered, self.flips)
 
 
 class Sensitivities:

@@ -210,6 +210,13 @@ def _spelt_bare(value: str, token: Token, option: str) -> bool:
     return any(start <= token.start < end for start, end in bare_spellings(value, option))
 
 
+def _first_fix(step: Step, rule: str, fixes: Sequence[_Fix], why: Callable[[_Fix], str]) -> list[Correction]:
+    """The rule's correction of ``step`` by the first of ``fixes`` (none when there is none), ``why`` saying why."""
+    if not fixes:
+        return []
+    return [rule_correction(step, rule, _replaced(step, fixes[0]), why(fixes[0]))]
+
+
 def _fixes(step: Step, options: Sequence[str], *, named: Sequence[str] = (), literals: bool = False) -> list[_Fix]:
     """Each string argument rewritten toward ``options``, best first (of equal scores, the first in the statement).
     When the error names what is wrong, an argument that is a name it names is replaced whole, and any other argument
@@ -305,19 +312,15 @@ def valid_options(trace: StructuredTrace, step: Step, context: str = "") -> list
     table = _TABLE_ERROR.search(_first_line(step.tool_result)) is not None
     shown = _tool_text.shown_tables if table else _tool_text.shown_names
     names = list(dict.fromkeys(n for text in texts for n in shown(text)))
-    fixes = _fixes(step, names, named=named) if names else []
-    if not fixes:
-        return []
-    fix = fixes[0]
-    return [
-        rule_correction(
-            step,
-            "valid_options",
-            _replaced(step, fix),
-            f"step {step.index} failed on {_short(fix.was)} ({_short(_first_line(step.tool_result))}); the data "
-            f"shown before it has the {'table' if table else 'field'} {fix.now!r}",
+    failure, kind = _short(_first_line(step.tool_result)), "table" if table else "field"
+
+    def why(fix: _Fix) -> str:
+        return (
+            f"step {step.index} failed on {_short(fix.was)} ({failure}); "
+            f"the data shown before it has the {kind} {fix.now!r}"
         )
-    ]
+
+    return _first_fix(step, "valid_options", _fixes(step, names, named=named) if names else [], why)
 
 
 _TABLE_ERROR = re.compile(
@@ -338,19 +341,14 @@ def question_value(trace: StructuredTrace, step: Step, context: str = "") -> lis
         return []
     used = " ".join(_normal(str(v)) for s in trace.steps for v in s.tool_args.values())
     absent = [c for c in question_constraints(trace.question) if _normal(c) not in used]
-    fixes = _fixes(step, absent, literals=True) if absent else []
-    if not fixes:
-        return []
-    fix = fixes[0]
-    return [
-        rule_correction(
-            step,
-            "question_value",
-            _replaced(step, fix),
-            f"the question names {fix.now!r}, which no call used; step {step.index} used {_what(fix, step)} and "
-            "got nothing",
+
+    def why(fix: _Fix) -> str:
+        return (
+            f"the question names {fix.now!r}, which no call used; "
+            f"step {step.index} used {_what(fix, step)} and got nothing"
         )
-    ]
+
+    return _first_fix(step, "question_value", _fixes(step, absent, literals=True) if absent else [], why)
 
 
 def _shown_values(trace: StructuredTrace, step: Step, context: str) -> dict[str, list[str]]:

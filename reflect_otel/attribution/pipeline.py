@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Unpack
+from typing import NamedTuple, Unpack
 
 from reflect_otel import prompts
 from reflect_otel.attribution import corrections, leaks, stages
@@ -208,9 +208,10 @@ class ReflectPolicy:
             if self.actions and self.evidence
             else []
         )
+        heard = _Heard(localization, classification, tuple(found), round_)
 
         def whole() -> Diagnosis:
-            plans = self._plans(ctx, localization, classification, found, round_)
+            plans = self._plans(ctx, heard)
             plan = plans[0]
             if self.swap_plan is not None:
                 plan = self.swap_plan(ctx, plan)
@@ -218,22 +219,15 @@ class ReflectPolicy:
             round_plan = _RoundPlan(localization, classification, plan, tuple(plans), tuple(found), round_)
             return self._trials(ctx, round_plan, set(tested), frozenset(localized))
 
-        first = self._evidence_first(ctx, localization, classification, found, round_, set(tested))
+        first = self._evidence_first(ctx, heard, set(tested))
         if first is None or self.swap_plan is not None or self.action_step is not None:
             return whole()  # the controls change what the evidence calls are: their rounds are diagnosed at once
         return replace(first, rest=whole)  # the diagnosis is written only if the evidence calls prove nothing
 
-    def _evidence_first(
-        self,
-        ctx: SearchContext,
-        localization: Localization,
-        classification: Classification | None,
-        found: list[Correction],
-        round_: int,
-        tested: set[int],
-    ) -> Diagnosis | None:
+    def _evidence_first(self, ctx: SearchContext, heard: _Heard, tested: set[int]) -> Diagnosis | None:
         """The round's evidence calls, which come first in its order and need no diagnosis; None when there is
         none to test (the round is diagnosed at once)."""
+        localization, classification, found, round_ = heard
         located = localization.step_index
         proposed = sorted((_screened(c, ctx.trace) for c in found), key=lambda c: abs(c.step_index - located))
         usable = [c for c in proposed if c.refused is None]
@@ -247,17 +241,11 @@ class ReflectPolicy:
             return None
         return Diagnosis(localization, classification, None, trials)
 
-    def _plans(
-        self,
-        ctx: SearchContext,
-        localization: Localization,
-        classification: Classification | None,
-        found: list[Correction],
-        round_: int,
-    ) -> list[RepairPlan]:
+    def _plans(self, ctx: SearchContext, heard: _Heard) -> list[RepairPlan]:
         """The round's repair plan (greedy), then ``auditor_samples - 1`` sampled second opinions, each written
         without the expected answer in view (:func:`blind`); the localizer's own suggestion when the diagnosis
         fails or is switched off."""
+        localization, classification, found, round_ = heard
         fallback = stages.null_plan(localization, classification)
         if not self.use_diagnostician:
             return [fallback]
@@ -519,6 +507,15 @@ def _screened(correction: Correction, trace: StructuredTrace) -> Correction:
         return correction
     change = screened_change(correction.replacement, trace, correction.step_index)
     return correction if change is None else correction.model_copy(update={"refused": change.text})
+
+
+class _Heard(NamedTuple):
+    """What a round's localization, classification and evidence rules said, before any plan is written."""
+
+    localization: Localization
+    classification: Classification | None
+    found: tuple[Correction, ...]
+    round: int
 
 
 @dataclass(frozen=True, slots=True)
