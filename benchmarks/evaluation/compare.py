@@ -99,7 +99,7 @@ def _run(folder: Path) -> list[Run]:
         metrics = read_json_object(metrics_path)
     elif results.is_file():
         metrics = _computed(config, _rows(results))
-        note = "no metrics.json: computed now from every row of results.jsonl (the folder's README may read a subset)"
+        note = "no metrics.json: computed now from results.jsonl, each question's last row (the folder's README may read a subset)"
     else:
         raise InputError(f"{folder}: a run with neither metrics.json nor results.jsonl; nothing to compare")
     benchmark = str(config.get("benchmark"))
@@ -122,6 +122,8 @@ def _computed(config: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, A
     if config.get("benchmark") == LIVE:
         from benchmarks.evaluation.live_metrics import live_metrics
 
+        latest = {str(row.get("question_id")): row for row in rows}  # a question's row is written again as each
+        rows = list(latest.values())  # method finishes (and on resume): its last row holds every method's record
         methods = config.get("methods") or sorted({m for row in rows for m in row.get("methods", {})})
         return live_metrics(
             [parse_live_row(f"line {n}", row) for n, row in enumerate(rows, 1)], [str(m) for m in methods]
