@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pytest
@@ -27,6 +27,9 @@ from reflect_otel.record import AttributionRecord, AttributionStatus, ReplayArm
 from reflect_otel.testing import ScriptedLLM, ScriptedRequest
 from reflect_otel.trace import StepAction, StructuredTrace
 from tests.conftest import Instrumented
+
+if TYPE_CHECKING:
+    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 
 pytest.importorskip("langgraph")
 
@@ -98,6 +101,22 @@ def agent_run(instrumented: Instrumented, ask: Any) -> StructuredTrace:
         answer = ask()
     assert answer == WRONG and run.trace is not None
     return run.trace.model_copy(update={"final_answer": answer})
+
+
+def restored_adapter(instrumented: Instrumented, llm: ScriptedLLM, trace: StructuredTrace) -> LangGraphReplayAdapter:
+    """The table agent's deterministic LangGraph adapter, its workspace restored to ``trace``'s tables."""
+    from reflect_otel.demo.table_agent import TableQAAgent
+    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter, LangGraphReplayOptions
+
+    agent = TableQAAgent(nt1(), llm, max_steps=6)
+    agent.restore(trace)
+    options = LangGraphReplayOptions(
+        recursion_limit=agent.recursion_limit,
+        deterministic=True,
+        pure_tools=tuple(agent.tools),
+        restore_state=agent.rewind,
+    )
+    return LangGraphReplayAdapter(agent.graph, tracer_provider=instrumented.provider, options=options)
 
 
 def manual_records(path: Path) -> list[AttributionRecord]:
@@ -183,21 +202,9 @@ def test_the_table_agent_replayed_with_the_demos_correction_is_verified_and_stor
 
 
 def test_replay_from_in_python_gives_the_same_record(on_the_session_provider: Instrumented) -> None:
-    from reflect_otel.demo.table_agent import TableQAAgent
-    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
-
     llm = ScriptedLLM(respond=table_model)
     trace = table_run(on_the_session_provider, llm)
-    agent = TableQAAgent(nt1(), llm, max_steps=6)
-    agent.restore(trace)
-    adapter = LangGraphReplayAdapter(
-        agent.graph,
-        tracer_provider=on_the_session_provider.provider,
-        recursion_limit=agent.recursion_limit,
-        deterministic=True,
-        pure_tools=tuple(agent.tools),
-        restore_state=agent.rewind,
-    )
+    adapter = restored_adapter(on_the_session_provider, llm, trace)
     record = reflect_otel.replay_from(trace, 1, call=FIRST, replay=adapter, expected=nt1().expected)
     assert record.method == "manual" and record.status is AttributionStatus.VERIFIED
     assert record.corrected_answer == RIGHT
@@ -213,8 +220,6 @@ def test_replay_from_in_python_gives_the_same_record(on_the_session_provider: In
 def test_the_agents_own_step_resampled_is_tested_as_a_change(on_the_session_provider: Instrumented) -> None:
     """``--resample K``: the agent's own decisions at the step, asked with no hint and sampled; each distinct one is
     executed and tested under the rule like a change the user wrote."""
-    from reflect_otel.demo.table_agent import TableQAAgent
-    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 
     def sampled(request: ScriptedRequest) -> dict[str, Any]:  # asked to sample, it filters on the right value
         if request.temperature and not any(m.content.startswith("Result of ") for m in request.messages):
@@ -224,16 +229,7 @@ def test_the_agents_own_step_resampled_is_tested_as_a_change(on_the_session_prov
 
     llm = ScriptedLLM(respond=sampled)
     trace = table_run(on_the_session_provider, llm, thread="manual-resample")
-    agent = TableQAAgent(nt1(), llm, max_steps=6)
-    agent.restore(trace)
-    adapter = LangGraphReplayAdapter(
-        agent.graph,
-        tracer_provider=on_the_session_provider.provider,
-        recursion_limit=agent.recursion_limit,
-        deterministic=True,
-        pure_tools=tuple(agent.tools),
-        restore_state=agent.rewind,
-    )
+    adapter = restored_adapter(on_the_session_provider, llm, trace)
     record = reflect_otel.replay_from(trace, 1, resample=2, replay=adapter, expected=nt1().expected)
     assert record.status is AttributionStatus.VERIFIED and record.corrected_answer == RIGHT
     assert record.verified_by is not None and record.verified_by.source == "proposal:resample"
