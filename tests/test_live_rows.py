@@ -48,9 +48,19 @@ def test_adding_a_method_makes_a_new_row_and_leaves_the_stored_one_as_it_was() -
 
 
 def test_a_row_without_an_order_gets_none_when_a_method_is_added() -> None:
-    """Rows made before orders were recorded stay without one."""
-    stored = LiveRow.model_validate({"question_id": "nt-7", "correct": False})
-    assert "method_order" not in stored.with_method("ics", MethodRow(status="unverified")).line()
+    """Rows made before orders were recorded, with methods already run, stay without one."""
+    ics = {"status": "unverified"}
+    stored = LiveRow.model_validate({"question_id": "nt-7", "correct": False, "methods": {"ics": ics}})
+    assert "method_order" not in stored.with_method("reflect", MethodRow(status="unverified")).line()
+
+
+def test_a_failure_stopped_before_its_first_method_starts_its_order_on_resume() -> None:
+    """The row a run stores before its first method finishes has no order; its resumed methods are the order."""
+    stored = LiveRow.model_validate({"question_id": "nt-1411", "correct": False})
+    resumed = stored.with_method("ics", MethodRow(status="unverified")).with_method(
+        "reflect", MethodRow(status="verified")
+    )
+    assert resumed.line()["method_order"] == ["ics", "reflect"]
 
 
 def test_the_last_row_of_each_question_wins_and_a_row_of_another_shape_is_named(tmp_path: Path) -> None:

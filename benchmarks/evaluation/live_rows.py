@@ -111,10 +111,12 @@ class LiveRow(BaseModel):
         return self.correct is False
 
     def with_method(self, name: str, method: MethodRow) -> LiveRow:
-        """This row with ``name``'s attribution added, and ``name`` appended to the order where the row keeps one."""
+        """This row with ``name``'s attribution added, and ``name`` appended to the order where the row keeps one.
+        A row with no method yet starts its order here: a failure stored before its first method finished (a stop
+        in between) has none, and its resumed methods are its whole order."""
         update: dict[str, Any] = {"methods": {**self.methods, name: method}}
-        if self.method_order is not None:
-            update["method_order"] = (*self.method_order, name)
+        if self.method_order is not None or not self.methods:
+            update["method_order"] = (*(self.method_order or ()), name)
         return self.model_copy(update=update)
 
     def line(self) -> dict[str, Any]:
