@@ -10,6 +10,7 @@ from opentelemetry.trace import TracerProvider
 from reflect_otel.llm.base import ChatMessage, StructuredLLM
 from reflect_otel.prompts import CHAIN_OF_THOUGHT_PROMPT, ReasoningContinuation
 from reflect_otel.reading.semconv import OpenInferenceSpanKindValues, SpanAttributes
+from reflect_otel.record import Stage
 
 __all__ = ["ChainOfThoughtAgent"]
 
@@ -39,7 +40,7 @@ class ChainOfThoughtAgent:
                 attributes[f"{SpanAttributes.LLM_INPUT_MESSAGES}.{i}.message.role"] = message.role
                 attributes[f"{SpanAttributes.LLM_INPUT_MESSAGES}.{i}.message.content"] = message.content
             with self._tracer.start_as_current_span("reason", attributes=attributes) as span:
-                completion = self.llm.complete(messages, ReasoningContinuation, stage="agent")
+                completion = self.llm.complete(messages, ReasoningContinuation, stage=Stage.AGENT)
                 lines = [line.strip() for text in completion.value.steps for line in text.splitlines() if line.strip()]
                 answer = f"So the answer is {completion.value.answer.strip()}"
                 span.set_attribute(f"{SpanAttributes.LLM_OUTPUT_MESSAGES}.0.message.role", "assistant")

@@ -18,6 +18,7 @@ from reflect_otel.demo.table_tools import TableWorkspace
 from reflect_otel.demo.wtq import WTQQuestion
 from reflect_otel.errors import MissingDependencyError, ReplayError
 from reflect_otel.llm.base import ChatMessage, Completion, OutputT, StructuredLLM, schema_instruction
+from reflect_otel.record import Stage
 from reflect_otel.replay import SAMPLING_TEMPERATURE
 from reflect_otel.trace import StructuredTrace
 
@@ -200,7 +201,7 @@ class StructuredToolChatModel(BaseChatModel):
     ) -> Completion[OutputT]:
         system = ChatMessage(role="system", content=f"{self.system_prompt}\n\n{schema_instruction(output)}")
         llm: StructuredLLM = self.llm
-        return llm.complete([system, *conversation], output, stage="agent", temperature=temperature)
+        return llm.complete([system, *conversation], output, stage=Stage.AGENT, temperature=temperature)
 
     def _generate(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
