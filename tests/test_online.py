@@ -4,6 +4,7 @@ store; the agent's results and exceptions untouched; a saturated worker drops an
 from __future__ import annotations
 
 import asyncio
+import importlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -315,3 +316,36 @@ def test_without_an_expected_answer_configure_combined_flags_a_run_its_own_resam
         ("combined", "consistency_agree", 2, 2, 0.0),
         ("combined", "consistency_disagree", 2, 0, 1.0),
     ]
+
+
+def test_the_process_keeps_its_latest_records_and_a_reader_reads_each_once(
+    instrumented: Instrumented, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long-lived process keeps only its latest records in memory (the store keeps all); a reader that passes back
+    the count it was given reads each kept record once and learns how many it missed."""
+    runtime_module = importlib.import_module("reflect_otel.online.runtime")  # the package names a function so
+    monkeypatch.setattr(runtime_module, "MAX_RECENT_RECORDS", 2)
+    rt = reflect_otel.configure(
+        store=str(tmp_path / "recent.duckdb"),
+        llm=replay_agents.scripted_auditor(),
+        tracer_provider=instrumented.provider,
+        proxy=False,
+    )
+    try:
+
+        @reflect_otel.observe()
+        def agent(question: str) -> str:
+            return replay_agents.WRONG
+
+        seen_first, made = rt.records_after(0)
+        assert (seen_first, made) == ([], 0)
+        for _ in range(3):
+            with reflect_otel.expect("2101000"):  # the agent answers otherwise: flagged, attributed
+                agent(replay_agents.QUESTION)
+        assert rt.force_flush(60_000)
+        kept, made = rt.records_after(0)
+        assert made == 3 and len(kept) == 2 and list(rt.records) == kept  # the first was let go
+        assert rt.records_after(made) == ([], 3)
+    finally:
+        reflect_otel.shutdown()
+    assert _store_rows(tmp_path / "recent.duckdb", "SELECT count(*) FROM attributions") == [(3,)]

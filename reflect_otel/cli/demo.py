@@ -236,8 +236,8 @@ class _DemoRun:
         return observed
 
     def _report_new_records(self) -> None:
-        for record in list(self.runtime.records)[self.reported :]:
-            self.reported += 1
+        fresh, self.reported = self.runtime.records_after(self.reported)
+        for record in fresh:
             where = f"step {record.step_index}" if record.step_index else "no step"
             kind = f", {record.error_type.value}" if record.error_type else ""
             self.progress.say(

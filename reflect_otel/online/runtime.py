@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,6 +28,9 @@ __all__ = ["MAX_PENDING", "OnlineStats", "PendingRun", "Runtime"]
 _log = logging.getLogger("reflect_otel.online")
 MAX_PENDING = 10_000
 """Runs started but not yet finished that are remembered; the oldest is forgotten beyond this."""
+MAX_RECENT_RECORDS = 1_000
+"""Records kept in memory for the process to read (the demo's report); the oldest is let go beyond this. The store
+keeps every one."""
 
 
 @dataclass(slots=True)
@@ -104,7 +107,10 @@ class Runtime:
         self.service = service
         self.max_queue = max_queue
         self.stats = OnlineStats()
-        self.records: list[AttributionRecord] = []
+        self.records: deque[AttributionRecord] = deque(maxlen=MAX_RECENT_RECORDS)
+        """The latest records, oldest first (see :data:`MAX_RECENT_RECORDS`)."""
+        self.records_made = 0
+        """Every record made, those let go included."""
         self._pending: OrderedDict[str, PendingRun] = OrderedDict()
         self._lock = threading.Lock()
         self._said: set[str] = set()
@@ -168,6 +174,14 @@ class Runtime:
             if outcome.record is not None:
                 with self._lock:
                     self.records.append(outcome.record)
+                    self.records_made += 1
+
+    def records_after(self, seen: int) -> tuple[list[AttributionRecord], int]:
+        """The records made after the first ``seen`` that are still kept, and how many have been made: a reader
+        that passes back that count reads each kept record once."""
+        with self._lock:
+            fresh = min(self.records_made - seen, len(self.records))
+            return list(self.records)[len(self.records) - fresh :] if fresh > 0 else [], self.records_made
 
     def _failed(self, batch: list[tuple[StructuredTrace, int]], error: Exception) -> None:
         """A failure in the worker: counted, and the worker goes on. One of ours (a model that cannot be had, a
