@@ -9,7 +9,7 @@ import json
 import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypedDict, TypeVar, Unpack
 
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -44,6 +44,16 @@ class ToolLoopOptions:
     pure_tools: Collection[str] = ()
 
 
+class ToolLoopOptionKeywords(TypedDict, total=False):
+    """:class:`ToolLoopOptions`' fields as constructor keywords, so a type checker names a misspelt one."""
+
+    irreversible_tools: Collection[str]
+    allow_irreversible: bool
+    execute_tool: ExecuteTool | None
+    deterministic: bool | None
+    pure_tools: Collection[str]
+
+
 class ToolLoopReplay(ReplayAdapterBase, Generic[Resume]):
     """What a hand-written loop's adapter holds (the user's ``resume``, the provider the instrumentation was
     installed with, the tool guard, the optional tool executor) and how its replay starts. ``options`` is a
@@ -56,7 +66,12 @@ class ToolLoopReplay(ReplayAdapterBase, Generic[Resume]):
     """The recorded request's API, for :func:`recorded_request`."""
 
     def __init__(
-        self, resume: Resume, *, tracer_provider: TracerProvider, options: ToolLoopOptions | None = None, **option: Any
+        self,
+        resume: Resume,
+        *,
+        tracer_provider: TracerProvider,
+        options: ToolLoopOptions | None = None,
+        **option: Unpack[ToolLoopOptionKeywords],
     ) -> None:
         chosen = with_options(options or ToolLoopOptions(), option)
         self._deterministic = chosen.deterministic

@@ -43,7 +43,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import httpx
 from pydantic import ValidationError
@@ -105,6 +105,18 @@ class HTTPReplayOptions:
     corrects: bool = False
 
 
+class HTTPReplayOptionKeywords(TypedDict, total=False):
+    """:class:`HTTPReplayOptions`' fields as constructor keywords, so a type checker names a misspelt one."""
+
+    timeout_s: float
+    headers: Mapping[str, str] | None
+    max_response_bytes: int
+    deterministic: bool
+    proposes: bool
+    resamples: bool
+    corrects: bool
+
+
 class HTTPReplayAdapter:
     """POSTs replay requests to ``url`` (with ``client`` when given), as ``options`` say
     (:class:`HTTPReplayOptions`; keywords name single options and take precedence). With ``corrects``, the agent's
@@ -112,7 +124,12 @@ class HTTPReplayAdapter:
     and context, the answer kept for the run's other steps)."""
 
     def __init__(
-        self, url: str, *, client: httpx.Client | None = None, options: HTTPReplayOptions | None = None, **option: Any
+        self,
+        url: str,
+        *,
+        client: httpx.Client | None = None,
+        options: HTTPReplayOptions | None = None,
+        **option: Unpack[HTTPReplayOptionKeywords],
     ) -> None:
         chosen = with_options(options or HTTPReplayOptions(), option)
         self.url = url

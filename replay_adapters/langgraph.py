@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -129,6 +129,20 @@ class LangGraphReplayOptions:
     restore_state: RestoreState | None = None
 
 
+class LangGraphReplayOptionKeywords(TypedDict, total=False):
+    """:class:`LangGraphReplayOptions`' fields as constructor keywords, so a type checker names a misspelt one."""
+
+    model_node: str
+    tools_node: str
+    irreversible_tools: Collection[str]
+    allow_irreversible: bool
+    recursion_limit: int
+    deterministic: bool
+    correction_rules: Sequence[Rule]
+    pure_tools: Collection[str]
+    restore_state: RestoreState | None
+
+
 class LangGraphReplayAdapter(ReplayAdapterBase):
     """``graph`` is the compiled graph; ``tracer_provider`` the provider the LangChain instrumentation uses;
     ``options`` how to run it (:class:`LangGraphReplayOptions`). Keywords name single options and take precedence:
@@ -140,7 +154,7 @@ class LangGraphReplayAdapter(ReplayAdapterBase):
         *,
         tracer_provider: TracerProvider,
         options: LangGraphReplayOptions | None = None,
-        **option: Any,
+        **option: Unpack[LangGraphReplayOptionKeywords],
     ) -> None:
         chosen = with_options(options or LangGraphReplayOptions(), option)
         self.graph = graph

@@ -33,7 +33,7 @@ import copy
 import inspect
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -44,6 +44,7 @@ from reflect_otel.replay import ProposedStep, ReplayRequest, ReplayResult
 from reflect_otel.replay_adapters._guard import IrreversibleToolError
 from reflect_otel.replay_adapters._tool_loop import (
     ExecuteTool,
+    ToolLoopOptionKeywords,
     ToolLoopOptions,
     ToolLoopReplay,
     canonical,
@@ -82,7 +83,7 @@ class OpenAIToolLoopReplayAdapter(ToolLoopReplay[ResumeLoop]):
         tracer_provider: TracerProvider,
         client: Any | None = None,
         options: ToolLoopOptions | None = None,
-        **option: Any,
+        **option: Unpack[ToolLoopOptionKeywords],
     ) -> None:
         super().__init__(resume, tracer_provider=tracer_provider, options=options, **option)
         self._client = client

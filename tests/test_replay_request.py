@@ -108,4 +108,22 @@ def test_an_adapters_options_are_one_value_and_a_keyword_names_one_of_them() -> 
     adapter = HTTPReplayAdapter("http://127.0.0.1:9/replay", options=told, deterministic=False)
     assert (adapter.proposes, adapter.deterministic, adapter.resamples) == (True, False, False)  # the keyword wins
     with pytest.raises(TypeError, match=r"unknown replay adapter option.*propose\b.*the options are"):
-        HTTPReplayAdapter("http://127.0.0.1:9/replay", propose=True)  # the file's word, not the adapter's
+        HTTPReplayAdapter("http://127.0.0.1:9/replay", propose=True)  # type: ignore[call-arg]  # mypy names it too
+
+
+def test_each_adapters_keywords_are_its_options_fields_so_a_type_checker_sees_a_misspelt_one() -> None:
+    import dataclasses
+
+    pytest.importorskip("langgraph")
+    from reflect_otel.replay_adapters._tool_loop import ToolLoopOptionKeywords, ToolLoopOptions
+    from reflect_otel.replay_adapters.http import HTTPReplayOptionKeywords, HTTPReplayOptions
+    from reflect_otel.replay_adapters.langgraph import LangGraphReplayOptionKeywords, LangGraphReplayOptions
+
+    for options, keywords in (
+        (LangGraphReplayOptions, LangGraphReplayOptionKeywords),
+        (ToolLoopOptions, ToolLoopOptionKeywords),
+        (HTTPReplayOptions, HTTPReplayOptionKeywords),
+    ):
+        fields = {field.name: field.type for field in dataclasses.fields(options)}
+        spelt = {name: getattr(kind, "__forward_arg__", kind) for name, kind in keywords.__annotations__.items()}
+        assert fields == spelt, options.__name__  # the same names, the same types as written
