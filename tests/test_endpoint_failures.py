@@ -89,8 +89,14 @@ def test_the_timeout_bounds_the_wait_retries_included_and_a_slow_request_says_wh
 ) -> None:
     llm = _llm(silent_port, timeout_s=1.5, max_retries=3)
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="reflect_otel.llm.openai"), pytest.raises(LLMError, match="timed out"):
+    with (
+        caplog.at_level(logging.WARNING, logger="reflect_otel.llm.openai"),
+        pytest.raises(LLMError, match="timed out") as failed,
+    ):
         llm.complete(MESSAGES, LocalizationOutput, stage="localize")
+    assert "No answer within 2 s, retries included" in str(failed.value)  # a timeout names its own fix
+    assert "give it longer (REFLECT_LLM_TIMEOUT_S, e.g. 600)" in str(failed.value)
+    assert ".." not in str(failed.value)
     waited = time.monotonic() - started
     assert waited < 3.0, waited  # three retries of 1.5 s each would be 6 s and more
     (notice,) = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]

@@ -327,10 +327,16 @@ class OpenAICompatibleLLM(LLMBase):
             _health.pop(self._endpoint, None)
 
     def _failed(self, error: Exception, retries: int) -> LLMError:
-        message = (
-            f"{self._where()} failed after {retries} retries: {error}. "
-            "Check that the server is up and REFLECT_LLM_BASE_URL / REFLECT_LLM_API_KEY are right"
-        )
+        said = str(error).rstrip(".")
+        if isinstance(error, self._openai.APITimeoutError):  # up but slow (a busy CPU, a long prompt): the fix is time
+            fix = (
+                f"No answer within {self.config.timeout_s:.0f} s, retries included: on a slow or busy machine give "
+                f"it longer (REFLECT_LLM_TIMEOUT_S, e.g. {max(600, 2 * self.config.timeout_s):.0f}), or check that "
+                "the server is up"
+            )
+        else:
+            fix = "Check that the server is up and REFLECT_LLM_BASE_URL / REFLECT_LLM_API_KEY are right"
+        message = f"{self._where()} failed after {retries} retries: {said}. {fix}"
         busy = _busy(error, self._openai)
         failure = EndpointBusyError(message, retry_after_s=_retry_after(error)) if busy else LLMError(message)
         signature = _failure_signature(error)
