@@ -81,3 +81,21 @@ def test_bad_settings_are_refused_before_the_model_starts(capsys: pytest.Capture
     err = capsys.readouterr().err
     assert "--rounds 0: Input should be greater than or equal to 1" in err and "--proposal-samples 20" in err
     assert "starting the model" not in err
+
+
+def test_a_demo_whose_every_agent_run_failed_says_so_and_exits_nonzero(
+    tmp_path: Path, monkeypatch: Any, capsys: pytest.CaptureFixture[str], instrumented: Instrumented
+) -> None:
+    from reflect_otel.errors import LLMError
+
+    def respond(request: ScriptedRequest) -> Any:
+        raise LLMError("LLM endpoint (model m) failed after 0 retries: Request timed out. No answer within 120 s")
+
+    monkeypatch.setattr("reflect_otel.cli.demo.make_llm", lambda config: ScriptedLLM(respond=respond))
+    monkeypatch.delenv("PHOENIX_COLLECTOR_ENDPOINT", raising=False)
+    monkeypatch.setattr("reflect_otel.online.setup.otel_trace.get_tracer_provider", lambda: instrumented.provider)
+    assert main(["demo", "--questions", "nt-1", "--store", str(tmp_path / "demo.duckdb")]) == 1
+    captured = capsys.readouterr()
+    assert re.search(r"agent failures +1\n", captured.out)  # the summary still shows what happened
+    last = captured.err.strip().splitlines()[-1]
+    assert last.startswith("reflect-otel demo: every agent run failed; the last: ") and "No answer within 120 s" in last

@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -143,6 +144,9 @@ def _demo(args: argparse.Namespace) -> int:
             phoenix=phoenix,
         )
     )
+    if demo.failures == len(questions):  # nothing was judged: the demo did not do its job, and says why
+        print(f"reflect-otel demo: every agent run failed; the last: {demo.last_failure}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -191,6 +195,7 @@ class _DemoRun:
     deterministic: bool
     names: dict[str, str] = dataclasses.field(default_factory=dict)  # trace id -> question id
     failures: int = 0
+    last_failure: str = ""
     reported: int = 0
 
     def ask(self, question: WTQQuestion) -> None:
@@ -202,6 +207,7 @@ class _DemoRun:
                 answer = run(question.question)
             except Exception as error:  # the model endpoint failed: report it and go on
                 self.failures += 1
+                self.last_failure = str(error)
                 self.progress.say(f"{question.id}: the agent failed: {error}")
                 return
         wrong = not judged_correct(answer, question.expected, question=question.question)
