@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Issue 61's live measurement (benchmarks/results/flagging-score-pending/README.md), from the frozen checkout
+# $M, after issue 59's queue. Resumable: every step resumes from its rows and journal; seeds are drawn once and
+# kept in $P/seeds.tsv (a scoring seed only after its calibration's calibration.json exists).
+set -uo pipefail
+FROZEN=${FROZEN:-4eb4237}
+M=/work/measure-$FROZEN
+R=/work/main/benchmarks/results
+P=$R/flagging-score-pending
+LOG=/work/notes/queue-flagging.log
+cd $M && . .venv/bin/activate
+export REFLECT_LOCAL_THREADS=2
+say() { echo "$(date -u +%FT%TZ) $*" >> $LOG; }
+
+# one model on 2 cores: after issue 59's runs have ended (its last, BIG-Bench-Mistake, logged as done)
+until grep -q "end bbm seed 7078 rc 0" /work/notes/queue-skeptic.log 2>/dev/null && ! pgrep -f queue-skeptic.sh > /dev/null
+do sleep 60; done
+
+seed() {  # seed NAME: the seed kept under NAME, or a fresh one never used by any results folder, kept
+  local kept
+  kept=$(awk -v n="$1" '$1 == n {print $2}' $P/seeds.tsv 2>/dev/null)
+  if [ -n "$kept" ]; then echo $kept; return; fi
+  local used s
+  used=$(grep -rhoE '"seed": *[0-9]+' $R/*/run_config.json $R/*/*/run_config.json 2>/dev/null | grep -oE '[0-9]+$'
+         cut -f2 $P/seeds.tsv 2>/dev/null)
+  while :; do
+    s=$(python3 -c "import secrets; print(secrets.randbelow(10000))")
+    grep -qx "$s" <<< "$used" || break
+  done
+  printf '%s\t%s\t%s\t%s\n' "$1" "$s" "$(date -u +%FT%TZ)" "frozen $FROZEN" >> $P/seeds.tsv
+  say "drew $1=$s"
+  echo $s
+}
+exclude() {  # exclude FOLDER OTHER_AGENT
+  [ -s $R/$1/exclude.txt ] || { mkdir -p $R/$1 && python -m benchmarks._used_questions --results $R \
+    --skip "$1" $(cd $R && ls -d wtq-live-flagging-$2-* 2>/dev/null) > $R/$1/exclude.tmp \
+    && [ -s $R/$1/exclude.tmp ] && mv $R/$1/exclude.tmp $R/$1/exclude.txt; }
+  say "$1: $(tr ',' '\n' < $R/$1/exclude.txt | grep -c .) of 600 questions excluded"
+}
+threshold() {  # threshold CALIBRATION_FOLDER
+  python -c "import json; print(json.load(open('$R/$1/flagging/calibration.json'))['recall_thresholds']['combined'])"
+}
+runs() {  # runs AGENT SEED FOLDER
+  say "start runs $1 seed $2"
+  nice -n -15 reflect-otel eval --benchmark wtq-live --agent $1 --data /work/shared/data --method none --runs 90 \
+    --seed $2 --exclude "$(cat $R/$3/exclude.txt)" --out $R/$3 >> $R/$3/eval.log 2>&1
+  local rc=$?; say "end runs $1 seed $2 rc $rc"; return $rc
+}
+flag() {  # flag FOLDER [--calibration FILE]
+  say "start flag $1"
+  nice -n -15 python -m benchmarks.flagging --live $R/$1/results.jsonl --verifiers evidence,proxy,consistency,combined \
+    --samples 5 --stop-lead 2 --temperature 0.7 "${@:2}" > $R/$1/flagging.txt 2>> $R/$1/flagging.log
+  local rc=$?; say "end flag $1 rc $rc"; return $rc
+}
+agent() {  # agent AGENT OTHER
+  local tc c ts s
+  tc=$(seed "$1-calibration"); c=wtq-live-flagging-$1-calibration-seed$tc
+  exclude $c $2 && runs $1 $tc $c || return 1
+  [ -s $R/$c/flagging/calibration.json ] || flag $c || return 1
+  ts=$(seed "$1-scoring"); s=wtq-live-flagging-$1-scoring-seed$ts  # drawn now: its calibration is written
+  exclude $s $2 && runs $1 $ts $s || return 1
+  REFLECT_FLAG_THRESHOLD=$(threshold $c) flag $s --calibration $R/$c/flagging/calibration.json
+}
+say "queue started (frozen $FROZEN)"
+agent table sql && agent sql table
+say "queue ended rc $?"
