@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -349,3 +350,19 @@ def test_the_process_keeps_its_latest_records_and_a_reader_reads_each_once(
     finally:
         reflect_otel.shutdown()
     assert _store_rows(tmp_path / "recent.duckdb", "SELECT count(*) FROM attributions") == [(3,)]
+
+
+def test_worker_failures_are_said_once_each_and_the_memory_of_them_is_bounded(
+    online: Runtime, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from reflect_otel.errors import ReflectError
+    from reflect_otel.testing import make_trace
+
+    monkeypatch.setattr(importlib.import_module("reflect_otel.online.runtime"), "MAX_SAID", 2)
+    trace = make_trace("q", [{"reasoning": "8", "is_final_answer": True}])
+    with caplog.at_level(logging.ERROR, logger="reflect_otel.online"):
+        for message in ("store refused run 1", "store refused run 1", "store refused run 2", "store refused run 3"):
+            online._failed([(trace, 0)], ReflectError(message))
+        online._failed([(trace, 0)], ReflectError("store refused run 1"))  # forgotten once the memory filled
+    said = [r.getMessage() for r in caplog.records if "could not process" in r.getMessage()]
+    assert [s.count("run 1") for s in said] == [1, 0, 0, 1] and online.stats.worker_errors == 5

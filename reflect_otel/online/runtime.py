@@ -28,6 +28,8 @@ __all__ = ["MAX_PENDING", "OnlineStats", "PendingRun", "Runtime"]
 _log = logging.getLogger("reflect_otel.online")
 MAX_PENDING = 10_000
 """Runs started but not yet finished that are remembered; the oldest is forgotten beyond this."""
+MAX_SAID = 1_000
+"""Distinct failure messages remembered so that each is logged once; beyond this they are forgotten (and said again)."""
 MAX_RECENT_RECORDS = 1_000
 """Records kept in memory for the process to read (the demo's report); the oldest is let go beyond this. The store
 keeps every one."""
@@ -194,6 +196,8 @@ class Runtime:
             return
         with self._lock:
             first = str(error) not in self._said
+            if len(self._said) >= MAX_SAID:  # messages that name their run would grow it without end
+                self._said.clear()
             self._said.add(str(error))
         if first:
             _log.error(
