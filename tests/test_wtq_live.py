@@ -39,13 +39,21 @@ def _wtq_folder(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-def _agent(request: ScriptedRequest, *, sampled_descending: bool = False) -> dict[str, Any]:
+def _agent(
+    request: ScriptedRequest, *, sampled_descending: bool = False, sampled_filter: bool = False
+) -> dict[str, Any]:
     """Filters 1st places, sorts by year (descending only when a system message says "sort descending", or, with
     ``sampled_descending``, when the decision is sampled: the order a sampling agent may pick), reads the venue and
-    answers it."""
+    answers it. With ``sampled_filter``, a sampled first decision filters out 2nd places instead (other rows, the
+    same wrong answer)."""
     results = [m.content for m in request.messages if m.content.startswith("Result of ")]
     sampled = sampled_descending and bool(request.temperature)
     corrected = sampled or any("sort descending" in m.content for m in request.messages if m.role == "system")
+    if not results and sampled_filter and request.temperature:
+        return {
+            "thought": "not 2nd places",
+            "action": {"tool": "filter_rows", "table": "t0", "column": "Position", "op": "!=", "value": "2nd"},
+        }
     if not results:
         return {
             "thought": "first 1st places",
@@ -62,7 +70,7 @@ def _agent(request: ScriptedRequest, *, sampled_descending: bool = False) -> dic
     return {"thought": "done", "action": {"tool": "final_answer", "answer": last[1]}}
 
 
-def _model(*, sampled_descending: bool = False) -> ScriptedLLM:
+def _model(*, sampled_descending: bool = False, sampled_filter: bool = False) -> ScriptedLLM:
     auditor = scripted_auditor(
         localize=(2,),
         plan={
@@ -77,7 +85,7 @@ def _model(*, sampled_descending: bool = False) -> ScriptedLLM:
 
     def respond(request: ScriptedRequest) -> Any:
         if request.stage == "agent":
-            return _agent(request, sampled_descending=sampled_descending)
+            return _agent(request, sampled_descending=sampled_descending, sampled_filter=sampled_filter)
         return auditor._respond(request)  # type: ignore[misc]
 
     return ScriptedLLM(respond=respond)
@@ -273,6 +281,29 @@ def test_proposals_are_sampled_so_a_bare_resample_can_differ_from_the_run_and_is
     sampled = [r.temperature for r in llm.requests if r.stage == "agent" and r.temperature is not None]
     assert sampled == [1.0, 1.0]  # the resample at the step proved, then at the localization test's step
     assert metrics["methods"]["ics"]["verified"]["mean"] == 1
+
+
+def test_a_resample_localized_elsewhere_records_the_call_it_executed_there(
+    instrumented: Instrumented, tmp_path: Path
+) -> None:
+    """Seed 7811's nt-1194: the localization test of a resampled proof recorded the empty frame of its proposals (no
+    replacement, no replays) instead of the resampled call it executed at the other step."""
+    from benchmarks.evaluation.live import LiveOptions, run_live_eval
+    from reflect_otel.cli.evaluate import table_agent_runs
+
+    llm = _model(sampled_descending=True, sampled_filter=True)
+    out, data = tmp_path / "out", _wtq_folder(tmp_path)
+    options = LiveOptions(("ics",), data, out, config=ReflectConfig(rounds=1, rollback_points=1, proposal_samples=1))
+    run_live_eval(options, llm, table_agent_runs(llm, instrumented.provider, max_steps=6, deterministic=True))
+
+    row = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()][1]
+    ics = row["methods"]["ics"]
+    assert ics["status"] == "verified" and ics["claim"] == "localized"
+    test = ics["record"]["localization_test"]
+    assert (test["outcome"], test["step_index"], test["source"]) == ("localized", 1, "resample")
+    executed = test["correction"]
+    assert executed["replacement"]["arguments"]["op"] == "!=" and executed["replays"] >= 1, executed
+    assert executed["kind"] == "action"
 
 
 def test_a_run_resumed_with_other_settings_or_made_before_controlled_verification_is_refused(

@@ -41,6 +41,7 @@ from reflect_otel.record import (
     LocalizationOutcome,
     LocalizationTest,
     RepairPlan,
+    ReplayAttempt,
     Stage,
     StepChange,
 )
@@ -307,7 +308,7 @@ def _localization_outcome(engine: ControlledReplay, trial: Trial, result: TrialR
     if result.effect is not None:
         intervention, control_arm = result.effect.intervention, result.effect.control
     changed = [a for a in result.attempts if a.error is None and a.change is StepChange.CHANGED]
-    tried = result.deciding.correction if result.deciding is not None else trial.correction
+    tried = _tried(trial, result, changed)
     if result.decision is Decision.VERIFIED:
         outcome = LocalizationOutcome.NOT_LOCALIZED
         reason = f"the same source's correction of step {trial.step} flipped the run too; its control did not"
@@ -331,6 +332,17 @@ def _localization_outcome(engine: ControlledReplay, trial: Trial, result: TrialR
         intervention=intervention,
         control=control_arm,
     )
+
+
+def _tried(trial: Trial, result: TrialResult, changed: Sequence[ReplayAttempt]) -> Correction:
+    """What the localization test executed, for its record: the flipping replacement, else one that changed the
+    step, else the first executed; a resampling or guidance trial's own correction is only the empty frame of its
+    proposals (no replacement, no replays), so it is the record's only where nothing ran."""
+    if result.deciding is not None and result.deciding.correction is not None:
+        return result.deciding.correction
+    executed = [c for c in result.corrections if c.replacement is not None and c.replays]
+    moved = [a.correction.replacement for a in changed if a.correction is not None]
+    return next((c for c in executed if c.replacement in moved), next(iter(executed), trial.correction))
 
 
 def record_of(
