@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -172,7 +173,8 @@ def bbm_runs(data: Path, per_class: int, seed: int) -> list[Labelled]:
 @dataclass
 class Measured:
     """One verifier's verdict on one run, and what it cost. ``verdict`` None, or one with ``error`` set: the
-    verifier failed on the run (counted apart, never scored, and measured again on resume)."""
+    verifier failed on the run (counted apart, never scored; journaled with its cost, and measured again by a later
+    session, not by this one)."""
 
     verdict: Verdict | None
     calls: int = 0
@@ -201,8 +203,8 @@ class Measured:
 
 class Journal:
     """``flagging.jsonl``: its first line the settings measured under, then each measurement appended as it
-    finishes (failures are not kept: a resume measures them again). A resume with other settings is refused; a
-    last line cut by a stop is dropped."""
+    finishes, failures too (with what they cost; a later session measures a failed run again and its row, appended,
+    is the one read). A resume with other settings is refused; a last line cut by a stop is cut off the file."""
 
     def __init__(self, path: Path | None, settings: dict[str, Any]) -> None:
         self.path = path
@@ -212,11 +214,14 @@ class Journal:
         self.cut_at: int | None = None
         """Report each check as the stopping rule of this lead would have drawn it (from a journal of fixed counts)."""
         self.done: dict[tuple[str, str], Measured] = {}
+        self._failed_here: set[tuple[str, str]] = set()
+        """Failures measured by this session: not measured again in it (the combined pass reads consistency's)."""
         if path is None:
             return
         if not path.is_file():
             path.write_text(json.dumps({"settings": settings}) + "\n", encoding="utf-8")
             return
+        _cut_unfinished_line(path)
         lines = path.read_text(encoding="utf-8").splitlines()
         header = json.loads(lines[0]) if lines else {}
         if header.get("settings") != settings:
@@ -228,22 +233,29 @@ class Journal:
             try:
                 row = json.loads(line)
             except ValueError:
-                if number == len(lines):  # cut by a stop mid-write
-                    continue
                 raise SystemExit(f"{path}:{number}: not a JSON line; the journal is damaged") from None
             self.done[(row["key"], row["verifier"])] = Measured.of(row)
 
     def get(self, key: str, verifier: str, measure: Callable[[], Measured]) -> Measured:
-        if (key, verifier) in self.done:
-            return self.done[(key, verifier)]
+        done = self.done.get((key, verifier))
+        if done is not None and (not done.failed or not self.appends or (key, verifier) in self._failed_here):
+            return done
         measured = measure()
         if measured.failed:
-            return measured
+            self._failed_here.add((key, verifier))
         self.done[(key, verifier)] = measured
         if self.path is not None and self.appends:
             with self.path.open("a", encoding="utf-8") as out:
                 out.write(json.dumps(measured.row(key, verifier)) + "\n")
         return measured
+
+
+def _cut_unfinished_line(path: Path) -> None:
+    """Cut a last line a stop left unfinished (no newline) off ``path``, so that the next row starts a line."""
+    raw = path.read_bytes()
+    if raw and not raw.endswith(b"\n"):
+        with path.open("r+b") as file:
+            file.truncate(raw.rfind(b"\n") + 1)
 
 
 def journaled_check(journal: Journal, run: Labelled) -> ConsistencyCheck | None:
@@ -320,11 +332,15 @@ class Bench:
         log = CallLog()
         started = time.perf_counter()
         verdict = PlanAnchoredVerifier(RecordingLLM(self.llm, log), config=self.config).verify(run.trace, expected=None)
-        return Measured(verdict, len(log.calls), 0, time.perf_counter() - started)
+        return Measured(verdict, _requests(log), 0, time.perf_counter() - started)
 
     def _consistency(self, run: Labelled) -> Measured:
-        source = self.runs_for(run)
         started = time.perf_counter()
+        try:
+            source = self.runs_for(run)
+        except Exception as error:  # the run's agent cannot be rebuilt (a trace that no longer restores): this run
+            failed = Verdict(verifier="consistency", is_correct=None, confidence=None, error=f"no resampler: {error}")
+            return Measured(failed, 0, 0, time.perf_counter() - started)
         verifier = ConsistencyVerifier(
             source,
             samples=self.samples,
@@ -366,7 +382,7 @@ class Bench:
             proxy = PlanAnchoredVerifier(RecordingLLM(self.llm, log), config=self.config)
             combined = CombinedVerifier(proxy, _KnownCheck(outcome), calibration=_NO_CALIBRATION)
             judged = combined.verify(run.trace, expected=None)
-            return Measured(judged, len(log.calls), 0, time.perf_counter() - started)
+            return Measured(judged, _requests(log), 0, time.perf_counter() - started)
 
         critical = critical_evidence_verdict(find_evidence(run.trace), "combined", _NO_CALIBRATION) is not None
         decided = check is not None and consistency_basis(check, threshold=_MEASURED_AT) is not None
@@ -379,6 +395,11 @@ class Bench:
             0 if critical else consistency.agent_runs,
             own.seconds + (0.0 if critical else consistency.seconds),
         )
+
+
+def _requests(log: CallLog) -> int:
+    """The model requests a verdict made: each recorded call's attempts (a schema repair is a request too)."""
+    return sum(call.attempts for call in log.calls)
 
 
 def score_of(
@@ -478,9 +499,28 @@ def report(
     return "\n".join(lines), right, judged
 
 
+FAILURES_IN_A_ROW = 5
+"""Runs in a row a verifier failed on after which the measurement stops: a dead model server fails every run in
+seconds, and a report or calibration made of such failures would say nothing."""
+
+
+def _stop_if_failing(name: str, results: list[Measured]) -> None:
+    """Stop (exit 1, nothing more measured, no calibration written) once ``name`` failed on the last
+    :data:`FAILURES_IN_A_ROW` runs; what was measured is journaled, and the same command resumes."""
+    last = results[-FAILURES_IN_A_ROW:]
+    if len(last) < FAILURES_IN_A_ROW or not all(m.failed for m in last):
+        return
+    verdict = last[-1].verdict
+    why = " ".join(((verdict.error or verdict.reasoning) if verdict is not None else "no verdict").split())[:300]
+    raise SystemExit(
+        f"{name} failed on {FAILURES_IN_A_ROW} runs in a row (the last: {why}); stopped with no calibration written. "
+        "Is the model endpoint up? The same command resumes, measuring the failed runs again"
+    )
+
+
 def progress_line(name: str, number: int, total: int, run: Labelled, measured: Measured) -> str:
     """One run measured (or read back from the journal), for a long measurement's log: its verdict and cost, or why
-    the verifier failed on it (the journal keeps no failure, and the report only counts them)."""
+    the verifier failed on it (the report counts failures apart)."""
     verdict = measured.verdict
     if verdict is None or measured.failed:
         why = (verdict.error or verdict.reasoning) if verdict is not None else "no verdict"
@@ -623,9 +663,7 @@ def _written_calibration(
     maps = {VERIFIER_OF[n]: m for n in names if n in SCORED for m in [here.fit(n)] if m is not None}
     fitted = ConfidenceCalibration(scores=maps)
     thresholds = {}
-    for name in names:
-        if VERIFIER_OF[name] not in maps:
-            continue
+    for name in names:  # a verifier without a fitted map (the proxy) at its own score
         scores = [
             score_of(name, run, measured, here.checks[i], fitted)
             for i, (run, measured) in enumerate(zip(runs, results[name], strict=True))
@@ -828,6 +866,8 @@ def main() -> None:
         for number, run in enumerate(runs, start=1):
             results.append(bench.measure(name, run))
             print(progress_line(name, number, len(runs), run, results[-1]), file=sys.stderr, flush=True)
+            if not args.journal_only:
+                _stop_if_failing(name, results)
         measured[name] = results
         here = sample_of(journal, runs)
         scored = [
@@ -862,7 +902,9 @@ def main() -> None:
         written = _written_calibration(
             args, names, runs, sample_of(journal, runs), measured, counted, command, llm.model_name if llm else ""
         )
-        calibration_out.write_text(written.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        unfinished = calibration_out.with_name(calibration_out.name + ".tmp")  # a stop never leaves half a file
+        unfinished.write_text(written.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        os.replace(unfinished, calibration_out)
         print(f"wrote {calibration_out} (use it with REFLECT_PROXY_CALIBRATION={calibration_out})")
     print(f"flagging_runs={len(runs)}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -146,9 +147,12 @@ def test_a_journal_of_every_resample_is_reported_as_a_stopping_rule_would_have_d
     assert whole is not None and cut_at_lead(whole, 2).finished == 3  # 1-1, then the third
 
 
-def test_a_combined_verdict_made_on_a_failed_check_is_not_journaled(tmp_path: Path) -> None:
-    """When no resample finished, the combined verdict is the audit alone; a resume measures the check again, so
-    that verdict must not be reused beside a check that then succeeds."""
+def test_a_failed_check_is_journaled_with_its_cost_and_measured_again_by_the_next_session_only(
+    tmp_path: Path,
+) -> None:
+    """When no resample finished, the combined verdict is the audit alone; the failed check is journaled (its cost
+    re-derives from the journal), not measured again by this session's combined pass, and measured again by the
+    next session, so the combined verdict made on it is not journaled."""
     from reflect_otel.errors import ReplayError
 
     def down(_t: object, _sample: int, _temp: float) -> list[dict[str, str]]:
@@ -169,7 +173,30 @@ def test_a_combined_verdict_made_on_a_failed_check_is_not_journaled(tmp_path: Pa
     combined = bench.measure("combined", run)
     assert combined.verdict is not None and combined.verdict.basis == "audit_low_clean"  # the audit alone decided
     assert bench.measure("consistency", run).failed
-    assert bench.journal.done == {} and len(path.read_text().splitlines()) == 1  # the settings line only
+    rows = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    assert [(r["key"], r["verifier"]) for r in rows] == [("q1", "consistency")]  # once: the combined pass read it
+    assert rows[0]["agent_runs"] == 0 and rows[0]["verdict"]["error"]
+
+    def up(_t: object, _sample: int, _temp: float) -> list[dict[str, Any]]:
+        return [{"reasoning": "Paris", "is_final_answer": True}]
+
+    resumed = Bench(auditor, lambda _r: ScriptedResampler(up), Journal(path, SETTINGS), 3, 0.7)
+    again = resumed.measure("consistency", run)
+    assert not again.failed and again.agent_runs >= 2
+    assert Journal(path, SETTINGS).done[("q1", "consistency")].agent_runs == again.agent_runs  # the last row is read
+
+
+def test_a_journal_line_cut_by_a_stop_is_cut_off_and_the_next_row_starts_its_own_line(tmp_path: Path) -> None:
+    path = tmp_path / "j.jsonl"
+    journal = Journal(path, SETTINGS)
+    verdict = Verdict(verifier="proxy", is_correct=True, confidence=0.9)
+    journal.get("q1", "proxy", lambda: Measured(verdict, 1, 0, 1.0))
+    with path.open("a", encoding="utf-8") as out:
+        out.write('{"key": "q2", "verif')  # a stop mid-write
+    resumed = Journal(path, SETTINGS)
+    resumed.get("q3", "proxy", lambda: Measured(verdict, 2, 0, 1.0))
+    assert set(Journal(path, SETTINGS).done) == {("q1", "proxy"), ("q3", "proxy")}
+    assert all(line.startswith('{"') for line in path.read_text().splitlines())
 
 
 def test_a_results_file_cut_mid_write_is_read_without_its_last_line(tmp_path: Path) -> None:
@@ -217,8 +244,7 @@ def test_a_long_measurement_logs_each_run_and_why_a_verifier_failed_on_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Each run measured is a line on stderr with its verdict and cost, so a log shows how far an hours-long run is
-    and, early, a verifier failing on every run with the reason (the journal keeps no failure; the report only
-    counts them)."""
+    and, early, a verifier failing on every run with the reason (the report counts failures apart)."""
     import sys
 
     from benchmarks import flagging
@@ -240,6 +266,29 @@ def test_a_long_measurement_logs_each_run_and_why_a_verifier_failed_on_it(
         "the verifier failed:" in line and "refused the connection" in line for line in failed
     )
     assert "the verifier failed on 2 runs" in captured.out
+
+
+def test_a_verifier_failing_on_five_runs_in_a_row_stops_the_measurement_with_no_calibration_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dead model server fails every run in seconds: the measurement stops, says why, and writes no calibration
+    (a queue that waits for calibration.json then does not go on with one made of failures)."""
+    import sys
+
+    from benchmarks import flagging
+    from reflect_otel.errors import LLMError
+
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(_row(f"nt-{i}", i % 2 == 0, {}) + "\n" for i in range(1, 8)))
+    down = ScriptedLLM(respond=lambda _r: LLMError("the local llama.cpp server stopped"))
+    monkeypatch.setattr(flagging, "make_llm", lambda: down)
+    out = tmp_path / "f"
+    argv = ["flagging", "--live", str(results), "--verifiers", "proxy", "--calibrate", "proxy", "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit, match=r"proxy failed on 5 runs in a row .*server stopped.*no calibration written"):
+        flagging.main()
+    assert not (out / "calibration.json").exists()
+    assert len((out / "flagging.jsonl").read_text().splitlines()) == 1 + 5  # the settings, then each failure
 
 
 def test_the_issues_command_resumes_beside_the_results_and_writes_the_calibration_there(
@@ -331,10 +380,18 @@ def test_a_calibration_is_fitted_on_one_sample_and_refuses_to_score_it(
     from benchmarks import flagging
     from reflect_otel.flagging.calibration import ConfidenceCalibration
 
-    monkeypatch.setattr(flagging, "make_llm", lambda: ScriptedLLM([]))
+    anchors = {
+        "hard": {"entities": [], "filters": [], "target_property": "capital", "operation": "lookup", "output_form": ""},
+        "plans": [{"subgoals": ["name it"]}],
+    }
+    audit = {
+        "steps": [{"macro_step": 1, "category": "Aligned", "severity": "minor", "anchor": "none", "rationale": "ok"}]
+    }
+    auditor = ScriptedLLM(respond=lambda request: anchors if request.stage == "proxy_anchors" else audit)
+    monkeypatch.setattr(flagging, "make_llm", lambda: auditor)
     monkeypatch.setattr(flagging, "_live_resampler", lambda *_a: _resampled)
     first = _sample(tmp_path / "calibration-seed", range(1, 31))
-    argv = ["flagging", "--live", str(first), "--verifiers", "evidence,consistency,combined", "--stop-lead", "0"]
+    argv = ["flagging", "--live", str(first), "--verifiers", "evidence,proxy,consistency,combined", "--stop-lead", "0"]
     monkeypatch.setattr(sys, "argv", [*argv, "--samples", "3"])
     flagging.main()
     written = first.parent / "flagging" / "calibration.json"
@@ -343,7 +400,8 @@ def test_a_calibration_is_fitted_on_one_sample_and_refuses_to_score_it(
     assert calibration.sample.wrong == 15 and calibration.sample.journal.endswith("flagging.jsonl")
     fitted = calibration.score_map("consistency")
     assert fitted is not None and "disagreement" in fitted.features and fitted.fitted_on == 30
-    assert set(calibration.recall_thresholds) == {"consistency", "combined"}  # evidence: nothing varies to fit
+    # evidence: nothing varies to fit; the proxy, with no map, at its own score (an operating point out of sample)
+    assert set(calibration.recall_thresholds) == {"plan_anchored", "consistency", "combined"}
     capsys.readouterr()
 
     second = _sample(tmp_path / "scoring-seed", range(31, 61))
@@ -359,3 +417,18 @@ def test_a_calibration_is_fitted_on_one_sample_and_refuses_to_score_it(
     monkeypatch.setattr(sys, "argv", [*argv, "--calibration", str(written)])
     with pytest.raises(SystemExit, match=r"30 of the runs to score are among them .* in-sample"):
         flagging.main()
+
+
+def test_a_run_whose_agent_cannot_be_rebuilt_is_a_failed_check_not_a_crash(tmp_path: Path) -> None:
+    """A table-agent trace that no longer restores raised out of the measurement, and every resume raised again at
+    the same run: it is that run's failure now, and the measurement goes on."""
+    from reflect_otel.errors import ReplayError
+
+    def unrestorable(_run: Labelled) -> None:
+        raise ReplayError("step 2's call gave other rows than the recorded ones")
+
+    trace = make_trace("capital?", [{"reasoning": "Paris", "is_final_answer": True}], final_answer="Paris")
+    bench = Bench(ScriptedLLM([]), unrestorable, Journal(tmp_path / "j.jsonl", SETTINGS), 3, 0.7)
+    measured = bench.measure("consistency", Labelled("q1", trace, wrong=False))
+    assert measured.failed and measured.verdict is not None
+    assert measured.verdict.error == "no resampler: step 2's call gave other rows than the recorded ones"
