@@ -105,6 +105,9 @@ JUDGE_TABLE = [  # (answer, expected, question, outcome)
     ("It was either 2004 or 2008", "1990", BIRTHS, WRONG),  # no candidate is the expected answer
     ("error: t0 has fewer than 23 rows", "23", "what is the total kilometers between the junctions?", WRONG),
     ("SATA 3 Gbit/s", "SATA 6 Gbit/s", "which interface appears first, sata 6 gbit/s or pcie?", WRONG),
+    # a bound is not a choice: "15 or more" offers no options to name (seed 7811's nt-828 read as one)
+    ("Ajax won 5 or fewer games", "Ajax", "which team won 5 or fewer games?", RIGHT),
+    ("No districts hold 15 or more seats.", "Antwerp", "which districts hold 15 or more seats?", WRONG),
     # a comparison denied puts the other option ahead
     (
         "Catherine Jean Milligan did not get a higher placement than Lori Moore",

@@ -89,6 +89,14 @@ _FILLER = frozenset({
 })
 """The words any sentence wraps its value in, whatever the question: stripped from its ends like the question's."""
 _NEGATIONS = frozenset({"not", "no", "never", "none", "neither", "nor"})
+_OR_BOUND = frozenset({
+    "more", "less", "fewer", "greater", "higher", "lower", "larger", "smaller", "longer", "shorter", "older", "younger",
+    "earlier", "later", "above", "below", "over", "under",
+})
+"""Words that, after a number and "or", make a bound, not a choice: "15 or more seats", "5 or fewer" (while "above
+or below" and "higher or lower" offer two options)."""
+_OR_HEDGE = frozenset({"so", "not", "else"})
+"""Words after "or" that hedge, never an option: "or so", "whether or not"."""
 _COPULAS = frozenset({"is", "are", "was", "were"})
 _SCALES = frozenset({
     "hundred", "hundreds", "thousand", "thousands", "million", "millions", "billion", "billions", "trillion", "dozen",
@@ -253,7 +261,9 @@ class _Reader:
             return None
         q = self.question
         at = next((i for i, w in enumerate(q) if w.casefold() == "or" and 0 < i < len(q) - 1), None)
-        if at is None:
+        if at is None or _fold(q[at + 1]) in _OR_HEDGE:
+            return None
+        if _fold(q[at + 1]) in _OR_BOUND and _NUMBER.fullmatch(q[at - 1]):
             return None
         before, after = q[max(0, at - 4) : at], q[at + 1 : at + 5]
         left = next(
