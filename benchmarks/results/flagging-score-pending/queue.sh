@@ -3,12 +3,14 @@
 # $M, after issue 59's queue. Resumable: every step resumes from its rows and journal; seeds are drawn once and
 # kept in $P/seeds.tsv (a scoring seed only after its calibration's calibration.json exists).
 set -uo pipefail
-FROZEN=${FROZEN:-b3b197c}
-M=/work/measure-$FROZEN
+FROZEN=${FROZEN:-9705fba}
+M=/work/measure-flagging  # a worktree of $FROZEN (checked below)
 R=/work/main/benchmarks/results
 P=$R/flagging-score-pending
 LOG=/work/notes/queue-flagging.log
 cd $M && . .venv/bin/activate
+[ "$(git rev-parse --short=7 HEAD)" = "$FROZEN" ] && [ -z "$(git status --porcelain --untracked-files=no)" ] \
+  || { echo "$M is not a clean checkout of $FROZEN" >&2; exit 2; }
 export REFLECT_LOCAL_THREADS=2
 say() { echo "$(date -u +%FT%TZ) $*" >> $LOG; }
 
