@@ -206,10 +206,10 @@ class Journal:
     finishes, failures too (with what they cost; a later session measures a failed run again and its row, appended,
     is the one read). A resume with other settings is refused; a last line cut by a stop is cut off the file."""
 
-    def __init__(self, path: Path | None, settings: dict[str, Any]) -> None:
+    def __init__(self, path: Path | None, settings: dict[str, Any], *, appends: bool = True) -> None:
         self.path = path
         self.settings = settings
-        self.appends = path is not None
+        self.appends = appends and path is not None
         """Measurements are appended to the file (not when only reported from)."""
         self.cut_at: int | None = None
         """Report each check as the stopping rule of this lead would have drawn it (from a journal of fixed counts)."""
@@ -221,7 +221,8 @@ class Journal:
         if not path.is_file():
             path.write_text(json.dumps({"settings": settings}) + "\n", encoding="utf-8")
             return
-        _cut_unfinished_line(path)
+        if self.appends:  # a journal only reported from is left as it is (its measurement may be running)
+            _cut_unfinished_line(path)
         lines = path.read_text(encoding="utf-8").splitlines()
         header = json.loads(lines[0]) if lines else {}
         if header.get("settings") != settings:
@@ -233,6 +234,8 @@ class Journal:
             try:
                 row = json.loads(line)
             except ValueError:
+                if number == len(lines) and not self.appends:  # being written as it is read
+                    continue
                 raise SystemExit(f"{path}:{number}: not a JSON line; the journal is damaged") from None
             self.done[(row["key"], row["verifier"])] = Measured.of(row)
 
@@ -263,7 +266,7 @@ def journaled_check(journal: Journal, run: Labelled) -> ConsistencyCheck | None:
     again by the judge as it is now (a journal kept from before the judge changed votes as a new one would), and
     cut where ``journal.cut_at`` stops it (:func:`cut_at_lead`)."""
     done = journal.done.get((run.key, "consistency"))
-    check = done.verdict.consistency if done is not None and done.verdict is not None else None
+    check = done.verdict.consistency if done is not None and not done.failed and done.verdict is not None else None
     if check is None:
         return None
     check = revoted(check, question=run.trace.question)
@@ -288,9 +291,7 @@ def read_journal(path: Path) -> Journal:
     lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
     if not lines:
         raise SystemExit(f"{path}: no flagging journal there (measure first, without --journal-only)")
-    journal = Journal(path, json.loads(lines[0]).get("settings"))
-    journal.appends = False
-    return journal
+    return Journal(path, json.loads(lines[0]).get("settings"), appends=False)
 
 
 class _KnownCheck(ConsistencyVerifier):
@@ -339,7 +340,7 @@ class Bench:
         try:
             source = self.runs_for(run)
         except Exception as error:  # the run's agent cannot be rebuilt (a trace that no longer restores): this run
-            failed = Verdict(verifier="consistency", is_correct=None, confidence=None, error=f"no resampler: {error}")
+            failed = Verdict(verifier="consistency", is_correct=None, confidence=None, error=f"{NO_RESAMPLER}{error}")
             return Measured(failed, 0, 0, time.perf_counter() - started)
         verifier = ConsistencyVerifier(
             source,
@@ -351,7 +352,7 @@ class Bench:
         )
         verdict = verifier.verify(run.trace, expected=None)
         if source is None:  # nothing could re-run this run's agent: a failure of the setup, not a verdict
-            verdict = verdict.model_copy(update={"error": verdict.reasoning})
+            verdict = verdict.model_copy(update={"error": f"{NO_RESAMPLER}{verdict.reasoning}"})
         runs = verdict.consistency.agent_runs if verdict.consistency is not None else 0
         return Measured(verdict, 0, runs, time.perf_counter() - started)
 
@@ -370,7 +371,8 @@ class Bench:
     def _combined(self, run: Labelled) -> Measured:
         """The combined verifier itself, its consistency check the one measured for ``consistency`` (the same agent
         runs, counted once); its audit, made only where neither the evidence nor the check decides, journaled as its
-        own."""
+        own. Where the evidence does not decide and the check failed, it fails too (measured again with the check by
+        a later session), as a report from the journal reads it."""
         consistency = self.measure("consistency", run)
         check = self.check_of(run) if not consistency.failed else None
         outcome: ConsistencyCheck | str = check if check is not None else "no consistency check"
@@ -385,10 +387,13 @@ class Bench:
             return Measured(judged, _requests(log), 0, time.perf_counter() - started)
 
         critical = critical_evidence_verdict(find_evidence(run.trace), "combined", _NO_CALIBRATION) is not None
+        if not critical and consistency.failed:
+            why = f"its consistency check failed: {_failure(consistency)}"
+            failed = Verdict(verifier="combined", is_correct=None, confidence=None, error=why)
+            return Measured(failed, 0, consistency.agent_runs, consistency.seconds)
         decided = check is not None and consistency_basis(check, threshold=_MEASURED_AT) is not None
-        # the evidence or the check decides with no model call; an audit on a failed check is not journaled (a
-        # resume measures the check again, and this with it)
-        own = verdict() if critical or decided or consistency.failed else self.journal.get(run.key, "combined", verdict)
+        # the evidence or the check decides with no model call
+        own = verdict() if critical or decided else self.journal.get(run.key, "combined", verdict)
         return Measured(
             own.verdict,
             own.calls,
@@ -482,7 +487,7 @@ def report(
     lines = flag_line(name, scored, threshold)
     seconds = sum(m.seconds for m in results) / count
     lines.append(
-        f"  per run: {sum(m.calls for m in results) / count:.2f} model calls, "
+        f"  per run (each run's last measurement): {sum(m.calls for m in results) / count:.2f} model calls, "
         f"{sum(m.agent_runs for m in results) / count:.2f} agent runs, "
         + ("seconds not measured (checks cut shorter)" if math.isnan(seconds) else f"{seconds:.1f} s")
     )
@@ -504,27 +509,37 @@ FAILURES_IN_A_ROW = 5
 seconds, and a report or calibration made of such failures would say nothing."""
 
 
+NO_RESAMPLER = "no resampler: "
+"""How a consistency failure that no retry mends begins (the run's agent cannot be rebuilt)."""
+
+
+def _failure(measured: Measured) -> str | None:
+    """Why the verifier failed on the run, on one line (None: it did not)."""
+    if not measured.failed:
+        return None
+    verdict = measured.verdict
+    return " ".join(((verdict.error or verdict.reasoning) if verdict is not None else "no verdict").split())
+
+
 def _stop_if_failing(name: str, results: list[Measured]) -> None:
     """Stop (exit 1, nothing more measured, no calibration written) once ``name`` failed on the last
-    :data:`FAILURES_IN_A_ROW` runs; what was measured is journaled, and the same command resumes."""
-    last = results[-FAILURES_IN_A_ROW:]
-    if len(last) < FAILURES_IN_A_ROW or not all(m.failed for m in last):
+    :data:`FAILURES_IN_A_ROW` runs in a way a retry may mend (a run whose agent cannot be rebuilt fails alike on
+    every resume, and is only counted apart); what was measured is journaled, and the same command resumes."""
+    why = [_failure(m) for m in results[-FAILURES_IN_A_ROW:]]
+    if len(why) < FAILURES_IN_A_ROW or any(w is None or NO_RESAMPLER in w for w in why):
         return
-    verdict = last[-1].verdict
-    why = " ".join(((verdict.error or verdict.reasoning) if verdict is not None else "no verdict").split())[:300]
     raise SystemExit(
-        f"{name} failed on {FAILURES_IN_A_ROW} runs in a row (the last: {why}); stopped with no calibration written. "
-        "Is the model endpoint up? The same command resumes, measuring the failed runs again"
+        f"{name} failed on {FAILURES_IN_A_ROW} runs in a row (the last: {str(why[-1])[:300]}); stopped with no "
+        "calibration written. The same command resumes, measuring the failed runs again"
     )
 
 
 def progress_line(name: str, number: int, total: int, run: Labelled, measured: Measured) -> str:
     """One run measured (or read back from the journal), for a long measurement's log: its verdict and cost, or why
     the verifier failed on it (the report counts failures apart)."""
-    verdict = measured.verdict
-    if verdict is None or measured.failed:
-        why = (verdict.error or verdict.reasoning) if verdict is not None else "no verdict"
-        outcome = f"the verifier failed: {' '.join(why.split())[:300]}"
+    verdict, why = measured.verdict, _failure(measured)
+    if verdict is None or why is not None:
+        outcome = f"the verifier failed: {(why or 'no verdict')[:300]}"
     else:
         outcome = {False: "flagged", True: "not flagged", None: "uncertain (not flagged)"}[verdict.is_correct]
         outcome += f" on {verdict.basis}" if verdict.basis else ""
@@ -663,7 +678,9 @@ def _written_calibration(
     maps = {VERIFIER_OF[n]: m for n in names if n in SCORED for m in [here.fit(n)] if m is not None}
     fitted = ConfidenceCalibration(scores=maps)
     thresholds = {}
-    for name in names:  # a verifier without a fitted map (the proxy) at its own score
+    for name in names:  # the proxy, which has no map, at its own score
+        if VERIFIER_OF[name] not in maps and name != "proxy":
+            continue
         scores = [
             score_of(name, run, measured, here.checks[i], fitted)
             for i, (run, measured) in enumerate(zip(runs, results[name], strict=True))

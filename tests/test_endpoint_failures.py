@@ -84,6 +84,17 @@ def test_a_refused_endpoint_is_taken_for_down_after_a_few_calls_and_then_fails_a
     assert time.monotonic() - started < 0.5
 
 
+def test_an_endpoint_that_keeps_timing_out_is_taken_for_down_and_says_to_give_it_longer(silent_port: int) -> None:
+    llm = _llm(silent_port, timeout_s=0.3, max_retries=0)
+    for _ in range(STOP_AFTER):
+        with pytest.raises(LLMError, match="timed out"):
+            llm.complete(MESSAGES, LocalizationOutput, stage="localize")
+    down = endpoint_down()
+    assert isinstance(down, EndpointDownError)
+    assert f"failed {STOP_AFTER} times in a row the same way (Request timed out)" in str(down)
+    assert "give it longer (REFLECT_LLM_TIMEOUT_S, e.g. 600)" in str(down) and "REFLECT_LLM_MODEL" not in str(down)
+
+
 def test_the_timeout_bounds_the_wait_retries_included_and_a_slow_request_says_what_it_waits_for(
     silent_port: int, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -94,7 +105,7 @@ def test_the_timeout_bounds_the_wait_retries_included_and_a_slow_request_says_wh
         pytest.raises(LLMError, match="timed out") as failed,
     ):
         llm.complete(MESSAGES, LocalizationOutput, stage="localize")
-    assert "No answer within 2 s, retries included" in str(failed.value)  # a timeout names its own fix
+    assert "No answer within 1.5 s, retries included" in str(failed.value)  # a timeout names its own fix
     assert "give it longer (REFLECT_LLM_TIMEOUT_S, e.g. 600)" in str(failed.value)
     assert ".." not in str(failed.value)
     waited = time.monotonic() - started

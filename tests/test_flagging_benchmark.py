@@ -76,7 +76,7 @@ def test_the_report_line_and_its_intervals() -> None:
     assert "recall 95% [0.21, 0.94] (2 of 3)" in at and "specificity 95% [0.21, 0.94] (2 of 3)" in at
     assert "failed on 1 runs" in at and "AUROC 95% [" in area and "1 without a score ranked lowest" in area
     assert everything == "  flagging everything: recall 1.00, precision 0.50 (the base rate), specificity 0.00"
-    assert cost == "  per run: 1.71 model calls, 2.57 agent runs, 8.6 s"
+    assert cost == "  per run (each run's last measurement): 1.71 model calls, 2.57 agent runs, 8.6 s"
     assert judged == {"consistency_disagree": 3, "consistency_agree": 2}
     assert right_per_basis == {"consistency_disagree": 2, "consistency_agree": 2}
     assert "consistency_disagree 2 of 3 right" in bases
@@ -150,9 +150,8 @@ def test_a_journal_of_every_resample_is_reported_as_a_stopping_rule_would_have_d
 def test_a_failed_check_is_journaled_with_its_cost_and_measured_again_by_the_next_session_only(
     tmp_path: Path,
 ) -> None:
-    """When no resample finished, the combined verdict is the audit alone; the failed check is journaled (its cost
-    re-derives from the journal), not measured again by this session's combined pass, and measured again by the
-    next session, so the combined verdict made on it is not journaled."""
+    """When no resample finished, the check failed: it is journaled (its cost re-derives from the journal), not
+    measured again by this session's combined pass, which fails with it, and measured again by the next session."""
     from reflect_otel.errors import ReplayError
 
     def down(_t: object, _sample: int, _temp: float) -> list[dict[str, str]]:
@@ -171,7 +170,8 @@ def test_a_failed_check_is_journaled_with_its_cost_and_measured_again_by_the_nex
     path = tmp_path / "j.jsonl"
     bench = Bench(auditor, lambda _r: ScriptedResampler(down), Journal(path, SETTINGS), 3, 0.7)
     combined = bench.measure("combined", run)
-    assert combined.verdict is not None and combined.verdict.basis == "audit_low_clean"  # the audit alone decided
+    assert combined.failed and combined.calls == 0  # no audit alone: a report from the journal reads it so too
+    assert combined.verdict is not None and "its consistency check failed" in str(combined.verdict.error)
     assert bench.measure("consistency", run).failed
     rows = [json.loads(line) for line in path.read_text().splitlines()[1:]]
     assert [(r["key"], r["verifier"]) for r in rows] == [("q1", "consistency")]  # once: the combined pass read it
@@ -432,3 +432,36 @@ def test_a_run_whose_agent_cannot_be_rebuilt_is_a_failed_check_not_a_crash(tmp_p
     measured = bench.measure("consistency", Labelled("q1", trace, wrong=False))
     assert measured.failed and measured.verdict is not None
     assert measured.verdict.error == "no resampler: step 2's call gave other rows than the recorded ones"
+
+
+def test_a_report_from_the_journal_leaves_a_journal_being_written_as_it_is(tmp_path: Path) -> None:
+    """``--journal-only`` beside a running measurement: a row being written is skipped, and the file not touched."""
+    from benchmarks.flagging import read_journal
+
+    path = tmp_path / "j.jsonl"
+    verdict = Verdict(verifier="proxy", is_correct=True, confidence=0.9)
+    Journal(path, SETTINGS).get("q1", "proxy", lambda: Measured(verdict, 1, 0, 1.0))
+    with path.open("a", encoding="utf-8") as out:
+        out.write('{"key": "q2", "verif')  # the measurement, mid-write
+    before = path.read_bytes()
+    assert set(read_journal(path).done) == {("q1", "proxy")}
+    assert path.read_bytes() == before
+
+
+def test_runs_whose_agent_cannot_be_rebuilt_never_stop_the_measurement_and_requests_count_repairs() -> None:
+    """Such a run fails alike on every resume: five in a row are counted apart, not taken for a dead server. A
+    verdict's model calls are its requests, a schema repair included."""
+    from benchmarks.flagging import _requests, _stop_if_failing
+    from reflect_otel.llm.recording import CallLog
+    from reflect_otel.record import LLMCall
+
+    unrebuilt = Verdict(verifier="consistency", is_correct=None, confidence=None, error="no resampler: other rows")
+    _stop_if_failing("consistency", [Measured(unrebuilt)] * 5)  # returns: nothing a retry mends
+    down = Verdict(verifier="consistency", is_correct=None, confidence=None, error="the server stopped")
+    with pytest.raises(SystemExit, match="consistency failed on 5 runs in a row"):
+        _stop_if_failing("consistency", [Measured(unrebuilt), *[Measured(down)] * 5])
+    log = CallLog()
+    for attempts in (1, 2):
+        log.add(LLMCall(stage="proxy_audit", model="m", prompt_tokens=1, completion_tokens=1, seconds=0.1,
+                        attempts=attempts, ok=True))  # fmt: skip
+    assert _requests(log) == 3

@@ -698,3 +698,27 @@ def test_a_run_whose_answer_is_undecided_is_not_attributed() -> None:
     )
     assert record.status is AttributionStatus.SKIPPED and "undecided" in record.reason
     assert adapter.calls == [] and record.replays == ()
+
+
+def test_a_localization_test_records_what_it_executed_a_guided_step_included() -> None:
+    """The record's correction for the localization test: the one whose replacement changed the step, else the first
+    that ran (a guided step has no replacement and ran), never the empty frame of a resampling or guidance trial."""
+    from reflect_otel.attribution.search import _tried
+    from reflect_otel.attribution.trial import Decision, Trial, TrialResult
+    from reflect_otel.record import Correction, InterventionKind, ReplayAttempt, StepChange
+    from reflect_otel.trace import StepAction
+
+    frame = Correction(source="resample", kind=InterventionKind.GUIDANCE, step_index=2)
+    trial = Trial(frame)
+    guided = frame.model_copy(update={"replays": 1})
+    nothing = TrialResult(trial, Decision.NO_FLIP, "", corrections=(frame,))
+    assert _tried(trial, nothing, ()) is frame  # nothing ran: the frame is all there is
+    assert _tried(trial, TrialResult(trial, Decision.NO_FLIP, "", corrections=(guided,)), ()) is guided
+    first = StepAction(tool_name="count_rows", arguments={"table": "t0"})
+    second = StepAction(tool_name="filter_rows", arguments={"table": "t0", "value": "1st"})
+    ran = [
+        Correction(source="resample", kind=InterventionKind.ACTION, step_index=2, replacement=r, replays=1)
+        for r in (first, second)
+    ]
+    changed = ReplayAttempt(round=1, rollback_point=1, injection="", correction=ran[1], change=StepChange.CHANGED)
+    assert _tried(trial, TrialResult(trial, Decision.NO_FLIP, "", corrections=tuple(ran)), (changed,)) is ran[1]

@@ -340,9 +340,12 @@ def _tried(trial: Trial, result: TrialResult, changed: Sequence[ReplayAttempt]) 
     proposals (no replacement, no replays), so it is the record's only where nothing ran."""
     if result.deciding is not None and result.deciding.correction is not None:
         return result.deciding.correction
-    executed = [c for c in result.corrections if c.replacement is not None and c.replays]
+    executed = [c for c in result.corrections if c.replays]  # a guided step has no replacement, and ran
     moved = [a.correction.replacement for a in changed if a.correction is not None]
-    return next((c for c in executed if c.replacement in moved), next(iter(executed), trial.correction))
+    return next(
+        (c for c in executed if c.replacement is not None and c.replacement in moved),
+        next(iter(executed), trial.correction),
+    )
 
 
 def record_of(

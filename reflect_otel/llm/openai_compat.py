@@ -266,6 +266,22 @@ class OpenAICompatibleLLM(LLMBase):
                 self._answered()
                 return response
 
+    def _fix(self, error: Exception, *, model: bool = False) -> str:
+        """What to do about ``error``: a timeout is a server up but slow (a busy CPU, a long prompt), whose fix is
+        time; anything else, the endpoint's settings."""
+        if isinstance(error, self._openai.APITimeoutError):
+            longer = max(600, 2 * self.config.timeout_s)
+            return (
+                f"No answer within {self.config.timeout_s:g} s, retries included: on a slow or busy machine give it "
+                f"longer (REFLECT_LLM_TIMEOUT_S, e.g. {longer:g}), or check that the server is up"
+            )
+        names = (
+            "REFLECT_LLM_BASE_URL / REFLECT_LLM_MODEL / REFLECT_LLM_API_KEY"
+            if model
+            else ("REFLECT_LLM_BASE_URL / REFLECT_LLM_API_KEY")
+        )
+        return f"Check that the server is up and {names} are right"
+
     def _pause_before_retry(self, retries: int, deadline: float, error: Exception) -> bool:
         """Wait before retry ``retries + 1`` and say True, or say False when no retry is left or no time for one.
         The pause is the server's ``Retry-After`` (and up to a tenth more), else 0.5 s doubling up to 8 s, each
@@ -328,14 +344,7 @@ class OpenAICompatibleLLM(LLMBase):
 
     def _failed(self, error: Exception, retries: int) -> LLMError:
         said = str(error).rstrip(".")
-        if isinstance(error, self._openai.APITimeoutError):  # up but slow (a busy CPU, a long prompt): the fix is time
-            fix = (
-                f"No answer within {self.config.timeout_s:.0f} s, retries included: on a slow or busy machine give "
-                f"it longer (REFLECT_LLM_TIMEOUT_S, e.g. {max(600, 2 * self.config.timeout_s):.0f}), or check that "
-                "the server is up"
-            )
-        else:
-            fix = "Check that the server is up and REFLECT_LLM_BASE_URL / REFLECT_LLM_API_KEY are right"
+        fix = self._fix(error)
         message = f"{self._where()} failed after {retries} retries: {said}. {fix}"
         busy = _busy(error, self._openai)
         failure = EndpointBusyError(message, retry_after_s=_retry_after(error)) if busy else LLMError(message)
@@ -351,8 +360,8 @@ class OpenAICompatibleLLM(LLMBase):
                 asked = _retry_after(error) if busy else None
                 health.cool_off_s = min(_COOL_OFF_S, asked) if asked is not None else _COOL_OFF_S
                 health.down = EndpointDownError(
-                    f"{self._where()} failed {health.streak} times in a row the same way ({error}); check that the "
-                    "server is up and REFLECT_LLM_BASE_URL / REFLECT_LLM_MODEL / REFLECT_LLM_API_KEY are right",
+                    f"{self._where()} failed {health.streak} times in a row the same way ({str(error).rstrip('.')}). "
+                    + self._fix(error, model=True),
                     endpoint=self._where(),
                     busy=busy,
                     retry_after_s=health.cool_off_s,

@@ -23,7 +23,7 @@ from reflect_otel.replay import ReplayAdapter
 from reflect_otel.store import AttributionStore, RecordExporter
 from reflect_otel.trace import StructuredTrace
 
-__all__ = ["MAX_PENDING", "OnlineStats", "PendingRun", "Runtime"]
+__all__ = ["MAX_PENDING", "MAX_RECENT_RECORDS", "MAX_SAID", "OnlineStats", "PendingRun", "Runtime"]
 
 _log = logging.getLogger("reflect_otel.online")
 MAX_PENDING = 10_000
@@ -109,8 +109,7 @@ class Runtime:
         self.service = service
         self.max_queue = max_queue
         self.stats = OnlineStats()
-        self.records: deque[AttributionRecord] = deque(maxlen=MAX_RECENT_RECORDS)
-        """The latest records, oldest first (see :data:`MAX_RECENT_RECORDS`)."""
+        self._records: deque[AttributionRecord] = deque(maxlen=MAX_RECENT_RECORDS)
         self.records_made = 0
         """Every record made, those let go included."""
         self._pending: OrderedDict[str, PendingRun] = OrderedDict()
@@ -175,15 +174,21 @@ class Runtime:
             self.stats.count(outcome)
             if outcome.record is not None:
                 with self._lock:
-                    self.records.append(outcome.record)
+                    self._records.append(outcome.record)
                     self.records_made += 1
+
+    @property
+    def records(self) -> list[AttributionRecord]:
+        """The latest records, oldest first (see :data:`MAX_RECENT_RECORDS`): a copy, safe while the worker adds."""
+        with self._lock:
+            return list(self._records)
 
     def records_after(self, seen: int) -> tuple[list[AttributionRecord], int]:
         """The records made after the first ``seen`` that are still kept, and how many have been made: a reader
         that passes back that count reads each kept record once."""
         with self._lock:
-            fresh = min(self.records_made - seen, len(self.records))
-            return list(self.records)[len(self.records) - fresh :] if fresh > 0 else [], self.records_made
+            fresh = min(self.records_made - seen, len(self._records))
+            return list(self._records)[len(self._records) - fresh :] if fresh > 0 else [], self.records_made
 
     def _failed(self, batch: list[tuple[StructuredTrace, int]], error: Exception) -> None:
         """A failure in the worker: counted, and the worker goes on. One of ours (a model that cannot be had, a
