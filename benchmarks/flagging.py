@@ -173,8 +173,7 @@ def bbm_runs(data: Path, per_class: int, seed: int) -> list[Labelled]:
 @dataclass
 class Measured:
     """One verifier's verdict on one run, and what it cost. ``verdict`` None, or one with ``error`` set: the
-    verifier failed on the run (counted apart, never scored; journaled with its cost, and measured again by a later
-    session, not by this one)."""
+    verifier failed on the run (counted apart, never scored; how the journal keeps it: :class:`Journal`)."""
 
     verdict: Verdict | None
     calls: int = 0
@@ -215,14 +214,14 @@ class Journal:
         """Report each check as the stopping rule of this lead would have drawn it (from a journal of fixed counts)."""
         self.done: dict[tuple[str, str], Measured] = {}
         self._failed_here: set[tuple[str, str]] = set()
-        """Failures measured by this session: not measured again in it (the combined pass reads consistency's)."""
         if path is None:
             return
-        if not path.is_file():
-            path.write_text(json.dumps({"settings": settings}) + "\n", encoding="utf-8")
-            return
         if self.appends:  # a journal only reported from is left as it is (its measurement may be running)
-            _cut_unfinished_line(path)
+            if path.is_file():
+                _cut_unfinished_line(path)
+            if not path.is_file() or not path.stat().st_size:  # new, or its header line cut: start it
+                path.write_text(json.dumps({"settings": settings}) + "\n", encoding="utf-8")
+                return
         lines = path.read_text(encoding="utf-8").splitlines()
         header = json.loads(lines[0]) if lines else {}
         if header.get("settings") != settings:

@@ -197,6 +197,9 @@ def test_a_journal_line_cut_by_a_stop_is_cut_off_and_the_next_row_starts_its_own
     resumed.get("q3", "proxy", lambda: Measured(verdict, 2, 0, 1.0))
     assert set(Journal(path, SETTINGS).done) == {("q1", "proxy"), ("q3", "proxy")}
     assert all(line.startswith('{"') for line in path.read_text().splitlines())
+    header_cut = tmp_path / "new.jsonl"
+    header_cut.write_text('{"settings": {"sam')  # stopped while the journal was being started
+    assert Journal(header_cut, SETTINGS).done == {} and json.loads(header_cut.read_text()) == {"settings": SETTINGS}
 
 
 def test_a_results_file_cut_mid_write_is_read_without_its_last_line(tmp_path: Path) -> None:

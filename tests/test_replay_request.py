@@ -114,7 +114,6 @@ def test_an_adapters_options_are_one_value_and_a_keyword_names_one_of_them() -> 
 def test_each_adapters_keywords_are_its_options_fields_so_a_type_checker_sees_a_misspelt_one() -> None:
     import dataclasses
 
-    pytest.importorskip("langgraph")
     from reflect_otel.replay_adapters._tool_loop import ToolLoopOptionKeywords, ToolLoopOptions
     from reflect_otel.replay_adapters.http import HTTPReplayOptionKeywords, HTTPReplayOptions
     from reflect_otel.replay_adapters.langgraph import LangGraphReplayOptionKeywords, LangGraphReplayOptions

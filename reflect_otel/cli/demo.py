@@ -207,7 +207,7 @@ class _DemoRun:
                 answer = run(question.question)
             except Exception as error:  # the model endpoint failed: report it and go on
                 self.failures += 1
-                self.last_failure = str(error)
+                self.last_failure = " ".join(str(error).split())[:500]
                 self.progress.say(f"{question.id}: the agent failed: {error}")
                 return
         wrong = not judged_correct(answer, question.expected, question=question.question)

@@ -201,7 +201,7 @@ class Runtime:
             return
         with self._lock:
             first = str(error) not in self._said
-            if len(self._said) >= MAX_SAID:  # messages that name their run would grow it without end
+            if first and len(self._said) >= MAX_SAID:  # messages that name their run would grow it without end
                 self._said.clear()
             self._said.add(str(error))
         if first:
