@@ -3,7 +3,7 @@
 # $M, after issue 59's queue. Resumable: every step resumes from its rows and journal; seeds are drawn once and
 # kept in $P/seeds.tsv (a scoring seed only after its calibration's calibration.json exists).
 set -uo pipefail
-FROZEN=${FROZEN:-e905159}
+FROZEN=${FROZEN:-4ba8cfd}
 M=/work/measure-flagging  # a worktree of $FROZEN (checked below)
 R=/work/main/benchmarks/results
 P=$R/flagging-score-pending
