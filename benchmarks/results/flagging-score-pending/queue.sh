@@ -51,7 +51,8 @@ smoke() {  # smoke NAME EARLIER_FOLDER: every verifier, live, on 2 labelled runs
     --verifiers evidence,proxy,consistency,combined --samples 5 --stop-lead 2 --temperature 0.7 --out $out \
     > $out/flagging.txt 2> $out/flagging.log
   local rc=$?
-  if [ $rc -ne 0 ] || grep -q "the verifier failed" $out/flagging.log \
+  # the resampling must work (a proxy audit failing its schema on a run is a verdict counted apart, as in the runs)
+  if [ $rc -ne 0 ] || grep -qE "^\[consistency [0-9]+/2\] .*the verifier failed" $out/flagging.log \
      || ! grep -qE "^\[consistency [0-9]+/2\] .* [1-9][0-9]* agent runs" $out/flagging.log; then
     say "smoke $1 failed (rc $rc): see $out/flagging.log"; return 1
   fi
