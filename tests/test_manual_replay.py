@@ -29,7 +29,7 @@ from reflect_otel.trace import StepAction, StructuredTrace
 from tests.conftest import Instrumented
 
 if TYPE_CHECKING:
-    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
+    from reflect_otel.replay import ReplayAdapter
 
 pytest.importorskip("langgraph")
 
@@ -103,20 +103,15 @@ def agent_run(instrumented: Instrumented, ask: Any) -> StructuredTrace:
     return run.trace.model_copy(update={"final_answer": answer})
 
 
-def restored_adapter(instrumented: Instrumented, llm: ScriptedLLM, trace: StructuredTrace) -> LangGraphReplayAdapter:
-    """The table agent's deterministic LangGraph adapter, its workspace restored to ``trace``'s tables."""
+def restored_adapter(instrumented: Instrumented, llm: ScriptedLLM, trace: StructuredTrace) -> ReplayAdapter:
+    """The table agent's deterministic LangGraph adapter as the demo builds it, its workspace restored to ``trace``'s
+    tables."""
+    from reflect_otel.cli._demo_runs import table_adapter
     from reflect_otel.demo.table_agent import TableQAAgent
-    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter, LangGraphReplayOptions
 
     agent = TableQAAgent(nt1(), llm, max_steps=6)
     agent.restore(trace)
-    options = LangGraphReplayOptions(
-        recursion_limit=agent.recursion_limit,
-        deterministic=True,
-        pure_tools=tuple(agent.tools),
-        restore_state=agent.rewind,
-    )
-    return LangGraphReplayAdapter(agent.graph, tracer_provider=instrumented.provider, options=options)
+    return table_adapter(agent, instrumented.provider, deterministic=True)
 
 
 def manual_records(path: Path) -> list[AttributionRecord]:
@@ -342,19 +337,13 @@ def test_a_chain_of_thought_replayed_with_another_thought(
 @pytest.fixture
 def endpoint(on_the_session_provider: Instrumented) -> Iterator[tuple[str, list[dict[str, Any]], StructuredTrace]]:
     """The table agent in its own server behind the HTTP replay protocol (the agent's side of the wire)."""
+    from reflect_otel.cli._demo_runs import table_adapter
     from reflect_otel.demo.table_agent import TableQAAgent
     from reflect_otel.replay_adapters.http import replay_handler
-    from reflect_otel.replay_adapters.langgraph import LangGraphReplayAdapter
 
     llm = ScriptedLLM(respond=table_model)
     agent = TableQAAgent(nt1(), llm, max_steps=6)
-    adapter = LangGraphReplayAdapter(
-        agent.graph,
-        tracer_provider=on_the_session_provider.provider,
-        recursion_limit=agent.recursion_limit,
-        pure_tools=tuple(agent.tools),
-        restore_state=agent.rewind,
-    )
+    adapter = table_adapter(agent, on_the_session_provider.provider)
     asked: list[dict[str, Any]] = []
 
     class Handler(BaseHTTPRequestHandler):
